@@ -1,0 +1,138 @@
+// The driver seam: the only place in kvvm that talks to a memory driver.
+//
+// Why one small interface: the CUDA driver's virtual memory API and Linux memory files with
+// mmap offer the same operations (reserve addresses, create physical memory, map it, set
+// access, unmap, release, free the addresses), so everything above this seam runs unchanged
+// on a GPU and on the host, and a fault-injecting driver can sit in between to force every
+// rollback path in tests.
+//
+// RMM-style: the public entry points are non-virtual and count every call by kind (so no
+// driver call is hidden from the bookkeeping); implementations override the private do_*.
+//
+// Thread-safety: implementations are safe to call from several threads at once; the call
+// counters are atomic.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvvm/status.h"
+
+namespace kvvm {
+
+// A physical allocation, opaque to everything above the driver. Never 0 when valid.
+using Handle = std::uint64_t;
+inline constexpr Handle kNoHandle = 0;
+
+// A virtual address (CUdeviceptr on CUDA, a host pointer on the host).
+using Address = std::uintptr_t;
+
+// Access of a mapping. kNone: mapped but not accessible (what a fresh map gives).
+enum class Access { kNone, kReadOnly, kReadWrite };
+std::string_view to_string(Access access);
+
+// The mapping unit, queried from the driver; never hard-coded above the seam.
+struct Granularity {
+  std::size_t minimum = 0;      // every map, size and offset is a multiple of this
+  std::size_t recommended = 0;  // what the driver suggests for performance
+};
+
+// What a driver can say about itself, for `kvvm info` and logs.
+struct DriverInfo {
+  std::string backend;      // "cuda" or "host"
+  std::string device_name;  // GPU name or CPU model
+  int device_ordinal = 0;
+  std::string driver_version;
+  bool vmm_supported = false;
+  std::uint64_t free_bytes = 0;
+  std::uint64_t total_bytes = 0;
+};
+
+// Every kind of driver call, for counters and fault injection.
+enum class DriverOp {
+  kReserve,
+  kFree,
+  kCreate,
+  kRelease,
+  kMap,
+  kSetAccess,
+  kUnmap,
+  kSynchronize,
+  kCopy,  // test and data-path copies between host memory and mapped addresses
+};
+inline constexpr std::size_t kDriverOpCount = 9;
+std::string_view to_string(DriverOp op);
+
+// Calls made so far, by kind, and how many of them failed.
+struct DriverCallCounts {
+  std::array<std::uint64_t, kDriverOpCount> calls{};
+  std::array<std::uint64_t, kDriverOpCount> failures{};
+  std::uint64_t of(DriverOp op) const { return calls[static_cast<std::size_t>(op)]; }
+  std::uint64_t failed(DriverOp op) const { return failures[static_cast<std::size_t>(op)]; }
+  std::uint64_t total() const;
+};
+
+class Driver {
+ public:
+  Driver() = default;
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
+  virtual ~Driver() = default;
+
+  virtual DriverInfo info() const = 0;
+  virtual Granularity granularity() const = 0;
+  // The granule every kvvm size is rounded to: granularity().minimum.
+  std::size_t granule() const { return granularity().minimum; }
+
+  // Reserves `bytes` of addresses aligned to `alignment` (0: the granule). No memory.
+  Result<Address> reserve(std::size_t bytes, std::size_t alignment = 0);
+  // Gives a reservation back. REQUIRES: nothing mapped in it.
+  Status free(Address base, std::size_t bytes);
+  // Creates a physical allocation of `bytes` (a multiple of the granule); the bytes exist
+  // once this returns (no lazy commit that could fail later).
+  Result<Handle> create(std::size_t bytes);
+  Status release(Handle handle);
+  // Maps `bytes` of `handle` starting at `handle_offset` at `address`. The new mapping has
+  // Access::kNone until set_access.
+  Status map(Address address, std::size_t bytes, Handle handle, std::size_t handle_offset);
+  Status set_access(Address address, std::size_t bytes, Access access);
+  Status unmap(Address address, std::size_t bytes);
+  // Waits until all work that may read mapped memory has completed.
+  Status synchronize();
+  // Synchronous copies between host memory and mapped addresses (a write into a read-only
+  // mapping fails on CUDA and faults on the host, exactly as a kernel's would).
+  Status write(Address address, const void* source, std::size_t bytes);
+  Status read(void* destination, Address address, std::size_t bytes);
+
+  DriverCallCounts counts() const;
+
+ protected:
+  virtual Result<Address> do_reserve(std::size_t bytes, std::size_t alignment) = 0;
+  virtual Status do_free(Address base, std::size_t bytes) = 0;
+  virtual Result<Handle> do_create(std::size_t bytes) = 0;
+  virtual Status do_release(Handle handle) = 0;
+  virtual Status do_map(Address address, std::size_t bytes, Handle handle,
+                        std::size_t handle_offset) = 0;
+  virtual Status do_set_access(Address address, std::size_t bytes, Access access) = 0;
+  virtual Status do_unmap(Address address, std::size_t bytes) = 0;
+  virtual Status do_synchronize() = 0;
+  virtual Status do_write(Address address, const void* source, std::size_t bytes) = 0;
+  virtual Status do_read(void* destination, Address address, std::size_t bytes) = 0;
+
+ private:
+  Status count(DriverOp op, Status status);
+  template <typename T>
+  Result<T> count(DriverOp op, Result<T> result) {
+    (void)count(op, result.ok() ? Status::Ok() : result.status());
+    return result;
+  }
+
+  std::array<std::atomic<std::uint64_t>, kDriverOpCount> calls_{};
+  std::array<std::atomic<std::uint64_t>, kDriverOpCount> failures_{};
+};
+
+}  // namespace kvvm

@@ -1,0 +1,134 @@
+// HandlePool: owns every physical handle of one driver, and keeps unmapped ones for reuse
+// so the hot path (commit, release) normally makes no create or release call.
+//
+// Each handle is in exactly one state (DESIGN.md invariant 2):
+//   pooled      unmapped, ready for the next checkout
+//   in use      checked out; mapped at `mappings` places (0 only between checkout and map)
+//   quarantined its state cannot be trusted (a release or an unmap failed): never reused,
+//               still charged, counted and reported
+//   released    given back to the driver; no longer in the table
+// A handle mapped in several places (a shared prefix) returns to the pool when its last
+// mapping goes. Bytes are charged to the governor tier when a handle is created (through the
+// caller's Grant) and returned when it is released, so the tier's used bytes equal the
+// pool's owned bytes (invariant 1).
+//
+// Thread-safety: all calls are thread-safe. No driver call is made while mutex_ is held.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kvvm/driver.h"
+#include "kvvm/governor.h"
+#include "kvvm/status.h"
+
+namespace kvvm {
+
+enum class HandleState { kPooled, kInUse, kQuarantined, kReleased };
+std::string_view to_string(HandleState state);
+
+// What the pool knows about one handle; also what a sharer passes to map it.
+struct HandleInfo {
+  Handle handle = kNoHandle;
+  std::size_t bytes = 0;
+  std::size_t granule = 0;  // the granule of the driver that created it
+  HandleState state = HandleState::kReleased;
+  std::uint32_t mappings = 0;
+};
+
+struct PoolSnapshot {
+  std::uint64_t mapped_bytes = 0;  // in use (checked out)
+  std::uint64_t pooled_bytes = 0;
+  std::uint64_t quarantined_bytes = 0;
+  std::uint64_t owned_bytes = 0;  // mapped + pooled + quarantined
+  std::uint64_t creates = 0;
+  std::uint64_t releases = 0;
+  std::uint64_t release_failures = 0;
+  std::uint64_t pool_hits = 0;
+  std::size_t handles_in_use = 0;
+  std::size_t handles_pooled = 0;
+  std::size_t handles_quarantined = 0;
+};
+
+// What happens to a handle when its last mapping goes or it is given back unmapped.
+enum class Disposition {
+  kKeep,     // back to the pool (released only above the pool's bound)
+  kRelease,  // released now: a rolled-back transaction created it, so the ledger returns to
+             // exactly where it was before
+};
+
+struct PoolOptions {
+  // Unmapped bytes kept for reuse; above this a returned handle is released.
+  std::uint64_t max_pooled_bytes = 256ull << 20;
+};
+
+class HandlePool {
+ public:
+  // `driver` and `governor` (optional) must outlive the pool. With a governor, created bytes
+  // are charged to `tier` through the caller's grant and the pool registers a reclaimer
+  // that trims pooled handles when the tier is short.
+  HandlePool(Driver& driver, PoolOptions options = {}, Governor* governor = nullptr,
+             TierId tier = 0);
+  HandlePool(const HandlePool&) = delete;
+  HandlePool& operator=(const HandlePool&) = delete;
+  // Releases pooled handles. Handles still in use or quarantined are reported and left.
+  ~HandlePool();
+
+  // A handle of exactly `bytes` (a positive multiple of the granule): a pooled one if there
+  // is one, else a new one created inside `grant` (required when the pool has a governor).
+  // The handle is in use with 0 mappings; the caller maps it (note_mapped) or gives it back.
+  // `created`, when given, says whether the handle was created (not a pool hit).
+  Result<Handle> checkout(std::size_t bytes, Grant* grant, bool* created = nullptr);
+  // The handle was mapped at one more place / one mapping of it went.
+  // REQUIRES: the handle is in use or quarantined. The last unmap of an in-use handle returns
+  // it to the pool (or releases it above the bound).
+  void note_mapped(Handle handle);
+  void note_unmapped(Handle handle, Disposition disposition = Disposition::kKeep);
+  // An in-use handle with no mappings goes back (a transaction rolled back).
+  void give_back(Handle handle, Disposition disposition = Disposition::kKeep);
+  // The handle's state cannot be trusted: never reused, still charged.
+  void quarantine(Handle handle, std::string_view why);
+
+  // Releases pooled handles until at least `bytes` are freed or none is left; returns the
+  // bytes freed (returned to the governor).
+  std::uint64_t trim(std::uint64_t bytes);
+
+  Result<HandleInfo> describe(Handle handle) const;
+  PoolSnapshot snapshot() const;
+  std::vector<HandleInfo> handles() const;
+  std::size_t granule() const { return granule_; }
+  Driver& driver() const { return driver_; }
+  const PoolOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    std::size_t bytes = 0;
+    HandleState state = HandleState::kPooled;
+    std::uint32_t mappings = 0;
+  };
+  // Releases `handle` (no longer in the table); on failure puts it back quarantined and
+  // returns false.
+  bool release_now(Handle handle, std::size_t bytes);
+  // REQUIRES: mutex_ held. Moves an in-use handle with no mappings back to the pool; returns
+  // true when it should be released instead (kRelease, or the pool above its bound).
+  bool return_locked(Handle handle, Entry& entry, Disposition disposition);
+
+  Driver& driver_;
+  const PoolOptions options_;
+  Governor* const governor_;
+  const TierId tier_;
+  const std::size_t granule_;
+  Governor::Registration reclaimer_;
+
+  mutable std::mutex mutex_;
+  std::unordered_map<Handle, Entry> entries_;
+  std::unordered_map<std::size_t, std::vector<Handle>> pooled_;  // by size, LIFO
+  PoolSnapshot counters_;  // creates, releases, hits, failures; bytes derived on snapshot
+};
+
+}  // namespace kvvm

@@ -1,0 +1,41 @@
+// The host driver: the driver seam over Linux memory files and mmap.
+//
+// A handle is a memfd of its size, allocated for real with fallocate (so a commit that
+// succeeded has its bytes); reserve is mmap(PROT_NONE); map is mmap(MAP_FIXED | MAP_SHARED)
+// of the memfd at the address; set_access is mprotect; unmap puts the PROT_NONE placeholder
+// back so the addresses stay reserved. One memfd mapped at two addresses is one copy of the
+// bytes, exactly like one CUDA handle mapped twice, and a write through a read-only mapping
+// faults (SIGSEGV), as a GPU kernel's would.
+//
+// The driver keeps its own table of reservations, handles and mappings and refuses what the
+// CUDA driver refuses (mapping over a mapping, unmapping part of one, releasing an unknown
+// handle), so host tests catch the bookkeeping bugs a GPU would.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "kvvm/driver.h"
+
+namespace kvvm {
+
+struct HostDriverOptions {
+  // The granule in bytes: 0 means the page size; otherwise a multiple of the page size
+  // (2 MiB makes the host behave like a current NVIDIA GPU).
+  std::size_t granule = 0;
+};
+
+// Fails with InvalidArgument when the granule is not a positive multiple of the page size.
+Result<std::unique_ptr<Driver>> make_host_driver(HostDriverOptions options = {});
+
+// The number of live reservations, handles and mappings the host driver holds; for tests
+// that check nothing was leaked. REQUIRES: `driver` was made by make_host_driver.
+struct HostDriverTables {
+  std::size_t reservations = 0;
+  std::size_t handles = 0;
+  std::size_t mappings = 0;
+  std::size_t handle_bytes = 0;
+};
+HostDriverTables host_driver_tables(const Driver& driver);
+
+}  // namespace kvvm

@@ -1,0 +1,150 @@
+// Reservation: one virtual address range, reserved once, with physical memory committed and
+// released under it as transactions.
+//
+// Address and memory are separate: the base address is fixed for the reservation's life;
+// commit maps handles under it, release unmaps them and keeps the addresses (so the same
+// window can be committed again without reserving), and only the destructor frees the range.
+//
+// commit(offset, len) is one transaction (DESIGN.md invariant 3): it takes every handle first
+// (from the pool, else created inside the caller's grant), then maps them and sets access
+// once over the range. On any failure it unmaps this transaction's mappings in reverse order
+// and gives their handles back; a block whose unmap fails stays recorded as mapped, is
+// poisoned (its handle quarantined: never reused, still charged) and is reported as residual.
+//
+// The destructor calls the teardown synchronizer first. If that fails, nothing is unmapped,
+// released or freed: the memory is deliberately leaked (a kernel may still read it), counted
+// in teardown_stats() and reported once on stderr. It never throws and never asserts on a
+// driver error.
+//
+// Thread-safety: a Reservation is used by one thread at a time (the scheduler that owns
+// it); the pool and governor it calls are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvvm/driver.h"
+#include "kvvm/governor.h"
+#include "kvvm/handle_pool.h"
+#include "kvvm/status.h"
+
+namespace kvvm {
+
+struct ReservationOptions {
+  // Called before teardown; default: driver.synchronize(). A failure means a kernel may
+  // still read the memory, so it is leaked rather than unmapped.
+  std::function<Status()> teardown_synchronizer;
+};
+
+struct CommitOptions {
+  Access access = Access::kReadWrite;
+  // Bytes per handle (a multiple of the granule); 0: one granule per handle. Larger handles
+  // make fewer driver calls; the pool keeps handles by size.
+  std::size_t handle_bytes = 0;
+};
+
+// One mapping: a handle (or a granule-aligned sub-range of one) mapped at an offset.
+struct Block {
+  std::size_t offset = 0;  // from the reservation's base
+  std::size_t bytes = 0;
+  Handle handle = kNoHandle;
+  std::size_t handle_offset = 0;
+  Access access = Access::kNone;
+  bool shared = false;    // mapped by map_shared: another owner's handle
+  bool poisoned = false;  // an unmap failed: state unknown; never reused
+};
+
+// Process-wide counts of deliberate leaks at teardown (DESIGN.md invariant 6).
+struct TeardownStats {
+  std::uint64_t leaked_reservations = 0;  // teardown synchronization failed
+  std::uint64_t leaked_blocks = 0;        // left mapped (poisoned, or their unmap failed)
+  std::uint64_t leaked_bytes = 0;
+  std::uint64_t leaked_address_bytes = 0;  // ranges not freed
+  std::uint64_t free_failures = 0;
+};
+TeardownStats teardown_stats();
+// For tests: start counting from zero.
+void reset_teardown_stats();
+
+class Reservation {
+ public:
+  // Reserves `bytes` (a positive multiple of the pool's granule) of addresses on the pool's
+  // driver. InvalidArgument for a bad size; DriverError when the driver refuses.
+  static Result<std::unique_ptr<Reservation>> create(HandlePool& pool, std::size_t bytes,
+                                                     ReservationOptions options = {});
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation();
+
+  Address base() const { return base_; }
+  std::size_t size() const { return size_; }
+  std::size_t granule() const { return granule_; }
+
+  // Commits [offset, offset + len): both multiples of the granule, inside the reservation,
+  // no window already mapped. `grant` pays for handles that must be created (may be null
+  // when the pool has no governor).
+  Status commit(std::size_t offset, std::size_t len, Grant* grant, CommitOptions options = {});
+
+  // Unmaps every block in [offset, offset + len) (every window must be mapped, blocks must
+  // lie wholly inside), coalescing adjacent blocks into one unmap; returns the handles
+  // (the pool keeps or releases them); keeps the addresses.
+  Status release(std::size_t offset, std::size_t len);
+
+  // Maps another owner's handle (or the granule-aligned part [handle_offset, handle_offset +
+  // bytes) of it; bytes 0: to its end) at `offset`, read-only by default. If set_access fails
+  // the mapping is withdrawn and the handle stays with its owner.
+  Status map_shared(std::size_t offset, const HandleInfo& handle, Access access = Access::kReadOnly,
+                    std::size_t handle_offset = 0, std::size_t bytes = 0);
+
+  // Changes the access of the mapped windows in [offset, offset + len).
+  Status set_access(std::size_t offset, std::size_t len, Access access);
+
+  std::vector<Block> blocks() const;
+  // The block mapping `offset`, if any.
+  const Block* block_at(std::size_t offset) const;
+  std::uint64_t mapped_bytes() const;
+  std::uint64_t residual_bytes() const;  // poisoned blocks
+
+ private:
+  Reservation(HandlePool& pool, Address base, std::size_t size, ReservationOptions options);
+  // InvalidArgument unless [offset, offset + len) is a non-empty granule-aligned range
+  // inside the reservation.
+  Status check_range(std::string_view what, std::size_t offset, std::size_t len) const;
+  // InvalidArgument when any window of the range is already mapped.
+  Status check_unmapped(std::string_view what, std::size_t offset, std::size_t len) const;
+  // InvalidArgument (FailedPrecondition for poisoned blocks) unless every window of the
+  // range is mapped by blocks lying wholly inside it.
+  Status check_covered(std::string_view what, std::size_t offset, std::size_t len) const;
+  // One handle a transaction took, and whether the transaction created it.
+  struct Taken {
+    Handle handle = kNoHandle;
+    bool created = false;
+  };
+  // Undoes a failed transaction: unmaps `mapped` (whose handles are taken[0..mapped.size()))
+  // in reverse order, then gives every taken handle back: pool hits to the pool, handles the
+  // transaction created released, so the ledger is exactly as before. Blocks whose unmap
+  // fails are poisoned and described in the returned text (empty when nothing stayed behind).
+  std::string roll_back(const std::vector<Block>& mapped, const std::vector<Taken>& taken);
+  // Unmaps the covered range [offset, offset + len) in one driver call, falling back to one
+  // call per block when that fails; released blocks leave the table, blocks whose own unmap
+  // fails are poisoned. Returns the failed blocks' description (empty on success).
+  std::string unmap_covered(std::size_t offset, std::size_t len);
+  // Records `block` as mapped in an unknown state and quarantines its handle.
+  void poison(Block block);
+
+  HandlePool& pool_;
+  Driver& driver_;
+  const Address base_;
+  const std::size_t size_;
+  const std::size_t granule_;
+  ReservationOptions options_;
+  std::map<std::size_t, Block> blocks_;  // by offset
+};
+
+}  // namespace kvvm

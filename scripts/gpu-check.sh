@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# gpu-check.sh: build kvvm with CUDA on a GPU machine and run everything that needs a GPU.
+#
+# Configures a release build in build/gpu with -DKVVM_ENABLE_CUDA=ON, builds it with every
+# core, runs the test suite (build/gpu/tests/kvvm_tests), `kvvm info --backend cuda` (text
+# and --json) and the benchmarks when they were built, and prints a short summary. Every log
+# and result lands in $OUT (default ./out):
+#   build.log configure.log tests.log tests.xml info.txt info.json bench.log bench.json
+#   nvidia-smi.txt summary.txt
+# Exit status: non-zero when a test failed or any step failed.
+#
+# The machine has no network: headers missing there (CLI11, nlohmann-json, rapidcheck) are
+# carried in .carry/include, librapidcheck.a in .carry/lib, and CMake package files, when
+# carried, under .carry/lib/cmake or .carry/share; this script points the compiler and CMake
+# at .carry when it exists.
+#
+# Usage: scripts/gpu-check.sh            (from anywhere; runs in the repository root)
+#   OUT=/some/dir scripts/gpu-check.sh   (results elsewhere)
+#   JOBS=8 CMAKE_EXTRA="-DKVVM_WERROR=ON" scripts/gpu-check.sh
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/out}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+BUILD="${BUILD:-build/gpu}"
+JOBS="${JOBS:-$(nproc)}"
+read -r -a CMAKE_EXTRA_ARGS <<<"${CMAKE_EXTRA:-}"
+
+failed_steps=()
+
+# step NAME LOG COMMAND...: runs COMMAND, tees stdout+stderr to LOG, records a failure.
+step() {
+  local name="$1" log="$2"
+  shift 2
+  echo "==> ${name}: $*"
+  local rc=0
+  set +e
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if ((rc != 0)); then
+    echo "==> ${name} FAILED (exit ${rc}); log: ${log}"
+    failed_steps+=("${name} (exit ${rc}, ${log})")
+  fi
+  return 0
+}
+
+step_failed() {  # step_failed NAME: true when the step NAME was recorded as failed
+  local entry
+  for entry in "${failed_steps[@]+"${failed_steps[@]}"}"; do
+    [[ "$entry" == "$1 "* ]] && return 0
+  done
+  return 1
+}
+
+# --- Environment -------------------------------------------------------------------------
+CMAKE_PATH_ARGS=()
+if [[ -d "$ROOT/.carry" ]]; then
+  echo "==> using carried dependencies in $ROOT/.carry"
+  export CPATH="$ROOT/.carry/include${CPATH:+:$CPATH}"
+  export LIBRARY_PATH="$ROOT/.carry/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+  CMAKE_PATH_ARGS+=("-DCMAKE_PREFIX_PATH=$ROOT/.carry"
+    "-DCMAKE_INCLUDE_PATH=$ROOT/.carry/include"
+    "-DCMAKE_LIBRARY_PATH=$ROOT/.carry/lib")
+fi
+# Debian packages of header-only or static dependencies, carried as .deb files: unpacked
+# into a private prefix (never into /), which CMake then searches.
+if compgen -G "$ROOT/.carry/debs/*.deb" >/dev/null; then
+  DEPS="${TMPDIR:-/tmp}/kvvm-deps"
+  mkdir -p "$DEPS"
+  for deb in "$ROOT"/.carry/debs/*.deb; do dpkg -x "$deb" "$DEPS"; done
+  CMAKE_PATH_ARGS+=("-DCMAKE_PREFIX_PATH=$DEPS/usr;$ROOT/.carry")
+  echo "==> unpacked carried packages into $DEPS"
+fi
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"  # lets find_package(CUDAToolkit) find the toolkit
+fi
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
+else
+  echo "nvidia-smi not found" >"$OUT/nvidia-smi.txt"
+fi
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host: $(uname -a)"
+  echo "compiler: $(c++ --version 2>/dev/null | head -n1 || echo unknown)"
+  echo "cmake: $(cmake --version | head -n1)"
+  echo "nvcc: $(command -v nvcc >/dev/null && nvcc --version | tail -n1 || echo none)"
+  echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'no commit')"
+} | tee "$OUT/environment.txt"
+
+# --- Configure and build -----------------------------------------------------------------
+step configure "$OUT/configure.log" \
+  cmake -S "$ROOT" -B "$BUILD" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DKVVM_ENABLE_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 \
+  "${CMAKE_PATH_ARGS[@]+"${CMAKE_PATH_ARGS[@]}"}" \
+  "${CMAKE_EXTRA_ARGS[@]+"${CMAKE_EXTRA_ARGS[@]}"}"
+if step_failed configure; then
+  echo "configure failed: if CLI11 or nlohmann_json is not found, carry its CMake package" \
+    "files too (e.g. .carry/lib/cmake/CLI11/CLI11Config.cmake), or pass" \
+    "CMAKE_EXTRA=-DKVVM_BUILD_TOOLS=OFF"
+else
+  step build "$OUT/build.log" cmake --build "$BUILD" -j "$JOBS"
+fi
+built=1
+if step_failed configure || step_failed build; then built=0; fi
+
+# --- Tests ---------------------------------------------------------------------------------
+TESTS="$BUILD/tests/kvvm_tests"
+passed="-" failed="-" skipped="-"
+if ((built)) && [[ -x "$TESTS" ]]; then
+  step tests "$OUT/tests.log" "$TESTS" "--gtest_output=xml:$OUT/tests.xml"
+  passed="$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$OUT/tests.log" | grep -oE '[0-9]+' | tail -n1 || true)"
+  failed="$(grep -oE '^\[  FAILED  \] [0-9]+ tests?, listed below' "$OUT/tests.log" |
+    grep -oE '[0-9]+' | tail -n1 || true)"
+  skipped="$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?, listed below' "$OUT/tests.log" |
+    grep -oE '[0-9]+' | tail -n1 || true)"
+  passed="${passed:-0}" failed="${failed:-0}" skipped="${skipped:-0}"
+elif ((built)); then
+  failed_steps+=("tests (no test binary at $TESTS)")
+fi
+
+# --- kvvm info -----------------------------------------------------------------------------
+CLI="$BUILD/tools/kvvm/kvvm"
+if ((built)) && [[ -x "$CLI" ]]; then
+  step info "$OUT/info.txt" "$CLI" info --backend cuda
+  echo "==> info --json"
+  set +e
+  "$CLI" info --backend cuda --json >"$OUT/info.json" 2>"$OUT/info.json.stderr"
+  rc=$?
+  set -e
+  cat "$OUT/info.json"
+  if ((rc != 0)); then
+    cat "$OUT/info.json.stderr"
+    failed_steps+=("info --json (exit ${rc}, $OUT/info.json.stderr)")
+  fi
+elif ((built)); then
+  echo "no kvvm tool at $CLI (KVVM_BUILD_TOOLS=OFF?)" | tee "$OUT/info.txt"
+fi
+
+# --- Benchmarks ----------------------------------------------------------------------------
+BENCH="$BUILD/bench/kvvm_bench"
+bench_state="not built"
+if ((built)) && [[ -x "$BENCH" ]]; then
+  step bench "$OUT/bench.log" "$BENCH" "--benchmark_out=$OUT/bench.json" \
+    --benchmark_out_format=json
+  bench_state="ran ($OUT/bench.json)"
+  step_failed bench && bench_state="FAILED ($OUT/bench.log)"
+fi
+
+# --- Summary -------------------------------------------------------------------------------
+{
+  echo
+  echo "================ kvvm gpu-check summary ================"
+  printf '%-10s %s\n' "gpu" "$(nvidia-smi --query-gpu=name,driver_version,memory.total \
+    --format=csv,noheader 2>/dev/null | head -n1 || echo unknown)"
+  printf '%-10s passed %s, failed %s, skipped %s  (%s)\n' "tests" "$passed" "$failed" \
+    "$skipped" "$OUT/tests.xml"
+  printf '%-10s %s\n' "bench" "$bench_state"
+  if [[ -s "$OUT/info.txt" ]]; then
+    echo "info (kvvm info --backend cuda):"
+    sed 's/^/  /' "$OUT/info.txt"
+  fi
+  if [[ -s "$OUT/tests.log" ]] && grep -q '^\[ CUDA \]' "$OUT/tests.log"; then
+    echo "CUDA behaviour observed by the tests:"
+    grep '^\[ CUDA \]' "$OUT/tests.log" | sed 's/^\[ CUDA \] /  /'
+  fi
+  if [[ -s "$OUT/tests.log" ]] && grep -q '^\[  FAILED  \] [A-Za-z]' "$OUT/tests.log"; then
+    echo "failed tests:"
+    grep '^\[  FAILED  \] [A-Za-z]' "$OUT/tests.log" | sort -u | sed 's/^\[  FAILED  \] /  /'
+  fi
+  if ((${#failed_steps[@]} > 0)); then
+    echo "failed steps:"
+    printf '  %s\n' "${failed_steps[@]}"
+  fi
+  echo "results in $OUT"
+} | tee "$OUT/summary.txt"
+
+# The device tool brings back at most 8 files: keep the summary, the info table and JSON,
+# the benchmark JSON and the test XML as they are, and pack every log into one archive.
+(cd "$OUT" && tar czf logs.tgz --ignore-failed-read -- *.log *.stderr environment.txt \
+  nvidia-smi.txt 2>/dev/null && rm -f -- *.log *.stderr environment.txt nvidia-smi.txt) || true
+
+if ((${#failed_steps[@]} > 0)) || [[ "$failed" != "-" && "$failed" != "0" ]]; then
+  exit 1
+fi
+exit 0

@@ -1,0 +1,108 @@
+#include "kvvm/fault_driver.h"
+
+#include <string>
+
+namespace kvvm {
+
+void FaultDriver::fail_nth(DriverOp op, std::uint64_t k) {
+  std::lock_guard lock(mutex_);
+  plans_[static_cast<std::size_t>(op)].countdown = k;
+}
+
+void FaultDriver::fail_nth_call(std::uint64_t k) {
+  std::lock_guard lock(mutex_);
+  any_countdown_ = k;
+}
+
+void FaultDriver::fail_fraction(DriverOp op, double fraction, std::uint64_t seed) {
+  std::lock_guard lock(mutex_);
+  Plan& plan = plans_[static_cast<std::size_t>(op)];
+  plan.fraction = fraction;
+  plan.random.seed(seed);
+}
+
+void FaultDriver::clear() {
+  std::lock_guard lock(mutex_);
+  for (Plan& plan : plans_) {
+    plan.countdown = 0;
+    plan.fraction = 0.0;
+  }
+  any_countdown_ = 0;
+}
+
+std::uint64_t FaultDriver::injected() const {
+  std::lock_guard lock(mutex_);
+  return injected_;
+}
+
+Status FaultDriver::maybe_fail(DriverOp op) {
+  std::lock_guard lock(mutex_);
+  Plan& plan = plans_[static_cast<std::size_t>(op)];
+  bool fail = false;
+  // Every countdown advances on every call, so "the k-th call" means exactly that even when
+  // several plans are armed at once.
+  if (plan.countdown > 0 && --plan.countdown == 0) fail = true;
+  if (any_countdown_ > 0 && --any_countdown_ == 0) fail = true;
+  if (plan.fraction > 0.0) {
+    std::uniform_real_distribution<double> draw(0.0, 1.0);
+    if (draw(plan.random) < plan.fraction) fail = true;
+  }
+  if (!fail) return Status::Ok();
+  ++injected_;
+  const std::string name(to_string(op));
+  return Status::DriverError("injected fault in " + name,
+                             DriverFailure{name, "KVVM_INJECTED_FAULT", -1});
+}
+
+Result<Address> FaultDriver::do_reserve(std::size_t bytes, std::size_t alignment) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kReserve));
+  return inner_.reserve(bytes, alignment);
+}
+
+Status FaultDriver::do_free(Address base, std::size_t bytes) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFree));
+  return inner_.free(base, bytes);
+}
+
+Result<Handle> FaultDriver::do_create(std::size_t bytes) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kCreate));
+  return inner_.create(bytes);
+}
+
+Status FaultDriver::do_release(Handle handle) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kRelease));
+  return inner_.release(handle);
+}
+
+Status FaultDriver::do_map(Address address, std::size_t bytes, Handle handle,
+                           std::size_t handle_offset) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kMap));
+  return inner_.map(address, bytes, handle, handle_offset);
+}
+
+Status FaultDriver::do_set_access(Address address, std::size_t bytes, Access access) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kSetAccess));
+  return inner_.set_access(address, bytes, access);
+}
+
+Status FaultDriver::do_unmap(Address address, std::size_t bytes) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kUnmap));
+  return inner_.unmap(address, bytes);
+}
+
+Status FaultDriver::do_synchronize() {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kSynchronize));
+  return inner_.synchronize();
+}
+
+Status FaultDriver::do_write(Address address, const void* source, std::size_t bytes) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kCopy));
+  return inner_.write(address, source, bytes);
+}
+
+Status FaultDriver::do_read(void* destination, Address address, std::size_t bytes) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kCopy));
+  return inner_.read(destination, address, bytes);
+}
+
+}  // namespace kvvm

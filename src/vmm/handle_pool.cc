@@ -1,0 +1,271 @@
+// HandlePool: see handle_pool.h. The pool is the one owner of physical handles; reservations
+// hold mappings of them. Driver calls (create, release) are made outside mutex_ so a slow
+// driver never blocks another thread's pool hit.
+#include "kvvm/handle_pool.h"
+
+#include <cstdio>
+#include <string>
+
+#include "vmm/format.h"
+
+namespace kvvm {
+
+std::string_view to_string(HandleState state) {
+  switch (state) {
+    case HandleState::kPooled:
+      return "pooled";
+    case HandleState::kInUse:
+      return "in use";
+    case HandleState::kQuarantined:
+      return "quarantined";
+    case HandleState::kReleased:
+      return "released";
+  }
+  return "unknown";
+}
+
+HandlePool::HandlePool(Driver& driver, PoolOptions options, Governor* governor, TierId tier)
+    : driver_(driver),
+      options_(options),
+      governor_(governor),
+      tier_(tier),
+      granule_(driver.granule()) {
+  if (governor_ != nullptr) {
+    reclaimer_ =
+        governor_->add_reclaimer(tier_, [this](std::uint64_t wanted) { return trim(wanted); });
+  }
+}
+
+HandlePool::~HandlePool() {
+  reclaimer_ = Governor::Registration();  // no reclaim can start while we tear down
+  trim(UINT64_MAX);
+  const PoolSnapshot left = snapshot();
+  if (left.handles_in_use + left.handles_quarantined > 0) {
+    std::fprintf(stderr,
+                 "kvvm: WARNING: handle pool destroyed with %zu handle(s) in use (%s) and %zu "
+                 "quarantined (%s); they are left to the driver's teardown\n",
+                 left.handles_in_use, format_bytes(left.mapped_bytes).c_str(),
+                 left.handles_quarantined, format_bytes(left.quarantined_bytes).c_str());
+  }
+}
+
+Result<Handle> HandlePool::checkout(std::size_t bytes, Grant* grant, bool* created_now) {
+  if (created_now != nullptr) *created_now = false;
+  if (bytes == 0 || bytes % granule_ != 0) {
+    return Status::InvalidArgument("checkout of " + std::to_string(bytes) +
+                                   " bytes: not a positive multiple of the granule " +
+                                   std::to_string(granule_));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    auto bucket = pooled_.find(bytes);
+    if (bucket != pooled_.end() && !bucket->second.empty()) {
+      const Handle handle = bucket->second.back();
+      bucket->second.pop_back();
+      Entry& entry = entries_.at(handle);
+      entry.state = HandleState::kInUse;
+      entry.mappings = 0;
+      ++counters_.pool_hits;
+      return handle;
+    }
+  }
+  if (governor_ != nullptr) {
+    if (grant == nullptr || !grant->active()) {
+      return Status::FailedPrecondition("creating a " + std::to_string(bytes) +
+                                        "-byte handle needs a grant from the governor");
+    }
+    if (grant->tier() != tier_) {
+      return Status::InvalidArgument("grant is for tier " + std::to_string(grant->tier()) +
+                                     ", this pool charges tier " + std::to_string(tier_));
+    }
+    // Check before creating: if the grant is short nothing is created. A grant belongs to
+    // one caller, so what remains cannot shrink between this check and the charge below.
+    if (grant->remaining() < bytes) {
+      const auto remaining = grant->remaining();
+      return Status::ResourceExhausted(
+          "creating a " + std::to_string(bytes) + "-byte handle needs more than the " +
+              std::to_string(remaining) + " bytes left in the grant of " +
+              std::to_string(grant->prepared()),
+          Exhaustion{bytes, remaining, grant->prepared()});
+    }
+  }
+  Result<Handle> created = driver_.create(bytes);
+  if (!created.ok()) {
+    return created.status().with_context("creating a " + format_bytes(bytes) + " handle");
+  }
+  if (governor_ != nullptr) {
+    Status charged = grant->charge(bytes);
+    if (!charged.ok()) {  // only if the grant was shared against its contract
+      (void)driver_.release(*created);
+      return charged;
+    }
+  }
+  std::lock_guard lock(mutex_);
+  entries_.emplace(*created, Entry{bytes, HandleState::kInUse, 0});
+  ++counters_.creates;
+  if (created_now != nullptr) *created_now = true;
+  return created;
+}
+
+void HandlePool::note_mapped(Handle handle) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end() || it->second.state == HandleState::kPooled) {
+    std::fprintf(stderr, "kvvm: BUG: note_mapped on handle %llu that is not in use\n",
+                 static_cast<unsigned long long>(handle));
+    return;
+  }
+  ++it->second.mappings;
+}
+
+bool HandlePool::return_locked(Handle handle, Entry& entry, Disposition disposition) {
+  if (disposition == Disposition::kRelease) return true;
+  std::uint64_t pooled = 0;
+  for (const auto& [size, list] : pooled_) pooled += size * list.size();
+  if (pooled + entry.bytes > options_.max_pooled_bytes) return true;
+  entry.state = HandleState::kPooled;
+  pooled_[entry.bytes].push_back(handle);
+  return false;
+}
+
+void HandlePool::note_unmapped(Handle handle, Disposition disposition) {
+  std::size_t release_bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end() || it->second.mappings == 0) {
+      std::fprintf(stderr, "kvvm: BUG: note_unmapped on handle %llu with no mapping\n",
+                   static_cast<unsigned long long>(handle));
+      return;
+    }
+    Entry& entry = it->second;
+    if (--entry.mappings > 0 || entry.state != HandleState::kInUse) return;
+    if (return_locked(handle, entry, disposition)) {
+      release_bytes = entry.bytes;
+      entries_.erase(it);
+    }
+  }
+  if (release_bytes > 0) release_now(handle, release_bytes);
+}
+
+void HandlePool::give_back(Handle handle, Disposition disposition) {
+  std::size_t release_bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end() || it->second.state != HandleState::kInUse ||
+        it->second.mappings != 0) {
+      std::fprintf(stderr, "kvvm: BUG: give_back of handle %llu that is not unmapped in use\n",
+                   static_cast<unsigned long long>(handle));
+      return;
+    }
+    if (return_locked(handle, it->second, disposition)) {
+      release_bytes = it->second.bytes;
+      entries_.erase(it);
+    }
+  }
+  if (release_bytes > 0) release_now(handle, release_bytes);
+}
+
+void HandlePool::quarantine(Handle handle, std::string_view why) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end()) return;
+  Entry& entry = it->second;
+  if (entry.state == HandleState::kPooled) {
+    auto& list = pooled_[entry.bytes];
+    std::erase(list, handle);
+  }
+  if (entry.state != HandleState::kQuarantined) {
+    std::fprintf(stderr, "kvvm: quarantined handle %llu (%s): %.*s\n",
+                 static_cast<unsigned long long>(handle), format_bytes(entry.bytes).c_str(),
+                 static_cast<int>(why.size()), why.data());
+  }
+  entry.state = HandleState::kQuarantined;
+}
+
+bool HandlePool::release_now(Handle handle, std::size_t bytes) {
+  Status released = driver_.release(handle);
+  std::lock_guard lock(mutex_);
+  if (released.ok()) {
+    ++counters_.releases;
+    if (governor_ != nullptr) governor_->return_bytes(tier_, bytes);
+    return true;
+  }
+  // The driver may or may not still hold the memory: keep it charged, never reuse it.
+  ++counters_.release_failures;
+  entries_.emplace(handle, Entry{bytes, HandleState::kQuarantined, 0});
+  std::fprintf(stderr, "kvvm: release of handle %llu failed, quarantined: %s\n",
+               static_cast<unsigned long long>(handle), released.to_string().c_str());
+  return false;
+}
+
+std::uint64_t HandlePool::trim(std::uint64_t bytes) {
+  std::uint64_t freed = 0;
+  while (freed < bytes) {
+    Handle handle = kNoHandle;
+    std::size_t size = 0;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [bucket_size, list] : pooled_) {
+        if (!list.empty()) {
+          handle = list.back();
+          list.pop_back();
+          size = bucket_size;
+          entries_.erase(handle);
+          break;
+        }
+      }
+    }
+    if (handle == kNoHandle) break;
+    if (release_now(handle, size)) freed += size;
+  }
+  return freed;
+}
+
+Result<HandleInfo> HandlePool::describe(Handle handle) const {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end()) {
+    return Status::InvalidArgument("handle " + std::to_string(handle) +
+                                   " is not known to this pool");
+  }
+  return HandleInfo{handle, it->second.bytes, granule_, it->second.state, it->second.mappings};
+}
+
+PoolSnapshot HandlePool::snapshot() const {
+  std::lock_guard lock(mutex_);
+  PoolSnapshot snapshot = counters_;
+  for (const auto& [handle, entry] : entries_) {
+    switch (entry.state) {
+      case HandleState::kPooled:
+        snapshot.pooled_bytes += entry.bytes;
+        ++snapshot.handles_pooled;
+        break;
+      case HandleState::kInUse:
+        snapshot.mapped_bytes += entry.bytes;
+        ++snapshot.handles_in_use;
+        break;
+      case HandleState::kQuarantined:
+        snapshot.quarantined_bytes += entry.bytes;
+        ++snapshot.handles_quarantined;
+        break;
+      case HandleState::kReleased:
+        break;
+    }
+  }
+  snapshot.owned_bytes = snapshot.pooled_bytes + snapshot.mapped_bytes + snapshot.quarantined_bytes;
+  return snapshot;
+}
+
+std::vector<HandleInfo> HandlePool::handles() const {
+  std::lock_guard lock(mutex_);
+  std::vector<HandleInfo> list;
+  list.reserve(entries_.size());
+  for (const auto& [handle, entry] : entries_) {
+    list.push_back(HandleInfo{handle, entry.bytes, granule_, entry.state, entry.mappings});
+  }
+  return list;
+}
+
+}  // namespace kvvm

@@ -1,0 +1,357 @@
+// The host driver: the driver seam over Linux memory files and mmap (see host_driver.h).
+//
+// Why it keeps tables: Linux would happily mmap over a live mapping or "unmap" a range that
+// holds nothing; the CUDA driver refuses both. Refusing them here too means a bookkeeping bug
+// in the layers above fails the host tests instead of surviving until it meets a GPU.
+#include "kvvm/host_driver.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "vmm/format.h"
+
+namespace kvvm {
+namespace {
+
+Status errno_status(std::string_view call, std::string message, int error) {
+  return Status::DriverError(message + ": " + std::strerror(error),
+                             DriverFailure{std::string(call), errno_name(error), error});
+}
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+    }
+  }
+  return "host CPU";
+}
+
+std::uint64_t meminfo_bytes(std::string_view key) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> name >> kib >> unit) {
+    if (name.size() == key.size() + 1 && name.compare(0, key.size(), key) == 0) return kib << 10;
+  }
+  return 0;
+}
+
+class HostDriver final : public Driver {
+ public:
+  explicit HostDriver(std::size_t granule) : granule_(granule) {
+    // One memfd per handle: make sure the descriptor limit is not what runs out first.
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+      limit.rlim_cur = limit.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &limit);
+    }
+  }
+
+  ~HostDriver() override {
+    // Whatever the layers above leaked deliberately stays mapped (it may still be read);
+    // only the descriptors are closed, which keeps live mappings intact.
+    for (auto& [id, handle] : handles_) ::close(handle.fd);
+  }
+
+  DriverInfo info() const override {
+    DriverInfo info;
+    info.backend = "host";
+    info.device_name = cpu_model();
+    utsname names{};
+    if (uname(&names) == 0) info.driver_version = std::string("Linux ") + names.release;
+    info.vmm_supported = true;
+    info.free_bytes = meminfo_bytes("MemAvailable");
+    info.total_bytes = meminfo_bytes("MemTotal");
+    return info;
+  }
+
+  Granularity granularity() const override { return {granule_, granule_}; }
+
+  HostDriverTables tables() const {
+    std::lock_guard lock(mutex_);
+    HostDriverTables tables{reservations_.size(), handles_.size(), mappings_.size(), 0};
+    for (const auto& [id, handle] : handles_) tables.handle_bytes += handle.bytes;
+    return tables;
+  }
+
+ private:
+  struct HostHandle {
+    int fd = -1;
+    std::size_t bytes = 0;
+  };
+  struct Mapping {
+    std::size_t bytes = 0;
+    Handle handle = kNoHandle;
+    std::size_t handle_offset = 0;
+    Access access = Access::kNone;
+  };
+
+  bool aligned(std::size_t value) const { return value % granule_ == 0; }
+
+  Status invalid(std::string_view call, std::string message) const {
+    return Status::DriverError(std::move(message),
+                               DriverFailure{std::string(call), "EINVAL", EINVAL});
+  }
+
+  // REQUIRES: mutex_ held. The reservation holding [address, address + bytes), or end().
+  std::map<Address, std::size_t>::const_iterator find_reservation(Address address,
+                                                                  std::size_t bytes) const {
+    auto it = reservations_.upper_bound(address);
+    if (it == reservations_.begin()) return reservations_.end();
+    --it;
+    if (address + bytes > it->first + it->second) return reservations_.end();
+    return it;
+  }
+
+  // REQUIRES: mutex_ held. True when [address, address + bytes) is exactly a run of whole
+  // adjacent mappings.
+  bool covered_by_whole_mappings(Address address, std::size_t bytes) const {
+    Address cursor = address;
+    auto it = mappings_.find(address);
+    while (cursor < address + bytes) {
+      if (it == mappings_.end() || it->first != cursor) return false;
+      cursor += it->second.bytes;
+      ++it;
+    }
+    return cursor == address + bytes;
+  }
+
+  Result<Address> do_reserve(std::size_t bytes, std::size_t alignment) override {
+    if (bytes == 0 || !aligned(bytes) || alignment == 0 || !aligned(alignment) ||
+        (alignment & (alignment - 1)) != 0) {
+      return invalid("mmap", "reserve(" + std::to_string(bytes) + " bytes, alignment " +
+                                 std::to_string(alignment) + "): size and alignment must be " +
+                                 "positive multiples of the granule " + std::to_string(granule_) +
+                                 " and the alignment a power of two");
+    }
+    const std::size_t span = bytes + alignment;
+    void* raw =
+        ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) {
+      return errno_status("mmap", "reserve(" + std::to_string(bytes) + " bytes)", errno);
+    }
+    const auto start = reinterpret_cast<Address>(raw);
+    const Address base = (start + alignment - 1) & ~(alignment - 1);
+    if (base > start) ::munmap(raw, base - start);
+    const Address end = start + span;
+    if (end > base + bytes) ::munmap(reinterpret_cast<void*>(base + bytes), end - base - bytes);
+    std::lock_guard lock(mutex_);
+    reservations_.emplace(base, bytes);
+    return base;
+  }
+
+  Status do_free(Address base, std::size_t bytes) override {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = reservations_.find(base);
+      if (it == reservations_.end() || it->second != bytes) {
+        return invalid("munmap", "free(" + hex(base) + ", " + std::to_string(bytes) +
+                                     " bytes): not a reservation of that size");
+      }
+      auto mapped = mappings_.lower_bound(base);
+      if (mapped != mappings_.end() && mapped->first < base + bytes) {
+        return invalid("munmap", "free(" + hex(base) + "): mapping still at " + hex(mapped->first));
+      }
+      reservations_.erase(it);
+    }
+    if (::munmap(reinterpret_cast<void*>(base), bytes) != 0) {
+      return errno_status("munmap", "free(" + hex(base) + ")", errno);
+    }
+    return Status::Ok();
+  }
+
+  Result<Handle> do_create(std::size_t bytes) override {
+    if (bytes == 0 || !aligned(bytes)) {
+      return invalid("memfd_create", "create(" + std::to_string(bytes) +
+                                         " bytes): not a positive multiple of the granule " +
+                                         std::to_string(granule_));
+    }
+    const int fd = ::memfd_create("kvvm-handle", MFD_CLOEXEC);
+    if (fd < 0) return errno_status("memfd_create", "create", errno);
+    // Allocate the pages now: a commit that succeeded must have its bytes, not a SIGBUS later.
+    const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (error != 0) {
+      ::close(fd);
+      if (error == ENOSPC || error == ENOMEM) {
+        return Status::ResourceExhausted(
+            "create(" + std::to_string(bytes) + " bytes): fallocate: " + std::strerror(error),
+            Exhaustion{bytes, meminfo_bytes("MemAvailable"), meminfo_bytes("MemTotal")});
+      }
+      return errno_status("fallocate", "create(" + std::to_string(bytes) + " bytes)", error);
+    }
+    std::lock_guard lock(mutex_);
+    const Handle id = next_handle_++;
+    handles_.emplace(id, HostHandle{fd, bytes});
+    return id;
+  }
+
+  Status do_release(Handle handle) override {
+    int fd = -1;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = handles_.find(handle);
+      if (it == handles_.end()) {
+        return invalid("close", "release(handle " + std::to_string(handle) + "): unknown handle");
+      }
+      fd = it->second.fd;
+      handles_.erase(it);
+    }
+    // Like cuMemRelease: live mappings keep the memory until they are unmapped.
+    ::close(fd);
+    return Status::Ok();
+  }
+
+  Status do_map(Address address, std::size_t bytes, Handle handle,
+                std::size_t handle_offset) override {
+    std::lock_guard lock(mutex_);
+    const std::string what = "map(" + hex(address) + ", " + std::to_string(bytes) +
+                             " bytes, handle " + std::to_string(handle) + " offset " +
+                             std::to_string(handle_offset) + ")";
+    if (bytes == 0 || !aligned(address) || !aligned(bytes) || !aligned(handle_offset)) {
+      return invalid("mmap",
+                     what + ": not granule-aligned (granule " + std::to_string(granule_) + ")");
+    }
+    auto h = handles_.find(handle);
+    if (h == handles_.end()) return invalid("mmap", what + ": unknown handle");
+    if (handle_offset + bytes > h->second.bytes) {
+      return invalid("mmap",
+                     what + ": beyond the handle's " + std::to_string(h->second.bytes) + " bytes");
+    }
+    if (find_reservation(address, bytes) == reservations_.end()) {
+      return invalid("mmap", what + ": not inside one reservation");
+    }
+    auto next = mappings_.lower_bound(address);
+    if (next != mappings_.end() && next->first < address + bytes) {
+      return invalid("mmap", what + ": overlaps the mapping at " + hex(next->first));
+    }
+    if (next != mappings_.begin()) {
+      auto previous = std::prev(next);
+      if (previous->first + previous->second.bytes > address) {
+        return invalid("mmap", what + ": overlaps the mapping at " + hex(previous->first));
+      }
+    }
+    void* placed = ::mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
+                          MAP_SHARED | MAP_FIXED, h->second.fd, static_cast<off_t>(handle_offset));
+    if (placed == MAP_FAILED) return errno_status("mmap", what, errno);
+    mappings_.emplace(address, Mapping{bytes, handle, handle_offset, Access::kNone});
+    return Status::Ok();
+  }
+
+  Status do_set_access(Address address, std::size_t bytes, Access access) override {
+    std::lock_guard lock(mutex_);
+    const std::string what = "set_access(" + hex(address) + ", " + std::to_string(bytes) +
+                             " bytes, " + std::string(to_string(access)) + ")";
+    if (!covered_by_whole_mappings(address, bytes)) {
+      return invalid("mprotect", what + ": not a run of whole mappings");
+    }
+    const int protection = access == Access::kReadWrite  ? PROT_READ | PROT_WRITE
+                           : access == Access::kReadOnly ? PROT_READ
+                                                         : PROT_NONE;
+    if (::mprotect(reinterpret_cast<void*>(address), bytes, protection) != 0) {
+      return errno_status("mprotect", what, errno);
+    }
+    for (auto it = mappings_.find(address); it != mappings_.end() && it->first < address + bytes;
+         ++it) {
+      it->second.access = access;
+    }
+    return Status::Ok();
+  }
+
+  Status do_unmap(Address address, std::size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    const std::string what = "unmap(" + hex(address) + ", " + std::to_string(bytes) + " bytes)";
+    if (!covered_by_whole_mappings(address, bytes)) {
+      return invalid("mmap", what + ": not a run of whole mappings");
+    }
+    // Put the PROT_NONE placeholder back: the addresses stay reserved.
+    void* placed = ::mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    if (placed == MAP_FAILED) return errno_status("mmap", what, errno);
+    mappings_.erase(mappings_.find(address), mappings_.lower_bound(address + bytes));
+    return Status::Ok();
+  }
+
+  Status do_synchronize() override { return Status::Ok(); }  // host work is synchronous
+
+  // REQUIRES: mutex_ held.
+  bool mapped(Address address, std::size_t bytes) const {
+    auto it = mappings_.upper_bound(address);
+    if (it == mappings_.begin()) return false;
+    --it;
+    Address cursor = address;
+    while (it != mappings_.end() && it->first <= cursor && cursor < address + bytes) {
+      cursor = it->first + it->second.bytes;
+      ++it;
+    }
+    return cursor >= address + bytes;
+  }
+
+  Status do_write(Address address, const void* source, std::size_t bytes) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!mapped(address, bytes)) {
+        return invalid("memcpy", "write(" + hex(address) + ", " + std::to_string(bytes) +
+                                     " bytes): not mapped");
+      }
+    }
+    // A read-only mapping faults here, as a GPU kernel's write would.
+    std::memcpy(reinterpret_cast<void*>(address), source, bytes);
+    return Status::Ok();
+  }
+
+  Status do_read(void* destination, Address address, std::size_t bytes) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!mapped(address, bytes)) {
+        return invalid("memcpy", "read(" + hex(address) + ", " + std::to_string(bytes) +
+                                     " bytes): not mapped");
+      }
+    }
+    std::memcpy(destination, reinterpret_cast<const void*>(address), bytes);
+    return Status::Ok();
+  }
+
+  const std::size_t granule_;
+  mutable std::mutex mutex_;  // leaf lock: guards the tables below
+  std::map<Address, std::size_t> reservations_;
+  std::map<Handle, HostHandle> handles_;
+  std::map<Address, Mapping> mappings_;
+  Handle next_handle_ = 1;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Driver>> make_host_driver(HostDriverOptions options) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const std::size_t page_size = page > 0 ? static_cast<std::size_t>(page) : 4096;
+  const std::size_t granule = options.granule == 0 ? page_size : options.granule;
+  if (granule % page_size != 0) {
+    return Status::InvalidArgument("host granule " + std::to_string(granule) +
+                                   " bytes is not a positive multiple of the page size " +
+                                   std::to_string(page_size));
+  }
+  return std::unique_ptr<Driver>(new HostDriver(granule));
+}
+
+HostDriverTables host_driver_tables(const Driver& driver) {
+  const auto* host = dynamic_cast<const HostDriver*>(&driver);
+  return host == nullptr ? HostDriverTables{} : host->tables();
+}
+
+}  // namespace kvvm

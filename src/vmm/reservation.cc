@@ -1,0 +1,369 @@
+// Reservation: see reservation.h for the contract. The shape of every multi-step operation
+// here is the same: validate everything first (a refused call changes nothing), take what can
+// fail cheaply (handles) before what is costly to undo (mappings), and on failure undo in
+// reverse order, recording anything that could not be undone instead of forgetting it.
+#include "kvvm/reservation.h"
+
+#include <cstdio>
+#include <string>
+
+#include "vmm/format.h"
+#include "vmm/teardown_stats.h"
+
+namespace kvvm {
+namespace {
+
+std::string range_text(std::size_t offset, std::size_t len) {
+  char text[64];  // snprintf, not string concatenation: GCC 12 -Wrestrict false positive
+  std::snprintf(text, sizeof text, "[%zu, %zu)", offset, offset + len);
+  return text;
+}
+
+void append_range(std::string& list, std::size_t offset, std::size_t len) {
+  if (!list.empty()) list += ", ";
+  list += range_text(offset, len);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Reservation>> Reservation::create(HandlePool& pool, std::size_t bytes,
+                                                         ReservationOptions options) {
+  const std::size_t granule = pool.granule();
+  if (bytes == 0 || bytes % granule != 0) {
+    return Status::InvalidArgument("reservation of " + std::to_string(bytes) +
+                                   " bytes: not a positive multiple of the granule " +
+                                   std::to_string(granule));
+  }
+  Result<Address> base = pool.driver().reserve(bytes);
+  if (!base.ok()) {
+    return base.status().with_context("reserving " + format_bytes(bytes) + " of addresses");
+  }
+  if (!options.teardown_synchronizer) {
+    Driver* driver = &pool.driver();
+    options.teardown_synchronizer = [driver] { return driver->synchronize(); };
+  }
+  return std::unique_ptr<Reservation>(new Reservation(pool, *base, bytes, std::move(options)));
+}
+
+Reservation::Reservation(HandlePool& pool, Address base, std::size_t size,
+                         ReservationOptions options)
+    : pool_(pool),
+      driver_(pool.driver()),
+      base_(base),
+      size_(size),
+      granule_(pool.granule()),
+      options_(std::move(options)) {}
+
+Reservation::~Reservation() {
+  if (!blocks_.empty()) {
+    Status synchronized = options_.teardown_synchronizer();
+    if (!synchronized.ok()) {
+      // A kernel may still read this memory: unmapping or reusing it could hand another
+      // request's bytes to it. Leak it deliberately, keep it charged, and say so once.
+      detail::note_leaked_reservation();
+      detail::note_leaked_blocks(blocks_.size(), mapped_bytes());
+      detail::note_leaked_addresses(size_);
+      std::fprintf(stderr,
+                   "kvvm: WARNING: reservation teardown synchronization failed; leaving %zu "
+                   "mapped block(s) (%s) and %s of addresses at %s to the driver's teardown "
+                   "rather than risking a read after free: %s\n",
+                   blocks_.size(), format_bytes(mapped_bytes()).c_str(),
+                   format_bytes(size_).c_str(), hex(base_).c_str(),
+                   synchronized.to_string().c_str());
+      return;
+    }
+    // Unmap each run of adjacent healthy blocks; poisoned blocks stay as they are.
+    auto it = blocks_.begin();
+    while (it != blocks_.end()) {
+      if (it->second.poisoned) {
+        ++it;
+        continue;
+      }
+      const std::size_t start = it->first;
+      std::size_t end = start;
+      while (it != blocks_.end() && !it->second.poisoned && it->first == end) {
+        end += it->second.bytes;
+        ++it;
+      }
+      const std::string failed = unmap_covered(start, end - start);
+      if (!failed.empty()) {
+        std::fprintf(stderr, "kvvm: WARNING: reservation teardown could not unmap %s\n",
+                     failed.c_str());
+      }
+      it = blocks_.upper_bound(start);
+    }
+  }
+  if (!blocks_.empty()) {
+    // Poisoned blocks (or ones whose unmap failed just now) keep the range alive.
+    detail::note_leaked_blocks(blocks_.size(), mapped_bytes());
+    detail::note_leaked_addresses(size_);
+    return;
+  }
+  Status freed = driver_.free(base_, size_);
+  if (!freed.ok()) {
+    detail::note_free_failure();
+    detail::note_leaked_addresses(size_);
+    std::fprintf(stderr, "kvvm: WARNING: freeing reservation at %s failed: %s\n",
+                 hex(base_).c_str(), freed.to_string().c_str());
+  }
+}
+
+Status Reservation::check_range(std::string_view what, std::size_t offset, std::size_t len) const {
+  const std::string range = std::string(what) + " " + range_text(offset, len);
+  if (len == 0) return Status::InvalidArgument(range + ": empty range");
+  if (offset % granule_ != 0 || len % granule_ != 0) {
+    return Status::InvalidArgument(range + ": offset and length must be multiples of the " +
+                                   std::to_string(granule_) + "-byte granule");
+  }
+  if (offset > size_ || len > size_ - offset) {
+    return Status::InvalidArgument(range + ": outside the reservation of " + std::to_string(size_) +
+                                   " bytes");
+  }
+  return Status::Ok();
+}
+
+Status Reservation::check_unmapped(std::string_view what, std::size_t offset,
+                                   std::size_t len) const {
+  auto it = blocks_.lower_bound(offset);
+  if (it != blocks_.begin()) {
+    auto previous = std::prev(it);
+    if (previous->first + previous->second.bytes > offset) it = previous;
+  }
+  if (it != blocks_.end() && it->first < offset + len) {
+    return Status::InvalidArgument(std::string(what) + " " + range_text(offset, len) +
+                                   ": overlaps the mapped block " +
+                                   range_text(it->first, it->second.bytes));
+  }
+  return Status::Ok();
+}
+
+Status Reservation::check_covered(std::string_view what, std::size_t offset,
+                                  std::size_t len) const {
+  const std::string range = std::string(what) + " " + range_text(offset, len);
+  auto it = blocks_.upper_bound(offset);
+  if (it != blocks_.begin()) {
+    auto previous = std::prev(it);
+    if (previous->first < offset && previous->first + previous->second.bytes > offset) {
+      return Status::InvalidArgument(range + ": cuts the mapped block " +
+                                     range_text(previous->first, previous->second.bytes));
+    }
+  }
+  std::size_t cursor = offset;
+  for (it = blocks_.lower_bound(offset); cursor < offset + len; ++it) {
+    if (it == blocks_.end() || it->first != cursor) {
+      return Status::InvalidArgument(range + ": the window at offset " + std::to_string(cursor) +
+                                     " is not mapped");
+    }
+    if (it->first + it->second.bytes > offset + len) {
+      return Status::InvalidArgument(range + ": cuts the mapped block " +
+                                     range_text(it->first, it->second.bytes));
+    }
+    if (it->second.poisoned) {
+      return Status::FailedPrecondition(range + ": the block " +
+                                        range_text(it->first, it->second.bytes) +
+                                        " is poisoned (an earlier unmap failed)");
+    }
+    cursor += it->second.bytes;
+  }
+  return Status::Ok();
+}
+
+void Reservation::poison(Block block) {
+  block.poisoned = true;
+  pool_.quarantine(block.handle, "unmap at offset " + std::to_string(block.offset) + " failed");
+  blocks_[block.offset] = block;
+}
+
+std::string Reservation::roll_back(const std::vector<Block>& mapped,
+                                   const std::vector<Taken>& taken) {
+  const auto disposition = [&](std::size_t i) {
+    return taken[i].created ? Disposition::kRelease : Disposition::kKeep;
+  };
+  std::string residual;
+  for (std::size_t i = mapped.size(); i-- > 0;) {
+    const Block& block = mapped[i];
+    if (driver_.unmap(base_ + block.offset, block.bytes).ok()) {
+      pool_.note_unmapped(block.handle, disposition(i));
+    } else {
+      poison(block);
+      append_range(residual, block.offset, block.bytes);
+    }
+  }
+  for (std::size_t i = mapped.size(); i < taken.size(); ++i) {
+    pool_.give_back(taken[i].handle, disposition(i));
+  }
+  return residual;
+}
+
+Status Reservation::commit(std::size_t offset, std::size_t len, Grant* grant,
+                           CommitOptions options) {
+  KVVM_RETURN_IF_ERROR(check_range("commit", offset, len));
+  KVVM_RETURN_IF_ERROR(check_unmapped("commit", offset, len));
+  const std::size_t handle_bytes = options.handle_bytes == 0 ? granule_ : options.handle_bytes;
+  if (handle_bytes % granule_ != 0) {
+    return Status::InvalidArgument("commit " + range_text(offset, len) + ": handle size " +
+                                   std::to_string(handle_bytes) +
+                                   " is not a multiple of the granule " + std::to_string(granule_));
+  }
+  const std::string what =
+      "commit " + range_text(offset, len) + " of the reservation at " + hex(base_);
+
+  // Take every handle first: running out here costs no unmap.
+  std::vector<Taken> taken;
+  for (std::size_t at = offset; at < offset + len; at += handle_bytes) {
+    Taken next;
+    Result<Handle> handle =
+        pool_.checkout(std::min(handle_bytes, offset + len - at), grant, &next.created);
+    if (!handle.ok()) {
+      (void)roll_back({}, taken);
+      return handle.status().with_context(what);
+    }
+    next.handle = *handle;
+    taken.push_back(next);
+  }
+
+  std::vector<Block> mapped;
+  mapped.reserve(taken.size());
+  Status failure;
+  for (std::size_t i = 0; i < taken.size() && failure.ok(); ++i) {
+    const std::size_t at = offset + i * handle_bytes;
+    const std::size_t bytes = std::min(handle_bytes, offset + len - at);
+    failure = driver_.map(base_ + at, bytes, taken[i].handle, 0);
+    if (failure.ok()) {
+      pool_.note_mapped(taken[i].handle);
+      mapped.push_back(Block{at, bytes, taken[i].handle, 0, Access::kNone, false, false});
+    }
+  }
+  // One access change over the whole range: the driver call that costs most per granule.
+  if (failure.ok()) failure = driver_.set_access(base_ + offset, len, options.access);
+  if (failure.ok()) {
+    for (Block& block : mapped) {
+      block.access = options.access;
+      blocks_.emplace(block.offset, block);
+    }
+    return Status::Ok();
+  }
+
+  const std::string residual = roll_back(mapped, taken);
+  std::string context = what + " rolled back";
+  if (!residual.empty()) {
+    context += "; left mapped and poisoned because their unmap failed: " + residual;
+  }
+  return failure.with_context(context);
+}
+
+std::string Reservation::unmap_covered(std::size_t offset, std::size_t len) {
+  auto first = blocks_.lower_bound(offset);
+  auto last = blocks_.lower_bound(offset + len);
+  if (driver_.unmap(base_ + offset, len).ok()) {
+    for (auto it = first; it != last; ++it) pool_.note_unmapped(it->second.handle);
+    blocks_.erase(first, last);
+    return {};
+  }
+  // The coalesced unmap failed: find out block by block what is still mapped.
+  std::vector<Block> blocks;
+  for (auto it = first; it != last; ++it) blocks.push_back(it->second);
+  blocks_.erase(first, last);
+  std::string failed;
+  for (const Block& block : blocks) {
+    if (driver_.unmap(base_ + block.offset, block.bytes).ok()) {
+      pool_.note_unmapped(block.handle);
+    } else {
+      poison(block);
+      append_range(failed, block.offset, block.bytes);
+    }
+  }
+  return failed;
+}
+
+Status Reservation::release(std::size_t offset, std::size_t len) {
+  KVVM_RETURN_IF_ERROR(check_range("release", offset, len));
+  KVVM_RETURN_IF_ERROR(check_covered("release", offset, len));
+  const std::string failed = unmap_covered(offset, len);
+  if (failed.empty()) return Status::Ok();
+  return Status::DriverError(
+      "release " + range_text(offset, len) + " of the reservation at " + hex(base_) +
+          ": unmap failed; left mapped and poisoned (never reused, still charged): " + failed,
+      DriverFailure{"unmap", "UNMAP_FAILED", 0});
+}
+
+Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Access access,
+                               std::size_t handle_offset, std::size_t bytes) {
+  const std::string what = "map_shared of handle " + std::to_string(handle.handle) + " at offset " +
+                           std::to_string(offset);
+  if (handle.granule != granule_) {
+    return Status::InvalidArgument(what + ": the handle's granule " +
+                                   std::to_string(handle.granule) +
+                                   " differs from this reservation's " + std::to_string(granule_));
+  }
+  Result<HandleInfo> known = pool_.describe(handle.handle);
+  if (!known.ok()) return known.status().with_context(what);
+  if (known->state != HandleState::kInUse || known->bytes != handle.bytes) {
+    return Status::InvalidArgument(
+        what + ": the handle is " + std::string(to_string(known->state)) + " with " +
+        std::to_string(known->bytes) + " bytes; only a handle its owner holds can be shared");
+  }
+  if (bytes == 0 && handle_offset < known->bytes) bytes = known->bytes - handle_offset;
+  if (handle_offset % granule_ != 0 || bytes == 0 || handle_offset + bytes > known->bytes) {
+    return Status::InvalidArgument(what + ": handle range " + range_text(handle_offset, bytes) +
+                                   " is not a granule-aligned part of its " +
+                                   std::to_string(known->bytes) + " bytes");
+  }
+  KVVM_RETURN_IF_ERROR(check_range(what, offset, bytes));
+  KVVM_RETURN_IF_ERROR(check_unmapped(what, offset, bytes));
+
+  KVVM_RETURN_IF_ERROR(
+      driver_.map(base_ + offset, bytes, handle.handle, handle_offset).with_context(what));
+  pool_.note_mapped(handle.handle);
+  Block block{offset, bytes, handle.handle, handle_offset, Access::kNone, true, false};
+  Status access_set = driver_.set_access(base_ + offset, bytes, access);
+  if (access_set.ok()) {
+    block.access = access;
+    blocks_.emplace(offset, block);
+    return Status::Ok();
+  }
+  // Withdraw this mapping only: the handle stays with its owner and its other sharers.
+  const std::string residual = roll_back({block}, {Taken{handle.handle, false}});
+  std::string context = what + ": set_access failed, mapping withdrawn";
+  if (!residual.empty()) context += "; its unmap failed too, left mapped and poisoned";
+  return access_set.with_context(context);
+}
+
+Status Reservation::set_access(std::size_t offset, std::size_t len, Access access) {
+  KVVM_RETURN_IF_ERROR(check_range("set_access", offset, len));
+  KVVM_RETURN_IF_ERROR(check_covered("set_access", offset, len));
+  KVVM_RETURN_IF_ERROR(driver_.set_access(base_ + offset, len, access)
+                           .with_context("set_access " + range_text(offset, len)));
+  for (auto it = blocks_.lower_bound(offset); it != blocks_.lower_bound(offset + len); ++it) {
+    it->second.access = access;
+  }
+  return Status::Ok();
+}
+
+std::vector<Block> Reservation::blocks() const {
+  std::vector<Block> list;
+  list.reserve(blocks_.size());
+  for (const auto& [offset, block] : blocks_) list.push_back(block);
+  return list;
+}
+
+const Block* Reservation::block_at(std::size_t offset) const {
+  auto it = blocks_.upper_bound(offset);
+  if (it == blocks_.begin()) return nullptr;
+  --it;
+  return offset < it->first + it->second.bytes ? &it->second : nullptr;
+}
+
+std::uint64_t Reservation::mapped_bytes() const {
+  std::uint64_t bytes = 0;
+  for (const auto& [offset, block] : blocks_) bytes += block.bytes;
+  return bytes;
+}
+
+std::uint64_t Reservation::residual_bytes() const {
+  std::uint64_t bytes = 0;
+  for (const auto& [offset, block] : blocks_) bytes += block.poisoned ? block.bytes : 0;
+  return bytes;
+}
+
+}  // namespace kvvm

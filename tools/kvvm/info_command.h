@@ -1,0 +1,125 @@
+// `kvvm info`: what the memory driver says about itself (device, granularity, memory) and a
+// measured table of what one granule costs, as raw driver calls and as kvvm's own
+// transactions, so the overhead of kvvm's bookkeeping is a number anyone can reproduce.
+//
+// Why the two kinds side by side: a pooled commit should cost a map and a set_access and
+// nothing more, a fresh commit a create, a map and a set_access; the ratio lines say how
+// close kvvm gets (target: within 15 %), measured in the same run on the same driver.
+//
+// The pieces are separate functions so tests can call them on the host driver: gather_info
+// collects, info_json and print_info render, run_info is the whole subcommand.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvvm/driver.h"
+#include "kvvm/status.h"
+#include "op_timing.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace kvvm::cli {
+
+// Exit codes of every kvvm subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // a driver or kvvm call failed at run time
+inline constexpr int kExitUsage = 2;    // the command line asked for something impossible
+
+// Which driver to open. kAuto: CUDA when a GPU is usable, else the host driver.
+enum class BackendChoice { kAuto, kCuda, kHost };
+
+struct InfoOptions {
+  BackendChoice backend = BackendChoice::kAuto;
+  int device = 0;                // CUDA device ordinal
+  std::size_t host_granule = 0;  // host driver granule in bytes; 0: the page size
+  std::size_t granules = 64;     // samples per row of the timing table; >= 1
+  bool json = false;
+  bool timing = true;
+};
+
+// Adds the `info` subcommand and its options to `app`, binding them to `options` (which
+// must outlive the parse). Usage errors (a bad size, --granules 0) throw CLI11's parse errors.
+CLI::App* add_info_command(CLI::App& app, InfoOptions& options);
+
+enum class RowKind { kRaw, kOurs };
+std::string_view to_string(RowKind kind);
+
+struct TimingRow {
+  std::string name;
+  RowKind kind = RowKind::kRaw;
+  TimingSummary summary;
+};
+
+// kvvm's median over the raw median it should approach; met when value <= target.
+struct TimingRatio {
+  std::string name;
+  double value = 0;  // NaN when the raw median was 0 (below the clock's resolution)
+  double target = 0;
+  bool met = false;
+};
+
+struct TimingReport {
+  std::size_t samples = 0;
+  std::size_t granule_bytes = 0;
+  std::vector<TimingRow> rows;
+  std::vector<TimingRatio> ratios;
+};
+
+inline constexpr double kRatioTarget = 1.15;
+
+// Times `samples` granules of each raw driver call and of kvvm's commit and release on
+// `driver`. Needs samples x granule bytes of memory at once. Every call's status is checked:
+// the first failure is returned (with what was being measured), never a number from it.
+Result<TimingReport> measure_timing(Driver& driver, std::size_t samples);
+
+// Everything `kvvm info` reports about one driver.
+struct InfoReport {
+  DriverInfo info;
+  Granularity granularity;
+  std::optional<TimingReport> timing;  // absent with --no-timing
+};
+
+// Queries `driver` and, when options.timing, measures the table (options.granules samples).
+// InvalidArgument when options.granules is 0 or the measurement would need more memory than
+// the driver reports free.
+Result<InfoReport> gather_info(Driver& driver, const InfoOptions& options);
+
+// In this key order (ordered_json keeps it, so the output reads like the human form):
+// {"backend", "device": {name, ordinal, driver_version, vmm_supported},
+//  "granularity": {minimum, recommended}, "memory": {free, total},
+//  "timing": {samples, granule, rows: [{name, kind, median_us, p99_us}],
+//             ratios: [{name, value, target, met}]}}; "timing" absent without a table.
+nlohmann::ordered_json info_json(const InfoReport& report);
+
+// The human-readable form: aligned columns, units stated.
+void print_info(const InfoReport& report, std::ostream& out);
+
+// Opens the driver `options` asks for. An explicit --backend cuda without a usable GPU is
+// Unavailable; a bad host granule InvalidArgument. With kAuto, a GPU that cannot be opened
+// falls back to the host driver with a note on `err`.
+Result<std::unique_ptr<Driver>> open_driver(const InfoOptions& options, std::ostream& err);
+
+// The whole subcommand: results to `out`, errors (with numbers) to `err`. Returns kExitOk,
+// kExitUsage (bad request: e.g. cuda asked for without a GPU) or kExitFailure.
+int run_info(const InfoOptions& options, std::ostream& out, std::ostream& err);
+
+// Parses a byte size: digits with an optional binary suffix, case-insensitive: B, K/KB/KiB,
+// M/MB/MiB, G/GB/GiB, T/TB/TiB (every multiple is a power of 1024, as memory sizes and
+// granules are). "2M" -> 2097152. InvalidArgument (saying why) for anything else, fractions,
+// signs and overflow included.
+Result<std::uint64_t> parse_byte_size(std::string_view text);
+
+// "2 MiB", "4 KiB", "512 B", "1.50 GiB": exact multiples without decimals.
+std::string format_bytes(std::uint64_t bytes);
+
+}  // namespace kvvm::cli

@@ -1,0 +1,48 @@
+// kvvm: the command-line tool. This file only wires subcommands to CLI11; each subcommand
+// lives in its own *_command.cc, built into kvvm_cli_lib so the test binary calls it directly.
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "info_command.h"
+
+#ifndef KVVM_VERSION_STRING
+#define KVVM_VERSION_STRING "unknown"
+#endif
+
+int main(int argc, char** argv) {
+  using kvvm::cli::kExitFailure;
+  using kvvm::cli::kExitOk;
+  using kvvm::cli::kExitUsage;
+
+  CLI::App app(
+      "kvvm keeps an LLM's KV cache in virtual memory: each sequence gets a stable virtual "
+      "address range reserved once, and physical memory is committed under it granule by "
+      "granule as the sequence grows, so growth never copies and never moves a pointer. It "
+      "runs on NVIDIA GPUs (the CUDA driver's virtual memory API) and on the host (Linux "
+      "memory files and mmap).",
+      "kvvm");
+  app.set_version_flag("--version", std::string("kvvm ") + KVVM_VERSION_STRING);
+  app.require_subcommand(1);
+  app.footer("Subcommands to come: plan, simulate, bench. Run 'kvvm SUBCOMMAND --help' for one.");
+
+  kvvm::cli::InfoOptions info_options;
+  CLI::App* info = kvvm::cli::add_info_command(app, info_options);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // --help and --version arrive here too, with exit code 0; app.exit prints them to stdout
+    // and real errors (with "Run with --help") to stderr.
+    return app.exit(error) == 0 ? kExitOk : kExitUsage;
+  }
+
+  try {
+    if (info->parsed()) return kvvm::cli::run_info(info_options, std::cout, std::cerr);
+  } catch (const std::exception& error) {
+    std::cerr << "kvvm: internal error: " << error.what() << "\n";
+    return kExitFailure;
+  }
+  return kExitUsage;
+}
