@@ -109,15 +109,16 @@ Reservation::~Reservation() {
 }
 
 Status Reservation::check_range(std::string_view what, std::size_t offset, std::size_t len) const {
-  const std::string range = std::string(what) + " " + range_text(offset, len);
-  if (len == 0) return Status::InvalidArgument(range + ": empty range");
+  // Messages are formatted only when a check fails: the commit path stays free of strings.
+  const auto range = [&] { return std::string(what) + " " + range_text(offset, len); };
+  if (len == 0) return Status::InvalidArgument(range() + ": empty range");
   if (offset % granule_ != 0 || len % granule_ != 0) {
-    return Status::InvalidArgument(range + ": offset and length must be multiples of the " +
+    return Status::InvalidArgument(range() + ": offset and length must be multiples of the " +
                                    std::to_string(granule_) + "-byte granule");
   }
   if (offset > size_ || len > size_ - offset) {
-    return Status::InvalidArgument(range + ": outside the reservation of " + std::to_string(size_) +
-                                   " bytes");
+    return Status::InvalidArgument(range() + ": outside the reservation of " +
+                                   std::to_string(size_) + " bytes");
   }
   return Status::Ok();
 }
@@ -139,27 +140,27 @@ Status Reservation::check_unmapped(std::string_view what, std::size_t offset,
 
 Status Reservation::check_covered(std::string_view what, std::size_t offset,
                                   std::size_t len) const {
-  const std::string range = std::string(what) + " " + range_text(offset, len);
+  const auto range = [&] { return std::string(what) + " " + range_text(offset, len); };
   auto it = blocks_.upper_bound(offset);
   if (it != blocks_.begin()) {
     auto previous = std::prev(it);
     if (previous->first < offset && previous->first + previous->second.bytes > offset) {
-      return Status::InvalidArgument(range + ": cuts the mapped block " +
+      return Status::InvalidArgument(range() + ": cuts the mapped block " +
                                      range_text(previous->first, previous->second.bytes));
     }
   }
   std::size_t cursor = offset;
   for (it = blocks_.lower_bound(offset); cursor < offset + len; ++it) {
     if (it == blocks_.end() || it->first != cursor) {
-      return Status::InvalidArgument(range + ": the window at offset " + std::to_string(cursor) +
+      return Status::InvalidArgument(range() + ": the window at offset " + std::to_string(cursor) +
                                      " is not mapped");
     }
     if (it->first + it->second.bytes > offset + len) {
-      return Status::InvalidArgument(range + ": cuts the mapped block " +
+      return Status::InvalidArgument(range() + ": cuts the mapped block " +
                                      range_text(it->first, it->second.bytes));
     }
     if (it->second.poisoned) {
-      return Status::FailedPrecondition(range + ": the block " +
+      return Status::FailedPrecondition(range() + ": the block " +
                                         range_text(it->first, it->second.bytes) +
                                         " is poisoned (an earlier unmap failed)");
     }
@@ -205,8 +206,9 @@ Status Reservation::commit(std::size_t offset, std::size_t len, Grant* grant,
                                    std::to_string(handle_bytes) +
                                    " is not a multiple of the granule " + std::to_string(granule_));
   }
-  const std::string what =
-      "commit " + range_text(offset, len) + " of the reservation at " + hex(base_);
+  const auto what = [&] {
+    return "commit " + range_text(offset, len) + " of the reservation at " + hex(base_);
+  };
 
   // Take every handle first: running out here costs no unmap.
   std::vector<Taken> taken;
@@ -216,7 +218,7 @@ Status Reservation::commit(std::size_t offset, std::size_t len, Grant* grant,
         pool_.checkout(std::min(handle_bytes, offset + len - at), grant, &next.created);
     if (!handle.ok()) {
       (void)roll_back({}, taken);
-      return handle.status().with_context(what);
+      return handle.status().with_context(what());
     }
     next.handle = *handle;
     taken.push_back(next);
@@ -245,7 +247,7 @@ Status Reservation::commit(std::size_t offset, std::size_t len, Grant* grant,
   }
 
   const std::string residual = roll_back(mapped, taken);
-  std::string context = what + " rolled back";
+  std::string context = what() + " rolled back";
   if (!residual.empty()) {
     context += "; left mapped and poisoned because their unmap failed: " + residual;
   }
