@@ -152,6 +152,19 @@ TYPED_TEST(ReservationTest, MapsAGranuleAlignedPartOfAMultiGranuleHandle) {
   this->write(owner, 0, data);
   auto info = this->pool_->describe(owner.blocks()[0].handle);
   ASSERT_TRUE(info.ok());
+  if (!this->driver_->maps_handle_subranges()) {
+    // CUDA maps whole handles only: refused up front, with the reason, changing nothing.
+    const auto calls = this->driver_->counts().of(DriverOp::kMap);
+    Status refused = sharer.map_shared(3 * g, *info, Access::kReadOnly, g, g);
+    EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.to_string();
+    EXPECT_NE(refused.message().find("whole handles only"), std::string::npos);
+    EXPECT_EQ(this->driver_->counts().of(DriverOp::kMap), calls);
+    EXPECT_EQ(sharer.mapped_bytes(), 0u);
+    ASSERT_TRUE(sharer.map_shared(0, *info).ok()) << "a whole handle still maps";
+    EXPECT_EQ(this->read(sharer, 0, 4 * g), data);
+    this->expect_invariants();
+    return;
+  }
   ASSERT_TRUE(sharer.map_shared(3 * g, *info, Access::kReadOnly, g, g).ok());
   ASSERT_TRUE(sharer.map_shared(0, *info, Access::kReadOnly, 2 * g, 2 * g).ok());
   EXPECT_EQ(this->read(sharer, 3 * g, g),

@@ -85,6 +85,12 @@ class Driver {
 
   virtual DriverInfo info() const = 0;
   virtual Granularity granularity() const = 0;
+  // Whether map() accepts a part of a handle (a non-zero handle offset, or fewer bytes than
+  // the handle has). The host driver does; the CUDA driver does not (cuMemMap answers
+  // CUDA_ERROR_NOT_SUPPORTED for a non-zero offset on driver 580 / CUDA 13.0, and its header
+  // says the offset "currently must be zero"), so handles that will be shared in parts must
+  // be created one granule each there.
+  virtual bool maps_handle_subranges() const = 0;
   // The granule every kvvm size is rounded to: granularity().minimum.
   std::size_t granule() const { return granularity().minimum; }
 

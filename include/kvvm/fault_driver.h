@@ -36,6 +36,7 @@ class FaultDriver final : public Driver {
 
   DriverInfo info() const override { return inner_.info(); }
   Granularity granularity() const override { return inner_.granularity(); }
+  bool maps_handle_subranges() const override { return inner_.maps_handle_subranges(); }
   Driver& inner() { return inner_; }
 
  private:

@@ -82,7 +82,6 @@ struct CudaApi {
                               unsigned long long);
   using MemUnmap = CUresult (*)(CUdeviceptr, std::size_t);
   using MemSetAccess = CUresult (*)(CUdeviceptr, std::size_t, const CUmemAccessDesc*, std::size_t);
-  using MemGetAccess = CUresult (*)(unsigned long long*, const CUmemLocation*, CUdeviceptr);
   // Synchronous copies ("_v2": the legacy default stream, not per-thread).
   using MemcpyHtoD = CUresult (*)(CUdeviceptr, const void*, std::size_t);  // "cuMemcpyHtoD_v2"
   using MemcpyDtoH = CUresult (*)(void*, CUdeviceptr, std::size_t);        // "cuMemcpyDtoH_v2"
@@ -111,7 +110,6 @@ struct CudaApi {
   MemMap mem_map = nullptr;
   MemUnmap mem_unmap = nullptr;
   MemSetAccess mem_set_access = nullptr;
-  MemGetAccess mem_get_access = nullptr;
   MemcpyHtoD memcpy_htod = nullptr;
   MemcpyDtoH memcpy_dtoh = nullptr;
 };

@@ -82,6 +82,7 @@ class HostDriver final : public Driver {
   }
 
   Granularity granularity() const override { return {granule_, granule_}; }
+  bool maps_handle_subranges() const override { return true; }  // mmap takes any page offset
 
   HostDriverTables tables() const {
     std::lock_guard lock(mutex_);

@@ -311,6 +311,12 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
                                    " is not a granule-aligned part of its " +
                                    std::to_string(known->bytes) + " bytes");
   }
+  if ((handle_offset != 0 || bytes != known->bytes) && !driver_.maps_handle_subranges()) {
+    return Status::Unavailable(what + ": this driver maps whole handles only (part " +
+                               range_text(handle_offset, bytes) + " of " +
+                               std::to_string(known->bytes) +
+                               " bytes asked); commit one granule per handle to share parts");
+  }
   KVVM_RETURN_IF_ERROR(check_range(what, offset, bytes));
   KVVM_RETURN_IF_ERROR(check_unmapped(what, offset, bytes));
 
