@@ -31,6 +31,12 @@ inline constexpr Handle kNoHandle = 0;
 // A virtual address (CUdeviceptr on CUDA, a host pointer on the host).
 using Address = std::uintptr_t;
 
+// The stream whose work reads the KV cache (a CUstream on CUDA, ignored on the host);
+// nullptr is the default stream.
+using Stream = void*;
+// A point in a stream's work (a CUDA event); completes when all work before it has.
+using Fence = std::uint64_t;
+
 // Access of a mapping. kNone: mapped but not accessible (what a fresh map gives).
 enum class Access { kNone, kReadOnly, kReadWrite };
 std::string_view to_string(Access access);
@@ -62,9 +68,10 @@ enum class DriverOp {
   kSetAccess,
   kUnmap,
   kSynchronize,
-  kCopy,  // test and data-path copies between host memory and mapped addresses
+  kCopy,   // test and data-path copies between host memory and mapped addresses
+  kFence,  // record, poll or destroy a fence
 };
-inline constexpr std::size_t kDriverOpCount = 9;
+inline constexpr std::size_t kDriverOpCount = 10;
 std::string_view to_string(DriverOp op);
 
 // Calls made so far, by kind, and how many of them failed.
@@ -113,6 +120,12 @@ class Driver {
   // mapping fails on CUDA and faults on the host, exactly as a kernel's would).
   Status write(Address address, const void* source, std::size_t bytes);
   Status read(void* destination, Address address, std::size_t bytes);
+  // Records a fence after the work queued so far on `stream` (stream-ordered release: memory
+  // is unmapped only once a fence recorded after its last reader completes).
+  Result<Fence> record_fence(Stream stream);
+  // Whether the fence completed; polls, never blocks.
+  Result<bool> fence_done(Fence fence);
+  Status destroy_fence(Fence fence);
 
   DriverCallCounts counts() const;
 
@@ -128,6 +141,9 @@ class Driver {
   virtual Status do_synchronize() = 0;
   virtual Status do_write(Address address, const void* source, std::size_t bytes) = 0;
   virtual Status do_read(void* destination, Address address, std::size_t bytes) = 0;
+  virtual Result<Fence> do_record_fence(Stream stream) = 0;
+  virtual Result<bool> do_fence_done(Fence fence) = 0;
+  virtual Status do_destroy_fence(Fence fence) = 0;
 
  private:
   Status count(DriverOp op, Status status);

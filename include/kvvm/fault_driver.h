@@ -53,6 +53,9 @@ class FaultDriver final : public Driver {
   Status do_synchronize() override;
   Status do_write(Address address, const void* source, std::size_t bytes) override;
   Status do_read(void* destination, Address address, std::size_t bytes) override;
+  Result<Fence> do_record_fence(Stream stream) override;
+  Result<bool> do_fence_done(Fence fence) override;
+  Status do_destroy_fence(Fence fence) override;
 
   struct Plan {
     std::uint64_t countdown = 0;  // fail when it reaches 1; 0: off

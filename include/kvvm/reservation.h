@@ -16,8 +16,11 @@
 // in teardown_stats() and reported once on stderr. It never throws and never asserts on a
 // driver error.
 //
-// Thread-safety: a Reservation is used by one thread at a time (the scheduler that owns
-// it); the pool and governor it calls are thread-safe.
+// Thread-safety: calls on disjoint ranges may run concurrently (a scheduler growing one
+// sequence while a background worker commits ahead for another). Each call claims its ranges
+// under mutex_, makes its driver calls without it, then publishes; a call whose range
+// overlaps one in flight is refused with Unavailable and changes nothing. Lock order:
+// Reservation::mutex_ is a leaf (no pool, governor or driver call is made while it is held).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +44,12 @@ struct ReservationOptions {
   // Called before teardown; default: driver.synchronize(). A failure means a kernel may
   // still read the memory, so it is leaked rather than unmapped.
   std::function<Status()> teardown_synchronizer;
+};
+
+// A granule-aligned range of a reservation, in bytes from its base.
+struct Range {
+  std::size_t offset = 0;
+  std::size_t len = 0;
 };
 
 struct CommitOptions {
@@ -90,6 +100,10 @@ class Reservation {
   // no window already mapped. `grant` pays for handles that must be created (may be null
   // when the pool has no governor).
   Status commit(std::size_t offset, std::size_t len, Grant* grant, CommitOptions options = {});
+  // Commits several disjoint ranges as one transaction (the fragments of a sequence): every
+  // handle first, then every map, then one set_access per range; on failure all of it is
+  // rolled back as for commit().
+  Status commit_ranges(const std::vector<Range>& ranges, Grant* grant, CommitOptions options = {});
 
   // Unmaps every block in [offset, offset + len) (every window must be mapped, blocks must
   // lie wholly inside), coalescing adjacent blocks into one unmap; returns the handles
@@ -106,7 +120,8 @@ class Reservation {
   Status set_access(std::size_t offset, std::size_t len, Access access);
 
   std::vector<Block> blocks() const;
-  // The block mapping `offset`, if any.
+  // The block mapping `offset`, if any. REQUIRES: no call on this reservation is in flight on
+  // another thread (the pointer is into the table).
   const Block* block_at(std::size_t offset) const;
   std::uint64_t mapped_bytes() const;
   std::uint64_t residual_bytes() const;  // poisoned blocks
@@ -116,11 +131,17 @@ class Reservation {
   // InvalidArgument unless [offset, offset + len) is a non-empty granule-aligned range
   // inside the reservation.
   Status check_range(std::string_view what, std::size_t offset, std::size_t len) const;
-  // InvalidArgument when any window of the range is already mapped.
+  // REQUIRES: mutex_ held. InvalidArgument when any window of the range is already mapped;
+  // Unavailable when it overlaps a range in flight.
   Status check_unmapped(std::string_view what, std::size_t offset, std::size_t len) const;
-  // InvalidArgument (FailedPrecondition for poisoned blocks) unless every window of the
-  // range is mapped by blocks lying wholly inside it.
+  // REQUIRES: mutex_ held. InvalidArgument (FailedPrecondition for poisoned blocks) unless
+  // every window of the range is mapped by blocks lying wholly inside it; Unavailable when it
+  // overlaps a range in flight.
   Status check_covered(std::string_view what, std::size_t offset, std::size_t len) const;
+  // REQUIRES: mutex_ held.
+  Status check_not_pending(std::string_view what, std::size_t offset, std::size_t len) const;
+  // Claims the ranges (no longer pending once unclaim() ran).
+  void unclaim(const std::vector<Range>& ranges);
   // One handle a transaction took, and whether the transaction created it.
   struct Taken {
     Handle handle = kNoHandle;
@@ -136,6 +157,7 @@ class Reservation {
   // fails are poisoned. Returns the failed blocks' description (empty on success).
   std::string unmap_covered(std::size_t offset, std::size_t len);
   // Records `block` as mapped in an unknown state and quarantines its handle.
+  // REQUIRES: mutex_ not held.
   void poison(Block block);
 
   HandlePool& pool_;
@@ -144,7 +166,9 @@ class Reservation {
   const std::size_t size_;
   const std::size_t granule_;
   ReservationOptions options_;
-  std::map<std::size_t, Block> blocks_;  // by offset
+  mutable std::mutex mutex_;                    // guards blocks_ and pending_
+  std::map<std::size_t, Block> blocks_;         // by offset
+  std::map<std::size_t, std::size_t> pending_;  // ranges claimed by calls in flight
 };
 
 }  // namespace kvvm

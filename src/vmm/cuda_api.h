@@ -112,6 +112,14 @@ struct CudaApi {
   MemSetAccess mem_set_access = nullptr;
   MemcpyHtoD memcpy_htod = nullptr;
   MemcpyDtoH memcpy_dtoh = nullptr;
+  using EventCreate = CUresult (*)(CUevent*, unsigned int);  // "cuEventCreate"
+  using EventRecord = CUresult (*)(CUevent, CUstream);       // "cuEventRecord"
+  using EventQuery = CUresult (*)(CUevent);                  // "cuEventQuery"
+  using EventDestroy = CUresult (*)(CUevent);                // "cuEventDestroy_v2"
+  EventCreate event_create = nullptr;
+  EventRecord event_record = nullptr;
+  EventQuery event_query = nullptr;
+  EventDestroy event_destroy = nullptr;
 };
 
 // libcuda, loaded and initialized once per process (thread-safe; the library stays open).

@@ -109,7 +109,11 @@ bool load_table(void* library, CudaApi& api, std::string& error) {
          load_symbol(library, "cuMemUnmap", api.mem_unmap, error) &&
          load_symbol(library, "cuMemSetAccess", api.mem_set_access, error) &&
          load_symbol(library, "cuMemcpyHtoD_v2", api.memcpy_htod, error) &&
-         load_symbol(library, "cuMemcpyDtoH_v2", api.memcpy_dtoh, error);
+         load_symbol(library, "cuMemcpyDtoH_v2", api.memcpy_dtoh, error) &&
+         load_symbol(library, "cuEventCreate", api.event_create, error) &&
+         load_symbol(library, "cuEventRecord", api.event_record, error) &&
+         load_symbol(library, "cuEventQuery", api.event_query, error) &&
+         load_symbol(library, "cuEventDestroy_v2", api.event_destroy, error);
 }
 
 CudaLibrary load_library() {
@@ -403,6 +407,39 @@ class CudaDriver final : public Driver {
     if (CUresult r = api_.stream_synchronize(nullptr); r != CUDA_SUCCESS) {
       return cuda_error(api_, "cuStreamSynchronize", r,
                         "cuStreamSynchronize(default stream) after " + what);
+    }
+    return Status::Ok();
+  }
+
+  // A fence is a CUDA event without timing, recorded on the caller's stream.
+  Result<Fence> do_record_fence(Stream stream) override {
+    KVVM_RETURN_IF_ERROR(make_current("cuEventRecord"));
+    CUevent event = nullptr;
+    if (CUresult r = api_.event_create(&event, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) {
+      return cuda_error(api_, "cuEventCreate", r, "cuEventCreate(CU_EVENT_DISABLE_TIMING)");
+    }
+    if (CUresult r = api_.event_record(event, static_cast<CUstream>(stream)); r != CUDA_SUCCESS) {
+      (void)api_.event_destroy(event);
+      return cuda_error(
+          api_, "cuEventRecord", r,
+          "cuEventRecord(stream " + hex_address(reinterpret_cast<Address>(stream)) + ")");
+    }
+    return static_cast<Fence>(reinterpret_cast<std::uintptr_t>(event));
+  }
+
+  Result<bool> do_fence_done(Fence fence) override {
+    KVVM_RETURN_IF_ERROR(make_current("cuEventQuery"));
+    const CUresult r = api_.event_query(reinterpret_cast<CUevent>(fence));
+    if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    return cuda_error(api_, "cuEventQuery", r, "cuEventQuery(fence " + std::to_string(fence) + ")");
+  }
+
+  Status do_destroy_fence(Fence fence) override {
+    KVVM_RETURN_IF_ERROR(make_current("cuEventDestroy"));
+    if (CUresult r = api_.event_destroy(reinterpret_cast<CUevent>(fence)); r != CUDA_SUCCESS) {
+      return cuda_error(api_, "cuEventDestroy", r,
+                        "cuEventDestroy(fence " + std::to_string(fence) + ")");
     }
     return Status::Ok();
   }

@@ -34,6 +34,8 @@ std::string_view to_string(DriverOp op) {
       return "synchronize";
     case DriverOp::kCopy:
       return "copy";
+    case DriverOp::kFence:
+      return "fence";
   }
   return "unknown";
 }
@@ -85,6 +87,18 @@ Status Driver::write(Address address, const void* source, std::size_t bytes) {
 
 Status Driver::read(void* destination, Address address, std::size_t bytes) {
   return count(DriverOp::kCopy, do_read(destination, address, bytes));
+}
+
+Result<Fence> Driver::record_fence(Stream stream) {
+  return count(DriverOp::kFence, do_record_fence(stream));
+}
+
+Result<bool> Driver::fence_done(Fence fence) {
+  return count(DriverOp::kFence, do_fence_done(fence));
+}
+
+Status Driver::destroy_fence(Fence fence) {
+  return count(DriverOp::kFence, do_destroy_fence(fence));
 }
 
 DriverCallCounts Driver::counts() const {

@@ -105,4 +105,19 @@ Status FaultDriver::do_read(void* destination, Address address, std::size_t byte
   return inner_.read(destination, address, bytes);
 }
 
+Result<Fence> FaultDriver::do_record_fence(Stream stream) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
+  return inner_.record_fence(stream);
+}
+
+Result<bool> FaultDriver::do_fence_done(Fence fence) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
+  return inner_.fence_done(fence);
+}
+
+Status FaultDriver::do_destroy_fence(Fence fence) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
+  return inner_.destroy_fence(fence);
+}
+
 }  // namespace kvvm

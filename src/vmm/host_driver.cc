@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -290,6 +291,29 @@ class HostDriver final : public Driver {
 
   Status do_synchronize() override { return Status::Ok(); }  // host work is synchronous
 
+  // Host work is synchronous, so a fence is complete when it is recorded; the ids are still
+  // tracked so a fence used after it was destroyed is refused, as CUDA would.
+  Result<Fence> do_record_fence(Stream) override {
+    std::lock_guard lock(mutex_);
+    const Fence fence = next_fence_++;
+    fences_.insert(fence);
+    return fence;
+  }
+  Result<bool> do_fence_done(Fence fence) override {
+    std::lock_guard lock(mutex_);
+    if (!fences_.contains(fence)) {
+      return invalid("fence", "fence_done(" + std::to_string(fence) + "): unknown fence");
+    }
+    return true;
+  }
+  Status do_destroy_fence(Fence fence) override {
+    std::lock_guard lock(mutex_);
+    if (fences_.erase(fence) == 0) {
+      return invalid("fence", "destroy_fence(" + std::to_string(fence) + "): unknown fence");
+    }
+    return Status::Ok();
+  }
+
   // REQUIRES: mutex_ held.
   bool mapped(Address address, std::size_t bytes) const {
     auto it = mappings_.upper_bound(address);
@@ -334,6 +358,8 @@ class HostDriver final : public Driver {
   std::map<Handle, HostHandle> handles_;
   std::map<Address, Mapping> mappings_;
   Handle next_handle_ = 1;
+  std::set<Fence> fences_;
+  Fence next_fence_ = 1;
 };
 
 }  // namespace

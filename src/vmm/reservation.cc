@@ -135,7 +135,27 @@ Status Reservation::check_unmapped(std::string_view what, std::size_t offset,
                                    ": overlaps the mapped block " +
                                    range_text(it->first, it->second.bytes));
   }
+  return check_not_pending(what, offset, len);
+}
+
+Status Reservation::check_not_pending(std::string_view what, std::size_t offset,
+                                      std::size_t len) const {
+  auto it = pending_.lower_bound(offset);
+  if (it != pending_.begin()) {
+    auto previous = std::prev(it);
+    if (previous->first + previous->second > offset) it = previous;
+  }
+  if (it != pending_.end() && it->first < offset + len) {
+    return Status::Unavailable(std::string(what) + " " + range_text(offset, len) + ": overlaps " +
+                               range_text(it->first, it->second) +
+                               ", which another call is committing or releasing now");
+  }
   return Status::Ok();
+}
+
+void Reservation::unclaim(const std::vector<Range>& ranges) {
+  std::lock_guard lock(mutex_);
+  for (const Range& range : ranges) pending_.erase(range.offset);
 }
 
 Status Reservation::check_covered(std::string_view what, std::size_t offset,
@@ -166,12 +186,13 @@ Status Reservation::check_covered(std::string_view what, std::size_t offset,
     }
     cursor += it->second.bytes;
   }
-  return Status::Ok();
+  return check_not_pending(what, offset, len);
 }
 
 void Reservation::poison(Block block) {
   block.poisoned = true;
   pool_.quarantine(block.handle, "unmap at offset " + std::to_string(block.offset) + " failed");
+  std::lock_guard lock(mutex_);
   blocks_[block.offset] = block;
 }
 
@@ -198,26 +219,65 @@ std::string Reservation::roll_back(const std::vector<Block>& mapped,
 
 Status Reservation::commit(std::size_t offset, std::size_t len, Grant* grant,
                            CommitOptions options) {
-  KVVM_RETURN_IF_ERROR(check_range("commit", offset, len));
-  KVVM_RETURN_IF_ERROR(check_unmapped("commit", offset, len));
+  return commit_ranges({Range{offset, len}}, grant, options);
+}
+
+Status Reservation::commit_ranges(const std::vector<Range>& ranges, Grant* grant,
+                                  CommitOptions options) {
+  if (ranges.empty()) return Status::InvalidArgument("commit of no range");
   const std::size_t handle_bytes = options.handle_bytes == 0 ? granule_ : options.handle_bytes;
-  if (handle_bytes % granule_ != 0) {
-    return Status::InvalidArgument("commit " + range_text(offset, len) + ": handle size " +
-                                   std::to_string(handle_bytes) +
-                                   " is not a multiple of the granule " + std::to_string(granule_));
+  for (const Range& range : ranges) {
+    KVVM_RETURN_IF_ERROR(check_range("commit", range.offset, range.len));
+    if (handle_bytes % granule_ != 0) {
+      return Status::InvalidArgument("commit " + range_text(range.offset, range.len) +
+                                     ": handle size " + std::to_string(handle_bytes) +
+                                     " is not a multiple of the granule " +
+                                     std::to_string(granule_));
+    }
   }
+  {
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      KVVM_RETURN_IF_ERROR(check_unmapped("commit", ranges[i].offset, ranges[i].len));
+      for (std::size_t j = 0; j < i; ++j) {
+        if (ranges[j].offset < ranges[i].offset + ranges[i].len &&
+            ranges[i].offset < ranges[j].offset + ranges[j].len) {
+          return Status::InvalidArgument(
+              "commit " + range_text(ranges[i].offset, ranges[i].len) + " overlaps " +
+              range_text(ranges[j].offset, ranges[j].len) + " of the same transaction");
+        }
+      }
+    }
+    for (const Range& range : ranges) pending_.emplace(range.offset, range.len);
+  }
+  // Built only on a failure path: a commit that succeeds formats nothing.
   const auto what = [&] {
-    return "commit " + range_text(offset, len) + " of the reservation at " + hex(base_);
+    std::string text;
+    for (std::size_t i = 0; i < ranges.size() && i < 4; ++i) {
+      append_range(text, ranges[i].offset, ranges[i].len);
+    }
+    if (ranges.size() > 4) text += " and " + std::to_string(ranges.size() - 4) + " more ranges";
+    return "commit " + text + " of the reservation at " + hex(base_);
   };
+
+  // Every block this transaction will map, in order.
+  std::vector<Block> planned;
+  for (const Range& range : ranges) {
+    for (std::size_t at = range.offset; at < range.offset + range.len; at += handle_bytes) {
+      planned.push_back(Block{at, std::min(handle_bytes, range.offset + range.len - at), kNoHandle,
+                              0, Access::kNone, false, false});
+    }
+  }
 
   // Take every handle first: running out here costs no unmap.
   std::vector<Taken> taken;
-  for (std::size_t at = offset; at < offset + len; at += handle_bytes) {
+  taken.reserve(planned.size());
+  for (const Block& block : planned) {
     Taken next;
-    Result<Handle> handle =
-        pool_.checkout(std::min(handle_bytes, offset + len - at), grant, &next.created);
+    Result<Handle> handle = pool_.checkout(block.bytes, grant, &next.created);
     if (!handle.ok()) {
       (void)roll_back({}, taken);
+      unclaim(ranges);
       return handle.status().with_context(what());
     }
     next.handle = *handle;
@@ -228,25 +288,29 @@ Status Reservation::commit(std::size_t offset, std::size_t len, Grant* grant,
   mapped.reserve(taken.size());
   Status failure;
   for (std::size_t i = 0; i < taken.size() && failure.ok(); ++i) {
-    const std::size_t at = offset + i * handle_bytes;
-    const std::size_t bytes = std::min(handle_bytes, offset + len - at);
-    failure = driver_.map(base_ + at, bytes, taken[i].handle, 0);
+    failure = driver_.map(base_ + planned[i].offset, planned[i].bytes, taken[i].handle, 0);
     if (failure.ok()) {
       pool_.note_mapped(taken[i].handle);
-      mapped.push_back(Block{at, bytes, taken[i].handle, 0, Access::kNone, false, false});
+      mapped.push_back(planned[i]);
+      mapped.back().handle = taken[i].handle;
     }
   }
-  // One access change over the whole range: the driver call that costs most per granule.
-  if (failure.ok()) failure = driver_.set_access(base_ + offset, len, options.access);
+  // One access change per range: the driver call that costs most per granule.
+  for (std::size_t r = 0; r < ranges.size() && failure.ok(); ++r) {
+    failure = driver_.set_access(base_ + ranges[r].offset, ranges[r].len, options.access);
+  }
   if (failure.ok()) {
+    std::lock_guard lock(mutex_);
     for (Block& block : mapped) {
       block.access = options.access;
       blocks_.emplace(block.offset, block);
     }
+    for (const Range& range : ranges) pending_.erase(range.offset);
     return Status::Ok();
   }
 
   const std::string residual = roll_back(mapped, taken);
+  unclaim(ranges);
   std::string context = what() + " rolled back";
   if (!residual.empty()) {
     context += "; left mapped and poisoned because their unmap failed: " + residual;
@@ -255,20 +319,32 @@ Status Reservation::commit(std::size_t offset, std::size_t len, Grant* grant,
 }
 
 std::string Reservation::unmap_covered(std::size_t offset, std::size_t len) {
-  auto first = blocks_.lower_bound(offset);
-  auto last = blocks_.lower_bound(offset + len);
+  // REQUIRES: the caller claimed [offset, offset + len) in pending_ (or owns the reservation
+  // exclusively, as the destructor does), so no other call touches these blocks while the
+  // driver calls below run without the lock.
+  std::vector<Block> blocks;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = blocks_.lower_bound(offset); it != blocks_.lower_bound(offset + len); ++it) {
+      blocks.push_back(it->second);
+    }
+  }
+  const auto forget = [&](const Block& block) {
+    std::lock_guard lock(mutex_);
+    blocks_.erase(block.offset);
+  };
   if (driver_.unmap(base_ + offset, len).ok()) {
-    for (auto it = first; it != last; ++it) pool_.note_unmapped(it->second.handle);
-    blocks_.erase(first, last);
+    for (const Block& block : blocks) {
+      forget(block);
+      pool_.note_unmapped(block.handle);
+    }
     return {};
   }
   // The coalesced unmap failed: find out block by block what is still mapped.
-  std::vector<Block> blocks;
-  for (auto it = first; it != last; ++it) blocks.push_back(it->second);
-  blocks_.erase(first, last);
   std::string failed;
   for (const Block& block : blocks) {
     if (driver_.unmap(base_ + block.offset, block.bytes).ok()) {
+      forget(block);
       pool_.note_unmapped(block.handle);
     } else {
       poison(block);
@@ -280,8 +356,13 @@ std::string Reservation::unmap_covered(std::size_t offset, std::size_t len) {
 
 Status Reservation::release(std::size_t offset, std::size_t len) {
   KVVM_RETURN_IF_ERROR(check_range("release", offset, len));
-  KVVM_RETURN_IF_ERROR(check_covered("release", offset, len));
+  {
+    std::lock_guard lock(mutex_);
+    KVVM_RETURN_IF_ERROR(check_covered("release", offset, len));
+    pending_.emplace(offset, len);
+  }
   const std::string failed = unmap_covered(offset, len);
+  unclaim({Range{offset, len}});
   if (failed.empty()) return Status::Ok();
   return Status::DriverError(
       "release " + range_text(offset, len) + " of the reservation at " + hex(base_) +
@@ -318,20 +399,30 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
                                " bytes asked); commit one granule per handle to share parts");
   }
   KVVM_RETURN_IF_ERROR(check_range(what, offset, bytes));
-  KVVM_RETURN_IF_ERROR(check_unmapped(what, offset, bytes));
-
-  KVVM_RETURN_IF_ERROR(
-      driver_.map(base_ + offset, bytes, handle.handle, handle_offset).with_context(what));
+  {
+    std::lock_guard lock(mutex_);
+    KVVM_RETURN_IF_ERROR(check_unmapped(what, offset, bytes));
+    pending_.emplace(offset, bytes);
+  }
+  const std::vector<Range> claimed{Range{offset, bytes}};
+  Status mapped = driver_.map(base_ + offset, bytes, handle.handle, handle_offset);
+  if (!mapped.ok()) {
+    unclaim(claimed);
+    return mapped.with_context(what);
+  }
   pool_.note_mapped(handle.handle);
   Block block{offset, bytes, handle.handle, handle_offset, Access::kNone, true, false};
   Status access_set = driver_.set_access(base_ + offset, bytes, access);
   if (access_set.ok()) {
     block.access = access;
+    std::lock_guard lock(mutex_);
     blocks_.emplace(offset, block);
+    pending_.erase(offset);
     return Status::Ok();
   }
   // Withdraw this mapping only: the handle stays with its owner and its other sharers.
   const std::string residual = roll_back({block}, {Taken{handle.handle, false}});
+  unclaim(claimed);
   std::string context = what + ": set_access failed, mapping withdrawn";
   if (!residual.empty()) context += "; its unmap failed too, left mapped and poisoned";
   return access_set.with_context(context);
@@ -339,9 +430,15 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
 
 Status Reservation::set_access(std::size_t offset, std::size_t len, Access access) {
   KVVM_RETURN_IF_ERROR(check_range("set_access", offset, len));
-  KVVM_RETURN_IF_ERROR(check_covered("set_access", offset, len));
-  KVVM_RETURN_IF_ERROR(driver_.set_access(base_ + offset, len, access)
-                           .with_context("set_access " + range_text(offset, len)));
+  {
+    std::lock_guard lock(mutex_);
+    KVVM_RETURN_IF_ERROR(check_covered("set_access", offset, len));
+    pending_.emplace(offset, len);
+  }
+  Status changed = driver_.set_access(base_ + offset, len, access);
+  std::lock_guard lock(mutex_);
+  pending_.erase(offset);
+  KVVM_RETURN_IF_ERROR(changed.with_context("set_access " + range_text(offset, len)));
   for (auto it = blocks_.lower_bound(offset); it != blocks_.lower_bound(offset + len); ++it) {
     it->second.access = access;
   }
@@ -349,6 +446,7 @@ Status Reservation::set_access(std::size_t offset, std::size_t len, Access acces
 }
 
 std::vector<Block> Reservation::blocks() const {
+  std::lock_guard lock(mutex_);
   std::vector<Block> list;
   list.reserve(blocks_.size());
   for (const auto& [offset, block] : blocks_) list.push_back(block);
@@ -363,12 +461,14 @@ const Block* Reservation::block_at(std::size_t offset) const {
 }
 
 std::uint64_t Reservation::mapped_bytes() const {
+  std::lock_guard lock(mutex_);
   std::uint64_t bytes = 0;
   for (const auto& [offset, block] : blocks_) bytes += block.bytes;
   return bytes;
 }
 
 std::uint64_t Reservation::residual_bytes() const {
+  std::lock_guard lock(mutex_);
   std::uint64_t bytes = 0;
   for (const auto& [offset, block] : blocks_) bytes += block.poisoned ? block.bytes : 0;
   return bytes;

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "byte_size.h"  // parse_byte_size and format_bytes, which info's users call too
 #include "kvvm/driver.h"
 #include "kvvm/status.h"
 #include "op_timing.h"
@@ -112,14 +113,5 @@ Result<std::unique_ptr<Driver>> open_driver(const InfoOptions& options, std::ost
 // The whole subcommand: results to `out`, errors (with numbers) to `err`. Returns kExitOk,
 // kExitUsage (bad request: e.g. cuda asked for without a GPU) or kExitFailure.
 int run_info(const InfoOptions& options, std::ostream& out, std::ostream& err);
-
-// Parses a byte size: digits with an optional binary suffix, case-insensitive: B, K/KB/KiB,
-// M/MB/MiB, G/GB/GiB, T/TB/TiB (every multiple is a power of 1024, as memory sizes and
-// granules are). "2M" -> 2097152. InvalidArgument (saying why) for anything else, fractions,
-// signs and overflow included.
-Result<std::uint64_t> parse_byte_size(std::string_view text);
-
-// "2 MiB", "4 KiB", "512 B", "1.50 GiB": exact multiples without decimals.
-std::string format_bytes(std::uint64_t bytes);
 
 }  // namespace kvvm::cli

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "info_command.h"
+#include "plan_command.h"
 
 #ifndef KVVM_VERSION_STRING
 #define KVVM_VERSION_STRING "unknown"
@@ -25,10 +26,12 @@ int main(int argc, char** argv) {
       "kvvm");
   app.set_version_flag("--version", std::string("kvvm ") + KVVM_VERSION_STRING);
   app.require_subcommand(1);
-  app.footer("Subcommands to come: plan, simulate, bench. Run 'kvvm SUBCOMMAND --help' for one.");
+  app.footer("Subcommands to come: simulate, bench. Run 'kvvm SUBCOMMAND --help' for one.");
 
   kvvm::cli::InfoOptions info_options;
   CLI::App* info = kvvm::cli::add_info_command(app, info_options);
+  kvvm::cli::PlanOptions plan_options;
+  CLI::App* plan = kvvm::cli::add_plan_command(app, plan_options);
 
   try {
     app.parse(argc, argv);
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
 
   try {
     if (info->parsed()) return kvvm::cli::run_info(info_options, std::cout, std::cerr);
+    if (plan->parsed()) return kvvm::cli::run_plan(plan_options, std::cout, std::cerr);
   } catch (const std::exception& error) {
     std::cerr << "kvvm: internal error: " << error.what() << "\n";
     return kExitFailure;

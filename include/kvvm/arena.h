@@ -1,0 +1,187 @@
+// Arena: the KV cache of up to max_slots sequences in one reservation.
+//
+// Each sequence gets a slot: a fixed-stride address range, so its base address is fixed from
+// admission to release (DESIGN.md invariant 4) and kernels address it through one KvView.
+// Physical memory is committed under a slot window by window as the sequence grows; every
+// fragment of the layout grows together, as one transaction under a governor grant.
+//
+// Lifecycle of a slot: free -> active (admitted, growing) -> finished (reclaimable: its
+// windows stay mapped so the next sequence admitted there needs no driver call) -> reclaimed
+// under budget pressure (windows unmapped once the fence recorded at finish completed, so no
+// kernel can still read them: invariant 6).
+//
+// Commit-ahead: a background worker keeps `commit_ahead_windows` windows per fragment
+// committed beyond each active sequence's live length, so ensure() on the decode path
+// normally finds its windows mapped. Those bytes are budgeted and reclaimable like any other.
+//
+// Capture guard: while a CaptureGuard lives (a CUDA graph is being captured), any call that
+// would map or unmap is refused with Unavailable and the worker waits (invariant 7).
+//
+// Thread-safety: admit / ensure / finish / reclaim may be called from any thread (one
+// scheduler owns the sequences; the governor may call reclaim from another); per-slot work is
+// serialized by the slot's busy flag, and no driver call is made while mutex_ is held.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kvvm/driver.h"
+#include "kvvm/governor.h"
+#include "kvvm/handle_pool.h"
+#include "kvvm/kv_view.h"
+#include "kvvm/layout.h"
+#include "kvvm/reservation.h"
+#include "kvvm/status.h"
+
+namespace kvvm {
+
+struct ArenaOptions {
+  LayoutPlan plan;  // geometry, layout, granule (must equal the driver's), context
+  std::uint32_t max_slots = 0;
+  TierId tier = 0;                         // the governor tier the pool charges
+  std::uint32_t commit_ahead_windows = 0;  // per fragment; 0: no background worker
+  // How long admit() and ensure() may wait for budget (FIFO) before answering
+  // ResourceExhausted; 0: never block.
+  std::chrono::milliseconds budget_wait{0};
+};
+
+using SlotId = std::uint32_t;
+
+struct ArenaStats {
+  std::uint64_t committed_bytes = 0;    // mapped under the arena, every slot
+  std::uint64_t live_bytes = 0;         // tokens * bytes per token, active slots
+  std::uint64_t reclaimable_bytes = 0;  // mapped in finished slots
+  double waste_ratio = 0;               // (committed - live) / live; 0 when nothing is live
+  std::uint32_t active_slots = 0;
+  std::uint32_t finished_slots = 0;
+  std::uint32_t quarantined_slots = 0;
+  std::uint64_t admissions = 0;
+  std::uint64_t reused_admissions = 0;  // admitted into a finished slot's mapped windows
+  std::uint64_t refusals = 0;           // admit/ensure answered ResourceExhausted
+  std::uint64_t ensures = 0;
+  std::uint64_t ensures_committing = 0;  // ensure calls that had to map (not found mapped)
+  std::uint64_t ahead_commits = 0;       // commits made by the worker
+  std::uint64_t reclaimed_bytes = 0;
+  // Commit latency histogram: bucket i counts commits that took [2^i, 2^(i+1)) microseconds
+  // (bucket 0 includes anything under 2 µs).
+  std::vector<std::uint64_t> commit_latency_us_log2;
+  DriverCallCounts driver_calls;
+};
+
+class Arena {
+ public:
+  // Reserves max_slots * slot_stride addresses. InvalidArgument when the plan's granule is
+  // not the driver's, max_slots is 0, or the product overflows; DriverError (or
+  // ResourceExhausted) when the address space is short.
+  static Result<std::unique_ptr<Arena>> create(HandlePool& pool, Governor& governor,
+                                               ArenaOptions options);
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  // Stops the worker; the reservation's destructor then synchronizes and unmaps.
+  ~Arena();
+
+  // Admits a sequence that will hold `tokens` tokens now: picks the finished slot whose
+  // mapped windows best fit (no driver call when they already cover it), else a free slot,
+  // and commits what is missing under a grant. ResourceExhausted (with the shortfall) when
+  // the budget cannot pay after reclaiming; Unavailable when every slot is taken or during
+  // graph capture. Nothing changes on failure.
+  Result<SlotId> admit(std::uint64_t tokens);
+
+  // Makes sure the first `tokens` tokens of the slot are committed in every fragment; one
+  // transaction; the base address never changes and no byte moves.
+  Status ensure(SlotId slot, std::uint64_t tokens);
+
+  // The sequence finished: its windows stay mapped (reclaimable) and are unmapped only after
+  // a fence recorded now on `stream` completes.
+  Status finish(SlotId slot, Stream stream = nullptr);
+
+  // Unmaps reclaimable windows until `bytes` were given back or none is left whose fence
+  // completed: finished slots least recently used first (largest first among equals), then
+  // commit-ahead windows beyond live lengths. Returns the bytes given back. Registered as the
+  // governor's reclaimer for the tier.
+  std::uint64_t reclaim(std::uint64_t bytes);
+
+  // While alive, calls that would map or unmap are refused and the worker waits.
+  class CaptureGuard {
+   public:
+    CaptureGuard(CaptureGuard&& other) noexcept : arena_(other.arena_) { other.arena_ = nullptr; }
+    CaptureGuard& operator=(CaptureGuard&&) = delete;
+    ~CaptureGuard();
+
+   private:
+    friend class Arena;
+    explicit CaptureGuard(Arena* arena) : arena_(arena) {}
+    Arena* arena_;
+  };
+  [[nodiscard]] CaptureGuard begin_capture();
+
+  Address slot_base(SlotId slot) const;
+  std::uint64_t tokens(SlotId slot) const;
+  KvView view() const { return options_.plan.view(reservation_->base()); }
+  const LayoutPlan& plan() const { return options_.plan; }
+  const Reservation& reservation() const { return *reservation_; }
+  ArenaStats stats() const;
+  // Waits until the worker has nothing left to do (tests and benchmarks).
+  void wait_until_idle();
+
+ private:
+  // kQuarantined: an unmap under the slot failed (poisoned windows): never admitted again.
+  enum class SlotState { kFree, kActive, kFinished, kQuarantined };
+  struct Slot {
+    SlotState state = SlotState::kFree;
+    std::uint64_t tokens = 0;     // live length
+    std::uint64_t windows = 0;    // committed windows per fragment, from the start
+    bool busy = false;            // a commit or unmap of this slot is in flight
+    std::uint64_t last_used = 0;  // tick of the last admit / ensure / finish
+    Fence fence = 0;              // recorded at finish; 0: none pending
+    bool ahead_stalled = false;   // the worker could not commit ahead; retried on growth
+  };
+
+  Arena(HandlePool& pool, Governor& governor, ArenaOptions options,
+        std::unique_ptr<Reservation> reservation);
+  // Ranges of windows [from, to) of every fragment of the slot.
+  std::vector<Range> window_ranges(SlotId slot, std::uint64_t from, std::uint64_t to) const;
+  // Commits windows [from, to) of the slot under a fresh grant; REQUIRES the slot is busy
+  // (claimed by the caller) and mutex_ is not held.
+  Status commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
+                        std::chrono::milliseconds wait);
+  // Unmaps windows [from, to) of a busy slot; REQUIRES mutex_ not held.
+  Status release_windows(SlotId slot, std::uint64_t from, std::uint64_t to);
+  // Claims the slot (waits while another call holds it). REQUIRES lock held.
+  void claim(std::unique_lock<std::mutex>& lock, Slot& slot);
+  void unclaim(SlotId slot);
+  // Whether the slot's fence (if any) completed; destroys it once it has. REQUIRES the slot
+  // claimed and mutex_ not held.
+  bool fence_completed(SlotId slot);
+  // True when a block under the slot is poisoned. REQUIRES mutex_ not held.
+  bool has_poison(SlotId slot) const;
+  // The windows per fragment the worker wants for a slot. REQUIRES mutex_ held.
+  std::uint64_t ahead_target(const Slot& slot) const;
+  void note_latency(std::chrono::steady_clock::duration elapsed);
+  void worker_loop();
+
+  HandlePool& pool_;
+  Governor& governor_;
+  const ArenaOptions options_;
+  std::unique_ptr<Reservation> reservation_;
+
+  mutable std::mutex mutex_;  // guards slots_, counters, capture_depth_; leaf with respect to
+                              // the driver (never held across a driver call)
+  std::condition_variable changed_;
+  std::vector<Slot> slots_;
+  std::uint64_t tick_ = 0;
+  int capture_depth_ = 0;
+  bool stopping_ = false;
+  ArenaStats counters_;
+
+  Governor::Registration reclaimer_;
+  std::thread worker_;
+};
+
+}  // namespace kvvm

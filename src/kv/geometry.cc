@@ -1,0 +1,265 @@
+// Model geometry: the per-token shape of a model's KV cache, built in or read from a Hugging
+// Face config.json.
+//
+// Why config.json is read field by field with its own error for each: the file comes from a
+// user's disk and the first thing they need to know when it does not fit is which field was
+// missing or odd, and where. Multimodal configs keep the language model's fields under
+// "text_config"; those are read when the top level has no layer count.
+#include "kvvm/geometry.h"
+
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace kvvm {
+namespace {
+
+struct BuiltinModel {
+  const char* name;
+  std::uint32_t layers;
+  std::uint32_t kv_heads;
+  std::uint32_t head_dim;
+};
+
+// The models the issues name, with the numbers from their published config.json files.
+constexpr std::array<BuiltinModel, 5> kBuiltinModels = {{
+    {"qwen2.5-0.5b", 24, 2, 64},
+    {"llama-3-8b", 32, 8, 128},
+    {"qwen2.5-7b", 28, 4, 128},
+    {"qwen2.5-14b", 48, 8, 128},
+    {"llama-3-70b", 80, 8, 128},
+}};
+
+std::string lower(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string joined_builtin_names() {
+  std::string names;
+  for (const BuiltinModel& model : kBuiltinModels) {
+    if (!names.empty()) names += ", ";
+    names += model.name;
+  }
+  return names;
+}
+
+// Reads a config.json field that must be a whole number in [1, 2^32). Absent (or null, as
+// some configs write "head_dim": null) is std::nullopt; present but malformed is an error
+// naming the field, its value and the file.
+Result<std::optional<std::uint32_t>> positive_field(const nlohmann::json& config, const char* field,
+                                                    const std::string& where) {
+  const auto found = config.find(field);
+  if (found == config.end() || found->is_null()) return std::optional<std::uint32_t>();
+  const std::string bad = where + ": field '" + field + "' is " + found->dump();
+  if (!found->is_number_integer()) {
+    return Status::InvalidArgument(bad + ", expected a whole number >= 1");
+  }
+  if (found->is_number_unsigned()) {
+    const auto value = found->get<std::uint64_t>();
+    if (value >= 1 && value <= std::numeric_limits<std::uint32_t>::max()) {
+      return std::optional<std::uint32_t>(static_cast<std::uint32_t>(value));
+    }
+  }
+  return Status::InvalidArgument(bad + ", expected a whole number in [1, 4294967295]");
+}
+
+}  // namespace
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::kFp16:
+      return "fp16";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kFp8:
+      return "fp8";
+    case DType::kFp32:
+      return "fp32";
+  }
+  return "unknown";
+}
+
+std::uint32_t element_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kFp16:
+    case DType::kBf16:
+      return 2;
+    case DType::kFp8:
+      return 1;
+    case DType::kFp32:
+      return 4;
+  }
+  return 0;  // not a DType: plan_layout refuses the zero
+}
+
+Result<DType> parse_dtype(std::string_view text) {
+  std::string name = lower(text);
+  // torch spells its dtypes "torch.float16" in some older config.json files.
+  if (name.starts_with("torch.")) name.erase(0, 6);
+  static constexpr std::pair<const char*, DType> kNames[] = {
+      {"fp16", DType::kFp16},  {"float16", DType::kFp16},      {"half", DType::kFp16},
+      {"bf16", DType::kBf16},  {"bfloat16", DType::kBf16},     {"fp8", DType::kFp8},
+      {"float8", DType::kFp8}, {"float8_e4m3fn", DType::kFp8}, {"float8_e5m2", DType::kFp8},
+      {"fp32", DType::kFp32},  {"float32", DType::kFp32},      {"float", DType::kFp32},
+  };
+  for (const auto& [known, dtype] : kNames) {
+    if (name == known) return dtype;
+  }
+  return Status::InvalidArgument("unknown dtype '" + std::string(text) +
+                                 "'; known: fp16 (float16, half), bf16 (bfloat16), fp8 "
+                                 "(float8, float8_e4m3fn, float8_e5m2), fp32 (float32, float)");
+}
+
+std::uint64_t Geometry::bytes_per_token() const {
+  return std::uint64_t{layers} * 2 * kv_heads * head_dim * element_bytes();
+}
+
+std::vector<std::string> builtin_geometry_names() {
+  std::vector<std::string> names;
+  for (const BuiltinModel& model : kBuiltinModels) names.emplace_back(model.name);
+  return names;
+}
+
+Result<Geometry> builtin_geometry(std::string_view name, DType dtype) {
+  const std::string wanted = lower(name);
+  for (const BuiltinModel& model : kBuiltinModels) {
+    if (wanted != model.name) continue;
+    Geometry geometry;
+    geometry.name = model.name;
+    geometry.layers = model.layers;
+    geometry.kv_heads = model.kv_heads;
+    geometry.head_dim = model.head_dim;
+    geometry.dtype = dtype;
+    return geometry;
+  }
+  return Status::InvalidArgument("unknown model '" + std::string(name) +
+                                 "'; known: " + joined_builtin_names() +
+                                 ", or a path to a Hugging Face config.json");
+}
+
+Result<Geometry> geometry_from_config_json(const std::string& path, std::optional<DType> dtype) {
+  const std::string where = "config.json '" + path + "'";
+  std::ifstream file(path);
+  if (!file) {
+    return Status::InvalidArgument("cannot open " + where + ": " + std::strerror(errno));
+  }
+  const nlohmann::json parsed = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return Status::InvalidArgument(where + " is not valid JSON");
+  if (!parsed.is_object()) return Status::InvalidArgument(where + " is not a JSON object");
+
+  // Vision-language configs nest the language model's numbers; its KV cache is the one sized.
+  const nlohmann::json* config = &parsed;
+  std::string fields_where = where;
+  const auto text_config = parsed.find("text_config");
+  if (!parsed.contains("num_hidden_layers") && text_config != parsed.end() &&
+      text_config->is_object()) {
+    config = &*text_config;
+    fields_where += " (under 'text_config')";
+  }
+
+  // A malformed field is reported at once; missing ones are collected so that one run names
+  // every field the file lacks.
+  const auto read = [&](const char* field) { return positive_field(*config, field, fields_where); };
+  Result<std::optional<std::uint32_t>> layers = read("num_hidden_layers");
+  if (!layers.ok()) return layers.status();
+  Result<std::optional<std::uint32_t>> kv_heads = read("num_key_value_heads");
+  if (!kv_heads.ok()) return kv_heads.status();
+  Result<std::optional<std::uint32_t>> attention_heads = read("num_attention_heads");
+  if (!attention_heads.ok()) return attention_heads.status();
+  Result<std::optional<std::uint32_t>> head_dim = read("head_dim");
+  if (!head_dim.ok()) return head_dim.status();
+  Result<std::optional<std::uint32_t>> hidden_size = read("hidden_size");
+  if (!hidden_size.ok()) return hidden_size.status();
+
+  std::vector<std::string> missing;
+  Geometry geometry;
+  geometry.name = path;
+  if (layers->has_value()) {
+    geometry.layers = **layers;
+  } else {
+    missing.push_back("'num_hidden_layers' (the number of layers)");
+  }
+  // Without grouped-query attention every attention head has its own K and V.
+  if (kv_heads->has_value()) {
+    geometry.kv_heads = **kv_heads;
+  } else if (attention_heads->has_value()) {
+    geometry.kv_heads = **attention_heads;
+  } else {
+    missing.push_back(
+        "'num_key_value_heads' (the number of KV heads; 'num_attention_heads' stands in when "
+        "it is absent, and is missing too)");
+  }
+  if (head_dim->has_value()) {
+    geometry.head_dim = **head_dim;
+  } else if (!hidden_size->has_value() || !attention_heads->has_value()) {
+    missing.push_back(std::string("'head_dim' (the size of one head; 'hidden_size' / "
+                                  "'num_attention_heads' stands in when it is absent, and ") +
+                      (hidden_size->has_value() ? "'num_attention_heads'" : "'hidden_size'") +
+                      " is missing)");
+  } else if (**hidden_size % **attention_heads != 0) {
+    return Status::InvalidArgument(
+        fields_where + ": no 'head_dim', and 'hidden_size' " + std::to_string(**hidden_size) +
+        " is not a multiple of 'num_attention_heads' " + std::to_string(**attention_heads));
+  } else {
+    geometry.head_dim = **hidden_size / **attention_heads;
+  }
+
+  if (dtype) {
+    geometry.dtype = *dtype;
+  } else {
+    // Newer transformers releases write "dtype" where older ones wrote "torch_dtype"; a
+    // vision-language config may keep it at the top level rather than in text_config.
+    const char* field = "torch_dtype";
+    const nlohmann::json* found = nullptr;
+    for (const nlohmann::json* scope : {config, &parsed}) {
+      for (const char* name : {"torch_dtype", "dtype"}) {
+        const auto candidate = scope->find(name);
+        if (found == nullptr && candidate != scope->end() && !candidate->is_null()) {
+          field = name;
+          found = &*candidate;
+        }
+      }
+    }
+    if (found == nullptr) {
+      missing.push_back("'torch_dtype' (the element type; --dtype gives one instead)");
+    } else if (!found->is_string()) {
+      return Status::InvalidArgument(where + ": field '" + field + "' is " + found->dump() +
+                                     ", expected a string such as \"bfloat16\"");
+    } else {
+      Result<DType> parsed_dtype = parse_dtype(found->get<std::string>());
+      if (!parsed_dtype.ok()) {
+        return parsed_dtype.status().with_context(where + ": field '" + field + "'");
+      }
+      geometry.dtype = *parsed_dtype;
+    }
+  }
+  if (!missing.empty()) {
+    std::string message = fields_where + ": missing field" + (missing.size() > 1 ? "s " : " ");
+    for (std::size_t i = 0; i < missing.size(); ++i) message += (i > 0 ? ", " : "") + missing[i];
+    return Status::InvalidArgument(message);
+  }
+  return geometry;
+}
+
+Result<Geometry> resolve_geometry(std::string_view model, std::optional<DType> dtype) {
+  const bool is_path = model.find('/') != std::string_view::npos || model.ends_with(".json");
+  if (!is_path) return builtin_geometry(model, dtype.value_or(DType::kFp16));
+  std::string path(model);
+  // A model directory as downloaded from the Hub holds its config.json.
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) path += "/config.json";
+  return geometry_from_config_json(path, dtype);
+}
+
+}  // namespace kvvm

@@ -1,0 +1,383 @@
+// Arena behaviour on every backend: growth without moving or copying, reuse of a finished
+// slot without a driver call, reclamation before refusal, commit-ahead, the capture guard and
+// refusal of bad input.
+#include "kvvm/arena.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "kvvm/fault_driver.h"
+#include "support/backends.h"
+#include "support/invariants.h"
+#include "support/pattern.h"
+
+namespace kvvm {
+namespace {
+
+// A small geometry whose token is 1 KiB (2 layers, 2 KV heads, head dim 64, fp16), so
+// windows hold G / 1 KiB tokens in token-major and fragments are many in head-major.
+Geometry small_geometry() { return Geometry{"test-small", 2, 2, 64, DType::kFp16}; }
+
+template <typename Backend>
+class ArenaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KVVM_MAKE_DRIVER_OR_SKIP(Backend, real_);
+    fault_ = std::make_unique<FaultDriver>(*real_);
+    g_ = real_->granule();
+    make_budget(4096, 64);
+  }
+  // A fresh governor with a tier of `granules` and a pool keeping up to `pooled` granules.
+  void make_budget(std::size_t granules, std::size_t pooled) {
+    arena_.reset();
+    pool_.reset();
+    governor_ = std::make_unique<Governor>();
+    tier_ = governor_->add_tier("arena", granules * g_);
+    pool_ = std::make_unique<HandlePool>(*fault_, PoolOptions{.max_pooled_bytes = pooled * g_},
+                                         governor_.get(), tier_);
+  }
+  void TearDown() override {
+    arena_.reset();
+    pool_.reset();
+  }
+
+  // Tokens that fill `windows` windows of one fragment in this layout.
+  std::uint64_t tokens_for_windows(const LayoutPlan& plan, std::uint64_t windows) const {
+    return windows * g_ / plan.contiguous_bytes_per_token;
+  }
+
+  Arena& make_arena(Layout layout, std::uint32_t slots, std::uint64_t context_windows,
+                    std::uint32_t ahead = 0) {
+    const Geometry geometry = small_geometry();
+    const std::uint64_t contiguous =
+        layout == Layout::kTokenMajor ? geometry.bytes_per_token()
+        : layout == Layout::kSeqMajor
+            ? geometry.bytes_per_token() / (2 * geometry.layers)
+            : geometry.bytes_per_token() / (2 * geometry.layers * geometry.kv_heads);
+    auto plan = plan_layout(geometry, layout, g_, context_windows * g_ / contiguous);
+    EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    auto arena = Arena::create(
+        *pool_, *governor_, ArenaOptions{*plan, slots, tier_, ahead, std::chrono::milliseconds(0)});
+    EXPECT_TRUE(arena.ok()) << arena.status().to_string();
+    arena_ = std::move(arena).value();
+    return *arena_;
+  }
+
+  testing::World world() const {
+    testing::World w{fault_.get(), real_.get(), pool_.get(), governor_.get(), tier_, {}};
+    if (arena_) w.reservations.push_back(&arena_->reservation());
+    return w;
+  }
+
+  // Writes a token- and position-dependent pattern for every (layer, kv, head) of the tokens
+  // [from, to) through the KvView, and checks it reads back.
+  // The tokens of [from, to) worth writing: the first and last two of every window of the
+  // token-major layout, and every 61st (checking all of them at a 2 MiB granule is slow).
+  std::vector<std::uint64_t> sample(const Arena& arena, std::uint64_t from, std::uint64_t to) {
+    const std::uint64_t per_window =
+        std::max<std::uint64_t>(1, g_ / arena.plan().geometry.bytes_per_token());
+    std::vector<std::uint64_t> tokens;
+    for (std::uint64_t t = from; t < to; ++t) {
+      const std::uint64_t in_window = t % per_window;
+      if (in_window < 2 || in_window + 2 >= per_window || t % 61 == 0) tokens.push_back(t);
+    }
+    return tokens;
+  }
+
+  void write_tokens(const Arena& arena, SlotId slot, std::uint64_t from, std::uint64_t to,
+                    std::uint64_t seed) {
+    const KvView view = arena.view();
+    const Geometry& geometry = arena.plan().geometry;
+    const std::size_t bytes = geometry.head_dim * geometry.element_bytes();
+    for (std::uint64_t t : sample(arena, from, to)) {
+      for (std::uint32_t l = 0; l < geometry.layers; ++l) {
+        for (std::uint32_t kv = 0; kv < 2; ++kv) {
+          for (std::uint32_t h = 0; h < geometry.kv_heads; ++h) {
+            const auto data = testing::pattern(bytes, seed ^ (t << 20) ^ (l << 12) ^ (kv << 8) ^ h);
+            Status written = fault_->write(view.address(slot, l, kv, h, t), data.data(), bytes);
+            ASSERT_TRUE(written.ok()) << written.to_string();
+          }
+        }
+      }
+    }
+  }
+  void expect_tokens(const Arena& arena, SlotId slot, std::uint64_t from, std::uint64_t to,
+                     std::uint64_t seed) {
+    const KvView view = arena.view();
+    const Geometry& geometry = arena.plan().geometry;
+    const std::size_t bytes = geometry.head_dim * geometry.element_bytes();
+    std::vector<std::uint8_t> seen(bytes);
+    for (std::uint64_t t : sample(arena, from, to)) {
+      for (std::uint32_t l = 0; l < geometry.layers; ++l) {
+        for (std::uint32_t kv = 0; kv < 2; ++kv) {
+          for (std::uint32_t h = 0; h < geometry.kv_heads; ++h) {
+            const auto data = testing::pattern(bytes, seed ^ (t << 20) ^ (l << 12) ^ (kv << 8) ^ h);
+            ASSERT_TRUE(fault_->read(seen.data(), view.address(slot, l, kv, h, t), bytes).ok());
+            ASSERT_EQ(seen, data) << "token " << t << " layer " << l << " kv " << kv << " head "
+                                  << h;
+          }
+        }
+      }
+    }
+  }
+
+  std::unique_ptr<Driver> real_;
+  std::unique_ptr<FaultDriver> fault_;
+  std::size_t g_ = 0;
+  std::unique_ptr<Governor> governor_;
+  TierId tier_ = 0;
+  std::unique_ptr<HandlePool> pool_;
+  std::unique_ptr<Arena> arena_;
+};
+TYPED_TEST_SUITE(ArenaTest, testing::AllBackends, testing::BackendNames);
+
+TYPED_TEST(ArenaTest, GrowsAcrossWindowsWithoutMovingOrCopyingInEveryLayout) {
+  for (Layout layout : all_layouts()) {
+    SCOPED_TRACE(std::string(to_string(layout)));
+    Arena& arena = this->make_arena(layout, 2, 8);
+    const LayoutPlan& plan = arena.plan();
+    auto slot = arena.admit(1);
+    ASSERT_TRUE(slot.ok()) << slot.status().to_string();
+    const Address base = arena.slot_base(*slot);
+    const std::uint64_t seed = testing::fresh_seed();
+    const std::uint64_t per_window = this->tokens_for_windows(plan, 1);
+    const auto before = this->fault_->counts();
+    std::uint64_t written = 0;
+    // Grow across five windows in uneven steps, writing each new token.
+    for (std::uint64_t tokens : {std::uint64_t{1}, per_window - 1, per_window, per_window + 1,
+                                 3 * per_window + 2, 5 * per_window}) {
+      ASSERT_TRUE(arena.ensure(*slot, tokens).ok());
+      this->write_tokens(arena, *slot, written, tokens, seed);
+      written = tokens;
+      ASSERT_EQ(arena.slot_base(*slot), base);
+    }
+    const auto after = this->fault_->counts();
+    EXPECT_EQ(after.of(DriverOp::kUnmap), before.of(DriverOp::kUnmap)) << "growth unmaps nothing";
+    EXPECT_EQ(after.of(DriverOp::kRelease), before.of(DriverOp::kRelease));
+    EXPECT_EQ(after.of(DriverOp::kReserve), before.of(DriverOp::kReserve));
+    EXPECT_EQ(after.of(DriverOp::kMap) - before.of(DriverOp::kMap), 4 * plan.fragments)
+        << "windows 2..5 of every fragment, one handle each";
+    this->expect_tokens(arena, *slot, 0, written, seed);
+    const ArenaStats stats = arena.stats();
+    EXPECT_EQ(stats.committed_bytes, plan.commit_floor(written));
+    EXPECT_EQ(stats.live_bytes, written * plan.bytes_per_token);
+    EXPECT_EQ(arena.reservation().mapped_bytes(), plan.commit_floor(written));
+    EXPECT_EQ(testing::check_invariants(this->world()), "");
+    this->arena_.reset();
+    EXPECT_EQ(testing::check_invariants(this->world()), "");
+  }
+}
+
+TYPED_TEST(ArenaTest, ASecondRequestOfTheSameSizeReusesTheFinishedSlotWithNoDriverCall) {
+  Arena& arena = this->make_arena(Layout::kTokenMajor, 4, 8);
+  const std::uint64_t tokens = this->tokens_for_windows(arena.plan(), 3);
+  auto first = arena.admit(tokens);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(arena.finish(*first).ok());
+  const auto before = this->fault_->counts();
+  auto second = arena.admit(tokens);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_EQ(*second, *first) << "the finished slot fits best";
+  EXPECT_EQ(this->fault_->counts().total(), before.total()) << "zero driver calls";
+  EXPECT_EQ(arena.stats().reused_admissions, 1u);
+  // A smaller request also prefers the mapped slot over a free one.
+  ASSERT_TRUE(arena.finish(*second).ok());
+  auto third = arena.admit(1);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(*third, *first);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
+TYPED_TEST(ArenaTest, ReclaimsFinishedWindowsBeforeRefusingAndRefusesWithNumbers) {
+  // A tier of 8 windows: two finished sequences of 3 windows, then a request for 5.
+  this->make_budget(8, 0);
+  Arena& arena = this->make_arena(Layout::kTokenMajor, 4, 8);
+  const LayoutPlan& plan = arena.plan();
+  auto a = arena.admit(this->tokens_for_windows(plan, 3));
+  auto b = arena.admit(this->tokens_for_windows(plan, 3));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(arena.finish(*a).ok());
+  ASSERT_TRUE(arena.finish(*b).ok());
+  EXPECT_EQ(this->governor_->stats(this->tier_).used, 6 * this->g_);
+  auto c = arena.admit(this->tokens_for_windows(plan, 5) + 1);  // 6 windows
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_GE(arena.stats().reclaimed_bytes, 3 * this->g_);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+  // Nothing left to reclaim: 6 of 8 in use by an active sequence.
+  auto d = arena.admit(this->tokens_for_windows(plan, 3));
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kResourceExhausted) << d.status().to_string();
+  ASSERT_TRUE(d.status().exhaustion().has_value());
+  EXPECT_EQ(d.status().exhaustion()->limit, 8 * this->g_);
+  EXPECT_EQ(d.status().exhaustion()->requested, 3 * this->g_);
+  EXPECT_EQ(arena.stats().refusals, 1u);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
+TYPED_TEST(ArenaTest, CommitAheadKeepsTheLeadSoEnsureFindsWindowsMapped) {
+  Arena& arena = this->make_arena(Layout::kTokenMajor, 2, 16, /*ahead=*/2);
+  const std::uint64_t per_window = this->tokens_for_windows(arena.plan(), 1);
+  auto slot = arena.admit(1);
+  ASSERT_TRUE(slot.ok());
+  arena.wait_until_idle();
+  EXPECT_EQ(arena.stats().committed_bytes, 3 * this->g_) << "1 live window + 2 ahead";
+  const auto committing = arena.stats().ensures_committing;
+  for (std::uint64_t tokens = 2; tokens <= 6 * per_window; tokens += per_window / 2 + 1) {
+    arena.wait_until_idle();
+    ASSERT_TRUE(arena.ensure(*slot, tokens).ok());
+  }
+  EXPECT_EQ(arena.stats().ensures_committing, committing) << "the worker was always ahead";
+  EXPECT_GT(arena.stats().ahead_commits, 0u);
+  arena.wait_until_idle();
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
+TYPED_TEST(ArenaTest, EnsureAndTheWorkerRunConcurrently) {
+  Arena& arena = this->make_arena(Layout::kSeqMajor, 4, 16, /*ahead=*/1);
+  const std::uint64_t max = arena.plan().max_context;
+  std::vector<SlotId> slots;
+  for (int i = 0; i < 4; ++i) slots.push_back(*arena.admit(1));
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (SlotId slot : slots) {
+    threads.emplace_back([&, slot] {
+      for (std::uint64_t t = 1; t <= max; t += 7) {
+        if (!arena.ensure(slot, t).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  arena.wait_until_idle();
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
+TYPED_TEST(ArenaTest, TheCaptureGuardRefusesMappingAndPausesTheWorker) {
+  Arena& arena = this->make_arena(Layout::kTokenMajor, 2, 16, /*ahead=*/1);
+  const std::uint64_t per_window = this->tokens_for_windows(arena.plan(), 1);
+  auto slot = arena.admit(1);
+  ASSERT_TRUE(slot.ok());
+  arena.wait_until_idle();
+  const auto calls = this->fault_->counts().total();
+  {
+    auto guard = arena.begin_capture();
+    // Within the mapped windows: fine (no driver call).
+    EXPECT_TRUE(arena.ensure(*slot, per_window + 1).ok());
+    Status refused = arena.ensure(*slot, 5 * per_window);
+    EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.to_string();
+    EXPECT_NE(refused.message().find("during graph capture"), std::string::npos);
+    EXPECT_EQ(arena.admit(1).status().code(), StatusCode::kUnavailable);
+    EXPECT_EQ(arena.finish(*slot).code(), StatusCode::kUnavailable);
+    EXPECT_EQ(arena.reclaim(UINT64_MAX), 0u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // give the worker a chance
+    EXPECT_EQ(this->fault_->counts().total(), calls) << "no driver call during capture";
+  }
+  arena.wait_until_idle();
+  EXPECT_EQ(arena.stats().committed_bytes, 3 * this->g_) << "the worker resumed after capture";
+  EXPECT_TRUE(arena.ensure(*slot, 3 * per_window).ok());
+}
+
+TYPED_TEST(ArenaTest, FinishedWindowsAreUnmappedOnlyByReclaim) {
+  Arena& arena = this->make_arena(Layout::kHeadMajor, 2, 4);
+  auto slot = arena.admit(this->tokens_for_windows(arena.plan(), 2));
+  ASSERT_TRUE(slot.ok());
+  const auto unmaps = this->fault_->counts().of(DriverOp::kUnmap);
+  ASSERT_TRUE(arena.finish(*slot).ok());
+  EXPECT_EQ(this->fault_->counts().of(DriverOp::kUnmap), unmaps) << "finish keeps windows";
+  EXPECT_EQ(arena.stats().reclaimable_bytes, 2 * arena.plan().fragments * this->g_);
+  arena.reclaim(UINT64_MAX);
+  EXPECT_EQ(arena.stats().committed_bytes, 0u);
+  EXPECT_EQ(arena.reservation().mapped_bytes(), 0u);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
+TYPED_TEST(ArenaTest, BadInputIsRefusedAndChangesNothing) {
+  Arena& arena = this->make_arena(Layout::kTokenMajor, 2, 4);
+  const std::uint64_t max = arena.plan().max_context;
+  EXPECT_EQ(arena.admit(max + 1).status().code(), StatusCode::kInvalidArgument);
+  auto slot = arena.admit(1);
+  ASSERT_TRUE(slot.ok());
+  const auto calls = this->fault_->counts().total();
+  Status beyond = arena.ensure(*slot, max + 1);
+  EXPECT_EQ(beyond.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(beyond.message().find(std::to_string(max)), std::string::npos);
+  EXPECT_EQ(arena.ensure(7, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(arena.ensure(1 - *slot, 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(arena.finish(1 - *slot).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(this->fault_->counts().total(), calls);
+  ASSERT_TRUE(arena.admit(1).ok());
+  EXPECT_EQ(arena.admit(1).status().code(), StatusCode::kUnavailable) << "both slots taken";
+  // Too many slots for the address space: 1,024 slots of 1 TiB.
+  auto wide = plan_layout(small_geometry(), Layout::kTokenMajor, this->g_, 1ull << 30);
+  ASSERT_TRUE(wide.ok());
+  auto huge =
+      Arena::create(*this->pool_, *this->governor_,
+                    ArenaOptions{*wide, 1024, this->tier_, 0, std::chrono::milliseconds(0)});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("too many slots"), std::string::npos)
+      << huge.status().to_string();
+  auto none =
+      Arena::create(*this->pool_, *this->governor_,
+                    ArenaOptions{arena.plan(), 0, this->tier_, 0, std::chrono::milliseconds(0)});
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  auto plan = arena.plan();
+  plan.granule *= 2;
+  auto mismatched =
+      Arena::create(*this->pool_, *this->governor_,
+                    ArenaOptions{plan, 1, this->tier_, 0, std::chrono::milliseconds(0)});
+  EXPECT_EQ(mismatched.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
+// Every driver call of ensure (across several windows and fragments) and of reclaim is made
+// to fail in turn; the arena and the layers below stay consistent after each.
+TYPED_TEST(ArenaTest, FaultSweepOverEnsureAndReclaim) {
+  for (const bool sweep_reclaim : {false, true}) {
+    std::uint64_t positions = 0;
+    for (std::uint64_t k = 1;; ++k) {
+      this->arena_.reset();
+      Arena& arena = this->make_arena(Layout::kSeqMajor, 2, 4);
+      const std::uint64_t per_window = this->tokens_for_windows(arena.plan(), 1);
+      auto slot = arena.admit(1);
+      ASSERT_TRUE(slot.ok());
+      if (sweep_reclaim) {
+        ASSERT_TRUE(arena.ensure(*slot, 3 * per_window).ok());
+        ASSERT_TRUE(arena.finish(*slot).ok());
+      }
+      const ArenaStats before = arena.stats();
+      const std::uint64_t injected = this->fault_->injected();
+      this->fault_->fail_nth_call(k);
+      bool ok = true;
+      if (sweep_reclaim) {
+        arena.reclaim(UINT64_MAX);
+      } else {
+        ok = arena.ensure(*slot, 3 * per_window).ok();
+      }
+      this->fault_->clear();
+      const bool forced = this->fault_->injected() > injected;
+      SCOPED_TRACE((sweep_reclaim ? "reclaim" : "ensure") + std::string(" position ") +
+                   std::to_string(k));
+      EXPECT_EQ(testing::check_invariants(this->world()), "");
+      const ArenaStats after = arena.stats();
+      // The arena's own books agree with the reservation's, whatever happened.
+      if (after.quarantined_slots == 0) {
+        EXPECT_EQ(after.committed_bytes, arena.reservation().mapped_bytes());
+      }
+      if (!sweep_reclaim && !ok && after.quarantined_slots == 0) {
+        EXPECT_EQ(after.committed_bytes, before.committed_bytes) << "rolled back exactly";
+        EXPECT_TRUE(arena.ensure(*slot, 3 * per_window).ok()) << "and can be retried";
+      }
+      if (!forced) break;
+      ++positions;
+    }
+    std::cout << "[ sweep ] arena " << (sweep_reclaim ? "reclaim" : "ensure") << ": forced "
+              << positions << " positions\n";
+    EXPECT_GT(positions, 2u);
+  }
+}
+
+}  // namespace
+}  // namespace kvvm

@@ -1,0 +1,264 @@
+// `kvvm plan`: option parsing, refusals (exit 2 with the reason), the JSON report's numbers
+// and the human form's units and formulas. The arithmetic itself is tested in layout_test.cc;
+// these tests check that the command reports it faithfully.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "info_command.h"
+#include "plan_command.h"
+
+namespace kvvm::cli {
+namespace {
+
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+PlanOptions parse(const std::string& args) {
+  CLI::App app("test", "kvvm");
+  PlanOptions options;
+  add_plan_command(app, options);
+  app.parse("plan " + args, false);
+  return options;
+}
+
+struct PlanRun {
+  int code = -1;
+  std::string out, err;
+};
+
+PlanRun run(const PlanOptions& options) {
+  std::ostringstream out, err;
+  PlanRun result;
+  result.code = run_plan(options, out, err);
+  result.out = out.str();
+  result.err = err.str();
+  return result;
+}
+
+TEST(CliPlanOptions, DefaultsWhenNothingIsGiven) {
+  const PlanOptions options = parse("");
+  EXPECT_EQ(options.model, "llama-3-8b");
+  EXPECT_EQ(options.dtype, "");
+  EXPECT_EQ(options.layout, "all");
+  EXPECT_EQ(options.granule, 2 * kMiB);
+  EXPECT_EQ(options.context, 8192u);
+  EXPECT_EQ(options.prefix, 0u);
+  EXPECT_EQ(options.budget, 40 * kGiB);
+  EXPECT_FALSE(options.concurrency.has_value());
+  EXPECT_FALSE(options.json);
+}
+
+TEST(CliPlanOptions, ParsesEveryOption) {
+  const PlanOptions options = parse(
+      "--model qwen2.5-14b --dtype fp8 --layout seq-major --granule 64K --context 128K "
+      "--prefix 2048 --budget 80G --concurrency 16 --json");
+  EXPECT_EQ(options.model, "qwen2.5-14b");
+  EXPECT_EQ(options.dtype, "fp8");
+  EXPECT_EQ(options.layout, "seq-major");
+  EXPECT_EQ(options.granule, 65536u);
+  EXPECT_EQ(options.context, 131072u);
+  EXPECT_EQ(options.prefix, 2048u);
+  EXPECT_EQ(options.budget, 80 * kGiB);
+  EXPECT_EQ(options.concurrency, 16u);
+  EXPECT_TRUE(options.json);
+}
+
+TEST(CliPlanOptions, MalformedNumbersAreParseErrors) {
+  for (const std::string args :
+       {"--granule 2X", "--granule -2M", "--context -5", "--context 1.5", "--context 8M",
+        "--prefix abc", "--budget -1", "--budget 1.5G", "--concurrency many", "--concurrency -1",
+        "--concurrency 0", "--concurrency 1.5", "--concurrency +3",
+        "--concurrency 99999999999999999999"}) {
+    CLI::App app("test", "kvvm");
+    PlanOptions options;
+    add_plan_command(app, options);
+    EXPECT_THROW(app.parse("plan " + args, false), CLI::ParseError) << args;
+  }
+}
+
+TEST(CliPlanTokens, ParsesWholeNumbersAndK) {
+  EXPECT_EQ(*parse_token_count("0"), 0u);
+  EXPECT_EQ(*parse_token_count("8192"), 8192u);
+  EXPECT_EQ(*parse_token_count("128K"), 131072u);
+  EXPECT_EQ(*parse_token_count("32k"), 32768u);
+  for (const std::string text :
+       {"", "K", "-1", "+1", "1.5", "8M", "1 K", "99999999999999999999", "18014398509481984K"}) {
+    Result<std::uint64_t> parsed = parse_token_count(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_TRUE(contains(parsed.status().message(), "'" + text + "'"));
+  }
+}
+
+TEST(CliPlanRun, RefusalsExitTwoWithTheReason) {
+  struct Case {
+    PlanOptions options;
+    std::vector<std::string> said;
+  };
+  std::vector<Case> cases;
+  const auto with = [&cases](auto change, std::vector<std::string> said) {
+    PlanOptions options;
+    change(options);
+    cases.push_back({options, std::move(said)});
+  };
+  with([](PlanOptions& o) { o.model = "gpt-5"; },
+       {"INVALID_ARGUMENT", "--model", "'gpt-5'", "qwen2.5-0.5b", "llama-3-70b"});
+  with([](PlanOptions& o) { o.granule = 0; }, {"--granule", "got 0"});
+  with([](PlanOptions& o) { o.context = 0; }, {"--context", "got 0"});
+  with([](PlanOptions& o) { o.budget = 0; }, {"--budget", "got 0"});
+  with([](PlanOptions& o) { o.concurrency = 0; }, {"--concurrency", "got 0"});
+  with([](PlanOptions& o) { o.prefix = 8192; }, {"--prefix 8192", "--context 8192"});
+  with([](PlanOptions& o) { o.layout = "paged"; }, {"--layout", "'paged'"});
+  with([](PlanOptions& o) { o.dtype = "int4"; }, {"--dtype", "'int4'"});
+  with([](PlanOptions& o) { o.context = std::uint64_t{1} << 60; }, {"64 bits"});
+  with([](PlanOptions& o) { o.model = "/nonexistent/config.json"; },
+       {"--model", "/nonexistent/config.json"});
+  with(
+      [](PlanOptions& o) {
+        o.context = 16;
+        o.concurrency = ~std::uint64_t{0};
+      },
+      {"--concurrency", "64 bits"});
+  for (const Case& c : cases) {
+    const PlanRun result = run(c.options);
+    EXPECT_EQ(result.code, kExitUsage) << result.err;
+    EXPECT_TRUE(result.out.empty()) << "nothing is reported from a refused request";
+    EXPECT_TRUE(contains(result.err, "kvvm plan: ")) << result.err;
+    for (const std::string& part : c.said) {
+      EXPECT_TRUE(contains(result.err, part)) << part << " not in: " << result.err;
+    }
+  }
+}
+
+TEST(CliPlanRun, JsonReportsEveryFigure) {
+  PlanOptions options;
+  options.model = "qwen2.5-0.5b";
+  options.layout = "head-major";
+  options.json = true;
+  const PlanRun result = run(options);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const nlohmann::ordered_json json = nlohmann::ordered_json::parse(result.out);
+  EXPECT_EQ(json.at("model").at("name"), "qwen2.5-0.5b");
+  EXPECT_EQ(json.at("model").at("dtype"), "fp16");
+  EXPECT_EQ(json.at("model").at("bytes_per_token"), 12288);
+  EXPECT_EQ(json.at("granule_bytes"), 2 * kMiB);
+  EXPECT_EQ(json.at("context_tokens"), 8192);
+  EXPECT_FALSE(json.contains("sequences"));
+  ASSERT_EQ(json.at("layouts").size(), 1u);
+  const nlohmann::ordered_json& head = json.at("layouts").at(0);
+  EXPECT_EQ(head.at("layout"), "head-major");
+  EXPECT_EQ(head.at("fragments"), 96);
+  EXPECT_EQ(head.at("contiguous_bytes_per_token"), 128);
+  EXPECT_EQ(head.at("commit_floor_1_token").at("granules"), 96);
+  EXPECT_EQ(head.at("commit_floor_1_token").at("bytes"), 192 * kMiB);
+  EXPECT_DOUBLE_EQ(head.at("crossover_tokens").get<double>(), 16384.0);
+  EXPECT_EQ(head.at("prefix").at("shareable"), false);
+  EXPECT_EQ(head.at("concurrency").at("without_sharing"), 40 * 1024 / 192);
+  EXPECT_EQ(head.at("view").at("token_stride"), 128);
+  EXPECT_EQ(head.at("view").at("head_stride"), head.at("fragment_stride_bytes"));
+  EXPECT_FALSE(head.contains("memory_for_sequences"));
+}
+
+TEST(CliPlanRun, JsonAllLayoutsWithPrefixAndConcurrency) {
+  PlanOptions options;
+  options.model = "qwen2.5-14b";
+  options.prefix = 2048;
+  options.concurrency = 30;
+  options.json = true;
+  const PlanRun result = run(options);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const nlohmann::ordered_json json = nlohmann::ordered_json::parse(result.out);
+  EXPECT_EQ(json.at("model").at("bytes_per_token"), 196608);
+  EXPECT_EQ(json.at("sequences"), 30);
+  const nlohmann::ordered_json& layouts = json.at("layouts");
+  ASSERT_EQ(layouts.size(), 3u);
+  EXPECT_EQ(layouts[0].at("layout"), "head-major");
+  EXPECT_EQ(layouts[1].at("layout"), "seq-major");
+  EXPECT_EQ(layouts[2].at("layout"), "token-major");
+  EXPECT_EQ(layouts[0].at("prefix").at("shareable"), false);
+  EXPECT_TRUE(contains(layouts[0].at("prefix").at("refusal_reason").get<std::string>(),
+                       "fragment_bytes < granule"));
+  for (int i : {1, 2}) {
+    const nlohmann::ordered_json& layout = layouts[i];
+    EXPECT_EQ(layout.at("prefix").at("shareable"), true);
+    EXPECT_EQ(layout.at("prefix").at("mapping_operations"), 192);
+    EXPECT_EQ(layout.at("prefix").at("refusal_reason"), "");
+    EXPECT_EQ(layout.at("concurrency").at("without_sharing"), 26);
+    EXPECT_EQ(layout.at("concurrency").at("with_sharing"), 35);
+    EXPECT_EQ(layout.at("memory_for_sequences").at("bytes_without_sharing"), 30 * 1536 * kMiB);
+    EXPECT_EQ(layout.at("memory_for_sequences").at("bytes_with_sharing"),
+              384 * kMiB + 30 * 1152 * kMiB);
+  }
+  EXPECT_EQ(layouts[2].at("commit_floor_1_token").at("granules"), 1);
+}
+
+TEST(CliPlanRun, HumanFormStatesUnitsAndFormulas) {
+  PlanOptions options;
+  options.model = "qwen2.5-0.5b";
+  options.layout = "head-major";
+  options.prefix = 32;
+  const PlanRun result = run(options);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  for (const char* expected :
+       {"layout head-major (BNSH", "96 granules = 192 MiB",
+        "fragments x ceil(1 x 128 B / 2 MiB) granules", "16384 tokens", "G / contiguous",
+        "L x 2 x H = 24 x 2 x 2", "refused", "fragment_bytes < granule", "floor(B / per sequence)",
+        "1 + floor((B - per sequence) / private)", "KvView token stride", "128 B",
+        "symbols: L layers"}) {
+    EXPECT_TRUE(contains(result.out, expected)) << expected << "\n" << result.out;
+  }
+}
+
+TEST(CliPlanRun, AllLayoutsIsOneSideBySideTable) {
+  PlanOptions options;
+  options.model = "qwen2.5-14b";
+  options.prefix = 2048;
+  options.concurrency = 30;
+  const PlanRun result = run(options);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const std::string& text = result.out;
+  std::istringstream lines(text);
+  std::string line, header;
+  while (std::getline(lines, line)) {
+    if (line.starts_with("figure")) header = line;
+  }
+  ASSERT_FALSE(header.empty()) << text;
+  EXPECT_LT(header.find("head-major"), header.find("seq-major"));
+  EXPECT_LT(header.find("seq-major"), header.find("token-major"));
+  EXPECT_LT(header.find("token-major"), header.find("formula"));
+  for (const char* expected :
+       {"commit floor, 1 token (granules)", "crossover (tokens)", "mapping operations",
+        "boundary bytes per sharer", "sequences in B, sharing", "memory for 30, sharing",
+        "KvView layer stride (B)", "1152 MiB", "196608",
+        "prefix of 2048 tokens not shareable in the head-major layout"}) {
+    EXPECT_TRUE(contains(text, expected)) << expected << "\n" << text;
+  }
+  EXPECT_FALSE(contains(text, "not shareable in the seq-major")) << text;
+}
+
+TEST(CliPlanRun, ReadsAConfigJsonWithADtypeOverride) {
+  PlanOptions options;
+  options.model =
+      (std::filesystem::path(__FILE__).parent_path() / "data" / "config_qwen2.5-0.5b.json")
+          .string();
+  options.dtype = "fp8";
+  options.layout = "token-major";
+  options.json = true;
+  const PlanRun result = run(options);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const nlohmann::ordered_json json = nlohmann::ordered_json::parse(result.out);
+  EXPECT_EQ(json.at("model").at("head_dim"), 64);
+  EXPECT_EQ(json.at("model").at("dtype"), "fp8");
+  EXPECT_EQ(json.at("model").at("bytes_per_token"), 6144);
+}
+
+}  // namespace
+}  // namespace kvvm::cli

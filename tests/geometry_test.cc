@@ -1,0 +1,304 @@
+// Geometry: the built-in models, dtypes, and reading Hugging Face config.json files, with an
+// error that names every missing or malformed field.
+#include "kvvm/geometry.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kvvm {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path data_dir() { return fs::path(__FILE__).parent_path() / "data"; }
+
+// A directory of its own per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("kvvm_geometry_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+
+  std::string write(const std::string& name, const std::string& text) const {
+    const fs::path file = path_ / name;
+    std::ofstream(file) << text;
+    return file.string();
+  }
+
+ private:
+  fs::path path_;
+};
+
+nlohmann::json qwen_config() {
+  std::ifstream file(data_dir() / "config_qwen2.5-0.5b.json");
+  return nlohmann::json::parse(file);
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(Geometry, BuiltinModelsHaveThePublishedShapes) {
+  struct Expected {
+    const char* name;
+    std::uint32_t layers, kv_heads, head_dim;
+    std::uint64_t bytes_per_token;  // L * 2 * H * D * 2 at fp16
+  };
+  const Expected expected[] = {
+      {"qwen2.5-0.5b", 24, 2, 64, 12'288},  {"llama-3-8b", 32, 8, 128, 131'072},
+      {"qwen2.5-7b", 28, 4, 128, 57'344},   {"qwen2.5-14b", 48, 8, 128, 196'608},
+      {"llama-3-70b", 80, 8, 128, 327'680},
+  };
+  std::vector<std::string> names;
+  for (const Expected& model : expected) {
+    names.emplace_back(model.name);
+    Result<Geometry> geometry = builtin_geometry(model.name);
+    ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+    EXPECT_EQ(geometry->name, model.name);
+    EXPECT_EQ(geometry->layers, model.layers) << model.name;
+    EXPECT_EQ(geometry->kv_heads, model.kv_heads) << model.name;
+    EXPECT_EQ(geometry->head_dim, model.head_dim) << model.name;
+    EXPECT_EQ(geometry->dtype, DType::kFp16) << "fp16 unless told otherwise";
+    EXPECT_EQ(geometry->element_bytes(), 2u);
+    EXPECT_EQ(geometry->bytes_per_token(), model.bytes_per_token) << model.name;
+  }
+  EXPECT_EQ(builtin_geometry_names(), names);
+}
+
+TEST(Geometry, ReferenceWorkedNumberQwen14bIs196608BytesPerToken) {
+  Result<Geometry> geometry = builtin_geometry("qwen2.5-14b");
+  ASSERT_TRUE(geometry.ok());
+  EXPECT_EQ(geometry->bytes_per_token(), 196'608u);
+}
+
+TEST(Geometry, DtypeScalesBytesPerToken) {
+  const std::uint64_t fp16 = builtin_geometry("llama-3-8b", DType::kFp16)->bytes_per_token();
+  EXPECT_EQ(builtin_geometry("llama-3-8b", DType::kBf16)->bytes_per_token(), fp16);
+  EXPECT_EQ(builtin_geometry("llama-3-8b", DType::kFp8)->bytes_per_token(), fp16 / 2);
+  EXPECT_EQ(builtin_geometry("llama-3-8b", DType::kFp32)->bytes_per_token(), fp16 * 2);
+}
+
+TEST(Geometry, BuiltinNamesIgnoreCase) {
+  Result<Geometry> geometry = builtin_geometry("Qwen2.5-14B");
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+  EXPECT_EQ(geometry->name, "qwen2.5-14b");
+}
+
+TEST(Geometry, UnknownModelListsTheKnownNames) {
+  Result<Geometry> geometry = builtin_geometry("gpt-5");
+  ASSERT_FALSE(geometry.ok());
+  EXPECT_EQ(geometry.status().code(), StatusCode::kInvalidArgument);
+  const std::string message = geometry.status().message();
+  EXPECT_TRUE(contains(message, "'gpt-5'")) << message;
+  for (const std::string& name : builtin_geometry_names()) {
+    EXPECT_TRUE(contains(message, name)) << name << " missing from: " << message;
+  }
+  EXPECT_TRUE(contains(message, "config.json")) << message;
+}
+
+TEST(Geometry, DtypeNamesParseAndRoundTrip) {
+  const std::vector<std::pair<std::string, DType>> cases = {
+      {"fp16", DType::kFp16},           {"float16", DType::kFp16},  {"half", DType::kFp16},
+      {"bf16", DType::kBf16},           {"bfloat16", DType::kBf16}, {"BF16", DType::kBf16},
+      {"torch.bfloat16", DType::kBf16}, {"fp8", DType::kFp8},       {"float8", DType::kFp8},
+      {"float8_e4m3fn", DType::kFp8},   {"fp32", DType::kFp32},     {"float32", DType::kFp32},
+      {"float", DType::kFp32},
+  };
+  for (const auto& [text, dtype] : cases) {
+    Result<DType> parsed = parse_dtype(text);
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status().to_string();
+    EXPECT_EQ(*parsed, dtype) << text;
+  }
+  for (DType dtype : {DType::kFp16, DType::kBf16, DType::kFp8, DType::kFp32}) {
+    EXPECT_EQ(*parse_dtype(to_string(dtype)), dtype);
+  }
+  EXPECT_EQ(element_bytes(DType::kFp8), 1u);
+  EXPECT_EQ(element_bytes(DType::kFp32), 4u);
+}
+
+TEST(Geometry, UnknownDtypeIsRefusedWithTheKnownNames) {
+  for (const std::string text : {"", "int8", "fp64", "float16x"}) {
+    Result<DType> parsed = parse_dtype(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(contains(parsed.status().message(), "'" + text + "'"));
+    EXPECT_TRUE(contains(parsed.status().message(), "bf16")) << parsed.status().message();
+  }
+}
+
+TEST(Geometry, ReadsAQwenConfigDerivingHeadDim) {
+  const std::string path = (data_dir() / "config_qwen2.5-0.5b.json").string();
+  Result<Geometry> geometry = geometry_from_config_json(path);
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+  EXPECT_EQ(geometry->layers, 24u);
+  EXPECT_EQ(geometry->kv_heads, 2u);
+  EXPECT_EQ(geometry->head_dim, 64u) << "hidden_size 896 / num_attention_heads 14";
+  EXPECT_EQ(geometry->dtype, DType::kBf16) << "from torch_dtype";
+  EXPECT_EQ(geometry->bytes_per_token(), builtin_geometry("qwen2.5-0.5b")->bytes_per_token());
+  EXPECT_EQ(geometry->name, path);
+
+  Result<Geometry> overridden = geometry_from_config_json(path, DType::kFp8);
+  ASSERT_TRUE(overridden.ok());
+  EXPECT_EQ(overridden->dtype, DType::kFp8);
+}
+
+TEST(Geometry, ExplicitHeadDimWinsOverHiddenSizeOverHeads) {
+  Result<Geometry> geometry =
+      geometry_from_config_json((data_dir() / "config_explicit_head_dim.json").string());
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+  EXPECT_EQ(geometry->layers, 28u);
+  EXPECT_EQ(geometry->kv_heads, 8u);
+  EXPECT_EQ(geometry->head_dim, 128u) << "not 1024 / 16 = 64";
+  EXPECT_EQ(geometry->dtype, DType::kBf16) << "from 'dtype', the newer spelling";
+}
+
+TEST(Geometry, WithoutKvHeadsEveryAttentionHeadHasItsOwn) {
+  Result<Geometry> geometry =
+      geometry_from_config_json((data_dir() / "config_no_gqa.json").string());
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+  EXPECT_EQ(geometry->kv_heads, 32u);
+  EXPECT_EQ(geometry->head_dim, 128u) << "head_dim null counts as absent: 4096 / 32";
+  EXPECT_EQ(geometry->dtype, DType::kFp16);
+}
+
+TEST(Geometry, VisionLanguageConfigsAreReadFromTextConfig) {
+  Result<Geometry> geometry =
+      geometry_from_config_json((data_dir() / "config_text_config.json").string());
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+  EXPECT_EQ(geometry->layers, 34u);
+  EXPECT_EQ(geometry->kv_heads, 4u);
+  EXPECT_EQ(geometry->head_dim, 256u);
+  EXPECT_EQ(geometry->dtype, DType::kBf16);
+}
+
+TEST(Geometry, EachMissingFieldIsNamed) {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> removed;
+    std::vector<std::string> named;  // in the message
+  };
+  const std::vector<Case> cases = {
+      {{"num_hidden_layers"}, {"'num_hidden_layers'"}},
+      {{"num_key_value_heads", "num_attention_heads"},
+       {"'num_key_value_heads'", "'num_attention_heads'"}},
+      {{"hidden_size"}, {"'head_dim'", "'hidden_size'"}},
+      {{"torch_dtype"}, {"'torch_dtype'", "--dtype"}},
+      // Everything at once: one message names all four.
+      {{"num_hidden_layers", "num_key_value_heads", "num_attention_heads", "torch_dtype"},
+       {"'num_hidden_layers'", "'num_key_value_heads'", "'head_dim'", "'torch_dtype'"}},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    nlohmann::json config = qwen_config();
+    for (const std::string& field : cases[i].removed) config.erase(field);
+    const std::string path = dir.write("config" + std::to_string(i) + ".json", config.dump());
+    Result<Geometry> geometry = geometry_from_config_json(path);
+    ASSERT_FALSE(geometry.ok()) << "case " << i;
+    EXPECT_EQ(geometry.status().code(), StatusCode::kInvalidArgument);
+    const std::string message = geometry.status().message();
+    EXPECT_TRUE(contains(message, path)) << message;
+    EXPECT_TRUE(contains(message, "missing")) << message;
+    for (const std::string& field : cases[i].named) {
+      EXPECT_TRUE(contains(message, field)) << field << " not named in: " << message;
+    }
+  }
+  // Only num_key_value_heads missing is not an error: num_attention_heads stands in.
+  nlohmann::json config = qwen_config();
+  config.erase("num_key_value_heads");
+  Result<Geometry> mha = geometry_from_config_json(dir.write("mha.json", config.dump()));
+  ASSERT_TRUE(mha.ok()) << mha.status().to_string();
+  EXPECT_EQ(mha->kv_heads, 14u);
+  // A missing torch_dtype is fine when the caller gives one.
+  config = qwen_config();
+  config.erase("torch_dtype");
+  EXPECT_TRUE(
+      geometry_from_config_json(dir.write("nodtype.json", config.dump()), DType::kFp16).ok());
+}
+
+TEST(Geometry, MalformedFieldsAreNamedWithTheirValue) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, nlohmann::json>> cases = {
+      {"num_hidden_layers", 0},      {"num_hidden_layers", -24}, {"num_hidden_layers", 2.5},
+      {"num_hidden_layers", "24"},   {"num_key_value_heads", 0}, {"head_dim", -1},
+      {"hidden_size", 5000000000LL}, {"torch_dtype", "int4"},    {"torch_dtype", 16},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& [field, value] = cases[i];
+    nlohmann::json config = qwen_config();
+    config[field] = value;
+    if (field == "hidden_size") config.erase("head_dim");
+    Result<Geometry> geometry =
+        geometry_from_config_json(dir.write("bad" + std::to_string(i) + ".json", config.dump()));
+    ASSERT_FALSE(geometry.ok()) << field << " = " << value.dump();
+    EXPECT_EQ(geometry.status().code(), StatusCode::kInvalidArgument);
+    const std::string message = geometry.status().message();
+    EXPECT_TRUE(contains(message, "'" + field + "'")) << message;
+    const std::string shown = value.is_string() ? value.get<std::string>() : value.dump();
+    EXPECT_TRUE(contains(message, shown)) << message;
+  }
+  nlohmann::json config = qwen_config();
+  config["hidden_size"] = 900;  // not a multiple of 14 heads
+  Result<Geometry> indivisible =
+      geometry_from_config_json(dir.write("indivisible.json", config.dump()));
+  ASSERT_FALSE(indivisible.ok());
+  EXPECT_TRUE(contains(indivisible.status().message(), "900")) << indivisible.status().message();
+}
+
+TEST(Geometry, UnreadableFilesSayWhatAndWhere) {
+  TempDir dir;
+  const std::string absent = (dir.path() / "absent.json").string();
+  Result<Geometry> missing = geometry_from_config_json(absent);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(missing.status().message(), absent)) << missing.status().message();
+
+  Result<Geometry> garbage = geometry_from_config_json(dir.write("garbage.json", "{ not json"));
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_TRUE(contains(garbage.status().message(), "not valid JSON"));
+
+  Result<Geometry> array = geometry_from_config_json(dir.write("array.json", "[1, 2]"));
+  ASSERT_FALSE(array.ok());
+  EXPECT_TRUE(contains(array.status().message(), "not a JSON object"));
+}
+
+TEST(Geometry, ResolveTakesANameAPathOrAModelDirectory) {
+  Result<Geometry> named = resolve_geometry("llama-3-70b", std::nullopt);
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(named->layers, 80u);
+  EXPECT_EQ(resolve_geometry("llama-3-70b", DType::kFp8)->dtype, DType::kFp8);
+
+  const std::string file = (data_dir() / "config_qwen2.5-0.5b.json").string();
+  Result<Geometry> from_file = resolve_geometry(file, std::nullopt);
+  ASSERT_TRUE(from_file.ok()) << from_file.status().to_string();
+  EXPECT_EQ(from_file->head_dim, 64u);
+
+  TempDir dir;
+  std::ifstream source(file);
+  dir.write("config.json", std::string(std::istreambuf_iterator<char>(source), {}));
+  Result<Geometry> from_dir = resolve_geometry(dir.path().string(), std::nullopt);
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status().to_string();
+  EXPECT_EQ(from_dir->layers, 24u);
+
+  Result<Geometry> unknown = resolve_geometry("mistral-7b", std::nullopt);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_TRUE(contains(unknown.status().message(), "qwen2.5-14b"));
+}
+
+}  // namespace
+}  // namespace kvvm
