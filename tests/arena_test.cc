@@ -69,6 +69,8 @@ class ArenaTest : public ::testing::Test {
   testing::World world() const {
     testing::World w{fault_.get(), real_.get(), pool_.get(), governor_.get(), tier_, {}};
     if (arena_) w.reservations.push_back(&arena_->reservation());
+    if (arena_ && arena_->dummy_reservation())
+      w.reservations.push_back(arena_->dummy_reservation());
     return w;
   }
 
@@ -377,6 +379,107 @@ TYPED_TEST(ArenaTest, FaultSweepOverEnsureAndReclaim) {
               << positions << " positions\n";
     EXPECT_GT(positions, 2u);
   }
+}
+
+}  // namespace
+}  // namespace kvvm
+
+namespace kvvm {
+namespace {
+
+template <typename Backend>
+class ArenaDummyTest : public ArenaTest<Backend> {
+ protected:
+  Arena& make_padded(std::uint64_t windows) {
+    auto plan = plan_layout(small_geometry(), Layout::kSeqMajor, this->g_,
+                            windows * this->g_ / 256);  // seq-major: H x D x e = 256 B per token
+    EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    ArenaOptions options{*plan, 2, this->tier_, 0, std::chrono::milliseconds(0)};
+    options.padded_tokens = plan->max_context;
+    auto arena = Arena::create(*this->pool_, *this->governor_, options);
+    EXPECT_TRUE(arena.ok()) << arena.status().to_string();
+    this->arena_ = std::move(arena).value();
+    return *this->arena_;
+  }
+  // Every window of every fragment in [from, to) is mapped read-only and reads zeros.
+  void expect_dummy(const Arena& arena, SlotId slot, std::uint64_t from, std::uint64_t to) {
+    const LayoutPlan& plan = arena.plan();
+    std::vector<std::uint8_t> seen(plan.granule, 0xff);
+    const std::vector<std::uint8_t> zeros(plan.granule, 0);
+    for (std::uint64_t f = 0; f < plan.fragments; ++f) {
+      for (std::uint64_t w = from; w < to; ++w) {
+        const std::size_t offset =
+            slot * plan.slot_stride + f * plan.fragment_stride + w * plan.granule;
+        const Block* block = arena.reservation().block_at(offset);
+        ASSERT_NE(block, nullptr) << "fragment " << f << " window " << w << " unmapped";
+        EXPECT_TRUE(block->shared) << "slot " << slot << " fragment " << f << " window " << w;
+        EXPECT_EQ(block->access, Access::kReadOnly);
+        ASSERT_TRUE(
+            this->fault_->read(seen.data(), arena.reservation().base() + offset, seen.size()).ok());
+        ASSERT_EQ(seen, zeros) << "fragment " << f << " window " << w;
+      }
+    }
+  }
+};
+TYPED_TEST_SUITE(ArenaDummyTest, testing::AllBackends, testing::BackendNames);
+
+TYPED_TEST(ArenaDummyTest, PaddedTailReadsZerosIsBilledOnceAndGrowthReplacesIt) {
+  Arena& arena = this->make_padded(6);
+  const LayoutPlan& plan = arena.plan();
+  const std::uint64_t per_window = this->g_ / plan.contiguous_bytes_per_token;
+  auto a = arena.admit(1);
+  auto b = arena.admit(1);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().to_string() << b.status().to_string();
+  this->expect_dummy(arena, *a, 1, 6);
+  this->expect_dummy(arena, *b, 1, 6);
+  // Two slots, each one real window per fragment, plus the dummy granule once.
+  EXPECT_EQ(this->governor_->stats(this->tier_).used, 2 * plan.fragments * this->g_ + this->g_);
+  EXPECT_EQ(arena.stats().dummy_bytes, this->g_);
+  EXPECT_EQ(arena.stats().dummy_windows, 2 * plan.fragments * 5);
+  ASSERT_TRUE(arena.ensure(*a, 3 * per_window).ok());
+  this->expect_dummy(arena, *a, 3, 6);
+  this->write_tokens(arena, *a, 0, 3 * per_window, 7);
+  this->expect_tokens(arena, *a, 0, 3 * per_window, 7);
+  this->expect_dummy(arena, *b, 1, 6);  // the other slot's dummy is untouched by a's writes
+  EXPECT_EQ(this->governor_->stats(this->tier_).used, 4 * plan.fragments * this->g_ + this->g_);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+  // Reclaiming a finished slot and admitting again covers the tail again.
+  ASSERT_TRUE(arena.finish(*a).ok());
+  arena.reclaim(UINT64_MAX);
+  auto c = arena.admit(1);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  this->expect_dummy(arena, *c, 1, 6);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
+TYPED_TEST(ArenaDummyTest, FaultSweepOverDummyReplacementRestoresTheDummy) {
+  std::uint64_t positions = 0;
+  for (std::uint64_t k = 1;; ++k) {
+    this->make_budget(4096, 64);
+    Arena& arena = this->make_padded(6);
+    const std::uint64_t per_window = this->g_ / arena.plan().contiguous_bytes_per_token;
+    auto slot = arena.admit(1);
+    ASSERT_TRUE(slot.ok());
+    const std::uint64_t injected = this->fault_->injected();
+    this->fault_->fail_nth_call(k);
+    const bool ok = arena.ensure(*slot, 4 * per_window).ok();
+    this->fault_->clear();
+    SCOPED_TRACE("position " + std::to_string(k));
+    EXPECT_EQ(testing::check_invariants(this->world()), "");
+    const ArenaStats stats = arena.stats();
+    if (ok) {
+      this->expect_dummy(arena, *slot, 4, 6);
+    } else if (stats.quarantined_slots == 0 && stats.dummy_restore_failures == 0) {
+      this->expect_dummy(arena, *slot, 1, 6);  // the dummy is back where it was
+      EXPECT_TRUE(arena.ensure(*slot, 4 * per_window).ok()) << "and growth can be retried";
+      this->expect_dummy(arena, *slot, 4, 6);
+    }
+    if (this->fault_->injected() == injected) break;
+    ++positions;
+  }
+  std::cout << "[ sweep ] arena ensure over the dummy tail page: forced " << positions
+            << " positions\n";
+  EXPECT_GT(positions, 4u);
 }
 
 }  // namespace

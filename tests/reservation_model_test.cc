@@ -72,6 +72,7 @@ struct OpSpec {
   int kind = 0;
   std::uint32_t a = 0, b = 0, c = 0, d = 0, e = 0;
   std::uint64_t fault_seed = 0;
+  bool operator==(const OpSpec&) const = default;
 };
 
 std::ostream& operator<<(std::ostream& os, const OpSpec& op) {
@@ -101,6 +102,23 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// After a failure rapidcheck shrinks it by re-running the property on shorter sequences; each
+// run costs up to kMaxOps operations, so the search is capped (by a count of runs, not by
+// time): past kShrinkRuns runs a candidate is not tried (it counts as passing), and the
+// shortest failing sequence found so far is reported (rapidcheck runs it once more for its
+// message, which the budget lets through).
+constexpr int kShrinkRuns = 300;
+struct ShrinkBudget {
+  bool failed = false;
+  int runs = 0;
+  std::uint64_t seed = 0;  // the shortest failing run so far
+  std::vector<OpSpec> ops;
+};
+ShrinkBudget& shrink_budget() {
+  static ShrinkBudget budget;
+  return budget;
 }
 
 // What the whole test did, printed once at the end of the run.
@@ -191,6 +209,7 @@ class ModelRun {
   }
 
   void run(const std::vector<OpSpec>& ops) {
+    ops_ = &ops;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       index_ = i;
       arm_faults(ops[i]);
@@ -224,6 +243,10 @@ class ModelRun {
   }
 
   [[noreturn]] void fail(const std::string& why) {
+    ShrinkBudget& budget = shrink_budget();
+    budget.failed = true;
+    budget.seed = seed_;
+    budget.ops = *ops_;
     std::ostringstream text;
     text << "operation #" << index_ << ": " << why << "\nlast operations:\n";
     for (const std::string& line : trace_) text << "  " << line << "\n";
@@ -441,12 +464,28 @@ class ModelRun {
     }
   }
 
+  static std::string show_ranges(const std::vector<Range>& ranges) {
+    std::string text;
+    for (const Range& range : ranges) {
+      text += (text.empty() ? "[" : " [") + std::to_string(range.offset) + ", +" +
+              std::to_string(range.len) + ")";
+    }
+    return text;
+  }
+
+  // One commit() of a range, or (sometimes) one commit_ranges() of two.
   void commit(const OpSpec& op) {
     const std::size_t r = op.a % live_.size();
     ModelReservation& m = live_[r];
     Reservation& reservation = *m.reservation;
-    std::size_t offset = 0;
-    std::size_t len = 0;
+    std::vector<Range> ranges(1);
+    std::size_t& offset = ranges[0].offset;
+    std::size_t& len = ranges[0].len;
+    const auto free_range = [&](std::size_t start, std::size_t most) {
+      auto [first, run] = free_run(m, start % m.granules);
+      return Range{first * g_,
+                   (1 + op.e % std::max<std::size_t>(1, std::min<std::size_t>(run, most))) * g_};
+    };
     switch (op.c % 20) {
       case 0:  // misaligned
         offset = (op.b % m.granules) * g_ + 8 * (1 + op.e % 8);
@@ -469,27 +508,46 @@ class ModelRun {
           break;
         }
         [[fallthrough]];
-      default: {  // a free run (or, when there is none, something that overlaps)
-        auto [first, run] = free_run(m, op.b % m.granules);
-        offset = first * g_;
-        len = (1 + op.e % std::max<std::size_t>(1, std::min<std::size_t>(run, 8))) * g_;
+      case 4:  // two ranges of one transaction that overlap each other
+        ranges[0] = free_range(op.b, 4);
+        ranges.push_back(ranges[0]);
+        break;
+      case 5:
+      case 6:
+      case 7: {  // two free runs in one transaction (often they do not fit: then malformed)
+        ranges[0] = free_range(op.b, 4);
+        const std::size_t after = ranges[0].offset / g_ + ranges[0].len / g_ + (op.e >> 3) % 2;
+        ranges.push_back(free_range(after, 3));
         break;
       }
+      default:  // a free run (or, when there is none, something that overlaps)
+        ranges[0] = free_range(op.b, 8);
+        break;
     }
     std::size_t handle_bytes = (1 + op.d % 3) * g_;
     if (op.d % 16 == 15) handle_bytes = g_ + g_ / 2;  // not a multiple of the granule
-    const bool valid =
-        range_ok(m, offset, len) && free_in_model(m, offset, len) && handle_bytes % g_ == 0;
-    const bool full_grant = (op.e >> 8) % 5 != 0 || len <= g_;
-    const std::string what = "commit r" + std::to_string(r) + " [" + std::to_string(offset) +
-                             ", +" + std::to_string(len) + ") handles " +
+    bool valid = handle_bytes % g_ == 0;
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      const Range& a = ranges[i];
+      valid = valid && range_ok(m, a.offset, a.len) && free_in_model(m, a.offset, a.len);
+      for (std::size_t k = 0; k < i; ++k) {
+        const Range& b = ranges[k];
+        valid = valid && !(a.offset < b.offset + b.len && b.offset < a.offset + a.len);
+      }
+      total += a.len;
+    }
+    const bool full_grant = (op.e >> 8) % 5 != 0 || total <= g_;
+    const std::string what = std::string(ranges.size() > 1 ? "commit_ranges r" : "commit r") +
+                             std::to_string(r) + " " + show_ranges(ranges) + " handles " +
                              std::to_string(handle_bytes) + (full_grant ? "" : " short grant") +
                              (valid ? "" : " (malformed)");
     note(what);
 
     // The grant: the whole range (one granule short, sometimes), or 0 when even that is
     // refused for a malformed call.
-    const std::uint64_t wanted = valid ? (full_grant ? len : len - g_) : std::min(len, 4 * g_);
+    const std::uint64_t wanted =
+        valid ? (full_grant ? total : total - g_) : std::min<std::uint64_t>(total, 4 * g_);
     Result<Grant> grant = governor_.prepare(tier_, wanted);
     if (!grant.ok()) {
       if (grant.status().code() != StatusCode::kResourceExhausted ||
@@ -513,8 +571,10 @@ class ModelRun {
     const Snapshot before = snapshot();
     const std::uint64_t injected = fault_->injected();
     const std::uint64_t residual_before = reservation.residual_bytes();
-    const Status status = reservation.commit(offset, len, &grant.value(),
-                                             CommitOptions{Access::kReadWrite, handle_bytes});
+    const CommitOptions options{Access::kReadWrite, handle_bytes};
+    const Status status = ranges.size() == 1
+                              ? reservation.commit(offset, len, &grant.value(), options)
+                              : reservation.commit_ranges(ranges, &grant.value(), options);
     const bool faulted = fault_->injected() > injected;
     grant = Status::Unavailable("grant dropped");  // settles the grant
     const std::string result = what + ": " + status.to_string();
@@ -528,28 +588,29 @@ class ModelRun {
       return;
     }
     if (status.ok()) {
-      // The complete result: fresh private read-write handles tiling the range.
-      std::size_t at = offset;
-      while (at < offset + len) {
-        const Block* block = reservation.block_at(at);
-        const std::size_t bytes = std::min(handle_bytes, offset + len - at);
-        if (block == nullptr || block->offset != at || block->bytes != bytes ||
-            block->handle_offset != 0 || block->access != Access::kReadWrite || block->shared ||
-            block->poisoned) {
-          fail(result + ": no fresh block of " + std::to_string(bytes) + " bytes at " +
-               std::to_string(at) + (block ? ", found " + show(*block) : ""));
+      // The complete result: fresh private read-write handles tiling every range.
+      for (const Range& range : ranges) {
+        for (std::size_t at = range.offset; at < range.offset + range.len;) {
+          const Block* block = reservation.block_at(at);
+          const std::size_t bytes = std::min(handle_bytes, range.offset + range.len - at);
+          if (block == nullptr || block->offset != at || block->bytes != bytes ||
+              block->handle_offset != 0 || block->access != Access::kReadWrite || block->shared ||
+              block->poisoned) {
+            fail(result + ": no fresh block of " + std::to_string(bytes) + " bytes at " +
+                 std::to_string(at) + (block ? ", found " + show(*block) : ""));
+          }
+          Result<HandleInfo> info = pool_->describe(block->handle);
+          if (!info.ok() || info->state != HandleState::kInUse || info->mappings != 1 ||
+              info->bytes != bytes || quarantined_.count(block->handle) != 0) {
+            fail(result + ": handle of " + show(*block) + " is not a fresh in-use handle");
+          }
+          m.blocks[at] = ModelBlock{bytes, block->handle, 0, Access::kReadWrite, false, false};
+          handle_bytes_[block->handle] = bytes;
+          write_tags(reservation, at, *block);
+          at += bytes;
         }
-        Result<HandleInfo> info = pool_->describe(block->handle);
-        if (!info.ok() || info->state != HandleState::kInUse || info->mappings != 1 ||
-            info->bytes != bytes || quarantined_.count(block->handle) != 0) {
-          fail(result + ": handle of " + show(*block) + " is not a fresh in-use handle");
-        }
-        m.blocks[at] = ModelBlock{bytes, block->handle, 0, Access::kReadWrite, false, false};
-        handle_bytes_[block->handle] = bytes;
-        write_tags(reservation, at, *block);
-        at += bytes;
       }
-      count("commit ok");
+      count(ranges.size() > 1 ? "commit_ranges ok" : "commit ok");
       return;
     }
     if (is_refusal(status)) fail(result + " (a well-formed commit was refused)");
@@ -560,7 +621,7 @@ class ModelRun {
       fail(result + (faulted ? "" : " (no fault was injected)"));
     }
     // Nothing new but poisoned residual, which must be reported.
-    const std::size_t poisoned = learn_residual(m, reservation, offset, len, result);
+    const std::size_t poisoned = learn_residual(m, reservation, ranges, result);
     if ((poisoned > 0) != (status.message().find("poisoned") != std::string::npos) ||
         reservation.residual_bytes() < residual_before) {
       fail(result + ": residual " + std::to_string(poisoned) + " block(s) not reported exactly");
@@ -570,14 +631,18 @@ class ModelRun {
                        : "commit rolled back (driver fault)");
   }
 
-  // Adds the reservation's poisoned blocks inside [offset, offset + len) that the model does
-  // not know yet; any other unknown block there is a failure. Returns how many were added.
+  // Adds the reservation's poisoned blocks inside `ranges` that the model does not know yet;
+  // any other unknown block is a failure. Returns how many were added.
   std::size_t learn_residual(ModelReservation& m, const Reservation& reservation,
-                             std::size_t offset, std::size_t len, const std::string& result) {
+                             const std::vector<Range>& ranges, const std::string& result) {
     std::size_t added = 0;
     for (const Block& block : reservation.blocks()) {
       if (m.blocks.count(block.offset) != 0) continue;
-      if (!block.poisoned || block.offset < offset || block.offset + block.bytes > offset + len) {
+      const bool in_ranges = std::any_of(ranges.begin(), ranges.end(), [&](const Range& range) {
+        return block.offset >= range.offset &&
+               block.offset + block.bytes <= range.offset + range.len;
+      });
+      if (!block.poisoned || !in_ranges) {
         fail(result + ": left an unexpected block " + show(block));
       }
       Result<HandleInfo> info = pool_->describe(block.handle);
@@ -813,7 +878,7 @@ class ModelRun {
       return;
     }
     if (status.code() != StatusCode::kDriverError || !faulted) fail(result);
-    const std::size_t poisoned = learn_residual(m, reservation, offset, range, result);
+    const std::size_t poisoned = learn_residual(m, reservation, {Range{offset, range}}, result);
     if ((poisoned > 0) != (status.message().find("poisoned") != std::string::npos)) {
       fail(result + ": residual not reported exactly");
     }
@@ -824,6 +889,14 @@ class ModelRun {
   // Content.
 
   void write_tags(const Reservation& reservation, std::size_t offset, const Block& block) {
+    // A write into memory that is not read-write faults: check the real mapping first, so a
+    // bookkeeping bug fails the property instead of crashing the test.
+    const Address begin = reservation.base() + offset;
+    for (const kt::MapsLine& line : kt::read_maps(begin, begin + block.bytes)) {
+      if (line.perms != "rw-s") {
+        fail("committed " + show(block) + " is mapped " + line.perms + " " + line.path);
+      }
+    }
     std::vector<std::uint64_t>& tags = tags_[block.handle];
     tags.assign(block.bytes / g_, 0);
     for (std::size_t w = 0; w < tags.size(); ++w) {
@@ -900,6 +973,7 @@ class ModelRun {
   std::set<Handle> quarantined_;
   std::uint64_t next_tag_ = 0;
 
+  const std::vector<OpSpec>* ops_ = nullptr;
   std::size_t index_ = 0;
   std::deque<std::string> trace_;
 };
@@ -908,6 +982,10 @@ RC_GTEST_PROP(ReservationModelTest, RandomOperationsMatchTheModel, ()) {
   const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>();
   const std::vector<OpSpec> ops =
       *rc::gen::resize(kMaxOps, rc::gen::container<std::vector<OpSpec>>(gen_op()));
+  ShrinkBudget& budget = shrink_budget();
+  if (budget.failed && ++budget.runs > kShrinkRuns && !(seed == budget.seed && ops == budget.ops)) {
+    RC_SUCCEED("shrink budget spent");
+  }
   ++totals().runs;
   ModelRun run(seed);
   run.run(ops);

@@ -14,6 +14,12 @@
 // committed beyond each active sequence's live length, so ensure() on the decode path
 // normally finds its windows mapped. Those bytes are budgeted and reclaimable like any other.
 //
+// Dummy tail page (optional): one read-only zero-filled granule, billed once for the whole
+// arena, is mapped over every uncommitted window of an active slot up to `padded_tokens`, so
+// a kernel that reads a padded shape reads zeros instead of faulting. Growth replaces dummy
+// windows with real ones in one transaction: unmap the dummy, map real memory, and on
+// failure map the dummy back.
+//
 // Capture guard: while a CaptureGuard lives (a CUDA graph is being captured), any call that
 // would map or unmap is refused with Unavailable and the worker waits (invariant 7).
 //
@@ -49,6 +55,8 @@ struct ArenaOptions {
   // How long admit() and ensure() may wait for budget (FIFO) before answering
   // ResourceExhausted; 0: never block.
   std::chrono::milliseconds budget_wait{0};
+  // > 0: map the dummy tail page up to this many tokens (<= the plan's max context).
+  std::uint64_t padded_tokens = 0;
 };
 
 using SlotId = std::uint32_t;
@@ -68,6 +76,9 @@ struct ArenaStats {
   std::uint64_t ensures_committing = 0;  // ensure calls that had to map (not found mapped)
   std::uint64_t ahead_commits = 0;       // commits made by the worker
   std::uint64_t reclaimed_bytes = 0;
+  std::uint64_t dummy_windows = 0;           // windows mapped to the dummy tail page, all fragments
+  std::uint64_t dummy_bytes = 0;             // what the dummy page costs: one granule, or 0
+  std::uint64_t dummy_restore_failures = 0;  // windows left unmapped when restoring failed
   // Commit latency histogram: bucket i counts commits that took [2^i, 2^(i+1)) microseconds
   // (bucket 0 includes anything under 2 µs).
   std::vector<std::uint64_t> commit_latency_us_log2;
@@ -126,6 +137,8 @@ class Arena {
   KvView view() const { return options_.plan.view(reservation_->base()); }
   const LayoutPlan& plan() const { return options_.plan; }
   const Reservation& reservation() const { return *reservation_; }
+  // Where the dummy tail page lives (read-only after creation); null without one.
+  const Reservation* dummy_reservation() const { return dummy_home_.get(); }
   ArenaStats stats() const;
   // Waits until the worker has nothing left to do (tests and benchmarks).
   void wait_until_idle();
@@ -135,16 +148,25 @@ class Arena {
   enum class SlotState { kFree, kActive, kFinished, kQuarantined };
   struct Slot {
     SlotState state = SlotState::kFree;
-    std::uint64_t tokens = 0;     // live length
-    std::uint64_t windows = 0;    // committed windows per fragment, from the start
-    bool busy = false;            // a commit or unmap of this slot is in flight
-    std::uint64_t last_used = 0;  // tick of the last admit / ensure / finish
-    Fence fence = 0;              // recorded at finish; 0: none pending
-    bool ahead_stalled = false;   // the worker could not commit ahead; retried on growth
+    std::uint64_t tokens = 0;      // live length
+    std::uint64_t windows = 0;     // committed windows per fragment, from the start
+    bool busy = false;             // a commit or unmap of this slot is in flight
+    std::uint64_t last_used = 0;   // tick of the last admit / ensure / finish
+    Fence fence = 0;               // recorded at finish; 0: none pending
+    bool ahead_stalled = false;    // the worker could not commit ahead; retried on growth
+    std::uint64_t dummy_from = 0;  // windows [dummy_from, dummy_to) of every fragment are
+    std::uint64_t dummy_to = 0;    // mapped to the dummy tail page
   };
 
   Arena(HandlePool& pool, Governor& governor, ArenaOptions options,
-        std::unique_ptr<Reservation> reservation);
+        std::unique_ptr<Reservation> reservation, std::unique_ptr<Reservation> dummy_home);
+  // Maps the dummy over windows [from, to) of every fragment; on failure withdraws what it
+  // mapped. REQUIRES the slot claimed and mutex_ not held.
+  Status map_dummy(SlotId slot, std::uint64_t from, std::uint64_t to);
+  // Maps the dummy over the slot's uncovered windows from `from` up to the padded length and
+  // records the dummy range. REQUIRES the slot claimed and mutex_ not held.
+  Status cover_tail(SlotId slot, std::uint64_t from);
+  std::uint64_t padded_windows() const;
   // Ranges of windows [from, to) of every fragment of the slot.
   std::vector<Range> window_ranges(SlotId slot, std::uint64_t from, std::uint64_t to) const;
   // Commits windows [from, to) of the slot under a fresh grant; REQUIRES the slot is busy
@@ -170,6 +192,8 @@ class Arena {
   Governor& governor_;
   const ArenaOptions options_;
   std::unique_ptr<Reservation> reservation_;
+  std::unique_ptr<Reservation> dummy_home_;  // where the dummy granule is mapped read-write
+  HandleInfo dummy_;                         // handle == kNoHandle: no dummy tail page
 
   mutable std::mutex mutex_;  // guards slots_, counters, capture_depth_; leaf with respect to
                               // the driver (never held across a driver call)

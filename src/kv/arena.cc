@@ -43,6 +43,11 @@ Result<std::unique_ptr<Arena>> Arena::create(HandlePool& pool, Governor& governo
                                    std::to_string(plan.slot_stride) +
                                    " bytes overflow the address space");
   }
+  if (options.padded_tokens > plan.max_context) {
+    return Status::InvalidArgument("padded length " + std::to_string(options.padded_tokens) +
+                                   " tokens is beyond the max context of " +
+                                   std::to_string(plan.max_context));
+  }
   const std::uint64_t bytes = plan.slot_stride * options.max_slots;
   Result<std::unique_ptr<Reservation>> reservation = Reservation::create(pool, bytes);
   if (!reservation.ok()) {
@@ -50,18 +55,40 @@ Result<std::unique_ptr<Arena>> Arena::create(HandlePool& pool, Governor& governo
                                              " slots x " + std::to_string(plan.slot_stride) +
                                              " bytes (too many slots for the address space?)");
   }
-  return std::unique_ptr<Arena>(
-      new Arena(pool, governor, std::move(options), std::move(reservation).value()));
+  std::unique_ptr<Reservation> dummy_home;
+  if (options.padded_tokens > 0) {
+    // The dummy granule: committed once (billed once), zeroed, then made read-only.
+    auto home = Reservation::create(pool, plan.granule);
+    if (!home.ok()) return home.status().with_context("dummy tail page");
+    Result<Grant> grant = governor.prepare(options.tier, plan.granule, options.budget_wait);
+    if (!grant.ok()) return grant.status().with_context("dummy tail page");
+    Status made = (*home)->commit(0, plan.granule, &*grant);
+    grant->commit_charged();
+    const std::vector<std::uint8_t> zeros(plan.granule, 0);
+    if (made.ok()) made = pool.driver().write((*home)->base(), zeros.data(), zeros.size());
+    if (made.ok()) made = (*home)->set_access(0, plan.granule, Access::kReadOnly);
+    if (!made.ok()) return made.with_context("dummy tail page");
+    dummy_home = std::move(home).value();
+  }
+  return std::unique_ptr<Arena>(new Arena(pool, governor, std::move(options),
+                                          std::move(reservation).value(), std::move(dummy_home)));
 }
 
 Arena::Arena(HandlePool& pool, Governor& governor, ArenaOptions options,
-             std::unique_ptr<Reservation> reservation)
+             std::unique_ptr<Reservation> reservation, std::unique_ptr<Reservation> dummy_home)
     : pool_(pool),
       governor_(governor),
       options_(std::move(options)),
       reservation_(std::move(reservation)),
+      dummy_home_(std::move(dummy_home)),
       slots_(options_.max_slots) {
   counters_.commit_latency_us_log2.assign(kLatencyBuckets, 0);
+  if (dummy_home_) {
+    const auto blocks = dummy_home_->blocks();
+    if (!blocks.empty()) {
+      if (auto info = pool_.describe(blocks.front().handle); info.ok()) dummy_ = *info;
+    }
+  }
   reclaimer_ = governor_.add_reclaimer(options_.tier,
                                        [this](std::uint64_t wanted) { return reclaim(wanted); });
   if (options_.commit_ahead_windows > 0) worker_ = std::thread([this] { worker_loop(); });
@@ -84,8 +111,10 @@ Arena::~Arena() {
       slot.fence = 0;
     }
   }
-  // The reservation's destructor synchronizes before unmapping (or leaks deliberately).
+  // The reservation's destructor synchronizes before unmapping (or leaks deliberately); the
+  // dummy granule goes after every slot's mapping of it.
   reservation_.reset();
+  dummy_home_.reset();
 }
 
 std::vector<Range> Arena::window_ranges(SlotId slot, std::uint64_t from, std::uint64_t to) const {
@@ -119,11 +148,88 @@ Status Arena::commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
                                        std::to_string(from) + ", " + std::to_string(to) + ") of " +
                                        std::to_string(plan.fragments) + " fragment(s)");
   }
+  // Dummy windows in the way are unmapped first and mapped back if the commit fails.
+  std::uint64_t dummy_from = 0;
+  std::uint64_t dummy_to = 0;
+  {
+    std::lock_guard lock(mutex_);
+    dummy_from = std::max(from, slots_[slot].dummy_from);
+    dummy_to = std::min(to, slots_[slot].dummy_to);
+  }
+  const bool replaces_dummy = dummy_to > dummy_from;
+  if (replaces_dummy) {
+    Status unmapped = release_windows(slot, dummy_from, dummy_to);
+    if (!unmapped.ok()) {
+      return unmapped.with_context(slot_text(slot) + ": unmapping the dummy tail page");
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   Status committed = reservation_->commit_ranges(window_ranges(slot, from, to), &*grant);
   grant->commit_charged();
-  if (committed.ok()) note_latency(std::chrono::steady_clock::now() - start);
+  if (committed.ok()) {
+    note_latency(std::chrono::steady_clock::now() - start);
+    std::lock_guard lock(mutex_);
+    Slot& s = slots_[slot];
+    s.dummy_from = std::max(s.dummy_from, to);
+    if (s.dummy_from >= s.dummy_to) s.dummy_from = s.dummy_to = 0;
+    return committed;
+  }
+  if (replaces_dummy) {
+    Status restored = map_dummy(slot, dummy_from, dummy_to);
+    if (!restored.ok()) {
+      // The tail below dummy_to is now a hole: say so, and keep the books true.
+      std::lock_guard lock(mutex_);
+      counters_.dummy_restore_failures += plan.fragments * (dummy_to - dummy_from);
+      slots_[slot].dummy_from = dummy_to;
+      return committed.with_context(slot_text(slot) +
+                                    ": and the dummy tail page could not be "
+                                    "mapped back over windows [" +
+                                    std::to_string(dummy_from) + ", " + std::to_string(dummy_to) +
+                                    "), where a padded read would now fault (" +
+                                    restored.to_string() + ")");
+    }
+  }
   return committed;
+}
+
+std::uint64_t Arena::padded_windows() const {
+  return dummy_.handle == kNoHandle ? 0
+                                    : options_.plan.windows_per_fragment(options_.padded_tokens);
+}
+
+Status Arena::map_dummy(SlotId slot, std::uint64_t from, std::uint64_t to) {
+  std::vector<std::size_t> mapped;
+  for (const Range& range : window_ranges(slot, from, to)) {
+    for (std::size_t at = range.offset; at < range.offset + range.len;
+         at += options_.plan.granule) {
+      Status status = reservation_->map_shared(at, dummy_, Access::kReadOnly);
+      if (!status.ok()) {
+        for (std::size_t offset : mapped) {
+          (void)reservation_->release(offset, options_.plan.granule);  // poisons on failure
+        }
+        return status;
+      }
+      mapped.push_back(at);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Arena::cover_tail(SlotId slot, std::uint64_t from) {
+  const std::uint64_t padded = padded_windows();
+  std::uint64_t to = padded;
+  {
+    std::lock_guard lock(mutex_);
+    const Slot& s = slots_[slot];
+    if (s.dummy_to > s.dummy_from) to = std::min(padded, s.dummy_from);
+  }
+  if (from >= to) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(map_dummy(slot, from, to));
+  std::lock_guard lock(mutex_);
+  Slot& s = slots_[slot];
+  if (s.dummy_to <= s.dummy_from) s.dummy_to = to;
+  s.dummy_from = from;
+  return Status::Ok();
 }
 
 Status Arena::release_windows(SlotId slot, std::uint64_t from, std::uint64_t to) {
@@ -244,6 +350,19 @@ Result<SlotId> Arena::admit(std::uint64_t tokens) {
   }
   // A reused slot keeps its old fence until its next finish (or reclaim) destroys it: admission
   // into mapped windows makes no driver call at all.
+  if (padded_windows() > 0) {
+    Status covered = cover_tail(id, std::max(have, needed));
+    if (!covered.ok()) {
+      lock.lock();
+      slots_[id].windows = std::max(have, needed);
+      if (previous != SlotState::kFinished) slots_[id].state = SlotState::kFinished;
+      slots_[id].busy = false;
+      ++counters_.refusals;
+      lock.unlock();
+      changed_.notify_all();
+      return covered.with_context("admit into " + slot_text(id) + ": mapping the dummy tail page");
+    }
+  }
   lock.lock();
   slot.windows = std::max(have, needed);
   slot.state = SlotState::kActive;
@@ -405,6 +524,13 @@ std::uint64_t Arena::reclaim(std::uint64_t bytes) {
     Status released = release_windows(candidate.id, from, to);
     const bool poisoned = !released.ok() && has_poison(candidate.id);
     lock.lock();
+    if (released.ok() && !finished_slot && padded_windows() > 0) {
+      // An active slot's padded tail must stay readable: the dummy goes back over it.
+      lock.unlock();
+      Status covered = cover_tail(candidate.id, from);
+      lock.lock();
+      if (!covered.ok()) counters_.dummy_restore_failures += plan.fragments * (to - from);
+    }
     if (released.ok()) {
       slot.windows = from;
       if (finished_slot) slot.state = SlotState::kFree;
@@ -481,6 +607,10 @@ ArenaStats Arena::stats() const {
                           : static_cast<double>(active_committed - stats.live_bytes) /
                                 static_cast<double>(stats.live_bytes);
   stats.driver_calls = pool_.driver().counts();
+  stats.dummy_bytes = dummy_.handle == kNoHandle ? 0 : plan.granule;
+  for (const Slot& slot : slots_) {
+    stats.dummy_windows += plan.fragments * (slot.dummy_to - slot.dummy_from);
+  }
   return stats;
 }
 

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <string>
 
+#include "bench_command.h"
 #include "info_command.h"
 #include "plan_command.h"
 
@@ -26,12 +27,14 @@ int main(int argc, char** argv) {
       "kvvm");
   app.set_version_flag("--version", std::string("kvvm ") + KVVM_VERSION_STRING);
   app.require_subcommand(1);
-  app.footer("Subcommands to come: simulate, bench. Run 'kvvm SUBCOMMAND --help' for one.");
+  app.footer("Subcommands to come: simulate. Run 'kvvm SUBCOMMAND --help' for one.");
 
   kvvm::cli::InfoOptions info_options;
   CLI::App* info = kvvm::cli::add_info_command(app, info_options);
   kvvm::cli::PlanOptions plan_options;
   CLI::App* plan = kvvm::cli::add_plan_command(app, plan_options);
+  kvvm::cli::BenchGrowthOptions bench_growth_options;
+  CLI::App* bench_growth = kvvm::cli::add_bench_command(app, bench_growth_options);
 
   try {
     app.parse(argc, argv);
@@ -44,6 +47,9 @@ int main(int argc, char** argv) {
   try {
     if (info->parsed()) return kvvm::cli::run_info(info_options, std::cout, std::cerr);
     if (plan->parsed()) return kvvm::cli::run_plan(plan_options, std::cout, std::cerr);
+    if (bench_growth->parsed()) {
+      return kvvm::cli::run_bench_growth(bench_growth_options, std::cout, std::cerr);
+    }
   } catch (const std::exception& error) {
     std::cerr << "kvvm: internal error: " << error.what() << "\n";
     return kExitFailure;

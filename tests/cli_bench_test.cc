@@ -1,0 +1,267 @@
+// `kvvm bench growth`: option parsing, refusals (exit 2), and the growth table on the host
+// driver with tiny sizes, whose driver-call counts must be exactly what the layout arithmetic
+// predicts (every row starts from an empty pool). Timings are checked for shape only
+// (present, positive): benchmarks report, tests never assert a wall-clock time.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench_command.h"
+#include "info_command.h"
+#include "kvvm/cuda_driver.h"
+#include "kvvm/geometry.h"
+#include "kvvm/layout.h"
+
+namespace kvvm::cli {
+namespace {
+
+BenchGrowthOptions parse(const std::string& args) {
+  CLI::App app("test", "kvvm");
+  BenchGrowthOptions options;
+  add_bench_command(app, options);
+  app.parse("bench growth " + args, false);
+  return options;
+}
+
+struct BenchRun {
+  int code = -1;
+  std::string out, err;
+};
+
+BenchRun run(const BenchGrowthOptions& options) {
+  std::ostringstream out, err;
+  BenchRun result;
+  result.code = run_bench_growth(options, out, err);
+  result.out = out.str();
+  result.err = err.str();
+  return result;
+}
+
+// The tiny host configuration: qwen2.5-0.5b (12 KiB per token), 4 KiB granules, 2 sequences
+// of 64 tokens, so every layout commits a few windows per fragment.
+BenchGrowthOptions tiny() {
+  BenchGrowthOptions options;
+  options.backend = BackendChoice::kHost;
+  options.host_granule = 4096;
+  options.models = {"qwen2.5-0.5b"};
+  options.tokens = 64;
+  options.sequences = 2;
+  options.ahead = 2;
+  options.json = true;
+  return options;
+}
+
+TEST(CliBenchOptions, DefaultsWhenNothingIsGiven) {
+  const BenchGrowthOptions options = parse("");
+  EXPECT_EQ(options.backend, BackendChoice::kAuto);
+  EXPECT_EQ(options.device, 0);
+  EXPECT_EQ(options.host_granule, std::uint64_t{2} << 20);
+  EXPECT_TRUE(options.models.empty());
+  EXPECT_EQ(options.layout, "all");
+  EXPECT_EQ(options.tokens, 4096u);
+  EXPECT_EQ(options.sequences, 8u);
+  EXPECT_EQ(options.ahead, 2u);
+  EXPECT_EQ(options.steps, 512u);
+  EXPECT_EQ(options.kernel_us, 200u);
+  EXPECT_FALSE(options.json);
+}
+
+TEST(CliBenchOptions, ParsesEveryOptionAndRepeatedModels) {
+  const BenchGrowthOptions options = parse(
+      "--backend host --device 1 --host-granule 64K --model qwen2.5-0.5b --model llama-3-8b "
+      "--layout seq-major --tokens 2K --sequences 4 --ahead 3 --steps 100 --kernel-us 50 "
+      "--json");
+  EXPECT_EQ(options.backend, BackendChoice::kHost);
+  EXPECT_EQ(options.device, 1);
+  EXPECT_EQ(options.host_granule, 65536u);
+  EXPECT_EQ(options.models, (std::vector<std::string>{"qwen2.5-0.5b", "llama-3-8b"}));
+  EXPECT_EQ(options.layout, "seq-major");
+  EXPECT_EQ(options.tokens, 2048u);
+  EXPECT_EQ(options.sequences, 4u);
+  EXPECT_EQ(options.ahead, 3u);
+  EXPECT_EQ(options.steps, 100u);
+  EXPECT_EQ(options.kernel_us, 50u);
+  EXPECT_TRUE(options.json);
+}
+
+TEST(CliBenchOptions, MalformedValuesAreParseErrors) {
+  for (const std::string args :
+       {"--backend tpu", "--device -1", "--host-granule 2X", "--tokens abc", "--tokens -5",
+        "--tokens 1.5", "--sequences 0", "--sequences many", "--ahead 0", "--ahead -1", "--steps 0",
+        "--kernel-us 0", "--kernel-us 1.5", "--no-such-option"}) {
+    EXPECT_THROW(parse(args), CLI::ParseError) << args;
+  }
+  // `bench` alone needs its subcommand.
+  CLI::App app("test", "kvvm");
+  BenchGrowthOptions options;
+  add_bench_command(app, options);
+  EXPECT_THROW(app.parse("bench", false), CLI::ParseError);
+}
+
+TEST(CliBench, BadOptionsExitTwoWithTheReason) {
+  const std::vector<std::pair<std::string, BenchGrowthOptions>> cases = [] {
+    std::vector<std::pair<std::string, BenchGrowthOptions>> all;
+    BenchGrowthOptions o = tiny();
+    o.tokens = 1;
+    all.emplace_back("--tokens", o);
+    o = tiny();
+    o.sequences = 0;
+    all.emplace_back("--sequences", o);
+    o = tiny();
+    o.ahead = 0;
+    all.emplace_back("--ahead", o);
+    o = tiny();
+    o.steps = 0;
+    all.emplace_back("--steps", o);
+    o = tiny();
+    o.kernel_us = 0;
+    all.emplace_back("--kernel-us", o);
+    o = tiny();
+    o.layout = "diagonal";
+    all.emplace_back("--layout", o);
+    o = tiny();
+    o.models = {"gpt-9"};
+    all.emplace_back("--model", o);
+    o = tiny();
+    o.host_granule = 1000;  // not a multiple of the page size
+    all.emplace_back("--host-granule", o);
+    return all;
+  }();
+  for (const auto& [option, options] : cases) {
+    const BenchRun result = run(options);
+    EXPECT_EQ(result.code, kExitUsage) << option << "\n" << result.err;
+    EXPECT_NE(result.err.find(option), std::string::npos) << option << "\n" << result.err;
+    EXPECT_TRUE(result.out.empty()) << option;
+  }
+}
+
+TEST(CliBench, CudaWithoutAGpuIsAUsageError) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is usable here";
+  BenchGrowthOptions options = tiny();
+  options.backend = BackendChoice::kCuda;
+  EXPECT_EQ(run(options).code, kExitUsage);
+}
+
+// ceil-windows arithmetic, independent of the arena: ensures that cross a window boundary.
+std::uint64_t boundary_crossings(const LayoutPlan& plan, std::uint64_t tokens) {
+  std::uint64_t crossings = 0;
+  for (std::uint64_t t = 2; t <= tokens; ++t) {
+    if (plan.windows_per_fragment(t) > plan.windows_per_fragment(t - 1)) ++crossings;
+  }
+  return crossings;
+}
+
+TEST(CliBench, HostGrowthRowsMatchTheArithmetic) {
+  const BenchGrowthOptions options = tiny();
+  const BenchRun result = run(options);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  EXPECT_EQ(json["benchmark"], "growth");
+  EXPECT_EQ(json["backend"], "host");
+  EXPECT_EQ(json["granule_bytes"], 4096u);
+  EXPECT_EQ(json["tokens"], 64u);
+  EXPECT_EQ(json["sequences"], 2u);
+  EXPECT_EQ(json["ahead_windows"], (nlohmann::json{0, 2}));
+
+  Result<Geometry> geometry = builtin_geometry("qwen2.5-0.5b");
+  ASSERT_TRUE(geometry.ok());
+  const nlohmann::json& rows = json["growth"];
+  ASSERT_EQ(rows.size(), 6u);
+  std::set<std::pair<std::string, std::uint32_t>> seen;
+  for (const nlohmann::json& row : rows) {
+    SCOPED_TRACE(row.dump());
+    seen.emplace(row["layout"].get<std::string>(), row["ahead_windows"].get<std::uint32_t>());
+    ASSERT_FALSE(row["skipped"].get<bool>());
+    Result<Layout> layout = parse_layout(row["layout"].get<std::string>());
+    ASSERT_TRUE(layout.ok());
+    Result<LayoutPlan> plan = plan_layout(*geometry, *layout, 4096, 64);
+    ASSERT_TRUE(plan.ok());
+    const std::uint64_t sequences = 2;
+    const std::uint64_t windows = sequences * plan->commit_floor(64) / 4096;
+    const std::uint64_t committing = sequences * boundary_crossings(*plan, 64);
+    const nlohmann::json& calls = row["driver_calls"];
+
+    EXPECT_EQ(row["fragments"], plan->fragments);
+    EXPECT_EQ(row["memory_bytes"], sequences * plan->commit_floor(64));
+    EXPECT_EQ(row["ensures"], 63u * sequences);
+    EXPECT_EQ(row["committed_bytes"], sequences * plan->commit_floor(64));
+    // An empty pool: one create and one map per window; commit-ahead never goes past the slot.
+    EXPECT_EQ(calls["create"], windows);
+    EXPECT_EQ(calls["map"], windows);
+    EXPECT_EQ(calls["unmap"], 0u);
+    EXPECT_EQ(calls["release"], 0u);
+    if (row["ahead_windows"] == 0u) {
+      EXPECT_GT(committing, 0u);
+      EXPECT_EQ(row["ensures_committing"], committing);
+      EXPECT_EQ(row["ahead_commits"], 0u);
+      // One access change per fragment per commit: each admission and each committing ensure.
+      EXPECT_EQ(calls["set_access"], plan->fragments * (sequences + committing));
+    } else {
+      EXPECT_LE(row["ensures_committing"].get<std::uint64_t>(), committing);
+    }
+    const nlohmann::json& ns = row["ensure_ns"];
+    EXPECT_EQ(ns["samples"], 63u * sequences);
+    for (const char* key : {"mean", "p50", "p99", "max"}) {
+      EXPECT_GT(ns[key].get<double>(), 0.0) << key;
+    }
+    EXPECT_LE(ns["p50"].get<double>(), ns["p99"].get<double>());
+    EXPECT_LE(ns["p99"].get<double>(), ns["max"].get<double>());
+  }
+  EXPECT_EQ(seen.size(), 6u);  // all three layouts, each with ahead 0 and 2
+  EXPECT_FALSE(json["decode_loop"]["ran"].get<bool>());
+  EXPECT_EQ(json["decode_loop"]["reason"], kDecodeNeedsKernels);
+}
+
+TEST(CliBench, HumanOutputIsATableWithUnitsAndTheDecodeReason) {
+  BenchGrowthOptions options = tiny();
+  options.json = false;
+  options.layout = "token-major";
+  const BenchRun result = run(options);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  for (const char* part : {"kvvm bench growth: host backend", "granule 4 KiB", "token-major",
+                           "qwen2.5-0.5b", "p99 ns", "mean ns", "set_access",
+                           "decode loop: needs the CUDA kernels (built without nvcc or no GPU)"}) {
+    EXPECT_NE(result.out.find(part), std::string::npos) << part << "\n" << result.out;
+  }
+}
+
+TEST(CliBench, ACombinationThatDoesNotFitIsSkippedWithItsReason) {
+  BenchGrowthOptions options = tiny();
+  options.models = {"llama-3-70b"};
+  options.layout = "token-major";
+  options.tokens = std::uint64_t{1} << 26;  // 320 KiB per token: 20 TiB per sequence
+  const BenchRun result = run(options);
+  EXPECT_EQ(result.code, kExitFailure);  // nothing ran
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  ASSERT_EQ(json["growth"].size(), 2u);
+  for (const nlohmann::json& row : json["growth"]) {
+    EXPECT_TRUE(row["skipped"].get<bool>());
+    EXPECT_NE(row["reason"].get<std::string>().find("needs 40 TiB"), std::string::npos)
+        << row["reason"];
+    EXPECT_FALSE(row.contains("ensure_ns"));  // no numbers from what did not run
+  }
+  EXPECT_NE(result.err.find("no model x layout combination fits"), std::string::npos) << result.err;
+}
+
+TEST(CliBench, SummaryOfASeries) {
+  std::vector<double> samples;
+  for (int i = 1; i <= 100; ++i) samples.push_back(i);
+  const LatencySummary summary = summarize_latency(samples);
+  EXPECT_EQ(summary.samples, 100u);
+  EXPECT_DOUBLE_EQ(summary.mean, 50.5);
+  EXPECT_DOUBLE_EQ(summary.p50, 50.5);
+  EXPECT_NEAR(summary.p99, 99.01, 1e-9);
+  EXPECT_DOUBLE_EQ(summary.max, 100.0);
+  EXPECT_THROW(summarize_latency({}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvvm::cli

@@ -1,0 +1,197 @@
+// The decode loop of `kvvm bench growth` (see bench_command.h): sequences grow one token per
+// step while a spin kernel stands in for the step's attention work, so the step time says
+// what growth costs a decoding engine, not what it costs in isolation.
+//
+// One step: launch the kernel (reading slot 0's first window) on a stream; ensure(+1 token)
+// for every sequence while it runs, as a scheduler would prepare the next step; synchronize
+// the stream. Without commit-ahead an ensure that crosses a window boundary maps on the
+// critical path; with it the worker has mapped the window during earlier steps.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench_command.h"
+#include "byte_size.h"
+#include "kvvm/arena.h"
+#include "kvvm/governor.h"
+#include "kvvm/handle_pool.h"
+
+#if defined(KVVM_HAS_CUDA_KERNELS)
+#include "testkit/spin_kernel.h"
+#endif
+
+namespace kvvm::cli {
+
+#if defined(KVVM_HAS_CUDA_KERNELS)
+namespace {
+
+std::string str(std::uint64_t value) { return std::to_string(value); }
+
+// The stream the kernel runs on; destroyed after waiting for it (best effort on a failure
+// path: the arena's teardown synchronizes the whole context anyway before unmapping).
+class StreamHolder {
+ public:
+  explicit StreamHolder(void* stream) : stream_(stream) {}
+  StreamHolder(const StreamHolder&) = delete;
+  StreamHolder& operator=(const StreamHolder&) = delete;
+  ~StreamHolder() {
+    testkit::synchronize_stream(stream_).ignore();
+    testkit::destroy_stream(stream_);
+  }
+  void* get() const { return stream_; }
+
+ private:
+  void* stream_;
+};
+
+struct VariantSpec {
+  std::string name;
+  bool growth = false;
+  std::uint32_t ahead = 0;
+};
+
+// One variant with its own governor, pool and arena (torn down in reverse order). The
+// kernel's launches are waited for before returning, on success and on failure, so nothing
+// is unmapped under a running kernel.
+Result<DecodeVariant> run_variant(Driver& driver, const LayoutPlan& plan,
+                                  const BenchGrowthOptions& options, const DecodeReport& shape,
+                                  const VariantSpec& spec, void* stream) {
+  const std::string what = spec.name + " (ahead " + str(spec.ahead) + ")";
+  const std::optional<std::uint64_t> needed =
+      bench_memory_bytes(plan, options.sequences, shape.final_tokens, spec.ahead);
+  const DriverInfo info = driver.info();
+  const std::uint64_t usable = usable_memory(info);
+  if (!needed || *needed > usable) {
+    return Status::ResourceExhausted(
+        what + ": needs " + (needed ? format_bytes(*needed) : std::string("over 2^64 B")) +
+            " for " + str(options.sequences) + " sequences of " + str(shape.final_tokens) +
+            " tokens; " + format_bytes(usable) + " usable of " + format_bytes(info.free_bytes) +
+            " free",
+        Exhaustion{needed.value_or(0), usable, info.total_bytes});
+  }
+  Governor governor;
+  const TierId tier = governor.add_tier("bench decode", *needed);
+  HandlePool pool(driver, PoolOptions{}, &governor, tier);
+  Result<std::unique_ptr<Arena>> created =
+      Arena::create(pool, governor,
+                    ArenaOptions{.plan = plan,
+                                 .max_slots = options.sequences,
+                                 .tier = tier,
+                                 .commit_ahead_windows = spec.ahead});
+  if (!created.ok()) return created.status().with_context(what + ": creating the arena");
+  Arena& arena = **created;
+
+  std::vector<SlotId> slots;
+  for (std::uint32_t s = 0; s < options.sequences; ++s) {
+    Result<SlotId> slot = arena.admit(shape.start_tokens);
+    if (!slot.ok()) return slot.status().with_context(what + ": admitting sequence " + str(s + 1));
+    slots.push_back(*slot);
+  }
+  if (!spec.growth) {  // every window the loop will touch mapped before it starts
+    for (SlotId slot : slots) {
+      Status committed = arena.ensure(slot, shape.final_tokens);
+      if (!committed.ok()) return committed.with_context(what + ": pre-committing");
+    }
+  }
+  const std::uint64_t address = arena.slot_base(slots.front());
+  // Waits for the kernels launched so far whichever way this function returns.
+  struct Drain {
+    void* stream;
+    ~Drain() { testkit::synchronize_stream(stream).ignore(); }
+  } drain{stream};
+
+  std::vector<double> step_us;
+  step_us.reserve(shape.steps);
+  ArenaStats at_warm = arena.stats();
+  std::uint64_t tokens = shape.start_tokens;
+  for (std::uint64_t step = 0; step < shape.warmup_steps + shape.steps; ++step) {
+    if (step == shape.warmup_steps) at_warm = arena.stats();
+    const auto start = std::chrono::steady_clock::now();
+    Status launched =
+        testkit::launch_spin_reader(stream, address, shape.read_bytes, options.kernel_us, 0);
+    if (!launched.ok()) return launched.with_context(what + ", step " + str(step + 1));
+    for (SlotId slot : slots) {
+      Status grown = arena.ensure(slot, tokens + 1);
+      if (!grown.ok()) return grown.with_context(what + ", step " + str(step + 1));
+    }
+    Status synced = testkit::synchronize_stream(stream);
+    const auto stop = std::chrono::steady_clock::now();
+    if (!synced.ok()) return synced.with_context(what + ", step " + str(step + 1));
+    ++tokens;
+    if (step >= shape.warmup_steps) {
+      step_us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+    }
+  }
+  const ArenaStats at_end = arena.stats();
+  DecodeVariant variant;
+  variant.name = spec.name;
+  variant.growth = spec.growth;
+  variant.ahead_windows = spec.ahead;
+  variant.step_us = summarize_latency(step_us);
+  variant.ensures_committing = at_end.ensures_committing - at_warm.ensures_committing;
+  variant.ahead_commits = at_end.ahead_commits - at_warm.ahead_commits;
+  return variant;
+}
+
+}  // namespace
+
+bool decode_loop_built() { return true; }
+
+Result<DecodeReport> run_decode_loop(Driver& driver, const Geometry& geometry, Layout layout,
+                                     const BenchGrowthOptions& options) {
+  DecodeReport report;
+  report.ran = true;
+  report.model = geometry.name;
+  report.layout = layout;
+  report.sequences = options.sequences;
+  report.start_tokens = 1;
+  report.warmup_steps = kDecodeWarmupSteps;
+  report.steps = options.steps;
+  report.final_tokens = report.start_tokens + report.warmup_steps + report.steps;
+  report.kernel_us = options.kernel_us;
+  // The slot holds the whole loop even when --tokens is shorter than it.
+  const std::uint64_t max_context = std::max(options.tokens, report.final_tokens);
+  Result<LayoutPlan> plan = plan_layout(geometry, layout, driver.granule(), max_context);
+  if (!plan.ok()) return plan.status().with_context(geometry.name);
+  report.read_bytes = plan->granule;  // window 0 of fragment 0: committed from admission
+
+  // The driver makes its device's primary context current on this thread; the runtime the
+  // kernel kit uses then runs on that same context.
+  (void)driver.info();
+  Result<void*> stream = testkit::create_stream();
+  if (!stream.ok()) return stream.status().with_context("creating the kernel's stream");
+  StreamHolder holder(*stream);
+
+  const std::vector<VariantSpec> specs = {
+      {"no growth", false, 0}, {"growth", true, 0}, {"growth", true, options.ahead}};
+  for (const VariantSpec& spec : specs) {
+    Result<DecodeVariant> variant = run_variant(driver, *plan, options, report, spec, holder.get());
+    if (!variant.ok()) return variant.status();
+    report.variants.push_back(std::move(variant).value());
+  }
+  const double base = report.variants[0].step_us.p99;
+  const auto ratio_of = [&](const DecodeVariant& v) { return base > 0 ? v.step_us.p99 / base : 0; };
+  DecodeRatio ahead_ratio{"p99 growth ahead=" + str(options.ahead) + " / p99 no growth",
+                          ratio_of(report.variants[2]), kDecodeP99Goal, false};
+  ahead_ratio.met = base > 0 && ahead_ratio.value <= kDecodeP99Goal;
+  report.ratios.push_back(ahead_ratio);
+  report.ratios.push_back(DecodeRatio{"p99 growth ahead=0 / p99 no growth",
+                                      ratio_of(report.variants[1]), std::nullopt, false});
+  return report;
+}
+
+#else  // built without the CUDA kernels
+
+bool decode_loop_built() { return false; }
+
+Result<DecodeReport> run_decode_loop(Driver& /*driver*/, const Geometry& /*geometry*/,
+                                     Layout /*layout*/, const BenchGrowthOptions& /*options*/) {
+  return Status::Unavailable(std::string("decode loop: ") + kDecodeNeedsKernels);
+}
+
+#endif
+
+}  // namespace kvvm::cli
