@@ -152,6 +152,17 @@ if ((built)) && [[ -x "$BENCH" ]]; then
   step_failed bench && bench_state="FAILED ($OUT/bench.log)"
 fi
 
+# --- Growth benchmark (issue 3): per-token growth cost and the decode loop -------------------
+growth_state="not run"
+if ((built)) && [[ -x "$CLI" ]] && "$CLI" bench --help >/dev/null 2>&1; then
+  step growth "$OUT/growth.txt" "$CLI" bench growth --backend cuda
+  set +e
+  "$CLI" bench growth --backend cuda --json >"$OUT/growth.json" 2>>"$OUT/growth.stderr"
+  set -e
+  growth_state="ran ($OUT/growth.txt, growth.json)"
+  step_failed growth && growth_state="FAILED ($OUT/growth.txt)"
+fi
+
 # --- Summary -------------------------------------------------------------------------------
 {
   echo
@@ -161,6 +172,7 @@ fi
   printf '%-10s passed %s, failed %s, skipped %s  (%s)\n' "tests" "$passed" "$failed" \
     "$skipped" "$OUT/tests.xml"
   printf '%-10s %s\n' "bench" "$bench_state"
+  printf '%-10s %s\n' "growth" "$growth_state"
   if [[ -s "$OUT/info.txt" ]]; then
     echo "info (kvvm info --backend cuda):"
     sed 's/^/  /' "$OUT/info.txt"
@@ -183,7 +195,8 @@ fi
 # The device tool brings back at most 8 files: keep the summary, the info table and JSON,
 # the benchmark JSON and the test XML as they are, and pack every log into one archive.
 (cd "$OUT" && tar czf logs.tgz --ignore-failed-read -- *.log *.stderr environment.txt \
-  nvidia-smi.txt 2>/dev/null && rm -f -- *.log *.stderr environment.txt nvidia-smi.txt) || true
+  nvidia-smi.txt info.txt 2>/dev/null &&
+  rm -f -- *.log *.stderr environment.txt nvidia-smi.txt info.txt) || true
 
 if ((${#failed_steps[@]} > 0)) || [[ "$failed" != "-" && "$failed" != "0" ]]; then
   exit 1

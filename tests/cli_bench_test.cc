@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -18,6 +21,7 @@
 #include "info_command.h"
 #include "kvvm/cuda_driver.h"
 #include "kvvm/geometry.h"
+#include "kvvm/host_driver.h"
 #include "kvvm/layout.h"
 
 namespace kvvm::cli {
@@ -249,6 +253,128 @@ TEST(CliBench, ACombinationThatDoesNotFitIsSkippedWithItsReason) {
     EXPECT_FALSE(row.contains("ensure_ns"));  // no numbers from what did not run
   }
   EXPECT_NE(result.err.find("no model x layout combination fits"), std::string::npos) << result.err;
+}
+
+// A stand-in for the GPU's spin kernel: "runs" from launch until `microseconds` later, so the
+// ensures of a step overlap it as they overlap the real kernel.
+class SleepKernel {
+ public:
+  StepKernel kernel() {
+    return {[this](std::uint64_t address, std::uint64_t bytes, std::uint32_t microseconds) {
+              ++launches;
+              if (fail_at != 0 && launches == fail_at) {
+                return Status::DriverError("spin_reader<<<>>> failed",
+                                           DriverFailure{"spin_reader", "TEST_FAILURE", 1});
+              }
+              EXPECT_NE(address, 0u);
+              EXPECT_GT(bytes, 0u);
+              done_at_ = std::chrono::steady_clock::now() + std::chrono::microseconds(microseconds);
+              return Status::Ok();
+            },
+            [this] {
+              std::this_thread::sleep_until(done_at_);
+              return Status::Ok();
+            }};
+  }
+  std::uint64_t launches = 0;
+  std::uint64_t fail_at = 0;  // the launch that fails; 0: none
+
+ private:
+  std::chrono::steady_clock::time_point done_at_;
+};
+
+TEST(CliBench, DecodeLoopOnTheHostWithAStandInKernel) {
+  Result<std::unique_ptr<Driver>> driver = make_host_driver(HostDriverOptions{.granule = 4096});
+  ASSERT_TRUE(driver.ok()) << driver.status().to_string();
+  Result<Geometry> geometry = builtin_geometry("qwen2.5-0.5b");
+  ASSERT_TRUE(geometry.ok());
+  BenchGrowthOptions options = tiny();
+  options.steps = 40;
+  options.kernel_us = 100;
+  SleepKernel sleeper;
+  Result<DecodeReport> report =
+      run_decode_loop_with(**driver, *geometry, Layout::kTokenMajor, options, sleeper.kernel());
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_TRUE(report->ran);
+  EXPECT_EQ(report->start_tokens, 1u);
+  EXPECT_EQ(report->warmup_steps, kDecodeWarmupSteps);
+  EXPECT_EQ(report->final_tokens, 1 + kDecodeWarmupSteps + 40);  // beyond --tokens 64: fine
+  EXPECT_EQ(report->read_bytes, 4096u);
+  EXPECT_EQ(sleeper.launches, 3 * (kDecodeWarmupSteps + 40));
+  ASSERT_EQ(report->variants.size(), 3u);
+  const DecodeVariant& none = report->variants[0];
+  const DecodeVariant& growth = report->variants[1];
+  const DecodeVariant& ahead = report->variants[2];
+  EXPECT_FALSE(none.growth);
+  EXPECT_EQ(none.ensures_committing, 0u);  // pre-committed: ensure never maps
+  EXPECT_TRUE(growth.growth);
+  EXPECT_EQ(growth.ahead_windows, 0u);
+  // 12 KiB per token in 4 KiB windows: every token of every sequence crosses a window.
+  EXPECT_EQ(growth.ensures_committing, 2u * 40u);
+  EXPECT_EQ(growth.ahead_commits, 0u);
+  EXPECT_EQ(ahead.ahead_windows, 2u);
+  for (const DecodeVariant& v : report->variants) {
+    EXPECT_EQ(v.step_us.samples, 40u);
+    EXPECT_GE(v.step_us.p50, 100.0);  // a step lasts at least its kernel
+    EXPECT_LE(v.step_us.p50, v.step_us.p99);
+  }
+  ASSERT_EQ(report->ratios.size(), 2u);
+  EXPECT_EQ(report->ratios[0].goal, kDecodeP99Goal);
+  EXPECT_EQ(report->ratios[0].met, report->ratios[0].value <= kDecodeP99Goal);
+  EXPECT_FALSE(report->ratios[1].goal.has_value());
+  for (const DecodeRatio& ratio : report->ratios) EXPECT_GT(ratio.value, 0.0);
+
+  // Rendered: the variants, the ratio with its goal, units.
+  BenchGrowthReport full;
+  full.driver = (*driver)->info();
+  full.granule = 4096;
+  full.tokens = 64;
+  full.sequences = 2;
+  full.ahead = 2;
+  full.decode = *report;
+  const nlohmann::json json = nlohmann::json::parse(bench_growth_json(full).dump());
+  const nlohmann::json& loop = json["decode_loop"];
+  EXPECT_TRUE(loop["ran"].get<bool>());
+  EXPECT_EQ(loop["model"], "qwen2.5-0.5b");
+  EXPECT_EQ(loop["layout"], "token-major");
+  ASSERT_EQ(loop["variants"].size(), 3u);
+  EXPECT_EQ(loop["variants"][1]["ensures_committing"], 80u);
+  EXPECT_EQ(loop["variants"][2]["step_us"]["samples"], 40u);
+  ASSERT_EQ(loop["ratios"].size(), 2u);
+  EXPECT_EQ(loop["ratios"][0]["goal"], kDecodeP99Goal);
+  EXPECT_TRUE(loop["ratios"][0].contains("met"));
+  EXPECT_FALSE(loop["ratios"][1].contains("goal"));
+  std::ostringstream text;
+  print_bench_growth(full, text);
+  for (const char* part : {"decode loop: qwen2.5-0.5b token-major", "p99 us", "no growth",
+                           "p99 growth ahead=2 / p99 no growth = ", "(goal <= 1.02): ",
+                           "p99 growth ahead=0 / p99 no growth = "}) {
+    EXPECT_NE(text.str().find(part), std::string::npos) << part << "\n" << text.str();
+  }
+}
+
+TEST(CliBench, DecodeLoopFailureIsReturnedNotMeasured) {
+  Result<std::unique_ptr<Driver>> driver = make_host_driver(HostDriverOptions{.granule = 4096});
+  ASSERT_TRUE(driver.ok()) << driver.status().to_string();
+  Result<Geometry> geometry = builtin_geometry("qwen2.5-0.5b");
+  ASSERT_TRUE(geometry.ok());
+  BenchGrowthOptions options = tiny();
+  options.steps = 8;
+  options.kernel_us = 10;
+  SleepKernel sleeper;
+  sleeper.fail_at = kDecodeWarmupSteps + 8 + 5;  // in the second variant
+  Result<DecodeReport> report =
+      run_decode_loop_with(**driver, *geometry, Layout::kSeqMajor, options, sleeper.kernel());
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kDriverError);
+  EXPECT_NE(report.status().message().find("growth (ahead 0), step 5: launching the kernel"),
+            std::string::npos)
+      << report.status().to_string();
+  // Nothing leaked: every arena, pool and handle was torn down.
+  const HostDriverTables tables = host_driver_tables(**driver);
+  EXPECT_EQ(tables.handles, 0u);
+  EXPECT_EQ(tables.mappings, 0u);
+  EXPECT_EQ(tables.reservations, 0u);
 }
 
 TEST(CliBench, SummaryOfASeries) {

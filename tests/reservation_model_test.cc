@@ -54,7 +54,7 @@ namespace {
 
 namespace kt = ::kvvm::testing;
 
-constexpr std::size_t kMaxReservations = 4;
+constexpr std::size_t kMaxReservations = 3;
 constexpr std::size_t kMinGranules = 8;
 constexpr std::size_t kMaxGranules = 32;
 constexpr std::uint64_t kTierGranules = 24;  // well below 4 x 32: the limit is often hit
@@ -63,8 +63,8 @@ constexpr double kFaultFraction = 0.05;
 constexpr std::array kFaultedOps = {DriverOp::kMap, DriverOp::kSetAccess, DriverOp::kUnmap,
                                     DriverOp::kCreate, DriverOp::kRelease};
 // Operations per run: uniform in [0, kMaxOps] (shrinkable by removing operations). rapidcheck
-// runs the property 100 times by default: about 100 x 150 = 15,000 operations in all.
-constexpr int kMaxOps = 300;
+// runs the property 100 times by default: about 100 x 130 = 13,000 operations in all.
+constexpr int kMaxOps = 260;
 
 // One generated operation: `kind` picks the operation, the other numbers are interpreted
 // against the state it meets (which reservation, which range, which handle, which mode).
@@ -137,9 +137,10 @@ class TotalsReport : public ::testing::Environment {
   void TearDown() override {
     const Totals& t = totals();
     if (t.runs == 0) return;
-    std::cout << "[ model ] " << t.ops << " operations in " << t.runs << " runs:";
-    for (const auto& [what, count] : t.outcomes) std::cout << " " << what << "=" << count;
-    std::cout << "\n";
+    std::cout << "[ model ] " << t.ops << " operations in " << t.runs << " runs\n";
+    for (const auto& [what, count] : t.outcomes) {
+      std::cout << "[ model ]   " << what << ": " << count << "\n";
+    }
   }
 };
 [[maybe_unused]] ::testing::Environment* const kTotalsReport =
@@ -226,6 +227,11 @@ class ModelRun {
       check_all();
     }
     const PoolSnapshot pool = pool_->snapshot();
+    totals().outcomes["pool: handles created"] += pool.creates;
+    totals().outcomes["pool: hits"] += pool.pool_hits;
+    totals().outcomes["pool: released (above its bound, trimmed or rolled back)"] += pool.releases;
+    totals().outcomes["pool: release failures"] += pool.release_failures;
+    totals().outcomes["governor: refusals"] += governor_.stats(tier_).refusals;
     if (leaked_mappings_ == 0 && pool.handles_in_use != 0) {
       fail("after tearing everything down " + std::to_string(pool.handles_in_use) +
            " handles are still in use, with no deliberate leak");
@@ -590,6 +596,7 @@ class ModelRun {
     if (status.ok()) {
       // The complete result: fresh private read-write handles tiling every range.
       for (const Range& range : ranges) {
+        check_writable(reservation, range, result);
         for (std::size_t at = range.offset; at < range.offset + range.len;) {
           const Block* block = reservation.block_at(at);
           const std::size_t bytes = std::min(handle_bytes, range.offset + range.len - at);
@@ -619,6 +626,18 @@ class ModelRun {
       if (full_grant) fail(result + " (the grant covered the whole range)");
     } else if (status.code() != StatusCode::kDriverError || !faulted) {
       fail(result + (faulted ? "" : " (no fault was injected)"));
+    }
+    // The grant rolled back: no handle stays checked out and no healthy memory is left
+    // behind (handles the commit created are released again; only quarantined bytes, of
+    // poisoned blocks or failed releases, may remain).
+    const PoolSnapshot pool = pool_->snapshot();
+    if (pool.handles_in_use != before.pool.handles_in_use ||
+        pool.mapped_bytes + pool.pooled_bytes >
+            before.pool.mapped_bytes + before.pool.pooled_bytes) {
+      fail(result + ": the rolled-back commit left memory behind (in use " +
+           std::to_string(before.pool.mapped_bytes) + " -> " + std::to_string(pool.mapped_bytes) +
+           ", pooled " + std::to_string(before.pool.pooled_bytes) + " -> " +
+           std::to_string(pool.pooled_bytes) + ")");
     }
     // Nothing new but poisoned residual, which must be reported.
     const std::size_t poisoned = learn_residual(m, reservation, ranges, result);
@@ -789,6 +808,8 @@ class ModelRun {
       }
     }
     if (!src) {
+      // Nothing to share from: make another reservation instead, when there is room.
+      if (live_.size() < kMaxReservations) return create(op);
       note("map_shared r" + std::to_string(dst) + ": no source");
       count("map_shared skipped (no source)");
       return;
@@ -888,15 +909,19 @@ class ModelRun {
   // -------------------------------------------------------------------------------------------
   // Content.
 
-  void write_tags(const Reservation& reservation, std::size_t offset, const Block& block) {
-    // A write into memory that is not read-write faults: check the real mapping first, so a
-    // bookkeeping bug fails the property instead of crashing the test.
-    const Address begin = reservation.base() + offset;
-    for (const kt::MapsLine& line : kt::read_maps(begin, begin + block.bytes)) {
+  // A write into memory that is not read-write faults: check the real mapping first, so a
+  // bookkeeping bug fails the property instead of crashing the test.
+  void check_writable(const Reservation& reservation, const Range& range,
+                      const std::string& result) {
+    const Address begin = reservation.base() + range.offset;
+    for (const kt::MapsLine& line : kt::read_maps(begin, begin + range.len)) {
       if (line.perms != "rw-s") {
-        fail("committed " + show(block) + " is mapped " + line.perms + " " + line.path);
+        fail(result + ": committed, yet mapped " + line.perms + " " + line.path);
       }
     }
+  }
+
+  void write_tags(const Reservation& reservation, std::size_t offset, const Block& block) {
     std::vector<std::uint64_t>& tags = tags_[block.handle];
     tags.assign(block.bytes / g_, 0);
     for (std::size_t w = 0; w < tags.size(); ++w) {

@@ -112,6 +112,10 @@ class Arena {
   // a fence recorded now on `stream` completes.
   Status finish(SlotId slot, Stream stream = nullptr);
 
+  // finish(), then unmaps the slot's windows at once if its fence already completed (always on
+  // the host; on a GPU once the stream drained), else leaves them to reclaim().
+  Status release(SlotId slot, Stream stream = nullptr);
+
   // Unmaps reclaimable windows until `bytes` were given back or none is left whose fence
   // completed: finished slots least recently used first (largest first among equals), then
   // commit-ahead windows beyond live lengths. Returns the bytes given back. Registered as the
@@ -178,6 +182,10 @@ class Arena {
   // Claims the slot (waits while another call holds it). REQUIRES lock held.
   void claim(std::unique_lock<std::mutex>& lock, Slot& slot);
   void unclaim(SlotId slot);
+  // Unmaps what the slot does not need (all of a finished slot once its fence completed;
+  // the commit-ahead windows of an active one); returns the bytes unmapped (0 when the slot
+  // is busy, during capture, or its fence is pending). REQUIRES mutex_ not held.
+  std::uint64_t unmap_slot(SlotId slot);
   // Whether the slot's fence (if any) completed; destroys it once it has. REQUIRES the slot
   // claimed and mutex_ not held.
   bool fence_completed(SlotId slot);

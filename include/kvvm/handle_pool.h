@@ -49,6 +49,7 @@ struct PoolSnapshot {
   std::uint64_t creates = 0;
   std::uint64_t releases = 0;
   std::uint64_t release_failures = 0;
+  std::uint64_t released_bytes = 0;  // given back to the driver (and the tier) so far
   std::uint64_t pool_hits = 0;
   std::size_t handles_in_use = 0;
   std::size_t handles_pooled = 0;
@@ -100,6 +101,8 @@ class HandlePool {
 
   Result<HandleInfo> describe(Handle handle) const;
   PoolSnapshot snapshot() const;
+  // Bytes released to the driver so far (cheap; for callers that measure what they freed).
+  std::uint64_t released_bytes() const;
   std::vector<HandleInfo> handles() const;
   std::size_t granule() const { return granule_; }
   Driver& driver() const { return driver_; }

@@ -19,6 +19,11 @@ constexpr std::size_t kLatencyBuckets = 24;  // 2^24 µs = 16.8 s
 // More sequences than any engine runs at once; the slot table is allocated up front.
 constexpr std::uint32_t kMaxSlots = 1u << 20;
 
+// Set while the commit-ahead worker commits: its grant must not evict anything (commit-ahead
+// is a convenience, not a claim on memory), or two sequences' leads would evict each other
+// forever when the budget holds only one.
+thread_local bool t_committing_ahead = false;
+
 std::string slot_text(SlotId slot) { return "slot " + std::to_string(slot); }
 
 }  // namespace
@@ -339,7 +344,7 @@ Result<SlotId> Arena::admit(std::uint64_t tokens) {
     if (!committed.ok()) {
       const bool poisoned = has_poison(id);
       lock.lock();
-      ++counters_.refusals;
+      if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
       if (poisoned) slots_[id].state = SlotState::kQuarantined;
       slots_[id].busy = false;
       lock.unlock();
@@ -395,15 +400,25 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens) {
     return Status::FailedPrecondition("ensure of " + slot_text(id) + ": no active sequence there");
   }
   ++counters_.ensures;
-  if (slot.windows >= needed) {  // the decode path: already mapped, no driver call
+  // The decode path: already mapped, no driver call. Not while another call holds the slot:
+  // a reclaim may be unmapping the very windows this length needs.
+  if (!slot.busy && slot.windows >= needed) {
     slot.tokens = tokens;
     slot.last_used = ++tick_;
     slot.ahead_stalled = false;
+    // Wake the worker only when this growth gave it something to do.
+    const bool wake = options_.commit_ahead_windows > 0 && slot.windows < ahead_target(slot);
     lock.unlock();
-    changed_.notify_all();  // the worker may want to commit further ahead
+    if (wake) changed_.notify_all();
     return Status::Ok();
   }
   claim(lock, slot);
+  if (slot.state != SlotState::kActive) {  // changed (quarantined) while we waited
+    lock.unlock();
+    unclaim(id);
+    return Status::FailedPrecondition("ensure of " + slot_text(id) +
+                                      ": the slot was quarantined while this call waited for it");
+  }
   if (slot.windows >= needed || capture_depth_ > 0) {
     const bool refused = slot.windows < needed;
     if (!refused) slot.tokens = tokens;
@@ -451,6 +466,12 @@ Status Arena::finish(SlotId id, Stream stream) {
     return Status::Unavailable("finish of " + slot_text(id) + " refused during graph capture");
   }
   claim(lock, slot);
+  if (slot.state != SlotState::kActive) {  // changed (quarantined) while we waited
+    lock.unlock();
+    unclaim(id);
+    return Status::FailedPrecondition("finish of " + slot_text(id) +
+                                      ": the slot was quarantined while this call waited for it");
+  }
   const Fence old = slot.fence;
   lock.unlock();
   Result<Fence> fence = pool_.driver().record_fence(stream);
@@ -471,6 +492,7 @@ Status Arena::finish(SlotId id, Stream stream) {
 }
 
 std::uint64_t Arena::reclaim(std::uint64_t bytes) {
+  if (t_committing_ahead) return 0;
   const LayoutPlan& plan = options_.plan;
   struct Candidate {
     SlotId id;
@@ -501,52 +523,66 @@ std::uint64_t Arena::reclaim(std::uint64_t bytes) {
   std::sort(ahead.begin(), ahead.end(), order);
   finished.insert(finished.end(), ahead.begin(), ahead.end());
 
-  std::uint64_t unmapped = 0;
-  std::uint64_t given_back = 0;
+  // What the tier gets back is what the pool releases: handles above its bound go at once,
+  // the rest when it is trimmed.
+  const std::uint64_t released_before = pool_.released_bytes();
+  const auto given_back = [&] { return pool_.released_bytes() - released_before; };
   for (const Candidate& candidate : finished) {
-    if (given_back >= bytes) break;
-    std::unique_lock lock(mutex_);
-    Slot& slot = slots_[candidate.id];
-    // The slot may have changed since the scan; skip it rather than wait on it.
-    if (slot.busy || capture_depth_ > 0 || slot.windows <= candidate.keep) continue;
-    const bool finished_slot = slot.state == SlotState::kFinished;
-    const std::uint64_t keep = finished_slot ? 0 : plan.windows_per_fragment(slot.tokens);
-    if (!finished_slot && slot.state != SlotState::kActive) continue;
-    const std::uint64_t from = keep;
-    const std::uint64_t to = slot.windows;
-    if (to <= from) continue;
-    slot.busy = true;
-    lock.unlock();
-    if (finished_slot && !fence_completed(candidate.id)) {  // a kernel may still read it
-      unclaim(candidate.id);
-      continue;
-    }
-    Status released = release_windows(candidate.id, from, to);
-    const bool poisoned = !released.ok() && has_poison(candidate.id);
-    lock.lock();
-    if (released.ok() && !finished_slot && padded_windows() > 0) {
-      // An active slot's padded tail must stay readable: the dummy goes back over it.
-      lock.unlock();
-      Status covered = cover_tail(candidate.id, from);
-      lock.lock();
-      if (!covered.ok()) counters_.dummy_restore_failures += plan.fragments * (to - from);
-    }
-    if (released.ok()) {
-      slot.windows = from;
-      if (finished_slot) slot.state = SlotState::kFree;
-      unmapped += plan.fragments * (to - from) * plan.granule;
-    } else if (poisoned) {
-      slot.state = SlotState::kQuarantined;
-    }
-    slot.busy = false;
-    lock.unlock();
-    changed_.notify_all();
-    // Unmapped handles went to the pool; only a release gives budget back.
-    given_back += pool_.trim(bytes - given_back);
+    if (given_back() >= bytes) break;
+    if (unmap_slot(candidate.id) == 0) continue;
+    if (given_back() < bytes) pool_.trim(bytes - given_back());
   }
-  std::lock_guard lock(mutex_);
+  return given_back();
+}
+
+std::uint64_t Arena::unmap_slot(SlotId id) {
+  const LayoutPlan& plan = options_.plan;
+  std::unique_lock lock(mutex_);
+  Slot& slot = slots_[id];
+  // The slot may have changed since the caller looked; skip it rather than wait on it.
+  if (slot.busy || capture_depth_ > 0) return 0;
+  const bool finished_slot = slot.state == SlotState::kFinished;
+  if (!finished_slot && slot.state != SlotState::kActive) return 0;
+  const std::uint64_t from = finished_slot ? 0 : plan.windows_per_fragment(slot.tokens);
+  const std::uint64_t to = slot.windows;
+  if (to <= from) return 0;
+  slot.busy = true;
+  lock.unlock();
+  if (finished_slot && !fence_completed(id)) {  // a kernel may still read it
+    unclaim(id);
+    return 0;
+  }
+  Status released = release_windows(id, from, to);
+  const bool poisoned = !released.ok() && has_poison(id);
+  if (released.ok() && !finished_slot && padded_windows() > 0) {
+    // An active slot's padded tail must stay readable: the dummy goes back over it.
+    Status covered = cover_tail(id, from);
+    if (!covered.ok()) {
+      std::lock_guard guard(mutex_);
+      counters_.dummy_restore_failures += plan.fragments * (to - from);
+    }
+  }
+  const std::uint64_t unmapped = released.ok() ? plan.fragments * (to - from) * plan.granule : 0;
+  lock.lock();
+  if (released.ok()) {
+    slot.windows = from;
+    if (finished_slot) slot.state = SlotState::kFree;
+  } else if (poisoned) {
+    slot.state = SlotState::kQuarantined;
+  }
   counters_.reclaimed_bytes += unmapped;
-  return given_back;
+  slot.busy = false;
+  lock.unlock();
+  changed_.notify_all();
+  return unmapped;
+}
+
+Status Arena::release(SlotId slot, Stream stream) {
+  KVVM_RETURN_IF_ERROR(finish(slot, stream));
+  // On the host the fence is complete already; on a GPU this unmaps only if the stream has
+  // drained, and otherwise leaves the windows to reclaim() once it has.
+  (void)unmap_slot(slot);
+  return Status::Ok();
 }
 
 Arena::CaptureGuard Arena::begin_capture() {
@@ -649,7 +685,9 @@ void Arena::worker_loop() {
     const std::uint64_t to = ahead_target(slot);
     lock.unlock();
     // Never wait for budget: commit-ahead is a convenience, not a claim on memory.
+    t_committing_ahead = true;
     Status committed = commit_windows(*next, from, to, std::chrono::milliseconds(0));
+    t_committing_ahead = false;
     const bool poisoned = !committed.ok() && has_poison(*next);
     lock.lock();
     if (committed.ok()) {

@@ -31,6 +31,7 @@
 #include <string>
 
 #include "vmm/cuda_api.h"
+#include "vmm/format.h"
 
 #ifndef KVVM_HAS_CUDA
 
@@ -143,12 +144,6 @@ CudaLibrary load_library() {
   return library;
 }
 
-std::string hex_address(std::uint64_t value) {
-  char text[2 + 16 + 1];
-  std::snprintf(text, sizeof(text), "0x%llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
 }  // namespace
 
 const CudaLibrary& cuda_library() {
@@ -213,7 +208,6 @@ namespace {
 
 using detail::cuda_error_name;
 using detail::CudaApi;
-using detail::hex_address;
 
 std::string describe(const CudaApi& api, CUresult result) {
   std::string text = cuda_error_name(api, result);
@@ -321,7 +315,7 @@ class CudaDriver final : public Driver {
     KVVM_RETURN_IF_ERROR(make_current("cuMemAddressFree"));
     if (CUresult r = api_.mem_address_free(base, bytes); r != CUDA_SUCCESS) {
       return cuda_error(api_, "cuMemAddressFree", r,
-                        "cuMemAddressFree(" + hex_address(base) + ", " + bytes_text(bytes) + ")");
+                        "cuMemAddressFree(" + hex(base) + ", " + bytes_text(bytes) + ")");
     }
     return Status::Ok();
   }
@@ -345,8 +339,7 @@ class CudaDriver final : public Driver {
   Status do_release(Handle handle) override {
     KVVM_RETURN_IF_ERROR(make_current("cuMemRelease"));
     if (CUresult r = api_.mem_release(handle); r != CUDA_SUCCESS) {
-      return cuda_error(api_, "cuMemRelease", r,
-                        "cuMemRelease(handle " + hex_address(handle) + ")");
+      return cuda_error(api_, "cuMemRelease", r, "cuMemRelease(handle " + hex(handle) + ")");
     }
     return Status::Ok();
   }
@@ -356,9 +349,8 @@ class CudaDriver final : public Driver {
     KVVM_RETURN_IF_ERROR(make_current("cuMemMap"));
     if (CUresult r = api_.mem_map(address, bytes, handle_offset, handle, 0); r != CUDA_SUCCESS) {
       return cuda_error(api_, "cuMemMap", r,
-                        "cuMemMap(" + hex_address(address) + ", " + bytes_text(bytes) +
-                            ", handle " + hex_address(handle) + ", handle offset " +
-                            std::to_string(handle_offset) + ")");
+                        "cuMemMap(" + hex(address) + ", " + bytes_text(bytes) + ", handle " +
+                            hex(handle) + ", handle offset " + std::to_string(handle_offset) + ")");
     }
     return Status::Ok();
   }
@@ -370,7 +362,7 @@ class CudaDriver final : public Driver {
     desc.flags = access_flags(access);
     if (CUresult r = api_.mem_set_access(address, bytes, &desc, 1); r != CUDA_SUCCESS) {
       return cuda_error(api_, "cuMemSetAccess", r,
-                        "cuMemSetAccess(" + hex_address(address) + ", " + bytes_text(bytes) + ", " +
+                        "cuMemSetAccess(" + hex(address) + ", " + bytes_text(bytes) + ", " +
                             access_flag_name(desc.flags) + ")");
     }
     return Status::Ok();
@@ -380,7 +372,7 @@ class CudaDriver final : public Driver {
     KVVM_RETURN_IF_ERROR(make_current("cuMemUnmap"));
     if (CUresult r = api_.mem_unmap(address, bytes); r != CUDA_SUCCESS) {
       return cuda_error(api_, "cuMemUnmap", r,
-                        "cuMemUnmap(" + hex_address(address) + ", " + bytes_text(bytes) + ")");
+                        "cuMemUnmap(" + hex(address) + ", " + bytes_text(bytes) + ")");
     }
     return Status::Ok();
   }
@@ -397,8 +389,7 @@ class CudaDriver final : public Driver {
   Status do_write(Address address, const void* source, std::size_t bytes) override {
     if (bytes == 0) return Status::Ok();
     KVVM_RETURN_IF_ERROR(make_current("cuMemcpyHtoD"));
-    const std::string what =
-        "cuMemcpyHtoD(" + hex_address(address) + ", " + bytes_text(bytes) + ")";
+    const std::string what = "cuMemcpyHtoD(" + hex(address) + ", " + bytes_text(bytes) + ")";
     if (CUresult r = api_.memcpy_htod(address, source, bytes); r != CUDA_SUCCESS) {
       return cuda_error(api_, "cuMemcpyHtoD", r, what);
     }
@@ -420,9 +411,8 @@ class CudaDriver final : public Driver {
     }
     if (CUresult r = api_.event_record(event, static_cast<CUstream>(stream)); r != CUDA_SUCCESS) {
       (void)api_.event_destroy(event);
-      return cuda_error(
-          api_, "cuEventRecord", r,
-          "cuEventRecord(stream " + hex_address(reinterpret_cast<Address>(stream)) + ")");
+      return cuda_error(api_, "cuEventRecord", r,
+                        "cuEventRecord(stream " + hex(reinterpret_cast<Address>(stream)) + ")");
     }
     return static_cast<Fence>(reinterpret_cast<std::uintptr_t>(event));
   }
@@ -447,8 +437,7 @@ class CudaDriver final : public Driver {
   Status do_read(void* destination, Address address, std::size_t bytes) override {
     if (bytes == 0) return Status::Ok();
     KVVM_RETURN_IF_ERROR(make_current("cuMemcpyDtoH"));
-    const std::string what =
-        "cuMemcpyDtoH(" + hex_address(address) + ", " + bytes_text(bytes) + ")";
+    const std::string what = "cuMemcpyDtoH(" + hex(address) + ", " + bytes_text(bytes) + ")";
     if (CUresult r = api_.memcpy_dtoh(destination, address, bytes); r != CUDA_SUCCESS) {
       return cuda_error(api_, "cuMemcpyDtoH", r, what);
     }

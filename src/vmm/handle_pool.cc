@@ -189,6 +189,7 @@ bool HandlePool::release_now(Handle handle, std::size_t bytes) {
   std::lock_guard lock(mutex_);
   if (released.ok()) {
     ++counters_.releases;
+    counters_.released_bytes += bytes;
     if (governor_ != nullptr) governor_->return_bytes(tier_, bytes);
     return true;
   }
@@ -221,6 +222,11 @@ std::uint64_t HandlePool::trim(std::uint64_t bytes) {
     if (release_now(handle, size)) freed += size;
   }
   return freed;
+}
+
+std::uint64_t HandlePool::released_bytes() const {
+  std::lock_guard lock(mutex_);
+  return counters_.released_bytes;
 }
 
 Result<HandleInfo> HandlePool::describe(Handle handle) const {

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -160,9 +161,24 @@ std::optional<std::uint64_t> bench_memory_bytes(const LayoutPlan& plan, std::uin
 // Whether this build has the decode loop's kernel (KVVM_HAS_CUDA_KERNELS).
 bool decode_loop_built();
 
-// The decode loop on `driver` (a CUDA driver) for `geometry` in `layout`, as described at the
-// top. Unavailable (kDecodeNeedsKernels) without the kernels; ResourceExhausted when a
-// variant's memory is more than usable_memory; any failing call's status otherwise.
+// What a decode step runs besides the ensures: `launch` starts reading [address, address +
+// bytes) for `microseconds` without waiting; `wait` returns once it finished. On the GPU the
+// spin kernel on a stream; a test can pass a stand-in to run the loop on the host.
+struct StepKernel {
+  std::function<Status(std::uint64_t address, std::uint64_t bytes, std::uint32_t microseconds)>
+      launch;
+  std::function<Status()> wait;
+};
+
+// The decode loop on `driver` for `geometry` in `layout`, as described at the top, with
+// `kernel` as the step's work. ResourceExhausted when a variant's memory is more than
+// usable_memory; any failing call's status otherwise (no figure from a failed run).
+Result<DecodeReport> run_decode_loop_with(Driver& driver, const Geometry& geometry, Layout layout,
+                                          const BenchGrowthOptions& options,
+                                          const StepKernel& kernel);
+
+// The same with the spin kernel on a fresh stream of `driver`'s device (a CUDA driver).
+// Unavailable (kDecodeNeedsKernels) when built without the kernels.
 Result<DecodeReport> run_decode_loop(Driver& driver, const Geometry& geometry, Layout layout,
                                      const BenchGrowthOptions& options);
 

@@ -1,11 +1,11 @@
 // The decode loop of `kvvm bench growth` (see bench_command.h): sequences grow one token per
-// step while a spin kernel stands in for the step's attention work, so the step time says
-// what growth costs a decoding engine, not what it costs in isolation.
+// step while a kernel stands in for the step's attention work, so the step time says what
+// growth costs a decoding engine, not what it costs in isolation.
 //
-// One step: launch the kernel (reading slot 0's first window) on a stream; ensure(+1 token)
-// for every sequence while it runs, as a scheduler would prepare the next step; synchronize
-// the stream. Without commit-ahead an ensure that crosses a window boundary maps on the
-// critical path; with it the worker has mapped the window during earlier steps.
+// One step: launch the kernel (reading slot 0's first window); ensure(+1 token) for every
+// sequence while it runs, as a scheduler prepares the next step; wait for the kernel.
+// Without commit-ahead an ensure that crosses a window boundary maps on the critical path;
+// with it the worker has mapped the window during earlier steps.
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -24,28 +24,9 @@
 #endif
 
 namespace kvvm::cli {
-
-#if defined(KVVM_HAS_CUDA_KERNELS)
 namespace {
 
 std::string str(std::uint64_t value) { return std::to_string(value); }
-
-// The stream the kernel runs on; destroyed after waiting for it (best effort on a failure
-// path: the arena's teardown synchronizes the whole context anyway before unmapping).
-class StreamHolder {
- public:
-  explicit StreamHolder(void* stream) : stream_(stream) {}
-  StreamHolder(const StreamHolder&) = delete;
-  StreamHolder& operator=(const StreamHolder&) = delete;
-  ~StreamHolder() {
-    testkit::synchronize_stream(stream_).ignore();
-    testkit::destroy_stream(stream_);
-  }
-  void* get() const { return stream_; }
-
- private:
-  void* stream_;
-};
 
 struct VariantSpec {
   std::string name;
@@ -53,12 +34,28 @@ struct VariantSpec {
   std::uint32_t ahead = 0;
 };
 
-// One variant with its own governor, pool and arena (torn down in reverse order). The
-// kernel's launches are waited for before returning, on success and on failure, so nothing
-// is unmapped under a running kernel.
+// Waits for the kernel launched last whichever way run_variant returns, before the arena
+// (declared earlier) is torn down: nothing is unmapped under a running kernel.
+class Drain {
+ public:
+  explicit Drain(const StepKernel& kernel) : kernel_(kernel) {}
+  Drain(const Drain&) = delete;
+  Drain& operator=(const Drain&) = delete;
+  ~Drain() {
+    if (pending_) kernel_.wait().ignore();
+  }
+  void launched() { pending_ = true; }
+  void waited() { pending_ = false; }
+
+ private:
+  const StepKernel& kernel_;
+  bool pending_ = false;
+};
+
+// One variant with its own governor, pool and arena (torn down in reverse order).
 Result<DecodeVariant> run_variant(Driver& driver, const LayoutPlan& plan,
                                   const BenchGrowthOptions& options, const DecodeReport& shape,
-                                  const VariantSpec& spec, void* stream) {
+                                  const VariantSpec& spec, const StepKernel& kernel) {
   const std::string what = spec.name + " (ahead " + str(spec.ahead) + ")";
   const std::optional<std::uint64_t> needed =
       bench_memory_bytes(plan, options.sequences, shape.final_tokens, spec.ahead);
@@ -97,11 +94,7 @@ Result<DecodeVariant> run_variant(Driver& driver, const LayoutPlan& plan,
     }
   }
   const std::uint64_t address = arena.slot_base(slots.front());
-  // Waits for the kernels launched so far whichever way this function returns.
-  struct Drain {
-    void* stream;
-    ~Drain() { testkit::synchronize_stream(stream).ignore(); }
-  } drain{stream};
+  Drain drain(kernel);
 
   std::vector<double> step_us;
   step_us.reserve(shape.steps);
@@ -109,17 +102,19 @@ Result<DecodeVariant> run_variant(Driver& driver, const LayoutPlan& plan,
   std::uint64_t tokens = shape.start_tokens;
   for (std::uint64_t step = 0; step < shape.warmup_steps + shape.steps; ++step) {
     if (step == shape.warmup_steps) at_warm = arena.stats();
+    const std::string at = what + ", step " + str(step + 1);
     const auto start = std::chrono::steady_clock::now();
-    Status launched =
-        testkit::launch_spin_reader(stream, address, shape.read_bytes, options.kernel_us, 0);
-    if (!launched.ok()) return launched.with_context(what + ", step " + str(step + 1));
+    Status launched = kernel.launch(address, shape.read_bytes, options.kernel_us);
+    if (!launched.ok()) return launched.with_context(at + ": launching the kernel");
+    drain.launched();
     for (SlotId slot : slots) {
       Status grown = arena.ensure(slot, tokens + 1);
-      if (!grown.ok()) return grown.with_context(what + ", step " + str(step + 1));
+      if (!grown.ok()) return grown.with_context(at);
     }
-    Status synced = testkit::synchronize_stream(stream);
+    Status waited = kernel.wait();
     const auto stop = std::chrono::steady_clock::now();
-    if (!synced.ok()) return synced.with_context(what + ", step " + str(step + 1));
+    drain.waited();
+    if (!waited.ok()) return waited.with_context(at + ": waiting for the kernel");
     ++tokens;
     if (step >= shape.warmup_steps) {
       step_us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
@@ -138,10 +133,9 @@ Result<DecodeVariant> run_variant(Driver& driver, const LayoutPlan& plan,
 
 }  // namespace
 
-bool decode_loop_built() { return true; }
-
-Result<DecodeReport> run_decode_loop(Driver& driver, const Geometry& geometry, Layout layout,
-                                     const BenchGrowthOptions& options) {
+Result<DecodeReport> run_decode_loop_with(Driver& driver, const Geometry& geometry, Layout layout,
+                                          const BenchGrowthOptions& options,
+                                          const StepKernel& kernel) {
   DecodeReport report;
   report.ran = true;
   report.model = geometry.name;
@@ -158,17 +152,10 @@ Result<DecodeReport> run_decode_loop(Driver& driver, const Geometry& geometry, L
   if (!plan.ok()) return plan.status().with_context(geometry.name);
   report.read_bytes = plan->granule;  // window 0 of fragment 0: committed from admission
 
-  // The driver makes its device's primary context current on this thread; the runtime the
-  // kernel kit uses then runs on that same context.
-  (void)driver.info();
-  Result<void*> stream = testkit::create_stream();
-  if (!stream.ok()) return stream.status().with_context("creating the kernel's stream");
-  StreamHolder holder(*stream);
-
   const std::vector<VariantSpec> specs = {
       {"no growth", false, 0}, {"growth", true, 0}, {"growth", true, options.ahead}};
   for (const VariantSpec& spec : specs) {
-    Result<DecodeVariant> variant = run_variant(driver, *plan, options, report, spec, holder.get());
+    Result<DecodeVariant> variant = run_variant(driver, *plan, options, report, spec, kernel);
     if (!variant.ok()) return variant.status();
     report.variants.push_back(std::move(variant).value());
   }
@@ -181,6 +168,33 @@ Result<DecodeReport> run_decode_loop(Driver& driver, const Geometry& geometry, L
   report.ratios.push_back(DecodeRatio{"p99 growth ahead=0 / p99 no growth",
                                       ratio_of(report.variants[1]), std::nullopt, false});
   return report;
+}
+
+#if defined(KVVM_HAS_CUDA_KERNELS)
+
+bool decode_loop_built() { return true; }
+
+Result<DecodeReport> run_decode_loop(Driver& driver, const Geometry& geometry, Layout layout,
+                                     const BenchGrowthOptions& options) {
+  // The driver makes its device's primary context current on this thread (every call does);
+  // the runtime the kernel kit uses then runs on that same context.
+  (void)driver.info();
+  Result<void*> created = testkit::create_stream();
+  if (!created.ok()) return created.status().with_context("creating the kernel's stream");
+  struct StreamHolder {
+    void* stream;
+    ~StreamHolder() {
+      testkit::synchronize_stream(stream).ignore();
+      testkit::destroy_stream(stream);
+    }
+  } holder{*created};
+  void* const stream = holder.stream;
+  const StepKernel kernel{
+      [stream](std::uint64_t address, std::uint64_t bytes, std::uint32_t microseconds) {
+        return testkit::launch_spin_reader(stream, address, bytes, microseconds, 0);
+      },
+      [stream] { return testkit::synchronize_stream(stream); }};
+  return run_decode_loop_with(driver, geometry, layout, options, kernel);
 }
 
 #else  // built without the CUDA kernels
