@@ -127,10 +127,10 @@ fi
 # --- kvvm info -----------------------------------------------------------------------------
 CLI="$BUILD/tools/kvvm/kvvm"
 if ((built)) && [[ -x "$CLI" ]]; then
-  step info "$OUT/info.txt" "$CLI" info --backend cuda
+  step info "$OUT/info.txt" "$CLI" info --backend cuda --granules 256
   echo "==> info --json"
   set +e
-  "$CLI" info --backend cuda --json >"$OUT/info.json" 2>"$OUT/info.json.stderr"
+  "$CLI" info --backend cuda --granules 256 --json >"$OUT/info.json" 2>"$OUT/info.json.stderr"
   rc=$?
   set -e
   cat "$OUT/info.json"
