@@ -263,9 +263,12 @@ Status Reservation::commit_ranges(const std::vector<Range>& ranges, Grant* grant
   // Every block this transaction will map, in order.
   std::vector<Block> planned;
   for (const Range& range : ranges) {
-    for (std::size_t at = range.offset; at < range.offset + range.len; at += handle_bytes) {
-      planned.push_back(Block{at, std::min(handle_bytes, range.offset + range.len - at), kNoHandle,
-                              0, Access::kNone, false, false});
+    const std::size_t end = range.offset + range.len;
+    // Advance by what was planned, never by handle_bytes itself: a huge handle size must not
+    // wrap the cursor around.
+    for (std::size_t at = range.offset, bytes = 0; at < end; at += bytes) {
+      bytes = std::min(handle_bytes, end - at);
+      planned.push_back(Block{at, bytes, kNoHandle, 0, Access::kNone, false, false});
     }
   }
 
