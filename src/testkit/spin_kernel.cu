@@ -1,8 +1,8 @@
-#include "testkit/spin_kernel.h"
-
 #include <cuda_runtime.h>
 
 #include <string>
+
+#include "testkit/spin_kernel.h"
 
 namespace kvvm::testkit {
 namespace {
