@@ -420,13 +420,17 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens) {
                                       ": the slot was quarantined while this call waited for it");
   }
   if (slot.windows >= needed || capture_depth_ > 0) {
-    const bool refused = slot.windows < needed;
-    if (!refused) slot.tokens = tokens;
+    const std::uint64_t missing = needed > slot.windows ? needed - slot.windows : 0;
+    if (missing == 0) {  // mapped meanwhile (by the worker): a use like the fast path's
+      slot.tokens = tokens;
+      slot.last_used = ++tick_;
+      slot.ahead_stalled = false;
+    }
     lock.unlock();
     unclaim(id);
-    if (!refused) return Status::Ok();
+    if (missing == 0) return Status::Ok();
     return Status::Unavailable("ensure of " + slot_text(id) + " to " + std::to_string(tokens) +
-                               " tokens needs " + std::to_string(needed - slot.windows) +
+                               " tokens needs " + std::to_string(missing) +
                                " more window(s) per fragment: refused during graph capture");
   }
   ++counters_.ensures_committing;
