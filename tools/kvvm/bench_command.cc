@@ -19,7 +19,7 @@
 #include "kvvm/handle_pool.h"
 #include "kvvm/host_driver.h"
 #include "op_timing.h"
-#include "plan_command.h"  // parse_token_count
+#include "plan_command.h"  // token_count_validator
 
 namespace kvvm::cli {
 namespace {
@@ -91,37 +91,6 @@ Result<Request> resolve_request(const BenchGrowthOptions& options) {
     request.decode_model = request.models.front();
   }
   return request;
-}
-
-CLI::Validator tokens_validator() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        Result<std::uint64_t> count = parse_token_count(value);
-        if (!count.ok()) return count.status().message();
-        value = std::to_string(*count);
-        return {};
-      },
-      "TOKENS", "token count");
-}
-
-Result<std::unique_ptr<Driver>> open_bench_driver(const BenchGrowthOptions& options,
-                                                  std::ostream& err) {
-  if (options.backend != BackendChoice::kHost) {
-    if (options.backend == BackendChoice::kCuda || cuda_available()) {
-      Result<std::unique_ptr<Driver>> cuda =
-          make_cuda_driver(CudaDriverOptions{.device = options.device});
-      if (cuda.ok() || options.backend == BackendChoice::kCuda) {
-        if (!cuda.ok()) return cuda.status().with_context("--backend cuda");
-        return cuda;
-      }
-      err << "kvvm bench: note: CUDA is present but could not be opened ("
-          << cuda.status().to_string() << "); using the host driver\n";
-    }
-  }
-  Result<std::unique_ptr<Driver>> host =
-      make_host_driver(HostDriverOptions{.granule = options.host_granule});
-  if (!host.ok()) return host.status().with_context("--host-granule " + str(options.host_granule));
-  return host;
 }
 
 DriverCallDelta delta(const DriverCallCounts& before, const DriverCallCounts& after) {
@@ -336,7 +305,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchGrowthOptions& options) {
   growth
       ->add_option("--tokens", options.tokens,
                    "Tokens each sequence grows to, also the max context (default 4096; K = 1024)")
-      ->transform(tokens_validator());
+      ->transform(token_count_validator());
   growth->add_option("--sequences", options.sequences, "Sequences growing at once (default 8)")
       ->check(CLI::Range(1u, 1u << 20));
   growth
@@ -526,7 +495,8 @@ int run_bench_growth(const BenchGrowthOptions& options, std::ostream& out, std::
   if (Result<Request> request = resolve_request(options); !request.ok()) {
     return fail(request.status(), kExitUsage);
   }
-  Result<std::unique_ptr<Driver>> driver = open_bench_driver(options, err);
+  Result<std::unique_ptr<Driver>> driver =
+      open_driver(options.backend, options.device, options.host_granule, "kvvm bench", err);
   if (!driver.ok()) {
     const StatusCode code = driver.status().code();
     const bool usage = code == StatusCode::kUnavailable || code == StatusCode::kInvalidArgument;

@@ -512,25 +512,26 @@ void print_info(const InfoReport& report, std::ostream& out) {
   out << "\nnote: " << kRawOursNote << "\n";
 }
 
-Result<std::unique_ptr<Driver>> open_driver(const InfoOptions& options, std::ostream& err) {
-  if (options.backend != BackendChoice::kHost) {
-    if (options.backend == BackendChoice::kCuda || cuda_available()) {
-      Result<std::unique_ptr<Driver>> cuda =
-          make_cuda_driver(CudaDriverOptions{.device = options.device});
-      if (cuda.ok() || options.backend == BackendChoice::kCuda) {
+Result<std::unique_ptr<Driver>> open_driver(BackendChoice backend, int device,
+                                            std::size_t host_granule, std::string_view command,
+                                            std::ostream& err) {
+  if (backend != BackendChoice::kHost) {
+    if (backend == BackendChoice::kCuda || cuda_available()) {
+      Result<std::unique_ptr<Driver>> cuda = make_cuda_driver(CudaDriverOptions{.device = device});
+      if (cuda.ok() || backend == BackendChoice::kCuda) {
         if (!cuda.ok()) return cuda.status().with_context("--backend cuda");
         return cuda;
       }
       // Asked for nothing in particular: a GPU that cannot be opened is worth a note, not a
       // failure, since the host driver answers the same questions.
-      err << "kvvm info: note: CUDA is present but could not be opened ("
+      err << command << ": note: CUDA is present but could not be opened ("
           << cuda.status().to_string() << "); using the host driver\n";
     }
   }
   Result<std::unique_ptr<Driver>> host =
-      make_host_driver(HostDriverOptions{.granule = options.host_granule});
+      make_host_driver(HostDriverOptions{.granule = host_granule});
   if (!host.ok()) {
-    return host.status().with_context("--host-granule " + std::to_string(options.host_granule));
+    return host.status().with_context("--host-granule " + std::to_string(host_granule));
   }
   return host;
 }
@@ -540,7 +541,8 @@ int run_info(const InfoOptions& options, std::ostream& out, std::ostream& err) {
     err << "kvvm info: " << status.to_string() << "\n";
     return code;
   };
-  Result<std::unique_ptr<Driver>> driver = open_driver(options, err);
+  Result<std::unique_ptr<Driver>> driver =
+      open_driver(options.backend, options.device, options.host_granule, "kvvm info", err);
   if (!driver.ok()) {
     // Asking for a backend this machine lacks, or a granule it refuses, is a usage error.
     const StatusCode code = driver.status().code();

@@ -105,10 +105,13 @@ nlohmann::ordered_json info_json(const InfoReport& report);
 // The human-readable form: aligned columns, units stated.
 void print_info(const InfoReport& report, std::ostream& out);
 
-// Opens the driver `options` asks for. An explicit --backend cuda without a usable GPU is
-// Unavailable; a bad host granule InvalidArgument. With kAuto, a GPU that cannot be opened
-// falls back to the host driver with a note on `err`.
-Result<std::unique_ptr<Driver>> open_driver(const InfoOptions& options, std::ostream& err);
+// Opens the driver a subcommand's --backend / --device / --host-granule ask for. An explicit
+// --backend cuda without a usable GPU is Unavailable; a bad host granule InvalidArgument. With
+// kAuto, a GPU that cannot be opened falls back to the host driver with a note on `err`
+// naming `command`.
+Result<std::unique_ptr<Driver>> open_driver(BackendChoice backend, int device,
+                                            std::size_t host_granule, std::string_view command,
+                                            std::ostream& err);
 
 // The whole subcommand: results to `out`, errors (with numbers) to `err`. Returns kExitOk,
 // kExitUsage (bad request: e.g. cuda asked for without a GPU) or kExitFailure.

@@ -384,17 +384,6 @@ void print_table(const PlanReport& report, std::ostream& out) {
   }
 }
 
-CLI::Validator token_count_validator() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        Result<std::uint64_t> count = parse_token_count(value);
-        if (!count.ok()) return count.status().message();
-        value = std::to_string(*count);
-        return {};
-      },
-      "TOKENS", "token count");
-}
-
 // A whole number of sequences, at least one (CLI11's own range check prints a 300-digit
 // upper bound).
 CLI::Validator sequences_validator() {
@@ -412,6 +401,17 @@ CLI::Validator sequences_validator() {
 }
 
 }  // namespace
+
+CLI::Validator token_count_validator() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        Result<std::uint64_t> count = parse_token_count(value);
+        if (!count.ok()) return count.status().message();
+        value = std::to_string(*count);
+        return {};
+      },
+      "TOKENS", "token count");
+}
 
 Result<std::uint64_t> parse_token_count(std::string_view text) {
   const std::string quoted = "'" + std::string(text) + "'";

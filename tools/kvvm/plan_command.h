@@ -23,6 +23,7 @@
 
 namespace CLI {
 class App;
+class Validator;
 }  // namespace CLI
 
 namespace kvvm::cli {
@@ -47,6 +48,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options);
 // Parses a token count: a whole number, or one with a K suffix meaning 1024 tokens, as
 // context lengths are quoted ("128K" = 131072). InvalidArgument saying why otherwise.
 Result<std::uint64_t> parse_token_count(std::string_view text);
+// A CLI11 validator that turns a token count (parse_token_count) into its number.
+CLI::Validator token_count_validator();
 
 // Everything `kvvm plan` reports for one layout.
 struct LayoutFigures {
