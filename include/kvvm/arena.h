@@ -213,6 +213,7 @@ class Arena {
   ArenaStats counters_;
 
   Governor::Registration reclaimer_;
+  static thread_local bool committing_ahead_;  // on the worker's thread, during its commits
   std::thread worker_;
 };
 

@@ -19,11 +19,6 @@ constexpr std::size_t kLatencyBuckets = 24;  // 2^24 µs = 16.8 s
 // More sequences than any engine runs at once; the slot table is allocated up front.
 constexpr std::uint32_t kMaxSlots = 1u << 20;
 
-// Set while the commit-ahead worker commits: its grant must not evict anything (commit-ahead
-// is a convenience, not a claim on memory), or two sequences' leads would evict each other
-// forever when the budget holds only one.
-thread_local bool t_committing_ahead = false;
-
 std::string slot_text(SlotId slot) { return "slot " + std::to_string(slot); }
 
 }  // namespace
@@ -195,46 +190,6 @@ Status Arena::commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
     }
   }
   return committed;
-}
-
-std::uint64_t Arena::padded_windows() const {
-  return dummy_.handle == kNoHandle ? 0
-                                    : options_.plan.windows_per_fragment(options_.padded_tokens);
-}
-
-Status Arena::map_dummy(SlotId slot, std::uint64_t from, std::uint64_t to) {
-  std::vector<std::size_t> mapped;
-  for (const Range& range : window_ranges(slot, from, to)) {
-    for (std::size_t at = range.offset; at < range.offset + range.len;
-         at += options_.plan.granule) {
-      Status status = reservation_->map_shared(at, dummy_, Access::kReadOnly);
-      if (!status.ok()) {
-        for (std::size_t offset : mapped) {
-          (void)reservation_->release(offset, options_.plan.granule);  // poisons on failure
-        }
-        return status;
-      }
-      mapped.push_back(at);
-    }
-  }
-  return Status::Ok();
-}
-
-Status Arena::cover_tail(SlotId slot, std::uint64_t from) {
-  const std::uint64_t padded = padded_windows();
-  std::uint64_t to = padded;
-  {
-    std::lock_guard lock(mutex_);
-    const Slot& s = slots_[slot];
-    if (s.dummy_to > s.dummy_from) to = std::min(padded, s.dummy_from);
-  }
-  if (from >= to) return Status::Ok();
-  KVVM_RETURN_IF_ERROR(map_dummy(slot, from, to));
-  std::lock_guard lock(mutex_);
-  Slot& s = slots_[slot];
-  if (s.dummy_to <= s.dummy_from) s.dummy_to = to;
-  s.dummy_from = from;
-  return Status::Ok();
 }
 
 Status Arena::release_windows(SlotId slot, std::uint64_t from, std::uint64_t to) {
@@ -495,100 +450,6 @@ Status Arena::finish(SlotId id, Stream stream) {
   return Status::Ok();
 }
 
-std::uint64_t Arena::reclaim(std::uint64_t bytes) {
-  if (t_committing_ahead) return 0;
-  const LayoutPlan& plan = options_.plan;
-  struct Candidate {
-    SlotId id;
-    std::uint64_t keep;  // windows per fragment to keep
-    std::uint64_t last_used;
-    std::uint64_t windows;
-  };
-  std::vector<Candidate> finished, ahead;
-  {
-    std::lock_guard lock(mutex_);
-    if (capture_depth_ > 0) return 0;  // no unmap during graph capture
-    for (SlotId id = 0; id < slots_.size(); ++id) {
-      const Slot& slot = slots_[id];
-      if (slot.busy || slot.windows == 0) continue;
-      if (slot.state == SlotState::kFinished) {
-        finished.push_back({id, 0, slot.last_used, slot.windows});
-      } else if (slot.state == SlotState::kActive) {
-        const std::uint64_t live = plan.windows_per_fragment(slot.tokens);
-        if (slot.windows > live) ahead.push_back({id, live, slot.last_used, slot.windows});
-      }
-    }
-  }
-  // Least recently used first; among equals the largest.
-  const auto order = [](const Candidate& a, const Candidate& b) {
-    return a.last_used != b.last_used ? a.last_used < b.last_used : a.windows > b.windows;
-  };
-  std::sort(finished.begin(), finished.end(), order);
-  std::sort(ahead.begin(), ahead.end(), order);
-  finished.insert(finished.end(), ahead.begin(), ahead.end());
-
-  // What the tier gets back is what the pool releases: handles above its bound go at once,
-  // the rest when it is trimmed.
-  const std::uint64_t released_before = pool_.released_bytes();
-  const auto given_back = [&] { return pool_.released_bytes() - released_before; };
-  for (const Candidate& candidate : finished) {
-    if (given_back() >= bytes) break;
-    if (unmap_slot(candidate.id) == 0) continue;
-    if (given_back() < bytes) pool_.trim(bytes - given_back());
-  }
-  return given_back();
-}
-
-std::uint64_t Arena::unmap_slot(SlotId id) {
-  const LayoutPlan& plan = options_.plan;
-  std::unique_lock lock(mutex_);
-  Slot& slot = slots_[id];
-  // The slot may have changed since the caller looked; skip it rather than wait on it.
-  if (slot.busy || capture_depth_ > 0) return 0;
-  const bool finished_slot = slot.state == SlotState::kFinished;
-  if (!finished_slot && slot.state != SlotState::kActive) return 0;
-  const std::uint64_t from = finished_slot ? 0 : plan.windows_per_fragment(slot.tokens);
-  const std::uint64_t to = slot.windows;
-  if (to <= from) return 0;
-  slot.busy = true;
-  lock.unlock();
-  if (finished_slot && !fence_completed(id)) {  // a kernel may still read it
-    unclaim(id);
-    return 0;
-  }
-  Status released = release_windows(id, from, to);
-  const bool poisoned = !released.ok() && has_poison(id);
-  if (released.ok() && !finished_slot && padded_windows() > 0) {
-    // An active slot's padded tail must stay readable: the dummy goes back over it.
-    Status covered = cover_tail(id, from);
-    if (!covered.ok()) {
-      std::lock_guard guard(mutex_);
-      counters_.dummy_restore_failures += plan.fragments * (to - from);
-    }
-  }
-  const std::uint64_t unmapped = released.ok() ? plan.fragments * (to - from) * plan.granule : 0;
-  lock.lock();
-  if (released.ok()) {
-    slot.windows = from;
-    if (finished_slot) slot.state = SlotState::kFree;
-  } else if (poisoned) {
-    slot.state = SlotState::kQuarantined;
-  }
-  counters_.reclaimed_bytes += unmapped;
-  slot.busy = false;
-  lock.unlock();
-  changed_.notify_all();
-  return unmapped;
-}
-
-Status Arena::release(SlotId slot, Stream stream) {
-  KVVM_RETURN_IF_ERROR(finish(slot, stream));
-  // On the host the fence is complete already; on a GPU this unmaps only if the stream has
-  // drained, and otherwise leaves the windows to reclaim() once it has.
-  (void)unmap_slot(slot);
-  return Status::Ok();
-}
-
 Arena::CaptureGuard Arena::begin_capture() {
   std::unique_lock lock(mutex_);
   ++capture_depth_;  // from now on nothing new starts mapping or unmapping
@@ -689,9 +550,9 @@ void Arena::worker_loop() {
     const std::uint64_t to = ahead_target(slot);
     lock.unlock();
     // Never wait for budget: commit-ahead is a convenience, not a claim on memory.
-    t_committing_ahead = true;
+    committing_ahead_ = true;
     Status committed = commit_windows(*next, from, to, std::chrono::milliseconds(0));
-    t_committing_ahead = false;
+    committing_ahead_ = false;
     const bool poisoned = !committed.ok() && has_poison(*next);
     lock.lock();
     if (committed.ok()) {
@@ -705,5 +566,10 @@ void Arena::worker_loop() {
     changed_.notify_all();
   }
 }
+
+// Set while the commit-ahead worker commits: its grant must not evict anything (commit-ahead
+// is a convenience, not a claim on memory), or two sequences' leads would evict each other
+// forever when the budget holds only one.
+thread_local bool Arena::committing_ahead_ = false;
 
 }  // namespace kvvm
