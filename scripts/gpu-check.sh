@@ -9,6 +9,7 @@
 #   nvidia-smi.txt summary.txt
 # Exit status: non-zero when a test failed or any step failed.
 #
+# Before the first call: scripts/gpu-carry.sh (here, with Debian reachable) fills .carry/debs.
 # The machine has no network: headers missing there (CLI11, nlohmann-json, rapidcheck) are
 # carried in .carry/include, librapidcheck.a in .carry/lib, and CMake package files, when
 # carried, under .carry/lib/cmake or .carry/share; this script points the compiler and CMake
