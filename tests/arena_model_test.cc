@@ -69,6 +69,7 @@
 #include "kvvm/layout.h"
 #include "kvvm/reservation.h"
 #include "support/invariants.h"
+#include "support/pattern.h"
 
 namespace kvvm {
 namespace {
@@ -129,12 +130,7 @@ rc::Gen<OpSpec> gen_op() {
                                           number, rc::gen::arbitrary<std::uint64_t>())));
 }
 
-std::uint64_t mix(std::uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using kt::mix;
 
 // After a failure rapidcheck re-runs the property on shorter sequences; past kShrinkRuns runs a
 // candidate counts as passing, except the shortest failing case found so far (which rapidcheck

@@ -20,6 +20,14 @@ inline std::vector<std::uint8_t> pattern(std::size_t bytes, std::uint64_t seed) 
   return data;
 }
 
+// splitmix64: turns any number into well-spread bits (seeds, tags, fault plans).
+inline std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 inline std::uint64_t fresh_seed() {
   static std::random_device device;
   return (static_cast<std::uint64_t>(device()) << 32) | device();
