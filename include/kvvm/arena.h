@@ -155,6 +155,8 @@ class Arena {
     std::uint64_t tokens = 0;      // live length
     std::uint64_t windows = 0;     // committed windows per fragment, from the start
     bool busy = false;             // a commit or unmap of this slot is in flight
+    bool shrinking = false;        // ... and it is an unmap (reclaim), which may take windows
+                                   // the live length needs; a commit only ever adds windows
     std::uint64_t last_used = 0;   // tick of the last admit / ensure / finish
     Fence fence = 0;               // recorded at finish; 0: none pending
     bool ahead_stalled = false;    // the worker could not commit ahead; retried on growth

@@ -219,6 +219,7 @@ void Arena::unclaim(SlotId slot) {
   {
     std::lock_guard lock(mutex_);
     slots_[slot].busy = false;
+    slots_[slot].shrinking = false;
   }
   changed_.notify_all();
 }
@@ -355,9 +356,10 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens) {
     return Status::FailedPrecondition("ensure of " + slot_text(id) + ": no active sequence there");
   }
   ++counters_.ensures;
-  // The decode path: already mapped, no driver call. Not while another call holds the slot:
-  // a reclaim may be unmapping the very windows this length needs.
-  if (!slot.busy && slot.windows >= needed) {
+  // The decode path: already mapped, no driver call. Not while a reclaim holds the slot (it
+  // may be unmapping the very windows this length needs); a commit in flight (the worker's)
+  // only adds windows, so the decode path need not wait for it.
+  if (!slot.shrinking && slot.windows >= needed) {
     slot.tokens = tokens;
     slot.last_used = ++tick_;
     slot.ahead_stalled = false;

@@ -64,6 +64,7 @@ std::uint64_t Arena::unmap_slot(SlotId id) {
   const std::uint64_t to = slot.windows;
   if (to <= from) return 0;
   slot.busy = true;
+  slot.shrinking = true;
   lock.unlock();
   if (finished_slot && !fence_completed(id)) {  // a kernel may still read it
     unclaim(id);
@@ -89,6 +90,7 @@ std::uint64_t Arena::unmap_slot(SlotId id) {
   }
   counters_.reclaimed_bytes += unmapped;
   slot.busy = false;
+  slot.shrinking = false;
   lock.unlock();
   changed_.notify_all();
   return unmapped;
