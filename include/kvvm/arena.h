@@ -20,6 +20,14 @@
 // windows with real ones in one transaction: unmap the dummy, map real memory, and on
 // failure map the dummy back.
 //
+// Shared prefixes and fork (see shared_prefix.h): publish() turns the whole windows of a
+// sequence's first P tokens read-only and hands out a SharedPrefix; admit_shared() maps them
+// read-only into a new slot at the same offsets and copies the partial window's prefix bytes
+// privately; fork() does both at once for a child of a live sequence. A write into a read-only
+// window (after rewind(), by the publisher or by a sharer) is made safe by ensure(), which
+// copies that window into a private handle and remaps it read-write in one transaction
+// (copy-on-write at window granularity; in place, without a copy, when no one else maps it).
+//
 // Capture guard: while a CaptureGuard lives (a CUDA graph is being captured), any call that
 // would map or unmap is refused with Unavailable and the worker waits (invariant 7).
 //
@@ -43,6 +51,7 @@
 #include "kvvm/kv_view.h"
 #include "kvvm/layout.h"
 #include "kvvm/reservation.h"
+#include "kvvm/shared_prefix.h"
 #include "kvvm/status.h"
 
 namespace kvvm {
@@ -79,6 +88,17 @@ struct ArenaStats {
   std::uint64_t dummy_windows = 0;           // windows mapped to the dummy tail page, all fragments
   std::uint64_t dummy_bytes = 0;             // what the dummy page costs: one granule, or 0
   std::uint64_t dummy_restore_failures = 0;  // windows left unmapped when restoring failed
+  // Sharing. committed_bytes counts every mapping; physical_bytes counts each handle mapped
+  // under the slots once, so the difference is what sharing saves.
+  std::uint64_t physical_bytes = 0;
+  std::uint64_t shared_saved_bytes = 0;  // committed_bytes - physical_bytes
+  std::uint64_t readonly_windows = 0;    // mapped read-only in active slots, all fragments
+  std::uint64_t published_prefixes = 0;
+  std::uint64_t shared_admissions = 0;  // admit_shared() and fork() successes
+  std::uint64_t forks = 0;
+  std::uint64_t cow_copies = 0;           // windows copied into a private handle on write
+  std::uint64_t cow_in_place = 0;         // read-only windows made writable with no copy
+  std::uint64_t boundary_copy_bytes = 0;  // copied by sharers from the partial windows
   // Commit latency histogram: bucket i counts commits that took [2^i, 2^(i+1)) microseconds
   // (bucket 0 includes anything under 2 µs).
   std::vector<std::uint64_t> commit_latency_us_log2;
@@ -106,7 +126,33 @@ class Arena {
 
   // Makes sure the first `tokens` tokens of the slot are committed in every fragment; one
   // transaction; the base address never changes and no byte moves.
-  Status ensure(SlotId slot, std::uint64_t tokens);
+  // Windows the new tokens [old length, tokens) fall in that are read-only (shared, or
+  // published) are first made writable: copied into a private handle on `stream` (ordered
+  // before the remap), or switched in place when this slot is their only mapping.
+  Status ensure(SlotId slot, std::uint64_t tokens, Stream stream = nullptr);
+
+  // The live length drops to `tokens` (<= the current one): rejected speculative tokens, a
+  // beam cut. Windows stay mapped; the next ensure() makes the ones it writes writable.
+  Status rewind(SlotId slot, std::uint64_t tokens);
+
+  // Publishes the first `prefix_tokens` (<= the live length) tokens of an active sequence:
+  // the windows lying wholly inside them turn read-only in its slot and become the prefix.
+  // FailedPrecondition with the layout arithmetic's reason when no whole window lies inside
+  // (head-major with a short prefix, say); nothing changes on failure.
+  Result<std::shared_ptr<SharedPrefix>> publish(SlotId slot, std::uint64_t prefix_tokens);
+
+  // Admits a sequence of `tokens` (>= the prefix's) tokens whose first ones are the prefix's:
+  // maps the prefix's windows read-only at the same offsets (no new bytes), commits the rest
+  // privately under a grant for those bytes only, and copies the boundary bytes on `stream`.
+  // InvalidArgument when the prefix comes from an arena of another geometry, layout, granule
+  // or pool; FailedPrecondition when it is no longer usable. Nothing changes on failure.
+  Result<SlotId> admit_shared(const SharedPrefix& prefix, std::uint64_t tokens,
+                              Stream stream = nullptr);
+
+  // A child of an active sequence holding its first `position` (<= its length) tokens: the
+  // parent's whole windows below `position` become read-only in both, the partial window is
+  // copied privately for the child on `stream`. The child's live length is `position`.
+  Result<SlotId> fork(SlotId parent, std::uint64_t position, Stream stream = nullptr);
 
   // The sequence finished: its windows stay mapped (reclaimable) and are unmapped only after
   // a fence recorded now on `stream` completes.

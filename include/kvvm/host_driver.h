@@ -23,6 +23,11 @@ struct HostDriverOptions {
   // The granule in bytes: 0 means the page size; otherwise a multiple of the page size
   // (2 MiB makes the host behave like a current NVIDIA GPU).
   std::size_t granule = 0;
+  // true: create() allocates every page (fallocate), so a commit that succeeded has its
+  // bytes. false: the handle is only sized and pages arrive on first touch (a SIGBUS if the
+  // machine is out of memory then) — for simulations that account bytes but never write them,
+  // so a 40 GiB budget can be replayed on a smaller host.
+  bool populate = true;
 };
 
 // Fails with InvalidArgument when the granule is not a positive multiple of the page size.

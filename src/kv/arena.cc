@@ -338,7 +338,8 @@ Result<SlotId> Arena::admit(std::uint64_t tokens) {
   return id;
 }
 
-Status Arena::ensure(SlotId id, std::uint64_t tokens) {
+Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
+  (void)stream;
   const LayoutPlan& plan = options_.plan;
   if (id >= slots_.size()) {
     return Status::InvalidArgument("ensure of " + slot_text(id) + ": the arena has " +

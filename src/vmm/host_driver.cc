@@ -55,7 +55,7 @@ std::uint64_t meminfo_bytes(std::string_view key) {
 
 class HostDriver final : public Driver {
  public:
-  explicit HostDriver(std::size_t granule) : granule_(granule) {
+  HostDriver(std::size_t granule, bool populate) : granule_(granule), populate_(populate) {
     // One memfd per handle: make sure the descriptor limit is not what runs out first.
     rlimit limit{};
     if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
@@ -187,7 +187,9 @@ class HostDriver final : public Driver {
     const int fd = ::memfd_create("kvvm-handle", MFD_CLOEXEC);
     if (fd < 0) return errno_status("memfd_create", "create", errno);
     // Allocate the pages now: a commit that succeeded must have its bytes, not a SIGBUS later.
-    const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    // Unpopulated (simulations that never touch the bytes): size only, pages on first touch.
+    const int error = populate_ ? ::posix_fallocate(fd, 0, static_cast<off_t>(bytes))
+                                : (::ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno);
     if (error != 0) {
       ::close(fd);
       if (error == ENOSPC || error == ENOMEM) {
@@ -353,6 +355,7 @@ class HostDriver final : public Driver {
   }
 
   const std::size_t granule_;
+  const bool populate_;
   mutable std::mutex mutex_;  // leaf lock: guards the tables below
   std::map<Address, std::size_t> reservations_;
   std::map<Handle, HostHandle> handles_;
@@ -373,7 +376,7 @@ Result<std::unique_ptr<Driver>> make_host_driver(HostDriverOptions options) {
                                    " bytes is not a positive multiple of the page size " +
                                    std::to_string(page_size));
   }
-  return std::unique_ptr<Driver>(new HostDriver(granule));
+  return std::unique_ptr<Driver>(new HostDriver(granule, options.populate));
 }
 
 HostDriverTables host_driver_tables(const Driver& driver) {

@@ -1,0 +1,75 @@
+// SharedPrefix: the first P tokens of a sequence, published so that other sequences map its
+// whole windows read-only instead of holding their own copies (DESIGN.md "Lifecycles",
+// invariants 1 and 5).
+//
+// Publishing turns the windows lying wholly inside the prefix read-only in the publisher's
+// slot and records their handles. A sequence admitted with the prefix maps those handles
+// read-only at the same offsets of its own slot (no new bytes: the handles are billed once,
+// to whoever created them), then copies the prefix bytes of the last, partial window of each
+// fragment into private memory (the boundary copy). Physical lifetime is the union of every
+// mapping: the pool returns a handle when its last mapping goes, so no single user, the
+// publisher included, can release memory another still maps.
+//
+// A SharedPrefix is a value the caller holds (std::shared_ptr). It stays usable while every
+// one of its windows is still mapped somewhere with the content it had when published; once
+// all users have gone (or a window was rewritten in place by its last user) admission with it
+// is refused with FailedPrecondition, never served from memory that was reused since.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kvvm/handle_pool.h"
+#include "kvvm/layout.h"
+
+namespace kvvm {
+
+class Arena;
+
+struct SharedPrefixInfo {
+  std::uint64_t tokens = 0;                // P
+  std::uint64_t fragments = 0;             // of the layout
+  std::uint64_t windows_per_fragment = 0;  // whole windows shared in each fragment
+  std::uint64_t shared_bytes = 0;          // fragments * windows * granule: held once
+  std::uint64_t boundary_bytes = 0;        // what each sharer copies privately, all fragments
+};
+
+class SharedPrefix {
+ public:
+  const SharedPrefixInfo& info() const { return info_; }
+  const LayoutPlan& plan() const { return plan_; }
+  // True while every shared window's handle is still mapped with its published content (the
+  // pool's checkout epoch is unchanged) and, when the prefix has boundary bytes, some user
+  // still holds them intact to copy from.
+  bool usable() const;
+
+ private:
+  friend class Arena;
+  // Where sharers copy the boundary bytes from: an active sequence whose first P tokens are
+  // intact (the publisher, or a sharer that has not rewound below P since).
+  struct Source {
+    const Arena* arena = nullptr;
+    std::uint32_t slot = 0;
+    std::uint64_t occupancy = 0;  // the slot's admission number: a later sequence there differs
+  };
+
+  SharedPrefix(const HandlePool& pool, LayoutPlan plan, SharedPrefixInfo info,
+               std::vector<HandleInfo> handles)
+      : pool_(&pool), plan_(std::move(plan)), info_(info), handles_(std::move(handles)) {}
+  bool windows_intact() const;
+  void add_source(Source source);
+  void drop_source(const Arena* arena, std::uint32_t slot);
+  std::vector<Source> sources() const;
+
+  const HandlePool* pool_;
+  const LayoutPlan plan_;
+  const SharedPrefixInfo info_;
+  const std::vector<HandleInfo> handles_;  // [fragment * windows_per_fragment + window]
+
+  mutable std::mutex mutex_;  // guards sources_; a leaf lock
+  std::vector<Source> sources_;
+};
+
+}  // namespace kvvm
