@@ -8,6 +8,7 @@
 #include "bench_command.h"
 #include "info_command.h"
 #include "plan_command.h"
+#include "simulate_command.h"
 
 #ifndef KVVM_VERSION_STRING
 #define KVVM_VERSION_STRING "unknown"
@@ -27,7 +28,9 @@ int main(int argc, char** argv) {
       "kvvm");
   app.set_version_flag("--version", std::string("kvvm ") + KVVM_VERSION_STRING);
   app.require_subcommand(1);
-  app.footer("Subcommands to come: simulate. Run 'kvvm SUBCOMMAND --help' for one.");
+  app.footer(
+      "Main job: 'kvvm simulate' replays a request trace through kvvm beside the preallocate "
+      "and paged-16 baselines. Run 'kvvm SUBCOMMAND --help' for one.");
 
   kvvm::cli::InfoOptions info_options;
   CLI::App* info = kvvm::cli::add_info_command(app, info_options);
@@ -35,6 +38,8 @@ int main(int argc, char** argv) {
   CLI::App* plan = kvvm::cli::add_plan_command(app, plan_options);
   kvvm::cli::BenchGrowthOptions bench_growth_options;
   CLI::App* bench_growth = kvvm::cli::add_bench_command(app, bench_growth_options);
+  kvvm::cli::SimulateOptions simulate_options;
+  CLI::App* simulate = kvvm::cli::add_simulate_command(app, simulate_options);
 
   try {
     app.parse(argc, argv);
@@ -47,6 +52,9 @@ int main(int argc, char** argv) {
   try {
     if (info->parsed()) return kvvm::cli::run_info(info_options, std::cout, std::cerr);
     if (plan->parsed()) return kvvm::cli::run_plan(plan_options, std::cout, std::cerr);
+    if (simulate->parsed()) {
+      return kvvm::cli::run_simulate(simulate_options, std::cout, std::cerr);
+    }
     if (bench_growth->parsed()) {
       return kvvm::cli::run_bench_growth(bench_growth_options, std::cout, std::cerr);
     }

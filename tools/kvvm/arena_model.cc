@@ -1,0 +1,159 @@
+#include "arena_model.h"
+
+#include <chrono>
+#include <utility>
+
+namespace kvvm::cli {
+namespace {
+
+bool no_room(const Status& status) {
+  return status.code() == StatusCode::kResourceExhausted ||
+         status.code() == StatusCode::kUnavailable;
+}
+
+}  // namespace
+
+ArenaModel::ArenaModel(Driver& driver, ArenaModelOptions options)
+    : driver_(driver), options_(std::move(options)) {}
+
+ArenaModel::~ArenaModel() {
+  // Every sequence still running goes back before the arena does (an aborted run).
+  for (const auto& [seq, slot] : slots_) arena_->release(slot).ignore();
+  prefixes_.clear();
+  arena_.reset();
+  pool_.reset();
+}
+
+Result<std::unique_ptr<ArenaModel>> ArenaModel::create(Driver& driver, ArenaModelOptions options) {
+  std::unique_ptr<ArenaModel> model(new ArenaModel(driver, std::move(options)));
+  const ArenaModelOptions& o = model->options_;
+  model->tier_ = model->governor_.add_tier("simulate", o.budget);
+  model->pool_ = std::make_unique<HandlePool>(driver, PoolOptions{.max_pooled_bytes = o.pool_bytes},
+                                              &model->governor_, model->tier_);
+  Result<std::unique_ptr<Arena>> arena =
+      Arena::create(*model->pool_, model->governor_,
+                    ArenaOptions{.plan = o.plan,
+                                 .max_slots = o.max_slots,
+                                 .tier = model->tier_,
+                                 .commit_ahead_windows = o.commit_ahead_windows,
+                                 .budget_wait = std::chrono::milliseconds(0)});
+  if (!arena.ok()) return arena.status().with_context("creating the arena");
+  model->arena_ = std::move(arena).value();
+  model->calls_before_ = driver.counts();
+  return model;
+}
+
+template <typename Call>
+auto ArenaModel::timed(Call&& call) -> decltype(call()) {
+  const auto start = std::chrono::steady_clock::now();
+  auto result = call();
+  report_.arena_call_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++report_.arena_calls;
+  return result;
+}
+
+Result<SlotId> ArenaModel::admit_with_prefix(const TraceRequest& request, std::uint64_t tokens) {
+  const bool shares =
+      options_.sharing && request.prefix_group != kNoPrefixGroup && request.prefix_tokens > 0;
+  std::shared_ptr<SharedPrefix>* prefix = nullptr;
+  if (shares) {
+    prefix = &prefixes_[{request.prefix_group, request.prefix_tokens}];
+    if (*prefix && !(*prefix)->usable()) {
+      prefix->reset();
+      ++report_.stale_prefixes;
+    }
+    if (*prefix) {
+      Result<SlotId> slot = timed([&] { return arena_->admit_shared(**prefix, tokens); });
+      if (slot.ok()) {
+        ++report_.shared_admissions;
+        return slot;
+      }
+      if (slot.status().code() != StatusCode::kFailedPrecondition) return slot;
+      // Went stale between usable() and the admission: publish again below.
+      prefix->reset();
+      ++report_.stale_prefixes;
+    }
+  }
+  Result<SlotId> slot = timed([&] { return arena_->admit(tokens); });
+  if (!slot.ok() || !shares) return slot;
+  Result<std::shared_ptr<SharedPrefix>> published =
+      timed([&] { return arena_->publish(*slot, request.prefix_tokens); });
+  if (published.ok()) {
+    *prefix = std::move(published).value();
+    ++report_.publishes;
+  } else if (published.status().code() == StatusCode::kFailedPrecondition) {
+    if (report_.publish_refusals++ == 0) {
+      report_.publish_refusal_reason = published.status().message();
+    }
+  } else {
+    // The sequence is admitted but publishing failed at run time: give it back, report.
+    arena_->release(*slot).ignore();
+    return published.status().with_context("publishing " + std::to_string(request.prefix_tokens) +
+                                           " prefix tokens");
+  }
+  return slot;
+}
+
+Result<bool> ArenaModel::admit(std::size_t seq, const TraceRequest& request, std::uint64_t tokens) {
+  Result<SlotId> slot = admit_with_prefix(request, tokens);
+  if (!slot.ok()) {
+    if (!no_room(slot.status())) {
+      return slot.status().with_context("admitting request " + std::to_string(seq));
+    }
+    ++(slot.status().code() == StatusCode::kUnavailable ? report_.refused_slots
+                                                        : report_.refused_budget);
+    return false;
+  }
+  slots_[seq] = *slot;
+  return true;
+}
+
+Result<bool> ArenaModel::grow(std::size_t seq, std::uint64_t tokens) {
+  auto it = slots_.find(seq);
+  if (it == slots_.end()) {
+    return Status::Internal("kvvm: sequence " + std::to_string(seq) + " is not running");
+  }
+  Status grown = timed([&] { return arena_->ensure(it->second, tokens); });
+  if (grown.ok()) return true;
+  if (grown.code() == StatusCode::kResourceExhausted) {
+    ++report_.grow_refusals;
+    return false;
+  }
+  return grown.with_context("growing request " + std::to_string(seq) + " to " +
+                            std::to_string(tokens) + " tokens");
+}
+
+Status ArenaModel::release(std::size_t seq) {
+  auto it = slots_.find(seq);
+  if (it == slots_.end()) {
+    return Status::Internal("kvvm: sequence " + std::to_string(seq) + " is not running");
+  }
+  Status released = timed([&] { return arena_->release(it->second); });
+  slots_.erase(it);
+  if (!released.ok()) return released.with_context("releasing request " + std::to_string(seq));
+  return Status::Ok();
+}
+
+MemorySample ArenaModel::sample() const {
+  const ArenaStats stats = arena_->stats();
+  // Finished slots whose fence had not completed yet hold reclaimable windows: memory, but
+  // not backing a running sequence, so they count as used and not as committed.
+  return {stats.committed_bytes - stats.reclaimable_bytes, stats.live_bytes,
+          stats.shared_saved_bytes, governor_.stats(tier_).used};
+}
+
+ArenaModelReport ArenaModel::report() const {
+  ArenaModelReport report = report_;
+  report.arena = arena_->stats();
+  report.tier = governor_.stats(tier_);
+  report.pool = pool_->snapshot();
+  const DriverCallCounts now = driver_.counts();
+  for (std::size_t op = 0; op < kDriverOpCount; ++op) {
+    report.calls.calls[op] = now.calls[op] - calls_before_.calls[op];
+    report.calls.failures[op] = now.failures[op] - calls_before_.failures[op];
+  }
+  return report;
+}
+
+}  // namespace kvvm::cli

@@ -1,0 +1,201 @@
+#include "sim_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+namespace kvvm::cli {
+namespace {
+
+enum class State { kPending, kQueued, kRunning, kDone };
+
+struct Sequence {
+  State state = State::kPending;
+  std::uint64_t tokens = 0;  // live length (prompt at admission, then one more per step)
+  std::uint64_t arrival_step = 0;
+  bool admitted_once = false;
+  bool preempted = false;  // in the queue to be recomputed: never rejected for waiting
+};
+
+// numpy's default percentile (linear interpolation), as op_timing.h uses.
+double percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = q / 100.0 * static_cast<double>(values.size() - 1);
+  const auto low = static_cast<std::size_t>(std::floor(rank));
+  const std::size_t high = std::min(low + 1, values.size() - 1);
+  return values[low] + (values[high] - values[low]) * (rank - static_cast<double>(low));
+}
+
+std::string at_step(std::uint64_t step) { return "simulated step " + std::to_string(step); }
+
+}  // namespace
+
+Result<RunSummary> run_schedule(const Trace& trace, MemoryModel& model,
+                                const SchedulerOptions& options, const ProgressFn& progress) {
+  if (!(options.step_s > 0) || !(options.max_queue_wait_s >= 0)) {
+    return Status::InvalidArgument("the step must be > 0 s and the queue wait >= 0 s");
+  }
+  const std::size_t n = trace.requests.size();
+  RunSummary summary;
+  summary.name = model.name();
+  summary.requests = n;
+  std::vector<Sequence> seqs(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    seqs[i].arrival_step =
+        static_cast<std::uint64_t>(std::ceil(trace.requests[i].arrival_s / options.step_s - 1e-9));
+  }
+  // A request waits at most this many whole steps; one more and it is rejected.
+  const auto wait_limit =
+      static_cast<std::uint64_t>(std::floor(options.max_queue_wait_s / options.step_s + 1e-9));
+
+  std::deque<std::size_t> queue;
+  std::vector<std::size_t> running;  // admission order, oldest first
+  std::vector<double> waits_s;
+  std::size_t next_arrival = 0;
+  std::uint64_t resolved = 0;
+  double sum_running = 0, sum_committed = 0, sum_live = 0, sum_saved = 0, sum_waste = 0;
+
+  const auto release = [&](std::size_t seq, std::uint64_t step) -> Status {
+    Status released = model.release(seq);
+    if (!released.ok()) return released.with_context(at_step(step));
+    return Status::Ok();
+  };
+  const auto preempt = [&](std::size_t seq, std::uint64_t step) -> Status {
+    KVVM_RETURN_IF_ERROR(release(seq, step));
+    seqs[seq].state = State::kQueued;
+    seqs[seq].preempted = true;
+    queue.push_front(seq);
+    ++summary.preemptions;
+    return Status::Ok();
+  };
+
+  for (std::uint64_t step = 0; resolved < n; ++step) {
+    // 1. Arrivals.
+    while (next_arrival < n && seqs[next_arrival].arrival_step <= step) {
+      seqs[next_arrival].state = State::kQueued;
+      queue.push_back(next_arrival++);
+    }
+    // 2. Decode: every running sequence grows by one token.
+    for (std::size_t i = 0; i < running.size();) {
+      const std::size_t seq = running[i];
+      const std::uint64_t want = seqs[seq].tokens + 1;
+      bool grown = false, removed = false;
+      while (!grown && !removed) {
+        Result<bool> fits = model.grow(seq, want);
+        if (!fits.ok()) return fits.status().with_context(at_step(step));
+        if (*fits) {
+          grown = true;
+        } else if (running.size() == 1) {
+          KVVM_RETURN_IF_ERROR(release(seq, step));
+          seqs[seq].state = State::kDone;
+          ++summary.aborted;
+          ++resolved;
+          running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+          removed = true;
+        } else {
+          const std::size_t victim = running.back();
+          running.pop_back();
+          KVVM_RETURN_IF_ERROR(preempt(victim, step));
+          removed = victim == seq;
+        }
+      }
+      if (removed) continue;
+      seqs[seq].tokens = want;
+      const TraceRequest& request = trace.requests[seq];
+      if (want >= request.prompt_tokens + request.output_tokens) {
+        KVVM_RETURN_IF_ERROR(release(seq, step));
+        seqs[seq].state = State::kDone;
+        ++summary.completed;
+        ++resolved;
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+    // 3. Rejections: waited too long (preempted requests were already answered).
+    if (!queue.empty()) {
+      std::erase_if(queue, [&](std::size_t seq) {
+        Sequence& s = seqs[seq];
+        if (s.preempted || step - s.arrival_step <= wait_limit) return false;
+        s.state = State::kDone;
+        ++summary.rejected;
+        ++summary.queued;
+        ++resolved;
+        return true;
+      });
+    }
+    // 4. Admission, FIFO.
+    while (!queue.empty()) {
+      const std::size_t seq = queue.front();
+      Sequence& s = seqs[seq];
+      const TraceRequest& request = trace.requests[seq];
+      const std::uint64_t tokens = s.preempted ? s.tokens : request.prompt_tokens;
+      Result<bool> fits = model.admit(seq, request, tokens);
+      if (!fits.ok()) return fits.status().with_context(at_step(step));
+      if (!*fits) {
+        if (!running.empty()) break;
+        // Nothing runs and it still does not fit: it never will.
+        queue.pop_front();
+        s.state = State::kDone;
+        ++resolved;
+        if (s.preempted) {
+          ++summary.aborted;
+        } else {
+          ++summary.rejected;
+          ++summary.rejected_too_large;
+          if (step > s.arrival_step) ++summary.queued;
+        }
+        continue;
+      }
+      queue.pop_front();
+      if (!s.admitted_once) {
+        s.admitted_once = true;
+        ++summary.admitted;
+        if (step > s.arrival_step) ++summary.queued;
+        waits_s.push_back(static_cast<double>(step - s.arrival_step) * options.step_s);
+      }
+      s.state = State::kRunning;
+      s.tokens = tokens;
+      s.preempted = false;
+      running.push_back(seq);
+    }
+    // 5. The sample.
+    const MemorySample memory = model.sample();
+    StepSample sample{static_cast<std::uint32_t>(running.size()),
+                      static_cast<std::uint32_t>(queue.size()),
+                      memory.committed,
+                      memory.live,
+                      memory.saved,
+                      memory.used};
+    summary.series.push_back(sample);
+    summary.peak_concurrency = std::max(summary.peak_concurrency, sample.running);
+    summary.peak_committed = std::max(summary.peak_committed, sample.committed);
+    summary.peak_live = std::max(summary.peak_live, sample.live);
+    summary.peak_used = std::max(summary.peak_used, sample.used);
+    summary.peak_saved = std::max(summary.peak_saved, sample.saved);
+    sum_running += sample.running;
+    sum_committed += static_cast<double>(sample.committed);
+    sum_live += static_cast<double>(sample.live);
+    sum_saved += static_cast<double>(sample.saved);
+    sum_waste += static_cast<double>(sample.committed) - static_cast<double>(sample.live);
+    summary.steps = step + 1;
+    if (progress) progress(step, summary);
+  }
+  const double steps = std::max<double>(1.0, static_cast<double>(summary.steps));
+  summary.simulated_s = static_cast<double>(summary.steps) * options.step_s;
+  summary.mean_concurrency = sum_running / steps;
+  summary.mean_committed = sum_committed / steps;
+  summary.mean_live = sum_live / steps;
+  summary.mean_saved = sum_saved / steps;
+  summary.waste_ratio = sum_live > 0 ? sum_waste / sum_live : 0.0;
+  if (!waits_s.empty()) {
+    double total = 0;
+    for (double wait : waits_s) total += wait;
+    summary.mean_wait_s = total / static_cast<double>(waits_s.size());
+    summary.p99_wait_s = percentile(waits_s, 99);
+  }
+  return summary;
+}
+
+}  // namespace kvvm::cli

@@ -1,0 +1,403 @@
+#include "simulate_command.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <ostream>
+
+#include "arena_model.h"
+#include "baselines.h"
+#include "bench_command.h"  // usable_memory
+#include "byte_size.h"
+#include "kvvm/cuda_driver.h"
+#include "kvvm/geometry.h"
+#include "kvvm/host_driver.h"
+#include "plan_command.h"  // token_count_validator
+
+namespace kvvm::cli {
+namespace {
+
+constexpr const char* kCommand = "kvvm simulate";
+// Addresses the arena may reserve for its slots: far below the 128 TiB of a 47-bit user
+// address space (and a GPU's), so other reservations still fit.
+constexpr std::uint64_t kMaxReservedBytes = std::uint64_t{16} << 40;
+constexpr std::size_t kMaxErrorLines = 20;
+
+std::string str(std::uint64_t value) { return std::to_string(value); }
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+// Like open_driver, but the host driver does not populate its handles (see the header).
+Result<std::unique_ptr<Driver>> open_simulation_driver(const SimulateOptions& options,
+                                                       std::ostream& err) {
+  if (options.backend == BackendChoice::kCuda ||
+      (options.backend == BackendChoice::kAuto && cuda_available())) {
+    Result<std::unique_ptr<Driver>> cuda =
+        make_cuda_driver(CudaDriverOptions{.device = options.device});
+    if (cuda.ok()) return cuda;
+    if (options.backend == BackendChoice::kCuda)
+      return cuda.status().with_context("--backend cuda");
+    err << kCommand << ": note: CUDA is present but could not be opened ("
+        << cuda.status().to_string() << "); using the host driver\n";
+  }
+  Result<std::unique_ptr<Driver>> host = make_host_driver(HostDriverOptions{
+      .granule = static_cast<std::size_t>(options.host_granule), .populate = false});
+  if (!host.ok()) return host.status().with_context("--host-granule " + str(options.host_granule));
+  return host;
+}
+
+// The host driver holds one memory file per handle: make room for one per granule of the
+// budget (plus slack), raising the hard limit too when allowed.
+void raise_descriptor_limit(std::uint64_t handles, std::ostream& err) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(handles + 1024);
+  if (limit.rlim_cur >= wanted) return;
+  rlimit raised{wanted, std::max(limit.rlim_max, wanted)};
+  if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return;
+  raised = {std::min(wanted, limit.rlim_max), limit.rlim_max};
+  if (setrlimit(RLIMIT_NOFILE, &raised) == 0 && raised.rlim_cur >= wanted) return;
+  err << kCommand << ": note: the descriptor limit (" << raised.rlim_cur << ") is below the "
+      << wanted << " memory files the budget may need at this granule; "
+      << "raise it (ulimit -n) or use a larger --host-granule, else the host driver may fail "
+         "with EMFILE\n";
+}
+
+TraceFigures trace_figures(const Trace& trace, std::string source) {
+  TraceFigures figures;
+  figures.source = std::move(source);
+  figures.requests = trace.requests.size();
+  figures.prefix_groups = trace.groups.size();
+  figures.skipped_lines = trace.errors.size();
+  double prompt = 0, output = 0;
+  for (const TraceRequest& request : trace.requests) {
+    prompt += static_cast<double>(request.prompt_tokens);
+    output += static_cast<double>(request.output_tokens);
+    figures.max_prompt_tokens = std::max(figures.max_prompt_tokens, request.prompt_tokens);
+    figures.max_output_tokens = std::max(figures.max_output_tokens, request.output_tokens);
+    figures.last_arrival_s = std::max(figures.last_arrival_s, request.arrival_s);
+  }
+  if (!trace.requests.empty()) {
+    figures.mean_prompt_tokens = prompt / static_cast<double>(trace.requests.size());
+    figures.mean_output_tokens = output / static_cast<double>(trace.requests.size());
+  }
+  return figures;
+}
+
+Result<Trace> load_trace(const SimulateOptions& options, std::ostream& err) {
+  if (options.trace.empty()) {
+    TraceGeneratorOptions generator = options.generator;
+    generator.max_context = options.max_context;
+    return generate_trace(generator);
+  }
+  std::ifstream in(options.trace);
+  if (!in) return Status::InvalidArgument("--trace: cannot open '" + options.trace + "'");
+  Result<Trace> trace = read_jsonl_trace(in, options.trace, options.max_context);
+  if (!trace.ok()) return trace;
+  for (std::size_t i = 0; i < trace->errors.size() && i < kMaxErrorLines; ++i) {
+    err << trace->errors[i] << "\n";
+  }
+  if (trace->errors.size() > kMaxErrorLines) {
+    err << options.trace << ": ... and " << trace->errors.size() - kMaxErrorLines
+        << " more malformed lines\n";
+  }
+  if (!trace->errors.empty()) {
+    err << kCommand << ": " << trace->errors.size() << " of " << trace->lines_read
+        << " trace lines skipped; replaying the other " << trace->requests.size() << "\n";
+  }
+  return trace;
+}
+
+Status check_options(const SimulateOptions& options) {
+  if (!(options.step_ms > 0) || !std::isfinite(options.step_ms)) {
+    return Status::InvalidArgument("--step-ms must be a positive number of milliseconds, got " +
+                                   fixed(options.step_ms, 3));
+  }
+  if (!(options.max_queue_wait_s >= 0) || !std::isfinite(options.max_queue_wait_s)) {
+    return Status::InvalidArgument("--max-queue-wait must be >= 0 seconds, got " +
+                                   fixed(options.max_queue_wait_s, 3));
+  }
+  if (options.budget == 0)
+    return Status::InvalidArgument("--budget must be at least 1 byte, got 0");
+  if (options.max_context < 2) {
+    return Status::InvalidArgument("--max-context must be at least 2 tokens, got " +
+                                   str(options.max_context));
+  }
+  if (options.device < 0) {
+    return Status::InvalidArgument("--device must be >= 0, got " + std::to_string(options.device));
+  }
+  return Status::Ok();
+}
+
+// Prints "\r..." at most twice a second while the kvvm run goes.
+class ProgressLine {
+ public:
+  ProgressLine(std::ostream* err, std::uint64_t requests) : err_(err), requests_(requests) {}
+  ~ProgressLine() {
+    if (err_ != nullptr && printed_) *err_ << "\r\033[K" << std::flush;
+  }
+  void operator()(std::uint64_t step, const RunSummary& so_far, double step_s) {
+    if (err_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (printed_ && now - last_ < std::chrono::milliseconds(500)) return;
+    last_ = now;
+    printed_ = true;
+    const StepSample& sample = so_far.series.back();
+    *err_ << "\r\033[K" << kCommand << ": kvvm at " << fixed(static_cast<double>(step) * step_s, 1)
+          << " s simulated: running " << sample.running << ", queued " << sample.queued
+          << ", admitted " << so_far.admitted << "/" << requests_ << ", rejected "
+          << so_far.rejected << std::flush;
+  }
+
+ private:
+  std::ostream* err_;
+  std::uint64_t requests_;
+  bool printed_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+}  // namespace
+
+CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
+  CLI::App* sim = app.add_subcommand(
+      "simulate",
+      "Replay a request trace through kvvm's real arena (CUDA when a GPU is present, else the "
+      "host driver) with admission through the governor, and, on the same trace in the same "
+      "run, through two baselines: preallocate (max context per request) and paged-16 (blocks "
+      "of 16 tokens, no sharing, vLLM's default). Reports admitted, queued and rejected "
+      "requests, peak and mean concurrency, committed and live bytes, waste, bytes saved by "
+      "sharing, driver calls and commit time, side by side.");
+  sim->add_option("--backend", options.backend,
+                  "cuda, host, or auto: CUDA when a GPU is usable, else host (default auto)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, BackendChoice>{{"auto", BackendChoice::kAuto},
+                                               {"cuda", BackendChoice::kCuda},
+                                               {"host", BackendChoice::kHost}},
+          CLI::ignore_case));
+  sim->add_option("--device", options.device, "CUDA device ordinal (default 0)");
+  sim->add_option("--host-granule", options.host_granule,
+                  "Host backend granule (default 2M, a current GPU's); handles are sized, not "
+                  "populated, so the budget need not fit in RAM")
+      ->transform(byte_size_validator());
+  sim->add_option("--model", options.model,
+                  "A built-in model (see kvvm plan --help) or a Hugging Face config.json "
+                  "(default llama-3-8b)");
+  sim->add_option("--dtype", options.dtype, "KV element type: fp16, bf16, fp8 or fp32");
+  sim->add_option("--layout", options.layout,
+                  "head-major, seq-major or token-major (default token-major)");
+  sim->add_option("--budget", options.budget,
+                  "KV memory budget for every system, e.g. 40G (default 40G; on a GPU capped to "
+                  "its free memory, with a note)")
+      ->transform(byte_size_validator());
+  sim->add_option("--max-context", options.max_context,
+                  "Max tokens per sequence: the slot size, and what preallocate reserves per "
+                  "request (default 8192; K = 1024)")
+      ->transform(token_count_validator());
+  sim->add_option("--trace", options.trace,
+                  "Replay this JSONL trace instead of generating one: one object per line, "
+                  "{\"arrival\": s, \"prompt_tokens\": n | \"prompt\": [ids], "
+                  "\"output_tokens\": n, \"prefix_group\": \"name\", \"prefix_tokens\": n} (the "
+                  "last two together or not at all); malformed lines are reported as "
+                  "FILE:LINE and skipped, and the exit status is then 3");
+  TraceGeneratorOptions& g = options.generator;
+  sim->add_option("--requests", g.requests, "Generated requests (default 3000)");
+  sim->add_option_function<double>(
+      "--duration", [&g](const double& seconds) { g.duration_s = seconds; },
+      "Generate arrivals for this many seconds instead of a request count");
+  sim->add_option("--rate", g.rate, "Poisson arrival rate, requests per second (default 30)");
+  sim->add_option("--tenants", g.tenants,
+                  "Tenants; each request picks one uniformly, and its prompt starts with the "
+                  "tenant's system prompt, shared (default 4; 0: no shared prefix)");
+  sim->add_option("--system-prompt-tokens", g.system_prompt_tokens,
+                  "Tokens of each tenant's system prompt (default 512)")
+      ->transform(token_count_validator());
+  sim->add_option("--prompt-mu", g.prompt_mu,
+                  "Log-normal mu of the user prompt length (default ln(161.31) - 1.0^2/2 = "
+                  "4.583: ShareGPT's mean prompt per the vLLM paper)");
+  sim->add_option("--prompt-sigma", g.prompt_sigma, "Log-normal sigma of the prompt (default 1.0)");
+  sim->add_option("--output-mu", g.output_mu,
+                  "Log-normal mu of the output length (default ln(337.99) - 0.8^2/2 = 5.503: "
+                  "ShareGPT's mean output per the vLLM paper)");
+  sim->add_option("--output-sigma", g.output_sigma, "Log-normal sigma of the output (default 0.8)");
+  sim->add_option("--seed", g.seed, "Generator seed (default 1)");
+  sim->add_option("--step-ms", options.step_ms,
+                  "Simulated duration of one decode step, in which every running sequence grows "
+                  "by one token (default 50)");
+  sim->add_option("--max-queue-wait", options.max_queue_wait_s,
+                  "Seconds (simulated) a request may wait in the queue before it is rejected, "
+                  "as a server answers 429 (default 30)");
+  sim->add_flag("!--no-sharing", options.sharing,
+                "kvvm admits every request plainly (no shared prefixes)");
+  sim->add_option("--commit-ahead", options.commit_ahead,
+                  "kvvm's commit-ahead windows per fragment (default 0: committed bytes are "
+                  "exactly the layout arithmetic's)");
+  sim->add_option("--pool", options.pool_bytes,
+                  "Unmapped handles kvvm's pool keeps for reuse (charged to the budget, given "
+                  "back under pressure; default 64M)")
+      ->transform(byte_size_validator());
+  sim->add_option("--max-slots", options.max_slots,
+                  "kvvm's slots (default 0: one per request, up to 16 TiB of addresses)");
+  sim->add_flag("--json", options.json, "Machine-readable summary (JSON) on stdout");
+  sim->add_option("--csv", options.csv,
+                  "Write the time series to this file ('-': stdout, after the summary): one row "
+                  "per step, running / queued / committed / live / saved bytes per system");
+  sim->add_option("--plot", options.plot,
+                  "Draw concurrency and committed memory over time for the three systems into "
+                  "this PNG (needs gnuplot: Debian package gnuplot-nox)");
+  sim->add_option("--save-trace", options.save_trace,
+                  "Write the replayed trace as JSONL (replay it with --trace)");
+  sim->add_flag("--progress", options.progress,
+                "Progress line on stderr even when it is not a terminal");
+  sim->footer(
+      "Simulated time: a step is one decode iteration (--step-ms); arrivals join a FIFO queue; "
+      "admission commits the whole prompt; a request waits while the budget is short and is "
+      "rejected after --max-queue-wait; a sequence that cannot grow preempts the youngest "
+      "(recomputed later). Exit status: 0 ok, 1 a call failed, 2 bad usage, 3 ran but trace "
+      "lines were skipped.");
+  return sim;
+}
+
+Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostream& err,
+                                       std::ostream* progress_err) {
+  const auto started = std::chrono::steady_clock::now();
+  KVVM_RETURN_IF_ERROR(check_options(options));
+  std::optional<DType> dtype;
+  if (!options.dtype.empty()) {
+    Result<DType> parsed = parse_dtype(options.dtype);
+    if (!parsed.ok()) return parsed.status().with_context("--dtype");
+    dtype = *parsed;
+  }
+  Result<Layout> layout = parse_layout(options.layout);
+  if (!layout.ok()) return layout.status().with_context("--layout");
+  Result<Geometry> geometry = resolve_geometry(options.model, dtype);
+  if (!geometry.ok()) return geometry.status().with_context("--model");
+  Result<Trace> trace = load_trace(options, err);
+  if (!trace.ok()) return trace.status();
+  if (trace->requests.empty()) {
+    return Status::InvalidArgument("the trace holds no request to replay");
+  }
+  if (!options.save_trace.empty()) {
+    std::ofstream out(options.save_trace);
+    write_jsonl_trace(*trace, out);
+    if (!out)
+      return Status::InvalidArgument("--save-trace: cannot write '" + options.save_trace + "'");
+  }
+
+  Result<std::unique_ptr<Driver>> driver = open_simulation_driver(options, err);
+  if (!driver.ok()) return driver.status();
+  SimulateReport report;
+  report.driver = (*driver)->info();
+  report.granule = (*driver)->granule();
+  Result<LayoutPlan> plan = plan_layout(*geometry, *layout, report.granule, options.max_context);
+  if (!plan.ok()) return plan.status();
+  report.plan = *plan;
+  report.requested_budget = options.budget;
+  report.budget = options.budget;
+  if (report.driver.backend == "cuda") {
+    const std::uint64_t usable = usable_memory(report.driver) / report.granule * report.granule;
+    if (report.budget > usable) {
+      report.budget = usable;
+      err << kCommand << ": note: --budget " << format_bytes(options.budget) << " capped to "
+          << format_bytes(usable) << ": the GPU has " << format_bytes(report.driver.free_bytes)
+          << " free\n";
+    }
+  }
+  report.max_slots = options.max_slots;
+  if (report.max_slots == 0) {
+    report.max_slots = std::min<std::uint64_t>(
+        {trace->requests.size(), std::max<std::uint64_t>(1, kMaxReservedBytes / plan->slot_stride),
+         std::numeric_limits<std::uint32_t>::max()});
+  }
+  if (report.driver.backend == "host") {
+    raise_descriptor_limit(report.budget / report.granule, err);
+  }
+  report.sharing = options.sharing;
+  report.step_s = options.step_ms / 1000.0;
+  report.max_queue_wait_s = options.max_queue_wait_s;
+  report.trace = trace_figures(*trace, options.trace.empty()
+                                           ? "generated (seed " + str(options.generator.seed) + ")"
+                                           : options.trace);
+  report.preallocate_capacity =
+      preallocate_capacity(report.budget, options.max_context, geometry->bytes_per_token());
+
+  const SchedulerOptions scheduler{report.step_s, options.max_queue_wait_s,
+                                   geometry->bytes_per_token()};
+  PagedModel paged(report.budget, kPagedBlockTokens, geometry->bytes_per_token());
+  Result<RunSummary> paged_run = run_schedule(*trace, paged, scheduler);
+  if (!paged_run.ok()) return paged_run.status().with_context("paged-16");
+  PreallocateModel preallocate(report.budget, options.max_context, geometry->bytes_per_token());
+  Result<RunSummary> preallocate_run = run_schedule(*trace, preallocate, scheduler);
+  if (!preallocate_run.ok()) return preallocate_run.status().with_context("preallocate");
+
+  Result<std::unique_ptr<ArenaModel>> kvvm = ArenaModel::create(
+      **driver, ArenaModelOptions{.plan = *plan,
+                                  .budget = report.budget,
+                                  .max_slots = static_cast<std::uint32_t>(report.max_slots),
+                                  .sharing = options.sharing,
+                                  .pool_bytes = options.pool_bytes,
+                                  .commit_ahead_windows = options.commit_ahead});
+  if (!kvvm.ok()) return kvvm.status().with_context("kvvm");
+  Result<RunSummary> kvvm_run = [&] {
+    ProgressLine line(progress_err, trace->requests.size());
+    return run_schedule(
+        *trace, **kvvm, scheduler,
+        [&](std::uint64_t step, const RunSummary& so_far) { line(step, so_far, report.step_s); });
+  }();
+  if (!kvvm_run.ok()) return kvvm_run.status().with_context("kvvm");
+  report.kvvm = (*kvvm)->report();
+  report.runs = {std::move(kvvm_run).value(), std::move(paged_run).value(),
+                 std::move(preallocate_run).value()};
+  report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return report;
+}
+
+int run_simulate(const SimulateOptions& options, std::ostream& out, std::ostream& err) {
+  const auto fail = [&err](const Status& status, int code) {
+    err << kCommand << ": " << status.to_string() << "\n";
+    return code;
+  };
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  Result<SimulateReport> report =
+      make_simulation(options, err, options.progress || tty ? &err : nullptr);
+  if (!report.ok()) {
+    const StatusCode code = report.status().code();
+    const bool usage = code == StatusCode::kInvalidArgument || code == StatusCode::kUnavailable;
+    return fail(report.status(), usage ? kExitUsage : kExitFailure);
+  }
+  if (options.json) {
+    out << simulate_json(*report).dump(2) << "\n";
+  } else {
+    print_simulate(*report, out);
+  }
+  if (!options.csv.empty()) {
+    if (options.csv == "-") {
+      write_series_csv(*report, out);
+    } else {
+      std::ofstream csv(options.csv);
+      write_series_csv(*report, csv);
+      if (!csv)
+        return fail(Status::InvalidArgument("--csv: cannot write '" + options.csv + "'"),
+                    kExitUsage);
+    }
+  }
+  if (!options.plot.empty()) {
+    Status plotted = plot_series(*report, options.plot, options.gnuplot);
+    if (!plotted.ok()) {
+      return fail(plotted, plotted.code() == StatusCode::kUnavailable ? kExitUsage : kExitFailure);
+    }
+  }
+  return report->trace.skipped_lines > 0 ? kExitSkippedLines : kExitOk;
+}
+
+}  // namespace kvvm::cli

@@ -1,0 +1,241 @@
+#include "trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <istream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <ostream>
+#include <random>
+#include <string_view>
+
+namespace kvvm::cli {
+namespace {
+
+std::string str(std::uint64_t value) { return std::to_string(value); }
+
+// Our own transforms over mt19937_64, whose output sequence the standard fixes (the standard
+// library's distributions are implementation-defined, so they would change a seed's trace).
+class Draw {
+ public:
+  explicit Draw(std::uint64_t seed) : engine_(seed) {}
+  // Uniform in (0, 1]: 53 random bits, never 0 (the logarithms below need that).
+  double uniform() {
+    return (static_cast<double>(engine_() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+  }
+  double exponential(double rate) { return -std::log(uniform()) / rate; }
+  // Box-Muller; the second value of each pair is dropped to keep the stream simple.
+  double normal() {
+    return std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * std::numbers::pi * uniform());
+  }
+  std::uint64_t lognormal_tokens(double mu, double sigma) {
+    const double value = std::exp(mu + sigma * normal());
+    // At least one token; anything past 2^40 is clamped by max context anyway.
+    return static_cast<std::uint64_t>(std::clamp(std::round(value), 1.0, 1099511627776.0));
+  }
+  std::uint64_t below(std::uint64_t n) { return engine_() % n; }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+const char* type_name(const nlohmann::json& value) {
+  if (value.is_number_float()) return "a fractional number";
+  if (value.is_number_integer() && !value.is_number_unsigned()) return "a negative number";
+  return value.type_name();
+}
+
+// A whole number of tokens >= minimum, or the reason it is not.
+std::optional<std::string> check_tokens(const nlohmann::json& value, std::string_view key,
+                                        std::uint64_t minimum, std::uint64_t& out) {
+  if (!value.is_number_unsigned()) {
+    return "\"" + std::string(key) + "\" must be a whole number of tokens, got " +
+           type_name(value) + " (" + value.dump() + ")";
+  }
+  out = value.get<std::uint64_t>();
+  if (out < minimum) {
+    return "\"" + std::string(key) + "\" must be at least " + str(minimum) + ", got " + str(out);
+  }
+  return std::nullopt;
+}
+
+// One line's request, or the reason it is malformed.
+std::optional<std::string> parse_line(const std::string& line, std::uint64_t max_context,
+                                      std::map<std::string, int>& group_ids, Trace& trace,
+                                      TraceRequest& request) {
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& error) {
+    std::string what = error.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> from "column".
+    const auto at = what.find("column");
+    return "not valid JSON: " + (at == std::string::npos ? what : what.substr(at));
+  }
+  if (!object.is_object()) {
+    return std::string("expected a JSON object, got ") + type_name(object);
+  }
+  static const char* const kKeys[] = {"arrival",       "prompt_tokens", "prompt",
+                                      "output_tokens", "prefix_group",  "prefix_tokens"};
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+      return "unknown key \"" + key +
+             "\" (known: arrival, prompt_tokens or prompt, output_tokens, prefix_group, "
+             "prefix_tokens)";
+    }
+  }
+  if (!object.contains("arrival")) return "missing \"arrival\" (seconds)";
+  const nlohmann::json& arrival = object["arrival"];
+  if (!arrival.is_number() || !std::isfinite(arrival.get<double>()) || arrival.get<double>() < 0) {
+    return "\"arrival\" must be a number of seconds >= 0, got " + arrival.dump();
+  }
+  request.arrival_s = arrival.get<double>();
+
+  const bool has_count = object.contains("prompt_tokens");
+  const bool has_ids = object.contains("prompt");
+  if (has_count == has_ids) {
+    return has_count ? "give \"prompt_tokens\" or \"prompt\", not both"
+                     : "missing \"prompt_tokens\" (or \"prompt\", an array of token ids)";
+  }
+  if (has_count) {
+    if (auto why = check_tokens(object["prompt_tokens"], "prompt_tokens", 1, request.prompt_tokens))
+      return why;
+  } else {
+    const nlohmann::json& ids = object["prompt"];
+    if (!ids.is_array())
+      return std::string("\"prompt\" must be an array of token ids, got ") + type_name(ids);
+    if (ids.empty()) return "\"prompt\" is empty: a request has at least one prompt token";
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (!ids[i].is_number_unsigned()) {
+        return "\"prompt\"[" + str(i) + "] must be a token id (a whole number >= 0), got " +
+               ids[i].dump();
+      }
+    }
+    request.prompt_tokens = ids.size();
+  }
+  if (!object.contains("output_tokens")) return "missing \"output_tokens\"";
+  if (auto why = check_tokens(object["output_tokens"], "output_tokens", 1, request.output_tokens))
+    return why;
+  if (request.prompt_tokens > max_context || request.output_tokens > max_context ||
+      request.prompt_tokens + request.output_tokens > max_context) {
+    return "prompt " + str(request.prompt_tokens) + " + output " + str(request.output_tokens) +
+           " tokens exceed the max context of " + str(max_context) + " tokens";
+  }
+  const bool has_group = object.contains("prefix_group");
+  const bool has_prefix = object.contains("prefix_tokens");
+  if (has_group != has_prefix) {
+    return has_group ? "\"prefix_group\" without \"prefix_tokens\""
+                     : "\"prefix_tokens\" without \"prefix_group\"";
+  }
+  if (has_group) {
+    const nlohmann::json& group = object["prefix_group"];
+    if (!group.is_string() || group.get<std::string>().empty()) {
+      return "\"prefix_group\" must be a non-empty string, got " + group.dump();
+    }
+    if (auto why = check_tokens(object["prefix_tokens"], "prefix_tokens", 1, request.prefix_tokens))
+      return why;
+    if (request.prefix_tokens > request.prompt_tokens) {
+      return "\"prefix_tokens\" " + str(request.prefix_tokens) + " is longer than the prompt (" +
+             str(request.prompt_tokens) + " tokens)";
+    }
+    const std::string name = group.get<std::string>();
+    auto [it, inserted] = group_ids.emplace(name, static_cast<int>(trace.groups.size()));
+    if (inserted) trace.groups.push_back(name);
+    request.prefix_group = it->second;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+double lognormal_mu(double mean, double sigma) { return std::log(mean) - sigma * sigma / 2; }
+
+Result<Trace> generate_trace(const TraceGeneratorOptions& options) {
+  if (!(options.rate > 0) || !std::isfinite(options.rate)) {
+    return Status::InvalidArgument("--rate must be a positive number of requests per second, got " +
+                                   std::to_string(options.rate));
+  }
+  if (options.duration_s ? !(*options.duration_s > 0) : options.requests == 0) {
+    return Status::InvalidArgument(options.duration_s
+                                       ? "--duration must be a positive number of seconds"
+                                       : "--requests must be at least 1, got 0");
+  }
+  if (!(options.prompt_sigma >= 0) || !(options.output_sigma >= 0) ||
+      !std::isfinite(options.prompt_mu) || !std::isfinite(options.output_mu)) {
+    return Status::InvalidArgument("log-normal parameters must be finite with sigma >= 0");
+  }
+  const std::uint64_t system = options.tenants == 0 ? 0 : options.system_prompt_tokens;
+  if (options.max_context < 2 || system > options.max_context - 2) {
+    return Status::InvalidArgument("--system-prompt-tokens " + str(system) +
+                                   " leaves no room in --max-context " + str(options.max_context) +
+                                   " for one user token and one output token");
+  }
+  Trace trace;
+  for (std::uint32_t t = 0; t < options.tenants; ++t) {
+    trace.groups.push_back("tenant-" + std::to_string(t));
+  }
+  Draw draw(options.seed);
+  double now = 0;
+  // A duration of d seconds at rate r holds about r * d requests; the cap only guards against
+  // a typo like --rate 1e12 filling memory.
+  constexpr std::uint64_t kMaxRequests = 50'000'000;
+  for (std::uint64_t i = 0; i < kMaxRequests; ++i) {
+    if (!options.duration_s && i == options.requests) break;
+    now += draw.exponential(options.rate);
+    if (options.duration_s && now >= *options.duration_s) break;
+    TraceRequest request;
+    request.arrival_s = now;
+    std::uint64_t user = draw.lognormal_tokens(options.prompt_mu, options.prompt_sigma);
+    std::uint64_t output = draw.lognormal_tokens(options.output_mu, options.output_sigma);
+    user = std::min(user, options.max_context - system - 1);
+    output = std::min(output, options.max_context - system - user);
+    request.prompt_tokens = system + user;
+    request.output_tokens = output;
+    if (options.tenants > 0) {
+      request.prefix_group = static_cast<int>(draw.below(options.tenants));
+      request.prefix_tokens = system;
+      if (system == 0) request.prefix_group = kNoPrefixGroup;
+    }
+    trace.requests.push_back(request);
+  }
+  return trace;
+}
+
+Result<Trace> read_jsonl_trace(std::istream& in, const std::string& name,
+                               std::uint64_t max_context) {
+  if (max_context == 0) return Status::InvalidArgument("max context must be at least 1 token");
+  Trace trace;
+  std::map<std::string, int> group_ids;
+  std::string line;
+  for (std::uint64_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    ++trace.lines_read;
+    TraceRequest request;
+    if (auto why = parse_line(line, max_context, group_ids, trace, request)) {
+      trace.errors.push_back(name + ":" + str(number) + ": " + *why);
+      continue;
+    }
+    trace.requests.push_back(request);
+  }
+  std::stable_sort(
+      trace.requests.begin(), trace.requests.end(),
+      [](const TraceRequest& a, const TraceRequest& b) { return a.arrival_s < b.arrival_s; });
+  return trace;
+}
+
+void write_jsonl_trace(const Trace& trace, std::ostream& out) {
+  for (const TraceRequest& request : trace.requests) {
+    nlohmann::ordered_json line = {{"arrival", request.arrival_s},
+                                   {"prompt_tokens", request.prompt_tokens},
+                                   {"output_tokens", request.output_tokens}};
+    if (request.prefix_group != kNoPrefixGroup) {
+      line["prefix_group"] = trace.groups[static_cast<std::size_t>(request.prefix_group)];
+      line["prefix_tokens"] = request.prefix_tokens;
+    }
+    out << line.dump() << "\n";
+  }
+}
+
+}  // namespace kvvm::cli
