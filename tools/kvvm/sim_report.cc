@@ -187,7 +187,8 @@ void print_simulate(const SimulateReport& report, std::ostream& out) {
   out << "backend " << report.driver.backend << " (" << report.driver.device_name << "); budget "
       << format_bytes(report.budget);
   if (report.budget != report.requested_budget) {
-    out << " (asked " << format_bytes(report.requested_budget) << ", capped to free memory)";
+    out << " (asked " << format_bytes(report.requested_budget)
+        << ", capped: see the note on stderr)";
   }
   out << "; sharing " << (report.sharing ? "on" : "off") << "; step " << fixed(report.step_s, 3)
       << " s; rejected after " << fixed(report.max_queue_wait_s, 1) << " s in the queue\n";

@@ -29,6 +29,8 @@ constexpr const char* kCommand = "kvvm simulate";
 // address space (and a GPU's), so other reservations still fit.
 constexpr std::uint64_t kMaxReservedBytes = std::uint64_t{16} << 40;
 constexpr std::size_t kMaxErrorLines = 20;
+// Descriptors kept for everything but the host driver's memory files.
+constexpr std::uint64_t kDescriptorSlack = 256;
 
 std::string str(std::uint64_t value) { return std::to_string(value); }
 
@@ -58,20 +60,21 @@ Result<std::unique_ptr<Driver>> open_simulation_driver(const SimulateOptions& op
 }
 
 // The host driver holds one memory file per handle: make room for one per granule of the
-// budget (plus slack), raising the hard limit too when allowed.
-void raise_descriptor_limit(std::uint64_t handles, std::ostream& err) {
+// budget (plus slack), raising the hard limit too when allowed. Returns how many handles the
+// limit leaves room for.
+std::uint64_t raise_descriptor_limit(std::uint64_t handles) {
   rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  const rlim_t wanted = static_cast<rlim_t>(handles + 1024);
-  if (limit.rlim_cur >= wanted) return;
-  rlimit raised{wanted, std::max(limit.rlim_max, wanted)};
-  if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return;
-  raised = {std::min(wanted, limit.rlim_max), limit.rlim_max};
-  if (setrlimit(RLIMIT_NOFILE, &raised) == 0 && raised.rlim_cur >= wanted) return;
-  err << kCommand << ": note: the descriptor limit (" << raised.rlim_cur << ") is below the "
-      << wanted << " memory files the budget may need at this granule; "
-      << "raise it (ulimit -n) or use a larger --host-granule, else the host driver may fail "
-         "with EMFILE\n";
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return handles;
+  const rlim_t wanted = static_cast<rlim_t>(handles + kDescriptorSlack);
+  if (limit.rlim_cur < wanted) {
+    rlimit raised{wanted, std::max(limit.rlim_max, wanted)};
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+      raised = {std::min(wanted, limit.rlim_max), limit.rlim_max};
+      (void)setrlimit(RLIMIT_NOFILE, &raised);
+    }
+    (void)getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  return limit.rlim_cur > kDescriptorSlack ? limit.rlim_cur - kDescriptorSlack : 0;
 }
 
 TraceFigures trace_figures(const Trace& trace, std::string source) {
@@ -320,7 +323,15 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
          std::numeric_limits<std::uint32_t>::max()});
   }
   if (report.driver.backend == "host") {
-    raise_descriptor_limit(report.budget / report.granule, err);
+    // Over the descriptor limit the host driver fails with EMFILE: cap, like a GPU's memory.
+    const std::uint64_t handles = raise_descriptor_limit(report.budget / report.granule);
+    if (report.budget / report.granule > handles) {
+      report.budget = handles * report.granule;
+      err << kCommand << ": note: --budget " << format_bytes(options.budget) << " capped to "
+          << format_bytes(report.budget) << ": the descriptor limit (ulimit -n) leaves room for "
+          << handles << " memory files of " << format_bytes(report.granule)
+          << "; raise it or use a larger --host-granule\n";
+    }
   }
   report.sharing = options.sharing;
   report.step_s = options.step_ms / 1000.0;
