@@ -42,7 +42,7 @@ struct ArenaModelOptions {
   std::uint64_t budget = 0;
   std::uint32_t max_slots = 0;
   bool sharing = true;
-  std::uint64_t pool_bytes = std::uint64_t{64} << 20;
+  std::uint64_t pool_bytes = std::uint64_t{256} << 20;
   std::uint32_t commit_ahead_windows = 0;
 };
 

@@ -350,17 +350,23 @@ Status plot_series(const SimulateReport& report, const std::string& png,
        << "\n"
        << "set xlabel 'simulated time (s)'\nset ylabel 'running sequences'\n"
        << "plot ";
-    for (std::size_t i = 0; i < report.runs.size(); ++i) {
-      gp << (i == 0 ? gnuplot_quote(data) : std::string("''")) << " using 2:" << 3 + 5 * i
-         << " every ::1 with lines lw 2 title " << gnuplot_quote(report.runs[i].name)
-         << (i + 1 < report.runs.size() ? ", " : "\n");
-    }
+    // The baselines first, so kvvm's line is drawn on top where they coincide.
+    std::vector<std::size_t> order;
+    for (std::size_t i = 1; i < report.runs.size(); ++i) order.push_back(i);
+    if (!report.runs.empty()) order.push_back(0);
+    const auto plot = [&](const std::string& column) {
+      for (std::size_t n = 0; n < order.size(); ++n) {
+        const std::size_t i = order[n];
+        gp << (n == 0 ? gnuplot_quote(data) : std::string("''")) << " using 2:"
+           << (column.empty() ? std::to_string(3 + 5 * i)
+                              : "($" + std::to_string(5 + 5 * i) + column + ")")
+           << " every ::1 with lines lw 2 title " << gnuplot_quote(report.runs[i].name)
+           << (n + 1 < order.size() || !column.empty() ? ", " : "\n");
+      }
+    };
+    plot("");
     gp << "set ylabel 'committed memory (GiB)'\nplot ";
-    for (std::size_t i = 0; i < report.runs.size(); ++i) {
-      gp << (i == 0 ? gnuplot_quote(data) : std::string("''")) << " using 2:($" << 5 + 5 * i
-         << "/1073741824) every ::1 with lines lw 2 title " << gnuplot_quote(report.runs[i].name)
-         << ", ";
-    }
+    plot("/1073741824");
     gp << "'' using 2:($6/1073741824) every ::1 with lines dt 2 title 'kvvm live'\n"
        << "unset multiplot\n";
   }

@@ -51,7 +51,7 @@ struct SimulateOptions {
   double max_queue_wait_s = 30;
   bool sharing = true;
   std::uint32_t commit_ahead = 0;
-  std::uint64_t pool_bytes = std::uint64_t{64} << 20;
+  std::uint64_t pool_bytes = std::uint64_t{256} << 20;
   std::uint32_t max_slots = 0;  // 0: enough for the trace
   bool json = false;
   std::string csv;                  // time series to this file ("-": stdout)
