@@ -346,7 +346,7 @@ class ModelRun {
     world.pool = pool_.get();
     world.governor = const_cast<Governor*>(&governor_);
     world.tier = tier_;
-    if (arena_) world.reservations.push_back(&arena_->reservation());
+    if (arena_) world.reservations = arena_->reservations();
     world.leaked_mappings = leaked_mappings_;
     world.leaked_reservations = leaked_reservations_;
     return world;
@@ -1273,6 +1273,11 @@ class GateDriver final : public Driver {
   Result<Fence> do_record_fence(Stream stream) override { return inner_.record_fence(stream); }
   Result<bool> do_fence_done(Fence fence) override { return inner_.fence_done(fence); }
   Status do_destroy_fence(Fence fence) override { return inner_.destroy_fence(fence); }
+  Status do_copy(Address destination, Address source, std::size_t bytes,
+                 Stream stream) override {
+    return inner_.copy(destination, source, bytes, stream);
+  }
+  Status do_wait_fence(Fence fence) override { return inner_.wait_fence(fence); }
 
   Driver& inner_;
   mutable std::mutex mutex_;
@@ -1343,7 +1348,7 @@ struct Rig {
   kt::World world() const {
     return kt::World{fault.get(), real.get(),
                      pool.get(),  const_cast<Governor*>(&governor),
-                     tier,        {&arena->reservation()}};
+                     tier,        arena->reservations()};
   }
 
   std::unique_ptr<Driver> real;

@@ -68,9 +68,7 @@ class ArenaTest : public ::testing::Test {
 
   testing::World world() const {
     testing::World w{fault_.get(), real_.get(), pool_.get(), governor_.get(), tier_, {}};
-    if (arena_) w.reservations.push_back(&arena_->reservation());
-    if (arena_ && arena_->dummy_reservation())
-      w.reservations.push_back(arena_->dummy_reservation());
+    if (arena_) w.reservations = arena_->reservations();
     return w;
   }
 

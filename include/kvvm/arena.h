@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -189,6 +190,9 @@ class Arena {
   const Reservation& reservation() const { return *reservation_; }
   // Where the dummy tail page lives (read-only after creation); null without one.
   const Reservation* dummy_reservation() const { return dummy_home_.get(); }
+  // Every reservation the arena holds: the slots', the dummy's home (if any) and the
+  // copy-on-write windows (for tests that account for every mapping).
+  std::vector<const Reservation*> reservations() const;
   ArenaStats stats() const;
   // Waits until the worker has nothing left to do (tests and benchmarks).
   void wait_until_idle();
@@ -208,10 +212,17 @@ class Arena {
     bool ahead_stalled = false;    // the worker could not commit ahead; retried on growth
     std::uint64_t dummy_from = 0;  // windows [dummy_from, dummy_to) of every fragment are
     std::uint64_t dummy_to = 0;    // mapped to the dummy tail page
+    std::uint64_t occupancy = 0;   // admission number of the sequence here (0: none yet)
+    // readonly[w]: window w is mapped read-only in some fragment (shared or published); a
+    // write there must go through make_writable(). Empty when the slot has none.
+    std::vector<bool> readonly;
+    // Prefixes whose boundary bytes this sequence holds intact (a source for new sharers).
+    std::vector<std::weak_ptr<const SharedPrefix>> sourcing;
   };
 
   Arena(HandlePool& pool, Governor& governor, ArenaOptions options,
-        std::unique_ptr<Reservation> reservation, std::unique_ptr<Reservation> dummy_home);
+        std::unique_ptr<Reservation> reservation, std::unique_ptr<Reservation> dummy_home,
+        std::unique_ptr<Reservation> scratch);
   // Maps the dummy over windows [from, to) of every fragment; on failure withdraws what it
   // mapped. REQUIRES the slot claimed and mutex_ not held.
   Status map_dummy(SlotId slot, std::uint64_t from, std::uint64_t to);
@@ -242,6 +253,36 @@ class Arena {
   // The windows per fragment the worker wants for a slot. REQUIRES mutex_ held.
   std::uint64_t ahead_target(const Slot& slot) const;
   void note_latency(std::chrono::steady_clock::duration elapsed);
+
+  // Sharing (arena_share.cc).
+  friend class SharedPrefix;
+  // Whether the slot still holds the sequence admitted as `occupancy` (a boundary source).
+  bool source_valid(SlotId slot, std::uint64_t occupancy) const;
+  Status check_compatible(const SharedPrefix& prefix, std::string_view what) const;
+  // Read-only windows [0, floor(tokens * contiguous / granule)) of an active slot become a
+  // prefix (possibly of no whole window, for fork). `newly` receives the windows this call
+  // turned read-only.
+  Result<std::shared_ptr<SharedPrefix>> publish_windows(SlotId slot, std::uint64_t tokens,
+                                                        std::vector<std::uint64_t>* newly);
+  // Makes windows read-write again in every fragment (undoing a publish no one used).
+  void restore_writable(SlotId slot, const std::vector<std::uint64_t>& windows);
+  // Claims an empty slot (free, or a finished one unmapped for the purpose).
+  Result<SlotId> take_empty_slot(std::string_view what);
+  // Maps the prefix, commits windows up to `tokens`, copies the boundary; all or nothing.
+  // REQUIRES the slot claimed and empty, mutex_ not held.
+  Status install_prefix(SlotId slot, const SharedPrefix& prefix, std::uint64_t tokens,
+                        Stream stream);
+  // Window w of every fragment becomes read-write: copied into a private handle when others
+  // map it, switched in place when this is the only mapping. REQUIRES the slot claimed.
+  Status make_writable(SlotId slot, std::uint64_t window, Stream stream);
+  Status copy_on_write(SlotId slot, std::size_t offset, Stream stream);
+  // The read-only windows that writing tokens [from, to) of the slot would touch.
+  // REQUIRES mutex_ held.
+  std::vector<std::uint64_t> readonly_written(const Slot& slot, std::uint64_t from,
+                                              std::uint64_t to) const;
+  // Drops the slot from the prefixes it is a boundary source for (those of more than
+  // `keep_below` tokens). REQUIRES mutex_ not held.
+  void drop_sources(SlotId slot, std::uint64_t keep_below);
   void worker_loop();
 
   HandlePool& pool_;
@@ -249,6 +290,8 @@ class Arena {
   const ArenaOptions options_;
   std::unique_ptr<Reservation> reservation_;
   std::unique_ptr<Reservation> dummy_home_;  // where the dummy granule is mapped read-write
+  // One window per slot where copy-on-write maps the fresh handle to copy into it.
+  std::unique_ptr<Reservation> scratch_;
   HandleInfo dummy_;                         // handle == kNoHandle: no dummy tail page
 
   mutable std::mutex mutex_;  // guards slots_, counters, capture_depth_; leaf with respect to
@@ -256,6 +299,7 @@ class Arena {
   std::condition_variable changed_;
   std::vector<Slot> slots_;
   std::uint64_t tick_ = 0;
+  std::uint64_t occupancies_ = 0;
   int capture_depth_ = 0;
   bool stopping_ = false;
   ArenaStats counters_;

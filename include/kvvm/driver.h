@@ -120,12 +120,18 @@ class Driver {
   // mapping fails on CUDA and faults on the host, exactly as a kernel's would).
   Status write(Address address, const void* source, std::size_t bytes);
   Status read(void* destination, Address address, std::size_t bytes);
+  // Copies `bytes` between two mapped ranges (device to device on CUDA), ordered on `stream`
+  // after the work queued there; returns once queued (use a fence to wait). The copies of
+  // copy-on-write and of shared-prefix boundaries.
+  Status copy(Address destination, Address source, std::size_t bytes, Stream stream);
   // Records a fence after the work queued so far on `stream` (stream-ordered release: memory
   // is unmapped only once a fence recorded after its last reader completes).
   Result<Fence> record_fence(Stream stream);
   // Whether the fence completed; polls, never blocks.
   Result<bool> fence_done(Fence fence);
   Status destroy_fence(Fence fence);
+  // Blocks until the fence completed.
+  Status wait_fence(Fence fence);
 
   DriverCallCounts counts() const;
 
@@ -144,6 +150,9 @@ class Driver {
   virtual Result<Fence> do_record_fence(Stream stream) = 0;
   virtual Result<bool> do_fence_done(Fence fence) = 0;
   virtual Status do_destroy_fence(Fence fence) = 0;
+  virtual Status do_copy(Address destination, Address source, std::size_t bytes,
+                         Stream stream) = 0;
+  virtual Status do_wait_fence(Fence fence) = 0;
 
  private:
   Status count(DriverOp op, Status status);

@@ -56,6 +56,8 @@ class FaultDriver final : public Driver {
   Result<Fence> do_record_fence(Stream stream) override;
   Result<bool> do_fence_done(Fence fence) override;
   Status do_destroy_fence(Fence fence) override;
+  Status do_copy(Address destination, Address source, std::size_t bytes, Stream stream) override;
+  Status do_wait_fence(Fence fence) override;
 
   struct Plan {
     std::uint64_t countdown = 0;  // fail when it reaches 1; 0: off

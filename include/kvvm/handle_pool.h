@@ -39,6 +39,10 @@ struct HandleInfo {
   std::size_t granule = 0;  // the granule of the driver that created it
   HandleState state = HandleState::kReleased;
   std::uint32_t mappings = 0;
+  // Which issue of the handle this is: a pool-wide number taken at each checkout (and at
+  // reissue()), so a reference kept across the handle's return to the pool (a shared prefix
+  // whose users all left) is recognised as stale even when the handle id comes back.
+  std::uint64_t epoch = 0;
 };
 
 struct PoolSnapshot {
@@ -89,9 +93,17 @@ class HandlePool {
   // REQUIRES: the handle is in use or quarantined. The last unmap of an in-use handle returns
   // it to the pool (or releases it above the bound).
   void note_mapped(Handle handle);
+  // note_mapped() for a sharer: only if the handle is in use with `bytes` and, when `epoch`
+  // is non-zero, still the issue it names (checked and counted under one lock, so a handle
+  // whose last mapping goes concurrently cannot be taken back from the pool). InvalidArgument
+  // (FailedPrecondition for a stale epoch) otherwise, with nothing counted.
+  Status share(Handle handle, std::size_t bytes, std::uint64_t epoch);
   void note_unmapped(Handle handle, Disposition disposition = Disposition::kKeep);
   // An in-use handle with no mappings goes back (a transaction rolled back).
   void give_back(Handle handle, Disposition disposition = Disposition::kKeep);
+  // The content of an in-use handle is about to change under its only mapping (a read-only
+  // window made writable in place): references taken before by epoch become stale.
+  void reissue(Handle handle);
   // The handle's state cannot be trusted: never reused, still charged.
   void quarantine(Handle handle, std::string_view why);
 
@@ -113,6 +125,7 @@ class HandlePool {
     std::size_t bytes = 0;
     HandleState state = HandleState::kPooled;
     std::uint32_t mappings = 0;
+    std::uint64_t epoch = 0;
   };
   // Releases `handle` (no longer in the table); on failure puts it back quarantined and
   // returns false.
@@ -131,6 +144,7 @@ class HandlePool {
   mutable std::mutex mutex_;
   std::unordered_map<Handle, Entry> entries_;
   std::unordered_map<std::size_t, std::vector<Handle>> pooled_;  // by size, LIFO
+  std::uint64_t next_epoch_ = 0;
   PoolSnapshot counters_;  // creates, releases, hits, failures; bytes derived on snapshot
 };
 

@@ -108,9 +108,18 @@ class Reservation {
   // Unmaps every block in [offset, offset + len) (every window must be mapped, blocks must
   // lie wholly inside), coalescing adjacent blocks into one unmap; returns the handles
   // (the pool keeps or releases them); keeps the addresses.
-  Status release(std::size_t offset, std::size_t len);
+  Status release(std::size_t offset, std::size_t len,
+                 Disposition disposition = Disposition::kKeep);
 
-  // Maps another owner's handle (or the granule-aligned part [handle_offset, handle_offset +
+  // Puts `fresh` (an in-use handle of the same size the caller holds) in place of the one
+  // block mapped at `offset`, with `access`: unmap, map, set access (copy-on-write's remap).
+  // On failure the old handle is mapped back with its old access; if even that fails the
+  // window is left unmapped and the error says so. On success the old handle loses this
+  // mapping (its other mappings keep it) and `fresh` gains one.
+  Status replace(std::size_t offset, Handle fresh, Access access);
+
+  // Maps another owner's handle (described by the pool; its epoch, when set, must still be
+  // current) (or the granule-aligned part [handle_offset, handle_offset +
   // bytes) of it; bytes 0: to its end) at `offset`, read-only by default. If set_access fails
   // the mapping is withdrawn and the handle stays with its owner.
   Status map_shared(std::size_t offset, const HandleInfo& handle, Access access = Access::kReadOnly,
@@ -123,6 +132,8 @@ class Reservation {
   // The block mapping `offset`, if any. REQUIRES: no call on this reservation is in flight on
   // another thread (the pointer is into the table).
   const Block* block_at(std::size_t offset) const;
+  // Copies of the blocks starting in [offset, offset + len), in order.
+  std::vector<Block> blocks_in(std::size_t offset, std::size_t len) const;
   std::uint64_t mapped_bytes() const;
   std::uint64_t residual_bytes() const;  // poisoned blocks
 
@@ -155,7 +166,8 @@ class Reservation {
   // Unmaps the covered range [offset, offset + len) in one driver call, falling back to one
   // call per block when that fails; released blocks leave the table, blocks whose own unmap
   // fails are poisoned. Returns the failed blocks' description (empty on success).
-  std::string unmap_covered(std::size_t offset, std::size_t len);
+  std::string unmap_covered(std::size_t offset, std::size_t len,
+                            Disposition disposition = Disposition::kKeep);
   // Records `block` as mapped in an unknown state and quarantines its handle.
   // REQUIRES: mutex_ not held.
   void poison(Block block);

@@ -36,7 +36,7 @@ struct SharedPrefixInfo {
   std::uint64_t boundary_bytes = 0;        // what each sharer copies privately, all fragments
 };
 
-class SharedPrefix {
+class SharedPrefix : public std::enable_shared_from_this<SharedPrefix> {
  public:
   const SharedPrefixInfo& info() const { return info_; }
   const LayoutPlan& plan() const { return plan_; }
@@ -59,8 +59,8 @@ class SharedPrefix {
                std::vector<HandleInfo> handles)
       : pool_(&pool), plan_(std::move(plan)), info_(info), handles_(std::move(handles)) {}
   bool windows_intact() const;
-  void add_source(Source source);
-  void drop_source(const Arena* arena, std::uint32_t slot);
+  void add_source(Source source) const;
+  void drop_source(const Arena* arena, std::uint32_t slot) const;
   std::vector<Source> sources() const;
 
   const HandlePool* pool_;
@@ -69,7 +69,7 @@ class SharedPrefix {
   const std::vector<HandleInfo> handles_;  // [fragment * windows_per_fragment + window]
 
   mutable std::mutex mutex_;  // guards sources_; a leaf lock
-  std::vector<Source> sources_;
+  mutable std::vector<Source> sources_;
 };
 
 }  // namespace kvvm

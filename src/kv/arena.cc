@@ -70,17 +70,24 @@ Result<std::unique_ptr<Arena>> Arena::create(HandlePool& pool, Governor& governo
     if (!made.ok()) return made.with_context("dummy tail page");
     dummy_home = std::move(home).value();
   }
+  // Addresses only: one window per slot for copy-on-write to map a fresh handle at.
+  Result<std::unique_ptr<Reservation>> scratch =
+      Reservation::create(pool, plan.granule * options.max_slots);
+  if (!scratch.ok()) return scratch.status().with_context("arena copy-on-write windows");
   return std::unique_ptr<Arena>(new Arena(pool, governor, std::move(options),
-                                          std::move(reservation).value(), std::move(dummy_home)));
+                                          std::move(reservation).value(), std::move(dummy_home),
+                                          std::move(scratch).value()));
 }
 
 Arena::Arena(HandlePool& pool, Governor& governor, ArenaOptions options,
-             std::unique_ptr<Reservation> reservation, std::unique_ptr<Reservation> dummy_home)
+             std::unique_ptr<Reservation> reservation, std::unique_ptr<Reservation> dummy_home,
+             std::unique_ptr<Reservation> scratch)
     : pool_(pool),
       governor_(governor),
       options_(std::move(options)),
       reservation_(std::move(reservation)),
       dummy_home_(std::move(dummy_home)),
+      scratch_(std::move(scratch)),
       slots_(options_.max_slots) {
   counters_.commit_latency_us_log2.assign(kLatencyBuckets, 0);
   if (dummy_home_) {
@@ -102,6 +109,7 @@ Arena::~Arena() {
   changed_.notify_all();
   if (worker_.joinable()) worker_.join();
   reclaimer_ = Governor::Registration();  // waits for a reclaim in progress
+  for (SlotId id = 0; id < slots_.size(); ++id) drop_sources(id, 0);
   for (Slot& slot : slots_) {
     if (slot.fence != 0) {
       Status destroyed = pool_.driver().destroy_fence(slot.fence);
@@ -266,7 +274,8 @@ Result<SlotId> Arena::admit(std::uint64_t tokens) {
   std::optional<SlotId> chosen;
   for (SlotId id = 0; id < slots_.size(); ++id) {
     const Slot& slot = slots_[id];
-    if (slot.state != SlotState::kFinished || slot.busy) continue;
+    // A sequence's shared (read-only) windows cannot be written by the next one.
+    if (slot.state != SlotState::kFinished || slot.busy || !slot.readonly.empty()) continue;
     if (!chosen) {
       chosen = id;
       continue;
@@ -285,8 +294,12 @@ Result<SlotId> Arena::admit(std::uint64_t tokens) {
     }
   }
   if (!chosen) {
-    return Status::Unavailable("admit of " + std::to_string(tokens) + " tokens: all " +
-                               std::to_string(slots_.size()) + " slots hold sequences");
+    // Only finished slots with shared windows are left: empty one.
+    lock.unlock();
+    Result<SlotId> emptied = take_empty_slot("admit of " + std::to_string(tokens) + " tokens");
+    if (!emptied.ok()) return emptied.status();
+    chosen = *emptied;
+    lock.lock();
   }
   const SlotId id = *chosen;
   Slot& slot = slots_[id];
@@ -330,6 +343,7 @@ Result<SlotId> Arena::admit(std::uint64_t tokens) {
   slot.tokens = tokens;
   slot.last_used = ++tick_;
   slot.ahead_stalled = false;
+  slot.occupancy = ++occupancies_;
   slot.busy = false;
   ++counters_.admissions;
   if (previous == SlotState::kFinished) ++counters_.reused_admissions;
@@ -339,7 +353,6 @@ Result<SlotId> Arena::admit(std::uint64_t tokens) {
 }
 
 Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
-  (void)stream;
   const LayoutPlan& plan = options_.plan;
   if (id >= slots_.size()) {
     return Status::InvalidArgument("ensure of " + slot_text(id) + ": the arena has " +
@@ -360,7 +373,10 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
   // The decode path: already mapped, no driver call. Not while a reclaim holds the slot (it
   // may be unmapping the very windows this length needs); a commit in flight (the worker's)
   // only adds windows, so the decode path need not wait for it.
-  if (!slot.shrinking && slot.windows >= needed) {
+  // Writing the new tokens must not land in a read-only (shared) window: those go the slow way.
+  const bool writes_shared =
+      !slot.readonly.empty() && !readonly_written(slot, slot.tokens, tokens).empty();
+  if (!slot.shrinking && slot.windows >= needed && !writes_shared) {
     slot.tokens = tokens;
     slot.last_used = ++tick_;
     slot.ahead_stalled = false;
@@ -377,38 +393,64 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
     return Status::FailedPrecondition("ensure of " + slot_text(id) +
                                       ": the slot was quarantined while this call waited for it");
   }
-  if (slot.windows >= needed || capture_depth_ > 0) {
-    const std::uint64_t missing = needed > slot.windows ? needed - slot.windows : 0;
-    if (missing == 0) {  // mapped meanwhile (by the worker): a use like the fast path's
-      slot.tokens = tokens;
-      slot.last_used = ++tick_;
-      slot.ahead_stalled = false;
-    }
+  const std::vector<std::uint64_t> shared = readonly_written(slot, slot.tokens, tokens);
+  const std::uint64_t missing = needed > slot.windows ? needed - slot.windows : 0;
+  if (missing == 0 && shared.empty()) {  // mapped meanwhile (by the worker): as the fast path
+    slot.tokens = tokens;
+    slot.last_used = ++tick_;
+    slot.ahead_stalled = false;
     lock.unlock();
     unclaim(id);
-    if (missing == 0) return Status::Ok();
+    return Status::Ok();
+  }
+  if (capture_depth_ > 0) {
+    lock.unlock();
+    unclaim(id);
     return Status::Unavailable("ensure of " + slot_text(id) + " to " + std::to_string(tokens) +
                                " tokens needs " + std::to_string(missing) +
-                               " more window(s) per fragment: refused during graph capture");
+                               " more window(s) per fragment and " +
+                               std::to_string(shared.size()) +
+                               " shared window(s) copied: refused during graph capture");
   }
   ++counters_.ensures_committing;
   const std::uint64_t have = slot.windows;
   lock.unlock();
-  Status committed = commit_windows(id, have, needed, options_.budget_wait);
-  const bool poisoned = !committed.ok() && has_poison(id);
+  // Copy-on-write first (the windows below the live end), then growth.
+  Status committed = Status::Ok();
+  std::vector<std::uint64_t> made_writable;
+  for (std::uint64_t w : shared) {
+    committed = make_writable(id, w, stream);
+    if (!committed.ok()) break;
+    made_writable.push_back(w);
+  }
+  if (committed.ok() && missing > 0) {
+    committed = commit_windows(id, have, needed, options_.budget_wait);
+  }
+  // A failed remap may have left a window unmapped: the slot can no longer be trusted.
+  bool broken = !committed.ok() && has_poison(id);
+  if (!committed.ok() && !broken && made_writable.size() < shared.size()) {
+    for (const Range& range : window_ranges(id, shared[made_writable.size()],
+                                            shared[made_writable.size()] + 1)) {
+      broken = broken || reservation_->blocks_in(range.offset, range.len).empty();
+    }
+  }
   lock.lock();
+  for (std::uint64_t w : made_writable) slot.readonly[w] = false;
+  while (!slot.readonly.empty() && !slot.readonly.back()) slot.readonly.pop_back();
   if (committed.ok()) {
-    slot.windows = needed;
+    slot.windows = std::max(have, needed);
     slot.tokens = tokens;
     slot.last_used = ++tick_;
     slot.ahead_stalled = false;
   } else {
     if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
-    if (poisoned) slot.state = SlotState::kQuarantined;
+    if (broken) slot.state = SlotState::kQuarantined;
   }
   slot.busy = false;
   lock.unlock();
   changed_.notify_all();
+  if (!made_writable.empty()) drop_sources(id, made_writable.front() * options_.plan.granule /
+                                                   options_.plan.contiguous_bytes_per_token);
   return committed.ok() ? committed
                         : committed.with_context("ensure of " + slot_text(id) + " to " +
                                                  std::to_string(tokens) + " tokens");
@@ -442,6 +484,7 @@ Status Arena::finish(SlotId id, Stream stream) {
     return fence.status().with_context("finish of " + slot_text(id));
   }
   if (old != 0) (void)pool_.driver().destroy_fence(old);
+  drop_sources(id, 0);
   lock.lock();
   slot.fence = *fence;
   slot.state = SlotState::kFinished;
@@ -472,6 +515,12 @@ Arena::CaptureGuard::~CaptureGuard() {
   arena_->changed_.notify_all();
 }
 
+std::vector<const Reservation*> Arena::reservations() const {
+  std::vector<const Reservation*> list{reservation_.get(), scratch_.get()};
+  if (dummy_home_) list.push_back(dummy_home_.get());
+  return list;
+}
+
 Address Arena::slot_base(SlotId slot) const {
   return reservation_->base() + static_cast<Address>(slot) * options_.plan.slot_stride;
 }
@@ -484,6 +533,18 @@ std::uint64_t Arena::tokens(SlotId slot) const {
 ArenaStats Arena::stats() const {
   const LayoutPlan& plan = options_.plan;
   const std::uint64_t window_bytes = plan.fragments * plan.granule;
+  // Each handle mapped under the slots once (the dummy page is billed on its own line).
+  std::uint64_t physical = 0;
+  {
+    std::vector<Block> blocks = reservation_->blocks();
+    std::sort(blocks.begin(), blocks.end(),
+              [](const Block& a, const Block& b) { return a.handle < b.handle; });
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (blocks[i].handle == dummy_.handle && dummy_.handle != kNoHandle) continue;
+      if (i > 0 && blocks[i].handle == blocks[i - 1].handle) continue;
+      physical += blocks[i].bytes;
+    }
+  }
   std::lock_guard lock(mutex_);
   ArenaStats stats = counters_;
   std::uint64_t active_committed = 0;
@@ -511,7 +572,16 @@ ArenaStats Arena::stats() const {
                           : static_cast<double>(active_committed - stats.live_bytes) /
                                 static_cast<double>(stats.live_bytes);
   stats.driver_calls = pool_.driver().counts();
+  for (const Slot& slot : slots_) {
+    if (slot.state != SlotState::kActive) continue;
+    stats.readonly_windows +=
+        plan.fragments * static_cast<std::uint64_t>(
+                             std::count(slot.readonly.begin(), slot.readonly.end(), true));
+  }
   stats.dummy_bytes = dummy_.handle == kNoHandle ? 0 : plan.granule;
+  stats.physical_bytes = physical;
+  stats.shared_saved_bytes =
+      stats.committed_bytes > physical ? stats.committed_bytes - physical : 0;
   for (const Slot& slot : slots_) {
     stats.dummy_windows += plan.fragments * (slot.dummy_to - slot.dummy_from);
   }

@@ -84,6 +84,8 @@ std::uint64_t Arena::unmap_slot(SlotId id) {
   lock.lock();
   if (released.ok()) {
     slot.windows = from;
+    if (slot.readonly.size() > from) slot.readonly.resize(from);
+    while (!slot.readonly.empty() && !slot.readonly.back()) slot.readonly.pop_back();
     if (finished_slot) slot.state = SlotState::kFree;
   } else if (poisoned) {
     slot.state = SlotState::kQuarantined;

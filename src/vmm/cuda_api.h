@@ -120,6 +120,11 @@ struct CudaApi {
   EventRecord event_record = nullptr;
   EventQuery event_query = nullptr;
   EventDestroy event_destroy = nullptr;
+  using EventSynchronize = CUresult (*)(CUevent);  // "cuEventSynchronize"
+  using MemcpyDtoDAsync = CUresult (*)(CUdeviceptr, CUdeviceptr, std::size_t,
+                                       CUstream);  // "cuMemcpyDtoDAsync_v2"
+  EventSynchronize event_synchronize = nullptr;
+  MemcpyDtoDAsync memcpy_dtod_async = nullptr;
 };
 
 // libcuda, loaded and initialized once per process (thread-safe; the library stays open).

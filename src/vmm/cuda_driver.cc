@@ -114,7 +114,9 @@ bool load_table(void* library, CudaApi& api, std::string& error) {
          load_symbol(library, "cuEventCreate", api.event_create, error) &&
          load_symbol(library, "cuEventRecord", api.event_record, error) &&
          load_symbol(library, "cuEventQuery", api.event_query, error) &&
-         load_symbol(library, "cuEventDestroy_v2", api.event_destroy, error);
+         load_symbol(library, "cuEventDestroy_v2", api.event_destroy, error) &&
+         load_symbol(library, "cuEventSynchronize", api.event_synchronize, error) &&
+         load_symbol(library, "cuMemcpyDtoDAsync_v2", api.memcpy_dtod_async, error);
 }
 
 CudaLibrary load_library() {
@@ -430,6 +432,30 @@ class CudaDriver final : public Driver {
     if (CUresult r = api_.event_destroy(reinterpret_cast<CUevent>(fence)); r != CUDA_SUCCESS) {
       return cuda_error(api_, "cuEventDestroy", r,
                         "cuEventDestroy(fence " + std::to_string(fence) + ")");
+    }
+    return Status::Ok();
+  }
+
+  Status do_wait_fence(Fence fence) override {
+    KVVM_RETURN_IF_ERROR(make_current("cuEventSynchronize"));
+    if (CUresult r = api_.event_synchronize(reinterpret_cast<CUevent>(fence)); r != CUDA_SUCCESS) {
+      return cuda_error(api_, "cuEventSynchronize", r,
+                        "cuEventSynchronize(fence " + std::to_string(fence) + ")");
+    }
+    return Status::Ok();
+  }
+
+  // Device to device, queued on the caller's stream (ordered after the kernels that wrote the
+  // source there and before whatever the caller queues next).
+  Status do_copy(Address destination, Address source, std::size_t bytes, Stream stream) override {
+    if (bytes == 0) return Status::Ok();
+    KVVM_RETURN_IF_ERROR(make_current("cuMemcpyDtoDAsync"));
+    if (CUresult r = api_.memcpy_dtod_async(destination, source, bytes,
+                                            static_cast<CUstream>(stream));
+        r != CUDA_SUCCESS) {
+      return cuda_error(api_, "cuMemcpyDtoDAsync", r,
+                        "cuMemcpyDtoDAsync(" + hex(destination) + " <- " + hex(source) + ", " +
+                            bytes_text(bytes) + ")");
     }
     return Status::Ok();
   }

@@ -101,6 +101,12 @@ Status Driver::destroy_fence(Fence fence) {
   return count(DriverOp::kFence, do_destroy_fence(fence));
 }
 
+Status Driver::copy(Address destination, Address source, std::size_t bytes, Stream stream) {
+  return count(DriverOp::kCopy, do_copy(destination, source, bytes, stream));
+}
+
+Status Driver::wait_fence(Fence fence) { return count(DriverOp::kFence, do_wait_fence(fence)); }
+
 DriverCallCounts Driver::counts() const {
   DriverCallCounts counts;
   for (std::size_t i = 0; i < kDriverOpCount; ++i) {

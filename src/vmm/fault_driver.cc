@@ -120,4 +120,15 @@ Status FaultDriver::do_destroy_fence(Fence fence) {
   return inner_.destroy_fence(fence);
 }
 
+Status FaultDriver::do_copy(Address destination, Address source, std::size_t bytes,
+                            Stream stream) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kCopy));
+  return inner_.copy(destination, source, bytes, stream);
+}
+
+Status FaultDriver::do_wait_fence(Fence fence) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
+  return inner_.wait_fence(fence);
+}
+
 }  // namespace kvvm

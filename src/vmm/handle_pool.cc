@@ -65,6 +65,7 @@ Result<Handle> HandlePool::checkout(std::size_t bytes, Grant* grant, bool* creat
       Entry& entry = entries_.at(handle);
       entry.state = HandleState::kInUse;
       entry.mappings = 0;
+      entry.epoch = ++next_epoch_;
       ++counters_.pool_hits;
       return handle;
     }
@@ -101,10 +102,43 @@ Result<Handle> HandlePool::checkout(std::size_t bytes, Grant* grant, bool* creat
     }
   }
   std::lock_guard lock(mutex_);
-  entries_.emplace(*created, Entry{bytes, HandleState::kInUse, 0});
+  entries_.emplace(*created, Entry{bytes, HandleState::kInUse, 0, ++next_epoch_});
   ++counters_.creates;
   if (created_now != nullptr) *created_now = true;
   return created;
+}
+
+Status HandlePool::share(Handle handle, std::size_t bytes, std::uint64_t epoch) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end() || it->second.state != HandleState::kInUse ||
+      it->second.bytes != bytes) {
+    const std::string state =
+        it == entries_.end() ? "not known to the pool"
+                             : std::string(to_string(it->second.state)) + " with " +
+                                   std::to_string(it->second.bytes) + " bytes";
+    return Status::InvalidArgument("handle " + std::to_string(handle) + " is " + state +
+                                   "; only a handle its owner holds can be shared");
+  }
+  if (epoch != 0 && it->second.epoch != epoch) {
+    return Status::FailedPrecondition(
+        "handle " + std::to_string(handle) + " was reissued (epoch " +
+        std::to_string(it->second.epoch) + ", the reference names " + std::to_string(epoch) +
+        "): its content is no longer the one referenced");
+  }
+  ++it->second.mappings;
+  return Status::Ok();
+}
+
+void HandlePool::reissue(Handle handle) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end() || it->second.state != HandleState::kInUse) {
+    std::fprintf(stderr, "kvvm: BUG: reissue of handle %llu that is not in use\n",
+                 static_cast<unsigned long long>(handle));
+    return;
+  }
+  it->second.epoch = ++next_epoch_;
 }
 
 void HandlePool::note_mapped(Handle handle) {
@@ -236,7 +270,8 @@ Result<HandleInfo> HandlePool::describe(Handle handle) const {
     return Status::InvalidArgument("handle " + std::to_string(handle) +
                                    " is not known to this pool");
   }
-  return HandleInfo{handle, it->second.bytes, granule_, it->second.state, it->second.mappings};
+  return HandleInfo{handle,         it->second.bytes,    granule_,
+                    it->second.state, it->second.mappings, it->second.epoch};
 }
 
 PoolSnapshot HandlePool::snapshot() const {
@@ -269,7 +304,8 @@ std::vector<HandleInfo> HandlePool::handles() const {
   std::vector<HandleInfo> list;
   list.reserve(entries_.size());
   for (const auto& [handle, entry] : entries_) {
-    list.push_back(HandleInfo{handle, entry.bytes, granule_, entry.state, entry.mappings});
+    list.push_back(
+        HandleInfo{handle, entry.bytes, granule_, entry.state, entry.mappings, entry.epoch});
   }
   return list;
 }

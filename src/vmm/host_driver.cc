@@ -308,6 +308,13 @@ class HostDriver final : public Driver {
     }
     return true;
   }
+  Status do_wait_fence(Fence fence) override {
+    std::lock_guard lock(mutex_);
+    if (!fences_.contains(fence)) {
+      return invalid("fence", "wait_fence(" + std::to_string(fence) + "): unknown fence");
+    }
+    return Status::Ok();
+  }
   Status do_destroy_fence(Fence fence) override {
     std::lock_guard lock(mutex_);
     if (fences_.erase(fence) == 0) {
@@ -339,6 +346,20 @@ class HostDriver final : public Driver {
     }
     // A read-only mapping faults here, as a GPU kernel's write would.
     std::memcpy(reinterpret_cast<void*>(address), source, bytes);
+    return Status::Ok();
+  }
+
+  Status do_copy(Address destination, Address source, std::size_t bytes, Stream) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!mapped(destination, bytes) || !mapped(source, bytes)) {
+        return invalid("memcpy", "copy(" + hex(destination) + " <- " + hex(source) + ", " +
+                                     std::to_string(bytes) + " bytes): not mapped");
+      }
+    }
+    // memmove: the two ranges may be one handle mapped twice.
+    std::memmove(reinterpret_cast<void*>(destination), reinterpret_cast<const void*>(source),
+                 bytes);
     return Status::Ok();
   }
 

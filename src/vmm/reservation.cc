@@ -321,7 +321,8 @@ Status Reservation::commit_ranges(const std::vector<Range>& ranges, Grant* grant
   return failure.with_context(context);
 }
 
-std::string Reservation::unmap_covered(std::size_t offset, std::size_t len) {
+std::string Reservation::unmap_covered(std::size_t offset, std::size_t len,
+                                       Disposition disposition) {
   // REQUIRES: the caller claimed [offset, offset + len) in pending_ (or owns the reservation
   // exclusively, as the destructor does), so no other call touches these blocks while the
   // driver calls below run without the lock.
@@ -339,7 +340,7 @@ std::string Reservation::unmap_covered(std::size_t offset, std::size_t len) {
   if (driver_.unmap(base_ + offset, len).ok()) {
     for (const Block& block : blocks) {
       forget(block);
-      pool_.note_unmapped(block.handle);
+      pool_.note_unmapped(block.handle, disposition);
     }
     return {};
   }
@@ -348,7 +349,7 @@ std::string Reservation::unmap_covered(std::size_t offset, std::size_t len) {
   for (const Block& block : blocks) {
     if (driver_.unmap(base_ + block.offset, block.bytes).ok()) {
       forget(block);
-      pool_.note_unmapped(block.handle);
+      pool_.note_unmapped(block.handle, disposition);
     } else {
       poison(block);
       append_range(failed, block.offset, block.bytes);
@@ -357,14 +358,14 @@ std::string Reservation::unmap_covered(std::size_t offset, std::size_t len) {
   return failed;
 }
 
-Status Reservation::release(std::size_t offset, std::size_t len) {
+Status Reservation::release(std::size_t offset, std::size_t len, Disposition disposition) {
   KVVM_RETURN_IF_ERROR(check_range("release", offset, len));
   {
     std::lock_guard lock(mutex_);
     KVVM_RETURN_IF_ERROR(check_covered("release", offset, len));
     pending_.emplace(offset, len);
   }
-  const std::string failed = unmap_covered(offset, len);
+  const std::string failed = unmap_covered(offset, len, disposition);
   unclaim({Range{offset, len}});
   if (failed.empty()) return Status::Ok();
   return Status::DriverError(
@@ -382,23 +383,17 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
                                    std::to_string(handle.granule) +
                                    " differs from this reservation's " + std::to_string(granule_));
   }
-  Result<HandleInfo> known = pool_.describe(handle.handle);
-  if (!known.ok()) return known.status().with_context(what);
-  if (known->state != HandleState::kInUse || known->bytes != handle.bytes) {
-    return Status::InvalidArgument(
-        what + ": the handle is " + std::string(to_string(known->state)) + " with " +
-        std::to_string(known->bytes) + " bytes; only a handle its owner holds can be shared");
-  }
-  if (bytes == 0 && handle_offset < known->bytes) bytes = known->bytes - handle_offset;
-  if (handle_offset % granule_ != 0 || bytes == 0 || handle_offset + bytes > known->bytes) {
+  const std::size_t handle_bytes = handle.bytes;
+  if (bytes == 0 && handle_offset < handle_bytes) bytes = handle_bytes - handle_offset;
+  if (handle_offset % granule_ != 0 || bytes == 0 || handle_offset + bytes > handle_bytes) {
     return Status::InvalidArgument(what + ": handle range " + range_text(handle_offset, bytes) +
                                    " is not a granule-aligned part of its " +
-                                   std::to_string(known->bytes) + " bytes");
+                                   std::to_string(handle_bytes) + " bytes");
   }
-  if ((handle_offset != 0 || bytes != known->bytes) && !driver_.maps_handle_subranges()) {
+  if ((handle_offset != 0 || bytes != handle_bytes) && !driver_.maps_handle_subranges()) {
     return Status::Unavailable(what + ": this driver maps whole handles only (part " +
                                range_text(handle_offset, bytes) + " of " +
-                               std::to_string(known->bytes) +
+                               std::to_string(handle_bytes) +
                                " bytes asked); commit one granule per handle to share parts");
   }
   KVVM_RETURN_IF_ERROR(check_range(what, offset, bytes));
@@ -408,12 +403,18 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
     pending_.emplace(offset, bytes);
   }
   const std::vector<Range> claimed{Range{offset, bytes}};
+  // Counted before the map, atomically with the check that the handle is still the one
+  // described: its last other mapping may go meanwhile, and this one must keep it.
+  if (Status shared = pool_.share(handle.handle, handle_bytes, handle.epoch); !shared.ok()) {
+    unclaim(claimed);
+    return shared.with_context(what);
+  }
   Status mapped = driver_.map(base_ + offset, bytes, handle.handle, handle_offset);
   if (!mapped.ok()) {
+    pool_.note_unmapped(handle.handle);
     unclaim(claimed);
     return mapped.with_context(what);
   }
-  pool_.note_mapped(handle.handle);
   Block block{offset, bytes, handle.handle, handle_offset, Access::kNone, true, false};
   Status access_set = driver_.set_access(base_ + offset, bytes, access);
   if (access_set.ok()) {
@@ -446,6 +447,91 @@ Status Reservation::set_access(std::size_t offset, std::size_t len, Access acces
     it->second.access = access;
   }
   return Status::Ok();
+}
+
+Status Reservation::replace(std::size_t offset, Handle fresh, Access access) {
+  Block old;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.find(offset);
+    if (it == blocks_.end()) {
+      return Status::InvalidArgument("replace at offset " + std::to_string(offset) +
+                                     ": no block starts there");
+    }
+    old = it->second;
+    if (old.poisoned) {
+      return Status::FailedPrecondition("replace " + range_text(offset, old.bytes) +
+                                        ": the block is poisoned (an earlier unmap failed)");
+    }
+    KVVM_RETURN_IF_ERROR(check_not_pending("replace", offset, old.bytes));
+    pending_.emplace(offset, old.bytes);
+  }
+  const std::vector<Range> claimed{Range{offset, old.bytes}};
+  const std::string what = "replace " + range_text(offset, old.bytes) + " of the reservation at " +
+                           hex(base_) + " (handle " + std::to_string(old.handle) + " -> " +
+                           std::to_string(fresh) + ")";
+  Result<HandleInfo> info = pool_.describe(fresh);
+  if (!info.ok() || info->state != HandleState::kInUse || info->bytes != old.bytes) {
+    unclaim(claimed);
+    return Status::InvalidArgument(what + ": the new handle must be in use with " +
+                                   std::to_string(old.bytes) + " bytes");
+  }
+  if (Status unmapped = driver_.unmap(base_ + offset, old.bytes); !unmapped.ok()) {
+    poison(old);
+    unclaim(claimed);
+    return unmapped.with_context(what + ": the old mapping could not be unmapped; poisoned");
+  }
+  Status failure = driver_.map(base_ + offset, old.bytes, fresh, 0);
+  const bool fresh_mapped = failure.ok();
+  if (failure.ok()) failure = driver_.set_access(base_ + offset, old.bytes, access);
+  if (failure.ok()) {
+    pool_.note_mapped(fresh);
+    pool_.note_unmapped(old.handle);
+    std::lock_guard lock(mutex_);
+    blocks_[offset] = Block{offset, old.bytes, fresh, 0, access, false, false};
+    pending_.erase(offset);
+    return Status::Ok();
+  }
+  if (fresh_mapped && !driver_.unmap(base_ + offset, old.bytes).ok()) {
+    // The new handle's mapping is stuck: it takes the old one's place, poisoned.
+    pool_.note_mapped(fresh);
+    pool_.note_unmapped(old.handle);
+    poison(Block{offset, old.bytes, fresh, 0, access, false, false});
+    unclaim(claimed);
+    return failure.with_context(what + "; the new mapping could not be unmapped either, left "
+                                       "mapped and poisoned (the old handle's mapping is gone)");
+  }
+  Status back = driver_.map(base_ + offset, old.bytes, old.handle, old.handle_offset);
+  const bool back_mapped = back.ok();
+  if (back.ok()) back = driver_.set_access(base_ + offset, old.bytes, old.access);
+  if (back.ok()) {
+    unclaim(claimed);
+    return failure.with_context(what + " rolled back: the old mapping is back");
+  }
+  if (back_mapped && !driver_.unmap(base_ + offset, old.bytes).ok()) {
+    poison(old);
+    unclaim(claimed);
+    return failure.with_context(what + "; mapping the old handle back failed (" +
+                                back.to_string() + ") and so did unmapping it: poisoned");
+  }
+  pool_.note_unmapped(old.handle);
+  {
+    std::lock_guard lock(mutex_);
+    blocks_.erase(offset);
+    pending_.erase(offset);
+  }
+  return failure.with_context(what + "; mapping the old handle back failed too (" +
+                              back.to_string() + "): the window is left unmapped");
+}
+
+std::vector<Block> Reservation::blocks_in(std::size_t offset, std::size_t len) const {
+  std::lock_guard lock(mutex_);
+  std::vector<Block> list;
+  for (auto it = blocks_.lower_bound(offset); it != blocks_.end() && it->first < offset + len;
+       ++it) {
+    list.push_back(it->second);
+  }
+  return list;
 }
 
 std::vector<Block> Reservation::blocks() const {

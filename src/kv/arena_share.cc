@@ -1,0 +1,489 @@
+// Arena sharing (see arena.h and shared_prefix.h): publish, admission with a shared prefix,
+// fork, rewind, and copy-on-write.
+//
+// Why windows and not tokens: the hardware protects whole granules, so only the windows lying
+// wholly inside a prefix can be mapped read-only into several slots; the bytes of the prefix in
+// the last, partial window are copied (the boundary copy). A token's bytes lie in the same
+// window index of every fragment, so a window index is the unit of sharing and of
+// copy-on-write across all fragments.
+//
+// Why copy through a scratch window: the fresh handle must receive the old bytes before it
+// replaces the old mapping at the slot's address, and the old mapping is the only address the
+// arena can be sure of (other sharers may leave at any time). So the fresh handle is mapped at
+// the slot's scratch window, the copy runs on the caller's stream, a fence is waited for, and
+// then Reservation::replace swaps the mappings in one step with its own rollback.
+#include <algorithm>
+#include <string>
+
+#include "kvvm/arena.h"
+
+namespace kvvm {
+namespace {
+
+std::string slot_text(SlotId slot) { return "slot " + std::to_string(slot); }
+
+}  // namespace
+
+bool Arena::source_valid(SlotId slot, std::uint64_t occupancy) const {
+  std::lock_guard lock(mutex_);
+  return slot < slots_.size() && slots_[slot].state == SlotState::kActive &&
+         slots_[slot].occupancy == occupancy;
+}
+
+Status Arena::check_compatible(const SharedPrefix& prefix, std::string_view what) const {
+  const LayoutPlan& mine = options_.plan;
+  const LayoutPlan& theirs = prefix.plan();
+  const std::string head = std::string(what) + ": the prefix was published by an arena with ";
+  if (theirs.granule != mine.granule) {
+    return Status::InvalidArgument(head + "a " + std::to_string(theirs.granule) +
+                                   "-byte granule; this one maps " +
+                                   std::to_string(mine.granule) + "-byte granules");
+  }
+  if (theirs.layout != mine.layout || theirs.bytes_per_token != mine.bytes_per_token ||
+      theirs.contiguous_bytes_per_token != mine.contiguous_bytes_per_token ||
+      theirs.fragments != mine.fragments || theirs.fragment_stride != mine.fragment_stride) {
+    return Status::InvalidArgument(
+        head + "geometry " + theirs.geometry.name + " (" + std::string(to_string(theirs.layout)) +
+        ", " + std::to_string(theirs.bytes_per_token) + " bytes per token, " +
+        std::to_string(theirs.fragments) + " fragment(s) of " +
+        std::to_string(theirs.fragment_stride) + " bytes); this one has " + mine.geometry.name +
+        " (" + std::string(to_string(mine.layout)) + ", " + std::to_string(mine.bytes_per_token) +
+        " bytes per token, " + std::to_string(mine.fragments) + " fragment(s) of " +
+        std::to_string(mine.fragment_stride) + " bytes)");
+  }
+  if (prefix.pool_ != &pool_) {
+    return Status::InvalidArgument(head +
+                                   "another handle pool (another driver or device): its "
+                                   "handles cannot be mapped here");
+  }
+  return Status::Ok();
+}
+
+std::vector<std::uint64_t> Arena::readonly_written(const Slot& slot, std::uint64_t from,
+                                                   std::uint64_t to) const {
+  std::vector<std::uint64_t> windows;
+  if (slot.readonly.empty() || to <= from) return windows;
+  const LayoutPlan& plan = options_.plan;
+  const std::uint64_t first = from * plan.contiguous_bytes_per_token / plan.granule;
+  const std::uint64_t end =
+      std::min<std::uint64_t>(plan.windows_per_fragment(to), slot.readonly.size());
+  for (std::uint64_t w = first; w < end; ++w) {
+    if (slot.readonly[w]) windows.push_back(w);
+  }
+  return windows;
+}
+
+void Arena::drop_sources(SlotId slot, std::uint64_t keep_below) {
+  std::vector<std::shared_ptr<const SharedPrefix>> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    auto& list = slots_[slot].sourcing;
+    for (auto it = list.begin(); it != list.end();) {
+      std::shared_ptr<const SharedPrefix> prefix = it->lock();
+      if (!prefix || prefix->info().tokens > keep_below) {
+        if (prefix) dropped.push_back(std::move(prefix));
+        it = list.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& prefix : dropped) prefix->drop_source(this, slot);
+}
+
+Status Arena::rewind(SlotId id, std::uint64_t tokens) {
+  if (id >= slots_.size()) {
+    return Status::InvalidArgument("rewind of " + slot_text(id) + ": the arena has " +
+                                   std::to_string(slots_.size()) + " slots");
+  }
+  {
+    std::lock_guard lock(mutex_);
+    Slot& slot = slots_[id];
+    if (slot.state != SlotState::kActive) {
+      return Status::FailedPrecondition("rewind of " + slot_text(id) +
+                                        ": no active sequence there");
+    }
+    if (tokens > slot.tokens) {
+      return Status::InvalidArgument("rewind of " + slot_text(id) + " to " +
+                                     std::to_string(tokens) + " tokens: it holds only " +
+                                     std::to_string(slot.tokens));
+    }
+    slot.tokens = tokens;
+    slot.last_used = ++tick_;
+  }
+  // Tokens below a prefix's length will be rewritten: this sequence no longer holds that
+  // prefix's boundary bytes for new sharers.
+  drop_sources(id, tokens);
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<SharedPrefix>> Arena::publish(SlotId id, std::uint64_t prefix_tokens) {
+  if (id >= slots_.size()) {
+    return Status::InvalidArgument("publish of " + slot_text(id) + ": the arena has " +
+                                   std::to_string(slots_.size()) + " slots");
+  }
+  const PrefixShareability share = prefix_shareability(options_.plan, prefix_tokens);
+  if (prefix_tokens > 0 && prefix_tokens <= options_.plan.max_context && !share.shareable) {
+    return Status::FailedPrecondition("publish of " + std::to_string(prefix_tokens) +
+                                      " tokens of " + slot_text(id) + ": " +
+                                      share.refusal_reason);
+  }
+  return publish_windows(id, prefix_tokens, nullptr);
+}
+
+Result<std::shared_ptr<SharedPrefix>> Arena::publish_windows(SlotId id, std::uint64_t tokens,
+                                                             std::vector<std::uint64_t>* newly) {
+  const LayoutPlan& plan = options_.plan;
+  const std::string what =
+      "publish of " + std::to_string(tokens) + " tokens of " + slot_text(id);
+  std::unique_lock lock(mutex_);
+  Slot& slot = slots_[id];
+  if (slot.state != SlotState::kActive) {
+    return Status::FailedPrecondition(what + ": no active sequence there");
+  }
+  if (tokens == 0 || tokens > slot.tokens) {
+    return Status::InvalidArgument(what + ": the sequence has written " +
+                                   std::to_string(slot.tokens) +
+                                   " tokens; a prefix holds between 1 and that many");
+  }
+  if (capture_depth_ > 0) {
+    return Status::Unavailable(what + " refused during graph capture");
+  }
+  claim(lock, slot);
+  if (slot.state != SlotState::kActive) {
+    lock.unlock();
+    unclaim(id);
+    return Status::FailedPrecondition(what + ": the slot was quarantined meanwhile");
+  }
+  const std::uint64_t windows = tokens * plan.contiguous_bytes_per_token / plan.granule;
+  std::vector<std::uint64_t> turned;
+  for (std::uint64_t w = 0; w < windows; ++w) {
+    if (w >= slot.readonly.size() || !slot.readonly[w]) turned.push_back(w);
+  }
+  lock.unlock();
+
+  Status made = Status::Ok();
+  std::vector<HandleInfo> handles;
+  handles.reserve(plan.fragments * windows);
+  for (const Range& range : window_ranges(id, 0, windows)) {
+    if (windows == 0) break;
+    made = reservation_->set_access(range.offset, range.len, Access::kReadOnly);
+    if (!made.ok()) break;
+    for (const Block& block : reservation_->blocks_in(range.offset, range.len)) {
+      Result<HandleInfo> info = pool_.describe(block.handle);
+      if (!info.ok()) {
+        made = info.status();
+        break;
+      }
+      handles.push_back(*info);
+    }
+    if (!made.ok()) break;
+  }
+  if (!made.ok()) {
+    restore_writable(id, turned);
+    unclaim(id);
+    return made.with_context(what);
+  }
+  SharedPrefixInfo info;
+  info.tokens = tokens;
+  info.fragments = plan.fragments;
+  info.windows_per_fragment = windows;
+  info.shared_bytes = plan.fragments * windows * plan.granule;
+  info.boundary_bytes =
+      plan.fragments * (tokens * plan.contiguous_bytes_per_token - windows * plan.granule);
+  std::shared_ptr<SharedPrefix> prefix(new SharedPrefix(pool_, plan, info, std::move(handles)));
+  lock.lock();
+  if (slot.readonly.size() < windows) slot.readonly.resize(windows, false);
+  for (std::uint64_t w = 0; w < windows; ++w) slot.readonly[w] = true;
+  prefix->add_source({this, id, slot.occupancy});
+  slot.sourcing.push_back(prefix);
+  ++counters_.published_prefixes;
+  slot.busy = false;
+  lock.unlock();
+  changed_.notify_all();
+  if (newly != nullptr) *newly = std::move(turned);
+  return prefix;
+}
+
+void Arena::restore_writable(SlotId id, const std::vector<std::uint64_t>& windows) {
+  // Best effort: a window that stays read-only is still correct (a later write copies it or
+  // switches it in place), so the flags follow what the table says afterwards.
+  const LayoutPlan& plan = options_.plan;
+  for (std::uint64_t w : windows) {
+    for (const Range& range : window_ranges(id, w, w + 1)) {
+      const auto blocks = reservation_->blocks_in(range.offset, range.len);
+      if (!blocks.empty() && blocks.front().access == Access::kReadOnly) {
+        (void)reservation_->set_access(range.offset, plan.granule, Access::kReadWrite);
+      }
+    }
+  }
+  std::lock_guard lock(mutex_);
+  Slot& slot = slots_[id];
+  for (std::uint64_t w : windows) {
+    bool readonly = false;
+    for (const Range& range : window_ranges(id, w, w + 1)) {
+      const auto blocks = reservation_->blocks_in(range.offset, range.len);
+      readonly = readonly || (!blocks.empty() && blocks.front().access == Access::kReadOnly);
+    }
+    if (w < slot.readonly.size()) slot.readonly[w] = readonly;
+  }
+}
+
+Result<SlotId> Arena::take_empty_slot(std::string_view what) {
+  std::unique_lock lock(mutex_);
+  if (capture_depth_ > 0) {
+    return Status::Unavailable(std::string(what) + " refused during graph capture");
+  }
+  for (SlotId id = 0; id < slots_.size(); ++id) {
+    if (slots_[id].state == SlotState::kFree && !slots_[id].busy) {
+      slots_[id].busy = true;
+      return id;
+    }
+  }
+  // No free slot: empty the least recently used finished one whose fence completed.
+  std::vector<SlotId> finished;
+  for (SlotId id = 0; id < slots_.size(); ++id) {
+    if (slots_[id].state == SlotState::kFinished && !slots_[id].busy) finished.push_back(id);
+  }
+  std::sort(finished.begin(), finished.end(),
+            [&](SlotId a, SlotId b) { return slots_[a].last_used < slots_[b].last_used; });
+  lock.unlock();
+  for (SlotId id : finished) {
+    (void)unmap_slot(id);
+    lock.lock();
+    if (slots_[id].state == SlotState::kFree && !slots_[id].busy) {
+      slots_[id].busy = true;
+      return id;
+    }
+    lock.unlock();
+  }
+  return Status::Unavailable(std::string(what) + ": all " + std::to_string(slots_.size()) +
+                             " slots hold sequences (or finished ones still being read)");
+}
+
+Status Arena::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_t tokens,
+                             Stream stream) {
+  const LayoutPlan& plan = options_.plan;
+  const SharedPrefixInfo& info = prefix.info();
+  const std::uint64_t k = info.windows_per_fragment;
+  const std::uint64_t needed = plan.windows_per_fragment(tokens);
+  // 1. The shared windows, read-only, at the same offsets.
+  std::vector<std::size_t> mapped;
+  Status status = Status::Ok();
+  for (std::uint64_t f = 0; f < plan.fragments && status.ok(); ++f) {
+    for (std::uint64_t w = 0; w < k && status.ok(); ++w) {
+      const std::size_t at = id * plan.slot_stride + f * plan.fragment_stride + w * plan.granule;
+      status = reservation_->map_shared(at, prefix.handles_[f * k + w], Access::kReadOnly);
+      if (status.ok()) mapped.push_back(at);
+    }
+  }
+  const auto unmap_shared = [&] {
+    for (std::size_t at : mapped) (void)reservation_->release(at, plan.granule);  // poisons
+  };
+  if (!status.ok()) {
+    unmap_shared();
+    return status.with_context("mapping the prefix's windows");
+  }
+  // 2. Private windows for the rest, under a grant for those bytes only.
+  if (needed > k) {
+    status = commit_windows(id, k, needed, options_.budget_wait);
+    if (!status.ok()) {
+      unmap_shared();
+      return status;
+    }
+  }
+  const auto undo_all = [&] {
+    if (needed > k) (void)release_windows(id, k, needed);
+    unmap_shared();
+  };
+  // 3. The boundary: the prefix's bytes in window k of each fragment, from a sequence that
+  //    holds them intact, on the caller's stream; waited for, because the source may leave
+  //    as soon as this returns.
+  const std::uint64_t boundary = info.boundary_bytes / plan.fragments;
+  if (boundary > 0) {
+    std::optional<SharedPrefix::Source> source;
+    for (const SharedPrefix::Source& candidate : prefix.sources()) {
+      if (candidate.arena->source_valid(candidate.slot, candidate.occupancy)) {
+        source = candidate;
+        break;
+      }
+    }
+    if (!source) {
+      undo_all();
+      return Status::FailedPrecondition(
+          "no sequence holds the prefix's boundary bytes any more (every user finished or "
+          "rewound below " +
+          std::to_string(info.tokens) + " tokens)");
+    }
+    const Address from = source->arena->slot_base(source->slot);
+    const Address to = slot_base(id);
+    for (std::uint64_t f = 0; f < plan.fragments && status.ok(); ++f) {
+      const std::uint64_t at = f * plan.fragment_stride + k * plan.granule;
+      status = pool_.driver().copy(to + at, from + at, boundary, stream);
+    }
+    if (status.ok()) {
+      Result<Fence> fence = pool_.driver().record_fence(stream);
+      status = fence.status();
+      if (fence.ok()) {
+        status = pool_.driver().wait_fence(*fence);
+        (void)pool_.driver().destroy_fence(*fence);
+      }
+    }
+    if (!status.ok()) {
+      undo_all();
+      return status.with_context("copying the prefix's boundary bytes");
+    }
+    std::lock_guard lock(mutex_);
+    counters_.boundary_copy_bytes += info.boundary_bytes;
+  }
+  // 4. The padded tail, as for any admission.
+  if (padded_windows() > 0) {
+    status = cover_tail(id, std::max(k, needed));
+    if (!status.ok()) {
+      undo_all();
+      return status.with_context("mapping the dummy tail page");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<SlotId> Arena::admit_shared(const SharedPrefix& prefix, std::uint64_t tokens,
+                                   Stream stream) {
+  const LayoutPlan& plan = options_.plan;
+  const std::uint64_t p = prefix.info().tokens;
+  const std::string what = "admit of " + std::to_string(tokens) + " tokens sharing a prefix of " +
+                           std::to_string(p);
+  KVVM_RETURN_IF_ERROR(check_compatible(prefix, what));
+  if (tokens < p || tokens > plan.max_context) {
+    return Status::InvalidArgument(what + ": a sharer holds between " + std::to_string(p) +
+                                   " and the max context of " +
+                                   std::to_string(plan.max_context) + " tokens");
+  }
+  if (!prefix.usable()) {
+    return Status::FailedPrecondition(what +
+                                      ": the prefix is no longer usable (every sequence that "
+                                      "mapped it has gone, or none holds its boundary bytes)");
+  }
+  Result<SlotId> taken = take_empty_slot(what);
+  if (!taken.ok()) return taken.status();
+  const SlotId id = *taken;
+  Status installed = install_prefix(id, prefix, tokens, stream);
+  const bool poisoned = !installed.ok() && has_poison(id);
+  std::unique_lock lock(mutex_);
+  Slot& slot = slots_[id];
+  if (!installed.ok()) {
+    if (installed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
+    if (poisoned) slot.state = SlotState::kQuarantined;
+    slot.busy = false;
+    lock.unlock();
+    changed_.notify_all();
+    return installed.with_context(what + " into " + slot_text(id));
+  }
+  const std::uint64_t k = prefix.info().windows_per_fragment;
+  slot.windows = std::max(k, plan.windows_per_fragment(tokens));
+  slot.state = SlotState::kActive;
+  slot.tokens = tokens;
+  slot.last_used = ++tick_;
+  slot.ahead_stalled = false;
+  slot.occupancy = ++occupancies_;
+  slot.readonly.assign(k, true);
+  slot.sourcing.push_back(prefix.weak_from_this());
+  prefix.add_source({this, id, slot.occupancy});
+  ++counters_.admissions;
+  ++counters_.shared_admissions;
+  slot.busy = false;
+  lock.unlock();
+  changed_.notify_all();
+  return id;
+}
+
+Result<SlotId> Arena::fork(SlotId parent, std::uint64_t position, Stream stream) {
+  if (parent >= slots_.size()) {
+    return Status::InvalidArgument("fork of " + slot_text(parent) + ": the arena has " +
+                                   std::to_string(slots_.size()) + " slots");
+  }
+  const std::string what =
+      "fork of " + slot_text(parent) + " at position " + std::to_string(position);
+  std::vector<std::uint64_t> turned;
+  Result<std::shared_ptr<SharedPrefix>> prefix = publish_windows(parent, position, &turned);
+  if (!prefix.ok()) return prefix.status().with_context("fork");
+  Result<SlotId> child = admit_shared(**prefix, position, stream);
+  if (!child.ok()) {
+    // Nothing changed: the parent's windows that this fork made read-only become writable.
+    restore_writable(parent, turned);
+    std::lock_guard lock(mutex_);
+    --counters_.published_prefixes;
+    return child.status().with_context(what);
+  }
+  std::lock_guard lock(mutex_);
+  --counters_.published_prefixes;  // a fork's prefix is not a published one
+  ++counters_.forks;
+  return child;
+}
+
+Status Arena::make_writable(SlotId id, std::uint64_t window, Stream stream) {
+  for (const Range& range : window_ranges(id, window, window + 1)) {
+    const auto blocks = reservation_->blocks_in(range.offset, range.len);
+    if (blocks.size() != 1 || blocks.front().poisoned) {
+      return Status::FailedPrecondition(slot_text(id) + ": window " + std::to_string(window) +
+                                        " at offset " + std::to_string(range.offset) +
+                                        " is not one healthy mapping");
+    }
+    const Block& block = blocks.front();
+    if (block.access == Access::kReadWrite) continue;  // done by an earlier, partial call
+    Result<HandleInfo> info = pool_.describe(block.handle);
+    if (!info.ok()) return info.status();
+    if (info->mappings <= 1 && info->state == HandleState::kInUse) {
+      // No one else maps it: write in place. References to its current content go stale.
+      pool_.reissue(block.handle);
+      KVVM_RETURN_IF_ERROR(
+          reservation_->set_access(range.offset, range.len, Access::kReadWrite));
+      std::lock_guard lock(mutex_);
+      ++counters_.cow_in_place;
+      continue;
+    }
+    KVVM_RETURN_IF_ERROR(copy_on_write(id, range.offset, stream));
+  }
+  return Status::Ok();
+}
+
+Status Arena::copy_on_write(SlotId id, std::size_t offset, Stream stream) {
+  const std::uint64_t granule = options_.plan.granule;
+  const std::string what = "copy-on-write of " + slot_text(id) + " at offset " +
+                           std::to_string(offset);
+  Result<Grant> grant = governor_.prepare(options_.tier, granule, options_.budget_wait);
+  if (!grant.ok()) return grant.status().with_context(what);
+  bool created = false;
+  Result<Handle> fresh = pool_.checkout(granule, &*grant, &created);
+  grant->commit_charged();
+  if (!fresh.ok()) return fresh.status().with_context(what);
+  const Disposition on_failure = created ? Disposition::kRelease : Disposition::kKeep;
+  Result<HandleInfo> info = pool_.describe(*fresh);
+  const std::size_t scratch = id * granule;
+  Status status = info.ok() ? scratch_->map_shared(scratch, *info, Access::kReadWrite)
+                            : info.status();
+  if (!status.ok()) {
+    pool_.give_back(*fresh, on_failure);
+    return status.with_context(what + ": mapping the fresh handle to copy into");
+  }
+  Driver& driver = pool_.driver();
+  status = driver.copy(scratch_->base() + scratch, reservation_->base() + offset, granule, stream);
+  if (status.ok()) {
+    Result<Fence> fence = driver.record_fence(stream);
+    status = fence.status();
+    if (fence.ok()) {
+      status = driver.wait_fence(*fence);
+      (void)driver.destroy_fence(*fence);
+    }
+  }
+  if (status.ok()) status = reservation_->replace(offset, *fresh, Access::kReadWrite);
+  // The scratch mapping goes either way: on success the slot's mapping keeps the handle; on
+  // failure this was its last mapping and it goes back as the transaction found it.
+  (void)scratch_->release(scratch, granule, status.ok() ? Disposition::kKeep : on_failure);
+  if (!status.ok()) return status.with_context(what);
+  std::lock_guard lock(mutex_);
+  ++counters_.cow_copies;
+  return Status::Ok();
+}
+
+}  // namespace kvvm
