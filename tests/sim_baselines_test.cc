@@ -136,7 +136,11 @@ TEST(SimulateScheduler, SamplesEveryStepAndAveragesOverThem) {
   EXPECT_EQ(run->series[0].committed, 16 * kBytesPerToken);
   EXPECT_EQ(run->series[1].committed, 32 * kBytesPerToken);
   EXPECT_EQ(run->series[4].running, 0u);
-  EXPECT_DOUBLE_EQ(run->mean_concurrency, 4.0 / 5.0);
+  // Means are over the steps while requests arrive: step 0 only here.
+  EXPECT_DOUBLE_EQ(run->mean_concurrency, 1.0);
+  EXPECT_DOUBLE_EQ(run->mean_committed, 16.0 * kBytesPerToken);
+  // Waste over every step: committed 16, 32, 32, 32 tokens for 16, 17, 18, 19 live.
+  EXPECT_DOUBLE_EQ(run->waste_ratio, (0.0 + 15 + 14 + 13) / (16 + 17 + 18 + 19));
   EXPECT_DOUBLE_EQ(run->simulated_s, 0.5);
 }
 

@@ -219,16 +219,17 @@ void print_simulate(const SimulateReport& report, std::ostream& out) {
   add("preemptions (recomputed)", [](R r) { return str(r.preemptions); });
   add("aborted (cannot grow even alone)", [](R r) { return str(r.aborted); });
   add("peak concurrency", [](R r) { return str(r.peak_concurrency); });
-  add("mean concurrency", [](R r) { return fixed(r.mean_concurrency, 1); });
+  add("mean concurrency (while arriving)", [](R r) { return fixed(r.mean_concurrency, 1); });
   add("queue wait mean / p99 (s)",
       [](R r) { return fixed(r.mean_wait_s, 2) + " / " + fixed(r.p99_wait_s, 2); });
   add("peak committed", [](R r) { return format_bytes(r.peak_committed); });
   add("mean committed",
       [](R r) { return format_bytes(static_cast<std::uint64_t>(r.mean_committed)); });
-  add("mean live", [](R r) { return format_bytes(static_cast<std::uint64_t>(r.mean_live)); });
+  add("mean live (while arriving)",
+      [](R r) { return format_bytes(static_cast<std::uint64_t>(r.mean_live)); });
   add("waste (committed - live) / live", [](R r) { return percent(r.waste_ratio); });
   add("peak saved by sharing", [](R r) { return format_bytes(r.peak_saved); });
-  add("mean saved by sharing",
+  add("mean saved by sharing (while arriving)",
       [](R r) { return format_bytes(static_cast<std::uint64_t>(r.mean_saved)); });
   add("peak budget used", [](R r) { return format_bytes(r.peak_used); });
   add("simulated time (s)", [](R r) { return fixed(r.simulated_s, 1); });
@@ -289,8 +290,10 @@ void print_simulate(const SimulateReport& report, std::ostream& out) {
         << ratio(report.runs[0].peak_concurrency, report.runs[2].peak_concurrency)
         << " preallocate's\n";
   }
-  out << "waste counts bytes committed under running sequences beyond their live tokens, "
-         "time-weighted over every step; wall time "
+  out << "committed: mapped under running sequences, a shared window once per sequence mapping "
+         "it; budget used: physical bytes charged (shared ones once, pooled handles included).\n"
+         "waste: committed beyond the live tokens' bytes, over live, summed over every step. "
+         "Means: over the steps while requests arrive.\nwall time "
       << fixed(report.wall_s, 1) << " s\n";
 }
 

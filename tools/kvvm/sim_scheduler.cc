@@ -54,7 +54,12 @@ Result<RunSummary> run_schedule(const Trace& trace, MemoryModel& model,
   std::vector<double> waits_s;
   std::size_t next_arrival = 0;
   std::uint64_t resolved = 0;
-  double sum_running = 0, sum_committed = 0, sum_live = 0, sum_saved = 0, sum_waste = 0;
+  double sum_running = 0, sum_committed = 0, sum_live = 0, sum_saved = 0;
+  double waste_bytes = 0, live_bytes = 0;  // over the whole run
+  // Means are taken while requests arrive (steps 0 to the last arrival's): the drain after it
+  // lasts as long as the few longest outputs, which would dilute them.
+  std::uint64_t last_arrival_step = 0;
+  for (const Sequence& s : seqs) last_arrival_step = std::max(last_arrival_step, s.arrival_step);
 
   const auto release = [&](std::size_t seq, std::uint64_t step) -> Status {
     Status released = model.release(seq);
@@ -174,21 +179,25 @@ Result<RunSummary> run_schedule(const Trace& trace, MemoryModel& model,
     summary.peak_live = std::max(summary.peak_live, sample.live);
     summary.peak_used = std::max(summary.peak_used, sample.used);
     summary.peak_saved = std::max(summary.peak_saved, sample.saved);
-    sum_running += sample.running;
-    sum_committed += static_cast<double>(sample.committed);
-    sum_live += static_cast<double>(sample.live);
-    sum_saved += static_cast<double>(sample.saved);
-    sum_waste += static_cast<double>(sample.committed) - static_cast<double>(sample.live);
+    if (step <= last_arrival_step) {
+      sum_running += sample.running;
+      sum_committed += static_cast<double>(sample.committed);
+      sum_live += static_cast<double>(sample.live);
+      sum_saved += static_cast<double>(sample.saved);
+    }
+    waste_bytes += static_cast<double>(sample.committed) - static_cast<double>(sample.live);
+    live_bytes += static_cast<double>(sample.live);
     summary.steps = step + 1;
     if (progress) progress(step, summary);
   }
-  const double steps = std::max<double>(1.0, static_cast<double>(summary.steps));
+  const double steps =
+      static_cast<double>(std::min<std::uint64_t>(summary.steps, last_arrival_step + 1));
   summary.simulated_s = static_cast<double>(summary.steps) * options.step_s;
   summary.mean_concurrency = sum_running / steps;
   summary.mean_committed = sum_committed / steps;
   summary.mean_live = sum_live / steps;
   summary.mean_saved = sum_saved / steps;
-  summary.waste_ratio = sum_live > 0 ? sum_waste / sum_live : 0.0;
+  summary.waste_ratio = live_bytes > 0 ? waste_bytes / live_bytes : 0.0;
   if (!waits_s.empty()) {
     double total = 0;
     for (double wait : waits_s) total += wait;

@@ -18,7 +18,10 @@
 //      no later request overtakes it). A head that does not fit while nothing runs never
 //      will: it is rejected as too large;
 //   5. a sample: running, queued, and the model's committed / live / saved bytes.
-// The run ends when every request finished or was rejected.
+// The run ends when every request finished or was rejected. Peaks are over the whole run;
+// means over the steps while requests arrive (0 to the last arrival's step), since the drain
+// after it lasts as long as the few longest outputs and would dilute them; waste over the
+// whole run.
 #pragma once
 
 #include <cstdint>
@@ -82,7 +85,7 @@ struct RunSummary {
   std::uint64_t aborted = 0;  // admitted, then could not grow even alone
   std::uint64_t preemptions = 0;
   std::uint32_t peak_concurrency = 0;
-  double mean_concurrency = 0;  // over every step of the run
+  double mean_concurrency = 0;  // over the steps while requests arrive (0 to the last arrival)
   double mean_wait_s = 0;       // queue wait before the first admission, admitted requests
   double p99_wait_s = 0;
   std::uint64_t steps = 0;
@@ -91,10 +94,10 @@ struct RunSummary {
   std::uint64_t peak_live = 0;
   std::uint64_t peak_used = 0;
   std::uint64_t peak_saved = 0;
-  double mean_committed = 0;
+  double mean_committed = 0;  // over the same steps as mean_concurrency
   double mean_live = 0;
   double mean_saved = 0;
-  // sum over steps of (committed - live) / sum of live: the time-weighted waste.
+  // sum over every step of (committed - live) / sum of live: the time-weighted waste.
   double waste_ratio = 0;
   std::vector<StepSample> series;  // one per step
 };
