@@ -223,7 +223,7 @@ void print_simulate(const SimulateReport& report, std::ostream& out) {
   add("queue wait mean / p99 (s)",
       [](R r) { return fixed(r.mean_wait_s, 2) + " / " + fixed(r.p99_wait_s, 2); });
   add("peak committed", [](R r) { return format_bytes(r.peak_committed); });
-  add("mean committed",
+  add("mean committed (while arriving)",
       [](R r) { return format_bytes(static_cast<std::uint64_t>(r.mean_committed)); });
   add("mean live (while arriving)",
       [](R r) { return format_bytes(static_cast<std::uint64_t>(r.mean_live)); });

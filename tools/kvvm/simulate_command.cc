@@ -143,31 +143,40 @@ Status check_options(const SimulateOptions& options) {
   return Status::Ok();
 }
 
-// Prints "\r..." at most twice a second while the kvvm run goes.
+// The progress line of the kvvm run, from its second second of wall time on (a short run
+// prints nothing): rewritten in place twice a second on a terminal, else (--progress into a
+// log) one line every five seconds.
 class ProgressLine {
  public:
-  ProgressLine(std::ostream* err, std::uint64_t requests) : err_(err), requests_(requests) {}
+  ProgressLine(std::ostream* err, std::uint64_t requests, bool terminal)
+      : err_(err),
+        requests_(requests),
+        terminal_(terminal),
+        last_(std::chrono::steady_clock::now()) {}
   ~ProgressLine() {
-    if (err_ != nullptr && printed_) *err_ << "\r\033[K" << std::flush;
+    if (err_ != nullptr && printed_ && terminal_) *err_ << "\r\033[K" << std::flush;
   }
   void operator()(std::uint64_t step, const RunSummary& so_far, double step_s) {
     if (err_ == nullptr) return;
     const auto now = std::chrono::steady_clock::now();
-    if (printed_ && now - last_ < std::chrono::milliseconds(500)) return;
+    const std::chrono::milliseconds every(!printed_ ? 1000 : terminal_ ? 500 : 5000);
+    if (now - last_ < every) return;
     last_ = now;
     printed_ = true;
     const StepSample& sample = so_far.series.back();
-    *err_ << "\r\033[K" << kCommand << ": kvvm at " << fixed(static_cast<double>(step) * step_s, 1)
-          << " s simulated: running " << sample.running << ", queued " << sample.queued
-          << ", admitted " << so_far.admitted << "/" << requests_ << ", rejected "
-          << so_far.rejected << std::flush;
+    *err_ << (terminal_ ? "\r\033[K" : "") << kCommand << ": kvvm at "
+          << fixed(static_cast<double>(step) * step_s, 1) << " s simulated: running "
+          << sample.running << ", queued " << sample.queued << ", admitted " << so_far.admitted
+          << "/" << requests_ << ", rejected " << so_far.rejected << (terminal_ ? "" : "\n")
+          << std::flush;
   }
 
  private:
   std::ostream* err_;
   std::uint64_t requests_;
+  bool terminal_;
   bool printed_ = false;
-  std::chrono::steady_clock::time_point last_{};
+  std::chrono::steady_clock::time_point last_;
 };
 
 }  // namespace
@@ -360,7 +369,7 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
                                   .commit_ahead_windows = options.commit_ahead});
   if (!kvvm.ok()) return kvvm.status().with_context("kvvm");
   Result<RunSummary> kvvm_run = [&] {
-    ProgressLine line(progress_err, trace->requests.size());
+    ProgressLine line(progress_err, trace->requests.size(), ::isatty(STDERR_FILENO) == 1);
     return run_schedule(
         *trace, **kvvm, scheduler,
         [&](std::uint64_t step, const RunSummary& so_far) { line(step, so_far, report.step_s); });
