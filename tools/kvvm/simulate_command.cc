@@ -360,13 +360,26 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
   Result<RunSummary> preallocate_run = run_schedule(*trace, preallocate, scheduler);
   if (!preallocate_run.ok()) return preallocate_run.status().with_context("preallocate");
 
-  Result<std::unique_ptr<ArenaModel>> kvvm = ArenaModel::create(
-      **driver, ArenaModelOptions{.plan = *plan,
+  ArenaModelOptions arena_options{.plan = *plan,
                                   .budget = report.budget,
                                   .max_slots = static_cast<std::uint32_t>(report.max_slots),
                                   .sharing = options.sharing,
                                   .pool_bytes = options.pool_bytes,
-                                  .commit_ahead_windows = options.commit_ahead});
+                                  .commit_ahead_windows = options.commit_ahead};
+  Result<std::unique_ptr<ArenaModel>> kvvm = ArenaModel::create(**driver, arena_options);
+  // Slots chosen for the trace may ask for more addresses than the driver will reserve at
+  // once: halve them (queueing on "every slot taken" instead) and say so.
+  while (!kvvm.ok() && options.max_slots == 0 && arena_options.max_slots > 1 &&
+         kvvm.status().code() != StatusCode::kInvalidArgument) {
+    arena_options.max_slots /= 2;
+    kvvm = ArenaModel::create(**driver, arena_options);
+    if (kvvm.ok()) {
+      err << kCommand << ": note: " << report.max_slots << " slots of "
+          << format_bytes(plan->slot_stride) << " could not be reserved; using "
+          << arena_options.max_slots << "\n";
+      report.max_slots = arena_options.max_slots;
+    }
+  }
   if (!kvvm.ok()) return kvvm.status().with_context("kvvm");
   Result<RunSummary> kvvm_run = [&] {
     ProgressLine line(progress_err, trace->requests.size(), ::isatty(STDERR_FILENO) == 1);
