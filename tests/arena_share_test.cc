@@ -23,8 +23,8 @@ class ArenaShareTest : public testing::ArenaFixture<Backend> {
   std::vector<HandleInfo> window_handles(const Arena& arena, SlotId slot, std::uint64_t windows) {
     std::vector<HandleInfo> list;
     const LayoutPlan& plan = arena.plan();
-    for (const Block& block : arena.reservation().blocks_in(slot * plan.slot_stride,
-                                                            windows * plan.granule)) {
+    for (const Block& block :
+         arena.reservation().blocks_in(slot * plan.slot_stride, windows * plan.granule)) {
       auto info = this->pool_->describe(block.handle);
       EXPECT_TRUE(info.ok());
       if (info.ok()) list.push_back(*info);
@@ -150,12 +150,11 @@ TYPED_TEST(ArenaShareTest, AWriteIntoASharedWindowFaultsAndLeavesTheOthersIntact
   if constexpr (TypeParam::kIsHost) {
     // The hardware refuses: the process dies of SIGSEGV rather than corrupt the prefix.
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_DEATH(std::memcpy(reinterpret_cast<void*>(shared_window), junk.data(), junk.size()),
-                 "");
+    EXPECT_DEATH(std::memcpy(reinterpret_cast<void*>(shared_window), junk.data(), junk.size()), "");
     // The owner's copy is read-only too, once published.
-    EXPECT_DEATH(std::memcpy(reinterpret_cast<void*>(arena.slot_base(*owner)), junk.data(),
-                             junk.size()),
-                 "");
+    EXPECT_DEATH(
+        std::memcpy(reinterpret_cast<void*>(arena.slot_base(*owner)), junk.data(), junk.size()),
+        "");
   } else {
     Status refused = this->fault_->write(shared_window, junk.data(), junk.size());
     EXPECT_FALSE(refused.ok()) << "a copy into a read-only shared window must fail";
@@ -265,7 +264,8 @@ TYPED_TEST(ArenaShareTest, BadRequestsAreRefusedWithReasonsAndChangeNothing) {
       << too_long.status().to_string();
   // A fork beyond the sequence's length.
   auto far_fork = arena.fork(*owner, 3 * pw + 1);
-  EXPECT_EQ(far_fork.status().code(), StatusCode::kInvalidArgument) << far_fork.status().to_string();
+  EXPECT_EQ(far_fork.status().code(), StatusCode::kInvalidArgument)
+      << far_fork.status().to_string();
   // Rewinding forward.
   EXPECT_EQ(arena.rewind(*owner, 3 * pw + 1).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(this->fault_->counts().total(), calls) << "no driver call for a refused request";
@@ -280,8 +280,8 @@ TYPED_TEST(ArenaShareTest, BadRequestsAreRefusedWithReasonsAndChangeNothing) {
   other.kv_heads = 4;
   auto other_plan = plan_layout(other, Layout::kHeadMajor, plan.granule, plan.max_context);
   ASSERT_TRUE(other_plan.ok());
-  auto other_arena = Arena::create(*this->pool_, *this->governor_,
-                                   ArenaOptions{*other_plan, 2, this->tier_});
+  auto other_arena =
+      Arena::create(*this->pool_, *this->governor_, ArenaOptions{*other_plan, 2, this->tier_});
   ASSERT_TRUE(other_arena.ok());
   auto foreign = (*other_arena)->admit_shared(**prefix, 2 * pw);
   EXPECT_EQ(foreign.status().code(), StatusCode::kInvalidArgument);
