@@ -1273,8 +1273,7 @@ class GateDriver final : public Driver {
   Result<Fence> do_record_fence(Stream stream) override { return inner_.record_fence(stream); }
   Result<bool> do_fence_done(Fence fence) override { return inner_.fence_done(fence); }
   Status do_destroy_fence(Fence fence) override { return inner_.destroy_fence(fence); }
-  Status do_copy(Address destination, Address source, std::size_t bytes,
-                 Stream stream) override {
+  Status do_copy(Address destination, Address source, std::size_t bytes, Stream stream) override {
     return inner_.copy(destination, source, bytes, stream);
   }
   Status do_wait_fence(Fence fence) override { return inner_.wait_fence(fence); }

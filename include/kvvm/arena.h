@@ -292,7 +292,7 @@ class Arena {
   std::unique_ptr<Reservation> dummy_home_;  // where the dummy granule is mapped read-write
   // One window per slot where copy-on-write maps the fresh handle to copy into it.
   std::unique_ptr<Reservation> scratch_;
-  HandleInfo dummy_;                         // handle == kNoHandle: no dummy tail page
+  HandleInfo dummy_;  // handle == kNoHandle: no dummy tail page
 
   mutable std::mutex mutex_;  // guards slots_, counters, capture_depth_; leaf with respect to
                               // the driver (never held across a driver call)

@@ -150,8 +150,7 @@ class Driver {
   virtual Result<Fence> do_record_fence(Stream stream) = 0;
   virtual Result<bool> do_fence_done(Fence fence) = 0;
   virtual Status do_destroy_fence(Fence fence) = 0;
-  virtual Status do_copy(Address destination, Address source, std::size_t bytes,
-                         Stream stream) = 0;
+  virtual Status do_copy(Address destination, Address source, std::size_t bytes, Stream stream) = 0;
   virtual Status do_wait_fence(Fence fence) = 0;
 
  private:

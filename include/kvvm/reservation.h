@@ -108,8 +108,7 @@ class Reservation {
   // Unmaps every block in [offset, offset + len) (every window must be mapped, blocks must
   // lie wholly inside), coalescing adjacent blocks into one unmap; returns the handles
   // (the pool keeps or releases them); keeps the addresses.
-  Status release(std::size_t offset, std::size_t len,
-                 Disposition disposition = Disposition::kKeep);
+  Status release(std::size_t offset, std::size_t len, Disposition disposition = Disposition::kKeep);
 
   // Puts `fresh` (an in-use handle of the same size the caller holds) in place of the one
   // block mapped at `offset`, with `access`: unmap, map, set access (copy-on-write's remap).

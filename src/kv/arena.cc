@@ -408,8 +408,7 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
     unclaim(id);
     return Status::Unavailable("ensure of " + slot_text(id) + " to " + std::to_string(tokens) +
                                " tokens needs " + std::to_string(missing) +
-                               " more window(s) per fragment and " +
-                               std::to_string(shared.size()) +
+                               " more window(s) per fragment and " + std::to_string(shared.size()) +
                                " shared window(s) copied: refused during graph capture");
   }
   ++counters_.ensures_committing;
@@ -429,8 +428,8 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
   // A failed remap may have left a window unmapped: the slot can no longer be trusted.
   bool broken = !committed.ok() && has_poison(id);
   if (!committed.ok() && !broken && made_writable.size() < shared.size()) {
-    for (const Range& range : window_ranges(id, shared[made_writable.size()],
-                                            shared[made_writable.size()] + 1)) {
+    for (const Range& range :
+         window_ranges(id, shared[made_writable.size()], shared[made_writable.size()] + 1)) {
       broken = broken || reservation_->blocks_in(range.offset, range.len).empty();
     }
   }
@@ -449,8 +448,9 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
   slot.busy = false;
   lock.unlock();
   changed_.notify_all();
-  if (!made_writable.empty()) drop_sources(id, made_writable.front() * options_.plan.granule /
-                                                   options_.plan.contiguous_bytes_per_token);
+  if (!made_writable.empty())
+    drop_sources(id, made_writable.front() * options_.plan.granule /
+                         options_.plan.contiguous_bytes_per_token);
   return committed.ok() ? committed
                         : committed.with_context("ensure of " + slot_text(id) + " to " +
                                                  std::to_string(tokens) + " tokens");
@@ -575,8 +575,8 @@ ArenaStats Arena::stats() const {
   for (const Slot& slot : slots_) {
     if (slot.state != SlotState::kActive) continue;
     stats.readonly_windows +=
-        plan.fragments * static_cast<std::uint64_t>(
-                             std::count(slot.readonly.begin(), slot.readonly.end(), true));
+        plan.fragments *
+        static_cast<std::uint64_t>(std::count(slot.readonly.begin(), slot.readonly.end(), true));
   }
   stats.dummy_bytes = dummy_.handle == kNoHandle ? 0 : plan.granule;
   stats.physical_bytes = physical;

@@ -36,8 +36,8 @@ Status Arena::check_compatible(const SharedPrefix& prefix, std::string_view what
   const std::string head = std::string(what) + ": the prefix was published by an arena with ";
   if (theirs.granule != mine.granule) {
     return Status::InvalidArgument(head + "a " + std::to_string(theirs.granule) +
-                                   "-byte granule; this one maps " +
-                                   std::to_string(mine.granule) + "-byte granules");
+                                   "-byte granule; this one maps " + std::to_string(mine.granule) +
+                                   "-byte granules");
   }
   if (theirs.layout != mine.layout || theirs.bytes_per_token != mine.bytes_per_token ||
       theirs.contiguous_bytes_per_token != mine.contiguous_bytes_per_token ||
@@ -125,8 +125,7 @@ Result<std::shared_ptr<SharedPrefix>> Arena::publish(SlotId id, std::uint64_t pr
   const PrefixShareability share = prefix_shareability(options_.plan, prefix_tokens);
   if (prefix_tokens > 0 && prefix_tokens <= options_.plan.max_context && !share.shareable) {
     return Status::FailedPrecondition("publish of " + std::to_string(prefix_tokens) +
-                                      " tokens of " + slot_text(id) + ": " +
-                                      share.refusal_reason);
+                                      " tokens of " + slot_text(id) + ": " + share.refusal_reason);
   }
   return publish_windows(id, prefix_tokens, nullptr);
 }
@@ -134,8 +133,7 @@ Result<std::shared_ptr<SharedPrefix>> Arena::publish(SlotId id, std::uint64_t pr
 Result<std::shared_ptr<SharedPrefix>> Arena::publish_windows(SlotId id, std::uint64_t tokens,
                                                              std::vector<std::uint64_t>* newly) {
   const LayoutPlan& plan = options_.plan;
-  const std::string what =
-      "publish of " + std::to_string(tokens) + " tokens of " + slot_text(id);
+  const std::string what = "publish of " + std::to_string(tokens) + " tokens of " + slot_text(id);
   std::unique_lock lock(mutex_);
   Slot& slot = slots_[id];
   if (slot.state != SlotState::kActive) {
@@ -351,13 +349,13 @@ Result<SlotId> Arena::admit_shared(const SharedPrefix& prefix, std::uint64_t tok
                                    Stream stream) {
   const LayoutPlan& plan = options_.plan;
   const std::uint64_t p = prefix.info().tokens;
-  const std::string what = "admit of " + std::to_string(tokens) + " tokens sharing a prefix of " +
-                           std::to_string(p);
+  const std::string what =
+      "admit of " + std::to_string(tokens) + " tokens sharing a prefix of " + std::to_string(p);
   KVVM_RETURN_IF_ERROR(check_compatible(prefix, what));
   if (tokens < p || tokens > plan.max_context) {
     return Status::InvalidArgument(what + ": a sharer holds between " + std::to_string(p) +
-                                   " and the max context of " +
-                                   std::to_string(plan.max_context) + " tokens");
+                                   " and the max context of " + std::to_string(plan.max_context) +
+                                   " tokens");
   }
   if (!prefix.usable()) {
     return Status::FailedPrecondition(what +
@@ -436,8 +434,7 @@ Status Arena::make_writable(SlotId id, std::uint64_t window, Stream stream) {
     if (info->mappings <= 1 && info->state == HandleState::kInUse) {
       // No one else maps it: write in place. References to its current content go stale.
       pool_.reissue(block.handle);
-      KVVM_RETURN_IF_ERROR(
-          reservation_->set_access(range.offset, range.len, Access::kReadWrite));
+      KVVM_RETURN_IF_ERROR(reservation_->set_access(range.offset, range.len, Access::kReadWrite));
       std::lock_guard lock(mutex_);
       ++counters_.cow_in_place;
       continue;
@@ -449,8 +446,8 @@ Status Arena::make_writable(SlotId id, std::uint64_t window, Stream stream) {
 
 Status Arena::copy_on_write(SlotId id, std::size_t offset, Stream stream) {
   const std::uint64_t granule = options_.plan.granule;
-  const std::string what = "copy-on-write of " + slot_text(id) + " at offset " +
-                           std::to_string(offset);
+  const std::string what =
+      "copy-on-write of " + slot_text(id) + " at offset " + std::to_string(offset);
   Result<Grant> grant = governor_.prepare(options_.tier, granule, options_.budget_wait);
   if (!grant.ok()) return grant.status().with_context(what);
   bool created = false;
@@ -458,16 +455,20 @@ Status Arena::copy_on_write(SlotId id, std::size_t offset, Stream stream) {
   grant->commit_charged();
   if (!fresh.ok()) return fresh.status().with_context(what);
   const Disposition on_failure = created ? Disposition::kRelease : Disposition::kKeep;
+  // A hold: the fresh handle stays checked out while its scratch mapping comes and goes; it is
+  // dropped at the end, when on failure it was the last reference and the handle goes back as
+  // the transaction found it (released if this call created it).
+  pool_.note_mapped(*fresh);
   Result<HandleInfo> info = pool_.describe(*fresh);
   const std::size_t scratch = id * granule;
-  Status status = info.ok() ? scratch_->map_shared(scratch, *info, Access::kReadWrite)
-                            : info.status();
-  if (!status.ok()) {
-    pool_.give_back(*fresh, on_failure);
-    return status.with_context(what + ": mapping the fresh handle to copy into");
-  }
+  Status status =
+      info.ok() ? scratch_->map_shared(scratch, *info, Access::kReadWrite) : info.status();
+  const bool scratch_mapped = status.ok();
   Driver& driver = pool_.driver();
-  status = driver.copy(scratch_->base() + scratch, reservation_->base() + offset, granule, stream);
+  if (status.ok()) {
+    status =
+        driver.copy(scratch_->base() + scratch, reservation_->base() + offset, granule, stream);
+  }
   if (status.ok()) {
     Result<Fence> fence = driver.record_fence(stream);
     status = fence.status();
@@ -477,10 +478,14 @@ Status Arena::copy_on_write(SlotId id, std::size_t offset, Stream stream) {
     }
   }
   if (status.ok()) status = reservation_->replace(offset, *fresh, Access::kReadWrite);
-  // The scratch mapping goes either way: on success the slot's mapping keeps the handle; on
-  // failure this was its last mapping and it goes back as the transaction found it.
-  (void)scratch_->release(scratch, granule, status.ok() ? Disposition::kKeep : on_failure);
+  Status unscratched = scratch_mapped ? scratch_->release(scratch, granule) : Status::Ok();
+  pool_.note_unmapped(*fresh, status.ok() ? Disposition::kKeep : on_failure);
   if (!status.ok()) return status.with_context(what);
+  if (!unscratched.ok()) {
+    // The window was copied and remapped, but the scratch mapping is stuck (poisoned, its
+    // handle quarantined and still charged): say so; the slot's window is writable.
+    return unscratched.with_context(what + ": copied, but the scratch window stays mapped");
+  }
   std::lock_guard lock(mutex_);
   ++counters_.cow_copies;
   return Status::Ok();

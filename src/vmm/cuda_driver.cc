@@ -450,8 +450,8 @@ class CudaDriver final : public Driver {
   Status do_copy(Address destination, Address source, std::size_t bytes, Stream stream) override {
     if (bytes == 0) return Status::Ok();
     KVVM_RETURN_IF_ERROR(make_current("cuMemcpyDtoDAsync"));
-    if (CUresult r = api_.memcpy_dtod_async(destination, source, bytes,
-                                            static_cast<CUstream>(stream));
+    if (CUresult r =
+            api_.memcpy_dtod_async(destination, source, bytes, static_cast<CUstream>(stream));
         r != CUDA_SUCCESS) {
       return cuda_error(api_, "cuMemcpyDtoDAsync", r,
                         "cuMemcpyDtoDAsync(" + hex(destination) + " <- " + hex(source) + ", " +

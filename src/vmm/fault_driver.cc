@@ -120,8 +120,7 @@ Status FaultDriver::do_destroy_fence(Fence fence) {
   return inner_.destroy_fence(fence);
 }
 
-Status FaultDriver::do_copy(Address destination, Address source, std::size_t bytes,
-                            Stream stream) {
+Status FaultDriver::do_copy(Address destination, Address source, std::size_t bytes, Stream stream) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kCopy));
   return inner_.copy(destination, source, bytes, stream);
 }

@@ -113,18 +113,18 @@ Status HandlePool::share(Handle handle, std::size_t bytes, std::uint64_t epoch) 
   auto it = entries_.find(handle);
   if (it == entries_.end() || it->second.state != HandleState::kInUse ||
       it->second.bytes != bytes) {
-    const std::string state =
-        it == entries_.end() ? "not known to the pool"
-                             : std::string(to_string(it->second.state)) + " with " +
-                                   std::to_string(it->second.bytes) + " bytes";
+    const std::string state = it == entries_.end()
+                                  ? "not known to the pool"
+                                  : std::string(to_string(it->second.state)) + " with " +
+                                        std::to_string(it->second.bytes) + " bytes";
     return Status::InvalidArgument("handle " + std::to_string(handle) + " is " + state +
                                    "; only a handle its owner holds can be shared");
   }
   if (epoch != 0 && it->second.epoch != epoch) {
-    return Status::FailedPrecondition(
-        "handle " + std::to_string(handle) + " was reissued (epoch " +
-        std::to_string(it->second.epoch) + ", the reference names " + std::to_string(epoch) +
-        "): its content is no longer the one referenced");
+    return Status::FailedPrecondition("handle " + std::to_string(handle) + " was reissued (epoch " +
+                                      std::to_string(it->second.epoch) + ", the reference names " +
+                                      std::to_string(epoch) +
+                                      "): its content is no longer the one referenced");
   }
   ++it->second.mappings;
   return Status::Ok();
@@ -270,7 +270,7 @@ Result<HandleInfo> HandlePool::describe(Handle handle) const {
     return Status::InvalidArgument("handle " + std::to_string(handle) +
                                    " is not known to this pool");
   }
-  return HandleInfo{handle,         it->second.bytes,    granule_,
+  return HandleInfo{handle,           it->second.bytes,    granule_,
                     it->second.state, it->second.mappings, it->second.epoch};
 }
 

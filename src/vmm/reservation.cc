@@ -498,8 +498,9 @@ Status Reservation::replace(std::size_t offset, Handle fresh, Access access) {
     pool_.note_unmapped(old.handle);
     poison(Block{offset, old.bytes, fresh, 0, access, false, false});
     unclaim(claimed);
-    return failure.with_context(what + "; the new mapping could not be unmapped either, left "
-                                       "mapped and poisoned (the old handle's mapping is gone)");
+    return failure.with_context(what +
+                                "; the new mapping could not be unmapped either, left "
+                                "mapped and poisoned (the old handle's mapping is gone)");
   }
   Status back = driver_.map(base_ + offset, old.bytes, old.handle, old.handle_offset);
   const bool back_mapped = back.ok();
@@ -511,8 +512,8 @@ Status Reservation::replace(std::size_t offset, Handle fresh, Access access) {
   if (back_mapped && !driver_.unmap(base_ + offset, old.bytes).ok()) {
     poison(old);
     unclaim(claimed);
-    return failure.with_context(what + "; mapping the old handle back failed (" +
-                                back.to_string() + ") and so did unmapping it: poisoned");
+    return failure.with_context(what + "; mapping the old handle back failed (" + back.to_string() +
+                                ") and so did unmapping it: poisoned");
   }
   pool_.note_unmapped(old.handle);
   {
