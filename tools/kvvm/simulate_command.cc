@@ -190,22 +190,27 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
       "of 16 tokens, no sharing, vLLM's default). Reports admitted, queued and rejected "
       "requests, peak and mean concurrency, committed and live bytes, waste, bytes saved by "
       "sharing, driver calls and commit time, side by side.");
-  sim->add_option("--backend", options.backend,
-                  "cuda, host, or auto: CUDA when a GPU is usable, else host (default auto)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, BackendChoice>{{"auto", BackendChoice::kAuto},
-                                               {"cuda", BackendChoice::kCuda},
-                                               {"host", BackendChoice::kHost}},
-          CLI::ignore_case));
+  sim->add_option_function<std::string>(
+         "--backend",
+         [&options](const std::string& value) {
+           options.backend = value == "cuda"   ? BackendChoice::kCuda
+                             : value == "host" ? BackendChoice::kHost
+                                               : BackendChoice::kAuto;
+         },
+         "cuda, host or auto (default auto: cuda when a GPU is usable, else host)")
+      ->check(CLI::IsMember({"auto", "cuda", "host"}));
   sim->add_option("--device", options.device, "CUDA device ordinal (default 0)");
   sim->add_option("--host-granule", options.host_granule,
                   "Host backend granule (default 2M, a current GPU's); handles are sized, not "
-                  "populated, so the budget need not fit in RAM")
+                  "populated, so the budget need not fit in RAM, but each is a memory file: "
+                  "the budget is capped to what the descriptor limit (ulimit -n) holds")
       ->transform(byte_size_validator());
   sim->add_option("--model", options.model,
                   "A built-in model (see kvvm plan --help) or a Hugging Face config.json "
                   "(default llama-3-8b)");
-  sim->add_option("--dtype", options.dtype, "KV element type: fp16, bf16, fp8 or fp32");
+  sim->add_option("--dtype", options.dtype,
+                  "KV element type: fp16, bf16, fp8 or fp32 (default: the config's torch_dtype; "
+                  "fp16 for built-in models)");
   sim->add_option("--layout", options.layout,
                   "head-major, seq-major or token-major (default token-major)");
   sim->add_option("--budget", options.budget,
@@ -256,7 +261,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
                   "exactly the layout arithmetic's)");
   sim->add_option("--pool", options.pool_bytes,
                   "Unmapped handles kvvm's pool keeps for reuse (charged to the budget, given "
-                  "back under pressure; default 64M)")
+                  "back under pressure; default 256M)")
       ->transform(byte_size_validator());
   sim->add_option("--max-slots", options.max_slots,
                   "kvvm's slots (default 0: one per request, up to 16 TiB of addresses)");
