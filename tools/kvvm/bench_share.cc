@@ -137,6 +137,25 @@ Result<ShareCosts> measure_costs(Arena& arena, Driver& driver, const BenchShareO
     if (last) KVVM_RETURN_IF_ERROR(arena.release(*last));
     return timed;
   };
+  // The copy alone: one granule between two mapped windows, then a fence waited for.
+  {
+    auto target = arena.admit(1);
+    if (!target.ok()) return target.status().with_context("copy target");
+    auto copy = time_each(
+        options.repetitions, [] { return Status::Ok(); },
+        [&]() -> Status {
+          KVVM_RETURN_IF_ERROR(driver.copy(arena.slot_base(*target), arena.slot_base(*owner),
+                                           plan.granule, nullptr));
+          Result<Fence> fence = driver.record_fence(nullptr);
+          if (!fence.ok()) return fence.status();
+          Status waited = driver.wait_fence(*fence);
+          (void)driver.destroy_fence(*fence);
+          return waited;
+        });
+    if (!copy.ok()) return copy.status();
+    costs.granule_copy = *copy;
+    KVVM_RETURN_IF_ERROR(arena.release(*target));
+  }
   auto a = admit_cost(**prefix_with, with);
   if (!a.ok()) return a.status();
   costs.admit_with_boundary = *a;
@@ -254,6 +273,7 @@ nlohmann::json bench_share_json(const ShareReport& report) {
             {"admit_without_boundary", timing_json(c.admit_without_boundary)},
             {"copy_on_write", timing_json(c.copy_on_write)},
             {"in_place", timing_json(c.in_place)},
+            {"granule_copy", timing_json(c.granule_copy)},
             {"in_place_copies", c.in_place_copies}}}};
 }
 
@@ -282,6 +302,7 @@ void print_bench_share(const ShareReport& report, std::ostream& out) {
   row("admit_shared, no boundary", c.admit_without_boundary);
   row("copy-on-write of one window", c.copy_on_write);
   row("in-place unlock of one window", c.in_place);
+  row("device copy of one granule + fence", c.granule_copy);
   out << "  (copies made during the in-place runs: " << c.in_place_copies << ")\n";
   if (c.boundary_bytes > 0) {
     const double per_granule =

@@ -62,6 +62,7 @@ struct ShareCosts {
   std::uint64_t boundary_bytes = 0;      // copied per admission with boundary
   TimingSummary copy_on_write;           // µs per window (all fragments)
   TimingSummary in_place;                // µs per window
+  TimingSummary granule_copy;            // the driver's copy of one granule + fence wait
   std::uint64_t in_place_copies = 0;     // copies made during the in-place runs: 0 expected
   std::uint64_t fragments = 0;
 };
