@@ -164,6 +164,14 @@ if ((built)) && [[ -x "$CLI" ]] && "$CLI" bench --help >/dev/null 2>&1; then
   step_failed growth && growth_state="FAILED ($OUT/growth.txt)"
 fi
 
+# --- Sharing benchmark (issue 4): savings and the cost of the boundary copy / copy-on-write --
+share_state="not run"
+if ((built)) && [[ -x "$CLI" ]] && "$CLI" bench share --help >/dev/null 2>&1; then
+  step share "$OUT/share.txt" "$CLI" bench share --backend cuda
+  share_state="ran ($OUT/share.txt)"
+  step_failed share && share_state="FAILED ($OUT/share.txt)"
+fi
+
 # --- Summary -------------------------------------------------------------------------------
 {
   echo
@@ -174,6 +182,11 @@ fi
     "$skipped" "$OUT/tests.xml"
   printf '%-10s %s\n' "bench" "$bench_state"
   printf '%-10s %s\n' "growth" "$growth_state"
+  printf '%-10s %s\n' "share" "$share_state"
+  if [[ -s "$OUT/share.txt" ]]; then
+    echo "share (kvvm bench share --backend cuda):"
+    sed 's/^/  /' "$OUT/share.txt"
+  fi
   if [[ -s "$OUT/info.txt" ]]; then
     echo "info (kvvm info --backend cuda):"
     sed 's/^/  /' "$OUT/info.txt"
@@ -196,8 +209,8 @@ fi
 # The device tool brings back at most 8 files: keep the summary, the info table and JSON,
 # the benchmark JSON and the test XML as they are, and pack every log into one archive.
 (cd "$OUT" && tar czf logs.tgz --ignore-failed-read -- *.log *.stderr environment.txt \
-  nvidia-smi.txt info.txt 2>/dev/null &&
-  rm -f -- *.log *.stderr environment.txt nvidia-smi.txt info.txt) || true
+  nvidia-smi.txt info.txt share.txt 2>/dev/null &&
+  rm -f -- *.log *.stderr environment.txt nvidia-smi.txt info.txt share.txt) || true
 
 if ((${#failed_steps[@]} > 0)) || [[ "$failed" != "-" && "$failed" != "0" ]]; then
   exit 1

@@ -54,7 +54,7 @@ TEST(ArenaCudaTest, ReleaseNeverUnmapsBeforeTheFenceAfterItsLastReaderCompletes)
     EXPECT_EQ(governor.stats(tier).used, 0u);
     testkit::destroy_stream(*stream);
     testing::World world{driver.get(), driver.get(), &pool,
-                         &governor,    tier,         {&(*arena)->reservation()}};
+                         &governor,    tier,         (*arena)->reservations()};
     EXPECT_EQ(testing::check_invariants(world), "");
   }
 #endif

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bench_command.h"
+#include "bench_share.h"
 #include "info_command.h"
 #include "plan_command.h"
 #include "simulate_command.h"
@@ -38,6 +39,9 @@ int main(int argc, char** argv) {
   CLI::App* plan = kvvm::cli::add_plan_command(app, plan_options);
   kvvm::cli::BenchGrowthOptions bench_growth_options;
   CLI::App* bench_growth = kvvm::cli::add_bench_command(app, bench_growth_options);
+  kvvm::cli::BenchShareOptions bench_share_options;
+  CLI::App* bench_share =
+      kvvm::cli::add_bench_share_command(*app.get_subcommand("bench"), bench_share_options);
   kvvm::cli::SimulateOptions simulate_options;
   CLI::App* simulate = kvvm::cli::add_simulate_command(app, simulate_options);
 
@@ -54,6 +58,9 @@ int main(int argc, char** argv) {
     if (plan->parsed()) return kvvm::cli::run_plan(plan_options, std::cout, std::cerr);
     if (simulate->parsed()) {
       return kvvm::cli::run_simulate(simulate_options, std::cout, std::cerr);
+    }
+    if (bench_share->parsed()) {
+      return kvvm::cli::run_bench_share(bench_share_options, std::cout, std::cerr);
     }
     if (bench_growth->parsed()) {
       return kvvm::cli::run_bench_growth(bench_growth_options, std::cout, std::cerr);
