@@ -169,6 +169,12 @@ class Arena {
   // governor's reclaimer for the tier.
   std::uint64_t reclaim(std::uint64_t bytes);
 
+  // Turns windows [from, to) of every fragment of an active slot read-only and returns their
+  // handles, fragment by fragment ([f * (to - from) + i]) — what publish() and the prefix
+  // cache register. Nothing changes on failure.
+  Result<std::vector<HandleInfo>> seal_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
+                                               std::vector<std::uint64_t>* newly = nullptr);
+
   // While alive, calls that would map or unmap are refused and the worker waits.
   class CaptureGuard {
    public:
@@ -187,6 +193,8 @@ class Arena {
   std::uint64_t tokens(SlotId slot) const;
   KvView view() const { return options_.plan.view(reservation_->base()); }
   const LayoutPlan& plan() const { return options_.plan; }
+  HandlePool& pool() const { return pool_; }
+  TierId tier() const { return options_.tier; }
   const Reservation& reservation() const { return *reservation_; }
   // Where the dummy tail page lives (read-only after creation); null without one.
   const Reservation* dummy_reservation() const { return dummy_home_.get(); }

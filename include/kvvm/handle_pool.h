@@ -43,6 +43,9 @@ struct HandleInfo {
   // reissue()), so a reference kept across the handle's return to the pool (a shared prefix
   // whose users all left) is recognised as stale even when the handle id comes back.
   std::uint64_t epoch = 0;
+  // References that keep an in-use handle (and its bytes) while it may be mapped nowhere: a
+  // prefix-cache entry, or a copy-on-write in flight. Returned only with no mapping and no hold.
+  std::uint32_t holds = 0;
 };
 
 struct PoolSnapshot {
@@ -101,6 +104,10 @@ class HandlePool {
   void note_unmapped(Handle handle, Disposition disposition = Disposition::kKeep);
   // An in-use handle with no mappings goes back (a transaction rolled back).
   void give_back(Handle handle, Disposition disposition = Disposition::kKeep);
+  // Takes / drops a hold (see HandleInfo::holds). REQUIRES: the handle is in use (or
+  // quarantined, for unhold). Dropping the last reference returns it as note_unmapped would.
+  void hold(Handle handle);
+  void unhold(Handle handle, Disposition disposition = Disposition::kKeep);
   // The content of an in-use handle is about to change under its only mapping (a read-only
   // window made writable in place): references taken before by epoch become stale.
   void reissue(Handle handle);
@@ -126,6 +133,7 @@ class HandlePool {
     HandleState state = HandleState::kPooled;
     std::uint32_t mappings = 0;
     std::uint64_t epoch = 0;
+    std::uint32_t holds = 0;
   };
   // Releases `handle` (no longer in the table); on failure puts it back quarantined and
   // returns false.

@@ -130,58 +130,88 @@ Result<std::shared_ptr<SharedPrefix>> Arena::publish(SlotId id, std::uint64_t pr
   return publish_windows(id, prefix_tokens, nullptr);
 }
 
-Result<std::shared_ptr<SharedPrefix>> Arena::publish_windows(SlotId id, std::uint64_t tokens,
-                                                             std::vector<std::uint64_t>* newly) {
-  const LayoutPlan& plan = options_.plan;
-  const std::string what = "publish of " + std::to_string(tokens) + " tokens of " + slot_text(id);
+Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t from,
+                                                    std::uint64_t to,
+                                                    std::vector<std::uint64_t>* newly) {
+  const std::string what = "sealing windows [" + std::to_string(from) + ", " +
+                           std::to_string(to) + ") of " + slot_text(id);
+  if (id >= slots_.size() || from > to) {
+    return Status::InvalidArgument(what + ": no such slot or range");
+  }
   std::unique_lock lock(mutex_);
   Slot& slot = slots_[id];
   if (slot.state != SlotState::kActive) {
     return Status::FailedPrecondition(what + ": no active sequence there");
   }
-  if (tokens == 0 || tokens > slot.tokens) {
-    return Status::InvalidArgument(what + ": the sequence has written " +
-                                   std::to_string(slot.tokens) +
-                                   " tokens; a prefix holds between 1 and that many");
+  if (to > slot.windows) {
+    return Status::InvalidArgument(what + ": only " + std::to_string(slot.windows) +
+                                   " window(s) per fragment are committed");
   }
-  if (capture_depth_ > 0) {
-    return Status::Unavailable(what + " refused during graph capture");
-  }
+  if (capture_depth_ > 0) return Status::Unavailable(what + " refused during graph capture");
   claim(lock, slot);
   if (slot.state != SlotState::kActive) {
     lock.unlock();
     unclaim(id);
     return Status::FailedPrecondition(what + ": the slot was quarantined meanwhile");
   }
-  const std::uint64_t windows = tokens * plan.contiguous_bytes_per_token / plan.granule;
   std::vector<std::uint64_t> turned;
-  for (std::uint64_t w = 0; w < windows; ++w) {
+  for (std::uint64_t w = from; w < to; ++w) {
     if (w >= slot.readonly.size() || !slot.readonly[w]) turned.push_back(w);
   }
   lock.unlock();
 
   Status made = Status::Ok();
   std::vector<HandleInfo> handles;
-  handles.reserve(plan.fragments * windows);
-  for (const Range& range : window_ranges(id, 0, windows)) {
-    if (windows == 0) break;
-    made = reservation_->set_access(range.offset, range.len, Access::kReadOnly);
-    if (!made.ok()) break;
-    for (const Block& block : reservation_->blocks_in(range.offset, range.len)) {
-      Result<HandleInfo> info = pool_.describe(block.handle);
-      if (!info.ok()) {
-        made = info.status();
-        break;
+  handles.reserve(options_.plan.fragments * (to - from));
+  if (to > from) {
+    for (const Range& range : window_ranges(id, from, to)) {
+      made = reservation_->set_access(range.offset, range.len, Access::kReadOnly);
+      if (!made.ok()) break;
+      for (const Block& block : reservation_->blocks_in(range.offset, range.len)) {
+        Result<HandleInfo> info = pool_.describe(block.handle);
+        if (!info.ok()) {
+          made = info.status();
+          break;
+        }
+        handles.push_back(*info);
       }
-      handles.push_back(*info);
+      if (!made.ok()) break;
     }
-    if (!made.ok()) break;
   }
   if (!made.ok()) {
     restore_writable(id, turned);
     unclaim(id);
     return made.with_context(what);
   }
+  lock.lock();
+  if (slot.readonly.size() < to) slot.readonly.resize(to, false);
+  for (std::uint64_t w = from; w < to; ++w) slot.readonly[w] = true;
+  slot.busy = false;
+  lock.unlock();
+  changed_.notify_all();
+  if (newly != nullptr) *newly = std::move(turned);
+  return handles;
+}
+
+Result<std::shared_ptr<SharedPrefix>> Arena::publish_windows(SlotId id, std::uint64_t tokens,
+                                                             std::vector<std::uint64_t>* newly) {
+  const LayoutPlan& plan = options_.plan;
+  const std::string what = "publish of " + std::to_string(tokens) + " tokens of " + slot_text(id);
+  {
+    std::lock_guard lock(mutex_);
+    const Slot& slot = slots_[id];
+    if (slot.state != SlotState::kActive) {
+      return Status::FailedPrecondition(what + ": no active sequence there");
+    }
+    if (tokens == 0 || tokens > slot.tokens) {
+      return Status::InvalidArgument(what + ": the sequence has written " +
+                                     std::to_string(slot.tokens) +
+                                     " tokens; a prefix holds between 1 and that many");
+    }
+  }
+  const std::uint64_t windows = tokens * plan.contiguous_bytes_per_token / plan.granule;
+  Result<std::vector<HandleInfo>> handles = seal_windows(id, 0, windows, newly);
+  if (!handles.ok()) return handles.status().with_context(what);
   SharedPrefixInfo info;
   info.tokens = tokens;
   info.fragments = plan.fragments;
@@ -189,17 +219,13 @@ Result<std::shared_ptr<SharedPrefix>> Arena::publish_windows(SlotId id, std::uin
   info.shared_bytes = plan.fragments * windows * plan.granule;
   info.boundary_bytes =
       plan.fragments * (tokens * plan.contiguous_bytes_per_token - windows * plan.granule);
-  std::shared_ptr<SharedPrefix> prefix(new SharedPrefix(pool_, plan, info, std::move(handles)));
-  lock.lock();
-  if (slot.readonly.size() < windows) slot.readonly.resize(windows, false);
-  for (std::uint64_t w = 0; w < windows; ++w) slot.readonly[w] = true;
+  std::shared_ptr<SharedPrefix> prefix(
+      new SharedPrefix(pool_, plan, info, std::move(handles).value()));
+  std::lock_guard lock(mutex_);
+  Slot& slot = slots_[id];
   prefix->add_source({this, id, slot.occupancy});
   slot.sourcing.push_back(prefix);
   ++counters_.published_prefixes;
-  slot.busy = false;
-  lock.unlock();
-  changed_.notify_all();
-  if (newly != nullptr) *newly = std::move(turned);
   return prefix;
 }
 
@@ -431,7 +457,7 @@ Status Arena::make_writable(SlotId id, std::uint64_t window, Stream stream) {
     if (block.access == Access::kReadWrite) continue;  // done by an earlier, partial call
     Result<HandleInfo> info = pool_.describe(block.handle);
     if (!info.ok()) return info.status();
-    if (info->mappings <= 1 && info->state == HandleState::kInUse) {
+    if (info->mappings <= 1 && info->holds == 0 && info->state == HandleState::kInUse) {
       // No one else maps it: write in place. References to its current content go stale.
       pool_.reissue(block.handle);
       KVVM_RETURN_IF_ERROR(reservation_->set_access(range.offset, range.len, Access::kReadWrite));
@@ -458,7 +484,7 @@ Status Arena::copy_on_write(SlotId id, std::size_t offset, Stream stream) {
   // A hold: the fresh handle stays checked out while its scratch mapping comes and goes; it is
   // dropped at the end, when on failure it was the last reference and the handle goes back as
   // the transaction found it (released if this call created it).
-  pool_.note_mapped(*fresh);
+  pool_.hold(*fresh);
   Result<HandleInfo> info = pool_.describe(*fresh);
   const std::size_t scratch = id * granule;
   Status status =
@@ -479,7 +505,7 @@ Status Arena::copy_on_write(SlotId id, std::size_t offset, Stream stream) {
   }
   if (status.ok()) status = reservation_->replace(offset, *fresh, Access::kReadWrite);
   Status unscratched = scratch_mapped ? scratch_->release(scratch, granule) : Status::Ok();
-  pool_.note_unmapped(*fresh, status.ok() ? Disposition::kKeep : on_failure);
+  pool_.unhold(*fresh, status.ok() ? Disposition::kKeep : on_failure);
   if (!status.ok()) return status.with_context(what);
   if (!unscratched.ok()) {
     // The window was copied and remapped, but the scratch mapping is stuck (poisoned, its

@@ -14,7 +14,7 @@ bool SharedPrefix::windows_intact() const {
   for (const HandleInfo& recorded : handles_) {
     Result<HandleInfo> now = pool_->describe(recorded.handle);
     if (!now.ok() || now->state != HandleState::kInUse || now->epoch != recorded.epoch ||
-        now->mappings == 0) {
+        (now->mappings == 0 && now->holds == 0)) {
       return false;
     }
   }

@@ -130,6 +130,37 @@ Status HandlePool::share(Handle handle, std::size_t bytes, std::uint64_t epoch) 
   return Status::Ok();
 }
 
+void HandlePool::hold(Handle handle) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end() || it->second.state != HandleState::kInUse) {
+    std::fprintf(stderr, "kvvm: BUG: hold of handle %llu that is not in use\n",
+                 static_cast<unsigned long long>(handle));
+    return;
+  }
+  ++it->second.holds;
+}
+
+void HandlePool::unhold(Handle handle, Disposition disposition) {
+  std::size_t release_bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end() || it->second.holds == 0) {
+      std::fprintf(stderr, "kvvm: BUG: unhold of handle %llu with no hold\n",
+                   static_cast<unsigned long long>(handle));
+      return;
+    }
+    Entry& entry = it->second;
+    if (--entry.holds > 0 || entry.mappings > 0 || entry.state != HandleState::kInUse) return;
+    if (return_locked(handle, entry, disposition)) {
+      release_bytes = entry.bytes;
+      entries_.erase(it);
+    }
+  }
+  if (release_bytes > 0) release_now(handle, release_bytes);
+}
+
 void HandlePool::reissue(Handle handle) {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(handle);
@@ -173,7 +204,7 @@ void HandlePool::note_unmapped(Handle handle, Disposition disposition) {
       return;
     }
     Entry& entry = it->second;
-    if (--entry.mappings > 0 || entry.state != HandleState::kInUse) return;
+    if (--entry.mappings > 0 || entry.holds > 0 || entry.state != HandleState::kInUse) return;
     if (return_locked(handle, entry, disposition)) {
       release_bytes = entry.bytes;
       entries_.erase(it);
@@ -188,7 +219,7 @@ void HandlePool::give_back(Handle handle, Disposition disposition) {
     std::lock_guard lock(mutex_);
     auto it = entries_.find(handle);
     if (it == entries_.end() || it->second.state != HandleState::kInUse ||
-        it->second.mappings != 0) {
+        it->second.mappings != 0 || it->second.holds != 0) {
       std::fprintf(stderr, "kvvm: BUG: give_back of handle %llu that is not unmapped in use\n",
                    static_cast<unsigned long long>(handle));
       return;
@@ -270,8 +301,9 @@ Result<HandleInfo> HandlePool::describe(Handle handle) const {
     return Status::InvalidArgument("handle " + std::to_string(handle) +
                                    " is not known to this pool");
   }
-  return HandleInfo{handle,           it->second.bytes,    granule_,
-                    it->second.state, it->second.mappings, it->second.epoch};
+  const Entry& entry = it->second;
+  return HandleInfo{handle,         entry.bytes, granule_,   entry.state,
+                    entry.mappings, entry.epoch, entry.holds};
 }
 
 PoolSnapshot HandlePool::snapshot() const {
@@ -305,7 +337,8 @@ std::vector<HandleInfo> HandlePool::handles() const {
   list.reserve(entries_.size());
   for (const auto& [handle, entry] : entries_) {
     list.push_back(
-        HandleInfo{handle, entry.bytes, granule_, entry.state, entry.mappings, entry.epoch});
+        HandleInfo{handle, entry.bytes, granule_, entry.state, entry.mappings, entry.epoch,
+                   entry.holds});
   }
   return list;
 }

@@ -114,7 +114,9 @@ std::string check_invariants(const World& world) {
           errors << "handle " << handle.handle << " counts " << handle.mappings
                  << " mappings, blocks hold " << expected << "\n";
         }
-        if (handle.mappings == 0) errors << "handle " << handle.handle << " in use, unmapped\n";
+        if (handle.mappings == 0 && handle.holds == 0) {
+          errors << "handle " << handle.handle << " in use, unmapped and not held\n";
+        }
         break;
       case HandleState::kQuarantined:
         break;
