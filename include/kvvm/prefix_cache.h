@@ -129,9 +129,9 @@ class PrefixCache {
   };
   struct Sequence {
     std::uint64_t salt = 0;
-    std::vector<TokenId> ids;            // prompt and extensions
-    std::vector<CacheKey> keys;          // key of each window computed so far
-    std::vector<Entry*> pinned;          // entries this sequence maps or published
+    std::vector<TokenId> ids;             // prompt and extensions
+    std::vector<CacheKey> keys;           // key of each window computed so far
+    std::vector<Entry*> pinned;           // entries this sequence maps or published
     std::uint64_t published_windows = 0;  // windows [0, this) are entries or were offered
   };
 
