@@ -91,6 +91,47 @@ void PrefixCache::extend_keys(Sequence& sequence) const {
   }
 }
 
+std::vector<PrefixCache::Entry*> PrefixCache::match_locked(const Sequence& sequence,
+                                                          bool* collided) const {
+  // The longest verified chain whose windows leave the last prompt token to compute, cut
+  // back to a window that ends on a token boundary.
+  const LayoutPlan& plan = arena_.plan();
+  std::vector<Entry*> matched;
+  Entry* parent = nullptr;
+  for (std::uint64_t w = 0; options_.enabled && w < sequence.keys.size(); ++w) {
+    if (end_token(w) > sequence.ids.size() - 1) break;
+    auto it = entries_.find(sequence.keys[w]);
+    if (it == entries_.end()) break;
+    Entry* entry = it->second.get();
+    const std::span<const TokenId> ids(sequence.ids.data() + first_token(w),
+                                       end_token(w) - first_token(w));
+    if (entry->window != w || entry->parent != parent ||
+        !std::equal(ids.begin(), ids.end(), entry->ids.begin(), entry->ids.end())) {
+      *collided = true;
+      break;
+    }
+    matched.push_back(entry);
+    parent = entry;
+  }
+  while (!matched.empty() &&
+         matched.size() * plan.granule % plan.contiguous_bytes_per_token != 0) {
+    matched.pop_back();
+  }
+  return matched;
+}
+
+std::uint64_t PrefixCache::lookup(std::span<const TokenId> prompt, std::uint64_t salt) const {
+  if (prompt.empty()) return 0;
+  Sequence sequence;
+  sequence.salt = salt;
+  sequence.ids.assign(prompt.begin(), prompt.end());
+  extend_keys(sequence);
+  std::lock_guard lock(mutex_);
+  bool collided = false;
+  const std::size_t windows = match_locked(sequence, &collided).size();
+  return windows * arena_.plan().granule / arena_.plan().contiguous_bytes_per_token;
+}
+
 Result<CacheAdmission> PrefixCache::admit(std::span<const TokenId> prompt, std::uint64_t salt,
                                           Stream stream) {
   const LayoutPlan& plan = arena_.plan();
@@ -104,33 +145,15 @@ Result<CacheAdmission> PrefixCache::admit(std::span<const TokenId> prompt, std::
   sequence.ids.assign(prompt.begin(), prompt.end());
   extend_keys(sequence);
 
-  // The longest verified chain whose windows leave the last prompt token to compute, cut
-  // back to a token boundary; pinned before the lock goes so eviction cannot take it.
+  // Pinned before the lock goes, so eviction cannot take the chain before it is mapped.
   std::vector<Entry*> matched;
   std::uint64_t cached_tokens = 0;
   {
     std::lock_guard lock(mutex_);
     counters_.queries += prompt.size();
-    Entry* parent = nullptr;
-    for (std::uint64_t w = 0; options_.enabled && w < sequence.keys.size(); ++w) {
-      if (end_token(w) > prompt.size() - 1) break;
-      auto it = entries_.find(sequence.keys[w]);
-      if (it == entries_.end()) break;
-      Entry* entry = it->second.get();
-      const std::span<const TokenId> ids(sequence.ids.data() + first_token(w),
-                                         end_token(w) - first_token(w));
-      if (entry->window != w || entry->parent != parent ||
-          !std::equal(ids.begin(), ids.end(), entry->ids.begin(), entry->ids.end())) {
-        ++counters_.collisions;
-        break;
-      }
-      matched.push_back(entry);
-      parent = entry;
-    }
-    while (!matched.empty() &&
-           matched.size() * plan.granule % plan.contiguous_bytes_per_token != 0) {
-      matched.pop_back();
-    }
+    bool collided = false;
+    matched = match_locked(sequence, &collided);
+    if (collided) ++counters_.collisions;
     cached_tokens = matched.size() * plan.granule / plan.contiguous_bytes_per_token;
     for (Entry* entry : matched) {
       ++entry->pins;
