@@ -5,6 +5,7 @@
 #include <iostream>
 #include <string>
 
+#include "bench_attention.h"
 #include "bench_command.h"
 #include "info_command.h"
 #include "plan_command.h"
@@ -35,6 +36,9 @@ int main(int argc, char** argv) {
   CLI::App* plan = kvvm::cli::add_plan_command(app, plan_options);
   kvvm::cli::BenchGrowthOptions bench_growth_options;
   CLI::App* bench_growth = kvvm::cli::add_bench_command(app, bench_growth_options);
+  kvvm::cli::BenchDecodeOptions bench_decode_options;
+  CLI::App* bench_decode =
+      kvvm::cli::add_bench_decode_command(*app.get_subcommand("bench"), bench_decode_options);
 
   try {
     app.parse(argc, argv);
@@ -47,6 +51,9 @@ int main(int argc, char** argv) {
   try {
     if (info->parsed()) return kvvm::cli::run_info(info_options, std::cout, std::cerr);
     if (plan->parsed()) return kvvm::cli::run_plan(plan_options, std::cout, std::cerr);
+    if (bench_decode->parsed()) {
+      return kvvm::cli::run_bench_decode(bench_decode_options, std::cout, std::cerr);
+    }
     if (bench_growth->parsed()) {
       return kvvm::cli::run_bench_growth(bench_growth_options, std::cout, std::cerr);
     }
