@@ -47,7 +47,8 @@ std::vector<Config> all_configs() {
   for (Layout layout : all_layouts()) {
     for (KvElement element : {KvElement::kFp16, KvElement::kBf16}) {
       for (std::uint32_t dim : {64u, 128u}) {
-        for (std::uint32_t group : {1u, 4u, 7u, 8u}) configs.push_back({layout, element, dim, group});
+        for (std::uint32_t group : {1u, 4u, 7u, 8u})
+          configs.push_back({layout, element, dim, group});
       }
     }
   }
@@ -147,9 +148,8 @@ class AttentionCudaTest : public ::testing::TestWithParam<Config> {
   }
 
   // Rows of the device cache equal the mirror's byte for byte (first, last and sampled tokens).
-  void expect_rows_equal(const Mirror& mirror, std::uint32_t mirror_slot,
-                         const KvView& device_view, std::uint32_t device_slot,
-                         std::uint32_t length) {
+  void expect_rows_equal(const Mirror& mirror, std::uint32_t mirror_slot, const KvView& device_view,
+                         std::uint32_t device_slot, std::uint32_t length) {
     const std::size_t row_bytes = std::size_t{GetParam().head_dim} * 2;
     std::vector<std::uint32_t> tokens = {0, length - 1, length / 2};
     for (int i = 0; i < 16; ++i) tokens.push_back(static_cast<std::uint32_t>(random_() % length));
@@ -219,7 +219,10 @@ TEST_P(AttentionCudaTest, DecodeMatchesTheFloat64ReferenceAtEveryLength) {
   params.lengths = lengths.data();
   params.max_length = kMaxContext;
   std::vector<double> reference(out_elements);
-  ASSERT_TRUE(decode_attention_reference(params, reference.data()).ok());
+  {
+    Status referenced = decode_attention_reference(params, reference.data());
+    ASSERT_TRUE(referenced.ok()) << referenced.to_string();
+  }
 
   DeviceBuffer dq(q), dslots(slots), dlengths(lengths), dout(out_elements * 2);
   params.view = view;
@@ -273,7 +276,10 @@ TEST_P(AttentionCudaTest, CausalPrefillInTwoChunksMatchesTheReference) {
     params.tokens = end - start;
     params.q = q.data();
     std::vector<double> reference(elements);
-    ASSERT_TRUE(prefill_attention_reference(params, reference.data()).ok());
+    {
+      Status referenced = prefill_attention_reference(params, reference.data());
+      ASSERT_TRUE(referenced.ok()) << referenced.to_string();
+    }
     DeviceBuffer dq(q), dout(elements * 2);
     dout.poison();
     params.view = kv->arena->view();
@@ -336,10 +342,11 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
     for (std::uint32_t t = 0; t < kNew; ++t) {
       for (std::uint32_t kvi = 0; kvi < 2; ++kvi) {
         for (std::uint32_t h = 0; h < kKvHeads; ++h) {
-          ASSERT_EQ(cudaMemcpy(reinterpret_cast<void*>(view.address(*clean, kLayer, kvi, h, t)),
-                               reinterpret_cast<const void*>(view.address(*dirty, kLayer, kvi, h, t)),
-                               row_bytes, cudaMemcpyDeviceToDevice),
-                    cudaSuccess);
+          ASSERT_EQ(
+              cudaMemcpy(reinterpret_cast<void*>(view.address(*clean, kLayer, kvi, h, t)),
+                         reinterpret_cast<const void*>(view.address(*dirty, kLayer, kvi, h, t)),
+                         row_bytes, cudaMemcpyDeviceToDevice),
+              cudaSuccess);
         }
       }
     }
@@ -383,10 +390,9 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
     host.lengths = lengths.data();
     std::vector<double> reference(per_sequence);
     ASSERT_TRUE(decode_attention_reference(host, reference.data()).ok());
-    EXPECT_LT(testing::relative_error(c.element,
-                                      std::vector<std::uint8_t>(out.begin(),
-                                                                out.begin() + per_sequence * 2),
-                                      reference),
+    EXPECT_LT(testing::relative_error(
+                  c.element, std::vector<std::uint8_t>(out.begin(), out.begin() + per_sequence * 2),
+                  reference),
               testing::tolerance(c.element));
   }
 }

@@ -46,9 +46,8 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
   const std::uint64_t window_tokens = driver->granule() / arena.plan().contiguous_bytes_per_token;
   // Each step grows every sequence by `growth` tokens: all steps together cross at least
   // three window boundaries of every fragment.
-  const std::uint32_t growth =
-      static_cast<std::uint32_t>(std::min<std::uint64_t>(3 * window_tokens / (kSteps - 2) + 1,
-                                                         (kMaxContext - 2000) / kSteps));
+  const std::uint32_t growth = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(3 * window_tokens / (kSteps - 2) + 1, (kMaxContext - 2000) / kSteps));
   const std::uint64_t seed = testing::fresh_seed();
   std::mt19937_64 random(seed);
   RecordProperty("seed", std::to_string(seed));
@@ -152,8 +151,8 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
       positions[b] = target;
       lengths[b] = target + 1;
     }
-    auto q = testing::random_elements(kElement, std::size_t{kBatch} * kQoHeads * kDim, random,
-                                      2.0f);
+    auto q =
+        testing::random_elements(kElement, std::size_t{kBatch} * kQoHeads * kDim, random, 2.0f);
     auto k = testing::random_elements(kElement, kBatch * row_elements, random);
     auto v = testing::random_elements(kElement, kBatch * row_elements, random);
     dq.upload(q);

@@ -35,8 +35,8 @@ struct AppendParams {
   std::uint32_t layer = 0;
   std::uint32_t kv_heads = 0;
   std::uint32_t tokens = 0;
-  const void* k = nullptr;  // [tokens][kv_heads][head_dim]
-  const void* v = nullptr;  // [tokens][kv_heads][head_dim]
+  const void* k = nullptr;                       // [tokens][kv_heads][head_dim]
+  const void* v = nullptr;                       // [tokens][kv_heads][head_dim]
   const std::uint32_t* row_slots = nullptr;      // [tokens] or null
   const std::uint32_t* row_positions = nullptr;  // [tokens] or null (both or neither)
   std::uint32_t slot = 0;                        // without the arrays
@@ -113,7 +113,8 @@ Status decode_attention_cpu(const DecodeParams& params, unsigned threads = 0);
 Status prefill_attention_cpu(const PrefillParams& params, unsigned threads = 0);
 
 // ---- CPU float64 reference -------------------------------------------------------------------
-// `out` holds rows * qo_heads * head_dim doubles (rows: batch or tokens).
+// `out` holds rows * qo_heads * head_dim doubles (rows: batch or tokens); params.out is not
+// used.
 Status decode_attention_reference(const DecodeParams& params, double* out);
 Status prefill_attention_reference(const PrefillParams& params, double* out);
 

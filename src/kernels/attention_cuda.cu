@@ -42,10 +42,10 @@ Status check_cuda_view(const KvView& view, const char* what) {
                                    " is not supported by the CUDA attention kernels (compiled "
                                    "for 64 and 128)");
   }
-  const std::uint64_t values[] = {view.base,     view.slot_stride, view.layer_stride,
+  const std::uint64_t values[] = {view.base,      view.slot_stride, view.layer_stride,
                                   view.kv_stride, view.head_stride, view.token_stride};
-  const char* names[] = {"base", "slot stride", "layer stride", "K/V stride", "head stride",
-                         "token stride"};
+  const char* names[] = {"base",       "slot stride", "layer stride",
+                         "K/V stride", "head stride", "token stride"};
   for (int i = 0; i < 6; ++i) {
     if (!aligned16(values[i])) {
       return Status::InvalidArgument(std::string(what) + ": the KvView's " + names[i] + " (" +
@@ -78,7 +78,7 @@ float scale_log2(float sm_scale, std::uint32_t head_dim) {
 
 // Resident blocks of a kernel on the current device, and its multiprocessors; cached (the
 // planner runs on every decode call).
-Result<std::pair<int, int>> residency(const void* kernel, int threads) {
+Result<std::pair<int, int>> residency(const void* kernel, int threads, std::size_t shared) {
   static std::mutex mutex;
   static std::map<std::pair<int, const void*>, std::pair<int, int>> cache;
   int device = 0;
@@ -87,12 +87,12 @@ Result<std::pair<int, int>> residency(const void* kernel, int threads) {
   auto found = cache.find({device, kernel});
   if (found != cache.end()) return found->second;
   int sms = 0, blocks = 0;
-  KVVM_RETURN_IF_ERROR(cuda_status(
-      "cudaDeviceGetAttribute",
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)));
+  KVVM_RETURN_IF_ERROR(
+      cuda_status("cudaDeviceGetAttribute",
+                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)));
   KVVM_RETURN_IF_ERROR(
       cuda_status("cudaOccupancyMaxActiveBlocksPerMultiprocessor",
-                  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0)));
+                  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared)));
   const std::pair<int, int> result{sms, std::max(blocks, 1)};
   cache[{device, kernel}] = result;
   return result;
@@ -108,8 +108,8 @@ DecodePlan choose_split(const DecodeParams& p, std::uint32_t units, std::uint32_
   if (p.chunk_tokens != 0) {
     plan.chunk_tokens = p.chunk_tokens;
   } else {
-    const std::uint32_t most = std::clamp<std::uint32_t>(max_length / kMinChunkTokens, 1,
-                                                         kMaxChunks);
+    const std::uint32_t most =
+        std::clamp<std::uint32_t>(max_length / kMinChunkTokens, 1, kMaxChunks);
     double best = 0;
     for (std::uint32_t c = 1; c <= most; ++c) {
       std::uint32_t chunk = (max_length + c - 1) / c;
@@ -170,18 +170,24 @@ Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
   KVVM_RETURN_IF_ERROR(check_cuda_view(p.view, "decode"));
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   DecodePlan planned;
-  KVVM_DISPATCH_ELEMENT(p.view.element, T, {
-    KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
-      KVVM_DISPATCH_GROUP_TILE(group, G, {
-        const void* kernel = reinterpret_cast<const void*>(&kernels::decode_kernel<T, D, G>);
-        Result<std::pair<int, int>> resident = residency(kernel, kernels::kDecodeThreads);
-        if (!resident.ok()) return resident.status();
-        const std::uint32_t tiles = (group + G - 1) / G;
-        planned = choose_split(p, p.batch * p.kv_heads * tiles, kernels::DecodeShape<D, G>::kStep,
-                               std::uint64_t(resident->first) * resident->second);
-      })
-    })
-  })
+  KVVM_DISPATCH_ELEMENT(
+      p.view.element, T,
+      {KVVM_DISPATCH_HEAD_DIM(
+          p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
+            auto* kernel = &kernels::decode_kernel<T, D, G>;
+            constexpr std::uint32_t kShared = kernels::DecodeShape<D, G>::kSharedBytes;
+            KVVM_RETURN_IF_ERROR(
+                cuda_status("cudaFuncSetAttribute",
+                            cudaFuncSetAttribute(
+                                kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared)));
+            Result<std::pair<int, int>> resident =
+                residency(reinterpret_cast<const void*>(kernel), kernels::kDecodeThreads, kShared);
+            if (!resident.ok()) return resident.status();
+            const std::uint32_t tiles = (group + G - 1) / G;
+            planned =
+                choose_split(p, p.batch * p.kv_heads * tiles, kernels::DecodeShape<D, G>::kStep,
+                             std::uint64_t(resident->first) * resident->second);
+          })})})
   return planned;
 }
 
@@ -223,21 +229,21 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
     kp.partial_lse = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + out_bytes);
   }
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
-  KVVM_DISPATCH_ELEMENT(p.view.element, T, {
-    KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
-      KVVM_DISPATCH_GROUP_TILE(group, G, {
-        kp.group_tiles = (group + G - 1) / G;
-        const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
-        kernels::decode_kernel<T, D, G><<<grid, kernels::kDecodeThreads, 0, cuda_stream>>>(kp);
-        KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
-        if (plan->chunks > 1) {
-          kernels::decode_merge_kernel<T, D>
-              <<<dim3(p.qo_heads, p.batch), D, 0, cuda_stream>>>(kp);
-          KVVM_RETURN_IF_ERROR(last_launch("decode_merge_kernel<<<>>>"));
-        }
-      })
-    })
-  })
+  KVVM_DISPATCH_ELEMENT(
+      p.view.element, T,
+      {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
+                                kp.group_tiles = (group + G - 1) / G;
+                                const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
+                                kernels::decode_kernel<T, D, G>
+                                    <<<grid, kernels::kDecodeThreads,
+                                       kernels::DecodeShape<D, G>::kSharedBytes, cuda_stream>>>(kp);
+                                KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
+                                if (plan->chunks > 1) {
+                                  kernels::decode_merge_kernel<T, D>
+                                      <<<dim3(p.qo_heads, p.batch), D, 0, cuda_stream>>>(kp);
+                                  KVVM_RETURN_IF_ERROR(last_launch("decode_merge_kernel<<<>>>"));
+                                }
+                              })})})
   return Status::Ok();
 }
 
@@ -259,22 +265,21 @@ Status prefill_attention_cuda(const PrefillParams& p, void* stream) {
   kp.q = p.q;
   kp.out = p.out;
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
-  KVVM_DISPATCH_ELEMENT(p.view.element, T, {
-    KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
-      KVVM_DISPATCH_GROUP_TILE(group, G, {
-        kp.group_tiles = (group + G - 1) / G;
-        constexpr std::uint32_t kQ = kernels::kPrefillRows / G;
-        constexpr std::uint32_t kBytes = kernels::prefill_shared_bytes<D>();
-        auto* kernel = &kernels::prefill_kernel<T, D, G>;
-        KVVM_RETURN_IF_ERROR(cuda_status(
-            "cudaFuncSetAttribute",
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes)));
-        const dim3 grid((p.tokens + kQ - 1) / kQ, p.kv_heads * kp.group_tiles);
-        kernel<<<grid, kernels::kPrefillThreads, kBytes, cuda_stream>>>(kp);
-        KVVM_RETURN_IF_ERROR(last_launch("prefill_kernel<<<>>>"));
-      })
-    })
-  })
+  KVVM_DISPATCH_ELEMENT(
+      p.view.element, T,
+      {KVVM_DISPATCH_HEAD_DIM(
+          p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
+            kp.group_tiles = (group + G - 1) / G;
+            constexpr std::uint32_t kQ = kernels::kPrefillRows / G;
+            constexpr std::uint32_t kBytes = kernels::prefill_shared_bytes<D>();
+            auto* kernel = &kernels::prefill_kernel<T, D, G>;
+            KVVM_RETURN_IF_ERROR(cuda_status(
+                "cudaFuncSetAttribute",
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes)));
+            const dim3 grid((p.tokens + kQ - 1) / kQ, p.kv_heads * kp.group_tiles);
+            kernel<<<grid, kernels::kPrefillThreads, kBytes, cuda_stream>>>(kp);
+            KVVM_RETURN_IF_ERROR(last_launch("prefill_kernel<<<>>>"));
+          })})})
   return Status::Ok();
 }
 

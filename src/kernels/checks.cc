@@ -57,8 +57,8 @@ Status check_append(const AppendParams& p) {
 Status check_decode(const DecodeParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "decode"));
   KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "decode"));
-  if (p.batch > 0 && (p.q == nullptr || p.slots == nullptr || p.lengths == nullptr ||
-                      p.out == nullptr)) {
+  if (p.batch > 0 &&
+      (p.q == nullptr || p.slots == nullptr || p.lengths == nullptr || p.out == nullptr)) {
     return Status::InvalidArgument("decode: batch of " + str(p.batch) +
                                    " but q, slots, lengths or out is null");
   }
@@ -72,7 +72,8 @@ Status check_prefill(const PrefillParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "prefill"));
   KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "prefill"));
   if (p.tokens > 0 && (p.q == nullptr || p.out == nullptr)) {
-    return Status::InvalidArgument("prefill: " + str(p.tokens) + " query rows but q or out is null");
+    return Status::InvalidArgument("prefill: " + str(p.tokens) +
+                                   " query rows but q or out is null");
   }
   if (std::uint64_t{p.start} + p.tokens > UINT32_MAX) {
     return Status::InvalidArgument("prefill: positions up to " +

@@ -62,6 +62,23 @@ __device__ __forceinline__ uint4 load_vec(const unsigned char* at) {
   return __ldg(reinterpret_cast<const uint4*>(at));
 }
 
+// cp.async (sm_80+): a 16-byte global-to-shared copy that does not hold registers while in
+// flight; `live` false copies nothing and zero-fills the destination.
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool live) {
+  const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  const int source_bytes = live ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
+               "r"(source_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 inline Status cuda_status(const char* call, cudaError_t error) {
   if (error == cudaSuccess) return Status::Ok();
   return Status::DriverError(std::string(call) + " failed: " + cudaGetErrorString(error),
@@ -72,42 +89,42 @@ inline Status cuda_status(const char* call, cudaError_t error) {
 
 // Runs the statements with HEAD_DIM a compile-time 64 or 128; any other head dim returns
 // InvalidArgument from the enclosing function (a Status-returning host launcher).
-#define KVVM_DISPATCH_HEAD_DIM(head_dim, HEAD_DIM, ...)                                          \
-  switch (head_dim) {                                                                            \
-    case 64: {                                                                                   \
-      constexpr std::uint32_t HEAD_DIM = 64;                                                     \
-      __VA_ARGS__                                                                                \
-      break;                                                                                     \
-    }                                                                                            \
-    case 128: {                                                                                  \
-      constexpr std::uint32_t HEAD_DIM = 128;                                                    \
-      __VA_ARGS__                                                                                \
-      break;                                                                                     \
-    }                                                                                            \
-    default:                                                                                     \
-      return ::kvvm::Status::InvalidArgument(                                                    \
-          "head dim " + std::to_string(head_dim) +                                               \
+#define KVVM_DISPATCH_HEAD_DIM(head_dim, HEAD_DIM, ...)                                         \
+  switch (head_dim) {                                                                           \
+    case 64: {                                                                                  \
+      constexpr std::uint32_t HEAD_DIM = 64;                                                    \
+      __VA_ARGS__                                                                               \
+      break;                                                                                    \
+    }                                                                                           \
+    case 128: {                                                                                 \
+      constexpr std::uint32_t HEAD_DIM = 128;                                                   \
+      __VA_ARGS__                                                                               \
+      break;                                                                                    \
+    }                                                                                           \
+    default:                                                                                    \
+      return ::kvvm::Status::InvalidArgument(                                                   \
+          "head dim " + std::to_string(head_dim) +                                              \
           " is not supported by the CUDA attention kernels (compiled for 64 and 128); use the " \
           "CPU path or add the size to KVVM_DISPATCH_HEAD_DIM");                                \
   }
 
 // Element type of the view to the CUDA type T (fp16 -> __half, bf16 -> __nv_bfloat16).
-#define KVVM_DISPATCH_ELEMENT(element, T, ...)                                        \
-  switch (element) {                                                                  \
-    case ::kvvm::KvElement::kFp16: {                                                  \
-      using T = __half;                                                               \
-      __VA_ARGS__                                                                     \
-      break;                                                                          \
-    }                                                                                 \
-    case ::kvvm::KvElement::kBf16: {                                                  \
-      using T = __nv_bfloat16;                                                        \
-      __VA_ARGS__                                                                     \
-      break;                                                                          \
-    }                                                                                 \
-    default:                                                                          \
-      return ::kvvm::Status::InvalidArgument(                                         \
-          "element type " + std::to_string(static_cast<std::uint32_t>(element)) +     \
-          " is not supported by the CUDA attention kernels (fp16 and bf16)");         \
+#define KVVM_DISPATCH_ELEMENT(element, T, ...)                                    \
+  switch (element) {                                                              \
+    case ::kvvm::KvElement::kFp16: {                                              \
+      using T = __half;                                                           \
+      __VA_ARGS__                                                                 \
+      break;                                                                      \
+    }                                                                             \
+    case ::kvvm::KvElement::kBf16: {                                              \
+      using T = __nv_bfloat16;                                                    \
+      __VA_ARGS__                                                                 \
+      break;                                                                      \
+    }                                                                             \
+    default:                                                                      \
+      return ::kvvm::Status::InvalidArgument(                                     \
+          "element type " + std::to_string(static_cast<std::uint32_t>(element)) + \
+          " is not supported by the CUDA attention kernels (fp16 and bf16)");     \
   }
 
 // Query heads handled together by one block (sharing each K / V row it loads): the group

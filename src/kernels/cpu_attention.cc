@@ -47,8 +47,7 @@ void attend_group(const KvView& view, std::uint32_t layer, std::uint32_t slot,
     load_row(view.element, q + std::size_t{j} * dim * bytes, dim, &query[std::size_t{j} * dim]);
   }
   for (std::uint64_t t = 0; t < length; ++t) {
-    load_row(view.element, host_pointer(view.address(slot, layer, 0, kv_head, t)), dim,
-             row.data());
+    load_row(view.element, host_pointer(view.address(slot, layer, 0, kv_head, t)), dim, row.data());
     for (std::uint32_t j = 0; j < group; ++j) {
       const float* qj = &query[std::size_t{j} * dim];
       float dot = 0;
@@ -62,8 +61,7 @@ void attend_group(const KvView& view, std::uint32_t layer, std::uint32_t slot,
       float* aj = &acc[std::size_t{j} * dim];
       for (std::uint32_t d = 0; d < dim; ++d) aj[d] *= correction;
     }
-    load_row(view.element, host_pointer(view.address(slot, layer, 1, kv_head, t)), dim,
-             row.data());
+    load_row(view.element, host_pointer(view.address(slot, layer, 1, kv_head, t)), dim, row.data());
     for (std::uint32_t j = 0; j < group; ++j) {
       float* aj = &acc[std::size_t{j} * dim];
       for (std::uint32_t d = 0; d < dim; ++d) aj[d] += weight[j] * row[d];
@@ -106,10 +104,10 @@ Status append_kv_cpu(const AppendParams& p) {
         p.row_positions != nullptr ? p.row_positions[i] : std::uint64_t{p.start} + i;
     for (std::uint32_t h = 0; h < p.kv_heads; ++h) {
       const std::uint64_t from = (std::uint64_t{i} * p.kv_heads + h) * row_bytes;
-      std::memcpy(reinterpret_cast<void*>(p.view.address(slot, p.layer, 0, h, position)),
-                  k + from, row_bytes);
-      std::memcpy(reinterpret_cast<void*>(p.view.address(slot, p.layer, 1, h, position)),
-                  v + from, row_bytes);
+      std::memcpy(reinterpret_cast<void*>(p.view.address(slot, p.layer, 0, h, position)), k + from,
+                  row_bytes);
+      std::memcpy(reinterpret_cast<void*>(p.view.address(slot, p.layer, 1, h, position)), v + from,
+                  row_bytes);
     }
   }
   return Status::Ok();
@@ -133,8 +131,8 @@ Status decode_attention_cpu(const DecodeParams& p, unsigned threads) {
     const auto b = static_cast<std::uint32_t>(item / p.kv_heads);
     const auto h = static_cast<std::uint32_t>(item % p.kv_heads);
     const std::uint64_t first = (std::uint64_t{b} * p.qo_heads + std::uint64_t{h} * group);
-    attend_group(p.view, p.layer, p.slots[b], h, q + first * head_bytes, group, p.lengths[b],
-                 scale, out + first * head_bytes);
+    attend_group(p.view, p.layer, p.slots[b], h, q + first * head_bytes, group, p.lengths[b], scale,
+                 out + first * head_bytes);
   });
   return Status::Ok();
 }

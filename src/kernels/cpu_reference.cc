@@ -68,28 +68,31 @@ double scale_of(float sm_scale, std::uint32_t head_dim) {
 
 }  // namespace
 
-Status decode_attention_reference(const DecodeParams& p, double* out) {
+Status decode_attention_reference(const DecodeParams& params, double* out) {
+  DecodeParams p = params;
+  p.out = out;  // the reference writes doubles to `out`, not to params.out
   KVVM_RETURN_IF_ERROR(check_decode(p));
   const std::uint32_t dim = p.view.head_dim;
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   const auto* q = static_cast<const unsigned char*>(p.q);
   for (std::uint32_t b = 0; b < p.batch; ++b) {
     if (p.lengths[b] > p.max_length) {
-      return Status::InvalidArgument("decode reference: sequence " + std::to_string(b) +
-                                     " has " + std::to_string(p.lengths[b]) +
-                                     " tokens, above max_length " + std::to_string(p.max_length));
+      return Status::InvalidArgument("decode reference: sequence " + std::to_string(b) + " has " +
+                                     std::to_string(p.lengths[b]) + " tokens, above max_length " +
+                                     std::to_string(p.max_length));
     }
     for (std::uint32_t h = 0; h < p.qo_heads; ++h) {
       const std::uint64_t row = std::uint64_t{b} * p.qo_heads + h;
-      attend(Head{p.view, p.layer, p.slots[b], h / group},
-             q + row * dim * p.view.element_bytes, p.lengths[b], scale_of(p.sm_scale, dim),
-             out + row * dim);
+      attend(Head{p.view, p.layer, p.slots[b], h / group}, q + row * dim * p.view.element_bytes,
+             p.lengths[b], scale_of(p.sm_scale, dim), out + row * dim);
     }
   }
   return Status::Ok();
 }
 
-Status prefill_attention_reference(const PrefillParams& p, double* out) {
+Status prefill_attention_reference(const PrefillParams& params, double* out) {
+  PrefillParams p = params;
+  p.out = out;
   KVVM_RETURN_IF_ERROR(check_prefill(p));
   const std::uint32_t dim = p.view.head_dim;
   const std::uint32_t group = p.qo_heads / p.kv_heads;

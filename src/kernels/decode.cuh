@@ -28,11 +28,11 @@
 namespace kvvm::kernels {
 
 constexpr std::uint32_t kDecodeThreads = 128;
-// Tokens per lane group per step: fewer for larger group tiles, whose query and accumulator
-// registers (2 x G x 8 floats) leave less room for loads in flight.
+// Tokens per lane group per step: fewer for the largest group tile, whose query and
+// accumulator registers (2 x G x 8 floats) leave less room for the step's scores.
 template <std::uint32_t G>
 __host__ __device__ constexpr std::uint32_t decode_unroll() {
-  return G >= 4 ? 2 : 4;
+  return G >= 8 ? 2 : 4;
 }
 
 struct DecodeKernelParams {
@@ -54,11 +54,16 @@ struct DecodeKernelParams {
   float* partial_lse;  // [batch][qo_heads][chunks]
 };
 
+constexpr std::uint32_t kDecodeStages = 3;  // shared-memory pipeline depth
+
 template <std::uint32_t D, std::uint32_t G>
 struct DecodeShape {
-  static constexpr std::uint32_t kLanes = D / kVecElements;            // lanes per head row
-  static constexpr std::uint32_t kRows = kDecodeThreads / kLanes;      // rows in flight
+  static constexpr std::uint32_t kLanes = D / kVecElements;           // lanes per head row
+  static constexpr std::uint32_t kRows = kDecodeThreads / kLanes;     // rows in flight
   static constexpr std::uint32_t kStep = kRows * decode_unroll<G>();  // tokens per step
+  // K and V of kStages steps: kStages x 2 x kU x kDecodeThreads x 16 bytes.
+  static constexpr std::uint32_t kSharedBytes =
+      kDecodeStages * 2 * decode_unroll<G>() * kDecodeThreads * 16;
 };
 
 template <typename T, std::uint32_t D, std::uint32_t G>
@@ -121,22 +126,44 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const DecodeKern
   const unsigned char* v_base = k_base + v.kv_stride;
   const std::uint64_t token_stride = v.token_stride;
 
-  uint4 k_cur[kU], v_cur[kU];
-  auto load_step = [&](std::uint32_t t0, uint4 (&k_out)[kU], uint4 (&v_out)[kU]) {
+  // Stage i of the chunk (kStep tokens of K and V) goes to shared-memory slot i % kStages by
+  // cp.async, kStages - 1 stages ahead of the arithmetic. Each thread copies exactly the
+  // 16-byte vectors it reads later (token u * kRows + row, part lane), so its own
+  // wait_group makes them visible and no barrier is needed inside the loop.
+  extern __shared__ uint4 stages[];  // [kStages][K, V][kU][kDecodeThreads]
+  const std::uint32_t steps = end > begin ? (end - begin + kStep - 1) / kStep : 0;
+  auto issue = [&](std::uint32_t step) {
+    uint4* stage = stages + (step % kDecodeStages) * 2 * kU * kDecodeThreads;
+    const std::uint32_t t0 = begin + step * kStep;
 #pragma unroll
     for (std::uint32_t u = 0; u < kU; ++u) {
       const std::uint32_t t = t0 + u * kRows + row;
-      if (t < end) {
-        k_out[u] = load_vec(k_base + t * token_stride);
-        v_out[u] = load_vec(v_base + t * token_stride);
-      }
+      const bool live = t < end;
+      // A dead position copies nothing (source size 0 zero-fills); its address is the
+      // chunk's first token, which is live, so no unmapped address is ever formed either.
+      const std::uint64_t offset = static_cast<std::uint64_t>(live ? t : begin) * token_stride;
+      copy_async_16(stage + u * kDecodeThreads + threadIdx.x, k_base + offset, live);
+      copy_async_16(stage + (kU + u) * kDecodeThreads + threadIdx.x, v_base + offset, live);
     }
   };
-  if (begin < end) load_step(begin, k_cur, v_cur);
+#pragma unroll
+  for (std::uint32_t i = 0; i + 1 < kDecodeStages; ++i) {
+    if (i < steps) issue(i);
+    copy_async_commit();
+  }
 
-  for (std::uint32_t t0 = begin; t0 < end; t0 += kStep) {
-    uint4 k_next[kU], v_next[kU];
-    if (t0 + kStep < end) load_step(t0 + kStep, k_next, v_next);
+  for (std::uint32_t step = 0; step < steps; ++step) {
+    if (step + kDecodeStages - 1 < steps) issue(step + kDecodeStages - 1);
+    copy_async_commit();
+    copy_async_wait<kDecodeStages - 1>();
+    const uint4* stage = stages + (step % kDecodeStages) * 2 * kU * kDecodeThreads;
+    const std::uint32_t t0 = begin + step * kStep;
+    uint4 k_cur[kU], v_cur[kU];
+#pragma unroll
+    for (std::uint32_t u = 0; u < kU; ++u) {
+      k_cur[u] = stage[u * kDecodeThreads + threadIdx.x];
+      v_cur[u] = stage[(kU + u) * kDecodeThreads + threadIdx.x];
+    }
 
     float s[kU][G];
 #pragma unroll
@@ -197,11 +224,6 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const DecodeKern
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[j][e] = fmaf(weight[u][j], vf[e], acc[j][e]);
       }
-    }
-#pragma unroll
-    for (std::uint32_t u = 0; u < kU; ++u) {
-      k_cur[u] = k_next[u];
-      v_cur[u] = v_next[u];
     }
   }
 

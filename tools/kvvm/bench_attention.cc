@@ -51,15 +51,14 @@ std::uint64_t kv_bytes(const DecodeShape& s) {
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
 
-#define BENCH_CHECK(expr)                                                             \
-  do {                                                                                \
-    cudaError_t bench_error_ = (expr);                                                \
-    if (bench_error_ != cudaSuccess) {                                                \
-      return Status::DriverError(std::string(#expr) + ": " +                          \
-                                     cudaGetErrorString(bench_error_),                \
-                                 DriverFailure{#expr, cudaGetErrorName(bench_error_), \
-                                               static_cast<int>(bench_error_)});      \
-    }                                                                                 \
+#define BENCH_CHECK(expr)                                                                        \
+  do {                                                                                           \
+    cudaError_t bench_error_ = (expr);                                                           \
+    if (bench_error_ != cudaSuccess) {                                                           \
+      return Status::DriverError(                                                                \
+          std::string(#expr) + ": " + cudaGetErrorString(bench_error_),                          \
+          DriverFailure{#expr, cudaGetErrorName(bench_error_), static_cast<int>(bench_error_)}); \
+    }                                                                                            \
   } while (0)
 
 class Device {
@@ -158,8 +157,8 @@ Result<Cache> make_cache(Driver& driver, const DecodeShape& s, Layout layout,
   const TierId tier = cache.governor->add_tier("gpu", bytes + driver.granule());
   cache.pool = std::make_unique<HandlePool>(driver, PoolOptions{.max_pooled_bytes = 0},
                                             cache.governor.get(), tier);
-  auto arena = Arena::create(*cache.pool, *cache.governor,
-                             ArenaOptions{*plan, sequences, tier, 0, {}});
+  auto arena =
+      Arena::create(*cache.pool, *cache.governor, ArenaOptions{*plan, sequences, tier, 0, {}});
   if (!arena.ok()) return arena.status();
   cache.arena = std::move(arena).value();
   constexpr std::uint32_t kChunk = 2048;
@@ -204,8 +203,8 @@ Result<DecodeRow> bench_decode(Driver& driver, const DecodeShape& s, Layout layo
   if (!cache.ok()) return cache.status();
   Device device;
   std::vector<std::uint32_t> lengths(s.batch, s.context);
-  Result<void*> q = device.upload(random_fp16(std::size_t{s.batch} * s.qo_heads * s.head_dim,
-                                              random, 2.0f));
+  Result<void*> q =
+      device.upload(random_fp16(std::size_t{s.batch} * s.qo_heads * s.head_dim, random, 2.0f));
   Result<void*> slots = device.upload(cache->slots);
   Result<void*> dlengths = device.upload(lengths);
   Result<void*> out = device.alloc(std::size_t{s.batch} * s.qo_heads * s.head_dim * 2);
@@ -222,6 +221,7 @@ Result<DecodeRow> bench_decode(Driver& driver, const DecodeShape& s, Layout layo
   params.slots = static_cast<const std::uint32_t*>(*slots);
   params.lengths = static_cast<const std::uint32_t*>(*dlengths);
   params.max_length = s.context;
+  params.chunk_tokens = options.chunk_tokens;
   params.out = *out;
   DecodeRow row;
   row.shape = s;
@@ -241,8 +241,8 @@ Result<DecodeRow> bench_decode(Driver& driver, const DecodeShape& s, Layout layo
 }
 
 // A causal prefill of `tokens` tokens (one chunk, from position 0) for the shape's heads.
-Result<double> bench_prefill(Driver& driver, const DecodeShape& s, const BenchDecodeOptions& options,
-                             std::mt19937_64& random) {
+Result<double> bench_prefill(Driver& driver, const DecodeShape& s,
+                             const BenchDecodeOptions& options, std::mt19937_64& random) {
   const std::uint32_t tokens = options.prefill_tokens;
   Result<Cache> cache = make_cache(driver, s, Layout::kTokenMajor, options, 1, tokens, random);
   if (!cache.ok()) return cache.status();
@@ -290,8 +290,7 @@ std::map<std::string, double> read_baseline(const std::string& path, std::ostrea
 bool parse_decode_shape(const std::string& text, DecodeShape& shape, std::string& error) {
   unsigned batch = 0, context = 0, qo = 0, kv = 0, dim = 0;
   char tail = 0;
-  if (std::sscanf(text.c_str(), "%u,%u,%u/%u,%u%c", &batch, &context, &qo, &kv, &dim, &tail) !=
-          5 ||
+  if (std::sscanf(text.c_str(), "%u,%u,%u/%u,%u%c", &batch, &context, &qo, &kv, &dim, &tail) != 5 ||
       batch == 0 || context == 0 || qo == 0 || kv == 0 || dim == 0 || qo % kv != 0) {
     error = "shape '" + text +
             "' is not batch,context,query-heads/kv-heads,head-dim with positive values and "
@@ -321,6 +320,8 @@ CLI::App* add_bench_decode_command(CLI::App& bench, BenchDecodeOptions& options)
       ->check(CLI::Range(1u, 10000u));
   decode->add_option("--prefill-tokens", options.prefill_tokens,
                      "Prompt length of the prefill row (0: none; default 4096)");
+  decode->add_option("--chunk", options.chunk_tokens,
+                     "Decode split size in tokens (default 0: planned from the device and shape)");
   decode->add_option("--baseline", options.baseline,
                      "JSON written by bench/sdpa_baseline.py --json, for the ratio column");
   decode->add_option("--json", options.json_out, "Also write the results to this JSON file");
@@ -390,8 +391,8 @@ int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out, std::
       const double torch_ms = found == baseline.end() ? 0 : found->second;
       std::snprintf(line, sizeof line, "%-12s %-20s %7u %7u %9.4f %8.2f %6.1f%% %9s %7s\n",
                     std::string(to_string(layout)).c_str(), shape_key(shape).c_str(),
-                    row->plan.chunks, row->plan.chunk_tokens, row->ms,
-                    row->bytes_per_second / 1e12, 100.0 * row->bytes_per_second / *copy,
+                    row->plan.chunks, row->plan.chunk_tokens, row->ms, row->bytes_per_second / 1e12,
+                    100.0 * row->bytes_per_second / *copy,
                     torch_ms > 0 ? fixed(torch_ms, 4).c_str() : "-",
                     torch_ms > 0 ? fixed(torch_ms / row->ms, 2).c_str() : "-");
       out << line << std::flush;
@@ -419,9 +420,9 @@ int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out, std::
     const double flops = 2.0 * 2.0 * options.prefill_tokens * options.prefill_tokens / 2.0 *
                          prefill_shape.qo_heads * prefill_shape.head_dim;
     out << "\nprefill (token-major, one layer, 32/8 heads, head dim 128, fp16): "
-        << options.prefill_tokens << " tokens in " << fixed(*ms, 3) << " ms = "
-        << fixed(tokens_per_second, 0) << " tokens/s, " << fixed(flops / (*ms * 1e-3) / 1e12, 2)
-        << " TFLOP/s\n";
+        << options.prefill_tokens << " tokens in " << fixed(*ms, 3)
+        << " ms = " << fixed(tokens_per_second, 0) << " tokens/s, "
+        << fixed(flops / (*ms * 1e-3) / 1e12, 2) << " TFLOP/s\n";
     json["prefill"] = {{"tokens", options.prefill_tokens},
                        {"ms", *ms},
                        {"tokens_per_second", tokens_per_second},

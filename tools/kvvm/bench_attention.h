@@ -36,6 +36,7 @@ struct BenchDecodeOptions {
   std::uint32_t iterations = 20;    // launches per timed sample
   std::uint32_t samples = 15;
   std::uint32_t prefill_tokens = 4096;  // 0: no prefill row
+  std::uint32_t chunk_tokens = 0;       // decode split size; 0: planned
   std::string baseline;                 // JSON from bench/sdpa_baseline.py
   std::string json_out;                 // write the results here as JSON too
 };
