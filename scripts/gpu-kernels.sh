@@ -35,10 +35,12 @@ echo "==> kernels: kvvm bench decode"
   tee "$OUT/decode.txt" || status=1
 
 if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
-  # Smaller shapes than the full suite: the masking tests (stale tail, three chunkings), the
-  # prefill tests and the graph test; memcheck first, then racecheck on the shared-memory
-  # reductions of decode (split-K partials) and prefill.
+  # A subset of the suite: the masking tests (stale tail; planned, forced and no split), two
+  # decode configurations at every length up to 32768 (group tiles 4 and 8), prefill and the
+  # graph test under memcheck; then racecheck on the shared-memory reductions of decode
+  # (split-K partials and merge) and prefill.
   filter='*Masking*:*CausalPrefill*d128_g4:*CausalPrefill*d64_g7:*Graph*tokenmajor'
+  filter+=':*DecodeMatches*tokenmajor_fp16_d128_g4:*DecodeMatches*headmajor_bf16_d64_g7'
   echo "==> kernels: compute-sanitizer memcheck ($filter)"
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
     >"$OUT/kernels-memcheck.log" 2>&1 || status=1

@@ -124,7 +124,7 @@ DecodePlan choose_split(const DecodeParams& p, std::uint32_t units, std::uint32_
       }
     }
   }
-  plan.chunks = chunks_for(plan.chunk_tokens);
+  plan.chunks = chunks_for(plan.chunk_tokens);  // <= kMaxChunks: checked by the caller
   if (plan.chunks > 1) {
     const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * plan.chunks;
     const std::uint64_t out_bytes = rows * p.view.head_dim * sizeof(float);
@@ -188,6 +188,11 @@ Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
                 choose_split(p, p.batch * p.kv_heads * tiles, kernels::DecodeShape<D, G>::kStep,
                              std::uint64_t(resident->first) * resident->second);
           })})})
+  if (planned.chunks > kMaxChunks) {
+    return Status::InvalidArgument("decode: chunks of " + str(planned.chunk_tokens) +
+                                   " tokens split max_length " + str(p.max_length) + " into " +
+                                   str(planned.chunks) + " chunks, at most " + str(kMaxChunks));
+  }
   return planned;
 }
 

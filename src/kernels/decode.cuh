@@ -54,7 +54,13 @@ struct DecodeKernelParams {
   float* partial_lse;  // [batch][qo_heads][chunks]
 };
 
-constexpr std::uint32_t kDecodeStages = 3;  // shared-memory pipeline depth
+// Shared-memory pipeline depth: 48 KiB of stages per block (3 of 16 KiB, or 6 of 8 KiB for
+// the largest group tile), so a block with few resident neighbours keeps as many bytes in
+// flight as one of the smaller tiles.
+template <std::uint32_t G>
+__host__ __device__ constexpr std::uint32_t decode_stages() {
+  return 12 / decode_unroll<G>();
+}
 
 template <std::uint32_t D, std::uint32_t G>
 struct DecodeShape {
@@ -63,7 +69,7 @@ struct DecodeShape {
   static constexpr std::uint32_t kStep = kRows * decode_unroll<G>();  // tokens per step
   // K and V of kStages steps: kStages x 2 x kU x kDecodeThreads x 16 bytes.
   static constexpr std::uint32_t kSharedBytes =
-      kDecodeStages * 2 * decode_unroll<G>() * kDecodeThreads * 16;
+      decode_stages<G>() * 2 * decode_unroll<G>() * kDecodeThreads * 16;
 };
 
 template <typename T, std::uint32_t D, std::uint32_t G>
@@ -73,6 +79,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const DecodeKern
   constexpr std::uint32_t kRows = Shape::kRows;
   constexpr std::uint32_t kStep = Shape::kStep;
   constexpr std::uint32_t kU = decode_unroll<G>();
+  constexpr std::uint32_t kStages = decode_stages<G>();
 
   __shared__ float s_max[kRows][G];
   __shared__ float s_sum[kRows][G];
@@ -133,7 +140,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const DecodeKern
   extern __shared__ uint4 stages[];  // [kStages][K, V][kU][kDecodeThreads]
   const std::uint32_t steps = end > begin ? (end - begin + kStep - 1) / kStep : 0;
   auto issue = [&](std::uint32_t step) {
-    uint4* stage = stages + (step % kDecodeStages) * 2 * kU * kDecodeThreads;
+    uint4* stage = stages + (step % kStages) * 2 * kU * kDecodeThreads;
     const std::uint32_t t0 = begin + step * kStep;
 #pragma unroll
     for (std::uint32_t u = 0; u < kU; ++u) {
@@ -147,16 +154,16 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const DecodeKern
     }
   };
 #pragma unroll
-  for (std::uint32_t i = 0; i + 1 < kDecodeStages; ++i) {
+  for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
     if (i < steps) issue(i);
     copy_async_commit();
   }
 
   for (std::uint32_t step = 0; step < steps; ++step) {
-    if (step + kDecodeStages - 1 < steps) issue(step + kDecodeStages - 1);
+    if (step + kStages - 1 < steps) issue(step + kStages - 1);
     copy_async_commit();
-    copy_async_wait<kDecodeStages - 1>();
-    const uint4* stage = stages + (step % kDecodeStages) * 2 * kU * kDecodeThreads;
+    copy_async_wait<kStages - 1>();
+    const uint4* stage = stages + (step % kStages) * 2 * kU * kDecodeThreads;
     const std::uint32_t t0 = begin + step * kStep;
     uint4 k_cur[kU], v_cur[kU];
 #pragma unroll
@@ -280,21 +287,38 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const DecodeKern
   }
 }
 
-// One block per (query head, sequence); thread per output column.
+// One block per (query head, sequence); thread per output column. The chunks' weights
+// exp2(lse_c - max) are computed once into shared memory by the whole block, so the column
+// loop is a run of independent loads (unrolled: several in flight) instead of a chain.
 template <typename T, std::uint32_t D>
 __global__ void __launch_bounds__(D) decode_merge_kernel(const DecodeKernelParams p) {
+  extern __shared__ float weight_of_chunk[];  // [chunks]
+  __shared__ float warp_max[D / 32];
   const std::uint64_t row = static_cast<std::uint64_t>(blockIdx.y) * p.qo_heads + blockIdx.x;
   const float* lse = p.partial_lse + row * p.chunks;
   float max_lse = kNegInf;
-  for (std::uint32_t c = 0; c < p.chunks; ++c) max_lse = fmaxf(max_lse, lse[c]);
+  for (std::uint32_t c = threadIdx.x; c < p.chunks; c += D) max_lse = fmaxf(max_lse, lse[c]);
+#pragma unroll
+  for (std::uint32_t offset = 16; offset > 0; offset /= 2) {
+    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+  }
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max_lse;
+  __syncthreads();
+#pragma unroll
+  for (std::uint32_t w = 0; w < D / 32; ++w) max_lse = fmaxf(max_lse, warp_max[w]);
+  // An empty chunk (lse -inf) weighs 0; with no token at all every weight is 0.
+  for (std::uint32_t c = threadIdx.x; c < p.chunks; c += D) {
+    weight_of_chunk[c] = max_lse == kNegInf || lse[c] == kNegInf ? 0.0f : exp2f(lse[c] - max_lse);
+  }
+  __syncthreads();
+  // Every chunk's partial output was written by this launch (0 for an empty chunk).
+  const float* partial = p.partial_out + row * p.chunks * D + threadIdx.x;
   float total = 0.0f, weights = 0.0f;
-  if (max_lse != kNegInf) {
-    for (std::uint32_t c = 0; c < p.chunks; ++c) {
-      if (lse[c] == kNegInf) continue;  // an empty chunk: its output was never meaningful
-      const float w = exp2f(lse[c] - max_lse);
-      weights += w;
-      total = fmaf(w, p.partial_out[(row * p.chunks + c) * D + threadIdx.x], total);
-    }
+#pragma unroll 8
+  for (std::uint32_t c = 0; c < p.chunks; ++c) {
+    const float w = weight_of_chunk[c];
+    weights += w;
+    total = fmaf(w, partial[static_cast<std::uint64_t>(c) * D], total);
   }
   static_cast<T*>(p.out)[row * D + threadIdx.x] =
       from_float<T>(weights > 0.0f ? total / weights : 0.0f);
