@@ -236,19 +236,20 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
   KVVM_DISPATCH_ELEMENT(
       p.view.element, T,
-      {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
-                                kp.group_tiles = (group + G - 1) / G;
-                                const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
-                                kernels::decode_kernel<T, D, G>
-                                    <<<grid, kernels::kDecodeThreads,
-                                       kernels::DecodeShape<D, G>::kSharedBytes, cuda_stream>>>(kp);
-                                KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
-                                if (plan->chunks > 1) {
-                                  kernels::decode_merge_kernel<T, D>
-                                      <<<dim3(p.qo_heads, p.batch), D, 0, cuda_stream>>>(kp);
-                                  KVVM_RETURN_IF_ERROR(last_launch("decode_merge_kernel<<<>>>"));
-                                }
-                              })})})
+      {KVVM_DISPATCH_HEAD_DIM(
+          p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
+            kp.group_tiles = (group + G - 1) / G;
+            const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
+            kernels::decode_kernel<T, D, G>
+                <<<grid, kernels::kDecodeThreads, kernels::DecodeShape<D, G>::kSharedBytes,
+                   cuda_stream>>>(kp);
+            KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
+            if (plan->chunks > 1) {
+              kernels::decode_merge_kernel<T, D>
+                  <<<dim3(p.qo_heads, p.batch), D, plan->chunks * sizeof(float), cuda_stream>>>(kp);
+              KVVM_RETURN_IF_ERROR(last_launch("decode_merge_kernel<<<>>>"));
+            }
+          })})})
   return Status::Ok();
 }
 
