@@ -35,14 +35,14 @@ struct Config {
   std::uint32_t group;
 };
 
-std::string config_name(const ::testing::TestParamInfo<Config>& info) {
+[[maybe_unused]] std::string config_name(const ::testing::TestParamInfo<Config>& info) {
   std::string layout(to_string(info.param.layout));
   layout.erase(std::remove(layout.begin(), layout.end(), '-'), layout.end());
   return layout + (info.param.element == KvElement::kBf16 ? "_bf16" : "_fp16") + "_d" +
          std::to_string(info.param.head_dim) + "_g" + std::to_string(info.param.group);
 }
 
-std::vector<Config> all_configs() {
+[[maybe_unused]] std::vector<Config> all_configs() {
   std::vector<Config> configs;
   for (Layout layout : all_layouts()) {
     for (KvElement element : {KvElement::kFp16, KvElement::kBf16}) {
@@ -59,7 +59,7 @@ constexpr std::uint32_t kKvHeads = 2;
 constexpr std::uint32_t kLayers = 2;
 constexpr std::uint32_t kLayer = 1;  // not 0: the layer stride is exercised
 
-Geometry geometry_of(const Config& c) {
+[[maybe_unused]] Geometry geometry_of(const Config& c) {
   return Geometry{"attention-test", kLayers, kKvHeads, c.head_dim, testing::dtype_of(c.element)};
 }
 

@@ -33,19 +33,19 @@ namespace {
 const char* const kDefaultShapes[] = {"1,32768,32/8,128", "16,4096,32/8,128", "64,4096,32/8,128",
                                       "256,2048,32/8,128", "32,8192,14/2,64"};
 
-std::string fixed(double value, int decimals) {
+[[maybe_unused]] std::string fixed(double value, int decimals) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*f", decimals, value);
   return text;
 }
 
-std::string shape_key(const DecodeShape& s) {
+[[maybe_unused]] std::string shape_key(const DecodeShape& s) {
   return std::to_string(s.batch) + "," + std::to_string(s.context) + "," +
          std::to_string(s.qo_heads) + "/" + std::to_string(s.kv_heads) + "," +
          std::to_string(s.head_dim);
 }
 
-std::uint64_t kv_bytes(const DecodeShape& s) {
+[[maybe_unused]] std::uint64_t kv_bytes(const DecodeShape& s) {
   return std::uint64_t{s.batch} * s.context * 2 * s.kv_heads * s.head_dim * 2;
 }
 
@@ -269,7 +269,8 @@ Result<double> bench_prefill(Driver& driver, const DecodeShape& s,
 
 #endif  // KVVM_HAS_CUDA_KERNELS
 
-std::map<std::string, double> read_baseline(const std::string& path, std::ostream& err) {
+[[maybe_unused]] std::map<std::string, double> read_baseline(const std::string& path,
+                                                             std::ostream& err) {
   std::map<std::string, double> ms;
   if (path.empty()) return ms;
   std::ifstream file(path);
