@@ -2,7 +2,7 @@
 # Sourced, not run.
 
 KVVM_DEBIAN_PACKAGES=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-  nlohmann-json3-dev librapidcheck-dev clang-format)
+  nlohmann-json3-dev librapidcheck-dev libxxhash-dev libssl-dev clang-format)
 
 kvvm_install_dependencies() {
   local missing=()

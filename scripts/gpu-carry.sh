@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >>.git/info/exclude
 mkdir -p .carry/debs
 cd .carry/debs
-apt-get download libcli11-dev nlohmann-json3-dev librapidcheck-dev
+apt-get download libcli11-dev nlohmann-json3-dev librapidcheck-dev libxxhash-dev
 ls -1 "$PWD"

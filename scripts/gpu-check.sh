@@ -6,7 +6,9 @@
 # and --json) and the benchmarks when they were built, and prints a short summary. Every log
 # and result lands in $OUT (default ./out):
 #   build.log configure.log tests.log tests.xml info.txt info.json bench.log bench.json
-#   nvidia-smi.txt summary.txt
+#   nvidia-smi.txt summary.txt, and the attention kernels' step (scripts/gpu-kernels.sh:
+#   kvvm bench decode against bench/sdpa_baseline.py, compute-sanitizer) in decode.txt and
+#   kernels/
 # Exit status: non-zero when a test failed or any step failed.
 #
 # Before the first call: scripts/gpu-carry.sh (here, with Debian reachable) fills .carry/debs.
@@ -172,6 +174,20 @@ if ((built)) && [[ -x "$CLI" ]] && "$CLI" bench share --help >/dev/null 2>&1; th
   step_failed share && share_state="FAILED ($OUT/share.txt)"
 fi
 
+# --- Attention kernels (issue 5): bench decode against PyTorch SDPA, compute-sanitizer ------
+# The attention tests already ran in the suite above; scripts/gpu-kernels.sh adds the decode
+# benchmark, the PyTorch baseline and the sanitizer runs. Its files go to $OUT/kernels (packed
+# into logs.tgz below) except the decode table, kept beside the summary.
+kernels_state="not run"
+if ((built)) && [[ -x "$CLI" ]]; then
+  mkdir -p "$OUT/kernels"
+  step kernels "$OUT/kernels.log" env OUT="$OUT/kernels" BUILD="$BUILD" TESTS_TOO=0 \
+    "$ROOT/scripts/gpu-kernels.sh"
+  cp "$OUT/kernels/decode.txt" "$OUT/decode.txt" 2>/dev/null || true
+  kernels_state="ran ($OUT/decode.txt; kernels/ in logs.tgz)"
+  step_failed kernels && kernels_state="FAILED ($OUT/kernels.log)"
+fi
+
 # --- Summary -------------------------------------------------------------------------------
 {
   echo
@@ -187,6 +203,7 @@ fi
     echo "share (kvvm bench share --backend cuda):"
     sed 's/^/  /' "$OUT/share.txt"
   fi
+  printf '%-10s %s\n' "kernels" "$kernels_state"
   if [[ -s "$OUT/info.txt" ]]; then
     echo "info (kvvm info --backend cuda):"
     sed 's/^/  /' "$OUT/info.txt"
@@ -209,8 +226,8 @@ fi
 # The device tool brings back at most 8 files: keep the summary, the info table and JSON,
 # the benchmark JSON and the test XML as they are, and pack every log into one archive.
 (cd "$OUT" && tar czf logs.tgz --ignore-failed-read -- *.log *.stderr environment.txt \
-  nvidia-smi.txt info.txt share.txt 2>/dev/null &&
-  rm -f -- *.log *.stderr environment.txt nvidia-smi.txt info.txt share.txt) || true
+  nvidia-smi.txt info.txt share.txt kernels 2>/dev/null &&
+  rm -rf -- *.log *.stderr environment.txt nvidia-smi.txt info.txt share.txt kernels) || true
 
 if ((${#failed_steps[@]} > 0)) || [[ "$failed" != "-" && "$failed" != "0" ]]; then
   exit 1

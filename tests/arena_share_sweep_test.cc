@@ -80,7 +80,7 @@ class ArenaShareSweepTest : public testing::ArenaFixture<Backend> {
         if (this->pool_->snapshot().handles_quarantined == 0) {
           EXPECT_EQ(testing::check_invariants(this->world()), "");
         } else {
-          replace_driver();
+          this->replace_driver();
         }
         if (!hit) break;
         ++forced;
@@ -90,19 +90,6 @@ class ArenaShareSweepTest : public testing::ArenaFixture<Backend> {
                 std::string(to_string(layout)).c_str(), forced);
     return forced;
   }
-
-  void replace_driver() {
-    this->pool_.reset();
-    retired_real_.push_back(std::move(this->real_));
-    retired_fault_.push_back(std::move(this->fault_));
-    this->real_ = testing::make_driver_or_null<Backend>();
-    ASSERT_NE(this->real_, nullptr);
-    this->fault_ = std::make_unique<FaultDriver>(*this->real_);
-  }
-
-  // Drivers left with deliberately leaked memory; the fault drivers go first.
-  std::vector<std::unique_ptr<Driver>> retired_real_;
-  std::vector<std::unique_ptr<FaultDriver>> retired_fault_;
 };
 TYPED_TEST_SUITE(ArenaShareSweepTest, testing::AllBackends, testing::BackendNames);
 

@@ -13,6 +13,10 @@
 
 namespace kvvm {
 
+// The element type of the cache, so a kernel launcher can refuse a view it cannot read.
+// kUnset (0) is what a zero-initialised view holds: no launcher accepts it.
+enum class KvElement : std::uint32_t { kUnset = 0, kFp16 = 1, kBf16 = 2, kFp8 = 3, kFp32 = 4 };
+
 struct KvView {
   std::uint64_t base = 0;          // address of slot 0
   std::uint64_t slot_stride = 0;   // bytes between consecutive slots
@@ -22,6 +26,7 @@ struct KvView {
   std::uint64_t token_stride = 0;  // bytes between token t and t + 1
   std::uint32_t element_bytes = 0;
   std::uint32_t head_dim = 0;  // elements of one head of one token, contiguous
+  KvElement element = KvElement::kUnset;
 
   // Byte offset from `base` of element 0 of (slot, layer, kv = 0 for K / 1 for V, head, token).
   KVVM_HOST_DEVICE std::uint64_t offset(std::uint64_t slot, std::uint64_t layer, std::uint64_t kv,

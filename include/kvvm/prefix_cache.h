@@ -99,6 +99,9 @@ class PrefixCache {
   // or one beyond the max context; the arena's errors otherwise (nothing changed).
   Result<CacheAdmission> admit(std::span<const TokenId> prompt, std::uint64_t salt,
                                Stream stream = nullptr);
+  // How many tokens of `prompt` admit() would find cached now, without pinning, mapping or
+  // counting anything (a scheduler's question; also what the lookup benchmark times).
+  std::uint64_t lookup(std::span<const TokenId> prompt, std::uint64_t salt) const;
   // Ids of tokens generated after the prompt, so their windows can be published too.
   Status extend(SlotId slot, std::span<const TokenId> ids);
   // The sequence has written its first `tokens` tokens: completed windows are published.
@@ -129,9 +132,9 @@ class PrefixCache {
   };
   struct Sequence {
     std::uint64_t salt = 0;
-    std::vector<TokenId> ids;            // prompt and extensions
-    std::vector<CacheKey> keys;          // key of each window computed so far
-    std::vector<Entry*> pinned;          // entries this sequence maps or published
+    std::vector<TokenId> ids;             // prompt and extensions
+    std::vector<CacheKey> keys;           // key of each window computed so far
+    std::vector<Entry*> pinned;           // entries this sequence maps or published
     std::uint64_t published_windows = 0;  // windows [0, this) are entries or were offered
   };
 
@@ -142,6 +145,9 @@ class PrefixCache {
   std::uint64_t end_token(std::uint64_t window) const;  // one past the last token touching it
   // Computes keys for the sequence's windows whose ids are all known.
   void extend_keys(Sequence& sequence) const;
+  // The verified chain of entries for the sequence's windows, cut to the last-token rule and
+  // a token boundary; `collided` says whether a key matched with other ids. REQUIRES mutex_.
+  std::vector<Entry*> match_locked(const Sequence& sequence, bool* collided) const;
   // REQUIRES mutex_ held.
   void unpin(Entry* entry);
   void drop_locked(Entry* entry, std::vector<HandleInfo>& unheld);

@@ -47,6 +47,7 @@ class SharedPrefix : public std::enable_shared_from_this<SharedPrefix> {
 
  private:
   friend class Arena;
+  friend class PrefixCache;  // builds a prefix from cached windows (no boundary bytes)
   // Where sharers copy the boundary bytes from: an active sequence whose first P tokens are
   // intact (the publisher, or a sharer that has not rewound below P since).
   struct Source {

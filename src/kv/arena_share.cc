@@ -130,11 +130,10 @@ Result<std::shared_ptr<SharedPrefix>> Arena::publish(SlotId id, std::uint64_t pr
   return publish_windows(id, prefix_tokens, nullptr);
 }
 
-Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t from,
-                                                    std::uint64_t to,
+Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t from, std::uint64_t to,
                                                     std::vector<std::uint64_t>* newly) {
-  const std::string what = "sealing windows [" + std::to_string(from) + ", " +
-                           std::to_string(to) + ") of " + slot_text(id);
+  const std::string what = "sealing windows [" + std::to_string(from) + ", " + std::to_string(to) +
+                           ") of " + slot_text(id);
   if (id >= slots_.size() || from > to) {
     return Status::InvalidArgument(what + ": no such slot or range");
   }

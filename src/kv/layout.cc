@@ -162,6 +162,20 @@ KvView LayoutPlan::view(std::uint64_t base) const {
   view.slot_stride = slot_stride;
   view.element_bytes = geometry.element_bytes();
   view.head_dim = geometry.head_dim;
+  switch (geometry.dtype) {
+    case DType::kFp16:
+      view.element = KvElement::kFp16;
+      break;
+    case DType::kBf16:
+      view.element = KvElement::kBf16;
+      break;
+    case DType::kFp8:
+      view.element = KvElement::kFp8;
+      break;
+    case DType::kFp32:
+      view.element = KvElement::kFp32;
+      break;
+  }
   switch (layout) {
     case Layout::kHeadMajor:
       // Fragment (layer * 2 + kv) * H + head; tokens of one head follow each other.

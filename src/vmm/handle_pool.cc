@@ -336,9 +336,8 @@ std::vector<HandleInfo> HandlePool::handles() const {
   std::vector<HandleInfo> list;
   list.reserve(entries_.size());
   for (const auto& [handle, entry] : entries_) {
-    list.push_back(
-        HandleInfo{handle, entry.bytes, granule_, entry.state, entry.mappings, entry.epoch,
-                   entry.holds});
+    list.push_back(HandleInfo{handle, entry.bytes, granule_, entry.state, entry.mappings,
+                              entry.epoch, entry.holds});
   }
   return list;
 }

@@ -124,6 +124,22 @@ class ArenaFixture : public ::testing::Test {
     }
   }
 
+  // A fresh driver after a run that leaked memory on purpose (a poisoned mapping stays mapped
+  // and its handle charged), so the next run's driver-side counts compare again. The old
+  // drivers are kept alive: their leaked mappings may still be read.
+  void replace_driver() {
+    arena_.reset();
+    pool_.reset();
+    retired_real_.push_back(std::move(real_));
+    retired_fault_.push_back(std::move(fault_));
+    real_ = make_driver_or_null<Backend>();
+    ASSERT_NE(real_, nullptr);
+    fault_ = std::make_unique<FaultDriver>(*real_);
+  }
+
+  // Declared first: destroyed last, after the fault drivers wrapping them.
+  std::vector<std::unique_ptr<Driver>> retired_real_;
+  std::vector<std::unique_ptr<FaultDriver>> retired_fault_;
   std::unique_ptr<Driver> real_;
   std::unique_ptr<FaultDriver> fault_;
   std::size_t g_ = 0;

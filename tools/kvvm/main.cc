@@ -5,6 +5,7 @@
 #include <iostream>
 #include <string>
 
+#include "bench_attention.h"
 #include "bench_command.h"
 #include "bench_share.h"
 #include "info_command.h"
@@ -42,6 +43,9 @@ int main(int argc, char** argv) {
   kvvm::cli::BenchShareOptions bench_share_options;
   CLI::App* bench_share =
       kvvm::cli::add_bench_share_command(*app.get_subcommand("bench"), bench_share_options);
+  kvvm::cli::BenchDecodeOptions bench_decode_options;
+  CLI::App* bench_decode =
+      kvvm::cli::add_bench_decode_command(*app.get_subcommand("bench"), bench_decode_options);
   kvvm::cli::SimulateOptions simulate_options;
   CLI::App* simulate = kvvm::cli::add_simulate_command(app, simulate_options);
 
@@ -61,6 +65,9 @@ int main(int argc, char** argv) {
     }
     if (bench_share->parsed()) {
       return kvvm::cli::run_bench_share(bench_share_options, std::cout, std::cerr);
+    }
+    if (bench_decode->parsed()) {
+      return kvvm::cli::run_bench_decode(bench_decode_options, std::cout, std::cerr);
     }
     if (bench_growth->parsed()) {
       return kvvm::cli::run_bench_growth(bench_growth_options, std::cout, std::cerr);

@@ -1,0 +1,124 @@
+// Prefix-cache lookup cost per prompt token on the host, beside hashing the same tokens with
+// SHA-256 in 16-token blocks chained through the parent digest (what vLLM recommends for
+// multi-tenant deployments) and with the bare chained XXH3-128 kvvm uses. items_per_second
+// is prompt tokens per second; docs/PERFORMANCE.md has the figures and the command.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <vector>
+
+#include "kvvm/arena.h"
+#include "kvvm/host_driver.h"
+#include "kvvm/prefix_cache.h"
+
+#if defined(KVVM_HAS_OPENSSL)
+#include <openssl/evp.h>
+#endif
+
+namespace kvvm {
+namespace {
+
+std::vector<TokenId> make_prompt(std::size_t tokens) {
+  std::vector<TokenId> ids(tokens);
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (TokenId& id : ids) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    id = static_cast<TokenId>(x % 128000);
+  }
+  return ids;
+}
+
+// llama-3-8b geometry on a 2 MiB host granule: a window is 16 tokens, as vLLM's block.
+struct CacheRig {
+  std::unique_ptr<Driver> driver;
+  Governor governor;
+  std::unique_ptr<HandlePool> pool;
+  std::unique_ptr<Arena> arena;
+  std::unique_ptr<PrefixCache> cache;
+
+  Status make(std::size_t tokens) {
+    auto made = make_host_driver({.granule = 2u << 20, .populate = false});
+    if (!made.ok()) return made.status();
+    driver = std::move(made).value();
+    const TierId tier = governor.add_tier("bench", 64ull << 30);
+    pool = std::make_unique<HandlePool>(*driver, PoolOptions{}, &governor, tier);
+    auto geometry = builtin_geometry("llama-3-8b");
+    if (!geometry.ok()) return geometry.status();
+    auto plan = plan_layout(*geometry, Layout::kTokenMajor, driver->granule(), tokens + 16);
+    if (!plan.ok()) return plan.status();
+    auto created = Arena::create(*pool, governor, ArenaOptions{*plan, 4, tier});
+    if (!created.ok()) return created.status();
+    arena = std::move(created).value();
+    PrefixCacheOptions options;
+    options.model_identity = "llama-3-8b";
+    auto cached = PrefixCache::create(*arena, governor, options);
+    if (!cached.ok()) return cached.status();
+    cache = std::move(cached).value();
+    return Status::Ok();
+  }
+};
+
+// A lookup of a prompt whose every whole window is cached: keys, table probes, id checks.
+void BM_PrefixCacheLookup(benchmark::State& state) {
+  const auto tokens = static_cast<std::size_t>(state.range(0));
+  CacheRig rig;
+  if (Status made = rig.make(tokens); !made.ok())
+    return state.SkipWithError(made.message().c_str());
+  const std::vector<TokenId> prompt = make_prompt(tokens);
+  auto admitted = rig.cache->admit(prompt, 1);
+  if (!admitted.ok()) return state.SkipWithError(admitted.status().message().c_str());
+  if (Status w = rig.cache->written(admitted->slot, tokens); !w.ok()) {
+    return state.SkipWithError(w.message().c_str());
+  }
+  std::uint64_t hit = 0;
+  for (auto _ : state) {
+    hit = rig.cache->lookup(prompt, 1);
+    benchmark::DoNotOptimize(hit);
+  }
+  state.counters["hit_tokens"] = static_cast<double>(hit);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * tokens));
+}
+BENCHMARK(BM_PrefixCacheLookup)->Arg(1024)->Arg(8192);
+
+// The chained XXH3-128 alone, per 16-token window.
+void BM_Xxh3ChainHash(benchmark::State& state) {
+  const auto tokens = static_cast<std::size_t>(state.range(0));
+  const std::vector<TokenId> prompt = make_prompt(tokens);
+  for (auto _ : state) {
+    CacheKey key{};
+    for (std::size_t at = 0; at + 16 <= tokens; at += 16) {
+      key = xxh3_chain_hash(key, std::span<const TokenId>(prompt.data() + at, 16));
+    }
+    benchmark::DoNotOptimize(key);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * tokens));
+}
+BENCHMARK(BM_Xxh3ChainHash)->Arg(1024)->Arg(8192);
+
+#if defined(KVVM_HAS_OPENSSL)
+// SHA-256 over (parent digest, 16 token ids) per block, as vLLM's sha256 block hashing.
+void BM_Sha256ChainHash(benchmark::State& state) {
+  const auto tokens = static_cast<std::size_t>(state.range(0));
+  const std::vector<TokenId> prompt = make_prompt(tokens);
+  EVP_MD_CTX* context = EVP_MD_CTX_new();
+  unsigned char digest[32] = {};
+  for (auto _ : state) {
+    for (std::size_t at = 0; at + 16 <= tokens; at += 16) {
+      unsigned int length = 0;
+      EVP_DigestInit_ex(context, EVP_sha256(), nullptr);
+      EVP_DigestUpdate(context, digest, sizeof digest);
+      EVP_DigestUpdate(context, prompt.data() + at, 16 * sizeof(TokenId));
+      EVP_DigestFinal_ex(context, digest, &length);
+    }
+    benchmark::DoNotOptimize(digest);
+  }
+  EVP_MD_CTX_free(context);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * tokens));
+}
+BENCHMARK(BM_Sha256ChainHash)->Arg(1024)->Arg(8192);
+#endif
+
+}  // namespace
+}  // namespace kvvm

@@ -1,0 +1,125 @@
+// Attention over the flat KV cache (issue 5): append, decode and causal prefill.
+//
+// Why these functions see only a KvView, slot ids and lengths: the arena, its windows and its
+// driver live in other layers (DESIGN.md), and a KvView's strides address every layout, so
+// one kernel per operation serves head-major, seq-major and token-major alike. A kernel never
+// reads a token at or beyond its sequence's live length: the windows there may be unmapped
+// (a read would fault) or hold an earlier occupant's bytes.
+//
+// Three implementations of each operation, with one parameter struct:
+//   - CUDA (fp16, bf16; head dim 64 or 128; fp32 accumulation): pointers are device
+//     addresses, launches are asynchronous on `stream` (a cudaStream_t; null: the legacy
+//     stream) and capturable in a CUDA graph. Lengths and per-row positions are read from
+//     device memory when the kernel runs, so a captured graph keeps working as sequences grow.
+//   - CPU float32, multithreaded (the host backend's path): pointers are host addresses.
+//   - CPU float64 reference (tests): pointers are host addresses; outputs are doubles.
+// Tensors are dense, row-major, in the view's element type:
+//   q, out: [rows][qo_heads][head_dim]; new k, v: [rows][kv_heads][head_dim].
+// Query head h reads KV head h / (qo_heads / kv_heads) (grouped-query attention).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvvm/kv_view.h"
+#include "kvvm/status.h"
+
+namespace kvvm {
+
+// Writes the K and V of `tokens` new rows into their slots. Row i goes to slot
+// row_slots[i] at position row_positions[i] when those arrays are given (a decode step: one
+// token for each sequence of a batch), else to slot `slot` at position start + i (a prefill
+// chunk). REQUIRES: the windows under every target position are committed read-write.
+struct AppendParams {
+  KvView view;
+  std::uint32_t layer = 0;
+  std::uint32_t kv_heads = 0;
+  std::uint32_t tokens = 0;
+  const void* k = nullptr;                       // [tokens][kv_heads][head_dim]
+  const void* v = nullptr;                       // [tokens][kv_heads][head_dim]
+  const std::uint32_t* row_slots = nullptr;      // [tokens] or null
+  const std::uint32_t* row_positions = nullptr;  // [tokens] or null (both or neither)
+  std::uint32_t slot = 0;                        // without the arrays
+  std::uint32_t start = 0;                       // without the arrays
+};
+
+// One query token per sequence against its first lengths[b] tokens. A length of 0 gives an
+// output of zeros.
+struct DecodeParams {
+  KvView view;
+  std::uint32_t layer = 0;
+  std::uint32_t qo_heads = 0;
+  std::uint32_t kv_heads = 0;
+  std::uint32_t batch = 0;
+  float sm_scale = 0;                      // 0: 1 / sqrt(head_dim)
+  const void* q = nullptr;                 // [batch][qo_heads][head_dim]
+  const std::uint32_t* slots = nullptr;    // [batch]
+  const std::uint32_t* lengths = nullptr;  // [batch], read when the kernel runs
+  // An upper bound of every length, for planning the split over the sequence (CUDA): for a
+  // captured graph, the longest any sequence will be while the graph is replayed. A length
+  // above it is clamped to it (CUDA) or refused (CPU).
+  std::uint32_t max_length = 0;
+  std::uint32_t chunk_tokens = 0;  // CUDA split size; 0: planned from the device and shape
+  void* out = nullptr;             // [batch][qo_heads][head_dim]
+};
+
+// Causal attention of a prompt chunk: query row i sits at position start + i and reads the
+// sequence's tokens [0, start + i], earlier chunks included. REQUIRES: the chunk's own K and
+// V were appended first.
+struct PrefillParams {
+  KvView view;
+  std::uint32_t layer = 0;
+  std::uint32_t qo_heads = 0;
+  std::uint32_t kv_heads = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t start = 0;
+  std::uint32_t tokens = 0;
+  float sm_scale = 0;       // 0: 1 / sqrt(head_dim)
+  const void* q = nullptr;  // [tokens][qo_heads][head_dim]
+  void* out = nullptr;      // [tokens][qo_heads][head_dim]
+};
+
+// ---- Checks shared by every implementation (InvalidArgument naming the value). -----------
+// CUDA additionally refuses head dims other than 64 and 128, element types other than fp16
+// and bf16, and strides or bases that are not multiples of 16 bytes.
+Status check_append(const AppendParams& params);
+Status check_decode(const DecodeParams& params);
+Status check_prefill(const PrefillParams& params);
+
+// ---- CUDA ----------------------------------------------------------------------------------
+// Whether this build has the kernels (built with nvcc). Without them every CUDA call below
+// answers Unavailable.
+bool attention_kernels_built();
+
+Status append_kv_cuda(const AppendParams& params, void* stream);
+
+// How a decode is split over the sequence: `chunks` pieces of `chunk_tokens` per (sequence,
+// KV head), merged by a second kernel when chunks > 1.
+struct DecodePlan {
+  std::uint32_t chunk_tokens = 0;
+  std::uint32_t chunks = 0;
+  std::size_t workspace_bytes = 0;  // what decode_attention_cuda needs; 0 when chunks == 1
+};
+Result<DecodePlan> plan_decode_cuda(const DecodeParams& params);
+// `workspace`: device memory of at least plan_decode_cuda(params).workspace_bytes.
+Status decode_attention_cuda(const DecodeParams& params, void* workspace,
+                             std::size_t workspace_bytes, void* stream);
+
+Status prefill_attention_cuda(const PrefillParams& params, void* stream);
+
+// ---- CPU float32, multithreaded (threads 0: the hardware's) ---------------------------------
+Status append_kv_cpu(const AppendParams& params);
+Status decode_attention_cpu(const DecodeParams& params, unsigned threads = 0);
+Status prefill_attention_cpu(const PrefillParams& params, unsigned threads = 0);
+
+// ---- CPU float64 reference -------------------------------------------------------------------
+// `out` holds rows * qo_heads * head_dim doubles (rows: batch or tokens); params.out is not
+// used.
+Status decode_attention_reference(const DecodeParams& params, double* out);
+Status prefill_attention_reference(const PrefillParams& params, double* out);
+
+// Element conversions of the host paths (round to nearest even), for tests and engines.
+float element_to_float(KvElement element, const void* at);
+void float_to_element(KvElement element, float value, void* at);
+
+}  // namespace kvvm

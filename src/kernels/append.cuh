@@ -1,0 +1,55 @@
+// Append: copies the K and V rows of new tokens into their slots through a KvView.
+//
+// Why one thread per 16-byte vector: a row of one head (D * 2 bytes) is contiguous in every
+// layout, so D / 8 adjacent threads move it with one 16-byte load and one 16-byte store each;
+// where rows of different heads or tokens land depends on the layout, and only the view's
+// strides know. Per-row slot and position arrays are read on the device, so a captured decode
+// step appends at positions the host updates between replays.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kvvm/kv_view.h"
+
+namespace kvvm::kernels {
+
+constexpr std::uint32_t kAppendThreads = 256;
+
+struct AppendKernelParams {
+  KvView view;
+  std::uint32_t layer;
+  std::uint32_t kv_heads;
+  std::uint32_t tokens;
+  std::uint32_t vectors_per_row;  // head_dim * element_bytes / 16
+  const unsigned char* k;
+  const unsigned char* v;
+  const std::uint32_t* row_slots;
+  const std::uint32_t* row_positions;
+  std::uint32_t slot;
+  std::uint32_t start;
+};
+
+__global__ void __launch_bounds__(kAppendThreads) append_kernel(const AppendKernelParams p) {
+  // index = ((token * kv_heads + head) * 2 + kv) * vectors_per_row + part
+  const std::uint64_t index = static_cast<std::uint64_t>(blockIdx.x) * kAppendThreads + threadIdx.x;
+  const std::uint64_t total =
+      static_cast<std::uint64_t>(p.tokens) * p.kv_heads * 2 * p.vectors_per_row;
+  if (index >= total) return;
+  const std::uint32_t part = index % p.vectors_per_row;
+  const std::uint64_t head_row = index / p.vectors_per_row;  // (token * kv_heads + head) * 2 + kv
+  const std::uint32_t kv = head_row % 2;
+  const std::uint64_t source_row = head_row / 2;  // token * kv_heads + head
+  const std::uint32_t head = source_row % p.kv_heads;
+  const std::uint32_t token = static_cast<std::uint32_t>(source_row / p.kv_heads);
+  const std::uint32_t slot = p.row_slots != nullptr ? p.row_slots[token] : p.slot;
+  const std::uint64_t position =
+      p.row_positions != nullptr ? p.row_positions[token] : std::uint64_t{p.start} + token;
+  const unsigned char* from = (kv == 0 ? p.k : p.v) + (source_row * p.vectors_per_row + part) * 16;
+  unsigned char* to =
+      reinterpret_cast<unsigned char*>(p.view.address(slot, p.layer, kv, head, position)) +
+      part * 16;
+  *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+}
+
+}  // namespace kvvm::kernels

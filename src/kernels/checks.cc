@@ -1,0 +1,93 @@
+// Parameter checks shared by the CUDA, CPU and reference paths, and the host element
+// conversions. Why one place: every path must refuse the same malformed call with the same
+// words, so a test of the CPU path's refusals also pins what the CUDA launchers refuse before
+// their own (head dim, element type, alignment) checks.
+#include <cstring>
+#include <string>
+
+#include "kernels/element.h"
+#include "kvvm/attention.h"
+
+namespace kvvm {
+namespace {
+
+std::string str(std::uint64_t value) { return std::to_string(value); }
+
+Status check_view(const KvView& view, const char* what) {
+  const std::string prefix = std::string(what) + ": ";
+  if (view.base == 0) return Status::InvalidArgument(prefix + "the KvView has no base address");
+  if (view.head_dim == 0) return Status::InvalidArgument(prefix + "the KvView has head_dim 0");
+  const std::uint32_t bytes = kernels::element_size(view.element);
+  if (bytes == 0 || view.element == KvElement::kFp8) {
+    return Status::InvalidArgument(prefix + "element type " +
+                                   str(static_cast<std::uint32_t>(view.element)) +
+                                   " is not readable here (fp16, bf16 or fp32)");
+  }
+  if (view.element_bytes != bytes) {
+    return Status::InvalidArgument(prefix + "the KvView says " + str(view.element_bytes) +
+                                   " bytes per element but its element type has " + str(bytes));
+  }
+  return Status::Ok();
+}
+
+Status check_heads(std::uint32_t qo_heads, std::uint32_t kv_heads, const char* what) {
+  if (kv_heads == 0 || qo_heads == 0 || qo_heads % kv_heads != 0) {
+    return Status::InvalidArgument(std::string(what) + ": " + str(qo_heads) +
+                                   " query heads are not a positive multiple of " + str(kv_heads) +
+                                   " KV heads");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status check_append(const AppendParams& p) {
+  KVVM_RETURN_IF_ERROR(check_view(p.view, "append"));
+  if (p.kv_heads == 0) return Status::InvalidArgument("append: 0 KV heads");
+  if ((p.row_slots == nullptr) != (p.row_positions == nullptr)) {
+    return Status::InvalidArgument(
+        "append: give both row_slots and row_positions (a decode step) or neither (a chunk)");
+  }
+  if (p.tokens > 0 && (p.k == nullptr || p.v == nullptr)) {
+    return Status::InvalidArgument("append: " + str(p.tokens) + " rows but no k or v");
+  }
+  return Status::Ok();
+}
+
+Status check_decode(const DecodeParams& p) {
+  KVVM_RETURN_IF_ERROR(check_view(p.view, "decode"));
+  KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "decode"));
+  if (p.batch > 0 &&
+      (p.q == nullptr || p.slots == nullptr || p.lengths == nullptr || p.out == nullptr)) {
+    return Status::InvalidArgument("decode: batch of " + str(p.batch) +
+                                   " but q, slots, lengths or out is null");
+  }
+  if (p.max_length == 0) {
+    return Status::InvalidArgument("decode: max_length must bound the lengths, got 0");
+  }
+  return Status::Ok();
+}
+
+Status check_prefill(const PrefillParams& p) {
+  KVVM_RETURN_IF_ERROR(check_view(p.view, "prefill"));
+  KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "prefill"));
+  if (p.tokens > 0 && (p.q == nullptr || p.out == nullptr)) {
+    return Status::InvalidArgument("prefill: " + str(p.tokens) +
+                                   " query rows but q or out is null");
+  }
+  if (std::uint64_t{p.start} + p.tokens > UINT32_MAX) {
+    return Status::InvalidArgument("prefill: positions up to " +
+                                   str(std::uint64_t{p.start} + p.tokens) + " exceed 32 bits");
+  }
+  return Status::Ok();
+}
+
+float element_to_float(KvElement element, const void* at) {
+  return kernels::load_element(element, static_cast<const unsigned char*>(at));
+}
+
+void float_to_element(KvElement element, float value, void* at) {
+  kernels::store_element(element, value, static_cast<unsigned char*>(at));
+}
+
+}  // namespace kvvm

@@ -1,0 +1,145 @@
+// Pieces every attention kernel uses: 16-byte vectors of 8 elements, their conversion to and
+// from float, and the dispatch macros that turn run-time sizes into compile-time constants.
+//
+// Why 16-byte vectors: HOPPER.md's first habit for memory-bound code; one LDG.128 per thread
+// moves 8 fp16 / bf16 elements, and a warp reads 512 contiguous bytes of a head row.
+// Compiled as C++17 (CMake 3.25 has no CUDA 20 flag).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kvvm/status.h"
+
+namespace kvvm::kernels {
+
+constexpr std::uint32_t kVecElements = 8;  // elements in one 16-byte vector
+constexpr float kNegInf = -__builtin_huge_valf();
+
+template <typename T>
+__device__ __forceinline__ void vec_to_float(const uint4& raw, float (&out)[8]);
+
+template <>
+__device__ __forceinline__ void vec_to_float<__half>(const uint4& raw, float (&out)[8]) {
+  const __half2* pairs = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(pairs[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+template <>
+__device__ __forceinline__ void vec_to_float<__nv_bfloat16>(const uint4& raw, float (&out)[8]) {
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float value);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float value) {
+  return __float2half_rn(value);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
+  return __float2bfloat16_rn(value);
+}
+
+// A 16-byte load through the read-only path; the KV a kernel reads is not written while it
+// runs (append is an earlier kernel on the stream).
+__device__ __forceinline__ uint4 load_vec(const unsigned char* at) {
+  return __ldg(reinterpret_cast<const uint4*>(at));
+}
+
+// cp.async (sm_80+): a 16-byte global-to-shared copy that does not hold registers while in
+// flight; `live` false copies nothing and zero-fills the destination.
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool live) {
+  const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  const int source_bytes = live ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
+               "r"(source_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+inline Status cuda_status(const char* call, cudaError_t error) {
+  if (error == cudaSuccess) return Status::Ok();
+  return Status::DriverError(std::string(call) + " failed: " + cudaGetErrorString(error),
+                             DriverFailure{call, cudaGetErrorName(error), static_cast<int>(error)});
+}
+
+}  // namespace kvvm::kernels
+
+// Runs the statements with HEAD_DIM a compile-time 64 or 128; any other head dim returns
+// InvalidArgument from the enclosing function (a Status-returning host launcher).
+#define KVVM_DISPATCH_HEAD_DIM(head_dim, HEAD_DIM, ...)                                         \
+  switch (head_dim) {                                                                           \
+    case 64: {                                                                                  \
+      constexpr std::uint32_t HEAD_DIM = 64;                                                    \
+      __VA_ARGS__                                                                               \
+      break;                                                                                    \
+    }                                                                                           \
+    case 128: {                                                                                 \
+      constexpr std::uint32_t HEAD_DIM = 128;                                                   \
+      __VA_ARGS__                                                                               \
+      break;                                                                                    \
+    }                                                                                           \
+    default:                                                                                    \
+      return ::kvvm::Status::InvalidArgument(                                                   \
+          "head dim " + std::to_string(head_dim) +                                              \
+          " is not supported by the CUDA attention kernels (compiled for 64 and 128); use the " \
+          "CPU path or add the size to KVVM_DISPATCH_HEAD_DIM");                                \
+  }
+
+// Element type of the view to the CUDA type T (fp16 -> __half, bf16 -> __nv_bfloat16).
+#define KVVM_DISPATCH_ELEMENT(element, T, ...)                                    \
+  switch (element) {                                                              \
+    case ::kvvm::KvElement::kFp16: {                                              \
+      using T = __half;                                                           \
+      __VA_ARGS__                                                                 \
+      break;                                                                      \
+    }                                                                             \
+    case ::kvvm::KvElement::kBf16: {                                              \
+      using T = __nv_bfloat16;                                                    \
+      __VA_ARGS__                                                                 \
+      break;                                                                      \
+    }                                                                             \
+    default:                                                                      \
+      return ::kvvm::Status::InvalidArgument(                                     \
+          "element type " + std::to_string(static_cast<std::uint32_t>(element)) + \
+          " is not supported by the CUDA attention kernels (fp16 and bf16)");     \
+  }
+
+// Query heads handled together by one block (sharing each K / V row it loads): the group
+// size rounded up to 1, 2, 4 or 8; larger groups take several blocks of 8.
+#define KVVM_DISPATCH_GROUP_TILE(group, GROUP_TILE, ...) \
+  if ((group) <= 1) {                                    \
+    constexpr std::uint32_t GROUP_TILE = 1;              \
+    __VA_ARGS__                                          \
+  } else if ((group) <= 2) {                             \
+    constexpr std::uint32_t GROUP_TILE = 2;              \
+    __VA_ARGS__                                          \
+  } else if ((group) <= 4) {                             \
+    constexpr std::uint32_t GROUP_TILE = 4;              \
+    __VA_ARGS__                                          \
+  } else {                                               \
+    constexpr std::uint32_t GROUP_TILE = 8;              \
+    __VA_ARGS__                                          \
+  }

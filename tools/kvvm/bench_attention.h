@@ -1,0 +1,52 @@
+// `kvvm bench decode` (issue 5): the CUDA decode attention kernel over an arena on the CUDA
+// driver, for the issue's shapes, in every layout; a 4K-token causal prefill; and the
+// device-to-device copy bandwidth of the same run as the ceiling.
+//
+// Per shape (batch, context, query heads / KV heads, head dim), fp16: median time of one
+// decode launch (events around back-to-back launches, after a warm-up), the effective KV
+// bytes read per second (batch x context x 2 x KV heads x head dim x 2 bytes over that time),
+// its share of the copy bandwidth, and, when a PyTorch baseline is given
+// (bench/sdpa_baseline.py --json), the ratio PyTorch time / ours (> 1: we are faster).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace kvvm::cli {
+
+struct DecodeShape {
+  std::uint32_t batch = 0;
+  std::uint32_t context = 0;
+  std::uint32_t qo_heads = 0;
+  std::uint32_t kv_heads = 0;
+  std::uint32_t head_dim = 0;
+};
+
+struct BenchDecodeOptions {
+  int device = 0;
+  std::vector<std::string> shapes;  // "batch,context,qo/kv,dim"; empty: the issue's five
+  std::string layout = "all";       // head-major, seq-major, token-major or all
+  std::uint32_t layers = 2;         // the cache holds this many layers; layer 1 is read
+  std::uint32_t iterations = 20;    // launches per timed sample
+  std::uint32_t samples = 15;
+  std::uint32_t prefill_tokens = 4096;  // 0: no prefill row
+  std::uint32_t chunk_tokens = 0;       // decode split size; 0: planned
+  std::string baseline;                 // JSON from bench/sdpa_baseline.py
+  std::string json_out;                 // write the results here as JSON too
+};
+
+// Adds `decode` under the existing `bench` subcommand.
+CLI::App* add_bench_decode_command(CLI::App& bench, BenchDecodeOptions& options);
+
+// "32,8192,14/2,64" -> shape; InvalidArgument-style message in `error` when malformed.
+bool parse_decode_shape(const std::string& text, DecodeShape& shape, std::string& error);
+
+int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace kvvm::cli
