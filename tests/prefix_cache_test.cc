@@ -43,25 +43,9 @@ class PrefixCacheTest : public testing::ArenaFixture<Backend> {
   }
 
   // The KV bytes a model would write: a function of the token id and its position only.
-  void write_kv(SlotId slot, std::span<const TokenId> ids, std::uint64_t from, std::uint64_t to) {
-    const KvView view = this->arena_->view();
-    const Geometry& geometry = this->arena_->plan().geometry;
-    const std::size_t bytes = geometry.head_dim * geometry.element_bytes();
-    for (std::uint64_t t : this->sample(*this->arena_, from, to)) {
-      for (std::uint32_t l = 0; l < geometry.layers; ++l) {
-        for (std::uint32_t kv = 0; kv < 2; ++kv) {
-          for (std::uint32_t h = 0; h < geometry.kv_heads; ++h) {
-            const auto data = testing::pattern(
-                bytes, testing::mix(ids[t] ^ (t << 24)) ^ (l << 12) ^ (kv << 8) ^ h);
-            Status written =
-                this->fault_->write(view.address(slot, l, kv, h, t), data.data(), bytes);
-            ASSERT_TRUE(written.ok()) << written.to_string();
-          }
-        }
-      }
-    }
-  }
-  void expect_kv(SlotId slot, std::span<const TokenId> ids, std::uint64_t from, std::uint64_t to) {
+  // Writes them for the sampled tokens of [from, to), or (check) reads and compares them.
+  void visit_kv(SlotId slot, std::span<const TokenId> ids, std::uint64_t from, std::uint64_t to,
+                bool check) {
     const KvView view = this->arena_->view();
     const Geometry& geometry = this->arena_->plan().geometry;
     const std::size_t bytes = geometry.head_dim * geometry.element_bytes();
@@ -72,13 +56,24 @@ class PrefixCacheTest : public testing::ArenaFixture<Backend> {
           for (std::uint32_t h = 0; h < geometry.kv_heads; ++h) {
             const auto data = testing::pattern(
                 bytes, testing::mix(ids[t] ^ (t << 24)) ^ (l << 12) ^ (kv << 8) ^ h);
-            ASSERT_TRUE(
-                this->fault_->read(seen.data(), view.address(slot, l, kv, h, t), bytes).ok());
+            const Address at = view.address(slot, l, kv, h, t);
+            if (!check) {
+              Status written = this->fault_->write(at, data.data(), bytes);
+              ASSERT_TRUE(written.ok()) << written.to_string();
+              continue;
+            }
+            ASSERT_TRUE(this->fault_->read(seen.data(), at, bytes).ok());
             ASSERT_EQ(seen, data) << "token " << t << " layer " << l;
           }
         }
       }
     }
+  }
+  void write_kv(SlotId slot, std::span<const TokenId> ids, std::uint64_t from, std::uint64_t to) {
+    visit_kv(slot, ids, from, to, false);
+  }
+  void expect_kv(SlotId slot, std::span<const TokenId> ids, std::uint64_t from, std::uint64_t to) {
+    visit_kv(slot, ids, from, to, true);
   }
   // Admits `ids`, writes what is not cached, reports all written; returns the admission.
   CacheAdmission run_prompt(std::span<const TokenId> ids, std::uint64_t salt) {

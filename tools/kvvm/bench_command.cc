@@ -280,21 +280,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchGrowthOptions& options) {
       "Per-token growth cost for every model x layout, commit-ahead off and on: time each "
       "Arena::ensure while sequences grow one token at a time; on a GPU also a decode loop "
       "comparing step-time p99 with growth against pre-committed memory (goal <= 1.02x).");
-  growth
-      ->add_option_function<std::string>(
-          "--backend",
-          [&options](const std::string& value) {
-            options.backend = value == "cuda" ? BackendChoice::kCuda : BackendChoice::kHost;
-          },
-          "cuda or host (default: cuda when a GPU is usable, else host)")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  growth->add_option("--device", options.device, "CUDA device ordinal (cuda backend; default 0)")
-      ->check(CLI::NonNegativeNumber);
-  growth
-      ->add_option("--host-granule", options.host_granule,
-                   "Host driver granule, a multiple of the page size (host backend; default 2M, "
-                   "so windows look like a GPU's)")
-      ->transform(byte_size_validator());
+  add_backend_options(*growth, options.backend, options.device, options.host_granule,
+                      "Host driver granule, a multiple of the page size (host backend; default "
+                      "2M, so windows look like a GPU's)");
   growth
       ->add_option("--model", options.models,
                    "A built-in model or a config.json path; repeatable; 'all' = every built-in "

@@ -214,22 +214,10 @@ CLI::App* add_bench_share_command(CLI::App& bench, BenchShareOptions& options) {
       "share",
       "Prefix sharing through the real arena: physical memory saved by N sequences sharing a "
       "published prefix (against the layout arithmetic's prediction), and the cost per granule "
-      "of the boundary copy, copy-on-write, an in-place write unlock and a plain commit, with "
-      "pooled handles.");
-  share
-      ->add_option_function<std::string>(
-          "--backend",
-          [&options](const std::string& value) {
-            options.backend = value == "cuda" ? BackendChoice::kCuda : BackendChoice::kHost;
-          },
-          "cuda or host (default: cuda when a GPU is usable, else host)")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  share->add_option("--device", options.device, "CUDA device ordinal (default 0)")
-      ->check(CLI::NonNegativeNumber);
-  share
-      ->add_option("--host-granule", options.host_granule,
-                   "Host driver granule (host backend; default 2M, like a GPU's)")
-      ->transform(byte_size_validator());
+      "of the boundary copy (and the bare device copy), copy-on-write and an in-place write "
+      "unlock, with pooled handles.");
+  add_backend_options(*share, options.backend, options.device, options.host_granule,
+                      "Host driver granule (host backend; default 2M, like a GPU's)");
   share->add_option("--model", options.model,
                     "A built-in model or a config.json path (default qwen2.5-14b)");
   share->add_option("--layout", options.layout,

@@ -336,24 +336,30 @@ CLI::Validator at_least_one_validator() {
 
 std::string_view to_string(RowKind kind) { return kind == RowKind::kRaw ? "raw" : "ours"; }
 
+void add_backend_options(CLI::App& command, BackendChoice& backend, int& device,
+                         std::uint64_t& host_granule, const std::string& host_granule_help) {
+  command
+      .add_option_function<std::string>(
+          "--backend",
+          [&backend](const std::string& value) {
+            backend = value == "cuda" ? BackendChoice::kCuda : BackendChoice::kHost;
+          },
+          "cuda or host (default: cuda when a GPU is usable, else host)")
+      ->check(CLI::IsMember({"cuda", "host"}));
+  command.add_option("--device", device, "CUDA device ordinal (cuda backend; default 0)")
+      ->check(CLI::NonNegativeNumber);
+  command.add_option("--host-granule", host_granule, host_granule_help)
+      ->transform(byte_size_validator());
+}
+
 CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
   CLI::App* info = app.add_subcommand(
       "info",
       "Show the memory driver (device, granularity, free memory) and time one granule's "
       "commit and release: raw driver calls against kvvm's transactions, in the same run.");
-  info->add_option_function<std::string>(
-          "--backend",
-          [&options](const std::string& value) {
-            options.backend = value == "cuda" ? BackendChoice::kCuda : BackendChoice::kHost;
-          },
-          "cuda or host (default: cuda when a GPU is usable, else host)")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  info->add_option("--device", options.device, "CUDA device ordinal (cuda backend; default 0)")
-      ->check(CLI::NonNegativeNumber);
-  info->add_option("--host-granule", options.host_granule,
-                   "Host driver granule: a multiple of the page size, e.g. 4K, 2M, 1G "
-                   "(host backend; default 0 = the page size)")
-      ->transform(byte_size_validator());
+  add_backend_options(*info, options.backend, options.device, options.host_granule,
+                      "Host driver granule: a multiple of the page size, e.g. 4K, 2M, 1G "
+                      "(host backend; default 0 = the page size)");
   info->add_option("--granules", options.granules,
                    "Samples per row of the timing table, one granule each (default 64)")
       ->check(at_least_one_validator());

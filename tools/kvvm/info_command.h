@@ -113,6 +113,11 @@ Result<std::unique_ptr<Driver>> open_driver(BackendChoice backend, int device,
                                             std::size_t host_granule, std::string_view command,
                                             std::ostream& err);
 
+// Adds --backend (cuda or host), --device and --host-granule to `command`, bound to the given
+// fields; `host_granule_help` says what the granule is and defaults to for this command.
+void add_backend_options(CLI::App& command, BackendChoice& backend, int& device,
+                         std::uint64_t& host_granule, const std::string& host_granule_help);
+
 // The whole subcommand: results to `out`, errors (with numbers) to `err`. Returns kExitOk,
 // kExitUsage (bad request: e.g. cuda asked for without a GPU) or kExitFailure.
 int run_info(const InfoOptions& options, std::ostream& out, std::ostream& err);
