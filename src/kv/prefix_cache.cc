@@ -92,7 +92,7 @@ void PrefixCache::extend_keys(Sequence& sequence) const {
 }
 
 std::vector<PrefixCache::Entry*> PrefixCache::match_locked(const Sequence& sequence,
-                                                          bool* collided) const {
+                                                           bool* collided) const {
   // The longest verified chain whose windows leave the last prompt token to compute, cut
   // back to a window that ends on a token boundary.
   const LayoutPlan& plan = arena_.plan();
@@ -113,8 +113,7 @@ std::vector<PrefixCache::Entry*> PrefixCache::match_locked(const Sequence& seque
     matched.push_back(entry);
     parent = entry;
   }
-  while (!matched.empty() &&
-         matched.size() * plan.granule % plan.contiguous_bytes_per_token != 0) {
+  while (!matched.empty() && matched.size() * plan.granule % plan.contiguous_bytes_per_token != 0) {
     matched.pop_back();
   }
   return matched;
