@@ -174,6 +174,14 @@ if ((built)) && [[ -x "$CLI" ]] && "$CLI" bench share --help >/dev/null 2>&1; th
   step_failed share && share_state="FAILED ($OUT/share.txt)"
 fi
 
+# --- kvvm simulate (issue 4) on the GPU's arena: the README's main job, built-in defaults ----
+simulate_state="not run"
+if ((built)) && [[ -x "$CLI" ]] && "$CLI" simulate --help >/dev/null 2>&1; then
+  step simulate "$OUT/simulate.txt" "$CLI" simulate --backend cuda
+  simulate_state="ran ($OUT/simulate.txt)"
+  step_failed simulate && simulate_state="FAILED ($OUT/simulate.txt)"
+fi
+
 # --- Attention kernels (issue 5): bench decode against PyTorch SDPA, compute-sanitizer ------
 # The attention tests already ran in the suite above; scripts/gpu-kernels.sh adds the decode
 # benchmark, the PyTorch baseline and the sanitizer runs. Its files go to $OUT/kernels (packed
@@ -203,6 +211,11 @@ fi
     echo "share (kvvm bench share --backend cuda):"
     sed 's/^/  /' "$OUT/share.txt"
   fi
+  printf '%-10s %s\n' "simulate" "$simulate_state"
+  if [[ -s "$OUT/simulate.txt" ]]; then
+    echo "simulate (kvvm simulate --backend cuda):"
+    sed 's/^/  /' "$OUT/simulate.txt"
+  fi
   printf '%-10s %s\n' "kernels" "$kernels_state"
   if [[ -s "$OUT/info.txt" ]]; then
     echo "info (kvvm info --backend cuda):"
@@ -226,8 +239,9 @@ fi
 # The device tool brings back at most 8 files: keep the summary, the info table and JSON,
 # the benchmark JSON and the test XML as they are, and pack every log into one archive.
 (cd "$OUT" && tar czf logs.tgz --ignore-failed-read -- *.log *.stderr environment.txt \
-  nvidia-smi.txt info.txt share.txt kernels 2>/dev/null &&
-  rm -rf -- *.log *.stderr environment.txt nvidia-smi.txt info.txt share.txt kernels) || true
+  nvidia-smi.txt info.txt share.txt simulate.txt kernels 2>/dev/null &&
+  rm -rf -- *.log *.stderr environment.txt nvidia-smi.txt info.txt share.txt simulate.txt \
+    kernels) || true
 
 if ((${#failed_steps[@]} > 0)) || [[ "$failed" != "-" && "$failed" != "0" ]]; then
   exit 1
