@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <functional>
+#include <type_traits>
+#include <vector>
 
 #include "support/arena_fixture.h"
 
@@ -94,7 +96,13 @@ class ArenaShareSweepTest : public testing::ArenaFixture<Backend> {
 TYPED_TEST_SUITE(ArenaShareSweepTest, testing::AllBackends, testing::BackendNames);
 
 TYPED_TEST(ArenaShareSweepTest, AdmissionAsASharer) {
-  for (Layout layout : {Layout::kTokenMajor, Layout::kSeqMajor}) {
+  // Several fragments (seq-major) on the small-granule host only: the paths are the same, and
+  // at 2 MiB windows each of its 43 positions costs a fresh arena of real memory.
+  std::vector<Layout> layouts{Layout::kTokenMajor};
+  if constexpr (std::is_same_v<TypeParam, testing::HostPageBackend>) {
+    layouts.push_back(Layout::kSeqMajor);
+  }
+  for (Layout layout : layouts) {
     std::uint64_t admissions = 0;
     const int forced = this->sweep(
         "admit_shared", layout,
