@@ -303,17 +303,39 @@ std::uint64_t PrefixCache::evict(std::uint64_t bytes) {
   HandlePool& pool = arena_.pool();
   const std::uint64_t released_before = pool.released_bytes();
   const auto given_back = [&] { return pool.released_bytes() - released_before; };
-  while (given_back() < bytes) {
+  // The evictable leaves, least recently used on top, found once per call: a parent is used
+  // before its children on every hit (smaller tick), so when a leaf goes its parent, now a
+  // leaf, joins the heap and comes next if it is the oldest. Candidates are re-checked when
+  // popped (the lock is dropped between victims).
+  using Candidate = std::pair<std::uint64_t, CacheKey>;
+  const auto newer = [](const Candidate& a, const Candidate& b) { return a.first > b.first; };
+  std::vector<Candidate> heap;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, entry] : entries_) {
+      if (entry->pins == 0 && entry->children == 0) heap.emplace_back(entry->last_used, key);
+    }
+  }
+  std::make_heap(heap.begin(), heap.end(), newer);
+  while (given_back() < bytes && !heap.empty()) {
     std::vector<HandleInfo> unheld;
     {
       std::lock_guard lock(mutex_);
-      Entry* victim = nullptr;
-      for (auto& [key, entry] : entries_) {
-        if (entry->pins > 0 || entry->children > 0) continue;
-        if (victim == nullptr || entry->last_used < victim->last_used) victim = entry.get();
+      std::pop_heap(heap.begin(), heap.end(), newer);
+      const Candidate candidate = heap.back();
+      heap.pop_back();
+      auto it = entries_.find(candidate.second);
+      if (it == entries_.end()) continue;
+      Entry* victim = it->second.get();
+      if (victim->pins > 0 || victim->children > 0 || victim->last_used != candidate.first) {
+        continue;  // used or given a child since: no longer the oldest leaf
       }
-      if (victim == nullptr) break;
+      Entry* parent = victim->parent;
       drop_locked(victim, unheld);
+      if (parent != nullptr && parent->pins == 0 && parent->children == 0) {
+        heap.emplace_back(parent->last_used, parent->key);
+        std::push_heap(heap.begin(), heap.end(), newer);
+      }
     }
     for (const HandleInfo& handle : unheld) pool.unhold(handle.handle);
     if (given_back() < bytes) pool.trim(bytes - given_back());
