@@ -122,6 +122,8 @@ Result<Trace> read_jsonl_trace(std::istream& in, const std::string& name,
                                std::uint64_t max_context);
 
 // Writes a trace in the JSONL format above (the generator's output can be replayed or edited).
+// Token ids, salts and a multi-turn trace's closed loop are not written: its replay is open
+// loop (turns at their lower-bound arrival times) with made-up ids.
 void write_jsonl_trace(const Trace& trace, std::ostream& out);
 
 }  // namespace kvvm::cli
