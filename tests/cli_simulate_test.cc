@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -330,6 +331,70 @@ TEST(CliSimulateOptions, DefaultsAndEveryOption) {
   EXPECT_EQ(all.plot, "p.png");
   EXPECT_EQ(all.save_trace, "out.jsonl");
   EXPECT_TRUE(all.progress);
+}
+
+// The multi-turn trace on llama-3-8b with 2 MiB host granules (windows of 16 tokens, as
+// paged-16's blocks): five systems, kvvm+cache's hits within a window per conversation turn of
+// the vLLM-style baseline's.
+TEST_F(CliSimulate, AMultiTurnRunComparesKvvmsCacheWithTheVllmStyleBaseline) {
+  SimulateOptions options;
+  options.backend = BackendChoice::kHost;
+  options.max_context = 1024;
+  options.budget = 256 * kMiB;
+  options.chat.conversations = 12;
+  options.chat.turns = 4;
+  options.chat.think_s = 1;
+  options.generator.rate = 2;
+  options.generator.tenants = 2;
+  options.generator.system_prompt_tokens = 64;
+  options.generator.prompt_mu = std::log(30.0);
+  options.generator.output_mu = std::log(20.0);
+  options.json = true;
+  options.csv = path("series.csv");
+  const SimRun result = run(options);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const nlohmann::json report = nlohmann::json::parse(result.out);
+  ASSERT_EQ(report["systems"].size(), 5u);
+  const nlohmann::json kvvm = system(report, "kvvm+cache");
+  const nlohmann::json paged = system(report, "paged-16+cache");
+  EXPECT_TRUE(system(report, "kvvm")["prefix_cache"].is_null());
+  const auto hits = [](const nlohmann::json& s) {
+    return s["prefix_cache"]["hits"].get<std::uint64_t>();
+  };
+  EXPECT_GT(hits(paged), 0u);
+  EXPECT_EQ(kvvm["prefix_cache"]["queries"], paged["prefix_cache"]["queries"]);
+  const std::uint64_t turns = kvvm["admitted"].get<std::uint64_t>();
+  EXPECT_LE(std::max(hits(kvvm), hits(paged)) - std::min(hits(kvvm), hits(paged)), 16 * turns);
+  EXPECT_EQ(kvvm["completed"], paged["completed"]);
+  EXPECT_TRUE(report.contains("kvvm_cache"));
+  std::ifstream csv(options.csv);
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_TRUE(contains(header, "kvvm_cache_running")) << header;
+  EXPECT_TRUE(contains(header, "paged16_cache_saved_bytes")) << header;
+
+  // The text names what it compares.
+  options.json = false;
+  options.csv.clear();
+  const SimRun text = run(options);
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  for (const char* part : {"multi-turn chat, 12 conversations x 4 turns", "hit rate",
+                           "kvvm+cache vs paged-16+cache: hit tokens"}) {
+    EXPECT_TRUE(contains(text.out, part)) << part << "\n" << text.out;
+  }
+}
+
+TEST(CliSimulateOptions, MultiTurnOptions) {
+  const SimulateOptions defaults = parse("");
+  EXPECT_EQ(defaults.chat.conversations, 0u);
+  EXPECT_EQ(defaults.prefix_cache, "auto");
+  const SimulateOptions chat =
+      parse("--conversations 100 --turns 6 --think-s 2.5 --prefix-cache off");
+  EXPECT_EQ(chat.chat.conversations, 100u);
+  EXPECT_EQ(chat.chat.turns, 6u);
+  EXPECT_EQ(chat.chat.think_s, 2.5);
+  EXPECT_EQ(chat.prefix_cache, "off");
+  EXPECT_THROW(parse("--prefix-cache maybe"), CLI::ParseError);
 }
 
 TEST(CliSimulateOptions, MalformedValuesAreParseErrors) {

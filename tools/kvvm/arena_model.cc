@@ -18,7 +18,10 @@ ArenaModel::ArenaModel(Driver& driver, ArenaModelOptions options)
 
 ArenaModel::~ArenaModel() {
   // Every sequence still running goes back before the arena does (an aborted run).
-  for (const auto& [seq, slot] : slots_) arena_->release(slot).ignore();
+  for (const auto& [seq, slot] : slots_) {
+    (cache_ ? cache_->release(slot) : arena_->release(slot)).ignore();
+  }
+  cache_.reset();
   prefixes_.clear();
   arena_.reset();
   pool_.reset();
@@ -39,6 +42,16 @@ Result<std::unique_ptr<ArenaModel>> ArenaModel::create(Driver& driver, ArenaMode
                                  .budget_wait = std::chrono::milliseconds(0)});
   if (!arena.ok()) return arena.status().with_context("creating the arena");
   model->arena_ = std::move(arena).value();
+  if (o.prefix_cache) {
+    PrefixCacheOptions cache_options;
+    cache_options.model_identity = o.plan.geometry.name;
+    Result<std::unique_ptr<PrefixCache>> cache =
+        PrefixCache::create(*model->arena_, model->governor_, std::move(cache_options));
+    if (!cache.ok()) return cache.status().with_context("creating the prefix cache");
+    model->cache_ = std::move(cache).value();
+    model->cache_figures_.enabled = true;
+    model->cache_figures_.bytes_per_token = o.plan.geometry.bytes_per_token();
+  }
   model->calls_before_ = driver.counts();
   return model;
 }
@@ -96,7 +109,24 @@ Result<SlotId> ArenaModel::admit_with_prefix(const TraceRequest& request, std::u
 }
 
 Result<bool> ArenaModel::admit(std::size_t seq, const TraceRequest& request, std::uint64_t tokens) {
-  Result<SlotId> slot = admit_with_prefix(request, tokens);
+  std::uint64_t hit = 0;
+  Result<SlotId> slot = Status::Internal("unset");
+  if (cache_) {
+    if (!request.ids || request.ids->size() < tokens) {
+      return Status::Internal("kvvm+cache: request " + std::to_string(seq) + " has no token ids");
+    }
+    Result<CacheAdmission> admitted = timed([&] {
+      return cache_->admit(std::span<const TokenId>(request.ids->data(), tokens), request.salt);
+    });
+    if (admitted.ok()) {
+      hit = admitted->cached_tokens;
+      slot = admitted->slot;
+    } else {
+      slot = admitted.status();
+    }
+  } else {
+    slot = admit_with_prefix(request, tokens);
+  }
   if (!slot.ok()) {
     if (!no_room(slot.status())) {
       return slot.status().with_context("admitting request " + std::to_string(seq));
@@ -106,6 +136,14 @@ Result<bool> ArenaModel::admit(std::size_t seq, const TraceRequest& request, std
     return false;
   }
   slots_[seq] = *slot;
+  if (cache_) {
+    cache_figures_.queries += tokens;
+    cache_figures_.hits += hit;
+    written_[seq] = {&request, tokens};
+    // Prefill wrote the whole prompt: its completed windows enter the cache.
+    Status published = timed([&] { return cache_->written(*slot, tokens); });
+    if (!published.ok()) return published.with_context("publishing request " + std::to_string(seq));
+  }
   return true;
 }
 
@@ -115,6 +153,19 @@ Result<bool> ArenaModel::grow(std::size_t seq, std::uint64_t tokens) {
     return Status::Internal("kvvm: sequence " + std::to_string(seq) + " is not running");
   }
   Status grown = timed([&] { return arena_->ensure(it->second, tokens); });
+  if (grown.ok() && cache_) {
+    auto& [request, written] = written_[seq];
+    if (request->ids->size() < tokens) {
+      return Status::Internal("kvvm+cache: request " + std::to_string(seq) + " has no token ids");
+    }
+    const std::span<const TokenId> generated(request->ids->data() + written, tokens - written);
+    Status published = timed([&] {
+      Status extended = cache_->extend(it->second, generated);
+      return extended.ok() ? cache_->written(it->second, tokens) : extended;
+    });
+    if (!published.ok()) return published.with_context("publishing request " + std::to_string(seq));
+    written = tokens;
+  }
   if (grown.ok()) return true;
   if (grown.code() == StatusCode::kResourceExhausted) {
     ++report_.grow_refusals;
@@ -129,8 +180,10 @@ Status ArenaModel::release(std::size_t seq) {
   if (it == slots_.end()) {
     return Status::Internal("kvvm: sequence " + std::to_string(seq) + " is not running");
   }
-  Status released = timed([&] { return arena_->release(it->second); });
+  Status released =
+      timed([&] { return cache_ ? cache_->release(it->second) : arena_->release(it->second); });
   slots_.erase(it);
+  written_.erase(seq);
   if (!released.ok()) return released.with_context("releasing request " + std::to_string(seq));
   return Status::Ok();
 }
@@ -141,6 +194,17 @@ MemorySample ArenaModel::sample() const {
   // not backing a running sequence, so they count as used and not as committed.
   return {stats.committed_bytes - stats.reclaimable_bytes, stats.live_bytes,
           stats.shared_saved_bytes, governor_.stats(tier_).used};
+}
+
+CacheFigures ArenaModel::cache() const {
+  CacheFigures figures = cache_figures_;
+  if (cache_) {
+    const PrefixCacheStats stats = cache_->stats();
+    figures.evictions = stats.evictions;
+    figures.cached_bytes = stats.cached_bytes;
+    figures.published = stats.published_windows;
+  }
+  return figures;
 }
 
 ArenaModelReport ArenaModel::report() const {

@@ -12,6 +12,13 @@
 // user is gone) or publishing is refused (FailedPrecondition: no whole window inside the
 // prefix), the request falls back to a plain admission and the next one publishes again.
 //
+// Prefix cache (prefix_cache option, "kvvm+cache"): every admission goes through
+// PrefixCache::admit with the request's ids (prompt, plus the tokens generated before a
+// preemption) and salt; after prefill, and after each growth, extend() and written() publish
+// every completed window, generated ones included (vLLM caches generated full blocks too).
+// The cache is a reclaimer on the tier, so cached windows no sequence maps are evicted before
+// any admission is refused.
+//
 // Budget: the governor tier's limit. Arena options: budget_wait 0 (never block: a short
 // budget is "no room", and the scheduler queues), commit_ahead_windows as asked (default 0, so
 // committed bytes are exactly the layout arithmetic's). The handle pool keeps at most
@@ -33,6 +40,7 @@
 #include "kvvm/governor.h"
 #include "kvvm/handle_pool.h"
 #include "kvvm/layout.h"
+#include "kvvm/prefix_cache.h"
 #include "sim_scheduler.h"
 
 namespace kvvm::cli {
@@ -44,6 +52,9 @@ struct ArenaModelOptions {
   bool sharing = true;
   std::uint64_t pool_bytes = std::uint64_t{256} << 20;
   std::uint32_t commit_ahead_windows = 0;
+  // Admit through a PrefixCache (automatic detection over token ids, "kvvm+cache") instead of
+  // the trace's declared prefix groups; `sharing` is then ignored.
+  bool prefix_cache = false;
 };
 
 // What the arena model adds to the scheduler's summary.
@@ -70,11 +81,12 @@ class ArenaModel final : public MemoryModel {
   static Result<std::unique_ptr<ArenaModel>> create(Driver& driver, ArenaModelOptions options);
   ~ArenaModel() override;
 
-  std::string name() const override { return "kvvm"; }
+  std::string name() const override { return cache_ ? "kvvm+cache" : "kvvm"; }
   Result<bool> admit(std::size_t seq, const TraceRequest& request, std::uint64_t tokens) override;
   Result<bool> grow(std::size_t seq, std::uint64_t tokens) override;
   Status release(std::size_t seq) override;
   MemorySample sample() const override;
+  CacheFigures cache() const override;
 
   ArenaModelReport report() const;
 
@@ -96,6 +108,11 @@ class ArenaModel final : public MemoryModel {
   std::unique_ptr<Arena> arena_;
   std::map<std::pair<int, std::uint64_t>, std::shared_ptr<SharedPrefix>> prefixes_;
   std::unordered_map<std::size_t, SlotId> slots_;  // by sequence
+  // With the prefix cache: the request of each running sequence (its ids) and how many of its
+  // tokens the cache was told are written. Destroyed before the arena.
+  std::unique_ptr<PrefixCache> cache_;
+  std::unordered_map<std::size_t, std::pair<const TraceRequest*, std::uint64_t>> written_;
+  CacheFigures cache_figures_;
   ArenaModelReport report_;
 };
 

@@ -38,29 +38,54 @@ std::uint64_t commits(const ArenaStats& stats) {
 }
 
 nlohmann::ordered_json run_json(const RunSummary& run) {
-  return {{"name", run.name},
-          {"requests", run.requests},
-          {"admitted", run.admitted},
-          {"queued", run.queued},
-          {"rejected", run.rejected},
-          {"rejected_too_large", run.rejected_too_large},
-          {"completed", run.completed},
-          {"aborted", run.aborted},
-          {"preemptions", run.preemptions},
-          {"peak_concurrency", run.peak_concurrency},
-          {"mean_concurrency", run.mean_concurrency},
-          {"mean_wait_s", run.mean_wait_s},
-          {"p99_wait_s", run.p99_wait_s},
-          {"steps", run.steps},
-          {"simulated_s", run.simulated_s},
-          {"peak_committed_bytes", run.peak_committed},
-          {"mean_committed_bytes", run.mean_committed},
-          {"peak_live_bytes", run.peak_live},
-          {"mean_live_bytes", run.mean_live},
-          {"waste_ratio", run.waste_ratio},
-          {"peak_used_bytes", run.peak_used},
-          {"peak_saved_bytes", run.peak_saved},
-          {"mean_saved_bytes", run.mean_saved}};
+  return {
+      {"name", run.name},
+      {"requests", run.requests},
+      {"admitted", run.admitted},
+      {"queued", run.queued},
+      {"rejected", run.rejected},
+      {"rejected_too_large", run.rejected_too_large},
+      {"completed", run.completed},
+      {"aborted", run.aborted},
+      {"preemptions", run.preemptions},
+      {"peak_concurrency", run.peak_concurrency},
+      {"mean_concurrency", run.mean_concurrency},
+      {"mean_wait_s", run.mean_wait_s},
+      {"p99_wait_s", run.p99_wait_s},
+      {"steps", run.steps},
+      {"simulated_s", run.simulated_s},
+      {"peak_committed_bytes", run.peak_committed},
+      {"mean_committed_bytes", run.mean_committed},
+      {"peak_live_bytes", run.peak_live},
+      {"mean_live_bytes", run.mean_live},
+      {"waste_ratio", run.waste_ratio},
+      {"peak_used_bytes", run.peak_used},
+      {"peak_saved_bytes", run.peak_saved},
+      {"mean_saved_bytes", run.mean_saved},
+      {"abandoned", run.abandoned},
+      {"prefix_cache", run.cache.enabled
+                           ? nlohmann::ordered_json{{"queries", run.cache.queries},
+                                                    {"hits", run.cache.hits},
+                                                    {"hit_rate", run.cache.hit_rate()},
+                                                    {"saved_bytes", run.cache.saved_bytes()},
+                                                    {"evictions", run.cache.evictions},
+                                                    {"published", run.cache.published},
+                                                    {"cached_bytes_at_end", run.cache.cached_bytes}}
+                           : nlohmann::ordered_json()}};
+}
+
+const RunSummary* find_run(const SimulateReport& report, const std::string& name) {
+  for (const RunSummary& run : report.runs) {
+    if (run.name == name) return &run;
+  }
+  return nullptr;
+}
+
+// A column name: '-' dropped, '+' as '_' (paged-16+cache: paged16_cache).
+std::string column_name(std::string name) {
+  std::erase(name, '-');
+  std::replace(name.begin(), name.end(), '+', '_');
+  return name;
 }
 
 // Single quotes for gnuplot strings (a quote inside is doubled) and for sh (closed, escaped,
@@ -174,6 +199,19 @@ nlohmann::ordered_json simulate_json(const SimulateReport& report) {
                   {"releases", k.pool.releases},
                   {"hits", k.pool.pool_hits}};
   json["kvvm"] = std::move(kvvm);
+  if (report.kvvm_cache) {
+    const ArenaModelReport& c = *report.kvvm_cache;
+    json["kvvm_cache"] = {{"driver_calls", c.calls.total()},
+                          {"arena_calls", c.arena_calls},
+                          {"arena_call_seconds", c.arena_call_seconds},
+                          {"refused_budget", c.refused_budget},
+                          {"grow_refusals", c.grow_refusals},
+                          {"tier",
+                           {{"limit", c.tier.limit},
+                            {"peak", c.tier.peak},
+                            {"refusals", c.tier.refusals},
+                            {"reclaimed", c.tier.reclaimed}}}};
+  }
   json["wall_s"] = report.wall_s;
   return json;
 }
@@ -233,6 +271,29 @@ void print_simulate(const SimulateReport& report, std::ostream& out) {
       [](R r) { return format_bytes(static_cast<std::uint64_t>(r.mean_saved)); });
   add("peak budget used", [](R r) { return format_bytes(r.peak_used); });
   add("simulated time (s)", [](R r) { return fixed(r.simulated_s, 1); });
+  bool cached = false, closed_loop = false;
+  for (const RunSummary& run : report.runs) {
+    cached = cached || run.cache.enabled;
+    closed_loop = closed_loop || run.abandoned > 0;
+  }
+  if (closed_loop) {
+    add("turns abandoned (an earlier turn failed)", [](R r) { return str(r.abandoned); });
+  }
+  if (cached) {
+    const auto cache_value = [&](auto value_of) {
+      return [value_of](R r) { return r.cache.enabled ? value_of(r.cache) : std::string("-"); };
+    };
+    using C = const CacheFigures&;
+    add("prefix cache hit rate (hits / queries)",
+        cache_value([](C c) { return percent(c.hit_rate()); }));
+    add("  hit tokens", cache_value([](C c) { return str(c.hits); }));
+    add("  prompt tokens looked up", cache_value([](C c) { return str(c.queries); }));
+    add("  KV not recomputed (hits x bytes/token)",
+        cache_value([](C c) { return format_bytes(c.saved_bytes()); }));
+    add("  entered the cache (windows / blocks)",
+        cache_value([](C c) { return str(c.published); }));
+    add("  evicted (windows / blocks)", cache_value([](C c) { return str(c.evictions); }));
+  }
 
   std::size_t label_width = 0;
   std::vector<std::size_t> widths;
@@ -276,19 +337,36 @@ void print_simulate(const SimulateReport& report, std::ostream& out) {
       << format_bytes(k.tier.limit) << ", " << format_bytes(k.tier.reclaimed)
       << " reclaimed under pressure; pool " << k.pool.creates << " creates, " << k.pool.pool_hits
       << " hits\n";
+  if (report.kvvm_cache) {
+    const ArenaModelReport& c = *report.kvvm_cache;
+    out << "kvvm+cache: driver calls " << c.calls.total() << "; " << fixed(c.arena_call_seconds, 2)
+        << " s wall in " << c.arena_calls << " arena and cache calls; budget tier peak "
+        << format_bytes(c.tier.peak) << ", " << format_bytes(c.tier.reclaimed)
+        << " reclaimed under pressure (cache evictions, pool)\n";
+  }
   out << "preallocate capacity: floor(budget / (max context x bytes per token)) = floor("
       << format_bytes(report.budget) << " / (" << report.plan.max_context << " x "
       << format_bytes(g.bytes_per_token()) << ")) = " << report.preallocate_capacity
       << " sequences\n";
-  if (report.runs.size() == 3) {
-    const auto ratio = [](std::uint32_t a, std::uint32_t b) {
-      return b == 0 ? std::string("n/a") : fixed(static_cast<double>(a) / b, 2) + "x";
-    };
+  const auto ratio = [](double a, double b) {
+    return b == 0 ? std::string("n/a") : fixed(a / b, 2) + "x";
+  };
+  if (report.runs.size() >= 3) {
     out << "kvvm peak concurrency: "
         << ratio(report.runs[0].peak_concurrency, report.runs[1].peak_concurrency)
         << " paged-16's, "
         << ratio(report.runs[0].peak_concurrency, report.runs[2].peak_concurrency)
         << " preallocate's\n";
+  }
+  const RunSummary* kc = find_run(report, "kvvm+cache");
+  const RunSummary* pc = find_run(report, "paged-16+cache");
+  if (kc != nullptr && pc != nullptr) {
+    const double hits = static_cast<double>(kc->cache.hits);
+    const double base = static_cast<double>(pc->cache.hits);
+    out << "kvvm+cache vs paged-16+cache: hit tokens " << ratio(hits, base) << " ("
+        << (base == 0 ? std::string("n/a") : fixed((hits - base) / base * 100.0, 2) + " %")
+        << "), peak concurrency " << ratio(kc->peak_concurrency, pc->peak_concurrency)
+        << ", mean concurrency " << ratio(kc->mean_concurrency, pc->mean_concurrency) << "\n";
   }
   out << "committed: mapped under running sequences, a shared window once per sequence mapping "
          "it; budget used: physical bytes charged (shared ones once, pooled handles included).\n"
@@ -300,8 +378,7 @@ void print_simulate(const SimulateReport& report, std::ostream& out) {
 void write_series_csv(const SimulateReport& report, std::ostream& out) {
   out << "step,time_s";
   for (const RunSummary& run : report.runs) {
-    std::string name = run.name;
-    std::erase(name, '-');
+    const std::string name = column_name(run.name);
     for (const char* column :
          {"running", "queued", "committed_bytes", "live_bytes", "saved_bytes"}) {
       out << "," << name << "_" << column;

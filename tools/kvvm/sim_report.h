@@ -45,10 +45,11 @@ struct SimulateReport {
   TraceFigures trace;
   // The arithmetic the runs are compared against.
   std::uint64_t preallocate_capacity = 0;  // floor(budget / (max context x bytes per token))
-  // kvvm, paged-16, preallocate: in this order.
+  // kvvm, paged-16, preallocate, then kvvm+cache and paged-16+cache: in this order.
   std::vector<RunSummary> runs;
   ArenaModelReport kvvm;
-  double wall_s = 0;  // the whole command
+  std::optional<ArenaModelReport> kvvm_cache;  // with the prefix-cache systems
+  double wall_s = 0;                           // the whole command
 };
 
 // {"backend", "device", "model": {...}, "layout", "granule_bytes", "max_context_tokens",

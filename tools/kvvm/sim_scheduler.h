@@ -18,6 +18,9 @@
 //      no later request overtakes it). A head that does not fit while nothing runs never
 //      will: it is rejected as too large;
 //   5. a sample: running, queued, and the model's committed / live / saved bytes.
+// Closed loop: a request that follows another (a later turn of a conversation) arrives when
+// that one completed plus its think time, at the next step at the earliest; when that one is
+// rejected or aborted the conversation ends and its later turns are abandoned.
 // The run ends when every request finished or was rejected. Peaks are over the whole run;
 // means over the steps while requests arrive (0 to the last arrival's step), since the drain
 // after it lasts as long as the few longest outputs and would dilute them; waste over the
@@ -42,6 +45,22 @@ struct MemorySample {
   std::uint64_t used = 0;       // charged to the budget (physical, pooled, reclaimable)
 };
 
+// A prefix cache's figures over a run, counted on successful admissions only (a refused one is
+// retried next step and would count again): queries = prompt tokens looked up (with the
+// generated ones of a preempted request), hits = of which found cached (vLLM's meaning).
+struct CacheFigures {
+  bool enabled = false;
+  std::uint64_t queries = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t evictions = 0;     // cached windows or blocks evicted to make room
+  std::uint64_t cached_bytes = 0;  // held by the cache at the end
+  std::uint64_t published = 0;     // windows or blocks that entered the cache
+  std::uint64_t bytes_per_token = 0;
+  double hit_rate() const { return queries == 0 ? 0.0 : static_cast<double>(hits) / queries; }
+  // KV bytes that did not have to be computed and written again.
+  std::uint64_t saved_bytes() const { return hits * bytes_per_token; }
+};
+
 // The memory of one system. Sequence ids are request indices into the trace.
 class MemoryModel {
  public:
@@ -55,6 +74,7 @@ class MemoryModel {
   virtual Result<bool> grow(std::size_t seq, std::uint64_t tokens) = 0;
   virtual Status release(std::size_t seq) = 0;
   virtual MemorySample sample() const = 0;
+  virtual CacheFigures cache() const { return {}; }
 };
 
 struct SchedulerOptions {
@@ -82,7 +102,8 @@ struct RunSummary {
   std::uint64_t rejected = 0;  // all rejections (429s): waited too long, or too large
   std::uint64_t rejected_too_large = 0;  // of those: could not fit even with nothing running
   std::uint64_t completed = 0;
-  std::uint64_t aborted = 0;  // admitted, then could not grow even alone
+  std::uint64_t aborted = 0;    // admitted, then could not grow even alone
+  std::uint64_t abandoned = 0;  // later turns never sent: an earlier one was rejected/aborted
   std::uint64_t preemptions = 0;
   std::uint32_t peak_concurrency = 0;
   double mean_concurrency = 0;  // over the steps while requests arrive (0 to the last arrival)
@@ -100,6 +121,7 @@ struct RunSummary {
   // sum over every step of (committed - live) / sum of live: the time-weighted waste.
   double waste_ratio = 0;
   std::vector<StepSample> series;  // one per step
+  CacheFigures cache;
 };
 
 // Called every step with (step, summary so far); the CLI's progress line.

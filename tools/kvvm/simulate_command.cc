@@ -102,6 +102,7 @@ Result<Trace> load_trace(const SimulateOptions& options, std::ostream& err) {
   if (options.trace.empty()) {
     TraceGeneratorOptions generator = options.generator;
     generator.max_context = options.max_context;
+    if (options.chat.conversations > 0) return generate_chat_trace(generator, options.chat);
     return generate_trace(generator);
   }
   std::ifstream in(options.trace);
@@ -248,6 +249,21 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
                   "ShareGPT's mean output per the vLLM paper)");
   sim->add_option("--output-sigma", g.output_sigma, "Log-normal sigma of the output (default 0.8)");
   sim->add_option("--seed", g.seed, "Generator seed (default 1)");
+  sim->add_option("--conversations", options.chat.conversations,
+                  "Multi-turn chat trace instead: this many conversations, arriving at --rate "
+                  "per second, each of a tenant (--tenants, --system-prompt-tokens); every turn "
+                  "resends the whole conversation, as chat templates do; user messages follow "
+                  "--prompt-mu/sigma, replies --output-mu/sigma (default 0: single-turn trace)");
+  sim->add_option("--turns", options.chat.turns, "Turns per conversation (default 8)");
+  sim->add_option("--think-s", options.chat.think_s,
+                  "Mean think time (exponential) between a turn's completion and the next "
+                  "turn's arrival, in simulated seconds (default 5)");
+  sim->add_option("--prefix-cache", options.prefix_cache,
+                  "Also run kvvm+cache (the arena through the automatic prefix cache) and "
+                  "paged-16+cache (vLLM-style block-hash prefix caching) on the same trace: on, "
+                  "off or auto (default auto: on with --conversations); traces without token "
+                  "ids get made-up ones, a prefix group's prefix the same in each request")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   sim->add_option("--step-ms", options.step_ms,
                   "Simulated duration of one decode step, in which every running sequence grows "
                   "by one token (default 50)");
@@ -301,6 +317,10 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
   if (!geometry.ok()) return geometry.status().with_context("--model");
   Result<Trace> trace = load_trace(options, err);
   if (!trace.ok()) return trace.status();
+  const bool prefix_cache =
+      options.prefix_cache == "on" ||
+      (options.prefix_cache == "auto" && options.chat.conversations > 0 && options.trace.empty());
+  if (prefix_cache) synthesize_ids(*trace);
   if (trace->requests.empty()) {
     return Status::InvalidArgument("the trace holds no request to replay");
   }
@@ -350,9 +370,13 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
   report.sharing = options.sharing;
   report.step_s = options.step_ms / 1000.0;
   report.max_queue_wait_s = options.max_queue_wait_s;
-  report.trace = trace_figures(*trace, options.trace.empty()
-                                           ? "generated (seed " + str(options.generator.seed) + ")"
-                                           : options.trace);
+  report.trace =
+      trace_figures(*trace, !options.trace.empty() ? options.trace
+                            : options.chat.conversations > 0
+                                ? "multi-turn chat, " + str(options.chat.conversations) +
+                                      " conversations x " + str(options.chat.turns) +
+                                      " turns (seed " + str(options.generator.seed) + ")"
+                                : "generated (seed " + str(options.generator.seed) + ")");
   report.preallocate_capacity =
       preallocate_capacity(report.budget, options.max_context, geometry->bytes_per_token());
 
@@ -396,6 +420,21 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
   report.kvvm = (*kvvm)->report();
   report.runs = {std::move(kvvm_run).value(), std::move(paged_run).value(),
                  std::move(preallocate_run).value()};
+  kvvm->reset();  // its handles go back before the next arena takes the budget
+  if (prefix_cache) {
+    arena_options.prefix_cache = true;
+    Result<std::unique_ptr<ArenaModel>> cached = ArenaModel::create(**driver, arena_options);
+    if (!cached.ok()) return cached.status().with_context("kvvm+cache");
+    Result<RunSummary> cached_run = run_schedule(*trace, **cached, scheduler);
+    if (!cached_run.ok()) return cached_run.status().with_context("kvvm+cache");
+    report.kvvm_cache = (*cached)->report();
+    cached->reset();
+    PagedCacheModel paged_cache(report.budget, kPagedBlockTokens, geometry->bytes_per_token());
+    Result<RunSummary> paged_cache_run = run_schedule(*trace, paged_cache, scheduler);
+    if (!paged_cache_run.ok()) return paged_cache_run.status().with_context("paged-16+cache");
+    report.runs.push_back(std::move(cached_run).value());
+    report.runs.push_back(std::move(paged_cache_run).value());
+  }
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;
 }

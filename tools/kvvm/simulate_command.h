@@ -1,9 +1,13 @@
-// `kvvm simulate` (issue 4): replays a request trace through the real arena, with admission
+// `kvvm simulate` (issues 4 and 6): replays a request trace through the real arena, with admission
 // through the governor, beside two baselines computed on the same trace in the same run:
 // preallocate (max context per request, what a plain allocator does) and paged-16 (blocks of
 // 16 tokens without sharing, vLLM's default accounting). See sim_scheduler.h for the rules
 // every system is replayed by, trace.h for the generator and the JSONL format, arena_model.h
 // for how kvvm's side uses the arena and shares prefixes, baselines.h for the baselines.
+// With the prefix cache (issue 6: --prefix-cache, on by default with --conversations), two
+// more systems run on the same trace: kvvm+cache (the arena through PrefixCache, automatic
+// detection over token ids) and paged-16+cache (vLLM's automatic prefix caching on blocks of
+// 16), each reporting hit rate, hit tokens and the bytes they did not recompute.
 //
 // Backend: CUDA when a GPU is usable (the budget is capped to its free memory, with a note),
 // the host driver otherwise or with --backend host. On the host the handles are sized but not
@@ -47,6 +51,10 @@ struct SimulateOptions {
   std::uint64_t max_context = 8192;
   std::string trace;                // a JSONL file; empty: the generator
   TraceGeneratorOptions generator;  // its max_context is set from max_context
+  ChatGeneratorOptions chat;        // conversations > 0: the multi-turn generator
+  // The prefix-cache systems (kvvm+cache, paged-16+cache): "on", "off", or "auto" (on with
+  // the multi-turn generator).
+  std::string prefix_cache = "auto";
   double step_ms = 50;
   double max_queue_wait_s = 30;
   bool sharing = true;

@@ -106,13 +106,17 @@ std::optional<std::string> parse_line(const std::string& line, std::uint64_t max
     if (!ids.is_array())
       return std::string("\"prompt\" must be an array of token ids, got ") + type_name(ids);
     if (ids.empty()) return "\"prompt\" is empty: a request has at least one prompt token";
+    auto kept = std::make_shared<std::vector<TokenId>>();
+    kept->reserve(ids.size());
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (!ids[i].is_number_unsigned()) {
-        return "\"prompt\"[" + str(i) + "] must be a token id (a whole number >= 0), got " +
+      if (!ids[i].is_number_unsigned() || ids[i].get<std::uint64_t>() > 0xffffffffu) {
+        return "\"prompt\"[" + str(i) + "] must be a token id (a whole number in [0, 2^32)), got " +
                ids[i].dump();
       }
+      kept->push_back(static_cast<TokenId>(ids[i].get<std::uint64_t>()));
     }
     request.prompt_tokens = ids.size();
+    request.ids = std::move(kept);
   }
   if (!object.contains("output_tokens")) return "missing \"output_tokens\"";
   if (auto why = check_tokens(object["output_tokens"], "output_tokens", 1, request.output_tokens))
@@ -143,6 +147,7 @@ std::optional<std::string> parse_line(const std::string& line, std::uint64_t max
     auto [it, inserted] = group_ids.emplace(name, static_cast<int>(trace.groups.size()));
     if (inserted) trace.groups.push_back(name);
     request.prefix_group = it->second;
+    request.salt = static_cast<std::uint64_t>(it->second) + 1;
   }
   return std::nullopt;
 }
@@ -195,11 +200,132 @@ Result<Trace> generate_trace(const TraceGeneratorOptions& options) {
     if (options.tenants > 0) {
       request.prefix_group = static_cast<int>(draw.below(options.tenants));
       request.prefix_tokens = system;
+      request.salt = static_cast<std::uint64_t>(request.prefix_group) + 1;
       if (system == 0) request.prefix_group = kNoPrefixGroup;
     }
     trace.requests.push_back(request);
   }
   return trace;
+}
+
+Result<Trace> generate_chat_trace(const TraceGeneratorOptions& options,
+                                  const ChatGeneratorOptions& chat) {
+  if (!(options.rate > 0) || !std::isfinite(options.rate)) {
+    return Status::InvalidArgument(
+        "--rate must be a positive number of conversations per second, got " +
+        std::to_string(options.rate));
+  }
+  if (chat.conversations == 0 || chat.turns == 0) {
+    return Status::InvalidArgument("--conversations and --turns must be at least 1");
+  }
+  if (!(chat.think_s >= 0) || !std::isfinite(chat.think_s)) {
+    return Status::InvalidArgument("--think-s must be >= 0 seconds");
+  }
+  if (!(options.prompt_sigma >= 0) || !(options.output_sigma >= 0) ||
+      !std::isfinite(options.prompt_mu) || !std::isfinite(options.output_mu)) {
+    return Status::InvalidArgument("log-normal parameters must be finite with sigma >= 0");
+  }
+  const std::uint32_t tenants = std::max<std::uint32_t>(options.tenants, 1);
+  const std::uint64_t system = options.tenants == 0 ? 0 : options.system_prompt_tokens;
+  if (options.max_context < 2 || system > options.max_context - 2) {
+    return Status::InvalidArgument("--system-prompt-tokens " + str(system) +
+                                   " leaves no room in --max-context " + str(options.max_context) +
+                                   " for one user token and one output token");
+  }
+  Trace trace;
+  Draw draw(options.seed);
+  // Ids in [1000, 128000): a vocabulary of a llama-3 size, clear of special tokens. Random
+  // ids never collide into a false shared prefix longer than a token or two.
+  const auto random_ids = [&draw](std::vector<TokenId>& into, std::uint64_t count) {
+    for (std::uint64_t i = 0; i < count; ++i) {
+      into.push_back(static_cast<TokenId>(1000 + draw.below(127000)));
+    }
+  };
+  std::vector<std::vector<TokenId>> system_ids(tenants);
+  for (std::uint32_t t = 0; t < tenants; ++t) {
+    random_ids(system_ids[t], system);
+    if (options.tenants > 0) trace.groups.push_back("tenant-" + std::to_string(t));
+  }
+  struct Turn {
+    TraceRequest request;
+    std::uint64_t conversation = 0;
+  };
+  std::vector<Turn> turns;
+  double now = 0;
+  for (std::uint64_t c = 0; c < chat.conversations; ++c) {
+    now += draw.exponential(options.rate);
+    const auto tenant = static_cast<std::uint32_t>(draw.below(tenants));
+    auto stream = std::make_shared<std::vector<TokenId>>(system_ids[tenant]);
+    double arrival = now;
+    for (std::uint32_t k = 0; k < chat.turns; ++k) {
+      const std::uint64_t used = stream->size();
+      if (used + 2 > options.max_context) break;  // no room for one user and one output token
+      std::uint64_t user = draw.lognormal_tokens(options.prompt_mu, options.prompt_sigma);
+      std::uint64_t output = draw.lognormal_tokens(options.output_mu, options.output_sigma);
+      user = std::min(user, options.max_context - used - 1);
+      output = std::min(output, options.max_context - used - user);
+      random_ids(*stream, user + output);
+      TraceRequest request;
+      // Closed loop: the scheduler sends it think time after the previous turn completed;
+      // arrival_s is only a lower bound (the previous arrival plus the think time).
+      if (k > 0) {
+        request.think_s = draw.exponential(1.0 / std::max(chat.think_s, 1e-9));
+        if (chat.think_s == 0) request.think_s = 0;
+        arrival += request.think_s;
+        request.follows = 0;  // set below, once sorted
+      }
+      request.arrival_s = arrival;
+      request.prompt_tokens = used + user;
+      request.output_tokens = output;
+      if (options.tenants > 0 && system > 0) {
+        request.prefix_group = static_cast<int>(tenant);
+        request.prefix_tokens = system;
+      }
+      request.salt = tenant + 1;
+      request.ids = stream;
+      turns.push_back({request, c});
+    }
+  }
+  std::stable_sort(turns.begin(), turns.end(), [](const Turn& a, const Turn& b) {
+    return a.request.arrival_s < b.request.arrival_s;
+  });
+  // A turn's predecessor is the previous turn of its conversation: earlier in arrival order.
+  std::map<std::uint64_t, std::int64_t> last_turn;
+  for (const Turn& turn : turns) {
+    TraceRequest request = turn.request;
+    auto it = last_turn.find(turn.conversation);
+    request.follows = it == last_turn.end() ? -1 : it->second;
+    last_turn[turn.conversation] = static_cast<std::int64_t>(trace.requests.size());
+    trace.requests.push_back(std::move(request));
+  }
+  return trace;
+}
+
+void synthesize_ids(Trace& trace) {
+  // splitmix64: a good spread from (group or request, position), no state.
+  const auto mix = [](std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  for (std::size_t r = 0; r < trace.requests.size(); ++r) {
+    TraceRequest& request = trace.requests[r];
+    if (request.salt == 0 && request.prefix_group != kNoPrefixGroup) {
+      request.salt = static_cast<std::uint64_t>(request.prefix_group) + 1;
+    }
+    const std::uint64_t total = request.prompt_tokens + request.output_tokens;
+    if (request.ids && request.ids->size() >= total) continue;
+    auto ids = std::make_shared<std::vector<TokenId>>();
+    if (request.ids) *ids = *request.ids;
+    for (std::uint64_t i = ids->size(); i < total; ++i) {
+      const bool shared = request.prefix_group != kNoPrefixGroup && i < request.prefix_tokens;
+      const std::uint64_t owner =
+          shared ? static_cast<std::uint64_t>(request.prefix_group) : (std::uint64_t{1} << 40) + r;
+      ids->push_back(static_cast<TokenId>(mix(mix(owner) ^ i)));
+    }
+    request.ids = std::move(ids);
+  }
 }
 
 Result<Trace> read_jsonl_trace(std::istream& in, const std::string& name,

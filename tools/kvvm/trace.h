@@ -31,10 +31,12 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "kvvm/prefix_cache.h"  // TokenId
 #include "kvvm/status.h"
 
 namespace kvvm::cli {
@@ -47,6 +49,16 @@ struct TraceRequest {
   std::uint64_t output_tokens = 0;
   int prefix_group = kNoPrefixGroup;  // index into Trace::groups
   std::uint64_t prefix_tokens = 0;    // 0 without a group
+  // Token ids, for the prefix-cache models: the prompt is ids[0, prompt_tokens) and the
+  // generated tokens are ids[prompt_tokens, prompt_tokens + output_tokens) where present (a
+  // multi-turn conversation's turns share one stream: the next turn resends this one's
+  // reply). Null: synthesize_ids() makes them up.
+  std::shared_ptr<const std::vector<TokenId>> ids = nullptr;
+  std::uint64_t salt = 0;  // the tenant: caches never share across salts
+  // Closed loop (multi-turn): the request whose completion this one waits for (index into
+  // Trace::requests, earlier), then think_s more seconds; -1: arrives at arrival_s.
+  std::int64_t follows = -1;
+  double think_s = 0;
 };
 
 struct Trace {
@@ -83,12 +95,35 @@ struct TraceGeneratorOptions {
 // system prompt that leaves no room for one user token and one output token in max context.
 Result<Trace> generate_trace(const TraceGeneratorOptions& options);
 
+// The multi-turn chat generator (`--conversations`): conversations arrive as a Poisson process
+// of `rate` per second; each belongs to one of `tenants` (uniform), whose system prompt (the
+// same ids for every conversation of the tenant) starts it. Turn k's prompt is the system
+// prompt, every earlier user message and assistant reply, and the new user message (what a
+// chat template resends); user messages and replies are log-normal (prompt_mu/sigma,
+// output_mu/sigma) with random ids. Turn k+1 is sent think time (exponential, mean think_s)
+// after turn k completed (closed loop, see sim_scheduler.h); a conversation ends early when
+// its next turn would not fit in max context. Salt = tenant + 1.
+struct ChatGeneratorOptions {
+  std::uint64_t conversations = 0;
+  std::uint32_t turns = 8;
+  double think_s = 5;
+};
+Result<Trace> generate_chat_trace(const TraceGeneratorOptions& options,
+                                  const ChatGeneratorOptions& chat);
+
+// Gives every request without ids some: a prefix group's first prefix_tokens are the same ids
+// in every request of the group (so automatic detection finds what --prefix-group declares),
+// the rest are unique to the request; the salt becomes the group + 1 when it was 0.
+void synthesize_ids(Trace& trace);
+
 // Reads a JSONL trace from `in`; `name` is what error lines start with. Malformed lines go to
 // Trace::errors (the rest are kept). InvalidArgument only when max_context is 0.
 Result<Trace> read_jsonl_trace(std::istream& in, const std::string& name,
                                std::uint64_t max_context);
 
 // Writes a trace in the JSONL format above (the generator's output can be replayed or edited).
+// Token ids, salts and a multi-turn trace's closed loop are not written: its replay is open
+// loop (turns at their lower-bound arrival times) with made-up ids.
 void write_jsonl_trace(const Trace& trace, std::ostream& out);
 
 }  // namespace kvvm::cli
