@@ -152,6 +152,21 @@ std::optional<std::string> parse_line(const std::string& line, std::uint64_t max
   return std::nullopt;
 }
 
+// What both generators require of the length distributions and the system prompt.
+Status check_lengths(const TraceGeneratorOptions& options) {
+  if (!(options.prompt_sigma >= 0) || !(options.output_sigma >= 0) ||
+      !std::isfinite(options.prompt_mu) || !std::isfinite(options.output_mu)) {
+    return Status::InvalidArgument("log-normal parameters must be finite with sigma >= 0");
+  }
+  const std::uint64_t system = options.tenants == 0 ? 0 : options.system_prompt_tokens;
+  if (options.max_context < 2 || system > options.max_context - 2) {
+    return Status::InvalidArgument("--system-prompt-tokens " + str(system) +
+                                   " leaves no room in --max-context " + str(options.max_context) +
+                                   " for one user token and one output token");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 double lognormal_mu(double mean, double sigma) { return std::log(mean) - sigma * sigma / 2; }
@@ -166,16 +181,8 @@ Result<Trace> generate_trace(const TraceGeneratorOptions& options) {
                                        ? "--duration must be a positive number of seconds"
                                        : "--requests must be at least 1, got 0");
   }
-  if (!(options.prompt_sigma >= 0) || !(options.output_sigma >= 0) ||
-      !std::isfinite(options.prompt_mu) || !std::isfinite(options.output_mu)) {
-    return Status::InvalidArgument("log-normal parameters must be finite with sigma >= 0");
-  }
+  KVVM_RETURN_IF_ERROR(check_lengths(options));
   const std::uint64_t system = options.tenants == 0 ? 0 : options.system_prompt_tokens;
-  if (options.max_context < 2 || system > options.max_context - 2) {
-    return Status::InvalidArgument("--system-prompt-tokens " + str(system) +
-                                   " leaves no room in --max-context " + str(options.max_context) +
-                                   " for one user token and one output token");
-  }
   Trace trace;
   for (std::uint32_t t = 0; t < options.tenants; ++t) {
     trace.groups.push_back("tenant-" + std::to_string(t));
@@ -221,17 +228,9 @@ Result<Trace> generate_chat_trace(const TraceGeneratorOptions& options,
   if (!(chat.think_s >= 0) || !std::isfinite(chat.think_s)) {
     return Status::InvalidArgument("--think-s must be >= 0 seconds");
   }
-  if (!(options.prompt_sigma >= 0) || !(options.output_sigma >= 0) ||
-      !std::isfinite(options.prompt_mu) || !std::isfinite(options.output_mu)) {
-    return Status::InvalidArgument("log-normal parameters must be finite with sigma >= 0");
-  }
+  KVVM_RETURN_IF_ERROR(check_lengths(options));
   const std::uint32_t tenants = std::max<std::uint32_t>(options.tenants, 1);
   const std::uint64_t system = options.tenants == 0 ? 0 : options.system_prompt_tokens;
-  if (options.max_context < 2 || system > options.max_context - 2) {
-    return Status::InvalidArgument("--system-prompt-tokens " + str(system) +
-                                   " leaves no room in --max-context " + str(options.max_context) +
-                                   " for one user token and one output token");
-  }
   Trace trace;
   Draw draw(options.seed);
   // Ids in [1000, 128000): a vocabulary of a llama-3 size, clear of special tokens. Random
