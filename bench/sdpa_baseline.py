@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch baseline for `kvvm bench decode` (issue 5).
+"""PyTorch baseline for `kvvm bench decode`.
 
 Times torch.nn.functional.scaled_dot_product_attention on the flash backend with
 enable_gqa=True for the same decode shapes (one query token per sequence, fp16, contiguous

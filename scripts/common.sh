@@ -1,8 +1,8 @@
-# Shared by scripts/run.sh and scripts/test.sh: install what a fresh Debian machine lacks.
-# Sourced, not run.
+# Shared by scripts/run.sh and scripts/test.sh: install what a fresh Debian machine lacks, and
+# configure a build directory with every option stated. Sourced, not run.
 
-KVVM_DEBIAN_PACKAGES=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-  nlohmann-json3-dev librapidcheck-dev libxxhash-dev libssl-dev clang-format)
+KVVM_DEBIAN_PACKAGES=(cmake g++ make ccache libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev librapidcheck-dev libxxhash-dev libssl-dev clang-format)
 
 kvvm_install_dependencies() {
   local missing=()
@@ -22,3 +22,19 @@ kvvm_install_dependencies() {
 
 # Jobs for builds and tests: every core, at least 1.
 kvvm_jobs() { nproc 2>/dev/null || echo 2; }
+
+# kvvm_configure PRESET BUILD_DIR [-DOPTION=VALUE ...]
+# The preset states every KVVM_* option (CMakePresets.json), so a directory configured before
+# by the other script, or by hand, is brought back to what this script needs; the arguments
+# after the directory override the preset's. ccache, when present, lets the several build
+# directories of one tree share their object files.
+kvvm_configure() {
+  local preset=$1 dir=$2
+  shift 2
+  local launcher=()
+  if command -v ccache >/dev/null 2>&1; then
+    export CCACHE_BASEDIR="$PWD"
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake --preset "$preset" -B "$dir" "${launcher[@]}" "$@" >/dev/null
+}

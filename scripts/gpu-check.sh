@@ -155,7 +155,7 @@ if ((built)) && [[ -x "$BENCH" ]]; then
   step_failed bench && bench_state="FAILED ($OUT/bench.log)"
 fi
 
-# --- Growth benchmark (issue 3): per-token growth cost and the decode loop -------------------
+# --- Growth benchmark: per-token growth cost and the decode loop -----------------------------
 growth_state="not run"
 if ((built)) && [[ -x "$CLI" ]] && "$CLI" bench --help >/dev/null 2>&1; then
   step growth "$OUT/growth.txt" "$CLI" bench growth --backend cuda
@@ -166,7 +166,7 @@ if ((built)) && [[ -x "$CLI" ]] && "$CLI" bench --help >/dev/null 2>&1; then
   step_failed growth && growth_state="FAILED ($OUT/growth.txt)"
 fi
 
-# --- Sharing benchmark (issue 4): savings and the cost of the boundary copy / copy-on-write --
+# --- Sharing benchmark: savings and the cost of the boundary copy / copy-on-write ------------
 share_state="not run"
 if ((built)) && [[ -x "$CLI" ]] && "$CLI" bench share --help >/dev/null 2>&1; then
   step share "$OUT/share.txt" "$CLI" bench share --backend cuda
@@ -174,7 +174,7 @@ if ((built)) && [[ -x "$CLI" ]] && "$CLI" bench share --help >/dev/null 2>&1; th
   step_failed share && share_state="FAILED ($OUT/share.txt)"
 fi
 
-# --- kvvm simulate (issue 4) on the GPU's arena: the README's main job, built-in defaults ----
+# --- kvvm simulate on the GPU's arena: the README's main job, built-in defaults ------------
 simulate_state="not run"
 if ((built)) && [[ -x "$CLI" ]] && "$CLI" simulate --help >/dev/null 2>&1; then
   step simulate "$OUT/simulate.txt" "$CLI" simulate --backend cuda
@@ -182,7 +182,7 @@ if ((built)) && [[ -x "$CLI" ]] && "$CLI" simulate --help >/dev/null 2>&1; then
   step_failed simulate && simulate_state="FAILED ($OUT/simulate.txt)"
 fi
 
-# --- Attention kernels (issue 5): bench decode against PyTorch SDPA, compute-sanitizer ------
+# --- Attention kernels: bench decode against PyTorch SDPA, compute-sanitizer ---------------
 # The attention tests already ran in the suite above; scripts/gpu-kernels.sh adds the decode
 # benchmark, the PyTorch baseline and the sanitizer runs. Its files go to $OUT/kernels (packed
 # into logs.tgz below) except the decode table, kept beside the summary.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-kernels.sh: the attention kernels' step of the GPU check (issue 5), also run alone.
+# gpu-kernels.sh: the attention kernels' step of the GPU check, also run alone.
 #
 # Needs a configured and built tree (BUILD, default build/gpu, with kvvm_tests and kvvm):
 #   1. the attention tests (CUDA kernels against the float64 reference, graph replay across

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Installs what is missing, checks formatting, builds and runs every test:
-#   1. release build (CUDA driver compiled when the toolkit is here; its tests skip, and are
-#      reported as skipped, without a GPU) + the installed-package consumer check;
-#   2. the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   3. the CPU suite under ThreadSanitizer.
-# Ends with one line "N passed, N failed, N skipped" over all three runs.
+#   1. release build (CUDA driver and kernels compiled when the toolkit is here; their tests
+#      skip, and are reported as skipped, without a GPU) + the installed-package consumer check;
+#   2. the README's first command, scripts/run.sh, on a short setting in a fresh build directory
+#      (tests and benchmarks off, as a newcomer builds it), and the library alone with tests,
+#      benchmarks and tools all off;
+#   3. the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   4. the CPU suite under ThreadSanitizer.
+# Warnings are errors under CI (CI=true: the ci-* presets), not on a user's newer compiler.
+# Ends with one line "N passed, N failed, N skipped" over all of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 kvvm_install_dependencies
 jobs=$(kvvm_jobs)
+presets=(release asan tsan)
+if [[ -n ${CI:-} ]]; then presets=(ci-release ci-asan ci-tsan); fi
 
 echo "== format (clang-format, Google base, 100 columns)"
 mapfile -t sources < <(git ls-files '*.h' '*.cc' '*.cuh' '*.cu' 2>/dev/null || true)
@@ -22,7 +28,7 @@ run_suite() {  # preset
   local preset=$1 log
   log=$(mktemp)
   echo "== $preset: configure and build"
-  cmake --preset "$preset" >/dev/null
+  kvvm_configure "$preset" "build/$preset"
   cmake --build --preset "$preset" -j "$jobs"
   echo "== $preset: test"
   local status=0
@@ -32,25 +38,69 @@ run_suite() {  # preset
   fails=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$log" | tail -1)
   skips=$(grep -c '\*\*\*Skipped\|Not Run' "$log" || true)
   total=${total:-0} fails=${fails:-0}
+  if ((total == 0)); then
+    echo "kvvm: $preset ran no test"
+    fails=1
+    status=1
+  fi
   passed=$((passed + total - fails - skips))
   failed=$((failed + fails))
   skipped=$((skipped + skips))
   rm -f "$log"
   return $status
 }
+check() {  # name command...: one more passed or failed check
+  local name=$1
+  shift
+  echo "== $name"
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    echo "kvvm: FAILED: $name"
+    failed=$((failed + 1))
+    return 1
+  fi
+}
 
 overall=0
-run_suite release || overall=1
+run_suite "${presets[0]}" || overall=1
 
-echo "== consumer: find_package(kvvm) from the installed tree"
-rm -rf build/install build/consumer
-cmake --install build/release --prefix "$PWD/build/install" >/dev/null
-cmake -S tests/consumer -B build/consumer -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
-cmake --build build/consumer -j "$jobs" >/dev/null
-if build/consumer/consumer; then passed=$((passed + 1)); else failed=$((failed + 1)); overall=1; fi
+consumer() {
+  rm -rf build/install build/consumer
+  cmake --install "build/${presets[0]}" --prefix "$PWD/build/install" >/dev/null &&
+    cmake -S tests/consumer -B build/consumer -DCMAKE_PREFIX_PATH="$PWD/build/install" \
+      >/dev/null &&
+    cmake --build build/consumer -j "$jobs" >/dev/null &&
+    build/consumer/consumer
+}
+check "consumer: find_package(kvvm) from the installed tree" consumer || overall=1
 
-run_suite asan || overall=1
-run_suite tsan || overall=1
+# Both README commands on one tree, in either order: run.sh first in a fresh directory, then
+# this script's configuration there must bring the tests back; and run.sh after this script's
+# suite must build and run on the directory the suite used.
+newcomer() {
+  local count
+  rm -rf build/newcomer
+  KVVM_BUILD_DIR=build/newcomer bash scripts/run.sh --requests 300 --rate 30 &&
+    kvvm_configure "${presets[0]}" build/newcomer &&
+    cmake --build build/newcomer -j "$jobs" --target kvvm_tests &&
+    count=$(ctest --test-dir build/newcomer -N | sed -n 's/^Total Tests: //p') &&
+    echo "after run.sh, the test configuration lists $count tests" && ((count > 0)) &&
+    KVVM_BUILD_DIR="build/${presets[0]}" bash scripts/run.sh --requests 300 --rate 30 >/dev/null
+}
+check "the README's commands in either order: run.sh, then test.sh's build, then run.sh" \
+  newcomer || overall=1
+
+library_only() {
+  rm -rf build/library-only
+  kvvm_configure "${presets[0]}" build/library-only -DKVVM_BUILD_TESTS=OFF \
+    -DKVVM_BUILD_BENCH=OFF -DKVVM_BUILD_TOOLS=OFF &&
+    cmake --build build/library-only -j "$jobs"
+}
+check "the library alone: tests, benchmarks and tools off" library_only || overall=1
+
+run_suite "${presets[1]}" || overall=1
+run_suite "${presets[2]}" || overall=1
 
 echo "$passed passed, $failed failed, $skipped skipped"
 exit $overall

@@ -8,7 +8,7 @@
 #include "support/invariants.h"
 #include "support/pattern.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
-#include "testkit/spin_kernel.h"
+#include "kernels/spin_reader.h"
 #endif
 
 namespace kvvm {
@@ -36,23 +36,23 @@ TEST(ArenaCudaTest, ReleaseNeverUnmapsBeforeTheFenceAfterItsLastReaderCompletes)
     const auto data = testing::pattern(2 * g, testing::fresh_seed());
     ASSERT_TRUE(driver->write((*arena)->slot_base(*slot), data.data(), data.size()).ok());
 
-    auto stream = testkit::create_stream();
+    auto stream = kernels::create_stream();
     ASSERT_TRUE(stream.ok()) << stream.status().to_string();
     // A kernel reads both windows for 300 ms; the sequence finishes while it runs.
     ASSERT_TRUE(
-        testkit::launch_spin_reader(*stream, (*arena)->slot_base(*slot), 2 * g, 300000, 0).ok());
+        kernels::launch_spin_reader(*stream, (*arena)->slot_base(*slot), 2 * g, 300000, 0).ok());
     ASSERT_TRUE((*arena)->finish(*slot, *stream).ok());
     const auto unmaps = driver->counts().of(DriverOp::kUnmap);
     EXPECT_EQ((*arena)->reclaim(UINT64_MAX), 0u) << "the kernel still reads these windows";
     EXPECT_EQ(driver->counts().of(DriverOp::kUnmap), unmaps);
     EXPECT_EQ((*arena)->stats().committed_bytes, 2 * g);
     // Once the kernel is done, the same call unmaps and gives the bytes back.
-    Status synchronized = testkit::synchronize_stream(*stream);
+    Status synchronized = kernels::synchronize_stream(*stream);
     ASSERT_TRUE(synchronized.ok()) << synchronized.to_string() << " (the kernel faulted?)";
     EXPECT_EQ((*arena)->reclaim(UINT64_MAX), 2 * g);
     EXPECT_EQ((*arena)->stats().committed_bytes, 0u);
     EXPECT_EQ(governor.stats(tier).used, 0u);
-    testkit::destroy_stream(*stream);
+    kernels::destroy_stream(*stream);
     testing::World world{driver.get(), driver.get(), &pool,
                          &governor,    tier,         (*arena)->reservations()};
     EXPECT_EQ(testing::check_invariants(world), "");

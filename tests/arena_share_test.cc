@@ -9,8 +9,8 @@
 #include "support/arena_fixture.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
-#include "testkit/spin_kernel.h"
-#include "testkit/write_kernel.h"
+#include "kernels/spin_reader.h"
+#include "support/write_kernel.h"
 #endif
 
 namespace kvvm {
@@ -163,7 +163,7 @@ TYPED_TEST(ArenaShareTest, AWriteIntoASharedWindowFaultsAndLeavesTheOthersIntact
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {
-          auto stream = testkit::create_stream();
+          auto stream = kernels::create_stream();
           Status wrote = stream.ok() ? testkit::write_bytes_on_gpu(*stream, shared_window, 64, 1)
                                      : stream.status();
           std::_Exit(wrote.ok() ? 0 : 3);

@@ -1,24 +1,95 @@
-// Commits and releases one granule through the installed library on the host driver.
+// A consumer of the installed package: commits and releases one granule through kvvm::kvvm on
+// the host driver, then writes K/V into it and runs the CPU decode attention through
+// kvvm::kernels, checking the answer against one computed here.
+#include <kvvm/attention.h>
 #include <kvvm/handle_pool.h>
 #include <kvvm/host_driver.h>
 #include <kvvm/reservation.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <vector>
+
+namespace {
+
+int fail(const kvvm::Status& status) {
+  std::printf("consumer: %s\n", status.to_string().c_str());
+  return 1;
+}
+
+// One sequence, one layer, one KV head of dimension 4, float32 K/V token by token at `base`:
+// decode one query over `tokens` tokens and compare with softmax(q.k / 2) . v.
+int check_attention(std::uint64_t base) {
+  constexpr std::uint32_t kDim = 4, kTokens = 3;
+  kvvm::KvView view;
+  view.base = base;
+  view.element = kvvm::KvElement::kFp32;
+  view.element_bytes = 4;
+  view.head_dim = kDim;
+  view.token_stride = 2 * kDim * 4;  // K then V of each token
+  view.kv_stride = kDim * 4;
+  view.head_stride = view.layer_stride = view.slot_stride = view.token_stride * kTokens;
+  std::vector<float> k(kTokens * kDim), v(kTokens * kDim), q(kDim), out(kDim, NAN);
+  for (std::uint32_t i = 0; i < kTokens * kDim; ++i) {
+    k[i] = 0.25f * static_cast<float>(i % 5) - 0.5f;
+    v[i] = static_cast<float>(i) / 7.0f;
+  }
+  for (std::uint32_t d = 0; d < kDim; ++d) q[d] = 0.5f - 0.3f * static_cast<float>(d);
+  kvvm::AppendParams append;
+  append.view = view;
+  append.kv_heads = 1;
+  append.tokens = kTokens;
+  append.k = k.data();
+  append.v = v.data();
+  if (kvvm::Status s = kvvm::append_kv_cpu(append); !s.ok()) return fail(s);
+  const std::uint32_t slot = 0, length = kTokens;
+  kvvm::DecodeParams decode;
+  decode.view = view;
+  decode.qo_heads = decode.kv_heads = decode.batch = 1;
+  decode.q = q.data();
+  decode.slots = &slot;
+  decode.lengths = &length;
+  decode.max_length = kTokens;
+  decode.out = out.data();
+  if (kvvm::Status s = kvvm::decode_attention_cpu(decode, 1); !s.ok()) return fail(s);
+  double weights[kTokens], sum = 0;
+  for (std::uint32_t t = 0; t < kTokens; ++t) {
+    double dot = 0;
+    for (std::uint32_t d = 0; d < kDim; ++d) dot += double{q[d]} * k[t * kDim + d];
+    weights[t] = std::exp(dot / std::sqrt(double{kDim}));
+    sum += weights[t];
+  }
+  for (std::uint32_t d = 0; d < kDim; ++d) {
+    double expected = 0;
+    for (std::uint32_t t = 0; t < kTokens; ++t) expected += weights[t] / sum * v[t * kDim + d];
+    if (!(std::fabs(out[d] - expected) < 1e-5)) {
+      std::printf("consumer: attention output %u is %f, expected %f\n", d, out[d], expected);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main() {
   auto driver = kvvm::make_host_driver();
-  if (!driver.ok()) return std::printf("%s\n", driver.status().to_string().c_str()), 1;
+  if (!driver.ok()) return fail(driver.status());
   kvvm::HandlePool pool(**driver);
   const std::size_t granule = pool.granule();
   auto reservation = kvvm::Reservation::create(pool, 4 * granule);
-  if (!reservation.ok()) return std::printf("%s\n", reservation.status().to_string().c_str()), 1;
+  if (!reservation.ok()) return fail(reservation.status());
   kvvm::Status status = (*reservation)->commit(granule, granule, nullptr);
-  if (!status.ok()) return std::printf("%s\n", status.to_string().c_str()), 1;
-  std::memset(reinterpret_cast<void*>((*reservation)->base() + granule), 0x5a, granule);
+  if (!status.ok()) return fail(status);
+  const std::uint64_t window = (*reservation)->base() + granule;
+  std::memset(reinterpret_cast<void*>(window), 0x5a, granule);
+  if (check_attention(window) != 0) return 1;
   status = (*reservation)->release(granule, granule);
-  if (!status.ok()) return std::printf("%s\n", status.to_string().c_str()), 1;
-  std::printf("consumer: committed and released one %zu-byte granule through kvvm::kvvm\n",
-              granule);
+  if (!status.ok()) return fail(status);
+  std::printf(
+      "consumer: committed and released one %zu-byte granule through kvvm::kvvm and ran the CPU "
+      "decode attention over it through kvvm::kernels\n",
+      granule);
   return 0;
 }

@@ -20,7 +20,7 @@
 #include "kvvm/handle_pool.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
-#include "testkit/spin_kernel.h"
+#include "kernels/spin_reader.h"
 #endif
 
 namespace kvvm::cli {
@@ -179,21 +179,21 @@ Result<DecodeReport> run_decode_loop(Driver& driver, const Geometry& geometry, L
   // The driver makes its device's primary context current on this thread (every call does);
   // the runtime the kernel kit uses then runs on that same context.
   (void)driver.info();
-  Result<void*> created = testkit::create_stream();
+  Result<void*> created = kernels::create_stream();
   if (!created.ok()) return created.status().with_context("creating the kernel's stream");
   struct StreamHolder {
     void* stream;
     ~StreamHolder() {
-      testkit::synchronize_stream(stream).ignore();
-      testkit::destroy_stream(stream);
+      kernels::synchronize_stream(stream).ignore();
+      kernels::destroy_stream(stream);
     }
   } holder{*created};
   void* const stream = holder.stream;
   const StepKernel kernel{
       [stream](std::uint64_t address, std::uint64_t bytes, std::uint32_t microseconds) {
-        return testkit::launch_spin_reader(stream, address, bytes, microseconds, 0);
+        return kernels::launch_spin_reader(stream, address, bytes, microseconds, 0);
       },
-      [stream] { return testkit::synchronize_stream(stream); }};
+      [stream] { return kernels::synchronize_stream(stream); }};
   return run_decode_loop_with(driver, geometry, layout, options, kernel);
 }
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "testkit/write_kernel.h"
+#include "support/write_kernel.h"
 
 namespace kvvm::testkit {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "kvvm/status.h"
 
-namespace kvvm::testkit {
+namespace kvvm::kernels {
 
 // Creates a non-blocking stream on the current device (the primary context the CUDA driver
 // made current).
@@ -22,4 +22,4 @@ Status launch_spin_reader(void* stream, std::uint64_t address, std::uint64_t byt
 
 Status synchronize_stream(void* stream);
 
-}  // namespace kvvm::testkit
+}  // namespace kvvm::kernels

@@ -2,9 +2,9 @@
 
 #include <string>
 
-#include "testkit/spin_kernel.h"
+#include "kernels/spin_reader.h"
 
-namespace kvvm::testkit {
+namespace kvvm::kernels {
 namespace {
 
 Status cuda_status(const char* call, cudaError_t error) {
@@ -54,4 +54,4 @@ Status synchronize_stream(void* stream) {
                      cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
-}  // namespace kvvm::testkit
+}  // namespace kvvm::kernels
