@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "baselines.h"
 #include "kvvm/geometry.h"
@@ -165,14 +166,17 @@ TEST_F(CliSimulate, MalformedTraceLinesAreReportedAndTheRestStillRun) {
   EXPECT_TRUE(contains(result.out, "2 malformed lines skipped")) << result.out;
 }
 
-TEST_F(CliSimulate, AGeneratedRunReportsTheThreeSystemsSideBySide) {
+TEST_F(CliSimulate, AGeneratedRunReportsEverySystemSideBySide) {
   SimulateOptions options = tiny();
   options.csv = path("series.csv");
   options.save_trace = path("trace.jsonl");
   const SimRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
-  for (const char* part : {"kvvm", "paged-16", "preallocate", "peak concurrency", "waste",
-                           "saved by sharing", "driver calls", "rejected (429)"}) {
+  for (const char* part :
+       {"kvvm", "paged-16+cache", "paged-16", "preallocate", "peak concurrency", "waste",
+        "saved by sharing", "driver calls", "rejected (429)", "prefix cache hit rate",
+        "kvvm peak concurrency: ", "x paged-16+cache's, ", "x paged-16's, ", "x preallocate's\n",
+        "kvvm mean concurrency: "}) {
     EXPECT_TRUE(contains(result.out, part)) << part << "\n" << result.out;
   }
   std::ifstream csv(options.csv);
@@ -181,6 +185,7 @@ TEST_F(CliSimulate, AGeneratedRunReportsTheThreeSystemsSideBySide) {
   EXPECT_EQ(header.rfind("step,time_s,kvvm_running,kvvm_queued,kvvm_committed_bytes", 0), 0u)
       << header;
   EXPECT_TRUE(contains(header, "paged16_running")) << header;
+  EXPECT_TRUE(contains(header, "paged16_cache_running")) << header;
   EXPECT_TRUE(contains(header, "preallocate_saved_bytes")) << header;
   std::string line;
   std::size_t rows = 0;
@@ -197,7 +202,7 @@ TEST_F(CliSimulate, AGeneratedRunReportsTheThreeSystemsSideBySide) {
   const SimRun first = run(options), second = run(replay);
   ASSERT_EQ(second.code, kExitOk) << second.err;
   const nlohmann::json a = nlohmann::json::parse(first.out), b = nlohmann::json::parse(second.out);
-  for (const char* system_name : {"kvvm", "paged-16", "preallocate"}) {
+  for (const char* system_name : {"kvvm", "paged-16+cache", "paged-16", "preallocate"}) {
     for (const char* key : {"admitted", "rejected", "peak_concurrency", "peak_committed_bytes"}) {
       EXPECT_EQ(system(a, system_name)[key], system(b, system_name)[key])
           << system_name << " " << key;
@@ -214,10 +219,14 @@ TEST_F(CliSimulate, JsonHasEveryFigure) {
   EXPECT_EQ(report["backend"], "host");
   EXPECT_EQ(report["granule_bytes"], 64 * kKiB);
   EXPECT_EQ(report["budget_bytes"], 16 * kMiB);
-  ASSERT_EQ(report["systems"].size(), 3u);
+  ASSERT_EQ(report["systems"].size(), 4u);
   EXPECT_EQ(report["systems"][0]["name"], "kvvm");
-  EXPECT_EQ(report["systems"][1]["name"], "paged-16");
-  EXPECT_EQ(report["systems"][2]["name"], "preallocate");
+  EXPECT_EQ(report["systems"][1]["name"], "paged-16+cache");
+  EXPECT_EQ(report["systems"][2]["name"], "paged-16");
+  EXPECT_EQ(report["systems"][3]["name"], "preallocate");
+  EXPECT_TRUE(report["systems"][0]["prefix_cache"].is_null());
+  EXPECT_GT(report["systems"][1]["prefix_cache"]["hits"].get<std::uint64_t>(), 0u);
+  EXPECT_TRUE(report["systems"][2]["prefix_cache"].is_null());
   for (const nlohmann::json& s : report["systems"]) {
     EXPECT_EQ(s["requests"], 40);
     EXPECT_EQ(s["completed"].get<std::uint64_t>() + s["rejected"].get<std::uint64_t>() +
@@ -228,6 +237,64 @@ TEST_F(CliSimulate, JsonHasEveryFigure) {
   EXPECT_GT(report["kvvm"]["commits"].get<std::uint64_t>(), 0u);
   EXPECT_EQ(report["trace"]["requests"], 40);
   EXPECT_EQ(report["trace"]["prefix_groups"], 4);
+}
+
+// The default run's vLLM baseline on a hand-made trace whose hits are known exactly: tenant a
+// sends three requests and then tenant b two, one at a time, each of 100 prompt tokens whose
+// first 64 (four blocks of 16) are the tenant's system prompt. Every request after a tenant's
+// first hits its four blocks, and nothing else: the rest of each prompt is its own, and
+// tenant b never hits tenant a's blocks.
+TEST_F(CliSimulate, TheDefaultRunComparesWithVllmsPrefixCachingPerTenant) {
+  std::string text;
+  const char* tenants[] = {"a", "a", "a", "b", "b"};
+  for (int i = 0; i < 5; ++i) {
+    text += "{\"arrival\": " + std::to_string(i) +
+            ", \"prompt_tokens\": 100, \"output_tokens\": 1, \"prefix_group\": \"" + tenants[i] +
+            "\", \"prefix_tokens\": 64}\n";
+  }
+  SimulateOptions options = tiny();
+  options.trace = write("tenants.jsonl", text);
+  options.json = true;
+  ASSERT_EQ(simulated_systems(options),
+            (std::vector<std::string>{"kvvm", "paged-16+cache", "paged-16", "preallocate"}));
+  const SimRun result = run(options);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const nlohmann::json report = nlohmann::json::parse(result.out);
+  const nlohmann::json cache = system(report, "paged-16+cache")["prefix_cache"];
+  ASSERT_TRUE(cache.is_object()) << report.dump(2);
+  EXPECT_EQ(cache["hits"], 3 * 64);  // a's second and third, b's second
+  EXPECT_EQ(cache["queries"], 5 * 100);
+  // Full blocks entered: a tenant's first request all six of its 100 (+1) tokens', later ones
+  // the two after the hit prefix.
+  EXPECT_EQ(cache["published"], 6 + 2 + 2 + 6 + 2);
+  EXPECT_EQ(cache["evictions"], 0);
+  EXPECT_EQ(cache["saved_bytes"], 3 * 64 * 12 * kKiB);
+  EXPECT_EQ(system(report, "paged-16+cache")["completed"], 5);
+  EXPECT_TRUE(system(report, "paged-16")["prefix_cache"].is_null());
+
+  // --prefix-cache off: the three systems without a prefix cache.
+  options.prefix_cache = "off";
+  ASSERT_EQ(simulated_systems(options),
+            (std::vector<std::string>{"kvvm", "paged-16", "preallocate"}));
+  const SimRun off = run(options);
+  ASSERT_EQ(off.code, kExitOk) << off.err;
+  EXPECT_EQ(nlohmann::json::parse(off.out)["systems"].size(), 3u);
+}
+
+TEST(CliSimulateOptions, WhichSystemsRun) {
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(simulated_systems(parse("")),
+            (Names{"kvvm", "paged-16+cache", "paged-16", "preallocate"}));
+  EXPECT_EQ(simulated_systems(parse("--prefix-cache off")),
+            (Names{"kvvm", "paged-16", "preallocate"}));
+  const Names all{"kvvm", "kvvm+cache", "paged-16+cache", "paged-16", "preallocate"};
+  EXPECT_EQ(simulated_systems(parse("--prefix-cache on")), all);
+  EXPECT_EQ(simulated_systems(parse("--conversations 10")), all);
+  // A JSONL trace replays open loop: kvvm+cache only when asked for.
+  EXPECT_EQ(simulated_systems(parse("--conversations 10 --trace t.jsonl")),
+            (Names{"kvvm", "paged-16+cache", "paged-16", "preallocate"}));
+  EXPECT_EQ(simulated_systems(parse("--conversations 10 --prefix-cache off")),
+            (Names{"kvvm", "paged-16", "preallocate"}));
 }
 
 TEST_F(CliSimulate, PlotNamesTheDebianPackageWhenGnuplotIsMissing) {

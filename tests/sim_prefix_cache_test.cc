@@ -189,6 +189,38 @@ TEST(SimulatePrefixCache, PagedCacheEvictsTheLeastRecentlyFreedBlockWhenFull) {
   EXPECT_GE(model.cache().evictions, 3u);
 }
 
+TEST(SimulatePrefixCache, PagedCacheEvictsTheLeastRecentlyUsedTenantFirstAndNeverAHeldBlock) {
+  // Eight blocks. Tenant 1's two-block prompt runs and is released, then tenant 2's (the same
+  // ids: only the salt tells them apart); both stay cached, in free blocks.
+  auto stream = std::make_shared<std::vector<TokenId>>();
+  for (TokenId i = 0; i < 200; ++i) stream->push_back(100 + i);
+  auto unique = std::make_shared<std::vector<TokenId>>(200, 7);
+  PagedCacheModel model(8 * 16 * 1024, kPagedBlockTokens, 1024);
+  const TraceRequest first = request_of(33, stream, 1), second = request_of(33, stream, 2);
+  ASSERT_TRUE(*model.admit(0, first, 33));  // three blocks, two of them full
+  ASSERT_TRUE(model.release(0).ok());
+  ASSERT_TRUE(*model.admit(1, second, 33));
+  EXPECT_EQ(model.cache().hits, 0u);  // another tenant's blocks are not its own
+  ASSERT_TRUE(model.release(1).ok());
+  EXPECT_EQ(model.cache().published, 4u);
+  // Six blocks under pressure come from the free queue's head: the two never used, tenant 1's
+  // tail (no hash) and its two cached blocks (the least recently used), tenant 2's tail;
+  // tenant 2's cached blocks stay.
+  ASSERT_TRUE(*model.admit(2, request_of(96, unique, 3), 96));
+  EXPECT_EQ(model.cache().evictions, 2u);
+  ASSERT_TRUE(model.release(2).ok());
+  ASSERT_TRUE(*model.admit(3, second, 33));
+  EXPECT_EQ(model.cache().hits, 32u);  // tenant 2 still hits both of its blocks
+  ASSERT_TRUE(*model.admit(4, first, 33));
+  EXPECT_EQ(model.cache().hits, 32u);  // tenant 1's were evicted
+  // Tenant 2's request holds its blocks: a request needing every other block is refused
+  // rather than evicting them, and tenant 2 hits them again.
+  ASSERT_TRUE(model.release(4).ok());
+  EXPECT_FALSE(*model.admit(5, request_of(7 * 16, unique, 3), 7 * 16));
+  ASSERT_TRUE(*model.admit(6, second, 33));
+  EXPECT_EQ(model.cache().hits, 64u);
+}
+
 TEST(SimulatePrefixCache, KvvmHitsMatchTheBaselineWithinAWindowAndSaltsIsolate) {
   const Geometry geometry = *builtin_geometry("llama-3-8b");
   ASSERT_EQ(geometry.bytes_per_token(), 128u * 1024);

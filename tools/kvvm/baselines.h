@@ -1,22 +1,26 @@
-// The two baselines `kvvm simulate` replays beside kvvm, as pure accounting (no driver):
+// The baselines `kvvm simulate` replays beside kvvm, as pure accounting (no driver):
 //
 //   preallocate  what a plain allocator does: every admitted request gets max context x bytes
 //                per token at once, whatever its length; growth never needs memory. Its
 //                capacity is floor(budget / (max context x bytes per token)) sequences.
-//   paged-16     vLLM's default accounting: blocks of 16 tokens, ceil(tokens / 16) blocks per
-//                sequence, allocated as it grows, no prefix sharing (no prefix caching).
-//   paged-16+cache  paged-16 with vLLM's automatic prefix caching (v1 BlockPool semantics):
+//   paged-16     vLLM's block accounting: blocks of 16 tokens, ceil(tokens / 16) blocks per
+//                sequence, allocated as it grows, no prefix sharing (prefix caching off).
+//   paged-16+cache  paged-16 with vLLM's automatic prefix caching, which vLLM turns on by
+//                default (so this, not paged-16, is what a vLLM user runs), v1 BlockPool semantics:
 //                each full block of a sequence (prompt or generated) gets a chained hash
 //                (parent hash, its 16 ids; the tenant salt in the root) and enters a hash ->
 //                blocks table; admission reuses the longest chain of cached blocks that leaves
 //                at least the last token to compute (ref count + 1; a free one leaves the
 //                free queue); new blocks come from the head of the free queue, evicting the
 //                hash of a cached one; a released sequence's blocks go to the tail, last block
-//                first (so its tail is evicted first). Cached-but-free blocks are free capacity.
+//                first (so its tail is evicted first): the free queue is least recently used
+//                first, and only unreferenced blocks are in it. Cached-but-free blocks are free
+//                capacity. The salt keys the cache per tenant: a tenant's system prompt blocks
+//                are shared by its own requests only.
 //                Hashes are XXH3-128 chains (vLLM uses SHA-256 or its builtin hash; the
 //                accounting does not depend on which).
 //
-// Both answer "no room" exactly when the budget is short, so the scheduler queues, preempts
+// Each answers "no room" exactly when the budget is short, so the scheduler queues, preempts
 // and rejects them by the same rules as kvvm's arena.
 #pragma once
 

@@ -351,12 +351,24 @@ void print_simulate(const SimulateReport& report, std::ostream& out) {
   const auto ratio = [](double a, double b) {
     return b == 0 ? std::string("n/a") : fixed(a / b, 2) + "x";
   };
-  if (report.runs.size() >= 3) {
-    out << "kvvm peak concurrency: "
-        << ratio(report.runs[0].peak_concurrency, report.runs[1].peak_concurrency)
-        << " paged-16's, "
-        << ratio(report.runs[0].peak_concurrency, report.runs[2].peak_concurrency)
-        << " preallocate's\n";
+  // kvvm against each baseline (the systems that are not kvvm's), in the table's order.
+  const RunSummary* kvvm = find_run(report, "kvvm");
+  std::vector<const RunSummary*> baselines;
+  for (const RunSummary& run : report.runs) {
+    if (run.name.rfind("kvvm", 0) != 0) baselines.push_back(&run);
+  }
+  if (kvvm != nullptr && !baselines.empty()) {
+    const auto against = [&](const char* what, auto figure) {
+      out << "kvvm " << what << ": ";
+      for (std::size_t i = 0; i < baselines.size(); ++i) {
+        out << (i == 0 ? "" : ", ") << ratio(figure(*kvvm), figure(*baselines[i])) << " "
+            << baselines[i]->name << "'s";
+      }
+      out << "\n";
+    };
+    against("peak concurrency", [](R r) { return static_cast<double>(r.peak_concurrency); });
+    against("mean concurrency", [](R r) { return r.mean_concurrency; });
+    against("completed", [](R r) { return static_cast<double>(r.completed); });
   }
   const RunSummary* kc = find_run(report, "kvvm+cache");
   const RunSummary* pc = find_run(report, "paged-16+cache");

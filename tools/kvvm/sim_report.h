@@ -45,7 +45,7 @@ struct SimulateReport {
   TraceFigures trace;
   // The arithmetic the runs are compared against.
   std::uint64_t preallocate_capacity = 0;  // floor(budget / (max context x bytes per token))
-  // kvvm, paged-16, preallocate, then kvvm+cache and paged-16+cache: in this order.
+  // One per system, in simulate_command.cc's table order (simulated_systems()): kvvm first.
   std::vector<RunSummary> runs;
   ArenaModelReport kvvm;
   std::optional<ArenaModelReport> kvvm_cache;  // with the prefix-cache systems
@@ -73,7 +73,8 @@ void print_simulate(const SimulateReport& report, std::ostream& out);
 
 // The time series, one row per simulated step:
 // step,time_s,<sys>_running,<sys>_queued,<sys>_committed_bytes,<sys>_live_bytes,
-// <sys>_saved_bytes for sys in kvvm, paged16, preallocate (a run that ended earlier repeats
+// <sys>_saved_bytes for each system in the report's order, its name without '-' and with '+'
+// as '_' (kvvm, paged16_cache, paged16, preallocate, ...; a run that ended earlier repeats
 // zeros: nothing runs, nothing is held).
 void write_series_csv(const SimulateReport& report, std::ostream& out);
 
@@ -81,7 +82,7 @@ void write_series_csv(const SimulateReport& report, std::ostream& out);
 // when empty.
 double histogram_percentile_us(const std::vector<std::uint64_t>& buckets, double q);
 
-// Draws concurrency and committed memory over time for the three systems into `png` with
+// Draws concurrency and committed memory over time for every system into `png` with
 // `gnuplot` (a program name looked up on PATH, or a path). Unavailable, naming the Debian
 // package (gnuplot-nox), when it is not found; Internal with its output when it fails.
 Status plot_series(const SimulateReport& report, const std::string& png,

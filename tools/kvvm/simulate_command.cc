@@ -10,7 +10,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "arena_model.h"
 #include "baselines.h"
@@ -144,13 +148,14 @@ Status check_options(const SimulateOptions& options) {
   return Status::Ok();
 }
 
-// The progress line of the kvvm run, from its second second of wall time on (a short run
+// The progress line of a system's run, from its second second of wall time on (a short run
 // prints nothing): rewritten in place twice a second on a terminal, else (--progress into a
 // log) one line every five seconds.
 class ProgressLine {
  public:
-  ProgressLine(std::ostream* err, std::uint64_t requests, bool terminal)
+  ProgressLine(std::ostream* err, std::string system, std::uint64_t requests, bool terminal)
       : err_(err),
+        system_(std::move(system)),
         requests_(requests),
         terminal_(terminal),
         last_(std::chrono::steady_clock::now()) {}
@@ -165,7 +170,7 @@ class ProgressLine {
     last_ = now;
     printed_ = true;
     const StepSample& sample = so_far.series.back();
-    *err_ << (terminal_ ? "\r\033[K" : "") << kCommand << ": kvvm at "
+    *err_ << (terminal_ ? "\r\033[K" : "") << kCommand << ": " << system_ << " at "
           << fixed(static_cast<double>(step) * step_s, 1) << " s simulated: running "
           << sample.running << ", queued " << sample.queued << ", admitted " << so_far.admitted
           << "/" << requests_ << ", rejected " << so_far.rejected << (terminal_ ? "" : "\n")
@@ -174,11 +179,104 @@ class ProgressLine {
 
  private:
   std::ostream* err_;
+  std::string system_;
   std::uint64_t requests_;
   bool terminal_;
   bool printed_ = false;
   std::chrono::steady_clock::time_point last_;
 };
+
+// What a system's builder needs of the run.
+struct SystemContext {
+  Driver& driver;
+  const SimulateOptions& options;
+  const LayoutPlan& plan;
+  SimulateReport& report;  // budget and max_slots as they run (a builder may lower max_slots)
+  std::ostream& err;
+};
+
+// kvvm's real arena on the driver, declared prefix groups or the automatic prefix cache.
+Result<std::unique_ptr<MemoryModel>> build_arena(SystemContext& c, bool prefix_cache) {
+  ArenaModelOptions arena{.plan = c.plan,
+                          .budget = c.report.budget,
+                          .max_slots = static_cast<std::uint32_t>(c.report.max_slots),
+                          .sharing = c.options.sharing,
+                          .pool_bytes = c.options.pool_bytes,
+                          .commit_ahead_windows = c.options.commit_ahead,
+                          .prefix_cache = prefix_cache};
+  Result<std::unique_ptr<ArenaModel>> model = ArenaModel::create(c.driver, arena);
+  // Slots chosen for the trace may ask for more addresses than the driver will reserve at
+  // once: halve them (queueing on "every slot taken" instead) and say so.
+  while (!model.ok() && c.options.max_slots == 0 && arena.max_slots > 1 &&
+         model.status().code() != StatusCode::kInvalidArgument) {
+    arena.max_slots /= 2;
+    model = ArenaModel::create(c.driver, arena);
+    if (model.ok()) {
+      c.err << kCommand << ": note: " << c.report.max_slots << " slots of "
+            << format_bytes(c.plan.slot_stride) << " could not be reserved; using "
+            << arena.max_slots << "\n";
+      c.report.max_slots = arena.max_slots;
+    }
+  }
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<MemoryModel>(std::move(model).value());
+}
+
+std::uint64_t bytes_per_token(const SystemContext& c) { return c.plan.geometry.bytes_per_token(); }
+
+// An accounting model (they cannot fail to build).
+template <typename Model, typename... Args>
+Result<std::unique_ptr<MemoryModel>> accounting(Args... args) {
+  return std::unique_ptr<MemoryModel>(std::make_unique<Model>(args...));
+}
+
+// One system of the comparison: adding one is adding a row to kSystems.
+struct SystemRow {
+  const char* name;   // its column; the model's name()
+  bool arena;         // replays kvvm's arena on the driver (else accounting only: fast)
+  bool prefix_cache;  // admits through a prefix cache over token ids
+  Result<std::unique_ptr<MemoryModel>> (*build)(SystemContext&);
+  // What the report keeps of the model besides its run; null: nothing.
+  void (*keep)(const MemoryModel&, SimulateReport&);
+};
+
+// The columns, in this order; kvvm first (the plot draws its live bytes from the first).
+const SystemRow kSystems[] = {
+    {"kvvm", true, false, [](SystemContext& c) { return build_arena(c, false); },
+     [](const MemoryModel& m, SimulateReport& r) {
+       r.kvvm = static_cast<const ArenaModel&>(m).report();
+     }},
+    {"kvvm+cache", true, true, [](SystemContext& c) { return build_arena(c, true); },
+     [](const MemoryModel& m, SimulateReport& r) {
+       r.kvvm_cache = static_cast<const ArenaModel&>(m).report();
+     }},
+    {"paged-16+cache", false, true,
+     [](SystemContext& c) {
+       return accounting<PagedCacheModel>(c.report.budget, kPagedBlockTokens, bytes_per_token(c));
+     },
+     nullptr},
+    {"paged-16", false, false,
+     [](SystemContext& c) {
+       return accounting<PagedModel>(c.report.budget, kPagedBlockTokens, bytes_per_token(c));
+     },
+     nullptr},
+    {"preallocate", false, false,
+     [](SystemContext& c) {
+       return accounting<PreallocateModel>(c.report.budget, c.options.max_context,
+                                           bytes_per_token(c));
+     },
+     nullptr},
+};
+
+// --prefix-cache: off runs no prefix-cache system, on runs both. auto runs paged-16+cache
+// always, since vLLM turns its prefix caching on by default (so it is a vLLM user's baseline),
+// and kvvm+cache, a second replay through the arena, with the multi-turn generator only.
+bool selected(const SystemRow& row, const SimulateOptions& options) {
+  if (!row.prefix_cache) return true;
+  if (options.prefix_cache == "off") return false;
+  if (options.prefix_cache == "on") return true;
+  return !row.arena || (options.chat.conversations > 0 && options.trace.empty());
+}
 
 }  // namespace
 
@@ -187,8 +285,9 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
       "simulate",
       "Replay a request trace through kvvm's real arena (CUDA when a GPU is present, else the "
       "host driver) with admission through the governor, and, on the same trace in the same "
-      "run, through two baselines: preallocate (max context per request) and paged-16 (blocks "
-      "of 16 tokens, no sharing, vLLM's default). Reports admitted, queued and rejected "
+      "run, through three baselines: paged-16+cache (blocks of 16 tokens with vLLM's automatic "
+      "prefix caching, on by default in vLLM), paged-16 (the same without it) and preallocate "
+      "(max context per request). Reports admitted, queued and rejected "
       "requests, peak and mean concurrency, committed and live bytes, waste, bytes saved by "
       "sharing, driver calls and commit time, side by side.");
   sim->add_option_function<std::string>(
@@ -259,9 +358,10 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
                   "Mean think time (exponential) between a turn's completion and the next "
                   "turn's arrival, in simulated seconds (default 5)");
   sim->add_option("--prefix-cache", options.prefix_cache,
-                  "Also run kvvm+cache (the arena through the automatic prefix cache) and "
+                  "Run kvvm+cache (the arena through the automatic prefix cache) and "
                   "paged-16+cache (vLLM-style block-hash prefix caching) on the same trace: on, "
-                  "off or auto (default auto: on with --conversations); traces without token "
+                  "off or auto (default auto: paged-16+cache always, as vLLM's prefix caching "
+                  "is on by default; kvvm+cache with --conversations); traces without token "
                   "ids get made-up ones, a prefix group's prefix the same in each request")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   sim->add_option("--step-ms", options.step_ms,
@@ -286,7 +386,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
                   "Write the time series to this file ('-': stdout, after the summary): one row "
                   "per step, running / queued / committed / live / saved bytes per system");
   sim->add_option("--plot", options.plot,
-                  "Draw concurrency and committed memory over time for the three systems into "
+                  "Draw concurrency and committed memory over time for every system into "
                   "this PNG (needs gnuplot: Debian package gnuplot-nox)");
   sim->add_option("--save-trace", options.save_trace,
                   "Write the replayed trace as JSONL (replay it with --trace)");
@@ -299,6 +399,14 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
       "(recomputed later). Exit status: 0 ok, 1 a call failed, 2 bad usage, 3 ran but trace "
       "lines were skipped.");
   return sim;
+}
+
+std::vector<std::string> simulated_systems(const SimulateOptions& options) {
+  std::vector<std::string> names;
+  for (const SystemRow& row : kSystems) {
+    if (selected(row, options)) names.emplace_back(row.name);
+  }
+  return names;
 }
 
 Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostream& err,
@@ -317,10 +425,11 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
   if (!geometry.ok()) return geometry.status().with_context("--model");
   Result<Trace> trace = load_trace(options, err);
   if (!trace.ok()) return trace.status();
-  const bool prefix_cache =
-      options.prefix_cache == "on" ||
-      (options.prefix_cache == "auto" && options.chat.conversations > 0 && options.trace.empty());
-  if (prefix_cache) synthesize_ids(*trace);
+  if (std::ranges::any_of(kSystems, [&](const SystemRow& row) {
+        return row.prefix_cache && selected(row, options);
+      })) {
+    synthesize_ids(*trace);
+  }
   if (trace->requests.empty()) {
     return Status::InvalidArgument("the trace holds no request to replay");
   }
@@ -382,59 +491,26 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
 
   const SchedulerOptions scheduler{report.step_s, options.max_queue_wait_s,
                                    geometry->bytes_per_token()};
-  PagedModel paged(report.budget, kPagedBlockTokens, geometry->bytes_per_token());
-  Result<RunSummary> paged_run = run_schedule(*trace, paged, scheduler);
-  if (!paged_run.ok()) return paged_run.status().with_context("paged-16");
-  PreallocateModel preallocate(report.budget, options.max_context, geometry->bytes_per_token());
-  Result<RunSummary> preallocate_run = run_schedule(*trace, preallocate, scheduler);
-  if (!preallocate_run.ok()) return preallocate_run.status().with_context("preallocate");
-
-  ArenaModelOptions arena_options{.plan = *plan,
-                                  .budget = report.budget,
-                                  .max_slots = static_cast<std::uint32_t>(report.max_slots),
-                                  .sharing = options.sharing,
-                                  .pool_bytes = options.pool_bytes,
-                                  .commit_ahead_windows = options.commit_ahead};
-  Result<std::unique_ptr<ArenaModel>> kvvm = ArenaModel::create(**driver, arena_options);
-  // Slots chosen for the trace may ask for more addresses than the driver will reserve at
-  // once: halve them (queueing on "every slot taken" instead) and say so.
-  while (!kvvm.ok() && options.max_slots == 0 && arena_options.max_slots > 1 &&
-         kvvm.status().code() != StatusCode::kInvalidArgument) {
-    arena_options.max_slots /= 2;
-    kvvm = ArenaModel::create(**driver, arena_options);
-    if (kvvm.ok()) {
-      err << kCommand << ": note: " << report.max_slots << " slots of "
-          << format_bytes(plan->slot_stride) << " could not be reserved; using "
-          << arena_options.max_slots << "\n";
-      report.max_slots = arena_options.max_slots;
+  SystemContext context{**driver, options, *plan, report, err};
+  for (const SystemRow& row : kSystems) {
+    if (!selected(row, options)) continue;
+    Result<std::unique_ptr<MemoryModel>> model = row.build(context);
+    if (!model.ok()) return model.status().with_context(row.name);
+    if ((*model)->name() != row.name) {
+      return Status::Internal(std::string("the table's system ") + row.name + " built " +
+                              (*model)->name());
     }
-  }
-  if (!kvvm.ok()) return kvvm.status().with_context("kvvm");
-  Result<RunSummary> kvvm_run = [&] {
-    ProgressLine line(progress_err, trace->requests.size(), ::isatty(STDERR_FILENO) == 1);
-    return run_schedule(
-        *trace, **kvvm, scheduler,
-        [&](std::uint64_t step, const RunSummary& so_far) { line(step, so_far, report.step_s); });
-  }();
-  if (!kvvm_run.ok()) return kvvm_run.status().with_context("kvvm");
-  report.kvvm = (*kvvm)->report();
-  report.runs = {std::move(kvvm_run).value(), std::move(paged_run).value(),
-                 std::move(preallocate_run).value()};
-  kvvm->reset();  // its handles go back before the next arena takes the budget
-  if (prefix_cache) {
-    arena_options.prefix_cache = true;
-    Result<std::unique_ptr<ArenaModel>> cached = ArenaModel::create(**driver, arena_options);
-    if (!cached.ok()) return cached.status().with_context("kvvm+cache");
-    Result<RunSummary> cached_run = run_schedule(*trace, **cached, scheduler);
-    if (!cached_run.ok()) return cached_run.status().with_context("kvvm+cache");
-    report.kvvm_cache = (*cached)->report();
-    cached->reset();
-    PagedCacheModel paged_cache(report.budget, kPagedBlockTokens, geometry->bytes_per_token());
-    Result<RunSummary> paged_cache_run = run_schedule(*trace, paged_cache, scheduler);
-    if (!paged_cache_run.ok()) return paged_cache_run.status().with_context("paged-16+cache");
-    report.runs.push_back(std::move(cached_run).value());
-    report.runs.push_back(std::move(paged_cache_run).value());
-  }
+    Result<RunSummary> run = [&] {
+      ProgressLine line(progress_err, row.name, trace->requests.size(),
+                        ::isatty(STDERR_FILENO) == 1);
+      return run_schedule(
+          *trace, **model, scheduler,
+          [&](std::uint64_t step, const RunSummary& so_far) { line(step, so_far, report.step_s); });
+    }();
+    if (!run.ok()) return run.status().with_context(row.name);
+    if (row.keep != nullptr) row.keep(**model, report);
+    report.runs.push_back(std::move(run).value());
+  }  // each model goes here: an arena's handles return before the next one takes the budget
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;
 }

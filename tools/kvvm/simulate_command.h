@@ -1,13 +1,15 @@
-// `kvvm simulate` (issues 4 and 6): replays a request trace through the real arena, with admission
-// through the governor, beside two baselines computed on the same trace in the same run:
-// preallocate (max context per request, what a plain allocator does) and paged-16 (blocks of
-// 16 tokens without sharing, vLLM's default accounting). See sim_scheduler.h for the rules
-// every system is replayed by, trace.h for the generator and the JSONL format, arena_model.h
-// for how kvvm's side uses the arena and shares prefixes, baselines.h for the baselines.
-// With the prefix cache (issue 6: --prefix-cache, on by default with --conversations), two
-// more systems run on the same trace: kvvm+cache (the arena through PrefixCache, automatic
-// detection over token ids) and paged-16+cache (vLLM's automatic prefix caching on blocks of
-// 16), each reporting hit rate, hit tokens and the bytes they did not recompute.
+// `kvvm simulate`: replays a request trace through the real arena, with admission through the
+// governor, beside baselines computed on the same trace in the same run: paged-16+cache (blocks
+// of 16 tokens with vLLM's automatic prefix caching, which vLLM turns on by default: a vLLM
+// user's baseline), paged-16 (the same blocks without prefix caching) and preallocate (max
+// context per request, what a plain allocator does). See sim_scheduler.h for the rules every
+// system is replayed by, trace.h for the generator and the JSONL format, arena_model.h for how
+// kvvm's side uses the arena and shares prefixes, baselines.h for the baselines.
+// kvvm+cache (the arena through PrefixCache, automatic detection over token ids) runs too with
+// --prefix-cache on, and by default with --conversations. The prefix-cache systems report hit
+// rate, hit tokens and the bytes they did not recompute. The systems are one table in
+// simulate_command.cc (name, how to build its memory model, whether it needs the driver and
+// token ids): adding a system is adding a row.
 //
 // Backend: CUDA when a GPU is usable (the budget is capped to its free memory, with a note),
 // the host driver otherwise or with --backend host. On the host the handles are sized but not
@@ -25,6 +27,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "info_command.h"  // BackendChoice, exit codes
 #include "kvvm/status.h"
@@ -52,8 +55,8 @@ struct SimulateOptions {
   std::string trace;                // a JSONL file; empty: the generator
   TraceGeneratorOptions generator;  // its max_context is set from max_context
   ChatGeneratorOptions chat;        // conversations > 0: the multi-turn generator
-  // The prefix-cache systems (kvvm+cache, paged-16+cache): "on", "off", or "auto" (on with
-  // the multi-turn generator).
+  // The prefix-cache systems: "on" (kvvm+cache and paged-16+cache), "off" (neither), or
+  // "auto" (paged-16+cache; kvvm+cache too with the multi-turn generator).
   std::string prefix_cache = "auto";
   double step_ms = 50;
   double max_queue_wait_s = 30;
@@ -71,10 +74,13 @@ struct SimulateOptions {
 
 CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options);
 
+// The systems make_simulation replays for these options, in the report's order (kvvm first).
+std::vector<std::string> simulated_systems(const SimulateOptions& options);
+
 // Validates, builds the trace (malformed JSONL lines are reported on `err` and skipped),
-// opens the driver and replays the trace through kvvm and the two baselines. `progress_err`
-// (may be null) receives the progress line. InvalidArgument for options that make no sense;
-// the failing call's status otherwise.
+// opens the driver and replays the trace through every system of simulated_systems().
+// `progress_err` (may be null) receives the progress line. InvalidArgument for options that make no
+// sense; the failing call's status otherwise.
 Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostream& err,
                                        std::ostream* progress_err);
 
