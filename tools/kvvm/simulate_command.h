@@ -26,7 +26,7 @@
 #include <optional>
 #include <string>
 
-#include "info_command.h"  // BackendChoice, exit codes
+#include "cli_common.h"  // BackendChoice, exit codes
 #include "kvvm/status.h"
 #include "sim_report.h"
 #include "trace.h"
