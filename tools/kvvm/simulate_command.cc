@@ -159,9 +159,9 @@ Status check_generator(const SimulateOptions& options) {
   if (!(steps <= static_cast<double>(kMaxArrivalSteps))) {
     return Status::InvalidArgument(
         "the arrivals span " + fixed(arrival_span_s, 1) + " simulated seconds (" + what +
-        ", --rate " + number(g.rate) + ") = " + fixed(steps, 0) + " steps of --step-ms " +
-        number(options.step_ms) + "; the limit is " + str(kMaxArrivalSteps) +
-        " steps: raise --rate or --step-ms, or ask for fewer requests");
+        (g.duration_s ? "" : ", --rate " + number(g.rate)) + ") = " + fixed(steps, 0) +
+        " steps of --step-ms " + number(options.step_ms) + "; the limit is " +
+        str(kMaxArrivalSteps) + " steps: shorten the arrivals or raise --step-ms");
   }
   return Status::Ok();
 }
