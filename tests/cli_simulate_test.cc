@@ -363,7 +363,7 @@ TEST(CliSimulateOptions, DefaultsAndEveryOption) {
 
   const SimulateOptions all = parse(
       "--backend host --device 1 --host-granule 4M --model qwen2.5-14b --dtype fp8 "
-      "--layout seq-major --budget 80G --max-context 32K --trace t.jsonl --requests 10 "
+      "--layout seq-major --budget 80G --max-context 32K "
       "--duration 60 --rate 12.5 --tenants 8 --system-prompt-tokens 1K --prompt-mu 5 "
       "--prompt-sigma 0.5 --output-mu 6 --output-sigma 0.7 --seed 9 --step-ms 20 "
       "--max-queue-wait 5 --no-sharing --commit-ahead 2 --pool 128M --max-slots 64 --json "
@@ -376,8 +376,6 @@ TEST(CliSimulateOptions, DefaultsAndEveryOption) {
   EXPECT_EQ(all.layout, "seq-major");
   EXPECT_EQ(all.budget, std::uint64_t{80} << 30);
   EXPECT_EQ(all.max_context, 32768u);
-  EXPECT_EQ(all.trace, "t.jsonl");
-  EXPECT_EQ(all.generator.requests, 10u);
   EXPECT_EQ(all.generator.duration_s, 60.0);
   EXPECT_EQ(all.generator.rate, 12.5);
   EXPECT_EQ(all.generator.tenants, 8u);
@@ -398,6 +396,10 @@ TEST(CliSimulateOptions, DefaultsAndEveryOption) {
   EXPECT_EQ(all.plot, "p.png");
   EXPECT_EQ(all.save_trace, "out.jsonl");
   EXPECT_TRUE(all.progress);
+  // The options that exclude those above (a trace replaces the generator; a count and a
+  // duration each say how many requests to make).
+  EXPECT_EQ(parse("--trace t.jsonl").trace, "t.jsonl");
+  EXPECT_EQ(parse("--requests 10").generator.requests, 10u);
 }
 
 // The multi-turn trace on llama-3-8b with 2 MiB host granules (windows of 16 tokens, as

@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -20,19 +19,17 @@
 #include "kvvm/host_driver.h"
 #include "op_timing.h"
 #include "plan_command.h"  // token_count_validator
+#include "text_table.h"
 
 namespace kvvm::cli {
 namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
-std::string fixed(double value, int decimals) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
+// Bounds of the numeric options.
+constexpr std::uint64_t kMaxBenchSequences = std::uint64_t{1} << 20;
+constexpr std::uint64_t kMaxBenchAhead = std::uint64_t{1} << 20;
+constexpr std::uint64_t kMaxBenchSteps = std::uint64_t{1} << 24;
+constexpr std::uint64_t kMaxKernelUs = 10'000'000;
 
 // What the options resolve to, validated before any driver is opened.
 struct Request {
@@ -156,44 +153,6 @@ Status measure_growth(Driver& driver, const LayoutPlan& plan, const BenchGrowthO
 
 // --- rendering ---------------------------------------------------------------------------
 
-std::string pad(std::string_view text, std::size_t width, bool left) {
-  const std::string fill(text.size() < width ? width - text.size() : 0, ' ');
-  return left ? std::string(text) + fill : fill + std::string(text);
-}
-
-// Columns left-aligned for the first `left_columns`, right-aligned after; a row shorter than
-// the header ends early and may carry a trailing note printed as is.
-struct Table {
-  std::vector<std::string> header;
-  std::size_t left_columns = 0;
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> notes;  // one per row; printed after its cells
-
-  void add(std::vector<std::string> cells, std::string note = {}) {
-    rows.push_back(std::move(cells));
-    notes.push_back(std::move(note));
-  }
-  void print(std::ostream& out) const {
-    std::vector<std::size_t> widths(header.size());
-    for (std::size_t c = 0; c < header.size(); ++c) widths[c] = header[c].size();
-    for (const auto& cells : rows) {
-      for (std::size_t c = 0; c < cells.size(); ++c)
-        widths[c] = std::max(widths[c], cells[c].size());
-    }
-    const auto line = [&](const std::vector<std::string>& cells, const std::string& note) {
-      std::string text;
-      for (std::size_t c = 0; c < cells.size(); ++c) {
-        text += (c == 0 ? "" : "  ") + pad(cells[c], widths[c], c < left_columns);
-      }
-      if (!note.empty()) text += "  " + note;
-      while (!text.empty() && text.back() == ' ') text.pop_back();
-      out << text << "\n";
-    };
-    line(header, {});
-    for (std::size_t r = 0; r < rows.size(); ++r) line(rows[r], notes[r]);
-  }
-};
-
 nlohmann::ordered_json latency_json(const LatencySummary& summary) {
   return {{"samples", summary.samples},
           {"mean", summary.mean},
@@ -213,11 +172,9 @@ void print_decode(const DecodeReport& decode, std::ostream& out) {
       << decode.steps << " timed steps; per step a spin kernel of " << decode.kernel_us
       << " us reads " << format_bytes(decode.read_bytes)
       << " of slot 0, every sequence's ensure(+1 token) runs, then the stream is synchronized\n";
-  Table table{
+  TextTable table(
       {"variant", "ahead", "p50 us", "p99 us", "max us", "mean us", "committing", "ahead commits"},
-      1,
-      {},
-      {}};
+      1);
   for (const DecodeVariant& v : decode.variants) {
     table.add({v.name, str(v.ahead_windows), fixed(v.step_us.p50, 1), fixed(v.step_us.p99, 1),
                fixed(v.step_us.max, 1), fixed(v.step_us.mean, 1), str(v.ensures_committing),
@@ -295,17 +252,17 @@ CLI::App* add_bench_command(CLI::App& app, BenchGrowthOptions& options) {
                    "Tokens each sequence grows to, also the max context (default 4096; K = 1024)")
       ->transform(token_count_validator());
   growth->add_option("--sequences", options.sequences, "Sequences growing at once (default 8)")
-      ->check(CLI::Range(1u, 1u << 20));
+      ->transform(count_validator(1, kMaxBenchSequences));
   growth
       ->add_option("--ahead", options.ahead,
                    "Commit-ahead windows per fragment; rows for 0 and this (default 2)")
-      ->check(CLI::Range(1u, 1u << 20));
+      ->transform(count_validator(1, kMaxBenchAhead));
   growth->add_option("--steps", options.steps, "Timed decode-loop steps (default 512)")
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 24));
+      ->transform(count_validator(1, kMaxBenchSteps));
   growth
       ->add_option("--kernel-us", options.kernel_us,
                    "Decode-loop kernel time per step in microseconds (default 200)")
-      ->check(CLI::Range(1u, 10'000'000u));
+      ->transform(count_validator(1, kMaxKernelUs));
   growth->add_flag("--json", options.json, "Machine-readable output (JSON) on stdout");
   growth->footer(
       "ensure times are per call (one token of one sequence) in nanoseconds; step times in "
@@ -444,12 +401,10 @@ void print_bench_growth(const BenchGrowthReport& report, std::ostream& out) {
   out << "growth: " << seq_text(report.sequences) << " admitted with 1 token, grown one token "
       << "per step (round-robin) to " << report.tokens << " tokens; commit-ahead 0 and "
       << report.ahead << " windows per fragment\n\n";
-  Table table{
+  TextTable table(
       {"model", "layout", "ahead", "fragments", "memory", "ensures", "committing", "ahead commits",
        "create", "map", "set_access", "mean ns", "p50 ns", "p99 ns", "max ns"},
-      2,
-      {},
-      {}};
+      2);
   for (const GrowthRow& row : report.rows) {
     std::vector<std::string> cells{row.model, std::string(to_string(row.layout)),
                                    str(row.ahead_windows), str(row.fragments)};
@@ -495,7 +450,7 @@ int run_bench_growth(const BenchGrowthOptions& options, std::ostream& out, std::
   const bool any_ran = std::any_of(report->rows.begin(), report->rows.end(),
                                    [](const GrowthRow& row) { return !row.skipped; });
   if (options.json) {
-    out << bench_growth_json(*report).dump(2) << "\n";
+    out << dump_json(bench_growth_json(*report)) << "\n";
   } else {
     print_bench_growth(*report, out);
   }

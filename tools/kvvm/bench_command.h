@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "info_command.h"  // BackendChoice, exit codes
+#include "cli_common.h"  // BackendChoice, exit codes
 #include "kvvm/driver.h"
 #include "kvvm/geometry.h"
 #include "kvvm/layout.h"

@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cinttypes>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "kvvm/handle_pool.h"
 #include "kvvm/layout.h"
 #include "plan_command.h"
+#include "text_table.h"
 
 namespace kvvm::cli {
 namespace {
@@ -229,9 +229,9 @@ CLI::App* add_bench_share_command(CLI::App& bench, BenchShareOptions& options) {
   share
       ->add_option("--sequences", options.sequences,
                    "Sequences sharing the prefix, the publisher included (default 8)")
-      ->check(CLI::Range(2u, 4096u));
+      ->transform(count_validator(2, 4096));
   share->add_option("--repetitions", options.repetitions, "Timed samples per cost (default 64)")
-      ->check(CLI::Range(1u, 100000u));
+      ->transform(count_validator(1, 100000));
   share->add_flag("--json", options.json, "Print JSON instead of text");
   return share;
 }
@@ -281,30 +281,26 @@ void print_bench_share(const ShareReport& report, std::ostream& out) {
       << (s.saved_bytes == s.predicted_saved_bytes ? "  -> equal\n" : "  -> DIFFERENT\n");
   out << "\nCosts (pooled handles; median / p99 us over " << c.copy_on_write.samples << " samples; "
       << c.fragments << " fragment(s) per window):\n";
-  char line[160];
+  TextTable table({"  operation", "median us", "p99 us"}, 1);
   const auto row = [&](const char* name, const TimingSummary& t) {
-    std::snprintf(line, sizeof line, "  %-34s %10.1f %10.1f\n", name, t.median_us, t.p99_us);
-    out << line;
+    table.add({std::string("  ") + name, fixed(t.median_us, 1), fixed(t.p99_us, 1)});
   };
   row("admit_shared, boundary copied", c.admit_with_boundary);
   row("admit_shared, no boundary", c.admit_without_boundary);
   row("copy-on-write of one window", c.copy_on_write);
   row("in-place unlock of one window", c.in_place);
   row("device copy of one granule + fence", c.granule_copy);
+  table.print(out);
   out << "  (copies made during the in-place runs: " << c.in_place_copies << ")\n";
   if (c.boundary_bytes > 0) {
     const double per_granule =
         (c.admit_with_boundary.median_us - c.admit_without_boundary.median_us) *
         static_cast<double>(s.granule) / static_cast<double>(c.boundary_bytes);
-    std::snprintf(line, sizeof line,
-                  "  boundary copy per granule (difference of medians, scaled from %" PRIu64
-                  " bytes): %.1f us\n",
-                  c.boundary_bytes, per_granule);
-    out << line;
+    out << "  boundary copy per granule (difference of medians, scaled from " << c.boundary_bytes
+        << " bytes): " << fixed(per_granule, 1) << " us\n";
   }
-  std::snprintf(line, sizeof line, "  copy-on-write per granule: %.1f us\n",
-                c.copy_on_write.median_us / static_cast<double>(c.fragments));
-  out << line;
+  out << "  copy-on-write per granule: "
+      << fixed(c.copy_on_write.median_us / static_cast<double>(c.fragments), 1) << " us\n";
 }
 
 int run_bench_share(const BenchShareOptions& options, std::ostream& out, std::ostream& err) {
@@ -318,7 +314,10 @@ int run_bench_share(const BenchShareOptions& options, std::ostream& out, std::os
   Rig rig;
   Result<std::unique_ptr<Driver>> driver =
       open_driver(options.backend, options.device, options.host_granule, "kvvm bench", err);
-  if (!driver.ok()) return kExitUsage;  // open_driver said why
+  if (!driver.ok()) {
+    err << "kvvm bench share: " << driver.status().to_string() << "\n";
+    return kExitUsage;
+  }
   rig.driver = std::move(driver).value();
   const std::uint64_t granule = rig.driver->granule();
   const std::uint64_t per_window =
@@ -353,7 +352,7 @@ int run_bench_share(const BenchShareOptions& options, std::ostream& out, std::os
   }
   report.costs = *costs;
   if (options.json) {
-    out << bench_share_json(report).dump(2) << "\n";
+    out << dump_json(bench_share_json(report)) << "\n";
   } else {
     print_bench_share(report, out);
   }

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "info_command.h"  // BackendChoice, exit codes
+#include "cli_common.h"  // BackendChoice, exit codes
 #include "op_timing.h"
 
 namespace CLI {

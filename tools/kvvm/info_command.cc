@@ -2,18 +2,15 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <iterator>
 #include <limits>
 #include <ostream>
 #include <utility>
 
-#include "kvvm/cuda_driver.h"
 #include "kvvm/handle_pool.h"
-#include "kvvm/host_driver.h"
 #include "kvvm/reservation.h"
+#include "text_table.h"
 
 namespace kvvm::cli {
 namespace {
@@ -290,67 +287,13 @@ Status check_request(const InfoOptions& options, const DriverInfo& info,
   return Status::Ok();
 }
 
-std::string fixed(double value, int decimals) {
-  if (std::isnan(value)) return "n/a";
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
-
-// Padding by displayed characters, not bytes: the headers hold "µ", two bytes in UTF-8.
-std::size_t display_width(std::string_view text) {
-  std::size_t width = 0;
-  for (char c : text) {
-    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++width;
-  }
-  return width;
-}
-std::string pad_right(std::string_view text, std::size_t width) {
-  const std::size_t shown = display_width(text);
-  return std::string(text) + std::string(shown < width ? width - shown : 0, ' ');
-}
-std::string pad_left(std::string_view text, std::size_t width) {
-  const std::size_t shown = display_width(text);
-  return std::string(shown < width ? width - shown : 0, ' ') + std::string(text);
-}
-
 std::string bytes_and_human(std::uint64_t bytes) {
   return std::to_string(bytes) + " bytes (" + format_bytes(bytes) + ")";
-}
-
-CLI::Validator at_least_one_validator() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        const bool digits = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
-          return std::isdigit(static_cast<unsigned char>(c)) != 0;
-        });
-        if (!digits || value.find_first_not_of('0') == std::string::npos) {
-          return "must be a whole number >= 1, got '" + value + "'";
-        }
-        return {};
-      },
-      "N>=1", "at least one");
 }
 
 }  // namespace
 
 std::string_view to_string(RowKind kind) { return kind == RowKind::kRaw ? "raw" : "ours"; }
-
-void add_backend_options(CLI::App& command, BackendChoice& backend, int& device,
-                         std::uint64_t& host_granule, const std::string& host_granule_help) {
-  command
-      .add_option_function<std::string>(
-          "--backend",
-          [&backend](const std::string& value) {
-            backend = value == "cuda" ? BackendChoice::kCuda : BackendChoice::kHost;
-          },
-          "cuda or host (default: cuda when a GPU is usable, else host)")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  command.add_option("--device", device, "CUDA device ordinal (cuda backend; default 0)")
-      ->check(CLI::NonNegativeNumber);
-  command.add_option("--host-granule", host_granule, host_granule_help)
-      ->transform(byte_size_validator());
-}
 
 CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
   CLI::App* info = app.add_subcommand(
@@ -362,7 +305,7 @@ CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
                       "(host backend; default 0 = the page size)");
   info->add_option("--granules", options.granules,
                    "Samples per row of the timing table, one granule each (default 64)")
-      ->check(at_least_one_validator());
+      ->transform(count_validator(1, kMaxTimingSamples));
   info->add_flag("--json", options.json, "Machine-readable output (JSON) on stdout");
   info->add_flag_callback(
       "--no-timing", [&options] { options.timing = false; }, "Skip the measured table");
@@ -518,30 +461,6 @@ void print_info(const InfoReport& report, std::ostream& out) {
   out << "\nnote: " << kRawOursNote << "\n";
 }
 
-Result<std::unique_ptr<Driver>> open_driver(BackendChoice backend, int device,
-                                            std::size_t host_granule, std::string_view command,
-                                            std::ostream& err) {
-  if (backend != BackendChoice::kHost) {
-    if (backend == BackendChoice::kCuda || cuda_available()) {
-      Result<std::unique_ptr<Driver>> cuda = make_cuda_driver(CudaDriverOptions{.device = device});
-      if (cuda.ok() || backend == BackendChoice::kCuda) {
-        if (!cuda.ok()) return cuda.status().with_context("--backend cuda");
-        return cuda;
-      }
-      // Asked for nothing in particular: a GPU that cannot be opened is worth a note, not a
-      // failure, since the host driver answers the same questions.
-      err << command << ": note: CUDA is present but could not be opened ("
-          << cuda.status().to_string() << "); using the host driver\n";
-    }
-  }
-  Result<std::unique_ptr<Driver>> host =
-      make_host_driver(HostDriverOptions{.granule = host_granule});
-  if (!host.ok()) {
-    return host.status().with_context("--host-granule " + std::to_string(host_granule));
-  }
-  return host;
-}
-
 int run_info(const InfoOptions& options, std::ostream& out, std::ostream& err) {
   const auto fail = [&err](const Status& status, int code) {
     err << "kvvm info: " << status.to_string() << "\n";
@@ -564,7 +483,7 @@ int run_info(const InfoOptions& options, std::ostream& out, std::ostream& err) {
   Result<InfoReport> report = gather_info(opened, options);
   if (!report.ok()) return fail(report.status(), kExitFailure);
   if (options.json) {
-    out << info_json(*report).dump(2) << "\n";
+    out << dump_json(info_json(*report)) << "\n";
   } else {
     print_info(*report, out);
   }

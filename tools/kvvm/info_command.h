@@ -20,7 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "byte_size.h"  // parse_byte_size and format_bytes, which info's users call too
+#include "byte_size.h"   // parse_byte_size and format_bytes, which info's users call too
+#include "cli_common.h"  // exit codes, BackendChoice, open_driver, which info's users call too
 #include "kvvm/driver.h"
 #include "kvvm/status.h"
 #include "op_timing.h"
@@ -31,19 +32,14 @@ class App;
 
 namespace kvvm::cli {
 
-// Exit codes of every kvvm subcommand.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // a driver or kvvm call failed at run time
-inline constexpr int kExitUsage = 2;    // the command line asked for something impossible
-
-// Which driver to open. kAuto: CUDA when a GPU is usable, else the host driver.
-enum class BackendChoice { kAuto, kCuda, kHost };
+// The most samples --granules takes: the table holds them all at once.
+inline constexpr std::uint64_t kMaxTimingSamples = std::uint64_t{1} << 20;
 
 struct InfoOptions {
   BackendChoice backend = BackendChoice::kAuto;
   int device = 0;                // CUDA device ordinal
   std::size_t host_granule = 0;  // host driver granule in bytes; 0: the page size
-  std::size_t granules = 64;     // samples per row of the timing table; >= 1
+  std::size_t granules = 64;     // samples per row of the timing table; 1 to kMaxTimingSamples
   bool json = false;
   bool timing = true;
 };
@@ -104,19 +100,6 @@ nlohmann::ordered_json info_json(const InfoReport& report);
 
 // The human-readable form: aligned columns, units stated.
 void print_info(const InfoReport& report, std::ostream& out);
-
-// Opens the driver a subcommand's --backend / --device / --host-granule ask for. An explicit
-// --backend cuda without a usable GPU is Unavailable; a bad host granule InvalidArgument. With
-// kAuto, a GPU that cannot be opened falls back to the host driver with a note on `err`
-// naming `command`.
-Result<std::unique_ptr<Driver>> open_driver(BackendChoice backend, int device,
-                                            std::size_t host_granule, std::string_view command,
-                                            std::ostream& err);
-
-// Adds --backend (cuda or host), --device and --host-granule to `command`, bound to the given
-// fields; `host_granule_help` says what the granule is and defaults to for this command.
-void add_backend_options(CLI::App& command, BackendChoice& backend, int& device,
-                         std::uint64_t& host_granule, const std::string& host_granule_help);
 
 // The whole subcommand: results to `out`, errors (with numbers) to `err`. Returns kExitOk,
 // kExitUsage (bad request: e.g. cuda asked for without a GPU) or kExitFailure.

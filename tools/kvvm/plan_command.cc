@@ -3,18 +3,17 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <ostream>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "byte_size.h"
-#include "info_command.h"  // exit codes
+#include "cli_common.h"
+#include "text_table.h"
 
 namespace kvvm::cli {
 namespace {
@@ -23,8 +22,6 @@ constexpr const char* kLegend =
     "L layers, H KV heads, D head dim, e bytes per element, G granule, n context tokens, "
     "P prefix tokens, B budget; x multiplies, ceil/floor round up/down, round_up(a, G) is a "
     "rounded up to a multiple of G";
-
-std::string str(std::uint64_t value) { return std::to_string(value); }
 
 std::string tokens(std::uint64_t count) { return str(count) + (count == 1 ? " token" : " tokens"); }
 
@@ -70,13 +67,6 @@ std::string crossover_text(double value) {
   char text[64];
   std::snprintf(text, sizeof text, "%.2f", value);
   return text;
-}
-
-std::string pad_right(std::string_view text, std::size_t width) {
-  return std::string(text) + std::string(text.size() < width ? width - text.size() : 0, ' ');
-}
-std::string pad_left(std::string_view text, std::size_t width) {
-  return std::string(text.size() < width ? width - text.size() : 0, ' ') + std::string(text);
 }
 
 std::string shape(Layout layout) {
@@ -350,29 +340,18 @@ void print_table(const PlanReport& report, std::ostream& out) {
                      per_layout(report, [](const LayoutFormulas& f) { return f.token_stride; }),
                      [](F x) { return str(x.view.token_stride); }));
 
-  std::size_t label_width = std::string_view("figure").size();
-  std::vector<std::size_t> value_widths;
+  std::vector<std::string> header{"figure"};
   for (const LayoutFigures& figures : report.layouts) {
-    value_widths.push_back(to_string(figures.plan.layout).size());
+    header.emplace_back(to_string(figures.plan.layout));
   }
+  TextTable table(std::move(header), 1, "formula");
   for (const TableRow& table_row : rows) {
-    label_width = std::max(label_width, table_row.label.size());
-    for (std::size_t i = 0; i < table_row.values.size(); ++i) {
-      value_widths[i] = std::max(value_widths[i], table_row.values[i].size());
-    }
+    std::vector<std::string> cells{table_row.label};
+    cells.insert(cells.end(), table_row.values.begin(), table_row.values.end());
+    table.add(std::move(cells), table_row.formula);
   }
-  out << "\n" << pad_right("figure", label_width);
-  for (std::size_t i = 0; i < report.layouts.size(); ++i) {
-    out << "  " << pad_left(to_string(report.layouts[i].plan.layout), value_widths[i]);
-  }
-  out << "  formula\n";
-  for (const TableRow& table_row : rows) {
-    out << pad_right(table_row.label, label_width);
-    for (std::size_t i = 0; i < table_row.values.size(); ++i) {
-      out << "  " << pad_left(table_row.values[i], value_widths[i]);
-    }
-    out << "  " << table_row.formula << "\n";
-  }
+  out << "\n";
+  table.print(out);
   out << "\nwhere a formula differs by layout it is given as head-major | seq-major | "
          "token-major.\n";
   out << "sharing: the first sequence pays shared prefix + private, each further one private "
@@ -382,22 +361,6 @@ void print_table(const PlanReport& report, std::ostream& out) {
       out << figures.prefix.refusal_reason << "\n";
     }
   }
-}
-
-// A whole number of sequences, at least one (CLI11's own range check prints a 300-digit
-// upper bound).
-CLI::Validator sequences_validator() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        std::uint64_t sequences = 0;
-        const auto [end, error] =
-            std::from_chars(value.data(), value.data() + value.size(), sequences);
-        if (error != std::errc() || end != value.data() + value.size() || sequences == 0) {
-          return "must be a whole number of sequences from 1 to 2^64 - 1, got '" + value + "'";
-        }
-        return {};
-      },
-      "N>=1", "sequences");
 }
 
 }  // namespace
@@ -476,7 +439,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
           "--concurrency",
           [&options](const std::uint64_t& sequences) { options.concurrency = sequences; },
           "Also report the memory N sequences at --context need, with and without sharing")
-      ->check(sequences_validator());
+      ->transform(count_validator(1, std::numeric_limits<std::uint64_t>::max()));
   plan->add_flag("--json", options.json, "Machine-readable output (JSON) on stdout");
   plan->footer(std::string("Formulas use: ") + kLegend + ".");
   return plan;
@@ -632,7 +595,7 @@ int run_plan(const PlanOptions& options, std::ostream& out, std::ostream& err) {
     return report.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
   if (options.json) {
-    out << plan_json(*report).dump(2) << "\n";
+    out << dump_json(plan_json(*report)) << "\n";
   } else {
     print_plan(*report, out);
   }

@@ -12,24 +12,12 @@
 #include <string_view>
 
 #include "byte_size.h"
+#include "text_table.h"
 
 namespace kvvm::cli {
 namespace {
 
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
-std::string fixed(double value, int decimals) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
-
 std::string percent(double ratio) { return fixed(ratio * 100.0, 2) + " %"; }
-
-std::string pad(std::string_view text, std::size_t width, bool left) {
-  const std::string fill(text.size() < width ? width - text.size() : 0, ' ');
-  return left ? std::string(text) + fill : fill + std::string(text);
-}
 
 std::uint64_t commits(const ArenaStats& stats) {
   std::uint64_t total = 0;
@@ -304,15 +292,15 @@ void print_simulate(const SimulateReport& report, std::ostream& out) {
       widths[i] = std::max(widths[i], row.values[i].size());
     }
   }
-  out << pad("", label_width, true);
+  out << pad_right("", label_width);
   for (std::size_t i = 0; i < report.runs.size(); ++i) {
-    out << "  " << pad(report.runs[i].name, widths[i], false);
+    out << "  " << pad_left(report.runs[i].name, widths[i]);
   }
   out << "\n";
   for (const Row& row : rows) {
-    out << pad(row.label, label_width, true);
+    out << pad_right(row.label, label_width);
     for (std::size_t i = 0; i < row.values.size(); ++i) {
-      out << "  " << pad(row.values[i], widths[i], false);
+      out << "  " << pad_left(row.values[i], widths[i]);
     }
     out << "\n";
   }

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <memory>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "kvvm/geometry.h"
 #include "kvvm/host_driver.h"
 #include "plan_command.h"  // token_count_validator
+#include "text_table.h"
 
 namespace kvvm::cli {
 namespace {
@@ -33,34 +35,27 @@ constexpr const char* kCommand = "kvvm simulate";
 // address space (and a GPU's), so other reservations still fit.
 constexpr std::uint64_t kMaxReservedBytes = std::uint64_t{16} << 40;
 constexpr std::size_t kMaxErrorLines = 20;
+// Bounds of the generator's options, so what it makes fits in memory: every request is held
+// (with its token ids when a prefix cache runs) and every system records a sample per step.
+constexpr std::uint64_t kMaxSimulatedRequests = 1'000'000;
+constexpr std::uint64_t kMaxArrivalSteps = 10'000'000;
+constexpr std::uint64_t kMaxTenants = 65'536;
+constexpr std::uint64_t kMaxTurns = 10'000;
+constexpr double kMaxRate = 1e6;                 // requests per second
+constexpr double kMaxSeconds = 365.0 * 86400.0;  // --duration, --think-s, --max-queue-wait
+constexpr double kMaxStepMs = 3'600'000;         // an hour per decode step
+constexpr double kMaxLogNormalMu = 30;           // e^30 tokens: clamped to the context anyway
+constexpr double kMaxLogNormalSigma = 10;
+constexpr std::uint64_t kMaxCommitAhead = std::uint64_t{1} << 20;
 // Descriptors kept for everything but the host driver's memory files.
 constexpr std::uint64_t kDescriptorSlack = 256;
-
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
-std::string fixed(double value, int decimals) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
 
 // Like open_driver, but the host driver does not populate its handles (see the header).
 Result<std::unique_ptr<Driver>> open_simulation_driver(const SimulateOptions& options,
                                                        std::ostream& err) {
-  if (options.backend == BackendChoice::kCuda ||
-      (options.backend == BackendChoice::kAuto && cuda_available())) {
-    Result<std::unique_ptr<Driver>> cuda =
-        make_cuda_driver(CudaDriverOptions{.device = options.device});
-    if (cuda.ok()) return cuda;
-    if (options.backend == BackendChoice::kCuda)
-      return cuda.status().with_context("--backend cuda");
-    err << kCommand << ": note: CUDA is present but could not be opened ("
-        << cuda.status().to_string() << "); using the host driver\n";
-  }
-  Result<std::unique_ptr<Driver>> host = make_host_driver(HostDriverOptions{
-      .granule = static_cast<std::size_t>(options.host_granule), .populate = false});
-  if (!host.ok()) return host.status().with_context("--host-granule " + str(options.host_granule));
-  return host;
+  return open_driver(options.backend, options.device,
+                     static_cast<std::size_t>(options.host_granule), kCommand, err,
+                     /*populate=*/false);
 }
 
 // The host driver holds one memory file per handle: make room for one per granule of the
@@ -127,6 +122,54 @@ Result<Trace> load_trace(const SimulateOptions& options, std::ostream& err) {
   return trace;
 }
 
+// What the generator would make, bounded before it runs: its trace, and the per-step time
+// series every system records, are held in memory, so a huge count or a tiny rate must be an
+// error naming the limit, not an allocation failure.
+Status check_generator(const SimulateOptions& options) {
+  // Rates and durations as given (1e-09, not 0.000000).
+  const auto number = [](double value) {
+    std::ostringstream text;
+    text << value;
+    return text.str();
+  };
+  const TraceGeneratorOptions& g = options.generator;
+  if (!(g.rate > 0) || !std::isfinite(g.rate)) {
+    return Status::InvalidArgument("--rate must be a positive number of requests per second, got " +
+                                   number(g.rate));
+  }
+  double requests = 0;  // expected
+  double arrival_span_s = 0;
+  std::string what;
+  if (options.chat.conversations > 0) {
+    requests = static_cast<double>(options.chat.conversations) * options.chat.turns;
+    arrival_span_s = static_cast<double>(options.chat.conversations) / g.rate +
+                     options.chat.turns * options.chat.think_s;
+    what = "--conversations " + str(options.chat.conversations) + " x --turns " +
+           str(options.chat.turns);
+  } else if (g.duration_s) {
+    requests = *g.duration_s * g.rate;
+    arrival_span_s = *g.duration_s;
+    what = "--duration " + number(*g.duration_s) + " s x --rate " + number(g.rate);
+  } else {
+    requests = static_cast<double>(g.requests);
+    arrival_span_s = static_cast<double>(g.requests) / g.rate;
+    what = "--requests " + str(g.requests);
+  }
+  if (!(requests <= static_cast<double>(kMaxSimulatedRequests))) {
+    return Status::InvalidArgument(what + " asks for " + fixed(requests, 0) +
+                                   " requests; the limit is " + str(kMaxSimulatedRequests));
+  }
+  const double steps = arrival_span_s / (options.step_ms / 1000.0);
+  if (!(steps <= static_cast<double>(kMaxArrivalSteps))) {
+    return Status::InvalidArgument(
+        "the arrivals span " + fixed(arrival_span_s, 1) + " simulated seconds (" + what +
+        (g.duration_s ? "" : ", --rate " + number(g.rate)) + ") = " + fixed(steps, 0) +
+        " steps of --step-ms " + number(options.step_ms) + "; the limit is " +
+        str(kMaxArrivalSteps) + " steps: shorten the arrivals or raise --step-ms");
+  }
+  return Status::Ok();
+}
+
 Status check_options(const SimulateOptions& options) {
   if (!(options.step_ms > 0) || !std::isfinite(options.step_ms)) {
     return Status::InvalidArgument("--step-ms must be a positive number of milliseconds, got " +
@@ -145,6 +188,7 @@ Status check_options(const SimulateOptions& options) {
   if (options.device < 0) {
     return Status::InvalidArgument("--device must be >= 0, got " + std::to_string(options.device));
   }
+  if (options.trace.empty()) return check_generator(options);
   return Status::Ok();
 }
 
@@ -290,21 +334,10 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
       "(max context per request). Reports admitted, queued and rejected "
       "requests, peak and mean concurrency, committed and live bytes, waste, bytes saved by "
       "sharing, driver calls and commit time, side by side.");
-  sim->add_option_function<std::string>(
-         "--backend",
-         [&options](const std::string& value) {
-           options.backend = value == "cuda"   ? BackendChoice::kCuda
-                             : value == "host" ? BackendChoice::kHost
-                                               : BackendChoice::kAuto;
-         },
-         "cuda, host or auto (default auto: cuda when a GPU is usable, else host)")
-      ->check(CLI::IsMember({"auto", "cuda", "host"}));
-  sim->add_option("--device", options.device, "CUDA device ordinal (default 0)");
-  sim->add_option("--host-granule", options.host_granule,
-                  "Host backend granule (default 2M, a current GPU's); handles are sized, not "
-                  "populated, so the budget need not fit in RAM, but each is a memory file: "
-                  "the budget is capped to what the descriptor limit (ulimit -n) holds")
-      ->transform(byte_size_validator());
+  add_backend_options(*sim, options.backend, options.device, options.host_granule,
+                      "Host backend granule (default 2M, a current GPU's); handles are sized, not "
+                      "populated, so the budget need not fit in RAM, but each is a memory file: "
+                      "the budget is capped to what the descriptor limit (ulimit -n) holds");
   sim->add_option("--model", options.model,
                   "A built-in model (see kvvm plan --help) or a Hugging Face config.json "
                   "(default llama-3-8b)");
@@ -321,42 +354,83 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
                   "Max tokens per sequence: the slot size, and what preallocate reserves per "
                   "request (default 8192; K = 1024)")
       ->transform(token_count_validator());
-  sim->add_option("--trace", options.trace,
-                  "Replay this JSONL trace instead of generating one: one object per line, "
-                  "{\"arrival\": s, \"prompt_tokens\": n | \"prompt\": [ids], "
-                  "\"output_tokens\": n, \"prefix_group\": \"name\", \"prefix_tokens\": n} (the "
-                  "last two together or not at all); malformed lines are reported as "
-                  "FILE:LINE and skipped, and the exit status is then 3");
+  CLI::Option* trace = sim->add_option(
+      "--trace", options.trace,
+      "Replay this JSONL trace instead of generating one: one object per line, "
+      "{\"arrival\": s, \"prompt_tokens\": n | \"prompt\": [ids], "
+      "\"output_tokens\": n, \"prefix_group\": \"name\", \"prefix_tokens\": n} (the "
+      "last two together or not at all); malformed lines are reported as "
+      "FILE:LINE and skipped, and the exit status is then 3");
   TraceGeneratorOptions& g = options.generator;
-  sim->add_option("--requests", g.requests, "Generated requests (default 3000)");
-  sim->add_option_function<double>(
-      "--duration", [&g](const double& seconds) { g.duration_s = seconds; },
-      "Generate arrivals for this many seconds instead of a request count");
-  sim->add_option("--rate", g.rate, "Poisson arrival rate, requests per second (default 30)");
-  sim->add_option("--tenants", g.tenants,
-                  "Tenants; each request picks one uniformly, and its prompt starts with the "
-                  "tenant's system prompt, shared (default 4; 0: no shared prefix)");
-  sim->add_option("--system-prompt-tokens", g.system_prompt_tokens,
-                  "Tokens of each tenant's system prompt (default 512)")
-      ->transform(token_count_validator());
-  sim->add_option("--prompt-mu", g.prompt_mu,
-                  "Log-normal mu of the user prompt length (default ln(161.31) - 1.0^2/2 = "
-                  "4.583: ShareGPT's mean prompt per the vLLM paper)");
-  sim->add_option("--prompt-sigma", g.prompt_sigma, "Log-normal sigma of the prompt (default 1.0)");
-  sim->add_option("--output-mu", g.output_mu,
-                  "Log-normal mu of the output length (default ln(337.99) - 0.8^2/2 = 5.503: "
-                  "ShareGPT's mean output per the vLLM paper)");
-  sim->add_option("--output-sigma", g.output_sigma, "Log-normal sigma of the output (default 0.8)");
-  sim->add_option("--seed", g.seed, "Generator seed (default 1)");
-  sim->add_option("--conversations", options.chat.conversations,
-                  "Multi-turn chat trace instead: this many conversations, arriving at --rate "
-                  "per second, each of a tenant (--tenants, --system-prompt-tokens); every turn "
-                  "resends the whole conversation, as chat templates do; user messages follow "
-                  "--prompt-mu/sigma, replies --output-mu/sigma (default 0: single-turn trace)");
-  sim->add_option("--turns", options.chat.turns, "Turns per conversation (default 8)");
-  sim->add_option("--think-s", options.chat.think_s,
-                  "Mean think time (exponential) between a turn's completion and the next "
-                  "turn's arrival, in simulated seconds (default 5)");
+  CLI::Option* requests =
+      sim->add_option("--requests", g.requests, "Generated requests (default 3000)")
+          ->transform(count_validator(1, kMaxSimulatedRequests));
+  CLI::Option* duration =
+      sim->add_option_function<double>(
+             "--duration", [&g](const double& seconds) { g.duration_s = seconds; },
+             "Generate arrivals for this many seconds instead of a request count")
+          ->transform(number_validator(0, kMaxSeconds, /*min_exclusive=*/true));
+  CLI::Option* rate =
+      sim->add_option("--rate", g.rate, "Poisson arrival rate, requests per second (default 30)")
+          ->transform(number_validator(0, kMaxRate, /*min_exclusive=*/true));
+  CLI::Option* tenants =
+      sim->add_option("--tenants", g.tenants,
+                      "Tenants; each request picks one uniformly, and its prompt starts with the "
+                      "tenant's system prompt, shared (default 4; 0: no shared prefix)")
+          ->transform(count_validator(0, kMaxTenants));
+  CLI::Option* system_prompt =
+      sim->add_option("--system-prompt-tokens", g.system_prompt_tokens,
+                      "Tokens of each tenant's system prompt (default 512)")
+          ->transform(token_count_validator());
+  const CLI::Validator mu = number_validator(-kMaxLogNormalMu, kMaxLogNormalMu);
+  const CLI::Validator sigma = number_validator(0, kMaxLogNormalSigma);
+  CLI::Option* prompt_mu =
+      sim->add_option("--prompt-mu", g.prompt_mu,
+                      "Log-normal mu of the user prompt length (default ln(161.31) - 1.0^2/2 = "
+                      "4.583: ShareGPT's mean prompt per the vLLM paper)")
+          ->transform(mu);
+  CLI::Option* prompt_sigma = sim->add_option("--prompt-sigma", g.prompt_sigma,
+                                              "Log-normal sigma of the prompt (default 1.0)")
+                                  ->transform(sigma);
+  CLI::Option* output_mu =
+      sim->add_option("--output-mu", g.output_mu,
+                      "Log-normal mu of the output length (default ln(337.99) - 0.8^2/2 = 5.503: "
+                      "ShareGPT's mean output per the vLLM paper)")
+          ->transform(mu);
+  CLI::Option* output_sigma = sim->add_option("--output-sigma", g.output_sigma,
+                                              "Log-normal sigma of the output (default 0.8)")
+                                  ->transform(sigma);
+  CLI::Option* seed =
+      sim->add_option("--seed", g.seed, "Generator seed (default 1)")
+          ->transform(count_validator(0, std::numeric_limits<std::uint64_t>::max()));
+  CLI::Option* conversations =
+      sim->add_option(
+             "--conversations", options.chat.conversations,
+             "Multi-turn chat trace instead: this many conversations, arriving at --rate "
+             "per second, each of a tenant (--tenants, --system-prompt-tokens); every turn "
+             "resends the whole conversation, as chat templates do; user messages follow "
+             "--prompt-mu/sigma, replies --output-mu/sigma (default 0: single-turn trace)")
+          ->transform(count_validator(0, kMaxSimulatedRequests));
+  CLI::Option* turns =
+      sim->add_option("--turns", options.chat.turns, "Turns per conversation (default 8)")
+          ->transform(count_validator(1, kMaxTurns));
+  CLI::Option* think =
+      sim->add_option("--think-s", options.chat.think_s,
+                      "Mean think time (exponential) between a turn's completion and the next "
+                      "turn's arrival, in simulated seconds (default 5)")
+          ->transform(number_validator(0, kMaxSeconds));
+  // Options that would be dropped without a word are refused, naming both: a trace file
+  // replaces the generator; a count and a duration, or the multi-turn generator and either,
+  // each say how many requests to make.
+  for (CLI::Option* generator_option :
+       {requests, duration, rate, tenants, system_prompt, prompt_mu, prompt_sigma, output_mu,
+        output_sigma, seed, conversations, turns, think}) {
+    trace->excludes(generator_option);
+  }
+  requests->excludes(duration);
+  conversations->excludes(requests)->excludes(duration);
+  turns->needs(conversations);
+  think->needs(conversations);
   sim->add_option("--prefix-cache", options.prefix_cache,
                   "Run kvvm+cache (the arena through the automatic prefix cache) and "
                   "paged-16+cache (vLLM-style block-hash prefix caching) on the same trace: on, "
@@ -366,21 +440,25 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   sim->add_option("--step-ms", options.step_ms,
                   "Simulated duration of one decode step, in which every running sequence grows "
-                  "by one token (default 50)");
+                  "by one token (default 50)")
+      ->transform(number_validator(0, kMaxStepMs, /*min_exclusive=*/true));
   sim->add_option("--max-queue-wait", options.max_queue_wait_s,
                   "Seconds (simulated) a request may wait in the queue before it is rejected, "
-                  "as a server answers 429 (default 30)");
+                  "as a server answers 429 (default 30)")
+      ->transform(number_validator(0, kMaxSeconds));
   sim->add_flag("!--no-sharing", options.sharing,
                 "kvvm admits every request plainly (no shared prefixes)");
   sim->add_option("--commit-ahead", options.commit_ahead,
                   "kvvm's commit-ahead windows per fragment (default 0: committed bytes are "
-                  "exactly the layout arithmetic's)");
+                  "exactly the layout arithmetic's)")
+      ->transform(count_validator(0, kMaxCommitAhead));
   sim->add_option("--pool", options.pool_bytes,
                   "Unmapped handles kvvm's pool keeps for reuse (charged to the budget, given "
                   "back under pressure; default 256M)")
       ->transform(byte_size_validator());
   sim->add_option("--max-slots", options.max_slots,
-                  "kvvm's slots (default 0: one per request, up to 16 TiB of addresses)");
+                  "kvvm's slots (default 0: one per request, up to 16 TiB of addresses)")
+      ->transform(count_validator(0, std::numeric_limits<std::uint32_t>::max()));
   sim->add_flag("--json", options.json, "Machine-readable summary (JSON) on stdout");
   sim->add_option("--csv", options.csv,
                   "Write the time series to this file ('-': stdout, after the summary): one row "
@@ -529,7 +607,7 @@ int run_simulate(const SimulateOptions& options, std::ostream& out, std::ostream
     return fail(report.status(), usage ? kExitUsage : kExitFailure);
   }
   if (options.json) {
-    out << simulate_json(*report).dump(2) << "\n";
+    out << dump_json(simulate_json(*report)) << "\n";
   } else {
     print_simulate(*report, out);
   }
@@ -537,11 +615,12 @@ int run_simulate(const SimulateOptions& options, std::ostream& out, std::ostream
     if (options.csv == "-") {
       write_series_csv(*report, out);
     } else {
-      std::ofstream csv(options.csv);
-      write_series_csv(*report, csv);
-      if (!csv)
-        return fail(Status::InvalidArgument("--csv: cannot write '" + options.csv + "'"),
-                    kExitUsage);
+      Status written = write_file(options.csv, "--csv",
+                                  [&report](std::ostream& csv) { write_series_csv(*report, csv); });
+      if (!written.ok()) {
+        return fail(written,
+                    written.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure);
+      }
     }
   }
   if (!options.plot.empty()) {

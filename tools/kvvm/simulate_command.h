@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "info_command.h"  // BackendChoice, exit codes
+#include "cli_common.h"  // BackendChoice, exit codes
 #include "kvvm/status.h"
 #include "sim_report.h"
 #include "trace.h"

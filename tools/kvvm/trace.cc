@@ -361,6 +361,9 @@ void write_jsonl_trace(const Trace& trace, std::ostream& out) {
     }
     out << line.dump() << "\n";
   }
+  // Flushed here so the caller's check of the stream sees a write that failed (a full disk),
+  // rather than the buffer failing unseen when the file is closed.
+  out.flush();
 }
 
 }  // namespace kvvm::cli

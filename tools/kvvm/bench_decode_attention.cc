@@ -1,7 +1,7 @@
-// `kvvm bench decode`: see bench_attention.h. Why an arena on the CUDA driver rather than a
+// `kvvm bench decode`: see bench_decode_attention.h. Why an arena on the CUDA driver rather than a
 // cudaMalloc'd tensor: the figures are meant for the cache as kvvm holds it (slots in one
 // reservation, windows mapped under them), read through the KvView's strides.
-#include "bench_attention.h"
+#include "bench_decode_attention.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -14,9 +14,10 @@
 #include <random>
 #include <sstream>
 
-#include "info_command.h"  // exit codes
+#include "cli_common.h"
 #include "kvvm/attention.h"
 #include "kvvm/layout.h"
+#include "text_table.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
@@ -30,14 +31,12 @@
 namespace kvvm::cli {
 namespace {
 
+// Bounds of the token options: a prefill's scores are quadratic in its length.
+constexpr std::uint64_t kMaxPrefillTokens = std::uint64_t{1} << 20;
+constexpr std::uint64_t kMaxChunkTokens = std::uint64_t{1} << 20;
+
 const char* const kDefaultShapes[] = {"1,32768,32/8,128", "16,4096,32/8,128", "64,4096,32/8,128",
                                       "256,2048,32/8,128", "32,8192,14/2,64"};
-
-[[maybe_unused]] std::string fixed(double value, int decimals) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
 
 [[maybe_unused]] std::string shape_key(const DecodeShape& s) {
   return std::to_string(s.batch) + "," + std::to_string(s.context) + "," +
@@ -308,21 +307,25 @@ CLI::App* add_bench_decode_command(CLI::App& bench, BenchDecodeOptions& options)
       "Time the CUDA decode attention kernel (fp16, split-K, grouped-query) over a CUDA arena for "
       "the issue's shapes in every layout, a causal prefill, and the device copy bandwidth.");
   decode->add_option("--device", options.device, "CUDA device ordinal (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(count_validator(0, kMaxDeviceOrdinal));
   decode->add_option("--shape", options.shapes,
                      "batch,context,qo/kv,dim; repeatable (default: the five of issue 5)");
   decode->add_option("--layout", options.layout,
                      "head-major, seq-major, token-major or all (default all)");
   decode->add_option("--layers", options.layers, "Layers in the cache; layer 1 is read (default 2)")
-      ->check(CLI::Range(1u, 256u));
+      ->transform(count_validator(1, 256));
   decode->add_option("--iterations", options.iterations, "Launches per timed sample (default 20)")
-      ->check(CLI::Range(1u, 100000u));
+      ->transform(count_validator(1, 100000));
   decode->add_option("--samples", options.samples, "Timed samples; the median is reported")
-      ->check(CLI::Range(1u, 10000u));
-  decode->add_option("--prefill-tokens", options.prefill_tokens,
-                     "Prompt length of the prefill row (0: none; default 4096)");
-  decode->add_option("--chunk", options.chunk_tokens,
-                     "Decode split size in tokens (default 0: planned from the device and shape)");
+      ->transform(count_validator(1, 10000));
+  decode
+      ->add_option("--prefill-tokens", options.prefill_tokens,
+                   "Prompt length of the prefill row (0: none; default 4096)")
+      ->transform(count_validator(0, kMaxPrefillTokens));
+  decode
+      ->add_option("--chunk", options.chunk_tokens,
+                   "Decode split size in tokens (default 0: planned from the device and shape)")
+      ->transform(count_validator(0, kMaxChunkTokens));
   decode->add_option("--baseline", options.baseline,
                      "JSON written by bench/sdpa_baseline.py --json, for the ratio column");
   decode->add_option("--json", options.json_out, "Also write the results to this JSON file");
@@ -430,8 +433,12 @@ int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out, std::
                        {"tflops", flops / (*ms * 1e-3) / 1e12}};
   }
   if (!options.json_out.empty()) {
-    std::ofstream file(options.json_out);
-    file << json.dump(2) << "\n";
+    Status written = write_file(options.json_out, "--json",
+                                [&json](std::ostream& file) { file << dump_json(json) << "\n"; });
+    if (!written.ok()) {
+      err << "kvvm bench decode: " << written.to_string() << "\n";
+      return kExitFailure;
+    }
   }
   return kExitOk;
 #endif

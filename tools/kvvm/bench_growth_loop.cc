@@ -18,6 +18,7 @@
 #include "kvvm/arena.h"
 #include "kvvm/governor.h"
 #include "kvvm/handle_pool.h"
+#include "text_table.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include "kernels/spin_reader.h"
@@ -25,8 +26,6 @@
 
 namespace kvvm::cli {
 namespace {
-
-std::string str(std::uint64_t value) { return std::to_string(value); }
 
 struct VariantSpec {
   std::string name;

@@ -1,0 +1,92 @@
+#include "cli_app.h"
+
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <ostream>
+
+#include "bench_command.h"
+#include "bench_decode_attention.h"
+#include "bench_share.h"
+#include "cli_common.h"
+#include "info_command.h"
+#include "plan_command.h"
+#include "simulate_command.h"
+
+namespace kvvm::cli {
+namespace {
+
+// Parses `args` and runs the subcommand; the caller checks `out` afterwards.
+int parse_and_run(const std::vector<std::string>& args, const std::string& version,
+                  std::ostream& out, std::ostream& err) {
+  CLI::App app(
+      "kvvm keeps an LLM's KV cache in virtual memory: each sequence gets a stable virtual "
+      "address range reserved once, and physical memory is committed under it granule by "
+      "granule as the sequence grows, so growth never copies and never moves a pointer. It "
+      "runs on NVIDIA GPUs (the CUDA driver's virtual memory API) and on the host (Linux "
+      "memory files and mmap).",
+      "kvvm");
+  app.set_version_flag("--version", "kvvm " + version);
+  app.require_subcommand(1);
+  app.footer(
+      "Main job: 'kvvm simulate' replays a request trace through kvvm beside the preallocate "
+      "and paged-16 baselines. Run 'kvvm SUBCOMMAND --help' for one.");
+
+  InfoOptions info_options;
+  CLI::App* info = add_info_command(app, info_options);
+  PlanOptions plan_options;
+  CLI::App* plan = add_plan_command(app, plan_options);
+  BenchGrowthOptions bench_growth_options;
+  CLI::App* bench_growth = add_bench_command(app, bench_growth_options);
+  BenchShareOptions bench_share_options;
+  CLI::App* bench_share =
+      add_bench_share_command(*app.get_subcommand("bench"), bench_share_options);
+  BenchDecodeOptions bench_decode_options;
+  CLI::App* bench_decode =
+      add_bench_decode_command(*app.get_subcommand("bench"), bench_decode_options);
+  SimulateOptions simulate_options;
+  CLI::App* simulate = add_simulate_command(app, simulate_options);
+
+  // CLI11 answers a misspelt subcommand with "A subcommand is required", which does not say
+  // what was wrong: name the word and the subcommands it could have been.
+  if (const std::string unknown = unknown_subcommand(app, args); !unknown.empty()) {
+    err << "kvvm: " << unknown << "\nRun with --help for more information.\n";
+    return kExitUsage;
+  }
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // what CLI11 expects
+    app.parse(reversed);
+  } catch (const CLI::ParseError& error) {
+    // --help and --version arrive here too, with exit code 0; app.exit prints them to `out`
+    // and real errors (with "Run with --help") to `err`.
+    return app.exit(error, out, err) == 0 ? kExitOk : kExitUsage;
+  }
+
+  try {
+    if (info->parsed()) return run_info(info_options, out, err);
+    if (plan->parsed()) return run_plan(plan_options, out, err);
+    if (simulate->parsed()) return run_simulate(simulate_options, out, err);
+    if (bench_share->parsed()) return run_bench_share(bench_share_options, out, err);
+    if (bench_decode->parsed()) return run_bench_decode(bench_decode_options, out, err);
+    if (bench_growth->parsed()) return run_bench_growth(bench_growth_options, out, err);
+  } catch (const std::exception& error) {
+    err << "kvvm: internal error: " << error.what() << "\n";
+    return kExitFailure;
+  }
+  return kExitUsage;
+}
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args, const std::string& version, std::ostream& out,
+            std::ostream& err) {
+  const int code = parse_and_run(args, version, out, err);
+  // A report that did not arrive (a full disk, a closed pipe) is a failure, whatever the
+  // subcommand computed.
+  if (Status written = check_written(out, "standard output"); !written.ok()) {
+    err << "kvvm: " << written.message() << "\n";
+    return code == kExitOk ? kExitFailure : code;
+  }
+  return code;
+}
+
+}  // namespace kvvm::cli
