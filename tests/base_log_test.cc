@@ -113,6 +113,19 @@ TEST(CheckDeathTest, FailedCheckGoesThroughTheReplacedSink) {
       "echo<CHECK failed: .*through the sink>");
 }
 
+TEST(CheckDeathTest, MisuseOfAHandleAbortsInsteadOfBeingIgnored) {
+  auto driver = make_host_driver();
+  ASSERT_TRUE(driver.ok()) << driver.status().to_string();
+  HandlePool pool(**driver);
+  EXPECT_DEATH(pool.hold(12345), "hold of handle 12345 that is not in use");
+  EXPECT_DEATH(pool.note_unmapped(12345), "note_unmapped on handle 12345 with no mapping");
+  auto handle = pool.checkout((*driver)->granule(), nullptr);
+  ASSERT_TRUE(handle.ok()) << handle.status().to_string();
+  EXPECT_DEATH(pool.unhold(*handle), "unhold of handle .* with no hold");
+  pool.give_back(*handle);
+  EXPECT_DEATH(pool.give_back(*handle), "give_back of handle .* that is not unmapped in use");
+}
+
 TEST(CheckDeathTest, ValueOfAFailedResultAbortsNamingTheStatus) {
   Result<int> refused = Status::InvalidArgument("size 0 is below the granule 4096");
   EXPECT_DEATH((void)refused.value(), "INVALID_ARGUMENT: size 0 is below the granule 4096");
