@@ -23,7 +23,7 @@ using testing::KvArena;
 
 struct Config {
   Layout layout;
-  KvElement element;
+  DType element;
   std::uint32_t head_dim;
   std::uint32_t group;
 };
@@ -31,14 +31,14 @@ struct Config {
 std::string config_name(const ::testing::TestParamInfo<Config>& info) {
   std::string layout(to_string(info.param.layout));
   layout.erase(std::remove(layout.begin(), layout.end(), '-'), layout.end());
-  return layout + (info.param.element == KvElement::kBf16 ? "_bf16" : "_fp16") + "_d" +
+  return layout + (info.param.element == DType::kBf16 ? "_bf16" : "_fp16") + "_d" +
          std::to_string(info.param.head_dim) + "_g" + std::to_string(info.param.group);
 }
 
 std::vector<Config> all_configs() {
   std::vector<Config> configs;
   for (Layout layout : all_layouts()) {
-    for (KvElement element : {KvElement::kFp16, KvElement::kBf16}) {
+    for (DType element : {DType::kFp16, DType::kBf16}) {
       for (std::uint32_t dim : {64u, 128u}) {
         for (std::uint32_t group : {1u, 4u, 7u, 8u})
           configs.push_back({layout, element, dim, group});
@@ -292,8 +292,8 @@ TEST(AttentionCpuMaskingTest, NanTailOfAReusedSlotIsNeverRead) {
   auto clean = arena.admit(100);
   ASSERT_TRUE(clean.ok());
   std::mt19937_64 random(testing::fresh_seed());
-  auto k = testing::random_elements(KvElement::kBf16, 100 * 2 * 64, random);
-  auto v = testing::random_elements(KvElement::kBf16, 100 * 2 * 64, random);
+  auto k = testing::random_elements(DType::kBf16, 100 * 2 * 64, random);
+  auto v = testing::random_elements(DType::kBf16, 100 * 2 * 64, random);
   append.tokens = 100;
   append.k = k.data();
   append.v = v.data();
@@ -301,7 +301,7 @@ TEST(AttentionCpuMaskingTest, NanTailOfAReusedSlotIsNeverRead) {
     append.slot = slot;
     ASSERT_TRUE(append_kv_cpu(append).ok());
   }
-  auto q = testing::random_elements(KvElement::kBf16, 8 * 64, random, 2.0f);
+  auto q = testing::random_elements(DType::kBf16, 8 * 64, random, 2.0f);
   std::vector<std::uint8_t> q2 = q;
   q2.insert(q2.end(), q.begin(), q.end());
   std::vector<std::uint32_t> slots = {*dirty, *clean}, lengths = {100, 100};
@@ -318,24 +318,24 @@ TEST(AttentionCpuMaskingTest, NanTailOfAReusedSlotIsNeverRead) {
   params.max_length = 512;
   params.out = out.data();
   ASSERT_TRUE(decode_attention_cpu(params, 2).ok());
-  EXPECT_EQ(testing::count_nan(KvElement::kBf16, out), 0u);
+  EXPECT_EQ(testing::count_nan(DType::kBf16, out), 0u);
   EXPECT_EQ(std::memcmp(out.data(), out.data() + out.size() / 2, out.size() / 2), 0);
   std::vector<double> reference(2 * 8 * 64);
   {
     Status referenced = decode_attention_reference(params, reference.data());
     ASSERT_TRUE(referenced.ok()) << referenced.to_string();
   }
-  EXPECT_LT(testing::relative_error(KvElement::kBf16, out, reference), 1e-2);
+  EXPECT_LT(testing::relative_error(DType::kBf16, out, reference), 1e-2);
 }
 
 TEST(AttentionElementTest, ConversionsRoundToNearestEven) {
   std::uint16_t bits = 0;
   auto half = [&](float value) {
-    float_to_element(KvElement::kFp16, value, &bits);
+    float_to_element(DType::kFp16, value, &bits);
     return bits;
   };
   auto bf16 = [&](float value) {
-    float_to_element(KvElement::kBf16, value, &bits);
+    float_to_element(DType::kBf16, value, &bits);
     return bits;
   };
   EXPECT_EQ(half(1.0f), 0x3c00);
@@ -351,7 +351,7 @@ TEST(AttentionElementTest, ConversionsRoundToNearestEven) {
   EXPECT_EQ(bf16(1.0f + 3.0f / 256), 0x3f82);
   for (std::uint32_t h = 0; h < 0x7c00; h += 7) {  // every finite positive half round-trips
     const auto raw = static_cast<std::uint16_t>(h);
-    EXPECT_EQ(half(element_to_float(KvElement::kFp16, &raw)), raw);
+    EXPECT_EQ(half(element_to_float(DType::kFp16, &raw)), raw);
   }
 }
 
@@ -375,7 +375,7 @@ TEST(AttentionChecksTest, MalformedCallsAreRefusedWithTheirNumbers) {
   params.qo_heads = 4;
   params.max_length = 0;
   EXPECT_EQ(decode_attention_cpu(params).code(), StatusCode::kInvalidArgument);
-  params.view.element = KvElement::kUnset;
+  params.view.element = DType::kUnset;
   params.max_length = 16;
   EXPECT_EQ(decode_attention_reference(params, nullptr).code(), StatusCode::kInvalidArgument);
   AppendParams append;

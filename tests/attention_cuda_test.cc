@@ -30,7 +30,7 @@ using testing::Mirror;
 
 struct Config {
   Layout layout;
-  KvElement element;
+  DType element;
   std::uint32_t head_dim;
   std::uint32_t group;
 };
@@ -38,14 +38,14 @@ struct Config {
 [[maybe_unused]] std::string config_name(const ::testing::TestParamInfo<Config>& info) {
   std::string layout(to_string(info.param.layout));
   layout.erase(std::remove(layout.begin(), layout.end(), '-'), layout.end());
-  return layout + (info.param.element == KvElement::kBf16 ? "_bf16" : "_fp16") + "_d" +
+  return layout + (info.param.element == DType::kBf16 ? "_bf16" : "_fp16") + "_d" +
          std::to_string(info.param.head_dim) + "_g" + std::to_string(info.param.group);
 }
 
 [[maybe_unused]] std::vector<Config> all_configs() {
   std::vector<Config> configs;
   for (Layout layout : all_layouts()) {
-    for (KvElement element : {KvElement::kFp16, KvElement::kBf16}) {
+    for (DType element : {DType::kFp16, DType::kBf16}) {
       for (std::uint32_t dim : {64u, 128u}) {
         for (std::uint32_t group : {1u, 4u, 7u, 8u})
           configs.push_back({layout, element, dim, group});
@@ -92,7 +92,7 @@ TEST(AttentionCudaChecks, UnsupportedShapesAreRefusedWithTheValue) {
   prefill.kv_heads = 2;
   EXPECT_EQ(prefill_attention_cuda(prefill, nullptr).code(), StatusCode::kInvalidArgument);
   params.view.head_dim = 128;
-  params.view.element = KvElement::kFp32;
+  params.view.element = DType::kFp32;
   params.view.element_bytes = 4;
   refused = decode_attention_cuda(params, nullptr, 0, nullptr);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
@@ -398,9 +398,9 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaMaskingTest,
-                         ::testing::Values(Config{Layout::kTokenMajor, KvElement::kFp16, 128, 4},
-                                           Config{Layout::kHeadMajor, KvElement::kBf16, 64, 7},
-                                           Config{Layout::kSeqMajor, KvElement::kFp16, 128, 1}),
+                         ::testing::Values(Config{Layout::kTokenMajor, DType::kFp16, 128, 4},
+                                           Config{Layout::kHeadMajor, DType::kBf16, 64, 7},
+                                           Config{Layout::kSeqMajor, DType::kFp16, 128, 1}),
                          config_name);
 
 #endif  // KVVM_HAS_CUDA_KERNELS

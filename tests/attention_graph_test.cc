@@ -34,7 +34,7 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
   std::unique_ptr<Driver> driver = std::move(made).value();
   using testing::DeviceBuffer;
   const Layout layout = GetParam();
-  constexpr KvElement kElement = KvElement::kFp16;
+  constexpr DType kElement = DType::kFp16;
   constexpr std::uint32_t kDim = 128, kKvHeads = 2, kGroup = 4, kQoHeads = kKvHeads * kGroup;
   constexpr std::uint32_t kBatch = 4, kMaxContext = 32768, kLayer = 1, kSteps = 10;
   const Geometry geometry{"graph-test", 2, kKvHeads, kDim, DType::kFp16};

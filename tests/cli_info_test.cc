@@ -80,6 +80,8 @@ TEST(CliSize, ParsesNumbersAndBinarySuffixes) {
       {"1G", 1073741824},
       {"1T", 1099511627776ull},
       {"512B", 512},
+      {"2 M", 2097152},
+      {"4 KiB", 4096},
       {"18446744073709551615", 18446744073709551615ull},
   };
   for (const auto& [text, bytes] : cases) {
@@ -90,8 +92,8 @@ TEST(CliSize, ParsesNumbersAndBinarySuffixes) {
 }
 
 TEST(CliSize, RefusesBadInputSayingWhy) {
-  for (const std::string text :
-       {"", "M", "-1", "+4", "2.5M", "2X", "2 M", "4K4", "18446744073709551616", "17179869184G"}) {
+  for (const std::string text : {"", "M", "-1", "+4", "2.5M", "2X", "2  M", "2 ", "4K4",
+                                 "18446744073709551616", "17179869184G"}) {
     Result<std::uint64_t> parsed = parse_byte_size(text);
     ASSERT_FALSE(parsed.ok()) << "'" << text << "' parsed as " << *parsed;
     EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);

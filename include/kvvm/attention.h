@@ -119,7 +119,7 @@ Status decode_attention_reference(const DecodeParams& params, double* out);
 Status prefill_attention_reference(const PrefillParams& params, double* out);
 
 // Element conversions of the host paths (round to nearest even), for tests and engines.
-float element_to_float(KvElement element, const void* at);
-void float_to_element(KvElement element, float value, void* at);
+float element_to_float(DType element, const void* at);
+void float_to_element(DType element, float value, void* at);
 
 }  // namespace kvvm

@@ -12,15 +12,10 @@
 #include <string_view>
 #include <vector>
 
+#include "kvvm/dtype.h"
 #include "kvvm/status.h"
 
 namespace kvvm {
-
-enum class DType { kFp16, kBf16, kFp8, kFp32 };
-std::string_view to_string(DType dtype);
-std::uint32_t element_bytes(DType dtype);
-// "fp16", "float16", "half", "bf16", "bfloat16", "fp8", "float8", "fp32", "float32", "float".
-Result<DType> parse_dtype(std::string_view text);
 
 struct Geometry {
   std::string name;

@@ -44,7 +44,7 @@ struct TierStats {
   std::uint64_t reclaimed = 0;       // bytes reclaimers reported giving back
   std::size_t waiting = 0;           // prepare() calls queued now
   std::uint64_t excess_returns = 0;  // return_bytes() calls that gave back more than was used
-                                     // (a holder's bug; clamped and reported on stderr)
+                                     // (a holder's bug; clamped and reported to the log sink)
 };
 
 class Governor;

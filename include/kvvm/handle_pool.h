@@ -93,7 +93,8 @@ class HandlePool {
   // `created`, when given, says whether the handle was created (not a pool hit).
   Result<Handle> checkout(std::size_t bytes, Grant* grant, bool* created = nullptr);
   // The handle was mapped at one more place / one mapping of it went.
-  // REQUIRES: the handle is in use or quarantined. The last unmap of an in-use handle returns
+  // REQUIRES (KVVM_CHECK, as for hold, unhold, give_back and reissue): the handle is in use
+  // or quarantined. The last unmap of an in-use handle returns
   // it to the pool (or releases it above the bound).
   void note_mapped(Handle handle);
   // note_mapped() for a sharer: only if the handle is in use with `bytes` and, when `epoch`

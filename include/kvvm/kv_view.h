@@ -5,17 +5,9 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define KVVM_HOST_DEVICE __host__ __device__
-#else
-#define KVVM_HOST_DEVICE
-#endif
+#include "kvvm/dtype.h"
 
 namespace kvvm {
-
-// The element type of the cache, so a kernel launcher can refuse a view it cannot read.
-// kUnset (0) is what a zero-initialised view holds: no launcher accepts it.
-enum class KvElement : std::uint32_t { kUnset = 0, kFp16 = 1, kBf16 = 2, kFp8 = 3, kFp32 = 4 };
 
 struct KvView {
   std::uint64_t base = 0;          // address of slot 0
@@ -26,7 +18,9 @@ struct KvView {
   std::uint64_t token_stride = 0;  // bytes between token t and t + 1
   std::uint32_t element_bytes = 0;
   std::uint32_t head_dim = 0;  // elements of one head of one token, contiguous
-  KvElement element = KvElement::kUnset;
+  // The element type, so a kernel launcher can refuse a view it cannot read; a
+  // zero-initialised view holds kUnset, which no launcher accepts.
+  DType element = DType::kUnset;
 
   // Byte offset from `base` of element 0 of (slot, layer, kv = 0 for K / 1 for V, head, token).
   KVVM_HOST_DEVICE std::uint64_t offset(std::uint64_t slot, std::uint64_t layer, std::uint64_t kv,

@@ -41,8 +41,7 @@ struct LayoutPlan {
   std::uint64_t slot_stride = 0;                 // fragments * fragment_stride
 
   // REQUIRES for the three below: a plan made by plan_layout (granule and contiguous bytes
-  // non-zero: std::invalid_argument otherwise) and tokens <= max_context (a slot holds no
-  // more: std::out_of_range otherwise).
+  // non-zero) and tokens <= max_context (a slot holds no more); KVVM_CHECK aborts otherwise.
   //
   // Windows (granules) of one fragment holding at least one of n live tokens' bytes:
   // ceil(n * contiguous / granule).
@@ -101,7 +100,7 @@ struct Concurrency {
 };
 // REQUIRES: a plan made by plan_layout, 1 <= context_tokens <= plan.max_context and
 // prefix_tokens < context_tokens (a sequence holds at least one token of its own, so private
-// is never 0); std::invalid_argument otherwise.
+// is never 0); KVVM_CHECK aborts otherwise.
 Concurrency admissible_concurrency(const LayoutPlan& plan, std::uint64_t context_tokens,
                                    std::uint64_t prefix_tokens, std::uint64_t budget_bytes);
 

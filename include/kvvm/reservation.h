@@ -13,7 +13,7 @@
 //
 // The destructor calls the teardown synchronizer first. If that fails, nothing is unmapped,
 // released or freed: the memory is deliberately leaked (a kernel may still read it), counted
-// in teardown_stats() and reported once on stderr. It never throws and never asserts on a
+// in teardown_stats() and reported once to the log sink. It never throws and never asserts on a
 // driver error.
 //
 // Thread-safety: calls on disjoint ranges may run concurrently (a scheduler growing one

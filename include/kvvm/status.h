@@ -13,6 +13,8 @@
 #include <utility>
 #include <variant>
 
+#include "kvvm/check.h"
+
 namespace kvvm {
 
 enum class StatusCode {
@@ -92,10 +94,19 @@ class [[nodiscard]] Result {
   // REQUIRES: !ok() for a meaningful status; returns OK when a value is held.
   Status status() const { return ok() ? Status::Ok() : std::get<Status>(state_); }
 
-  // REQUIRES: ok(). Breaking this is a programming error and throws std::bad_variant_access.
-  T& value() & { return std::get<T>(state_); }
-  const T& value() const& { return std::get<T>(state_); }
-  T&& value() && { return std::get<T>(std::move(state_)); }
+  // REQUIRES: ok(). Breaking this is a programming error: KVVM_CHECK names the status.
+  T& value() & {
+    check_ok();
+    return std::get<T>(state_);
+  }
+  const T& value() const& {
+    check_ok();
+    return std::get<T>(state_);
+  }
+  T&& value() && {
+    check_ok();
+    return std::get<T>(std::move(state_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -103,6 +114,10 @@ class [[nodiscard]] Result {
   T&& operator*() && { return std::move(*this).value(); }
 
  private:
+  void check_ok() const {
+    KVVM_CHECK(ok(), "value() of a Result that holds " + std::get<Status>(state_).to_string());
+  }
+
   std::variant<T, Status> state_;
 };
 

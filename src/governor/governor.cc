@@ -18,9 +18,10 @@
 #include "kvvm/governor.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 #include <utility>
+
+#include "kvvm/log.h"
 
 namespace kvvm {
 namespace {
@@ -161,7 +162,7 @@ TierStats Governor::stats(TierId tier) const {
   std::unique_lock lock(mutex_);
   if (Status s = check_tier(tier); !s.ok()) {
     lock.unlock();
-    std::fprintf(stderr, "kvvm: governor: stats(): %s\n", s.message().c_str());
+    log(LogLevel::kWarning, "governor: stats(): " + s.message());
     return TierStats{};
   }
   TierStats s = tiers_[tier].stats;
@@ -341,7 +342,7 @@ void Governor::return_bytes(TierId tier, std::uint64_t bytes) {
       changed_.notify_all();
     }
   }
-  if (!complaint.empty()) std::fprintf(stderr, "kvvm: governor: %s\n", complaint.c_str());
+  if (!complaint.empty()) log(LogLevel::kWarning, "governor: " + complaint);
 }
 
 Status Governor::charge_direct(TierId tier, std::uint64_t bytes) {
@@ -370,7 +371,7 @@ Governor::Registration Governor::add_reclaimer(TierId tier, Reclaimer reclaimer)
       return Registration(this, id);
     }
   }
-  std::fprintf(stderr, "kvvm: governor: %s\n", complaint.c_str());
+  log(LogLevel::kWarning, "governor: " + complaint);
   return Registration();
 }
 

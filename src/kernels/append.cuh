@@ -10,24 +10,16 @@
 #include <cstdint>
 
 #include "kernels/common.cuh"
-#include "kvvm/kv_view.h"
+#include "kvvm/attention.h"
 
 namespace kvvm::kernels {
 
 constexpr std::uint32_t kAppendThreads = 256;
 
-struct AppendKernelParams {
-  KvView view;
-  std::uint32_t layer;
-  std::uint32_t kv_heads;
-  std::uint32_t tokens;
-  std::uint32_t vectors_per_row;  // head_dim * element_bytes / 16
-  const unsigned char* k;
-  const unsigned char* v;
-  const std::uint32_t* row_slots;
-  const std::uint32_t* row_positions;
-  std::uint32_t slot;
-  std::uint32_t start;
+// The caller's parameters as given, and what the launcher derives from them.
+struct AppendKernelParams : AppendParams {
+  explicit AppendKernelParams(const AppendParams& params) : AppendParams(params) {}
+  std::uint32_t vectors_per_row = 0;  // head_dim * element_bytes / 16
 };
 
 __global__ void __launch_bounds__(kAppendThreads) append_kernel(const AppendKernelParams p) {
@@ -45,7 +37,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const AppendKern
   const std::uint32_t slot = p.row_slots != nullptr ? p.row_slots[token] : p.slot;
   const std::uint64_t position =
       p.row_positions != nullptr ? p.row_positions[token] : std::uint64_t{p.start} + token;
-  const unsigned char* from = (kv == 0 ? p.k : p.v) + (source_row * p.vectors_per_row + part) * 16;
+  const unsigned char* from = static_cast<const unsigned char*>(kv == 0 ? p.k : p.v) +
+                              (source_row * p.vectors_per_row + part) * 16;
   unsigned char* to =
       reinterpret_cast<unsigned char*>(p.view.address(slot, p.layer, kv, head, position)) +
       part * 16;

@@ -32,7 +32,7 @@ bool aligned16(std::uint64_t value) { return value % 16 == 0; }
 bool aligned16(const void* pointer) { return aligned16(reinterpret_cast<std::uintptr_t>(pointer)); }
 
 Status check_cuda_view(const KvView& view, const char* what) {
-  if (view.element != KvElement::kFp16 && view.element != KvElement::kBf16) {
+  if (view.element != DType::kFp16 && view.element != DType::kBf16) {
     return Status::InvalidArgument(std::string(what) + ": element type " +
                                    str(static_cast<std::uint32_t>(view.element)) +
                                    " is not supported by the CUDA attention kernels (fp16, bf16)");
@@ -142,18 +142,8 @@ Status append_kv_cuda(const AppendParams& p, void* stream) {
   KVVM_RETURN_IF_ERROR(check_cuda_view(p.view, "append"));
   KVVM_RETURN_IF_ERROR(check_pointers({{p.k, "k"}, {p.v, "v"}}, "append"));
   if (p.tokens == 0) return Status::Ok();
-  kernels::AppendKernelParams kp{};
-  kp.view = p.view;
-  kp.layer = p.layer;
-  kp.kv_heads = p.kv_heads;
-  kp.tokens = p.tokens;
+  kernels::AppendKernelParams kp(p);
   kp.vectors_per_row = p.view.head_dim * p.view.element_bytes / 16;
-  kp.k = static_cast<const unsigned char*>(p.k);
-  kp.v = static_cast<const unsigned char*>(p.v);
-  kp.row_slots = p.row_slots;
-  kp.row_positions = p.row_positions;
-  kp.slot = p.slot;
-  kp.start = p.start;
   const std::uint64_t vectors = std::uint64_t{p.tokens} * p.kv_heads * 2 * kp.vectors_per_row;
   const std::uint64_t blocks = (vectors + kernels::kAppendThreads - 1) / kernels::kAppendThreads;
   if (blocks > 0x7fffffffu) {
@@ -213,20 +203,11 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
                                    str(workspace_bytes));
   }
   const std::uint32_t group = p.qo_heads / p.kv_heads;
-  kernels::DecodeKernelParams kp{};
-  kp.view = p.view;
-  kp.layer = p.layer;
-  kp.qo_heads = p.qo_heads;
-  kp.kv_heads = p.kv_heads;
+  kernels::DecodeKernelParams kp(p);
   kp.group = group;
   kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim);
-  kp.q = p.q;
-  kp.slots = p.slots;
-  kp.lengths = p.lengths;
-  kp.max_length = p.max_length;
   kp.chunk_tokens = plan->chunk_tokens;
   kp.chunks = plan->chunks;
-  kp.out = p.out;
   if (plan->chunks > 1) {
     const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * plan->chunks;
     const std::uint64_t out_bytes = (rows * p.view.head_dim * sizeof(float) + 15) / 16 * 16;
@@ -259,17 +240,9 @@ Status prefill_attention_cuda(const PrefillParams& p, void* stream) {
   KVVM_RETURN_IF_ERROR(check_pointers({{p.q, "q"}, {p.out, "out"}}, "prefill"));
   if (p.tokens == 0) return Status::Ok();
   const std::uint32_t group = p.qo_heads / p.kv_heads;
-  kernels::PrefillKernelParams kp{};
-  kp.view = p.view;
-  kp.layer = p.layer;
-  kp.qo_heads = p.qo_heads;
+  kernels::PrefillKernelParams kp(p);
   kp.group = group;
   kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim);
-  kp.slot = p.slot;
-  kp.start = p.start;
-  kp.tokens = p.tokens;
-  kp.q = p.q;
-  kp.out = p.out;
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
   KVVM_DISPATCH_ELEMENT(
       p.view.element, T,

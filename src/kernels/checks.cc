@@ -17,8 +17,8 @@ Status check_view(const KvView& view, const char* what) {
   const std::string prefix = std::string(what) + ": ";
   if (view.base == 0) return Status::InvalidArgument(prefix + "the KvView has no base address");
   if (view.head_dim == 0) return Status::InvalidArgument(prefix + "the KvView has head_dim 0");
-  const std::uint32_t bytes = kernels::element_size(view.element);
-  if (bytes == 0 || view.element == KvElement::kFp8) {
+  const std::uint32_t bytes = element_bytes(view.element);
+  if (bytes == 0 || view.element == DType::kFp8) {
     return Status::InvalidArgument(prefix + "element type " +
                                    str(static_cast<std::uint32_t>(view.element)) +
                                    " is not readable here (fp16, bf16 or fp32)");
@@ -82,11 +82,11 @@ Status check_prefill(const PrefillParams& p) {
   return Status::Ok();
 }
 
-float element_to_float(KvElement element, const void* at) {
+float element_to_float(DType element, const void* at) {
   return kernels::load_element(element, static_cast<const unsigned char*>(at));
 }
 
-void float_to_element(KvElement element, float value, void* at) {
+void float_to_element(DType element, float value, void* at) {
   kernels::store_element(element, value, static_cast<unsigned char*>(at));
 }
 

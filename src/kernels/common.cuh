@@ -111,12 +111,12 @@ inline Status cuda_status(const char* call, cudaError_t error) {
 // Element type of the view to the CUDA type T (fp16 -> __half, bf16 -> __nv_bfloat16).
 #define KVVM_DISPATCH_ELEMENT(element, T, ...)                                    \
   switch (element) {                                                              \
-    case ::kvvm::KvElement::kFp16: {                                              \
+    case ::kvvm::DType::kFp16: {                                                  \
       using T = __half;                                                           \
       __VA_ARGS__                                                                 \
       break;                                                                      \
     }                                                                             \
-    case ::kvvm::KvElement::kBf16: {                                              \
+    case ::kvvm::DType::kBf16: {                                                  \
       using T = __nv_bfloat16;                                                    \
       __VA_ARGS__                                                                 \
       break;                                                                      \

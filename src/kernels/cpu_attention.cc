@@ -28,8 +28,8 @@ float scale_of(float sm_scale, std::uint32_t head_dim) {
   return sm_scale != 0 ? sm_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
-void load_row(KvElement element, const unsigned char* at, std::uint32_t n, float* out) {
-  const std::uint32_t bytes = kernels::element_size(element);
+void load_row(DType element, const unsigned char* at, std::uint32_t n, float* out) {
+  const std::uint32_t bytes = element_bytes(element);
   for (std::uint32_t i = 0; i < n; ++i) out[i] = kernels::load_element(element, at + i * bytes);
 }
 

@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "kernels/common.cuh"
-#include "kvvm/kv_view.h"
+#include "kvvm/attention.h"
 
 namespace kvvm::kernels {
 
@@ -35,23 +35,16 @@ __host__ __device__ constexpr std::uint32_t decode_unroll() {
   return G >= 8 ? 2 : 4;
 }
 
-struct DecodeKernelParams {
-  KvView view;
-  std::uint32_t layer;
-  std::uint32_t qo_heads;
-  std::uint32_t kv_heads;
-  std::uint32_t group;        // qo_heads / kv_heads
-  std::uint32_t group_tiles;  // ceil(group / G)
-  float scale_log2;           // sm_scale * log2(e)
-  const void* q;
-  const std::uint32_t* slots;
-  const std::uint32_t* lengths;
-  std::uint32_t max_length;
-  std::uint32_t chunk_tokens;
-  std::uint32_t chunks;
-  void* out;
-  float* partial_out;  // [batch][qo_heads][chunks][D] when chunks > 1
-  float* partial_lse;  // [batch][qo_heads][chunks]
+// The caller's parameters (chunk_tokens replaced by the planned one), and what the launcher
+// derives from them.
+struct DecodeKernelParams : DecodeParams {
+  explicit DecodeKernelParams(const DecodeParams& params) : DecodeParams(params) {}
+  std::uint32_t group = 0;        // qo_heads / kv_heads
+  std::uint32_t group_tiles = 0;  // ceil(group / G)
+  float scale_log2 = 0;           // sm_scale * log2(e)
+  std::uint32_t chunks = 0;
+  float* partial_out = nullptr;  // [batch][qo_heads][chunks][D] when chunks > 1
+  float* partial_lse = nullptr;  // [batch][qo_heads][chunks]
 };
 
 // Shared-memory pipeline depth: 48 KiB of stages per block (3 of 16 KiB, or 6 of 8 KiB for

@@ -11,21 +11,6 @@
 
 namespace kvvm::kernels {
 
-inline std::uint32_t element_size(KvElement element) {
-  switch (element) {
-    case KvElement::kFp16:
-    case KvElement::kBf16:
-      return 2;
-    case KvElement::kFp8:
-      return 1;
-    case KvElement::kFp32:
-      return 4;
-    case KvElement::kUnset:
-      break;
-  }
-  return 0;
-}
-
 inline float bits_to_float(std::uint32_t bits) {
   float value;
   std::memcpy(&value, &bits, 4);
@@ -75,16 +60,16 @@ inline std::uint16_t float_to_bf16(float value) {
   return static_cast<std::uint16_t>(rounded >> 16);
 }
 
-inline float load_element(KvElement element, const unsigned char* at) {
+inline float load_element(DType element, const unsigned char* at) {
   std::uint16_t h;
   switch (element) {
-    case KvElement::kFp16:
+    case DType::kFp16:
       std::memcpy(&h, at, 2);
       return half_to_float(h);
-    case KvElement::kBf16:
+    case DType::kBf16:
       std::memcpy(&h, at, 2);
       return bf16_to_float(h);
-    case KvElement::kFp32: {
+    case DType::kFp32: {
       float f;
       std::memcpy(&f, at, 4);
       return f;
@@ -94,18 +79,18 @@ inline float load_element(KvElement element, const unsigned char* at) {
   }
 }
 
-inline void store_element(KvElement element, float value, unsigned char* at) {
+inline void store_element(DType element, float value, unsigned char* at) {
   std::uint16_t h;
   switch (element) {
-    case KvElement::kFp16:
+    case DType::kFp16:
       h = float_to_half(value);
       std::memcpy(at, &h, 2);
       break;
-    case KvElement::kBf16:
+    case DType::kBf16:
       h = float_to_bf16(value);
       std::memcpy(at, &h, 2);
       break;
-    case KvElement::kFp32:
+    case DType::kFp32:
       std::memcpy(at, &value, 4);
       break;
     default:

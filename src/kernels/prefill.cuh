@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "kernels/common.cuh"
-#include "kvvm/kv_view.h"
+#include "kvvm/attention.h"
 
 namespace kvvm::kernels {
 
@@ -23,18 +23,12 @@ constexpr std::uint32_t kPrefillThreads = 256;
 constexpr std::uint32_t kPrefillRows = 64;  // query rows (position x head) per block
 constexpr std::uint32_t kPrefillKeys = 64;  // keys per tile
 
-struct PrefillKernelParams {
-  KvView view;
-  std::uint32_t layer;
-  std::uint32_t qo_heads;
-  std::uint32_t group;
-  std::uint32_t group_tiles;
-  float scale_log2;
-  std::uint32_t slot;
-  std::uint32_t start;
-  std::uint32_t tokens;
-  const void* q;
-  void* out;
+// The caller's parameters as given, and what the launcher derives from them.
+struct PrefillKernelParams : PrefillParams {
+  explicit PrefillKernelParams(const PrefillParams& params) : PrefillParams(params) {}
+  std::uint32_t group = 0;
+  std::uint32_t group_tiles = 0;
+  float scale_log2 = 0;
 };
 
 template <std::uint32_t D>

@@ -11,10 +11,10 @@
 // slot) is bounded by it, so the queries need no overflow checks of their own.
 #include "kvvm/layout.h"
 
-#include <stdexcept>
 #include <string>
 
-#include "vmm/format.h"
+#include "kvvm/bytes.h"
+#include "kvvm/check.h"
 
 namespace kvvm {
 namespace {
@@ -30,19 +30,17 @@ std::uint64_t ceil_div(std::uint64_t value, std::uint64_t divisor) {
 // A LayoutPlan is a plain struct: one not made by plan_layout may hold zeros, and dividing by
 // them would be undefined behaviour instead of a loud programming error.
 void require_planned(const LayoutPlan& plan, const char* what) {
-  if (plan.granule == 0 || plan.contiguous_bytes_per_token == 0) {
-    throw std::invalid_argument(std::string(what) +
-                                ": the LayoutPlan has a zero granule or zero bytes per token; "
-                                "make it with plan_layout");
-  }
+  KVVM_CHECK(plan.granule != 0 && plan.contiguous_bytes_per_token != 0,
+             std::string(what) +
+                 ": the LayoutPlan has a zero granule or zero bytes per token; make it with "
+                 "plan_layout");
 }
 
 void require_in_slot(const LayoutPlan& plan, std::uint64_t tokens, const char* what) {
-  if (tokens > plan.max_context) {
-    throw std::out_of_range(std::string(what) + "(" + std::to_string(tokens) +
-                            " tokens): the slot holds at most " + std::to_string(plan.max_context) +
-                            " tokens (max context)");
-  }
+  KVVM_CHECK(tokens <= plan.max_context, std::string(what) + "(" + std::to_string(tokens) +
+                                             " tokens): the slot holds at most " +
+                                             std::to_string(plan.max_context) +
+                                             " tokens (max context)");
 }
 
 std::string describe(const LayoutPlan& plan) {
@@ -162,20 +160,7 @@ KvView LayoutPlan::view(std::uint64_t base) const {
   view.slot_stride = slot_stride;
   view.element_bytes = geometry.element_bytes();
   view.head_dim = geometry.head_dim;
-  switch (geometry.dtype) {
-    case DType::kFp16:
-      view.element = KvElement::kFp16;
-      break;
-    case DType::kBf16:
-      view.element = KvElement::kBf16;
-      break;
-    case DType::kFp8:
-      view.element = KvElement::kFp8;
-      break;
-    case DType::kFp32:
-      view.element = KvElement::kFp32;
-      break;
-  }
+  view.element = geometry.dtype;
   switch (layout) {
     case Layout::kHeadMajor:
       // Fragment (layer * 2 + kv) * H + head; tokens of one head follow each other.
@@ -269,17 +254,14 @@ std::optional<std::uint64_t> Concurrency::bytes_with_sharing(std::uint64_t seque
 Concurrency admissible_concurrency(const LayoutPlan& plan, std::uint64_t context_tokens,
                                    std::uint64_t prefix_tokens, std::uint64_t budget_bytes) {
   require_planned(plan, "admissible_concurrency");
-  if (context_tokens == 0 || context_tokens > plan.max_context) {
-    throw std::invalid_argument("admissible_concurrency: context of " +
-                                std::to_string(context_tokens) + " tokens, need 1 to " +
-                                std::to_string(plan.max_context) + " (the slot's max context)");
-  }
-  if (prefix_tokens >= context_tokens) {
-    throw std::invalid_argument("admissible_concurrency: prefix of " +
-                                std::to_string(prefix_tokens) +
-                                " tokens must be shorter than the context of " +
-                                std::to_string(context_tokens) + " tokens");
-  }
+  KVVM_CHECK(context_tokens != 0 && context_tokens <= plan.max_context,
+             "admissible_concurrency: context of " + std::to_string(context_tokens) +
+                 " tokens, need 1 to " + std::to_string(plan.max_context) +
+                 " (the slot's max context)");
+  KVVM_CHECK(prefix_tokens < context_tokens, "admissible_concurrency: prefix of " +
+                                                 std::to_string(prefix_tokens) +
+                                                 " tokens must be shorter than the context of " +
+                                                 std::to_string(context_tokens) + " tokens");
   Concurrency result;
   result.per_sequence_bytes = plan.commit_floor(context_tokens);
   result.prefix_bytes = prefix_shareability(plan, prefix_tokens).shared_bytes;

@@ -30,8 +30,8 @@
 #include <memory>
 #include <string>
 
+#include "base/format.h"
 #include "vmm/cuda_api.h"
-#include "vmm/format.h"
 
 #ifndef KVVM_HAS_CUDA
 

@@ -3,10 +3,11 @@
 // driver never blocks another thread's pool hit.
 #include "kvvm/handle_pool.h"
 
-#include <cstdio>
 #include <string>
 
-#include "vmm/format.h"
+#include "kvvm/bytes.h"
+#include "kvvm/check.h"
+#include "kvvm/log.h"
 
 namespace kvvm {
 
@@ -41,11 +42,11 @@ HandlePool::~HandlePool() {
   trim(UINT64_MAX);
   const PoolSnapshot left = snapshot();
   if (left.handles_in_use + left.handles_quarantined > 0) {
-    std::fprintf(stderr,
-                 "kvvm: WARNING: handle pool destroyed with %zu handle(s) in use (%s) and %zu "
-                 "quarantined (%s); they are left to the driver's teardown\n",
-                 left.handles_in_use, format_bytes(left.mapped_bytes).c_str(),
-                 left.handles_quarantined, format_bytes(left.quarantined_bytes).c_str());
+    log(LogLevel::kWarning, "handle pool destroyed with " + std::to_string(left.handles_in_use) +
+                                " handle(s) in use (" + format_bytes(left.mapped_bytes) + ") and " +
+                                std::to_string(left.handles_quarantined) + " quarantined (" +
+                                format_bytes(left.quarantined_bytes) +
+                                "); they are left to the driver's teardown");
   }
 }
 
@@ -133,11 +134,8 @@ Status HandlePool::share(Handle handle, std::size_t bytes, std::uint64_t epoch) 
 void HandlePool::hold(Handle handle) {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(handle);
-  if (it == entries_.end() || it->second.state != HandleState::kInUse) {
-    std::fprintf(stderr, "kvvm: BUG: hold of handle %llu that is not in use\n",
-                 static_cast<unsigned long long>(handle));
-    return;
-  }
+  KVVM_CHECK(it != entries_.end() && it->second.state == HandleState::kInUse,
+             "hold of handle " + std::to_string(handle) + " that is not in use");
   ++it->second.holds;
 }
 
@@ -146,11 +144,8 @@ void HandlePool::unhold(Handle handle, Disposition disposition) {
   {
     std::lock_guard lock(mutex_);
     auto it = entries_.find(handle);
-    if (it == entries_.end() || it->second.holds == 0) {
-      std::fprintf(stderr, "kvvm: BUG: unhold of handle %llu with no hold\n",
-                   static_cast<unsigned long long>(handle));
-      return;
-    }
+    KVVM_CHECK(it != entries_.end() && it->second.holds > 0,
+               "unhold of handle " + std::to_string(handle) + " with no hold");
     Entry& entry = it->second;
     if (--entry.holds > 0 || entry.mappings > 0 || entry.state != HandleState::kInUse) return;
     if (return_locked(handle, entry, disposition)) {
@@ -164,22 +159,16 @@ void HandlePool::unhold(Handle handle, Disposition disposition) {
 void HandlePool::reissue(Handle handle) {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(handle);
-  if (it == entries_.end() || it->second.state != HandleState::kInUse) {
-    std::fprintf(stderr, "kvvm: BUG: reissue of handle %llu that is not in use\n",
-                 static_cast<unsigned long long>(handle));
-    return;
-  }
+  KVVM_CHECK(it != entries_.end() && it->second.state == HandleState::kInUse,
+             "reissue of handle " + std::to_string(handle) + " that is not in use");
   it->second.epoch = ++next_epoch_;
 }
 
 void HandlePool::note_mapped(Handle handle) {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(handle);
-  if (it == entries_.end() || it->second.state == HandleState::kPooled) {
-    std::fprintf(stderr, "kvvm: BUG: note_mapped on handle %llu that is not in use\n",
-                 static_cast<unsigned long long>(handle));
-    return;
-  }
+  KVVM_CHECK(it != entries_.end() && it->second.state != HandleState::kPooled,
+             "note_mapped on handle " + std::to_string(handle) + " that is not in use");
   ++it->second.mappings;
 }
 
@@ -198,11 +187,8 @@ void HandlePool::note_unmapped(Handle handle, Disposition disposition) {
   {
     std::lock_guard lock(mutex_);
     auto it = entries_.find(handle);
-    if (it == entries_.end() || it->second.mappings == 0) {
-      std::fprintf(stderr, "kvvm: BUG: note_unmapped on handle %llu with no mapping\n",
-                   static_cast<unsigned long long>(handle));
-      return;
-    }
+    KVVM_CHECK(it != entries_.end() && it->second.mappings > 0,
+               "note_unmapped on handle " + std::to_string(handle) + " with no mapping");
     Entry& entry = it->second;
     if (--entry.mappings > 0 || entry.holds > 0 || entry.state != HandleState::kInUse) return;
     if (return_locked(handle, entry, disposition)) {
@@ -218,12 +204,9 @@ void HandlePool::give_back(Handle handle, Disposition disposition) {
   {
     std::lock_guard lock(mutex_);
     auto it = entries_.find(handle);
-    if (it == entries_.end() || it->second.state != HandleState::kInUse ||
-        it->second.mappings != 0 || it->second.holds != 0) {
-      std::fprintf(stderr, "kvvm: BUG: give_back of handle %llu that is not unmapped in use\n",
-                   static_cast<unsigned long long>(handle));
-      return;
-    }
+    KVVM_CHECK(it != entries_.end() && it->second.state == HandleState::kInUse &&
+                   it->second.mappings == 0 && it->second.holds == 0,
+               "give_back of handle " + std::to_string(handle) + " that is not unmapped in use");
     if (return_locked(handle, it->second, disposition)) {
       release_bytes = it->second.bytes;
       entries_.erase(it);
@@ -242,9 +225,8 @@ void HandlePool::quarantine(Handle handle, std::string_view why) {
     std::erase(list, handle);
   }
   if (entry.state != HandleState::kQuarantined) {
-    std::fprintf(stderr, "kvvm: quarantined handle %llu (%s): %.*s\n",
-                 static_cast<unsigned long long>(handle), format_bytes(entry.bytes).c_str(),
-                 static_cast<int>(why.size()), why.data());
+    log(LogLevel::kWarning, "quarantined handle " + std::to_string(handle) + " (" +
+                                format_bytes(entry.bytes) + "): " + std::string(why));
   }
   entry.state = HandleState::kQuarantined;
 }
@@ -261,8 +243,8 @@ bool HandlePool::release_now(Handle handle, std::size_t bytes) {
   // The driver may or may not still hold the memory: keep it charged, never reuse it.
   ++counters_.release_failures;
   entries_.emplace(handle, Entry{bytes, HandleState::kQuarantined, 0});
-  std::fprintf(stderr, "kvvm: release of handle %llu failed, quarantined: %s\n",
-               static_cast<unsigned long long>(handle), released.to_string().c_str());
+  log(LogLevel::kWarning, "release of handle " + std::to_string(handle) +
+                              " failed, quarantined: " + released.to_string());
   return false;
 }
 

@@ -20,7 +20,7 @@
 #include <sstream>
 #include <string>
 
-#include "vmm/format.h"
+#include "base/format.h"
 
 namespace kvvm {
 namespace {

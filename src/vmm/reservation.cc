@@ -4,10 +4,11 @@
 // reverse order, recording anything that could not be undone instead of forgetting it.
 #include "kvvm/reservation.h"
 
-#include <cstdio>
 #include <string>
 
-#include "vmm/format.h"
+#include "base/format.h"
+#include "kvvm/bytes.h"
+#include "kvvm/log.h"
 #include "vmm/teardown_stats.h"
 
 namespace kvvm {
@@ -63,13 +64,12 @@ Reservation::~Reservation() {
       detail::note_leaked_reservation();
       detail::note_leaked_blocks(blocks_.size(), mapped_bytes());
       detail::note_leaked_addresses(size_);
-      std::fprintf(stderr,
-                   "kvvm: WARNING: reservation teardown synchronization failed; leaving %zu "
-                   "mapped block(s) (%s) and %s of addresses at %s to the driver's teardown "
-                   "rather than risking a read after free: %s\n",
-                   blocks_.size(), format_bytes(mapped_bytes()).c_str(),
-                   format_bytes(size_).c_str(), hex(base_).c_str(),
-                   synchronized.to_string().c_str());
+      log(LogLevel::kWarning,
+          "reservation teardown synchronization failed; leaving " + std::to_string(blocks_.size()) +
+              " mapped block(s) (" + format_bytes(mapped_bytes()) + ") and " + format_bytes(size_) +
+              " of addresses at " + hex(base_) +
+              " to the driver's teardown rather than risking a read after free: " +
+              synchronized.to_string());
       return;
     }
     // Unmap each run of adjacent healthy blocks; poisoned blocks stay as they are.
@@ -87,8 +87,7 @@ Reservation::~Reservation() {
       }
       const std::string failed = unmap_covered(start, end - start);
       if (!failed.empty()) {
-        std::fprintf(stderr, "kvvm: WARNING: reservation teardown could not unmap %s\n",
-                     failed.c_str());
+        log(LogLevel::kWarning, "reservation teardown could not unmap " + failed);
       }
       it = blocks_.upper_bound(start);
     }
@@ -103,8 +102,8 @@ Reservation::~Reservation() {
   if (!freed.ok()) {
     detail::note_free_failure();
     detail::note_leaked_addresses(size_);
-    std::fprintf(stderr, "kvvm: WARNING: freeing reservation at %s failed: %s\n",
-                 hex(base_).c_str(), freed.to_string().c_str());
+    log(LogLevel::kWarning,
+        "freeing reservation at " + hex(base_) + " failed: " + freed.to_string());
   }
 }
 

@@ -24,7 +24,7 @@ int check_attention(std::uint64_t base) {
   constexpr std::uint32_t kDim = 4, kTokens = 3;
   kvvm::KvView view;
   view.base = base;
-  view.element = kvvm::KvElement::kFp32;
+  view.element = kvvm::DType::kFp32;
   view.element_bytes = 4;
   view.head_dim = kDim;
   view.token_stride = 2 * kDim * 4;  // K then V of each token

@@ -21,13 +21,13 @@
 
 namespace kvvm::testing {
 
-inline DType dtype_of(KvElement element) {
-  return element == KvElement::kBf16 ? DType::kBf16 : DType::kFp16;
+inline DType dtype_of(DType element) {
+  return element == DType::kBf16 ? DType::kBf16 : DType::kFp16;
 }
 
 // Elements drawn uniformly from [-scale, scale] in the cache's element type; a zero draw is
 // replaced so no element is zero.
-inline std::vector<std::uint8_t> random_elements(KvElement element, std::size_t count,
+inline std::vector<std::uint8_t> random_elements(DType element, std::size_t count,
                                                  std::mt19937_64& random, float scale = 1.0f) {
   std::vector<std::uint8_t> bytes(count * 2);
   std::uniform_real_distribution<float> draw(-scale, scale);
@@ -39,13 +39,13 @@ inline std::vector<std::uint8_t> random_elements(KvElement element, std::size_t 
   return bytes;
 }
 
-inline double to_double(KvElement element, const std::uint8_t* at) {
+inline double to_double(DType element, const std::uint8_t* at) {
   return element_to_float(element, at);
 }
 
 // ||out - ref|| / ||ref|| over every element (out in the element type); NaN when any output is
 // NaN or infinite, so a comparison against a tolerance fails.
-inline double relative_error(KvElement element, const std::vector<std::uint8_t>& out,
+inline double relative_error(DType element, const std::vector<std::uint8_t>& out,
                              const std::vector<double>& ref) {
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
@@ -59,7 +59,7 @@ inline double relative_error(KvElement element, const std::vector<std::uint8_t>&
 
 // Elements of `out` that are NaN (outputs are poisoned with 0xff bytes, a NaN in fp16 and
 // bf16, before every run: one left means it was never written).
-inline std::size_t count_nan(KvElement element, const std::vector<std::uint8_t>& out) {
+inline std::size_t count_nan(DType element, const std::vector<std::uint8_t>& out) {
   std::size_t nans = 0;
   for (std::size_t i = 0; i + 1 < out.size(); i += 2) {
     if (std::isnan(to_double(element, &out[i]))) ++nans;
@@ -67,7 +67,7 @@ inline std::size_t count_nan(KvElement element, const std::vector<std::uint8_t>&
   return nans;
 }
 
-inline double tolerance(KvElement element) { return element == KvElement::kBf16 ? 1e-2 : 5e-3; }
+inline double tolerance(DType element) { return element == DType::kBf16 ? 1e-2 : 5e-3; }
 
 // A governor, pool and arena over `driver` (which must outlive it), commit-ahead as asked.
 struct KvArena {

@@ -86,7 +86,7 @@ class Device {
 std::vector<std::uint16_t> random_fp16(std::size_t count, std::mt19937_64& random, float scale) {
   std::vector<std::uint16_t> values(count);
   std::uniform_real_distribution<float> draw(-scale, scale);
-  for (auto& value : values) float_to_element(KvElement::kFp16, draw(random), &value);
+  for (auto& value : values) float_to_element(DType::kFp16, draw(random), &value);
   return values;
 }
 

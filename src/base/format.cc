@@ -1,4 +1,4 @@
-#include "vmm/format.h"
+#include "base/format.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -34,25 +34,6 @@ std::string errno_name(int error) {
     default:
       return "errno " + std::to_string(error);
   }
-}
-
-std::string format_bytes(std::uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  char text[32];
-  if (unit == 0) {
-    std::snprintf(text, sizeof text, "%llu bytes", static_cast<unsigned long long>(bytes));
-  } else if (value == static_cast<double>(static_cast<std::uint64_t>(value))) {
-    std::snprintf(text, sizeof text, "%.0f %s", value, kUnits[unit]);
-  } else {
-    std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
-  }
-  return text;
 }
 
 }  // namespace kvvm
