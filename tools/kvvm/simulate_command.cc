@@ -1,6 +1,5 @@
 #include "simulate_command.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -29,8 +28,6 @@ constexpr const char* kCommand = "kvvm simulate";
 // address space (and a GPU's), so other reservations still fit.
 constexpr std::uint64_t kMaxReservedBytes = std::uint64_t{16} << 40;
 constexpr std::size_t kMaxErrorLines = 20;
-// Descriptors kept for everything but the host driver's memory files.
-constexpr std::uint64_t kDescriptorSlack = 256;
 
 std::string str(std::uint64_t value) { return std::to_string(value); }
 
@@ -57,24 +54,6 @@ Result<std::unique_ptr<Driver>> open_simulation_driver(const SimulateOptions& op
       .granule = static_cast<std::size_t>(options.host_granule), .populate = false});
   if (!host.ok()) return host.status().with_context("--host-granule " + str(options.host_granule));
   return host;
-}
-
-// The host driver holds one memory file per handle: make room for one per granule of the
-// budget (plus slack), raising the hard limit too when allowed. Returns how many handles the
-// limit leaves room for.
-std::uint64_t raise_descriptor_limit(std::uint64_t handles) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return handles;
-  const rlim_t wanted = static_cast<rlim_t>(handles + kDescriptorSlack);
-  if (limit.rlim_cur < wanted) {
-    rlimit raised{wanted, std::max(limit.rlim_max, wanted)};
-    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
-      raised = {std::min(wanted, limit.rlim_max), limit.rlim_max};
-      (void)setrlimit(RLIMIT_NOFILE, &raised);
-    }
-    (void)getrlimit(RLIMIT_NOFILE, &limit);
-  }
-  return limit.rlim_cur > kDescriptorSlack ? limit.rlim_cur - kDescriptorSlack : 0;
 }
 
 TraceFigures trace_figures(const Trace& trace, std::string source) {
@@ -203,8 +182,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
   sim->add_option("--device", options.device, "CUDA device ordinal (default 0)");
   sim->add_option("--host-granule", options.host_granule,
                   "Host backend granule (default 2M, a current GPU's); handles are sized, not "
-                  "populated, so the budget need not fit in RAM, but each is a memory file: "
-                  "the budget is capped to what the descriptor limit (ulimit -n) holds")
+                  "populated, so the budget need not fit in RAM")
       ->transform(byte_size_validator());
   sim->add_option("--model", options.model,
                   "A built-in model (see kvvm plan --help) or a Hugging Face config.json "
@@ -355,17 +333,6 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
     report.max_slots = std::min<std::uint64_t>(
         {trace->requests.size(), std::max<std::uint64_t>(1, kMaxReservedBytes / plan->slot_stride),
          std::numeric_limits<std::uint32_t>::max()});
-  }
-  if (report.driver.backend == "host") {
-    // Over the descriptor limit the host driver fails with EMFILE: cap, like a GPU's memory.
-    const std::uint64_t handles = raise_descriptor_limit(report.budget / report.granule);
-    if (report.budget / report.granule > handles) {
-      report.budget = handles * report.granule;
-      err << kCommand << ": note: --budget " << format_bytes(options.budget) << " capped to "
-          << format_bytes(report.budget) << ": the descriptor limit (ulimit -n) leaves room for "
-          << handles << " memory files of " << format_bytes(report.granule)
-          << "; raise it or use a larger --host-granule\n";
-    }
   }
   report.sharing = options.sharing;
   report.step_s = options.step_ms / 1000.0;
