@@ -2,9 +2,11 @@
 #include "kvvm/host_driver.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <vector>
 
 #include "support/invariants.h"
 #include "support/pattern.h"
@@ -15,11 +17,13 @@ namespace {
 using testing::pattern;
 using testing::read_maps;
 
-std::unique_ptr<Driver> host(std::size_t granule = 0) {
-  auto driver = make_host_driver({.granule = granule});
+std::unique_ptr<Driver> host(std::size_t granule = 0, std::size_t chunk_bytes = 0) {
+  auto driver = make_host_driver({.granule = granule, .chunk_bytes = chunk_bytes});
   EXPECT_TRUE(driver.ok()) << driver.status().to_string();
   return driver.ok() ? std::move(driver).value() : nullptr;
 }
+
+constexpr std::size_t k2MiB = std::size_t{2} << 20;
 
 TEST(HostDriver, GranuleIsThePageSizeOrAChosenMultiple) {
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
@@ -29,6 +33,10 @@ TEST(HostDriver, GranuleIsThePageSizeOrAChosenMultiple) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find(std::to_string(page)), std::string::npos);
+  auto bad_chunk = make_host_driver({.granule = k2MiB, .chunk_bytes = 3u << 20});
+  ASSERT_FALSE(bad_chunk.ok());
+  EXPECT_EQ(bad_chunk.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_chunk.status().message().find(std::to_string(k2MiB)), std::string::npos);
 }
 
 TEST(HostDriver, InfoDescribesTheHost) {

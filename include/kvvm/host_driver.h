@@ -1,11 +1,16 @@
 // The host driver: the driver seam over Linux memory files and mmap.
 //
-// A handle is a memfd of its size, allocated for real with fallocate (so a commit that
-// succeeded has its bytes); reserve is mmap(PROT_NONE); map is mmap(MAP_FIXED | MAP_SHARED)
-// of the memfd at the address; set_access is mprotect; unmap puts the PROT_NONE placeholder
-// back so the addresses stay reserved. One memfd mapped at two addresses is one copy of the
-// bytes, exactly like one CUDA handle mapped twice, and a write through a read-only mapping
-// faults (SIGSEGV), as a GPU kernel's would.
+// A handle is a range of a memory file (memfd), allocated for real with fallocate (so a
+// commit that succeeded has its bytes); reserve is mmap(PROT_NONE); map is
+// mmap(MAP_FIXED | MAP_SHARED) of the handle's range at the address; set_access is mprotect;
+// unmap puts the PROT_NONE placeholder back so the addresses stay reserved. One range mapped at
+// two addresses is one copy of the bytes, exactly like one CUDA handle mapped twice, and a
+// write through a read-only mapping faults (SIGSEGV), as a GPU kernel's would.
+//
+// The memory files are chunks of many handles (1 GiB by default, a new one when the others are
+// full), not one per handle, so committing a budget costs a few descriptors rather than one per
+// granule. A released handle's range is punched out of its file (its memory goes back to the
+// system at once) and a file is closed once no handle lives in it.
 //
 // The driver keeps its own table of reservations, handles and mappings and refuses what the
 // CUDA driver refuses (mapping over a mapping, unmapping part of one, releasing an unknown
@@ -28,9 +33,15 @@ struct HostDriverOptions {
   // machine is out of memory then) — for simulations that account bytes but never write them,
   // so a 40 GiB budget can be replayed on a smaller host.
   bool populate = true;
+  // Bytes per memory file: 0 means kDefaultHostChunkBytes rounded up to the granule; otherwise
+  // a multiple of the granule. A handle larger than a chunk gets a file of its own size.
+  std::size_t chunk_bytes = 0;
 };
 
-// Fails with InvalidArgument when the granule is not a positive multiple of the page size.
+inline constexpr std::size_t kDefaultHostChunkBytes = std::size_t{1} << 30;
+
+// Fails with InvalidArgument when the granule is not a positive multiple of the page size or
+// chunk_bytes not one of the granule.
 Result<std::unique_ptr<Driver>> make_host_driver(HostDriverOptions options = {});
 
 // The number of live reservations, handles and mappings the host driver holds; for tests
@@ -40,6 +51,8 @@ struct HostDriverTables {
   std::size_t handles = 0;
   std::size_t mappings = 0;
   std::size_t handle_bytes = 0;
+  std::size_t files = 0;           // memory files open (chunks)
+  std::size_t resident_bytes = 0;  // memory those files hold (allocated pages)
 };
 HostDriverTables host_driver_tables(const Driver& driver);
 

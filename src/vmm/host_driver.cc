@@ -7,7 +7,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -19,8 +18,10 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "base/format.h"
+#include "vmm/host_chunks.h"
 
 namespace kvvm {
 namespace {
@@ -55,20 +56,12 @@ std::uint64_t meminfo_bytes(std::string_view key) {
 
 class HostDriver final : public Driver {
  public:
-  HostDriver(std::size_t granule, bool populate) : granule_(granule), populate_(populate) {
-    // One memfd per handle: make sure the descriptor limit is not what runs out first.
-    rlimit limit{};
-    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-      limit.rlim_cur = limit.rlim_max;
-      setrlimit(RLIMIT_NOFILE, &limit);
-    }
-  }
+  HostDriver(std::size_t granule, std::size_t chunk_bytes, bool populate)
+      : granule_(granule), populate_(populate), chunks_(chunk_bytes) {}
 
-  ~HostDriver() override {
-    // Whatever the layers above leaked deliberately stays mapped (it may still be read);
-    // only the descriptors are closed, which keeps live mappings intact.
-    for (auto& [id, handle] : handles_) ::close(handle.fd);
-  }
+  // Whatever the layers above leaked deliberately stays mapped (it may still be read): the
+  // chunks only close their descriptors, which keeps live mappings intact.
+  ~HostDriver() override = default;
 
   DriverInfo info() const override {
     DriverInfo info;
@@ -87,15 +80,24 @@ class HostDriver final : public Driver {
 
   HostDriverTables tables() const {
     std::lock_guard lock(mutex_);
-    HostDriverTables tables{reservations_.size(), handles_.size(), mappings_.size(), 0};
-    for (const auto& [id, handle] : handles_) tables.handle_bytes += handle.bytes;
+    HostDriverTables tables{reservations_.size(), 0, mappings_.size(), 0};
+    for (const auto& [id, handle] : handles_) {
+      if (handle.released) continue;  // gone for the caller; its bytes wait for an unmap
+      ++tables.handles;
+      tables.handle_bytes += handle.range.bytes;
+    }
+    tables.files = chunks_.files();
+    tables.resident_bytes = chunks_.resident_bytes();
     return tables;
   }
 
  private:
   struct HostHandle {
-    int fd = -1;
-    std::size_t bytes = 0;
+    ChunkRange range;
+    std::size_t mappings = 0;  // entries of mappings_ that map it
+    // release() was called while it was mapped: like cuMemRelease, the bytes stay until the
+    // last mapping goes, but the handle is unknown to every call from now on.
+    bool released = false;
   };
   struct Mapping {
     std::size_t bytes = 0;
@@ -184,14 +186,20 @@ class HostDriver final : public Driver {
                                          " bytes): not a positive multiple of the granule " +
                                          std::to_string(granule_));
     }
-    const int fd = ::memfd_create("kvvm-handle", MFD_CLOEXEC);
-    if (fd < 0) return errno_status("memfd_create", "create", errno);
+    Result<ChunkRange> range = [&] {
+      std::lock_guard lock(mutex_);
+      return chunks_.take(bytes);
+    }();
+    if (!range.ok())
+      return range.status().with_context("create(" + std::to_string(bytes) + " bytes)");
     // Allocate the pages now: a commit that succeeded must have its bytes, not a SIGBUS later.
-    // Unpopulated (simulations that never touch the bytes): size only, pages on first touch.
-    const int error = populate_ ? ::posix_fallocate(fd, 0, static_cast<off_t>(bytes))
-                                : (::ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno);
+    // Unpopulated (simulations that never touch the bytes): pages on first touch.
+    const int error = !populate_ || ::fallocate(range->fd, 0, static_cast<off_t>(range->offset),
+                                                static_cast<off_t>(bytes)) == 0
+                          ? 0
+                          : errno;
     if (error != 0) {
-      ::close(fd);
+      (void)retire(*range);  // what fallocate got before it failed goes back too
       if (error == ENOSPC || error == ENOMEM) {
         return Status::ResourceExhausted(
             "create(" + std::to_string(bytes) + " bytes): fallocate: " + std::strerror(error),
@@ -201,23 +209,43 @@ class HostDriver final : public Driver {
     }
     std::lock_guard lock(mutex_);
     const Handle id = next_handle_++;
-    handles_.emplace(id, HostHandle{fd, bytes});
+    handles_.emplace(id, HostHandle{*range});
     return id;
   }
 
   Status do_release(Handle handle) override {
-    int fd = -1;
+    ChunkRange range;
     {
       std::lock_guard lock(mutex_);
       auto it = handles_.find(handle);
-      if (it == handles_.end()) {
-        return invalid("close", "release(handle " + std::to_string(handle) + "): unknown handle");
+      if (it == handles_.end() || it->second.released) {
+        return invalid("fallocate",
+                       "release(handle " + std::to_string(handle) + "): unknown handle");
       }
-      fd = it->second.fd;
+      // Like cuMemRelease: live mappings keep the memory until they are unmapped.
+      if (it->second.mappings > 0) {
+        it->second.released = true;
+        return Status::Ok();
+      }
+      range = it->second.range;
       handles_.erase(it);
     }
-    // Like cuMemRelease: live mappings keep the memory until they are unmapped.
-    ::close(fd);
+    return retire(range).with_context("release(handle " + std::to_string(handle) + ")");
+  }
+
+  // Gives a range's memory back to the system (punching its pages out of the file) and the
+  // range back to the chunks, which close the file once nothing lives in it. Called without
+  // mutex_: punching a large range takes time, and nobody else holds this range.
+  Status retire(const ChunkRange& range) {
+    if (::fallocate(range.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    static_cast<off_t>(range.offset), static_cast<off_t>(range.bytes)) != 0) {
+      // Keep the range taken: its stale bytes must never reach the next handle.
+      return errno_status("fallocate",
+                          "punching " + std::to_string(range.bytes) + " bytes out of a memory file",
+                          errno);
+    }
+    std::lock_guard lock(mutex_);
+    chunks_.give_back(range);
     return Status::Ok();
   }
 
@@ -232,10 +260,13 @@ class HostDriver final : public Driver {
                      what + ": not granule-aligned (granule " + std::to_string(granule_) + ")");
     }
     auto h = handles_.find(handle);
-    if (h == handles_.end()) return invalid("mmap", what + ": unknown handle");
-    if (handle_offset + bytes > h->second.bytes) {
+    if (h == handles_.end() || h->second.released) {
+      return invalid("mmap", what + ": unknown handle");
+    }
+    const ChunkRange& range = h->second.range;
+    if (handle_offset + bytes > range.bytes) {
       return invalid("mmap",
-                     what + ": beyond the handle's " + std::to_string(h->second.bytes) + " bytes");
+                     what + ": beyond the handle's " + std::to_string(range.bytes) + " bytes");
     }
     if (find_reservation(address, bytes) == reservations_.end()) {
       return invalid("mmap", what + ": not inside one reservation");
@@ -250,10 +281,12 @@ class HostDriver final : public Driver {
         return invalid("mmap", what + ": overlaps the mapping at " + hex(previous->first));
       }
     }
-    void* placed = ::mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
-                          MAP_SHARED | MAP_FIXED, h->second.fd, static_cast<off_t>(handle_offset));
+    void* placed =
+        ::mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, range.fd,
+               static_cast<off_t>(range.offset + handle_offset));
     if (placed == MAP_FAILED) return errno_status("mmap", what, errno);
     mappings_.emplace(address, Mapping{bytes, handle, handle_offset, Access::kNone});
+    ++h->second.mappings;
     return Status::Ok();
   }
 
@@ -278,17 +311,34 @@ class HostDriver final : public Driver {
   }
 
   Status do_unmap(Address address, std::size_t bytes) override {
-    std::lock_guard lock(mutex_);
     const std::string what = "unmap(" + hex(address) + ", " + std::to_string(bytes) + " bytes)";
-    if (!covered_by_whole_mappings(address, bytes)) {
-      return invalid("mmap", what + ": not a run of whole mappings");
+    std::vector<ChunkRange> orphans;  // released handles whose last mapping this was
+    {
+      std::lock_guard lock(mutex_);
+      if (!covered_by_whole_mappings(address, bytes)) {
+        return invalid("mmap", what + ": not a run of whole mappings");
+      }
+      // Put the PROT_NONE placeholder back: the addresses stay reserved.
+      void* placed = ::mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+      if (placed == MAP_FAILED) return errno_status("mmap", what, errno);
+      const auto first = mappings_.find(address);
+      const auto last = mappings_.lower_bound(address + bytes);
+      for (auto it = first; it != last; ++it) {
+        auto h = handles_.find(it->second.handle);
+        if (--h->second.mappings == 0 && h->second.released) {
+          orphans.push_back(h->second.range);
+          handles_.erase(h);
+        }
+      }
+      mappings_.erase(first, last);
     }
-    // Put the PROT_NONE placeholder back: the addresses stay reserved.
-    void* placed = ::mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    if (placed == MAP_FAILED) return errno_status("mmap", what, errno);
-    mappings_.erase(mappings_.find(address), mappings_.lower_bound(address + bytes));
-    return Status::Ok();
+    Status status = Status::Ok();
+    for (const ChunkRange& range : orphans) {
+      Status retired = retire(range);
+      if (status.ok() && !retired.ok()) status = retired.with_context(what);
+    }
+    return status;
   }
 
   Status do_synchronize() override { return Status::Ok(); }  // host work is synchronous
@@ -378,6 +428,7 @@ class HostDriver final : public Driver {
   const std::size_t granule_;
   const bool populate_;
   mutable std::mutex mutex_;  // leaf lock: guards the tables below
+  HostChunks chunks_;         // where the handles' bytes live
   std::map<Address, std::size_t> reservations_;
   std::map<Handle, HostHandle> handles_;
   std::map<Address, Mapping> mappings_;
@@ -397,7 +448,15 @@ Result<std::unique_ptr<Driver>> make_host_driver(HostDriverOptions options) {
                                    " bytes is not a positive multiple of the page size " +
                                    std::to_string(page_size));
   }
-  return std::unique_ptr<Driver>(new HostDriver(granule, options.populate));
+  std::size_t chunk_bytes = options.chunk_bytes;
+  if (chunk_bytes == 0) {
+    chunk_bytes = (kDefaultHostChunkBytes + granule - 1) / granule * granule;
+  } else if (chunk_bytes % granule != 0) {
+    return Status::InvalidArgument("host chunk of " + std::to_string(chunk_bytes) +
+                                   " bytes is not a positive multiple of the granule " +
+                                   std::to_string(granule));
+  }
+  return std::unique_ptr<Driver>(new HostDriver(granule, chunk_bytes, options.populate));
 }
 
 HostDriverTables host_driver_tables(const Driver& driver) {

@@ -37,7 +37,7 @@ struct SimulateReport {
   std::uint64_t granule = 0;
   LayoutPlan plan;
   std::uint64_t requested_budget = 0;
-  std::uint64_t budget = 0;  // what ran: requested, or capped (GPU free memory, descriptors)
+  std::uint64_t budget = 0;  // what ran: requested, or capped to a GPU's free memory
   std::uint64_t max_slots = 0;
   bool sharing = true;
   double step_s = 0;

@@ -1,6 +1,5 @@
 #include "simulate_command.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -47,8 +46,6 @@ constexpr double kMaxStepMs = 3'600'000;         // an hour per decode step
 constexpr double kMaxLogNormalMu = 30;           // e^30 tokens: clamped to the context anyway
 constexpr double kMaxLogNormalSigma = 10;
 constexpr std::uint64_t kMaxCommitAhead = std::uint64_t{1} << 20;
-// Descriptors kept for everything but the host driver's memory files.
-constexpr std::uint64_t kDescriptorSlack = 256;
 
 // Like open_driver, but the host driver does not populate its handles (see the header).
 Result<std::unique_ptr<Driver>> open_simulation_driver(const SimulateOptions& options,
@@ -56,24 +53,6 @@ Result<std::unique_ptr<Driver>> open_simulation_driver(const SimulateOptions& op
   return open_driver(options.backend, options.device,
                      static_cast<std::size_t>(options.host_granule), kCommand, err,
                      /*populate=*/false);
-}
-
-// The host driver holds one memory file per handle: make room for one per granule of the
-// budget (plus slack), raising the hard limit too when allowed. Returns how many handles the
-// limit leaves room for.
-std::uint64_t raise_descriptor_limit(std::uint64_t handles) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return handles;
-  const rlim_t wanted = static_cast<rlim_t>(handles + kDescriptorSlack);
-  if (limit.rlim_cur < wanted) {
-    rlimit raised{wanted, std::max(limit.rlim_max, wanted)};
-    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
-      raised = {std::min(wanted, limit.rlim_max), limit.rlim_max};
-      (void)setrlimit(RLIMIT_NOFILE, &raised);
-    }
-    (void)getrlimit(RLIMIT_NOFILE, &limit);
-  }
-  return limit.rlim_cur > kDescriptorSlack ? limit.rlim_cur - kDescriptorSlack : 0;
 }
 
 TraceFigures trace_figures(const Trace& trace, std::string source) {
@@ -336,8 +315,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
       "sharing, driver calls and commit time, side by side.");
   add_backend_options(*sim, options.backend, options.device, options.host_granule,
                       "Host backend granule (default 2M, a current GPU's); handles are sized, not "
-                      "populated, so the budget need not fit in RAM, but each is a memory file: "
-                      "the budget is capped to what the descriptor limit (ulimit -n) holds");
+                      "populated, so the budget need not fit in RAM");
   sim->add_option("--model", options.model,
                   "A built-in model (see kvvm plan --help) or a Hugging Face config.json "
                   "(default llama-3-8b)");
@@ -542,17 +520,6 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
     report.max_slots = std::min<std::uint64_t>(
         {trace->requests.size(), std::max<std::uint64_t>(1, kMaxReservedBytes / plan->slot_stride),
          std::numeric_limits<std::uint32_t>::max()});
-  }
-  if (report.driver.backend == "host") {
-    // Over the descriptor limit the host driver fails with EMFILE: cap, like a GPU's memory.
-    const std::uint64_t handles = raise_descriptor_limit(report.budget / report.granule);
-    if (report.budget / report.granule > handles) {
-      report.budget = handles * report.granule;
-      err << kCommand << ": note: --budget " << format_bytes(options.budget) << " capped to "
-          << format_bytes(report.budget) << ": the descriptor limit (ulimit -n) leaves room for "
-          << handles << " memory files of " << format_bytes(report.granule)
-          << "; raise it or use a larger --host-granule\n";
-    }
   }
   report.sharing = options.sharing;
   report.step_s = options.step_ms / 1000.0;

@@ -14,9 +14,8 @@
 // Backend: CUDA when a GPU is usable (the budget is capped to its free memory, with a note),
 // the host driver otherwise or with --backend host. On the host the handles are sized but not
 // populated (the simulation never writes KV bytes), so a 40 GiB budget replays on a machine
-// with less memory. The host driver holds one memory file per handle: the descriptor limit is
-// raised to one per granule of the budget where allowed, else the budget is capped to what
-// the limit holds (with a note), as a GPU's is to its free memory.
+// with less memory; its handles share a few large memory files, so the budget is not bound by
+// the descriptor limit.
 //
 // The pieces are separate functions so the tests call them directly: make_simulation runs
 // everything and returns the report, run_simulate is the whole subcommand (rendering, --csv,
