@@ -319,7 +319,9 @@ TEST(Geometry, AbsurdSizesAreRefusedWithTheBound) {
 
 TEST(Geometry, HostileFilesAreRefusedNotCrashedOn) {
   TempDir dir;
-  const std::string deep = dir.write("deep.json", "{\"a\": " + std::string(100000, '['));
+  const std::string deep =
+      dir.write("deep.json", "{\"num_hidden_layers\": " + std::string(100000, '[') +
+                                 std::string(100000, ']') + "}");
   Result<Geometry> nested = geometry_from_config_json(deep);
   ASSERT_FALSE(nested.ok());
   EXPECT_TRUE(contains(nested.status().message(), deep)) << nested.status().message();

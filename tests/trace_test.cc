@@ -202,8 +202,10 @@ TEST(TraceJsonl, ArrivalsThatDecreaseOrPassTheBoundAreRefusedWithTheirLine) {
 TEST(TraceJsonl, HostileLinesAreRefusedNotCrashedOn) {
   const std::string ok = "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": 1}\n";
   std::string text = ok;
-  // 100,000 nested arrays: a recursive parser overflows its stack on these.
-  text += "{\"arrival\": " + std::string(100000, '[') + "\n";
+  // 100,000 nested arrays in a whole document: once built, dump() for the error message
+  // recursed through them and overflowed the stack.
+  text += "{\"arrival\": " + std::string(100000, '[') + std::string(100000, ']') +
+          ", \"prompt_tokens\": 4, \"output_tokens\": 1}\n";
   text += "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": \"\xff\"}\n";
   text += "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": 18446744073709551616}\n";
   text += "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": 1, \"prefix_group\": \"" +

@@ -2,9 +2,10 @@
 // nesting depth, UTF-8 checked, and every error names the input, the byte offset and the line
 // and column.
 //
-// Why a bound on depth before the DOM exists: nlohmann's DOM nests one value inside the other,
-// so 100,000 nested '[' from a hostile or corrupt file exhausts the stack (SIGSEGV) instead of
-// returning an error. The depth is counted in a scan over the raw bytes (strings and their
+// Why a bound on depth before the DOM exists: nlohmann's DOM nests one value inside the other
+// and its walks over it recurse (dump() for an error message, copies, comparisons), so 100,000
+// nested '[' from a hostile or corrupt file exhausts the stack (SIGSEGV) instead of returning
+// an error. The depth is counted in a scan over the raw bytes (strings and their
 // escapes respected), and only a document within every bound reaches the parser.
 #pragma once
 
