@@ -260,6 +260,7 @@ TEST(TraceGenerator, RefusesOptionsPastTheBounds) {
   TraceGeneratorOptions options;
   options.rate = 1e-9;  // the first arrival lands near 1e9 s
   options.requests = 10;
+  refused(options, "--rate 1e-09 puts request 1 at");
   refused(options, "past the bound of 10000000 s");
   options = {};
   options.duration_s = 1e8;
@@ -293,6 +294,12 @@ TEST(TraceGenerator, RefusesOptionsPastTheBounds) {
   chat.turns = 8;
   chat.think_s = 1e9;
   chat_refused(options, chat, "--think-s 1000000000 is over the bound");
+  // Each think time is under the bound, their sum over 1000 turns is not.
+  chat.conversations = 1;
+  chat.turns = 1000;
+  chat.think_s = 1e5;
+  options.max_context = kMaxContextTokens;
+  chat_refused(options, chat, "--think-s 100000 puts turn");
 }
 
 TEST(TraceJsonl, WhatIsWrittenReadsBackTheSame) {

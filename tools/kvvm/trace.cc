@@ -1,8 +1,8 @@
 #include "trace.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <istream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,11 +18,15 @@ namespace {
 
 std::string str(std::uint64_t value) { return std::to_string(value); }
 
-// A number of seconds as JSON would write it ("1e+308", "0.25", "10000000").
+// A number as short as it round-trips, whole numbers below 1e15 in full: "10000000", "0.25",
+// "1e-09", "1e+308".
 std::string seconds(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.17g", value);
-  return buffer;
+  char buffer[64];
+  const bool whole = std::trunc(value) == value && std::fabs(value) < 1e15;
+  const auto written =
+      whole ? std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed)
+            : std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, written.ptr);
 }
 
 // Our own transforms over mt19937_64, whose output sequence the standard fixes (the standard
@@ -365,6 +369,12 @@ Result<Trace> generate_chat_trace(const TraceGeneratorOptions& options,
         request.think_s = draw.exponential(1.0 / std::max(chat.think_s, 1e-9));
         if (chat.think_s == 0) request.think_s = 0;
         arrival += request.think_s;
+        if (arrival > kMaxArrivalSeconds) {
+          return Status::InvalidArgument("--think-s " + seconds(chat.think_s) + " puts turn " +
+                                         str(k + 1) + " of conversation " + str(c + 1) + " at " +
+                                         seconds(arrival) + " s, past the bound of " +
+                                         seconds(kMaxArrivalSeconds) + " s (about 116 days)");
+        }
         request.follows = 0;  // set below, once sorted
       }
       request.arrival_s = arrival;
