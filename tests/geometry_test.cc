@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace kvvm {
@@ -258,6 +259,84 @@ TEST(Geometry, MalformedFieldsAreNamedWithTheirValue) {
       geometry_from_config_json(dir.write("indivisible.json", config.dump()));
   ASSERT_FALSE(indivisible.ok());
   EXPECT_TRUE(contains(indivisible.status().message(), "900")) << indivisible.status().message();
+}
+
+TEST(Geometry, KvHeadsMustDivideTheQueryHeads) {
+  TempDir dir;
+  nlohmann::json config = qwen_config();  // 14 query heads
+  config["num_key_value_heads"] = 4;
+  Result<Geometry> indivisible = geometry_from_config_json(dir.write("four.json", config.dump()));
+  ASSERT_FALSE(indivisible.ok());
+  EXPECT_EQ(indivisible.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(indivisible.status().message(),
+                       "'num_attention_heads' 14 is not a multiple of 'num_key_value_heads' 4"))
+      << indivisible.status().message();
+  config["num_key_value_heads"] = 28;
+  Result<Geometry> more = geometry_from_config_json(dir.write("more.json", config.dump()));
+  ASSERT_FALSE(more.ok());
+  EXPECT_TRUE(contains(more.status().message(),
+                       "'num_key_value_heads' 28 is more than 'num_attention_heads' 14"))
+      << more.status().message();
+  config["num_key_value_heads"] = 7;  // two query heads per KV head
+  Result<Geometry> grouped = geometry_from_config_json(dir.write("seven.json", config.dump()));
+  ASSERT_TRUE(grouped.ok()) << grouped.status().to_string();
+  EXPECT_EQ(grouped->kv_heads, 7u);
+}
+
+TEST(Geometry, AbsurdSizesAreRefusedWithTheBound) {
+  TempDir dir;
+  const std::vector<std::tuple<std::string, nlohmann::json, std::string>> cases = {
+      {"num_hidden_layers", 5000, "[1, 1024]"},
+      {"num_hidden_layers", 24.0, "[1, 1024]"},
+      {"num_attention_heads", 1000000, "[1, 4096]"},
+      {"num_key_value_heads", 100000, "[1, 4096]"},
+      {"head_dim", 65536, "[1, 4096]"},
+      {"hidden_size", 2000000, "[1, 1048576]"},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& [field, value, bound] = cases[i];
+    nlohmann::json config = qwen_config();
+    config[field] = value;
+    if (field == "hidden_size") config.erase("head_dim");
+    Result<Geometry> geometry =
+        geometry_from_config_json(dir.write("big" + std::to_string(i) + ".json", config.dump()));
+    ASSERT_FALSE(geometry.ok()) << field << " = " << value.dump();
+    const std::string message = geometry.status().message();
+    EXPECT_TRUE(contains(message, "'" + field + "' is " + value.dump())) << message;
+    EXPECT_TRUE(contains(message, bound)) << message;
+  }
+  // A head size derived from hidden_size / num_attention_heads is bounded too.
+  nlohmann::json config = qwen_config();
+  config.erase("head_dim");
+  config["hidden_size"] = 1 << 20;
+  config["num_attention_heads"] = 16;
+  config["num_key_value_heads"] = 2;
+  Result<Geometry> derived = geometry_from_config_json(dir.write("derived.json", config.dump()));
+  ASSERT_FALSE(derived.ok());
+  EXPECT_TRUE(contains(derived.status().message(), "65536 is over the head size bound of 4096"))
+      << derived.status().message();
+}
+
+TEST(Geometry, HostileFilesAreRefusedNotCrashedOn) {
+  TempDir dir;
+  const std::string deep =
+      dir.write("deep.json", "{\"num_hidden_layers\": " + std::string(100000, '[') +
+                                 std::string(100000, ']') + "}");
+  Result<Geometry> nested = geometry_from_config_json(deep);
+  ASSERT_FALSE(nested.ok());
+  EXPECT_TRUE(contains(nested.status().message(), deep)) << nested.status().message();
+  EXPECT_TRUE(contains(nested.status().message(), "nested deeper than the limit of 64 levels"))
+      << nested.status().message();
+  const std::string latin1 = dir.write("latin1.json", "{\"name\": \"caf\xe9\"}");
+  Result<Geometry> bad_utf8 = geometry_from_config_json(latin1);
+  ASSERT_FALSE(bad_utf8.ok());
+  EXPECT_TRUE(contains(bad_utf8.status().message(), "invalid UTF-8 at byte 13"))
+      << bad_utf8.status().message();
+  const std::string huge = dir.write("huge.json", std::string((16 << 20) + 1, ' '));
+  Result<Geometry> too_big = geometry_from_config_json(huge);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_TRUE(contains(too_big.status().message(), "over the limit of 16777216 bytes"))
+      << too_big.status().message();
 }
 
 TEST(Geometry, UnreadableFilesSayWhatAndWhere) {

@@ -111,16 +111,16 @@ TEST(TraceGenerator, RefusesOptionsThatMakeNoSense) {
   EXPECT_TRUE(contains(status.message(), "8191")) << status.message();
 }
 
-TEST(TraceJsonl, ReadsEveryFormAndSortsByArrival) {
+TEST(TraceJsonl, ReadsEveryFormInArrivalOrder) {
   std::istringstream in(
-      "{\"arrival\": 2.5, \"prompt_tokens\": 10, \"output_tokens\": 5}\n"
+      "{\"arrival\": 0, \"prompt_tokens\": 8, \"output_tokens\": 1, \"prefix_group\": \"b\", "
+      "\"prefix_tokens\": 8}\n"
       "\n"
       "{\"arrival\": 1, \"prompt\": [1, 2, 3], \"output_tokens\": 2, \"prefix_group\": \"a\", "
       "\"prefix_tokens\": 2}\r\n"
-      "{\"arrival\": 0, \"prompt_tokens\": 8, \"output_tokens\": 1, \"prefix_group\": \"b\", "
-      "\"prefix_tokens\": 8}\n"
       "{\"arrival\": 1, \"prompt_tokens\": 4, \"output_tokens\": 1, \"prefix_group\": \"a\", "
-      "\"prefix_tokens\": 2}\n");
+      "\"prefix_tokens\": 2}\n"
+      "{\"arrival\": 2.5, \"prompt_tokens\": 10, \"output_tokens\": 5}\n");
   const Trace trace = *read_jsonl_trace(in, "t.jsonl", 100);
   EXPECT_TRUE(trace.errors.empty());
   EXPECT_EQ(trace.lines_read, 4u);
@@ -132,6 +132,7 @@ TEST(TraceJsonl, ReadsEveryFormAndSortsByArrival) {
   EXPECT_EQ(trace.requests[3].prefix_group, kNoPrefixGroup);
   ASSERT_EQ(trace.groups.size(), 2u);
   EXPECT_EQ(trace.requests[1].prefix_group, trace.requests[2].prefix_group);
+  EXPECT_NE(trace.requests[0].prefix_group, trace.requests[1].prefix_group);
   EXPECT_EQ(trace.groups[static_cast<std::size_t>(trace.requests[1].prefix_group)], "a");
 }
 
@@ -176,6 +177,129 @@ TEST(TraceJsonl, MalformedLinesAreReportedWithTheirNumbersAndTheRestKept) {
     EXPECT_TRUE(contains(trace.errors[i], cases[i].second))
         << "line " << i + 2 << ": " << trace.errors[i] << "\nexpected: " << cases[i].second;
   }
+}
+
+TEST(TraceJsonl, ArrivalsThatDecreaseOrPassTheBoundAreRefusedWithTheirLine) {
+  std::istringstream in(
+      "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": 1}\n"
+      "{\"arrival\": 5, \"prompt_tokens\": 4, \"output_tokens\": 1}\n"
+      "{\"arrival\": 2, \"prompt_tokens\": 4, \"output_tokens\": 1}\n"
+      "{\"arrival\": 1e308, \"prompt_tokens\": 4, \"output_tokens\": 1}\n"
+      "{\"arrival\": 1e400, \"prompt_tokens\": 4, \"output_tokens\": 1}\n"
+      "{\"arrival\": 10000000, \"prompt_tokens\": 4, \"output_tokens\": 1}\n");
+  const Trace trace = *read_jsonl_trace(in, "t.jsonl", 100);
+  ASSERT_EQ(trace.requests.size(), 3u);
+  EXPECT_EQ(trace.requests.back().arrival_s, 1e7);  // the bound itself is kept
+  ASSERT_EQ(trace.errors.size(), 3u);
+  EXPECT_EQ(trace.errors[0],
+            "t.jsonl:3: \"arrival\" 2 is earlier than 5 on line 2: arrivals must not decrease");
+  EXPECT_EQ(trace.errors[1],
+            "t.jsonl:4: \"arrival\" 1e+308 is past the bound of 10000000 seconds (about 116 days)");
+  EXPECT_TRUE(contains(trace.errors[2], "t.jsonl:5: not valid JSON")) << trace.errors[2];
+  EXPECT_TRUE(contains(trace.errors[2], "1e400")) << trace.errors[2];
+}
+
+TEST(TraceJsonl, HostileLinesAreRefusedNotCrashedOn) {
+  const std::string ok = "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": 1}\n";
+  std::string text = ok;
+  // 100,000 nested arrays in a whole document: once built, dump() for the error message
+  // recursed through them and overflowed the stack.
+  text += "{\"arrival\": " + std::string(100000, '[') + std::string(100000, ']') +
+          ", \"prompt_tokens\": 4, \"output_tokens\": 1}\n";
+  text += "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": \"\xff\"}\n";
+  text += "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": 18446744073709551616}\n";
+  text += "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": 1, \"prefix_group\": \"" +
+          std::string(300, 'g') + "\", \"prefix_tokens\": 1}\n";
+  text += "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": 1" +
+          std::string(kMaxTraceLineBytes, ' ') + "}\n";
+  text += ok;
+  std::istringstream in(text);
+  const Trace trace = *read_jsonl_trace(in, "h.jsonl", 100);
+  EXPECT_EQ(trace.requests.size(), 2u);
+  EXPECT_EQ(trace.lines_read, 7u);
+  const std::vector<std::string> expected = {
+      "h.jsonl:2: nested deeper than the limit of 64 levels at byte 75 (column 76)",
+      "h.jsonl:3: invalid UTF-8 at byte 53 (column 54): byte 0xFF",
+      "h.jsonl:4: \"output_tokens\" must be a whole number of tokens, got a number out of range",
+      "h.jsonl:5: \"prefix_group\" is 300 bytes long, over the bound of 256",
+      "h.jsonl:6: line longer than the bound of 16777216 bytes",
+  };
+  ASSERT_EQ(trace.errors.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(contains(trace.errors[i], expected[i])) << trace.errors[i];
+  }
+}
+
+TEST(TraceJsonl, PrefixGroupsAndMaxContextAreBounded) {
+  std::string text;
+  for (std::uint64_t g = 0; g <= kMaxPrefixGroups; ++g) {
+    text += "{\"arrival\": 0, \"prompt_tokens\": 4, \"output_tokens\": 1, \"prefix_group\": \"g" +
+            std::to_string(g) + "\", \"prefix_tokens\": 1}\n";
+  }
+  std::istringstream in(text);
+  const Trace trace = *read_jsonl_trace(in, "g.jsonl", 100);
+  EXPECT_EQ(trace.groups.size(), kMaxPrefixGroups);
+  ASSERT_EQ(trace.errors.size(), 1u);
+  EXPECT_TRUE(contains(trace.errors[0], "g.jsonl:65537: \"prefix_group\" \"g65536\""))
+      << trace.errors[0];
+  EXPECT_TRUE(contains(trace.errors[0], "over the bound of 65536")) << trace.errors[0];
+
+  std::istringstream empty("");
+  const Status status = read_jsonl_trace(empty, "x", kMaxContextTokens + 1).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(status.message(), "1073741825")) << status.message();
+  EXPECT_TRUE(contains(status.message(), "1073741824")) << status.message();
+}
+
+TEST(TraceGenerator, RefusesOptionsPastTheBounds) {
+  const auto refused = [](const TraceGeneratorOptions& options, const std::string& part) {
+    const Status status = generate_trace(options).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << part;
+    EXPECT_TRUE(contains(status.message(), part)) << status.message();
+  };
+  TraceGeneratorOptions options;
+  options.rate = 1e-9;  // the first arrival lands near 1e9 s
+  options.requests = 10;
+  refused(options, "--rate 1e-09 puts request 1 at");
+  refused(options, "past the bound of 10000000 s");
+  options = {};
+  options.duration_s = 1e8;
+  options.rate = 1e-6;
+  refused(options, "--duration 100000000 s is over the bound of 10000000 s");
+  options = {};
+  options.duration_s = 1e6;
+  options.rate = 1e3;
+  refused(options, "over the bound of 50000000");
+  options = {};
+  options.tenants = 1'000'000;
+  refused(options, "--tenants 1000000 is over the bound of 65536");
+  options = {};
+  options.max_context = kMaxContextTokens * 2;
+  refused(options, "--max-context 2147483648 is over the bound of 1073741824");
+
+  ChatGeneratorOptions chat;
+  chat.conversations = 10;
+  const auto chat_refused = [](const TraceGeneratorOptions& generator,
+                               const ChatGeneratorOptions& c, const std::string& part) {
+    const Status status = generate_chat_trace(generator, c).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << part;
+    EXPECT_TRUE(contains(status.message(), part)) << status.message();
+  };
+  options = {};
+  options.rate = 1e-9;
+  chat_refused(options, chat, "puts conversation 1 at");
+  options = {};
+  chat.turns = 20000;
+  chat_refused(options, chat, "--turns 20000 is over the bound of 10000");
+  chat.turns = 8;
+  chat.think_s = 1e9;
+  chat_refused(options, chat, "--think-s 1000000000 is over the bound");
+  // Each think time is under the bound, their sum over 1000 turns is not.
+  chat.conversations = 1;
+  chat.turns = 1000;
+  chat.think_s = 1e5;
+  options.max_context = kMaxContextTokens;
+  chat_refused(options, chat, "--think-s 100000 puts turn");
 }
 
 TEST(TraceJsonl, WhatIsWrittenReadsBackTheSame) {

@@ -38,7 +38,9 @@ std::vector<std::string> builtin_geometry_names();
 // Reads num_hidden_layers, num_key_value_heads (num_attention_heads when absent, as in
 // models without GQA), head_dim (or hidden_size / num_attention_heads) and torch_dtype from a
 // Hugging Face config.json. InvalidArgument naming the missing or malformed field and the
-// path. `dtype`, when given, overrides torch_dtype.
+// path; also for KV heads that exceed or do not divide the query heads, and for numbers past
+// the bounds (layers <= 1024, heads <= 4096, head_dim <= 4096, hidden_size <= 2^20), a file
+// over 16 MiB, nested over 64 deep or not UTF-8. `dtype`, when given, overrides torch_dtype.
 Result<Geometry> geometry_from_config_json(const std::string& path,
                                            std::optional<DType> dtype = std::nullopt);
 

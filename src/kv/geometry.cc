@@ -9,15 +9,12 @@
 
 #include <array>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <limits>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
 #include <utility>
+
+#include "base/json_reader.h"
 
 namespace kvvm {
 namespace {
@@ -54,24 +51,33 @@ std::string joined_builtin_names() {
   return names;
 }
 
-// Reads a config.json field that must be a whole number in [1, 2^32). Absent (or null, as
+// Bounds on a config's numbers: several times the largest published models (126 layers, 128
+// query heads, head_dim 256, hidden size 25,600), low enough that bytes_per_token and the
+// layout's sizes cannot overflow 64 bits. A number past them is a corrupt or hostile file.
+constexpr std::uint32_t kMaxLayers = 1024;
+constexpr std::uint32_t kMaxHeads = 4096;  // query and KV heads alike
+constexpr std::uint32_t kMaxHeadDim = 4096;
+constexpr std::uint32_t kMaxHiddenSize = 1u << 20;
+// config.json files are a few KiB; 16 MiB leaves room for ones that carry label tables.
+constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+
+// Reads a config.json field that must be a whole number in [1, maximum]. Absent (or null, as
 // some configs write "head_dim": null) is std::nullopt; present but malformed is an error
-// naming the field, its value and the file.
+// naming the field, its value, the bound and the file.
 Result<std::optional<std::uint32_t>> positive_field(const nlohmann::json& config, const char* field,
+                                                    std::uint32_t maximum,
                                                     const std::string& where) {
   const auto found = config.find(field);
   if (found == config.end() || found->is_null()) return std::optional<std::uint32_t>();
-  const std::string bad = where + ": field '" + field + "' is " + found->dump();
-  if (!found->is_number_integer()) {
-    return Status::InvalidArgument(bad + ", expected a whole number >= 1");
-  }
   if (found->is_number_unsigned()) {
     const auto value = found->get<std::uint64_t>();
-    if (value >= 1 && value <= std::numeric_limits<std::uint32_t>::max()) {
+    if (value >= 1 && value <= maximum) {
       return std::optional<std::uint32_t>(static_cast<std::uint32_t>(value));
     }
   }
-  return Status::InvalidArgument(bad + ", expected a whole number in [1, 4294967295]");
+  return Status::InvalidArgument(where + ": field '" + field + "' is " + found->dump() +
+                                 ", expected a whole number in [1, " + std::to_string(maximum) +
+                                 "]");
 }
 
 }  // namespace
@@ -105,12 +111,11 @@ Result<Geometry> builtin_geometry(std::string_view name, DType dtype) {
 
 Result<Geometry> geometry_from_config_json(const std::string& path, std::optional<DType> dtype) {
   const std::string where = "config.json '" + path + "'";
-  std::ifstream file(path);
-  if (!file) {
-    return Status::InvalidArgument("cannot open " + where + ": " + std::strerror(errno));
-  }
-  const nlohmann::json parsed = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return Status::InvalidArgument(where + " is not valid JSON");
+  JsonLimits limits;
+  limits.max_bytes = kMaxConfigBytes;
+  Result<nlohmann::json> read = read_json_file(path, limits);
+  if (!read.ok()) return read.status().with_context("config.json");
+  const nlohmann::json& parsed = *read;
   if (!parsed.is_object()) return Status::InvalidArgument(where + " is not a JSON object");
 
   // Vision-language configs nest the language model's numbers; its KV cache is the one sized.
@@ -125,17 +130,37 @@ Result<Geometry> geometry_from_config_json(const std::string& path, std::optiona
 
   // A malformed field is reported at once; missing ones are collected so that one run names
   // every field the file lacks.
-  const auto read = [&](const char* field) { return positive_field(*config, field, fields_where); };
-  Result<std::optional<std::uint32_t>> layers = read("num_hidden_layers");
+  const auto read_field = [&](const char* name, std::uint32_t maximum) {
+    return positive_field(*config, name, maximum, fields_where);
+  };
+  Result<std::optional<std::uint32_t>> layers = read_field("num_hidden_layers", kMaxLayers);
   if (!layers.ok()) return layers.status();
-  Result<std::optional<std::uint32_t>> kv_heads = read("num_key_value_heads");
+  Result<std::optional<std::uint32_t>> kv_heads = read_field("num_key_value_heads", kMaxHeads);
   if (!kv_heads.ok()) return kv_heads.status();
-  Result<std::optional<std::uint32_t>> attention_heads = read("num_attention_heads");
+  Result<std::optional<std::uint32_t>> attention_heads =
+      read_field("num_attention_heads", kMaxHeads);
   if (!attention_heads.ok()) return attention_heads.status();
-  Result<std::optional<std::uint32_t>> head_dim = read("head_dim");
+  Result<std::optional<std::uint32_t>> head_dim = read_field("head_dim", kMaxHeadDim);
   if (!head_dim.ok()) return head_dim.status();
-  Result<std::optional<std::uint32_t>> hidden_size = read("hidden_size");
+  Result<std::optional<std::uint32_t>> hidden_size = read_field("hidden_size", kMaxHiddenSize);
   if (!hidden_size.ok()) return hidden_size.status();
+  // Grouped-query attention: each KV head serves a whole group of query heads.
+  if (kv_heads->has_value() && attention_heads->has_value()) {
+    const std::uint32_t kv = **kv_heads;
+    const std::uint32_t query = **attention_heads;
+    if (kv > query) {
+      return Status::InvalidArgument(fields_where + ": 'num_key_value_heads' " +
+                                     std::to_string(kv) + " is more than 'num_attention_heads' " +
+                                     std::to_string(query) +
+                                     " (each KV head serves a group of query heads)");
+    }
+    if (query % kv != 0) {
+      return Status::InvalidArgument(
+          fields_where + ": 'num_attention_heads' " + std::to_string(query) +
+          " is not a multiple of 'num_key_value_heads' " + std::to_string(kv) +
+          " (each KV head serves a whole group of query heads)");
+    }
+  }
 
   std::vector<std::string> missing;
   Geometry geometry;
@@ -166,6 +191,12 @@ Result<Geometry> geometry_from_config_json(const std::string& path, std::optiona
     return Status::InvalidArgument(
         fields_where + ": no 'head_dim', and 'hidden_size' " + std::to_string(**hidden_size) +
         " is not a multiple of 'num_attention_heads' " + std::to_string(**attention_heads));
+  } else if (**hidden_size / **attention_heads > kMaxHeadDim) {
+    return Status::InvalidArgument(
+        fields_where + ": no 'head_dim', and 'hidden_size' " + std::to_string(**hidden_size) +
+        " / 'num_attention_heads' " + std::to_string(**attention_heads) + " = " +
+        std::to_string(**hidden_size / **attention_heads) + " is over the head size bound of " +
+        std::to_string(kMaxHeadDim));
   } else {
     geometry.head_dim = **hidden_size / **attention_heads;
   }

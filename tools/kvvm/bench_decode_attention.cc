@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 
+#include "base/json_reader.h"
 #include "cli_common.h"
 #include "kvvm/attention.h"
 #include "kvvm/layout.h"
@@ -272,10 +273,13 @@ Result<double> bench_prefill(Driver& driver, const DecodeShape& s,
                                                              std::ostream& err) {
   std::map<std::string, double> ms;
   if (path.empty()) return ms;
-  std::ifstream file(path);
+  Result<nlohmann::json> read = read_json_file(path);
+  if (!read.ok()) {
+    err << "kvvm bench decode: could not read the baseline: " << read.status().message() << "\n";
+    return ms;
+  }
   try {
-    const auto json = nlohmann::json::parse(file);
-    for (const auto& row : json.at("rows")) {
+    for (const auto& row : read->at("rows")) {
       ms[row.at("shape").get<std::string>()] = row.at("ms").get<double>();
     }
   } catch (const std::exception& error) {

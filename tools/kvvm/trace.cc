@@ -1,6 +1,7 @@
 #include "trace.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <istream>
 #include <map>
@@ -10,10 +11,23 @@
 #include <random>
 #include <string_view>
 
+#include "base/json_reader.h"
+
 namespace kvvm::cli {
 namespace {
 
 std::string str(std::uint64_t value) { return std::to_string(value); }
+
+// A number as short as it round-trips, whole numbers below 1e15 in full: "10000000", "0.25",
+// "1e-09", "1e+308".
+std::string seconds(double value) {
+  char buffer[64];
+  const bool whole = std::trunc(value) == value && std::fabs(value) < 1e15;
+  const auto written =
+      whole ? std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed)
+            : std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, written.ptr);
+}
 
 // Our own transforms over mt19937_64, whose output sequence the standard fixes (the standard
 // library's distributions are implementation-defined, so they would change a seed's trace).
@@ -41,7 +55,11 @@ class Draw {
 };
 
 const char* type_name(const nlohmann::json& value) {
-  if (value.is_number_float()) return "a fractional number";
+  // nlohmann stores a whole number past 2^64 - 1 as a double.
+  if (value.is_number_float()) {
+    const double number = value.get<double>();
+    return std::trunc(number) == number ? "a number out of range" : "a fractional number";
+  }
   if (value.is_number_integer() && !value.is_number_unsigned()) return "a negative number";
   return value.type_name();
 }
@@ -60,19 +78,17 @@ std::optional<std::string> check_tokens(const nlohmann::json& value, std::string
   return std::nullopt;
 }
 
-// One line's request, or the reason it is malformed.
+// One line's request, or the reason it is malformed. `previous_arrival` is the arrival of the
+// last accepted line (`previous_line`; 0 before the first).
 std::optional<std::string> parse_line(const std::string& line, std::uint64_t max_context,
+                                      double previous_arrival, std::uint64_t previous_line,
                                       std::map<std::string, int>& group_ids, Trace& trace,
                                       TraceRequest& request) {
-  nlohmann::json object;
-  try {
-    object = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& error) {
-    std::string what = error.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> from "column".
-    const auto at = what.find("column");
-    return "not valid JSON: " + (at == std::string::npos ? what : what.substr(at));
-  }
+  JsonLimits limits;
+  limits.max_bytes = kMaxTraceLineBytes;
+  Result<nlohmann::json> read = read_json(line, limits);
+  if (!read.ok()) return read.status().message();
+  const nlohmann::json& object = *read;
   if (!object.is_object()) {
     return std::string("expected a JSON object, got ") + type_name(object);
   }
@@ -91,6 +107,14 @@ std::optional<std::string> parse_line(const std::string& line, std::uint64_t max
     return "\"arrival\" must be a number of seconds >= 0, got " + arrival.dump();
   }
   request.arrival_s = arrival.get<double>();
+  if (request.arrival_s > kMaxArrivalSeconds) {
+    return "\"arrival\" " + arrival.dump() + " is past the bound of " +
+           seconds(kMaxArrivalSeconds) + " seconds (about 116 days)";
+  }
+  if (request.arrival_s < previous_arrival) {
+    return "\"arrival\" " + arrival.dump() + " is earlier than " + seconds(previous_arrival) +
+           " on line " + str(previous_line) + ": arrivals must not decrease";
+  }
 
   const bool has_count = object.contains("prompt_tokens");
   const bool has_ids = object.contains("prompt");
@@ -137,6 +161,10 @@ std::optional<std::string> parse_line(const std::string& line, std::uint64_t max
     if (!group.is_string() || group.get<std::string>().empty()) {
       return "\"prefix_group\" must be a non-empty string, got " + group.dump();
     }
+    if (group.get<std::string>().size() > kMaxPrefixGroupNameBytes) {
+      return "\"prefix_group\" is " + str(group.get<std::string>().size()) +
+             " bytes long, over the bound of " + str(kMaxPrefixGroupNameBytes);
+    }
     if (auto why = check_tokens(object["prefix_tokens"], "prefix_tokens", 1, request.prefix_tokens))
       return why;
     if (request.prefix_tokens > request.prompt_tokens) {
@@ -144,6 +172,10 @@ std::optional<std::string> parse_line(const std::string& line, std::uint64_t max
              str(request.prompt_tokens) + " tokens)";
     }
     const std::string name = group.get<std::string>();
+    if (!group_ids.contains(name) && trace.groups.size() >= kMaxPrefixGroups) {
+      return "\"prefix_group\" \"" + name + "\" would be group " + str(trace.groups.size() + 1) +
+             ", over the bound of " + str(kMaxPrefixGroups) + " prefix groups (tenants)";
+    }
     auto [it, inserted] = group_ids.emplace(name, static_cast<int>(trace.groups.size()));
     if (inserted) trace.groups.push_back(name);
     request.prefix_group = it->second;
@@ -158,6 +190,14 @@ Status check_lengths(const TraceGeneratorOptions& options) {
       !std::isfinite(options.prompt_mu) || !std::isfinite(options.output_mu)) {
     return Status::InvalidArgument("log-normal parameters must be finite with sigma >= 0");
   }
+  if (options.max_context > kMaxContextTokens) {
+    return Status::InvalidArgument("--max-context " + str(options.max_context) +
+                                   " is over the bound of " + str(kMaxContextTokens) + " tokens");
+  }
+  if (options.tenants > kMaxPrefixGroups) {
+    return Status::InvalidArgument("--tenants " + str(options.tenants) + " is over the bound of " +
+                                   str(kMaxPrefixGroups));
+  }
   const std::uint64_t system = options.tenants == 0 ? 0 : options.system_prompt_tokens;
   if (options.max_context < 2 || system > options.max_context - 2) {
     return Status::InvalidArgument("--system-prompt-tokens " + str(system) +
@@ -165,6 +205,34 @@ Status check_lengths(const TraceGeneratorOptions& options) {
                                    " for one user token and one output token");
   }
   return Status::Ok();
+}
+
+// The refusal for a generated arrival past kMaxArrivalSeconds: the rate is what put it there.
+Status arrival_past_bound(double rate, std::string_view what, std::uint64_t index, double at) {
+  return Status::InvalidArgument("--rate " + seconds(rate) + " puts " + std::string(what) + " " +
+                                 str(index + 1) + " at " + seconds(at) + " s, past the bound of " +
+                                 seconds(kMaxArrivalSeconds) + " s (about 116 days)");
+}
+
+// A line of at most `limit` bytes (the newline dropped) into `line`; the rest of a longer line
+// is skipped without being stored. False at the end of the input.
+bool read_bounded_line(std::istream& in, std::string& line, std::size_t limit, bool& too_long) {
+  line.clear();
+  too_long = false;
+  std::streambuf* buffer = in.rdbuf();
+  if (buffer == nullptr || !in.good()) return false;
+  bool any = false;
+  for (int c = buffer->sbumpc(); c != std::char_traits<char>::eof(); c = buffer->sbumpc()) {
+    any = true;
+    if (c == '\n') return true;
+    if (line.size() < limit) {
+      line.push_back(static_cast<char>(c));
+    } else {
+      too_long = true;
+    }
+  }
+  in.setstate(std::ios::eofbit);
+  return any;
 }
 
 }  // namespace
@@ -181,6 +249,22 @@ Result<Trace> generate_trace(const TraceGeneratorOptions& options) {
                                        ? "--duration must be a positive number of seconds"
                                        : "--requests must be at least 1, got 0");
   }
+  if (options.duration_s && *options.duration_s > kMaxArrivalSeconds) {
+    return Status::InvalidArgument("--duration " + seconds(*options.duration_s) +
+                                   " s is over the bound of " + seconds(kMaxArrivalSeconds) +
+                                   " s (about 116 days)");
+  }
+  if (options.duration_s &&
+      options.rate * *options.duration_s > static_cast<double>(kMaxTraceRequests)) {
+    return Status::InvalidArgument("--rate " + seconds(options.rate) + " for --duration " +
+                                   seconds(*options.duration_s) + " s makes about " +
+                                   seconds(options.rate * *options.duration_s) +
+                                   " requests, over the bound of " + str(kMaxTraceRequests));
+  }
+  if (!options.duration_s && options.requests > kMaxTraceRequests) {
+    return Status::InvalidArgument("--requests " + str(options.requests) +
+                                   " is over the bound of " + str(kMaxTraceRequests));
+  }
   KVVM_RETURN_IF_ERROR(check_lengths(options));
   const std::uint64_t system = options.tenants == 0 ? 0 : options.system_prompt_tokens;
   Trace trace;
@@ -189,13 +273,13 @@ Result<Trace> generate_trace(const TraceGeneratorOptions& options) {
   }
   Draw draw(options.seed);
   double now = 0;
-  // A duration of d seconds at rate r holds about r * d requests; the cap only guards against
-  // a typo like --rate 1e12 filling memory.
-  constexpr std::uint64_t kMaxRequests = 50'000'000;
-  for (std::uint64_t i = 0; i < kMaxRequests; ++i) {
+  // A duration of d seconds at rate r holds about r * d requests (checked above); the cap only
+  // stops a draw far above that mean.
+  for (std::uint64_t i = 0; i < kMaxTraceRequests; ++i) {
     if (!options.duration_s && i == options.requests) break;
     now += draw.exponential(options.rate);
     if (options.duration_s && now >= *options.duration_s) break;
+    if (now > kMaxArrivalSeconds) return arrival_past_bound(options.rate, "request", i, now);
     TraceRequest request;
     request.arrival_s = now;
     std::uint64_t user = draw.lognormal_tokens(options.prompt_mu, options.prompt_sigma);
@@ -228,6 +312,19 @@ Result<Trace> generate_chat_trace(const TraceGeneratorOptions& options,
   if (!(chat.think_s >= 0) || !std::isfinite(chat.think_s)) {
     return Status::InvalidArgument("--think-s must be >= 0 seconds");
   }
+  if (chat.think_s > kMaxArrivalSeconds) {
+    return Status::InvalidArgument("--think-s " + seconds(chat.think_s) + " is over the bound of " +
+                                   seconds(kMaxArrivalSeconds) + " seconds");
+  }
+  if (chat.turns > kMaxTurns) {
+    return Status::InvalidArgument("--turns " + str(chat.turns) + " is over the bound of " +
+                                   str(kMaxTurns));
+  }
+  if (chat.conversations > kMaxTraceRequests / chat.turns) {
+    return Status::InvalidArgument("--conversations " + str(chat.conversations) + " of " +
+                                   str(chat.turns) + " turns is over the bound of " +
+                                   str(kMaxTraceRequests) + " requests");
+  }
   KVVM_RETURN_IF_ERROR(check_lengths(options));
   const std::uint32_t tenants = std::max<std::uint32_t>(options.tenants, 1);
   const std::uint64_t system = options.tenants == 0 ? 0 : options.system_prompt_tokens;
@@ -253,6 +350,7 @@ Result<Trace> generate_chat_trace(const TraceGeneratorOptions& options,
   double now = 0;
   for (std::uint64_t c = 0; c < chat.conversations; ++c) {
     now += draw.exponential(options.rate);
+    if (now > kMaxArrivalSeconds) return arrival_past_bound(options.rate, "conversation", c, now);
     const auto tenant = static_cast<std::uint32_t>(draw.below(tenants));
     auto stream = std::make_shared<std::vector<TokenId>>(system_ids[tenant]);
     double arrival = now;
@@ -271,6 +369,12 @@ Result<Trace> generate_chat_trace(const TraceGeneratorOptions& options,
         request.think_s = draw.exponential(1.0 / std::max(chat.think_s, 1e-9));
         if (chat.think_s == 0) request.think_s = 0;
         arrival += request.think_s;
+        if (arrival > kMaxArrivalSeconds) {
+          return Status::InvalidArgument("--think-s " + seconds(chat.think_s) + " puts turn " +
+                                         str(k + 1) + " of conversation " + str(c + 1) + " at " +
+                                         seconds(arrival) + " s, past the bound of " +
+                                         seconds(kMaxArrivalSeconds) + " s (about 116 days)");
+        }
         request.follows = 0;  // set below, once sorted
       }
       request.arrival_s = arrival;
@@ -330,24 +434,43 @@ void synthesize_ids(Trace& trace) {
 Result<Trace> read_jsonl_trace(std::istream& in, const std::string& name,
                                std::uint64_t max_context) {
   if (max_context == 0) return Status::InvalidArgument("max context must be at least 1 token");
+  if (max_context > kMaxContextTokens) {
+    return Status::InvalidArgument("max context " + str(max_context) + " is over the bound of " +
+                                   str(kMaxContextTokens) + " tokens");
+  }
   Trace trace;
   std::map<std::string, int> group_ids;
   std::string line;
-  for (std::uint64_t number = 1; std::getline(in, line); ++number) {
+  bool too_long = false;
+  double previous_arrival = 0;
+  std::uint64_t previous_line = 0;
+  for (std::uint64_t number = 1; read_bounded_line(in, line, kMaxTraceLineBytes, too_long);
+       ++number) {
+    const std::string at = name + ":" + str(number) + ": ";
+    if (too_long) {
+      ++trace.lines_read;
+      trace.errors.push_back(at + "line longer than the bound of " + str(kMaxTraceLineBytes) +
+                             " bytes");
+      continue;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     ++trace.lines_read;
     TraceRequest request;
-    if (auto why = parse_line(line, max_context, group_ids, trace, request)) {
-      trace.errors.push_back(name + ":" + str(number) + ": " + *why);
+    if (auto why = parse_line(line, max_context, previous_arrival, previous_line, group_ids, trace,
+                              request)) {
+      trace.errors.push_back(at + *why);
       continue;
     }
+    if (trace.requests.size() == kMaxTraceRequests) {
+      return Status::InvalidArgument(at + "more than " + str(kMaxTraceRequests) +
+                                     " requests, the bound of one trace");
+    }
+    previous_arrival = request.arrival_s;
+    previous_line = number;
     trace.requests.push_back(request);
   }
-  std::stable_sort(
-      trace.requests.begin(), trace.requests.end(),
-      [](const TraceRequest& a, const TraceRequest& b) { return a.arrival_s < b.arrival_s; });
-  return trace;
+  return trace;  // in arrival order: arrivals were refused when they decreased
 }
 
 void write_jsonl_trace(const Trace& trace, std::ostream& out) {

@@ -24,11 +24,15 @@
 // "prompt_tokens" (>= 1) or "prompt" (an array of token ids; only its length is used: the
 // simulation never writes KV bytes); "prefix_group" (a string) and "prefix_tokens"
 // (1 <= P <= the prompt) come together or not at all. Any other key is an error (a typo must not
-// silently turn sharing off). prompt + output must fit in the max context. A malformed line is
-// reported as "FILE:LINE: what is wrong" and skipped; the rest still run. Requests are replayed
-// in arrival order (ties keep file order).
+// silently turn sharing off). prompt + output must fit in the max context. Arrivals must not
+// decrease from one line to the next (a trace is a log in time order; an earlier arrival is a
+// corrupt or shuffled file) and stay within kMaxArrivalSeconds. Each line is read through the
+// bounded JSON reader (kMaxTraceLineBytes, 64 levels deep, UTF-8). A malformed line is reported
+// as "FILE:LINE: what is wrong" and skipped; the rest still run. Requests are replayed in
+// arrival order (ties keep file order).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -42,6 +46,23 @@
 namespace kvvm::cli {
 
 inline constexpr int kNoPrefixGroup = -1;
+
+// Bounds on a trace, read or generated; what is past them is refused with the bound named.
+// About 116 days: any replay or benchmark is far shorter, and a time like 1e308 s would make
+// the simulated clock meaningless (everything "arrives" after the last event).
+inline constexpr double kMaxArrivalSeconds = 1e7;
+// 2^30 tokens of context: over 100 times the longest context windows published.
+inline constexpr std::uint64_t kMaxContextTokens = std::uint64_t{1} << 30;
+// Requests in one trace (about 10 GiB of request records): a guard against a typo such as
+// --rate 1e12 or a runaway file filling memory.
+inline constexpr std::uint64_t kMaxTraceRequests = 50'000'000;
+// Prefix groups (tenants) in one trace, and the length of a group's name.
+inline constexpr std::uint64_t kMaxPrefixGroups = 65536;
+inline constexpr std::size_t kMaxPrefixGroupNameBytes = 256;
+// One JSONL line: room for a prompt of about two million token ids.
+inline constexpr std::size_t kMaxTraceLineBytes = std::size_t{16} << 20;
+// Turns of one generated conversation.
+inline constexpr std::uint32_t kMaxTurns = 10000;
 
 struct TraceRequest {
   double arrival_s = 0;
@@ -91,8 +112,10 @@ struct TraceGeneratorOptions {
   std::uint64_t seed = 1;
 };
 
-// InvalidArgument (naming the option) for a rate <= 0, no requests, a negative sigma, or a
-// system prompt that leaves no room for one user token and one output token in max context.
+// InvalidArgument (naming the option) for a rate <= 0, no requests, a negative sigma, a
+// system prompt that leaves no room for one user token and one output token in max context,
+// or any number past the bounds above (requests, duration, tenants, max context, and an
+// arrival past kMaxArrivalSeconds at the given rate).
 Result<Trace> generate_trace(const TraceGeneratorOptions& options);
 
 // The multi-turn chat generator (`--conversations`): conversations arrive as a Poisson process
@@ -117,7 +140,8 @@ Result<Trace> generate_chat_trace(const TraceGeneratorOptions& options,
 void synthesize_ids(Trace& trace);
 
 // Reads a JSONL trace from `in`; `name` is what error lines start with. Malformed lines go to
-// Trace::errors (the rest are kept). InvalidArgument only when max_context is 0.
+// Trace::errors (the rest are kept). InvalidArgument when max_context is 0 or past
+// kMaxContextTokens, or the trace holds more than kMaxTraceRequests requests.
 Result<Trace> read_jsonl_trace(std::istream& in, const std::string& name,
                                std::uint64_t max_context);
 
