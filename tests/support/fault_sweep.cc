@@ -40,8 +40,8 @@ std::uint64_t sweep_faults(const FaultSweep& sweep) {
         return forced;
       }
       const bool hit = armed->injected() > injected;
-      SCOPED_TRACE(sweep.name + ": call " + std::to_string(k) + " of " + arm.name + " failed -> " +
-                   status.to_string());
+      SCOPED_TRACE(sweep.name + ": call " + std::to_string(k) + " of " + arm.name +
+                   (hit ? " failed -> " : " never came -> ") + status.to_string());
       EXPECT_EQ(check_invariants(sweep.world()), "");
       sweep.check(status);
       if (::testing::Test::HasFatalFailure()) return forced;
