@@ -4,12 +4,13 @@
 // call changed nothing it did not report, and the memory the other users share is intact.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <functional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "support/arena_fixture.h"
+#include "support/fault_sweep.h"
 
 namespace kvvm {
 namespace {
@@ -58,39 +59,35 @@ class ArenaShareSweepTest : public testing::ArenaFixture<Backend> {
   // until a run injects nothing; checks after each. Returns the positions forced.
   int sweep(const char* name, Layout layout, const std::function<Status(Arena&, Scene&)>& op,
             const std::function<void(Arena&, Scene&, const Status&)>& check) {
-    int forced = 0;
-    for (DriverOp kind : kSweptOps) {
-      for (std::uint64_t k = 1;; ++k) {
-        Scene scene = make_scene(layout);
-        Arena& arena = *this->arena_;
-        this->fault_->clear();
-        const std::uint64_t injected = this->fault_->injected();
-        this->fault_->fail_nth(kind, k);
-        Status status = op(arena, scene);
-        this->fault_->clear();
-        const bool hit = this->fault_->injected() > injected;
-        SCOPED_TRACE(std::string(name) + ": call " + std::to_string(k) + " of " +
-                     std::string(to_string(kind)) + " failed -> " + status.to_string());
+    Scene scene;
+    testing::FaultSweep sweep;
+    sweep.name = "arena share " + std::string(name) + " (" + std::string(to_string(layout)) + ")";
+    sweep.arms = testing::calls_of(kSweptOps);
+    sweep.fault = [this]() -> FaultDriver& { return *this->fault_; };
+    sweep.world = [this] { return this->world(); };
+    sweep.run = [&](const std::function<void()>& arm, Status& status) {
+      scene = make_scene(layout);
+      this->fault_->clear();
+      arm();
+      status = op(*this->arena_, scene);
+    };
+    sweep.check = [&](const Status& status) {
+      Arena& arena = *this->arena_;
+      // The others' shared memory is intact, whatever happened.
+      this->expect_tokens(arena, scene.owner, 0, scene.p, scene.seed);
+      this->expect_tokens(arena, scene.sharer, 0, scene.p, scene.seed);
+      check(arena, scene, status);
+      this->arena_.reset();
+      // A poisoned mapping is leaked at teardown on purpose (quarantined, still charged):
+      // the next run gets a driver of its own, so the counts compare again.
+      if (this->pool_->snapshot().handles_quarantined == 0) {
         EXPECT_EQ(testing::check_invariants(this->world()), "");
-        // The others' shared memory is intact, whatever happened.
-        this->expect_tokens(arena, scene.owner, 0, scene.p, scene.seed);
-        this->expect_tokens(arena, scene.sharer, 0, scene.p, scene.seed);
-        check(arena, scene, status);
-        this->arena_.reset();
-        // A poisoned mapping is leaked at teardown on purpose (quarantined, still charged):
-        // the next run gets a driver of its own, so the counts compare again.
-        if (this->pool_->snapshot().handles_quarantined == 0) {
-          EXPECT_EQ(testing::check_invariants(this->world()), "");
-        } else {
-          this->replace_driver();
-        }
-        if (!hit) break;
-        ++forced;
+      } else {
+        this->replace_driver();
       }
-    }
-    std::printf("[ sweep    ] %s (%s): %d forced failure positions\n", name,
-                std::string(to_string(layout)).c_str(), forced);
-    return forced;
+      scene = Scene{};  // its prefix goes before the next run's world replaces this one
+    };
+    return static_cast<int>(testing::sweep_faults(sweep));
   }
 };
 TYPED_TEST_SUITE(ArenaShareSweepTest, testing::AllBackends, testing::BackendNames);

@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "kvvm/fault_driver.h"
 #include "support/arena_fixture.h"
 #include "support/backends.h"
+#include "support/fault_sweep.h"
 #include "support/invariants.h"
 #include "support/pattern.h"
 
@@ -226,46 +228,45 @@ TYPED_TEST(ArenaTest, BadInputIsRefusedAndChangesNothing) {
 // to fail in turn; the arena and the layers below stay consistent after each.
 TYPED_TEST(ArenaTest, FaultSweepOverEnsureAndReclaim) {
   for (const bool sweep_reclaim : {false, true}) {
-    std::uint64_t positions = 0;
-    for (std::uint64_t k = 1;; ++k) {
+    SlotId slot = 0;
+    std::uint64_t per_window = 0;
+    ArenaStats before;
+    testing::FaultSweep sweep;
+    sweep.name = sweep_reclaim ? "arena reclaim" : "arena ensure";
+    sweep.fault = [this]() -> FaultDriver& { return *this->fault_; };
+    sweep.world = [this] { return this->world(); };
+    sweep.run = [&](const std::function<void()>& arm, Status& status) {
       this->arena_.reset();
       Arena& arena = this->make_arena(Layout::kSeqMajor, 2, 4);
-      const std::uint64_t per_window = this->tokens_for_windows(arena.plan(), 1);
-      auto slot = arena.admit(1);
-      ASSERT_TRUE(slot.ok());
+      per_window = this->tokens_for_windows(arena.plan(), 1);
+      auto admitted = arena.admit(1);
+      ASSERT_TRUE(admitted.ok());
+      slot = *admitted;
       if (sweep_reclaim) {
-        ASSERT_TRUE(arena.ensure(*slot, 3 * per_window).ok());
-        ASSERT_TRUE(arena.finish(*slot).ok());
+        ASSERT_TRUE(arena.ensure(slot, 3 * per_window).ok());
+        ASSERT_TRUE(arena.finish(slot).ok());
       }
-      const ArenaStats before = arena.stats();
-      const std::uint64_t injected = this->fault_->injected();
-      this->fault_->fail_nth_call(k);
-      bool ok = true;
+      before = arena.stats();
+      arm();
       if (sweep_reclaim) {
         arena.reclaim(UINT64_MAX);
       } else {
-        ok = arena.ensure(*slot, 3 * per_window).ok();
+        status = arena.ensure(slot, 3 * per_window);
       }
-      this->fault_->clear();
-      const bool forced = this->fault_->injected() > injected;
-      SCOPED_TRACE((sweep_reclaim ? "reclaim" : "ensure") + std::string(" position ") +
-                   std::to_string(k));
-      EXPECT_EQ(testing::check_invariants(this->world()), "");
+    };
+    sweep.check = [&](const Status& status) {
+      Arena& arena = *this->arena_;
       const ArenaStats after = arena.stats();
       // The arena's own books agree with the reservation's, whatever happened.
       if (after.quarantined_slots == 0) {
         EXPECT_EQ(after.committed_bytes, arena.reservation().mapped_bytes());
       }
-      if (!sweep_reclaim && !ok && after.quarantined_slots == 0) {
+      if (!sweep_reclaim && !status.ok() && after.quarantined_slots == 0) {
         EXPECT_EQ(after.committed_bytes, before.committed_bytes) << "rolled back exactly";
-        EXPECT_TRUE(arena.ensure(*slot, 3 * per_window).ok()) << "and can be retried";
+        EXPECT_TRUE(arena.ensure(slot, 3 * per_window).ok()) << "and can be retried";
       }
-      if (!forced) break;
-      ++positions;
-    }
-    std::cout << "[ sweep ] arena " << (sweep_reclaim ? "reclaim" : "ensure") << ": forced "
-              << positions << " positions\n";
-    EXPECT_GT(positions, 2u);
+    };
+    EXPECT_GT(testing::sweep_faults(sweep), 2u);
   }
 }
 
@@ -341,33 +342,34 @@ TYPED_TEST(ArenaDummyTest, PaddedTailReadsZerosIsBilledOnceAndGrowthReplacesIt) 
 }
 
 TYPED_TEST(ArenaDummyTest, FaultSweepOverDummyReplacementRestoresTheDummy) {
-  std::uint64_t positions = 0;
-  for (std::uint64_t k = 1;; ++k) {
+  SlotId slot = 0;
+  std::uint64_t per_window = 0;
+  testing::FaultSweep sweep;
+  sweep.name = "arena ensure over the dummy tail page";
+  sweep.fault = [this]() -> FaultDriver& { return *this->fault_; };
+  sweep.world = [this] { return this->world(); };
+  sweep.run = [&](const std::function<void()>& arm, Status& status) {
     this->make_budget(4096, 64);
     Arena& arena = this->make_padded(6);
-    const std::uint64_t per_window = this->g_ / arena.plan().contiguous_bytes_per_token;
-    auto slot = arena.admit(1);
-    ASSERT_TRUE(slot.ok());
-    const std::uint64_t injected = this->fault_->injected();
-    this->fault_->fail_nth_call(k);
-    const bool ok = arena.ensure(*slot, 4 * per_window).ok();
-    this->fault_->clear();
-    SCOPED_TRACE("position " + std::to_string(k));
-    EXPECT_EQ(testing::check_invariants(this->world()), "");
+    per_window = this->g_ / arena.plan().contiguous_bytes_per_token;
+    auto admitted = arena.admit(1);
+    ASSERT_TRUE(admitted.ok());
+    slot = *admitted;
+    arm();
+    status = arena.ensure(slot, 4 * per_window);
+  };
+  sweep.check = [&](const Status& status) {
+    Arena& arena = *this->arena_;
     const ArenaStats stats = arena.stats();
-    if (ok) {
-      this->expect_dummy(arena, *slot, 4, 6);
+    if (status.ok()) {
+      this->expect_dummy(arena, slot, 4, 6);
     } else if (stats.quarantined_slots == 0 && stats.dummy_restore_failures == 0) {
-      this->expect_dummy(arena, *slot, 1, 6);  // the dummy is back where it was
-      EXPECT_TRUE(arena.ensure(*slot, 4 * per_window).ok()) << "and growth can be retried";
-      this->expect_dummy(arena, *slot, 4, 6);
+      this->expect_dummy(arena, slot, 1, 6);  // the dummy is back where it was
+      EXPECT_TRUE(arena.ensure(slot, 4 * per_window).ok()) << "and growth can be retried";
+      this->expect_dummy(arena, slot, 4, 6);
     }
-    if (this->fault_->injected() == injected) break;
-    ++positions;
-  }
-  std::cout << "[ sweep ] arena ensure over the dummy tail page: forced " << positions
-            << " positions\n";
-  EXPECT_GT(positions, 4u);
+  };
+  EXPECT_GT(testing::sweep_faults(sweep), 4u);
 }
 
 }  // namespace

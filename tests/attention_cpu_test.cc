@@ -13,6 +13,7 @@
 
 #include "kvvm/attention.h"
 #include "kvvm/host_driver.h"
+#include "support/attention_fixture.h"
 #include "support/attention_support.h"
 #include "support/pattern.h"
 
@@ -20,71 +21,27 @@ namespace kvvm {
 namespace {
 
 using testing::KvArena;
+using Config = testing::AttentionConfig;
+constexpr std::uint32_t kKvHeads = testing::kAttentionKvHeads;
+constexpr std::uint32_t kLayer = testing::kAttentionLayer;
 
-struct Config {
-  Layout layout;
-  DType element;
-  std::uint32_t head_dim;
-  std::uint32_t group;
-};
-
-std::string config_name(const ::testing::TestParamInfo<Config>& info) {
-  std::string layout(to_string(info.param.layout));
-  layout.erase(std::remove(layout.begin(), layout.end(), '-'), layout.end());
-  return layout + (info.param.element == DType::kBf16 ? "_bf16" : "_fp16") + "_d" +
-         std::to_string(info.param.head_dim) + "_g" + std::to_string(info.param.group);
-}
-
-std::vector<Config> all_configs() {
-  std::vector<Config> configs;
-  for (Layout layout : all_layouts()) {
-    for (DType element : {DType::kFp16, DType::kBf16}) {
-      for (std::uint32_t dim : {64u, 128u}) {
-        for (std::uint32_t group : {1u, 4u, 7u, 8u})
-          configs.push_back({layout, element, dim, group});
-      }
-    }
-  }
-  return configs;
-}
-
-constexpr std::uint32_t kKvHeads = 2;
-constexpr std::uint32_t kLayer = 1;
-
-class AttentionCpuTest : public ::testing::TestWithParam<Config> {
+class AttentionCpuTest : public testing::AttentionFixture {
  protected:
   void SetUp() override {
     auto made = make_host_driver();
     ASSERT_TRUE(made.ok()) << made.status().to_string();
     driver_ = std::move(made).value();
-    seed_ = testing::fresh_seed();
-    random_.seed(seed_);
-  }
-  Geometry geometry() const {
-    const Config& c = GetParam();
-    return Geometry{"cpu-test", 2, kKvHeads, c.head_dim, testing::dtype_of(c.element)};
+    seed_random();
   }
   // Appends random K and V for tokens [from, to) of `slot` with append_kv_cpu.
   void fill(const KvView& view, std::uint32_t slot, std::uint32_t from, std::uint32_t to) {
-    const Config& c = GetParam();
-    const std::size_t count = std::size_t{to - from} * kKvHeads * c.head_dim;
-    auto k = testing::random_elements(c.element, count, random_);
-    auto v = testing::random_elements(c.element, count, random_);
-    AppendParams append;
-    append.view = view;
-    append.layer = kLayer;
-    append.kv_heads = kKvHeads;
-    append.tokens = to - from;
-    append.k = k.data();
-    append.v = v.data();
+    const testing::KvRows rows = random_rows(to - from);
+    AppendParams append =
+        testing::append_rows(view, kLayer, kKvHeads, to - from, rows.k.data(), rows.v.data());
     append.slot = slot;
     append.start = from;
     ASSERT_TRUE(append_kv_cpu(append).ok());
   }
-
-  std::unique_ptr<Driver> driver_;
-  std::uint64_t seed_ = 0;
-  std::mt19937_64 random_;
 };
 
 TEST_P(AttentionCpuTest, DecodeMatchesTheFloat64Reference) {
@@ -209,13 +166,8 @@ TEST_P(AttentionCpuAppendTest, AppendWritesEveryRowWhereTheLayoutSays) {
   const std::uint32_t chunk = 40;
   auto k = testing::random_elements(c.element, std::size_t{chunk} * kKvHeads * c.head_dim, random_);
   auto v = testing::random_elements(c.element, k.size() / 2, random_);
-  AppendParams append;
-  append.view = kv->arena->view();
-  append.layer = kLayer;
-  append.kv_heads = kKvHeads;
-  append.tokens = chunk;
-  append.k = k.data();
-  append.v = v.data();
+  AppendParams append =
+      testing::append_rows(kv->arena->view(), kLayer, kKvHeads, chunk, k.data(), v.data());
   append.slot = slots[1];
   append.start = 5;
   ASSERT_TRUE(append_kv_cpu(append).ok());
@@ -252,19 +204,15 @@ TEST_P(AttentionCpuAppendTest, AppendWritesEveryRowWhereTheLayoutSays) {
   }
 }
 
-std::vector<Config> configs_with_groups(std::vector<std::uint32_t> groups) {
-  std::vector<Config> chosen;
-  for (const Config& c : all_configs()) {
-    if (std::find(groups.begin(), groups.end(), c.group) != groups.end()) chosen.push_back(c);
-  }
-  return chosen;
-}
-
-INSTANTIATE_TEST_SUITE_P(Paths, AttentionCpuTest, ::testing::ValuesIn(all_configs()), config_name);
+INSTANTIATE_TEST_SUITE_P(Paths, AttentionCpuTest,
+                         ::testing::ValuesIn(testing::all_attention_configs()),
+                         testing::attention_config_name);
 INSTANTIATE_TEST_SUITE_P(Paths, AttentionCpuPrefillTest,
-                         ::testing::ValuesIn(configs_with_groups({4, 7})), config_name);
+                         ::testing::ValuesIn(testing::attention_configs_with_groups({4, 7})),
+                         testing::attention_config_name);
 INSTANTIATE_TEST_SUITE_P(Paths, AttentionCpuAppendTest,
-                         ::testing::ValuesIn(configs_with_groups({1})), config_name);
+                         ::testing::ValuesIn(testing::attention_configs_with_groups({1})),
+                         testing::attention_config_name);
 
 TEST(AttentionCpuMaskingTest, NanTailOfAReusedSlotIsNeverRead) {
   auto made = make_host_driver();
@@ -277,12 +225,8 @@ TEST(AttentionCpuMaskingTest, NanTailOfAReusedSlotIsNeverRead) {
   auto old_slot = arena.admit(500);
   ASSERT_TRUE(old_slot.ok());
   std::vector<std::uint8_t> nan_rows(500 * 2 * 64 * 2, 0xff);
-  AppendParams append;
-  append.view = arena.view();
-  append.layer = kLayer;
-  append.kv_heads = 2;
-  append.tokens = 500;
-  append.k = append.v = nan_rows.data();
+  AppendParams append =
+      testing::append_rows(arena.view(), kLayer, 2, 500, nan_rows.data(), nan_rows.data());
   append.slot = *old_slot;
   ASSERT_TRUE(append_kv_cpu(append).ok());
   ASSERT_TRUE(arena.finish(*old_slot).ok());

@@ -16,6 +16,7 @@
 
 #include "kvvm/attention.h"
 #include "kvvm/cuda_driver.h"
+#include "support/attention_fixture.h"
 #include "support/attention_support.h"
 #include "support/pattern.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
@@ -27,41 +28,9 @@ namespace {
 
 using testing::KvArena;
 using testing::Mirror;
-
-struct Config {
-  Layout layout;
-  DType element;
-  std::uint32_t head_dim;
-  std::uint32_t group;
-};
-
-[[maybe_unused]] std::string config_name(const ::testing::TestParamInfo<Config>& info) {
-  std::string layout(to_string(info.param.layout));
-  layout.erase(std::remove(layout.begin(), layout.end(), '-'), layout.end());
-  return layout + (info.param.element == DType::kBf16 ? "_bf16" : "_fp16") + "_d" +
-         std::to_string(info.param.head_dim) + "_g" + std::to_string(info.param.group);
-}
-
-[[maybe_unused]] std::vector<Config> all_configs() {
-  std::vector<Config> configs;
-  for (Layout layout : all_layouts()) {
-    for (DType element : {DType::kFp16, DType::kBf16}) {
-      for (std::uint32_t dim : {64u, 128u}) {
-        for (std::uint32_t group : {1u, 4u, 7u, 8u})
-          configs.push_back({layout, element, dim, group});
-      }
-    }
-  }
-  return configs;
-}
-
-constexpr std::uint32_t kKvHeads = 2;
-constexpr std::uint32_t kLayers = 2;
-constexpr std::uint32_t kLayer = 1;  // not 0: the layer stride is exercised
-
-[[maybe_unused]] Geometry geometry_of(const Config& c) {
-  return Geometry{"attention-test", kLayers, kKvHeads, c.head_dim, testing::dtype_of(c.element)};
-}
+using Config = testing::AttentionConfig;
+constexpr std::uint32_t kKvHeads = testing::kAttentionKvHeads;
+constexpr std::uint32_t kLayer = testing::kAttentionLayer;  // not 0: the layer stride is exercised
 
 TEST(AttentionCudaChecks, UnsupportedShapesAreRefusedWithTheValue) {
 #if !defined(KVVM_HAS_CUDA_KERNELS)
@@ -108,14 +77,13 @@ TEST(AttentionCudaChecks, UnsupportedShapesAreRefusedWithTheValue) {
 
 using testing::DeviceBuffer;
 
-class AttentionCudaTest : public ::testing::TestWithParam<Config> {
+class AttentionCudaTest : public testing::AttentionFixture {
  protected:
   void SetUp() override {
     auto made = make_cuda_driver();
     if (!made.ok()) GTEST_SKIP() << "no CUDA device: " << made.status().to_string();
     driver_ = std::move(made).value();
-    seed_ = testing::fresh_seed();
-    random_.seed(seed_);
+    seed_random();
     RecordProperty("seed", std::to_string(seed_));
   }
 
@@ -123,21 +91,13 @@ class AttentionCudaTest : public ::testing::TestWithParam<Config> {
   // the device (CUDA) alike.
   void fill(const Mirror& mirror, std::uint32_t mirror_slot, const KvView& device_view,
             std::uint32_t device_slot, std::uint32_t from, std::uint32_t to) {
-    const Config& c = GetParam();
-    const std::size_t count = std::size_t{to - from} * kKvHeads * c.head_dim;
-    auto k = testing::random_elements(c.element, count, random_);
-    auto v = testing::random_elements(c.element, count, random_);
-    AppendParams append;
-    append.view = mirror.view;
-    append.layer = kLayer;
-    append.kv_heads = kKvHeads;
-    append.tokens = to - from;
-    append.k = k.data();
-    append.v = v.data();
+    const testing::KvRows rows = random_rows(to - from);
+    AppendParams append = testing::append_rows(mirror.view, kLayer, kKvHeads, to - from,
+                                               rows.k.data(), rows.v.data());
     append.slot = mirror_slot;
     append.start = from;
     ASSERT_TRUE(append_kv_cpu(append).ok());
-    DeviceBuffer dk(k), dv(v);
+    DeviceBuffer dk(rows.k), dv(rows.v);
     append.view = device_view;
     append.k = dk.get();
     append.v = dv.get();
@@ -170,15 +130,11 @@ class AttentionCudaTest : public ::testing::TestWithParam<Config> {
       }
     }
   }
-
-  std::unique_ptr<Driver> driver_;
-  std::uint64_t seed_ = 0;
-  std::mt19937_64 random_;
 };
 
 TEST_P(AttentionCudaTest, DecodeMatchesTheFloat64ReferenceAtEveryLength) {
   const Config& c = GetParam();
-  const Geometry geometry = geometry_of(c);
+  const Geometry geometry = this->geometry();
   constexpr std::uint32_t kMaxContext = 32768;
   auto kv = KvArena::make(*driver_, geometry, c.layout, kMaxContext, 6);
   ASSERT_TRUE(kv);
@@ -253,7 +209,7 @@ TEST_P(AttentionCudaTest, DecodeMatchesTheFloat64ReferenceAtEveryLength) {
 
 TEST_P(AttentionCudaTest, CausalPrefillInTwoChunksMatchesTheReference) {
   const Config& c = GetParam();
-  const Geometry geometry = geometry_of(c);
+  const Geometry geometry = this->geometry();
   constexpr std::uint32_t kFirst = 129, kTotal = 300;  // neither a multiple of a tile
   auto kv = KvArena::make(*driver_, geometry, c.layout, 1024, 1);
   ASSERT_TRUE(kv);
@@ -296,15 +252,16 @@ TEST_P(AttentionCudaTest, CausalPrefillInTwoChunksMatchesTheReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaTest, ::testing::ValuesIn(all_configs()),
-                         config_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaTest,
+                         ::testing::ValuesIn(testing::all_attention_configs()),
+                         testing::attention_config_name);
 
 // A slot whose tail holds NaN from an earlier occupant gives the same bits as a clean slot.
 class AttentionCudaMaskingTest : public AttentionCudaTest {};
 
 TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
   const Config& c = GetParam();
-  const Geometry geometry = geometry_of(c);
+  const Geometry geometry = this->geometry();
   constexpr std::uint32_t kOld = 5000, kNew = 1000;
   auto kv = KvArena::make(*driver_, geometry, c.layout, 8192, 2);
   ASSERT_TRUE(kv);
@@ -315,12 +272,8 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
   {  // The earlier occupant leaves NaN (0xff bytes) in every row it wrote.
     std::vector<std::uint8_t> nan_rows(std::size_t{kOld} * kKvHeads * c.head_dim * 2, 0xff);
     DeviceBuffer dnan(nan_rows);
-    AppendParams append;
-    append.view = view;
-    append.layer = kLayer;
-    append.kv_heads = kKvHeads;
-    append.tokens = kOld;
-    append.k = append.v = dnan.get();
+    AppendParams append =
+        testing::append_rows(view, kLayer, kKvHeads, kOld, dnan.get(), dnan.get());
     append.slot = *old_slot;
     ASSERT_TRUE(append_kv_cuda(append, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -401,7 +354,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaMaskingTest,
                          ::testing::Values(Config{Layout::kTokenMajor, DType::kFp16, 128, 4},
                                            Config{Layout::kHeadMajor, DType::kBf16, 64, 7},
                                            Config{Layout::kSeqMajor, DType::kFp16, 128, 1}),
-                         config_name);
+                         testing::attention_config_name);
 
 #endif  // KVVM_HAS_CUDA_KERNELS
 

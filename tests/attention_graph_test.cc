@@ -14,6 +14,7 @@
 
 #include "kvvm/attention.h"
 #include "kvvm/cuda_driver.h"
+#include "support/attention_fixture.h"
 #include "support/attention_support.h"
 #include "support/pattern.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
@@ -62,19 +63,13 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
   std::vector<Address> bases(kBatch);
   auto grow = [&](std::uint32_t b, std::uint32_t from, std::uint32_t to) {
     const std::size_t count = std::size_t{to - from} * row_elements;
-    auto k = testing::random_elements(kElement, count, random);
-    auto v = testing::random_elements(kElement, count, random);
-    AppendParams append;
-    append.view = mirror.view;
-    append.layer = kLayer;
-    append.kv_heads = kKvHeads;
-    append.tokens = to - from;
-    append.k = k.data();
-    append.v = v.data();
+    const testing::KvRows rows = testing::random_kv_rows(kElement, count, random);
+    AppendParams append = testing::append_rows(mirror.view, kLayer, kKvHeads, to - from,
+                                               rows.k.data(), rows.v.data());
     append.slot = b;
     append.start = from;
     ASSERT_TRUE(append_kv_cpu(append).ok());
-    DeviceBuffer dk(k), dv(v);
+    DeviceBuffer dk(rows.k), dv(rows.v);
     append.view = view;
     append.k = dk.get();
     append.v = dv.get();
@@ -96,13 +91,8 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
   DeviceBuffer dq(std::size_t{kBatch} * kQoHeads * kDim * 2), dk(kBatch * row_elements * 2),
       dv(kBatch * row_elements * 2), dslots(slots), dpositions(kBatch * 4), dlengths(kBatch * 4),
       dout(std::size_t{kBatch} * kQoHeads * kDim * 2);
-  AppendParams step_append;
-  step_append.view = view;
-  step_append.layer = kLayer;
-  step_append.kv_heads = kKvHeads;
-  step_append.tokens = kBatch;
-  step_append.k = dk.get();
-  step_append.v = dv.get();
+  AppendParams step_append =
+      testing::append_rows(view, kLayer, kKvHeads, kBatch, dk.get(), dv.get());
   step_append.row_slots = static_cast<const std::uint32_t*>(dslots.get());
   step_append.row_positions = static_cast<const std::uint32_t*>(dpositions.get());
   DecodeParams decode;
@@ -167,13 +157,8 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
     // The reference: the same token appended on the host, then float64 decode.
     std::vector<std::uint32_t> mirror_slots(kBatch);
     for (std::uint32_t b = 0; b < kBatch; ++b) mirror_slots[b] = b;
-    AppendParams host_append;
-    host_append.view = mirror.view;
-    host_append.layer = kLayer;
-    host_append.kv_heads = kKvHeads;
-    host_append.tokens = kBatch;
-    host_append.k = k.data();
-    host_append.v = v.data();
+    AppendParams host_append =
+        testing::append_rows(mirror.view, kLayer, kKvHeads, kBatch, k.data(), v.data());
     host_append.row_slots = mirror_slots.data();
     host_append.row_positions = positions.data();
     ASSERT_TRUE(append_kv_cpu(host_append).ok());
@@ -202,9 +187,7 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
 }
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& param) {
-  std::string name(to_string(param.param));
-  name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-  return name;
+  return testing::layout_test_name(param.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionGraphTest, ::testing::ValuesIn(all_layouts()),

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/governor_access.h"
+
 namespace kvvm {
 namespace {
 
@@ -88,7 +90,7 @@ TEST(GovernorTest, ChargeThenCommitSettlesExactly) {
 TEST(GovernorTest, DroppedGrantRestoresExactly) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 1000);
-  ASSERT_TRUE(g.charge_direct(t, 70).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 70).ok());
   const TierStats before = g.stats(t);
   {
     Result<Grant> grant = g.prepare(t, 500);
@@ -196,7 +198,7 @@ TEST(GovernorTest, MoveTransfersOwnership) {
 TEST(GovernorTest, ZeroBytesIsAValidEmptyGrant) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());  // full
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());  // full
   Result<Grant> grant = g.prepare(t, 0);
   ASSERT_TRUE(grant.ok()) << grant.status().to_string();
   EXPECT_TRUE(grant->active());
@@ -209,7 +211,7 @@ TEST(GovernorTest, ZeroBytesIsAValidEmptyGrant) {
 TEST(GovernorTest, RefusalCarriesExactNumbers) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 8 * kMiB);
-  ASSERT_TRUE(g.charge_direct(t, 6 * kMiB).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 6 * kMiB).ok());
   Result<Grant> grant = g.prepare(t, 4 * kMiB);
   ASSERT_FALSE(grant.ok());
   const Status s = grant.status();
@@ -257,7 +259,7 @@ TEST(GovernorTest, UnknownTierIsInvalidArgument) {
   EXPECT_NE(grant.status().message().find("7"), std::string::npos) << grant.status().message();
   EXPECT_NE(grant.status().message().find("2 tiers"), std::string::npos)
       << grant.status().message();
-  EXPECT_EQ(g.charge_direct(2, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(testing::charge_direct(g, 2, 1).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(GovernorTest, ChargeDirectRespectsTheLimit) {
@@ -265,8 +267,8 @@ TEST(GovernorTest, ChargeDirectRespectsTheLimit) {
   const TierId t = g.add_tier("host", 100);
   Result<Grant> grant = g.prepare(t, 30);
   ASSERT_TRUE(grant.ok());
-  ASSERT_TRUE(g.charge_direct(t, 70).ok());  // exactly fills: used 70 + reserved 30
-  const Status s = g.charge_direct(t, 1);
+  ASSERT_TRUE(testing::charge_direct(g, t, 70).ok());  // exactly fills: used 70 + reserved 30
+  const Status s = testing::charge_direct(g, t, 1);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   ASSERT_TRUE(s.exhaustion().has_value());
   EXPECT_EQ(s.exhaustion()->requested, 1u);
@@ -279,7 +281,7 @@ TEST(GovernorTest, ChargeDirectRespectsTheLimit) {
 TEST(GovernorTest, ReturnBytesMoreThanUsedClampsCountsAndReports) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 10).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 10).ok());
   g.return_bytes(t, 4);
   expect_ledger(g, t, 6, 0);
   EXPECT_EQ(g.stats(t).excess_returns, 0u);
@@ -304,9 +306,9 @@ TEST(GovernorTest, PeakIsHighestUsedPlusReserved) {
   }
   EXPECT_EQ(g.stats(t).peak, 750u);
   g.return_bytes(t, 400);
-  ASSERT_TRUE(g.charge_direct(t, 600).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 600).ok());
   EXPECT_EQ(g.stats(t).peak, 750u);
-  ASSERT_TRUE(g.charge_direct(t, 200).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 200).ok());
   EXPECT_EQ(g.stats(t).peak, 800u);
 }
 
@@ -315,7 +317,7 @@ TEST(GovernorTest, PeakIsHighestUsedPlusReserved) {
 TEST(GovernorTest, ReclaimerMakesRoomBeforeRefusal) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 90).ok());  // e.g. 90 bytes sit unmapped in a pool
+  ASSERT_TRUE(testing::charge_direct(g, t, 90).ok());  // e.g. 90 bytes sit unmapped in a pool
   std::vector<std::uint64_t> asked;
   Governor::Registration reg = g.add_reclaimer(t, [&](std::uint64_t wanted) {
     asked.push_back(wanted);
@@ -341,7 +343,7 @@ TEST(GovernorTest, ReclaimerMakesRoomBeforeRefusal) {
 TEST(GovernorTest, ReclaimerThatFreesNothingIsCalledThenRefused) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());
   int calls = 0;
   Governor::Registration reg = g.add_reclaimer(t, [&](std::uint64_t wanted) {
     EXPECT_EQ(wanted, 10u);
@@ -361,7 +363,7 @@ TEST(GovernorTest, ReclaimersRunInRegistrationOrderUntilEnough) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
   const TierId other = g.add_tier("host", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());
   std::vector<std::string> calls;
   auto giver = [&](std::string name, std::uint64_t gives) {
     return [&calls, &g, t, name, gives](std::uint64_t wanted) {
@@ -385,7 +387,7 @@ TEST(GovernorTest, ReclaimersRunInRegistrationOrderUntilEnough) {
 TEST(GovernorTest, RegistrationTokenOwnsTheRegistration) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());
   int calls = 0;
   Governor::Registration outer;
   {
@@ -405,7 +407,7 @@ TEST(GovernorTest, RegistrationTokenOwnsTheRegistration) {
 TEST(GovernorTest, ReclaimerMayDeregisterItselfWhileRunning) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());
   std::optional<Governor::Registration> reg;
   int calls = 0;
   reg = g.add_reclaimer(t, [&](std::uint64_t wanted) {
@@ -417,7 +419,7 @@ TEST(GovernorTest, ReclaimerMayDeregisterItselfWhileRunning) {
   EXPECT_TRUE(g.prepare(t, 5).ok());
   EXPECT_EQ(calls, 1);
   EXPECT_FALSE(reg.has_value());
-  ASSERT_TRUE(g.charge_direct(t, 5).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 5).ok());
   EXPECT_FALSE(g.prepare(t, 5).ok());
   EXPECT_EQ(calls, 1);
 }
@@ -425,7 +427,7 @@ TEST(GovernorTest, ReclaimerMayDeregisterItselfWhileRunning) {
 TEST(GovernorTest, DeregistrationWaitsForARunningReclaimer) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());
   std::atomic<bool> entered{false};
   std::atomic<bool> release{false};
   std::atomic<bool> finished{false};
@@ -456,7 +458,7 @@ TEST(GovernorTest, DeregistrationWaitsForARunningReclaimer) {
 TEST(GovernorTest, ReclaimersAreAskedAgainBeforeATimedOutRefusal) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());
   // Nothing reclaimable at first; by the second call a holder has parked 50 bytes in its
   // pool, which (pooled bytes staying used) notifies nobody.
   std::vector<std::uint64_t> asked;
@@ -476,7 +478,7 @@ TEST(GovernorTest, ReclaimersAreAskedAgainBeforeATimedOutRefusal) {
 TEST(GovernorTest, OneReclaimPassAtATimePerTier) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());
   std::atomic<int> inside{0};
   std::atomic<int> most_inside{0};
   std::atomic<int> calls{0};
@@ -515,7 +517,7 @@ TEST(GovernorTest, OneReclaimPassAtATimePerTier) {
 TEST(GovernorTest, WaiterIsGrantedWhenBytesComeBack) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());
   std::optional<Result<Grant>> got;
   std::jthread waiter([&] { got.emplace(g.prepare(t, 60, kLongWait)); });
   ASSERT_TRUE(eventually([&] { return g.stats(t).waiting == 1; }));
@@ -531,7 +533,7 @@ TEST(GovernorTest, WaiterIsGrantedWhenBytesComeBack) {
 TEST(GovernorTest, WaiterTimesOutWithResourceExhausted) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 95).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 95).ok());
   Result<Grant> grant = g.prepare(t, 10, milliseconds(20));
   ASSERT_FALSE(grant.ok());
   const Status s = grant.status();
@@ -549,7 +551,7 @@ TEST(GovernorTest, WaiterTimesOutWithResourceExhausted) {
 TEST(GovernorTest, LaterRequestDoesNotJumpAQueuedOne) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 80).ok());  // 20 free
+  ASSERT_TRUE(testing::charge_direct(g, t, 80).ok());  // 20 free
   std::atomic<int> granted{0};
   std::vector<std::string> order;
   std::mutex order_mutex;
@@ -594,7 +596,7 @@ TEST(GovernorTest, LaterRequestDoesNotJumpAQueuedOne) {
 TEST(GovernorTest, HeadTimingOutLetsTheNextWaiterIn) {
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 90).ok());  // 10 free
+  ASSERT_TRUE(testing::charge_direct(g, t, 90).ok());  // 10 free
   std::optional<Result<Grant>> big_result;
   std::optional<Result<Grant>> small_result;
   std::jthread big([&] { big_result.emplace(g.prepare(t, 50, milliseconds(50))); });
@@ -612,7 +614,7 @@ TEST(GovernorFifoTest, WaitersAreGrantedInArrivalOrder) {
   constexpr int kThreads = 8;
   Governor g;
   const TierId t = g.add_tier("gpu0", 100);
-  ASSERT_TRUE(g.charge_direct(t, 100).ok());
+  ASSERT_TRUE(testing::charge_direct(g, t, 100).ok());
   auto size_of = [](int i) { return std::uint64_t{10} * static_cast<std::uint64_t>(1 + i % 3); };
 
   std::mutex order_mutex;
@@ -741,7 +743,7 @@ TEST(GovernorStressTest, RandomOperationsKeepTheLedger) {
           }
           case 6: {  // adopt bytes without a grant
             const std::uint64_t n = pick(0, 64);
-            const Status s = g.charge_direct(t, n);
+            const Status s = testing::charge_direct(g, t, n);
             if (s.ok()) {
               mine += n;
             } else {

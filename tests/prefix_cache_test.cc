@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdio>
+#include <functional>
 #include <numeric>
+#include <optional>
+#include <string>
 
 #include "support/arena_fixture.h"
+#include "support/fault_sweep.h"
 
 namespace kvvm {
 namespace {
@@ -240,60 +243,59 @@ TYPED_TEST(PrefixCacheTest, BadInputIsRefused) {
 TYPED_TEST(PrefixCacheTest, FaultSweepsKeepTheInvariants) {
   const DriverOp kinds[] = {DriverOp::kCreate, DriverOp::kMap, DriverOp::kSetAccess,
                             DriverOp::kUnmap, DriverOp::kRelease};
-  for (const char* phase : {"publish", "lookup", "evict"}) {
-    int forced = 0;
-    for (DriverOp kind : kinds) {
-      for (std::uint64_t k = 1;; ++k) {
-        this->make_budget(4096, 0);
-        PrefixCache& cache = this->make_cache(8, 16);
-        const std::uint64_t pw = this->per_window();
-        const auto ids = this->prompt(4 * pw, 51);
-        auto question = ids;
-        question.push_back(7);
-        const std::uint64_t injected = this->fault_->injected();
-        Status status = Status::Ok();
-        if (std::string(phase) == "publish") {
-          auto admitted = cache.admit(ids, 0);
-          ASSERT_TRUE(admitted.ok());
-          this->write_kv(admitted->slot, ids, 0, ids.size());
-          this->fault_->fail_nth(kind, k);
-          status = cache.written(admitted->slot, ids.size());
-          this->fault_->clear();
-          this->expect_kv(admitted->slot, ids, 0, ids.size());
-        } else {
-          const CacheAdmission first = this->run_prompt(ids, 0);
-          if (std::string(phase) == "evict") {
-            ASSERT_TRUE(cache.release(first.slot).ok());
-          }
-          this->fault_->fail_nth(kind, k);
-          if (std::string(phase) == "lookup") {
-            status = cache.admit(question, 0).status();
-          } else {
-            (void)cache.evict(~std::uint64_t{0});
-          }
-          this->fault_->clear();
-          if (std::string(phase) == "lookup") this->expect_kv(first.slot, ids, 0, ids.size());
-        }
-        const bool hit = this->fault_->injected() > injected;
-        SCOPED_TRACE(std::string(phase) + ": call " + std::to_string(k) + " of " +
-                     std::string(to_string(kind)) + " -> " + status.to_string());
-        EXPECT_EQ(testing::check_invariants(this->world()), "");
-        // Whatever failed, the cache still serves a correct prompt afterwards.
-        if (this->pool_->snapshot().handles_quarantined == 0) {
-          auto again = cache.admit(question, 0);
-          ASSERT_TRUE(again.ok()) << again.status().to_string();
-          this->write_kv(again->slot, question, again->cached_tokens, question.size());
-          this->expect_kv(again->slot, question, 0, question.size());
-        }
-        const bool leaked = this->pool_->snapshot().handles_quarantined > 0;
-        this->cache_.reset();
-        this->arena_.reset();
-        if (leaked) this->replace_driver();
-        if (!hit) break;
-        ++forced;
+  for (const std::string phase : {"publish", "lookup", "evict"}) {
+    std::vector<TokenId> ids, question;
+    // The slot whose KV the operation must leave intact (none for eviction).
+    std::optional<SlotId> intact;
+    testing::FaultSweep sweep;
+    sweep.name = "prefix cache " + phase;
+    sweep.arms = testing::calls_of(kinds);
+    sweep.fault = [this]() -> FaultDriver& { return *this->fault_; };
+    sweep.world = [this] { return this->world(); };
+    sweep.run = [&](const std::function<void()>& arm, Status& status) {
+      this->make_budget(4096, 0);
+      PrefixCache& cache = this->make_cache(8, 16);
+      ids = this->prompt(4 * this->per_window(), 51);
+      question = ids;
+      question.push_back(7);
+      intact.reset();
+      if (phase == "publish") {
+        auto admitted = cache.admit(ids, 0);
+        ASSERT_TRUE(admitted.ok());
+        this->write_kv(admitted->slot, ids, 0, ids.size());
+        intact = admitted->slot;
+        arm();
+        status = cache.written(admitted->slot, ids.size());
+        return;
       }
-    }
-    std::printf("[ sweep    ] prefix cache %s: %d forced failure positions\n", phase, forced);
+      const CacheAdmission first = this->run_prompt(ids, 0);
+      if (phase == "evict") {
+        ASSERT_TRUE(cache.release(first.slot).ok());
+      } else {
+        intact = first.slot;
+      }
+      arm();
+      if (phase == "lookup") {
+        status = cache.admit(question, 0).status();
+      } else {
+        (void)cache.evict(~std::uint64_t{0});
+      }
+    };
+    sweep.check = [&](const Status&) {
+      if (intact) this->expect_kv(*intact, ids, 0, ids.size());
+      // Whatever failed, the cache still serves a correct prompt afterwards.
+      if (this->pool_->snapshot().handles_quarantined == 0) {
+        auto again = this->cache_->admit(question, 0);
+        ASSERT_TRUE(again.ok()) << again.status().to_string();
+        this->write_kv(again->slot, question, again->cached_tokens, question.size());
+        this->expect_kv(again->slot, question, 0, question.size());
+      }
+      const bool leaked = this->pool_->snapshot().handles_quarantined > 0;
+      this->cache_.reset();
+      this->arena_.reset();
+      if (leaked) this->replace_driver();
+    };
+    testing::sweep_faults(sweep);
   }
 }
 

@@ -7,7 +7,7 @@
 // rollback path in tests.
 //
 // RMM-style: the public entry points are non-virtual and count every call by kind (so no
-// driver call is hidden from the bookkeeping); implementations override the private do_*.
+// driver call is hidden from the bookkeeping); implementations override the protected do_*.
 //
 // Thread-safety: implementations are safe to call from several threads at once; the call
 // counters are atomic.

@@ -48,6 +48,9 @@ struct TierStats {
 };
 
 class Governor;
+namespace testing {
+struct GovernorTestAccess;  // the tests' seam to Governor's test-only calls
+}  // namespace testing
 
 // Bytes set aside in one tier for one commit. Move-only; dropping it rolls back whatever
 // was not charged.
@@ -115,10 +118,6 @@ class Governor {
   // A holder gave back `bytes` it owned (a handle was released).
   void return_bytes(TierId tier, std::uint64_t bytes);
 
-  // A holder takes ownership of bytes without a grant (an adoption, not an allocation):
-  // REQUIRES used + reserved + bytes <= limit, else ResourceExhausted and nothing changes.
-  Status charge_direct(TierId tier, std::uint64_t bytes);
-
   // Registers a reclaimer for `tier`; it stays registered until the returned token dies.
   // Destroying the token waits for a run of the reclaimer in progress on another thread, so
   // REQUIRES: the token is not destroyed while holding a lock the reclaimer takes.
@@ -142,6 +141,7 @@ class Governor {
 
  private:
   friend class Grant;
+  friend struct testing::GovernorTestAccess;
   struct Tier {
     TierStats stats;
     std::deque<std::uint64_t> queue;  // tickets of waiting prepare() calls, FIFO
@@ -155,6 +155,10 @@ class Governor {
 
   void settle(TierId tier, std::uint64_t prepared, std::uint64_t charged, std::uint64_t actual);
   Status charge(TierId tier, std::uint64_t bytes);  // from a grant: reserved -> used
+  // Tests only (through testing::GovernorTestAccess): takes ownership of bytes without a
+  // grant, so a test can fill a tier in one call. REQUIRES used + reserved + bytes <= limit,
+  // else ResourceExhausted and nothing changes.
+  Status charge_direct(TierId tier, std::uint64_t bytes);
   void remove_reclaimer(std::uint64_t id);
   std::uint64_t run_reclaimers(TierId tier, std::uint64_t wanted);
   Status check_tier(TierId tier) const;
