@@ -140,13 +140,13 @@ class ArenaStatsTest : public testing::ArenaFixture<Backend> {
         case 6: {  // finish
           const SlotId id = slot();
           status = arena.finish(id);
-          forget(id);
+          if (status.ok()) forget(id);
           break;
         }
         case 7: {  // release
           const SlotId id = slot();
           status = arena.release(id);
-          forget(id);
+          if (status.ok()) forget(id);
           break;
         }
         case 8:

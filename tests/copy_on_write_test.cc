@@ -25,7 +25,10 @@ class CopyOnWriteTest : public testing::VmmFixture {
     auto owner = Reservation::create(*pool_, 2 * g_);
     ASSERT_TRUE(owner.ok());
     owner_ = std::move(owner).value();
-    ASSERT_TRUE(owner_->commit(0, 2 * g_, nullptr).ok());
+    Result<Grant> grant = governor_.prepare(tier_, 2 * g_);
+    ASSERT_TRUE(grant.ok()) << grant.status().to_string();
+    ASSERT_TRUE(owner_->commit(0, 2 * g_, &*grant).ok());
+    grant->commit_charged();
     data_ = testing::pattern(2 * g_, 7);
     ASSERT_TRUE(fault_->write(owner_->base(), data_.data(), data_.size()).ok());
     ASSERT_TRUE(owner_->set_access(0, 2 * g_, Access::kReadOnly).ok());
