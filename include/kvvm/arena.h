@@ -203,7 +203,7 @@ class Arena {
   // Every reservation the arena holds: the slots', the copy-on-write windows and the dummy's
   // home (if any) (for tests that account for every mapping).
   std::vector<const Reservation*> reservations() const;
-  // Constant time: physical bytes are kept as mappings come and go, not recounted.
+  // Constant time: every figure is kept as slots and mappings change, none recounted.
   ArenaStats stats() const;
   // Waits until the worker has nothing left to do (tests and benchmarks).
   void wait_until_idle();
@@ -232,6 +232,37 @@ class Arena {
   };
   // Holds a slot's busy flag and gives it back on every path (src/kv/slot_claim.h).
   class SlotClaim;
+  // What stats() reports about the slots, kept as they change so stats() does no per-slot or
+  // per-block work. Windows are per fragment.
+  struct SlotTotals {
+    std::uint64_t committed_windows = 0;  // every slot
+    std::uint64_t active_windows = 0;
+    std::uint64_t finished_windows = 0;
+    std::uint64_t live_tokens = 0;       // active slots
+    std::uint64_t readonly_windows = 0;  // active slots
+    std::uint64_t dummy_windows = 0;     // every slot
+    std::uint64_t active = 0;
+    std::uint64_t finished = 0;
+    std::uint64_t quarantined = 0;
+    // Adds (sign > 0) or takes out (sign < 0) one slot's share.
+    void add(const Slot& slot, int sign);
+  };
+  // Every change to a slot's state, tokens, windows, read-only flags or dummy range happens
+  // while one lives: it takes the slot out of the totals and puts it back as it is when the
+  // edit ends. Never nested for one slot. REQUIRES mutex_ held for its whole life.
+  class SlotEdit {
+   public:
+    SlotEdit(Arena& arena, Slot& slot) : totals_(arena.totals_), slot_(slot) {
+      totals_.add(slot_, -1);
+    }
+    SlotEdit(const SlotEdit&) = delete;
+    SlotEdit& operator=(const SlotEdit&) = delete;
+    ~SlotEdit() { totals_.add(slot_, +1); }
+
+   private:
+    SlotTotals& totals_;
+    Slot& slot_;
+  };
 
   Arena(HandlePool& pool, Governor& governor, ArenaOptions options,
         std::unique_ptr<Reservation> reservation, std::unique_ptr<DummyTail> dummy,
@@ -248,12 +279,19 @@ class Arena {
   // REQUIRES the slot claimed and mutex_ not held.
   Status fill_admitted(SlotId slot, SlotState previous, std::uint64_t have, std::uint64_t needed,
                        std::uint64_t tokens);
-  // A new sequence of `tokens` starts in the slot. REQUIRES mutex_ held.
+  // A new sequence of `tokens` starts in the slot. REQUIRES mutex_ held, inside a SlotEdit.
   void start_sequence(Slot& slot, std::uint64_t tokens);
-  // The slot's live length becomes `tokens` (its windows are mapped). REQUIRES mutex_ held.
+  // The slot's live length becomes `tokens` (its windows are mapped). REQUIRES mutex_ held,
+  // inside a SlotEdit.
   void note_growth(Slot& slot, std::uint64_t tokens);
-  // ensure()'s slow path once the slot is claimed: copy-on-write of `shared`, then windows
-  // [have, needed). `made_writable` receives the windows made writable.
+  // ensure()'s slow path with the slot claimed and `lock` released: copy-on-write of `shared`,
+  // windows [have, needed), then the outcome published; ends the claim before dropping the
+  // boundary sources the rewritten windows invalidate.
+  Status grow_claimed(SlotClaim& claim, std::unique_lock<std::mutex>& lock, SlotId slot,
+                      std::uint64_t tokens, std::uint64_t have, std::uint64_t needed,
+                      const std::vector<std::uint64_t>& shared, Stream stream);
+  // Copy-on-write of `shared`, then windows [have, needed). `made_writable` receives the
+  // windows made writable.
   Status write_and_grow(SlotId slot, const std::vector<std::uint64_t>& shared, std::uint64_t have,
                         std::uint64_t needed, Stream stream,
                         std::vector<std::uint64_t>& made_writable);
@@ -343,7 +381,8 @@ class Arena {
   std::uint64_t tick_ = 0;
   std::uint64_t occupancies_ = 0;
   int capture_depth_ = 0;
-  ArenaStats counters_;
+  ArenaStats counters_;  // the counters; the slot figures come from totals_
+  SlotTotals totals_;
 
   Governor::Registration reclaimer_;
   std::unique_ptr<CommitAhead> ahead_;  // null without commit-ahead; stopped first

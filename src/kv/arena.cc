@@ -151,6 +151,7 @@ Result<SlotId> Arena::admit(std::uint64_t tokens) {
   Status filled = fill_admitted(id, previous, have, needed, tokens);
   if (!filled.ok()) return filled;
   lock.lock();
+  SlotEdit edit(*this, slot);
   slot.windows = std::max(have, needed);
   start_sequence(slot, tokens);
   ++counters_.admissions;
@@ -192,7 +193,10 @@ Status Arena::fill_admitted(SlotId id, SlotState previous, std::uint64_t have, s
       const bool poisoned = has_poison(id);
       std::lock_guard lock(mutex_);
       if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
-      if (poisoned) slots_[id].state = SlotState::kQuarantined;
+      if (poisoned) {
+        SlotEdit edit(*this, slots_[id]);
+        slots_[id].state = SlotState::kQuarantined;
+      }
       return committed.with_context("admit of " + std::to_string(tokens) + " tokens into " +
                                     slot_text(id));
     }
@@ -202,6 +206,7 @@ Status Arena::fill_admitted(SlotId id, SlotState previous, std::uint64_t have, s
   if (covered.ok()) return covered;
   // The windows just committed stay mapped, reclaimable as a finished slot's.
   std::lock_guard lock(mutex_);
+  SlotEdit edit(*this, slots_[id]);
   slots_[id].windows = std::max(have, needed);
   if (previous != SlotState::kFinished) slots_[id].state = SlotState::kFinished;
   ++counters_.refusals;
@@ -239,9 +244,12 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
   // may be unmapping the very windows this length needs); a commit in flight (the worker's)
   // only adds windows, so the decode path need not wait for it. Writing the new tokens must
   // not land in a read-only (shared) window: those go the slow way.
-  if (!slot.shrinking && slot.windows >= needed &&
-      readonly_written(slot, slot.tokens, tokens).empty()) {
-    note_growth(slot, tokens);
+  const bool mapped = slot.windows >= needed;
+  if (!slot.shrinking && mapped && readonly_written(slot, slot.tokens, tokens).empty()) {
+    {
+      SlotEdit edit(*this, slot);
+      note_growth(slot, tokens);
+    }
     // Wake the worker only when this growth gave it something to do.
     const bool wake = options_.commit_ahead_windows > 0 && slot.windows < ahead_target(slot);
     lock.unlock();
@@ -255,31 +263,41 @@ Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
   }
   const std::vector<std::uint64_t> shared = readonly_written(slot, slot.tokens, tokens);
   const std::uint64_t have = slot.windows;
-  const std::uint64_t missing = needed > have ? needed - have : 0;
-  if (missing == 0 && shared.empty()) {  // mapped meanwhile (by the worker): as the fast path
+  if (have >= needed && shared.empty()) {  // mapped meanwhile (by the worker): as the fast path
+    SlotEdit edit(*this, slot);
     note_growth(slot, tokens);
     return Status::Ok();
   }
   if (capture_depth_ > 0) {
-    return Status::Unavailable("ensure of " + slot_text(id) + " to " + std::to_string(tokens) +
-                               " tokens needs " + std::to_string(missing) +
-                               " more window(s) per fragment and " + std::to_string(shared.size()) +
-                               " shared window(s) copied: refused during graph capture");
+    return Status::Unavailable(
+        "ensure of " + slot_text(id) + " to " + std::to_string(tokens) + " tokens needs " +
+        std::to_string(needed > have ? needed - have : 0) + " more window(s) per fragment and " +
+        std::to_string(shared.size()) + " shared window(s) copied: refused during graph capture");
   }
   ++counters_.ensures_committing;
   lock.unlock();
+  return grow_claimed(claim, lock, id, tokens, have, needed, shared, stream);
+}
+
+Status Arena::grow_claimed(SlotClaim& claim, std::unique_lock<std::mutex>& lock, SlotId id,
+                           std::uint64_t tokens, std::uint64_t have, std::uint64_t needed,
+                           const std::vector<std::uint64_t>& shared, Stream stream) {
   std::vector<std::uint64_t> made_writable;
   Status committed = write_and_grow(id, shared, have, needed, stream, made_writable);
   const bool broken = !committed.ok() && broken_after(id, shared, made_writable.size());
   lock.lock();
-  for (std::uint64_t w : made_writable) slot.readonly[w] = false;
-  while (!slot.readonly.empty() && !slot.readonly.back()) slot.readonly.pop_back();
-  if (committed.ok()) {
-    slot.windows = std::max(have, needed);
-    note_growth(slot, tokens);
-  } else {
-    if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
-    if (broken) slot.state = SlotState::kQuarantined;
+  {
+    Slot& slot = slots_[id];
+    SlotEdit edit(*this, slot);
+    for (std::uint64_t w : made_writable) slot.readonly[w] = false;
+    while (!slot.readonly.empty() && !slot.readonly.back()) slot.readonly.pop_back();
+    if (committed.ok()) {
+      slot.windows = std::max(have, needed);
+      note_growth(slot, tokens);
+    } else {
+      if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
+      if (broken) slot.state = SlotState::kQuarantined;
+    }
   }
   lock.unlock();
   claim.end();
@@ -362,6 +380,7 @@ Status Arena::commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
     note_latency(std::chrono::steady_clock::now() - start);
     std::lock_guard lock(mutex_);
     Slot& s = slots_[slot];
+    SlotEdit edit(*this, s);
     s.dummy_from = std::max(s.dummy_from, to);
     if (s.dummy_from >= s.dummy_to) s.dummy_from = s.dummy_to = 0;
     return committed;
@@ -372,6 +391,7 @@ Status Arena::commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
       // The tail below dummy_to is now a hole: say so, and keep the books true.
       std::lock_guard lock(mutex_);
       counters_.dummy_restore_failures += plan.fragments * (dummy_to - dummy_from);
+      SlotEdit edit(*this, slots_[slot]);
       slots_[slot].dummy_from = dummy_to;
       return committed.with_context(slot_text(slot) +
                                     ": and the dummy tail page could not be "
@@ -424,6 +444,7 @@ Status Arena::finish(SlotId id, Stream stream) {
   if (old != 0) (void)pool_.driver().destroy_fence(old);
   drop_sources(id, 0);
   lock.lock();
+  SlotEdit edit(*this, slot);
   slot.fence = *fence;
   slot.state = SlotState::kFinished;
   slot.tokens = 0;

@@ -35,6 +35,7 @@ std::unique_ptr<CommitAhead> Arena::start_commit_ahead() {
   };
   hooks.finish = [this](const CommitAhead::Job& job, const Status& committed) {
     Slot& slot = slots_[job.slot];
+    SlotEdit edit(*this, slot);
     if (committed.ok()) {
       slot.windows = job.to;
       ++counters_.ahead_commits;

@@ -83,6 +83,7 @@ std::uint64_t Arena::unmap_slot(SlotId id) {
   }
   const std::uint64_t unmapped = released.ok() ? plan.fragments * (to - from) * plan.granule : 0;
   lock.lock();
+  SlotEdit edit(*this, slot);
   if (released.ok()) {
     slot.windows = from;
     if (slot.readonly.size() > from) slot.readonly.resize(from);

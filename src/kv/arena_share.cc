@@ -106,6 +106,7 @@ Status Arena::rewind(SlotId id, std::uint64_t tokens) {
                                      std::to_string(tokens) + " tokens: it holds only " +
                                      std::to_string(slot.tokens));
     }
+    SlotEdit edit(*this, slot);
     slot.tokens = tokens;
     slot.last_used = ++tick_;
   }
@@ -175,6 +176,7 @@ Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t fro
     return made.with_context(what);
   }
   lock.lock();
+  SlotEdit edit(*this, slot);
   if (slot.readonly.size() < to) slot.readonly.resize(to, false);
   for (std::uint64_t w = from; w < to; ++w) slot.readonly[w] = true;
   if (newly != nullptr) *newly = std::move(turned);
@@ -231,6 +233,7 @@ void Arena::restore_writable(SlotId id, const std::vector<std::uint64_t>& window
   }
   std::lock_guard lock(mutex_);
   Slot& slot = slots_[id];
+  SlotEdit edit(*this, slot);
   for (std::uint64_t w : windows) {
     bool readonly = false;
     for (const Range& range : window_ranges(id, w, w + 1)) {
@@ -394,6 +397,7 @@ Result<SlotId> Arena::admit_shared(const SharedPrefix& prefix, std::uint64_t tok
   const bool poisoned = !installed.ok() && has_poison(id);
   lock.lock();
   Slot& slot = slots_[id];
+  SlotEdit edit(*this, slot);
   if (!installed.ok()) {
     if (installed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
     if (poisoned) slot.state = SlotState::kQuarantined;

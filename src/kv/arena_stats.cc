@@ -1,6 +1,6 @@
-// Arena statistics: the counters kept as operations happen, and the figures derived from the
-// slot table when asked. Physical bytes come from the reservation, which keeps them as
-// mappings come and go, so stats() does no work per mapped block.
+// Arena statistics: counters kept as operations happen, slot totals kept as slots change (every
+// change inside a SlotEdit), and physical bytes kept by the reservation as mappings come and
+// go; so stats() does no work per slot or per mapped block.
 #include <algorithm>
 #include <bit>
 
@@ -29,45 +29,51 @@ ArenaStats Arena::stats() const {
       reservation_->distinct_handle_bytes(dummy_ ? dummy_->handle() : kNoHandle);
   std::lock_guard lock(mutex_);
   ArenaStats stats = counters_;
-  std::uint64_t active_committed = 0;
-  for (const Slot& slot : slots_) {
-    stats.committed_bytes += slot.windows * window_bytes;
-    switch (slot.state) {
-      case SlotState::kActive:
-        ++stats.active_slots;
-        stats.live_bytes += slot.tokens * plan.bytes_per_token;
-        active_committed += slot.windows * window_bytes;
-        break;
-      case SlotState::kFinished:
-        ++stats.finished_slots;
-        stats.reclaimable_bytes += slot.windows * window_bytes;
-        break;
-      case SlotState::kQuarantined:
-        ++stats.quarantined_slots;
-        break;
-      case SlotState::kFree:
-        break;
-    }
-  }
+  const SlotTotals& t = totals_;
+  stats.committed_bytes = t.committed_windows * window_bytes;
+  stats.live_bytes = t.live_tokens * plan.bytes_per_token;
+  stats.reclaimable_bytes = t.finished_windows * window_bytes;
+  stats.active_slots = static_cast<std::uint32_t>(t.active);
+  stats.finished_slots = static_cast<std::uint32_t>(t.finished);
+  stats.quarantined_slots = static_cast<std::uint32_t>(t.quarantined);
+  const std::uint64_t active_committed = t.active_windows * window_bytes;
   stats.waste_ratio = stats.live_bytes == 0
                           ? 0.0
                           : static_cast<double>(active_committed - stats.live_bytes) /
                                 static_cast<double>(stats.live_bytes);
   stats.driver_calls = pool_.driver().counts();
-  for (const Slot& slot : slots_) {
-    if (slot.state != SlotState::kActive) continue;
-    stats.readonly_windows +=
-        plan.fragments *
-        static_cast<std::uint64_t>(std::count(slot.readonly.begin(), slot.readonly.end(), true));
-  }
+  stats.readonly_windows = plan.fragments * t.readonly_windows;
   stats.dummy_bytes = dummy_ ? dummy_->bytes() : 0;
   stats.physical_bytes = physical;
   stats.shared_saved_bytes =
       stats.committed_bytes > physical ? stats.committed_bytes - physical : 0;
-  for (const Slot& slot : slots_) {
-    stats.dummy_windows += plan.fragments * (slot.dummy_to - slot.dummy_from);
-  }
+  stats.dummy_windows = plan.fragments * t.dummy_windows;
   return stats;
+}
+
+void Arena::SlotTotals::add(const Slot& slot, int sign) {
+  // Unsigned arithmetic wraps: adding n * (2^64 - 1) takes n away.
+  const std::uint64_t k = sign > 0 ? 1 : ~std::uint64_t{0};
+  committed_windows += k * slot.windows;
+  dummy_windows += k * (slot.dummy_to - slot.dummy_from);
+  switch (slot.state) {
+    case SlotState::kActive:
+      active += k;
+      active_windows += k * slot.windows;
+      live_tokens += k * slot.tokens;
+      readonly_windows += k * static_cast<std::uint64_t>(
+                                  std::count(slot.readonly.begin(), slot.readonly.end(), true));
+      break;
+    case SlotState::kFinished:
+      finished += k;
+      finished_windows += k * slot.windows;
+      break;
+    case SlotState::kQuarantined:
+      quarantined += k;
+      break;
+    case SlotState::kFree:
+      break;
+  }
 }
 
 void Arena::wait_until_idle() {

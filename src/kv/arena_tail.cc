@@ -23,6 +23,7 @@ Status Arena::cover_tail(SlotId slot, std::uint64_t from) {
   KVVM_RETURN_IF_ERROR(dummy_->map(*reservation_, window_ranges(slot, from, to)));
   std::lock_guard lock(mutex_);
   Slot& s = slots_[slot];
+  SlotEdit edit(*this, s);
   if (s.dummy_to <= s.dummy_from) s.dummy_to = to;
   s.dummy_from = from;
   return Status::Ok();
