@@ -42,8 +42,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "kvvm/driver.h"
@@ -56,6 +56,10 @@
 #include "kvvm/status.h"
 
 namespace kvvm {
+
+class CommitAhead;
+class CopyOnWrite;
+class DummyTail;
 
 struct ArenaOptions {
   LayoutPlan plan;  // geometry, layout, granule (must equal the driver's), context
@@ -196,11 +200,10 @@ class Arena {
   HandlePool& pool() const { return pool_; }
   TierId tier() const { return options_.tier; }
   const Reservation& reservation() const { return *reservation_; }
-  // Where the dummy tail page lives (read-only after creation); null without one.
-  const Reservation* dummy_reservation() const { return dummy_home_.get(); }
-  // Every reservation the arena holds: the slots', the dummy's home (if any) and the
-  // copy-on-write windows (for tests that account for every mapping).
+  // Every reservation the arena holds: the slots', the copy-on-write windows and the dummy's
+  // home (if any) (for tests that account for every mapping).
   std::vector<const Reservation*> reservations() const;
+  // Constant time: every figure is kept as slots and mappings change, none recounted.
   ArenaStats stats() const;
   // Waits until the worker has nothing left to do (tests and benchmarks).
   void wait_until_idle();
@@ -212,7 +215,7 @@ class Arena {
     SlotState state = SlotState::kFree;
     std::uint64_t tokens = 0;      // live length
     std::uint64_t windows = 0;     // committed windows per fragment, from the start
-    bool busy = false;             // a commit or unmap of this slot is in flight
+    bool busy = false;             // a commit or unmap of this slot is in flight (a SlotClaim)
     bool shrinking = false;        // ... and it is an unmap (reclaim), which may take windows
                                    // the live length needs; a commit only ever adds windows
     std::uint64_t last_used = 0;   // tick of the last admit / ensure / finish
@@ -227,28 +230,96 @@ class Arena {
     // Prefixes whose boundary bytes this sequence holds intact (a source for new sharers).
     std::vector<std::weak_ptr<const SharedPrefix>> sourcing;
   };
+  // Holds a slot's busy flag and gives it back on every path (src/kv/slot_claim.h).
+  class SlotClaim;
+  // What stats() reports about the slots, kept as they change so stats() does no per-slot or
+  // per-block work. Windows are per fragment.
+  struct SlotTotals {
+    std::uint64_t committed_windows = 0;  // every slot
+    std::uint64_t active_windows = 0;
+    std::uint64_t finished_windows = 0;
+    std::uint64_t live_tokens = 0;       // active slots
+    std::uint64_t readonly_windows = 0;  // active slots
+    std::uint64_t dummy_windows = 0;     // every slot
+    std::uint64_t active = 0;
+    std::uint64_t finished = 0;
+    std::uint64_t quarantined = 0;
+    // Adds (sign > 0) or takes out (sign < 0) one slot's share.
+    void add(const Slot& slot, int sign);
+  };
+  // Every change to a slot's state, tokens, windows, read-only flags or dummy range happens
+  // while one lives: it takes the slot out of the totals and puts it back as it is when the
+  // edit ends. Never nested for one slot. REQUIRES mutex_ held for its whole life.
+  class SlotEdit {
+   public:
+    SlotEdit(Arena& arena, Slot& slot) : totals_(arena.totals_), slot_(slot) {
+      totals_.add(slot_, -1);
+    }
+    SlotEdit(const SlotEdit&) = delete;
+    SlotEdit& operator=(const SlotEdit&) = delete;
+    ~SlotEdit() { totals_.add(slot_, +1); }
+
+   private:
+    SlotTotals& totals_;
+    Slot& slot_;
+  };
 
   Arena(HandlePool& pool, Governor& governor, ArenaOptions options,
-        std::unique_ptr<Reservation> reservation, std::unique_ptr<Reservation> dummy_home,
-        std::unique_ptr<Reservation> scratch);
-  // Maps the dummy over windows [from, to) of every fragment; on failure withdraws what it
-  // mapped. REQUIRES the slot claimed and mutex_ not held.
-  Status map_dummy(SlotId slot, std::uint64_t from, std::uint64_t to);
+        std::unique_ptr<Reservation> reservation, std::unique_ptr<DummyTail> dummy,
+        std::unique_ptr<CopyOnWrite> cow);
+
+  // Admission and growth (arena.cc).
+  // InvalidArgument "WHAT of slot N: the arena has M slots" for a slot beyond the table.
+  Status check_slot(std::string_view what, SlotId slot) const;
+  // The slot admit() fills: the finished slot whose mapped windows best fit `needed`, else a
+  // free one; nullopt when neither is idle. REQUIRES mutex_ held.
+  std::optional<SlotId> best_admission_slot(std::uint64_t needed) const;
+  // Commits what a slot claimed for admission lacks and covers its padded tail; on failure
+  // records what the failure left (quarantine, or mapped windows of a finished slot).
+  // REQUIRES the slot claimed and mutex_ not held.
+  Status fill_admitted(SlotId slot, SlotState previous, std::uint64_t have, std::uint64_t needed,
+                       std::uint64_t tokens);
+  // A new sequence of `tokens` starts in the slot. REQUIRES mutex_ held, inside a SlotEdit.
+  void start_sequence(Slot& slot, std::uint64_t tokens);
+  // The slot's live length becomes `tokens` (its windows are mapped). REQUIRES mutex_ held,
+  // inside a SlotEdit.
+  void note_growth(Slot& slot, std::uint64_t tokens);
+  // ensure()'s slow path with the slot claimed and `lock` released: copy-on-write of `shared`,
+  // windows [have, needed), then the outcome published; ends the claim before dropping the
+  // boundary sources the rewritten windows invalidate.
+  Status grow_claimed(SlotClaim& claim, std::unique_lock<std::mutex>& lock, SlotId slot,
+                      std::uint64_t tokens, std::uint64_t have, std::uint64_t needed,
+                      const std::vector<std::uint64_t>& shared, Stream stream);
+  // Copy-on-write of `shared`, then windows [have, needed). `made_writable` receives the
+  // windows made writable.
+  Status write_and_grow(SlotId slot, const std::vector<std::uint64_t>& shared, std::uint64_t have,
+                        std::uint64_t needed, Stream stream,
+                        std::vector<std::uint64_t>& made_writable);
+  // After a failed write_and_grow: whether the slot can no longer be trusted (a poisoned block,
+  // or the window whose copy-on-write failed left unmapped). REQUIRES mutex_ not held.
+  bool broken_after(SlotId slot, const std::vector<std::uint64_t>& shared,
+                    std::size_t made_writable) const;
+
+  // Mapping under the slots (arena.cc).
+  // Ranges of windows [from, to) of every fragment of the slot.
+  std::vector<Range> window_ranges(SlotId slot, std::uint64_t from, std::uint64_t to) const;
+  // Commits windows [from, to) of the slot under a fresh grant, replacing dummy windows in the
+  // way (mapped back on failure). REQUIRES the slot claimed and mutex_ not held.
+  Status commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
+                        std::chrono::milliseconds wait);
+  // Unmaps windows [from, to) of a claimed slot; REQUIRES mutex_ not held.
+  Status release_windows(SlotId slot, std::uint64_t from, std::uint64_t to);
+  // True when a block under the slot is poisoned. REQUIRES mutex_ not held.
+  bool has_poison(SlotId slot) const;
+  void note_latency(std::chrono::steady_clock::duration elapsed);
+
+  // Dummy tail (arena_tail.cc).
+  std::uint64_t padded_windows() const;
   // Maps the dummy over the slot's uncovered windows from `from` up to the padded length and
   // records the dummy range. REQUIRES the slot claimed and mutex_ not held.
   Status cover_tail(SlotId slot, std::uint64_t from);
-  std::uint64_t padded_windows() const;
-  // Ranges of windows [from, to) of every fragment of the slot.
-  std::vector<Range> window_ranges(SlotId slot, std::uint64_t from, std::uint64_t to) const;
-  // Commits windows [from, to) of the slot under a fresh grant; REQUIRES the slot is busy
-  // (claimed by the caller) and mutex_ is not held.
-  Status commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
-                        std::chrono::milliseconds wait);
-  // Unmaps windows [from, to) of a busy slot; REQUIRES mutex_ not held.
-  Status release_windows(SlotId slot, std::uint64_t from, std::uint64_t to);
-  // Claims the slot (waits while another call holds it). REQUIRES lock held.
-  void claim(std::unique_lock<std::mutex>& lock, Slot& slot);
-  void unclaim(SlotId slot);
+
+  // Reclamation (arena_reclaim.cc).
   // Unmaps what the slot does not need (all of a finished slot once its fence completed;
   // the commit-ahead windows of an active one); returns the bytes unmapped (0 when the slot
   // is busy, during capture, or its fence is pending). REQUIRES mutex_ not held.
@@ -256,11 +327,13 @@ class Arena {
   // Whether the slot's fence (if any) completed; destroys it once it has. REQUIRES the slot
   // claimed and mutex_ not held.
   bool fence_completed(SlotId slot);
-  // True when a block under the slot is poisoned. REQUIRES mutex_ not held.
-  bool has_poison(SlotId slot) const;
+
+  // Commit-ahead (arena_ahead.cc).
   // The windows per fragment the worker wants for a slot. REQUIRES mutex_ held.
   std::uint64_t ahead_target(const Slot& slot) const;
-  void note_latency(std::chrono::steady_clock::duration elapsed);
+  // The worker, with hooks that pick the slot furthest behind its target, commit its lead
+  // without waiting for budget, and publish the outcome.
+  std::unique_ptr<CommitAhead> start_commit_ahead();
 
   // Sharing (arena_share.cc).
   friend class SharedPrefix;
@@ -274,16 +347,18 @@ class Arena {
                                                         std::vector<std::uint64_t>* newly);
   // Makes windows read-write again in every fragment (undoing a publish no one used).
   void restore_writable(SlotId slot, const std::vector<std::uint64_t>& windows);
-  // Claims an empty slot (free, or a finished one unmapped for the purpose).
+  // Claims an empty slot (free, or a finished one unmapped for the purpose): its busy flag is
+  // set for the caller to adopt into a SlotClaim.
   Result<SlotId> take_empty_slot(std::string_view what);
   // Maps the prefix, commits windows up to `tokens`, copies the boundary; all or nothing.
   // REQUIRES the slot claimed and empty, mutex_ not held.
   Status install_prefix(SlotId slot, const SharedPrefix& prefix, std::uint64_t tokens,
                         Stream stream);
+  // Copies the prefix's boundary bytes into the slot from a sequence that holds them intact.
+  Status copy_boundary(SlotId slot, const SharedPrefix& prefix, Stream stream);
   // Window w of every fragment becomes read-write: copied into a private handle when others
   // map it, switched in place when this is the only mapping. REQUIRES the slot claimed.
   Status make_writable(SlotId slot, std::uint64_t window, Stream stream);
-  Status copy_on_write(SlotId slot, std::size_t offset, Stream stream);
   // The read-only windows that writing tokens [from, to) of the slot would touch.
   // REQUIRES mutex_ held.
   std::vector<std::uint64_t> readonly_written(const Slot& slot, std::uint64_t from,
@@ -291,16 +366,13 @@ class Arena {
   // Drops the slot from the prefixes it is a boundary source for (those of more than
   // `keep_below` tokens). REQUIRES mutex_ not held.
   void drop_sources(SlotId slot, std::uint64_t keep_below);
-  void worker_loop();
 
   HandlePool& pool_;
   Governor& governor_;
   const ArenaOptions options_;
   std::unique_ptr<Reservation> reservation_;
-  std::unique_ptr<Reservation> dummy_home_;  // where the dummy granule is mapped read-write
-  // One window per slot where copy-on-write maps the fresh handle to copy into it.
-  std::unique_ptr<Reservation> scratch_;
-  HandleInfo dummy_;  // handle == kNoHandle: no dummy tail page
+  std::unique_ptr<DummyTail> dummy_;  // null: no dummy tail page
+  std::unique_ptr<CopyOnWrite> cow_;  // one scratch lane per slot
 
   mutable std::mutex mutex_;  // guards slots_, counters, capture_depth_; leaf with respect to
                               // the driver (never held across a driver call)
@@ -309,12 +381,11 @@ class Arena {
   std::uint64_t tick_ = 0;
   std::uint64_t occupancies_ = 0;
   int capture_depth_ = 0;
-  bool stopping_ = false;
-  ArenaStats counters_;
+  ArenaStats counters_;  // the counters; the slot figures come from totals_
+  SlotTotals totals_;
 
   Governor::Registration reclaimer_;
-  static thread_local bool committing_ahead_;  // on the worker's thread, during its commits
-  std::thread worker_;
+  std::unique_ptr<CommitAhead> ahead_;  // null without commit-ahead; stopped first
 };
 
 }  // namespace kvvm

@@ -31,6 +31,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kvvm/driver.h"
@@ -135,6 +136,13 @@ class Reservation {
   std::vector<Block> blocks_in(std::size_t offset, std::size_t len) const;
   std::uint64_t mapped_bytes() const;
   std::uint64_t residual_bytes() const;  // poisoned blocks
+  // Physical bytes under the reservation: each handle mapped here counted once, with the size
+  // of its first block here (blocks of one handle all have one size where sharing is by
+  // granule, as in the arena), leaving out `excluded`. Kept as blocks come and go: no
+  // per-block work.
+  std::uint64_t distinct_handle_bytes(Handle excluded = kNoHandle) const;
+  // How many blocks here map `handle` (0: none).
+  std::uint64_t mappings_of(Handle handle) const;
 
  private:
   Reservation(HandlePool& pool, Address base, std::size_t size, ReservationOptions options);
@@ -170,6 +178,15 @@ class Reservation {
   // Records `block` as mapped in an unknown state and quarantines its handle.
   // REQUIRES: mutex_ not held.
   void poison(Block block);
+  // The only ways blocks_ changes, so the running totals below stay true. REQUIRES: mutex_ held.
+  void put_block(const Block& block);  // inserts, or overwrites the block at its offset
+  void erase_block(std::size_t offset);
+
+  // Per handle mapped here: how many blocks map it and the bytes it counts for.
+  struct HandleUse {
+    std::uint64_t blocks = 0;
+    std::uint64_t bytes = 0;
+  };
 
   HandlePool& pool_;
   Driver& driver_;
@@ -177,9 +194,13 @@ class Reservation {
   const std::size_t size_;
   const std::size_t granule_;
   ReservationOptions options_;
-  mutable std::mutex mutex_;                    // guards blocks_ and pending_
-  std::map<std::size_t, Block> blocks_;         // by offset
-  std::map<std::size_t, std::size_t> pending_;  // ranges claimed by calls in flight
+  mutable std::mutex mutex_;                          // guards blocks_ and pending_
+  std::map<std::size_t, Block> blocks_;               // by offset
+  std::map<std::size_t, std::size_t> pending_;        // ranges claimed by calls in flight
+  std::unordered_map<Handle, HandleUse> handle_use_;  // guarded by mutex_, as blocks_
+  std::uint64_t mapped_bytes_ = 0;
+  std::uint64_t residual_bytes_ = 0;
+  std::uint64_t distinct_bytes_ = 0;
 };
 
 }  // namespace kvvm

@@ -1,25 +1,33 @@
 // Arena: see arena.h. Every operation on a slot follows one pattern: under mutex_, check the
-// slot's state and claim it (busy); without the lock, make the driver calls through the
+// slot's state and claim it (a SlotClaim); without the lock, make the driver calls through the
 // Reservation (which is safe for disjoint ranges); under mutex_ again, publish the new state
-// and release the claim. So the scheduler never waits on a driver call it did not ask for,
-// and the worker and the governor's reclaim never touch a slot someone else is changing.
+// and end the claim. So the scheduler never waits on a driver call it did not ask for, and the
+// worker and the governor's reclaim never touch a slot someone else is changing.
+//
+// This file holds creation, admission, growth, finish and capture; the dummy tail, sharing,
+// reclamation, commit-ahead and statistics have files of their own (arena_*.cc), and the
+// parts with no slot state (DummyTail, CopyOnWrite, CommitAhead) are classes of their own.
 #include "kvvm/arena.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
 
+#include "kv/arena_detail.h"
+#include "kv/commit_ahead.h"
+#include "kv/copy_on_write.h"
+#include "kv/dummy_tail.h"
+#include "kv/slot_claim.h"
+
 namespace kvvm {
 namespace {
 
-constexpr std::size_t kLatencyBuckets = 24;  // 2^24 µs = 16.8 s
+using detail::slot_text;
+
 // More sequences than any engine runs at once; the slot table is allocated up front.
 constexpr std::uint32_t kMaxSlots = 1u << 20;
-
-std::string slot_text(SlotId slot) { return "slot " + std::to_string(slot); }
 
 }  // namespace
 
@@ -55,59 +63,38 @@ Result<std::unique_ptr<Arena>> Arena::create(HandlePool& pool, Governor& governo
                                              " slots x " + std::to_string(plan.slot_stride) +
                                              " bytes (too many slots for the address space?)");
   }
-  std::unique_ptr<Reservation> dummy_home;
+  std::unique_ptr<DummyTail> dummy;
   if (options.padded_tokens > 0) {
-    // The dummy granule: committed once (billed once), zeroed, then made read-only.
-    auto home = Reservation::create(pool, plan.granule);
-    if (!home.ok()) return home.status().with_context("dummy tail page");
-    Result<Grant> grant = governor.prepare(options.tier, plan.granule, options.budget_wait);
-    if (!grant.ok()) return grant.status().with_context("dummy tail page");
-    Status made = (*home)->commit(0, plan.granule, &*grant);
-    grant->commit_charged();
-    const std::vector<std::uint8_t> zeros(plan.granule, 0);
-    if (made.ok()) made = pool.driver().write((*home)->base(), zeros.data(), zeros.size());
-    if (made.ok()) made = (*home)->set_access(0, plan.granule, Access::kReadOnly);
-    if (!made.ok()) return made.with_context("dummy tail page");
-    dummy_home = std::move(home).value();
+    auto made = DummyTail::create(pool, governor, options.tier, options.budget_wait);
+    if (!made.ok()) return made.status();
+    dummy = std::move(made).value();
   }
-  // Addresses only: one window per slot for copy-on-write to map a fresh handle at.
-  Result<std::unique_ptr<Reservation>> scratch =
-      Reservation::create(pool, plan.granule * options.max_slots);
-  if (!scratch.ok()) return scratch.status().with_context("arena copy-on-write windows");
+  auto cow =
+      CopyOnWrite::create(pool, governor, options.tier, options.max_slots, options.budget_wait);
+  if (!cow.ok()) return cow.status().with_context("arena");
   return std::unique_ptr<Arena>(new Arena(pool, governor, std::move(options),
-                                          std::move(reservation).value(), std::move(dummy_home),
-                                          std::move(scratch).value()));
+                                          std::move(reservation).value(), std::move(dummy),
+                                          std::move(cow).value()));
 }
 
 Arena::Arena(HandlePool& pool, Governor& governor, ArenaOptions options,
-             std::unique_ptr<Reservation> reservation, std::unique_ptr<Reservation> dummy_home,
-             std::unique_ptr<Reservation> scratch)
+             std::unique_ptr<Reservation> reservation, std::unique_ptr<DummyTail> dummy,
+             std::unique_ptr<CopyOnWrite> cow)
     : pool_(pool),
       governor_(governor),
       options_(std::move(options)),
       reservation_(std::move(reservation)),
-      dummy_home_(std::move(dummy_home)),
-      scratch_(std::move(scratch)),
+      dummy_(std::move(dummy)),
+      cow_(std::move(cow)),
       slots_(options_.max_slots) {
-  counters_.commit_latency_us_log2.assign(kLatencyBuckets, 0);
-  if (dummy_home_) {
-    const auto blocks = dummy_home_->blocks();
-    if (!blocks.empty()) {
-      if (auto info = pool_.describe(blocks.front().handle); info.ok()) dummy_ = *info;
-    }
-  }
+  counters_.commit_latency_us_log2.assign(detail::kLatencyBuckets, 0);
   reclaimer_ = governor_.add_reclaimer(options_.tier,
                                        [this](std::uint64_t wanted) { return reclaim(wanted); });
-  if (options_.commit_ahead_windows > 0) worker_ = std::thread([this] { worker_loop(); });
+  if (options_.commit_ahead_windows > 0) ahead_ = start_commit_ahead();
 }
 
 Arena::~Arena() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  changed_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  ahead_.reset();                         // stops the worker
   reclaimer_ = Governor::Registration();  // waits for a reclaim in progress
   for (SlotId id = 0; id < slots_.size(); ++id) drop_sources(id, 0);
   for (Slot& slot : slots_) {
@@ -122,8 +109,233 @@ Arena::~Arena() {
   // The reservation's destructor synchronizes before unmapping (or leaks deliberately); the
   // dummy granule goes after every slot's mapping of it.
   reservation_.reset();
-  dummy_home_.reset();
+  dummy_.reset();
 }
+
+Status Arena::check_slot(std::string_view what, SlotId slot) const {
+  if (slot < slots_.size()) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + " of " + slot_text(slot) + ": the arena has " +
+                                 std::to_string(slots_.size()) + " slots");
+}
+
+Result<SlotId> Arena::admit(std::uint64_t tokens) {
+  if (tokens > options_.plan.max_context) {
+    return detail::beyond_context("admit of", tokens, options_.plan.max_context);
+  }
+  const std::uint64_t needed = options_.plan.windows_per_fragment(tokens);
+  std::unique_lock lock(mutex_);
+  if (capture_depth_ > 0) {
+    return Status::Unavailable("admit of " + std::to_string(tokens) +
+                               " tokens refused during graph capture");
+  }
+  std::optional<SlotId> chosen = best_admission_slot(needed);
+  if (chosen) {
+    slots_[*chosen].busy = true;
+  } else {
+    // Only finished slots with shared windows are left: empty one.
+    lock.unlock();
+    Result<SlotId> emptied = take_empty_slot("admit of " + std::to_string(tokens) + " tokens");
+    if (!emptied.ok()) return emptied.status();
+    chosen = *emptied;
+    lock.lock();
+  }
+  const SlotId id = *chosen;
+  SlotClaim claim = SlotClaim::adopt(*this, id, lock);
+  Slot& slot = slots_[id];
+  const SlotState previous = slot.state;
+  const std::uint64_t have = slot.windows;
+  lock.unlock();
+
+  // A reused slot keeps its old fence until its next finish (or reclaim) destroys it: admission
+  // into mapped windows makes no driver call at all.
+  Status filled = fill_admitted(id, previous, have, needed, tokens);
+  if (!filled.ok()) return filled;
+  lock.lock();
+  SlotEdit edit(*this, slot);
+  slot.windows = std::max(have, needed);
+  start_sequence(slot, tokens);
+  ++counters_.admissions;
+  if (previous == SlotState::kFinished) ++counters_.reused_admissions;
+  return id;
+}
+
+std::optional<SlotId> Arena::best_admission_slot(std::uint64_t needed) const {
+  // Best fit among finished slots: the fewest mapped windows that still cover the request,
+  // else the most; a free slot only when no finished one is idle.
+  std::optional<SlotId> chosen;
+  for (SlotId id = 0; id < slots_.size(); ++id) {
+    const Slot& slot = slots_[id];
+    // A sequence's shared (read-only) windows cannot be written by the next one.
+    if (slot.state != SlotState::kFinished || slot.busy || !slot.readonly.empty()) continue;
+    if (!chosen) {
+      chosen = id;
+      continue;
+    }
+    const Slot& best = slots_[*chosen];
+    const bool covers = slot.windows >= needed;
+    const bool best_covers = best.windows >= needed;
+    if ((covers && (!best_covers || slot.windows < best.windows)) ||
+        (!covers && !best_covers && slot.windows > best.windows)) {
+      chosen = id;
+    }
+  }
+  for (SlotId id = 0; id < slots_.size() && !chosen; ++id) {
+    if (slots_[id].state == SlotState::kFree && !slots_[id].busy) chosen = id;
+  }
+  return chosen;
+}
+
+Status Arena::fill_admitted(SlotId id, SlotState previous, std::uint64_t have, std::uint64_t needed,
+                            std::uint64_t tokens) {
+  if (have < needed) {
+    Status committed = commit_windows(id, have, needed, options_.budget_wait);
+    if (!committed.ok()) {
+      const bool poisoned = has_poison(id);
+      std::lock_guard lock(mutex_);
+      if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
+      if (poisoned) {
+        SlotEdit edit(*this, slots_[id]);
+        slots_[id].state = SlotState::kQuarantined;
+      }
+      return committed.with_context("admit of " + std::to_string(tokens) + " tokens into " +
+                                    slot_text(id));
+    }
+  }
+  if (padded_windows() == 0) return Status::Ok();
+  Status covered = cover_tail(id, std::max(have, needed));
+  if (covered.ok()) return covered;
+  // The windows just committed stay mapped, reclaimable as a finished slot's.
+  std::lock_guard lock(mutex_);
+  SlotEdit edit(*this, slots_[id]);
+  slots_[id].windows = std::max(have, needed);
+  if (previous != SlotState::kFinished) slots_[id].state = SlotState::kFinished;
+  ++counters_.refusals;
+  return covered.with_context("admit into " + slot_text(id) + ": mapping the dummy tail page");
+}
+
+void Arena::start_sequence(Slot& slot, std::uint64_t tokens) {
+  slot.state = SlotState::kActive;
+  slot.tokens = tokens;
+  slot.last_used = ++tick_;
+  slot.ahead_stalled = false;
+  slot.occupancy = ++occupancies_;
+}
+
+void Arena::note_growth(Slot& slot, std::uint64_t tokens) {
+  slot.tokens = tokens;
+  slot.last_used = ++tick_;
+  slot.ahead_stalled = false;
+}
+
+Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
+  KVVM_RETURN_IF_ERROR(check_slot("ensure", id));
+  if (tokens > options_.plan.max_context) {
+    return detail::beyond_context("ensure of " + slot_text(id) + " to", tokens,
+                                  options_.plan.max_context);
+  }
+  const std::uint64_t needed = options_.plan.windows_per_fragment(tokens);
+  std::unique_lock lock(mutex_);
+  Slot& slot = slots_[id];
+  if (slot.state != SlotState::kActive) {
+    return Status::FailedPrecondition("ensure of " + slot_text(id) + ": no active sequence there");
+  }
+  ++counters_.ensures;
+  // The decode path: already mapped, no driver call. Not while a reclaim holds the slot (it
+  // may be unmapping the very windows this length needs); a commit in flight (the worker's)
+  // only adds windows, so the decode path need not wait for it. Writing the new tokens must
+  // not land in a read-only (shared) window: those go the slow way.
+  const bool mapped = slot.windows >= needed;
+  if (!slot.shrinking && mapped && readonly_written(slot, slot.tokens, tokens).empty()) {
+    {
+      SlotEdit edit(*this, slot);
+      note_growth(slot, tokens);
+    }
+    // Wake the worker only when this growth gave it something to do.
+    const bool wake = options_.commit_ahead_windows > 0 && slot.windows < ahead_target(slot);
+    lock.unlock();
+    if (wake) changed_.notify_all();
+    return Status::Ok();
+  }
+  SlotClaim claim = SlotClaim::take(*this, id, lock);
+  if (slot.state != SlotState::kActive) {
+    return Status::FailedPrecondition("ensure of " + slot_text(id) +
+                                      ": the slot was quarantined while this call waited for it");
+  }
+  const std::vector<std::uint64_t> shared = readonly_written(slot, slot.tokens, tokens);
+  const std::uint64_t have = slot.windows;
+  if (have >= needed && shared.empty()) {  // mapped meanwhile (by the worker): as the fast path
+    SlotEdit edit(*this, slot);
+    note_growth(slot, tokens);
+    return Status::Ok();
+  }
+  if (capture_depth_ > 0) {
+    return Status::Unavailable(
+        "ensure of " + slot_text(id) + " to " + std::to_string(tokens) + " tokens needs " +
+        std::to_string(needed > have ? needed - have : 0) + " more window(s) per fragment and " +
+        std::to_string(shared.size()) + " shared window(s) copied: refused during graph capture");
+  }
+  ++counters_.ensures_committing;
+  lock.unlock();
+  return grow_claimed(claim, lock, id, tokens, have, needed, shared, stream);
+}
+
+Status Arena::grow_claimed(SlotClaim& claim, std::unique_lock<std::mutex>& lock, SlotId id,
+                           std::uint64_t tokens, std::uint64_t have, std::uint64_t needed,
+                           const std::vector<std::uint64_t>& shared, Stream stream) {
+  std::vector<std::uint64_t> made_writable;
+  Status committed = write_and_grow(id, shared, have, needed, stream, made_writable);
+  const bool broken = !committed.ok() && broken_after(id, shared, made_writable.size());
+  lock.lock();
+  {
+    Slot& slot = slots_[id];
+    SlotEdit edit(*this, slot);
+    for (std::uint64_t w : made_writable) slot.readonly[w] = false;
+    while (!slot.readonly.empty() && !slot.readonly.back()) slot.readonly.pop_back();
+    if (committed.ok()) {
+      slot.windows = std::max(have, needed);
+      note_growth(slot, tokens);
+    } else {
+      if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
+      if (broken) slot.state = SlotState::kQuarantined;
+    }
+  }
+  lock.unlock();
+  claim.end();
+  // The sequence no longer holds the boundary bytes of prefixes past the first rewritten window.
+  const LayoutPlan& plan = options_.plan;
+  if (!made_writable.empty()) {
+    drop_sources(id, made_writable.front() * plan.granule / plan.contiguous_bytes_per_token);
+  }
+  return committed.ok() ? committed
+                        : committed.with_context("ensure of " + slot_text(id) + " to " +
+                                                 std::to_string(tokens) + " tokens");
+}
+
+Status Arena::write_and_grow(SlotId id, const std::vector<std::uint64_t>& shared,
+                             std::uint64_t have, std::uint64_t needed, Stream stream,
+                             std::vector<std::uint64_t>& made_writable) {
+  // Copy-on-write first (the windows below the live end), then growth.
+  for (std::uint64_t w : shared) {
+    KVVM_RETURN_IF_ERROR(make_writable(id, w, stream));
+    made_writable.push_back(w);
+  }
+  if (needed > have) return commit_windows(id, have, needed, options_.budget_wait);
+  return Status::Ok();
+}
+
+bool Arena::broken_after(SlotId id, const std::vector<std::uint64_t>& shared,
+                         std::size_t made_writable) const {
+  // A failed remap may have left a window unmapped: the slot can no longer be trusted.
+  if (has_poison(id)) return true;
+  if (made_writable >= shared.size()) return false;
+  const std::uint64_t failed = shared[made_writable];
+  for (const Range& range : window_ranges(id, failed, failed + 1)) {
+    if (reservation_->blocks_in(range.offset, range.len).empty()) return true;
+  }
+  return false;
+}
+
+// Mapping under the slots.
 
 std::vector<Range> Arena::window_ranges(SlotId slot, std::uint64_t from, std::uint64_t to) const {
   const LayoutPlan& plan = options_.plan;
@@ -134,16 +346,6 @@ std::vector<Range> Arena::window_ranges(SlotId slot, std::uint64_t from, std::ui
                            (to - from) * plan.granule});
   }
   return ranges;
-}
-
-void Arena::note_latency(std::chrono::steady_clock::duration elapsed) {
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count();
-  const std::size_t bucket =
-      us < 2 ? 0
-             : std::min<std::size_t>(std::bit_width(static_cast<std::uint64_t>(us)) - 1,
-                                     kLatencyBuckets - 1);
-  std::lock_guard lock(mutex_);
-  ++counters_.commit_latency_us_log2[bucket];
 }
 
 Status Arena::commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
@@ -178,16 +380,18 @@ Status Arena::commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
     note_latency(std::chrono::steady_clock::now() - start);
     std::lock_guard lock(mutex_);
     Slot& s = slots_[slot];
+    SlotEdit edit(*this, s);
     s.dummy_from = std::max(s.dummy_from, to);
     if (s.dummy_from >= s.dummy_to) s.dummy_from = s.dummy_to = 0;
     return committed;
   }
   if (replaces_dummy) {
-    Status restored = map_dummy(slot, dummy_from, dummy_to);
+    Status restored = dummy_->map(*reservation_, window_ranges(slot, dummy_from, dummy_to));
     if (!restored.ok()) {
       // The tail below dummy_to is now a hole: say so, and keep the books true.
       std::lock_guard lock(mutex_);
       counters_.dummy_restore_failures += plan.fragments * (dummy_to - dummy_from);
+      SlotEdit edit(*this, slots_[slot]);
       slots_[slot].dummy_from = dummy_to;
       return committed.with_context(slot_text(slot) +
                                     ": and the dummy tail page could not be "
@@ -218,249 +422,8 @@ bool Arena::has_poison(SlotId slot) const {
   return false;
 }
 
-void Arena::claim(std::unique_lock<std::mutex>& lock, Slot& slot) {
-  changed_.wait(lock, [&] { return !slot.busy; });
-  slot.busy = true;
-}
-
-void Arena::unclaim(SlotId slot) {
-  {
-    std::lock_guard lock(mutex_);
-    slots_[slot].busy = false;
-    slots_[slot].shrinking = false;
-  }
-  changed_.notify_all();
-}
-
-bool Arena::fence_completed(SlotId id) {
-  Fence fence = 0;
-  {
-    std::lock_guard lock(mutex_);
-    fence = slots_[id].fence;
-  }
-  if (fence == 0) return true;
-  Result<bool> done = pool_.driver().fence_done(fence);
-  if (!done.ok() || !*done) return false;  // not yet (or unknown): keep the memory mapped
-  Status destroyed = pool_.driver().destroy_fence(fence);
-  if (!destroyed.ok()) {
-    std::fprintf(stderr, "kvvm: %s\n", destroyed.to_string().c_str());
-  }
-  std::lock_guard lock(mutex_);
-  slots_[id].fence = 0;
-  return true;
-}
-
-std::uint64_t Arena::ahead_target(const Slot& slot) const {
-  const std::uint64_t max_windows = options_.plan.fragment_stride / options_.plan.granule;
-  return std::min(options_.plan.windows_per_fragment(slot.tokens) + options_.commit_ahead_windows,
-                  max_windows);
-}
-
-Result<SlotId> Arena::admit(std::uint64_t tokens) {
-  const LayoutPlan& plan = options_.plan;
-  if (tokens > plan.max_context) {
-    return Status::InvalidArgument("admit of " + std::to_string(tokens) +
-                                   " tokens: beyond the max context of " +
-                                   std::to_string(plan.max_context));
-  }
-  const std::uint64_t needed = plan.windows_per_fragment(tokens);
-  std::unique_lock lock(mutex_);
-  if (capture_depth_ > 0) {
-    return Status::Unavailable("admit of " + std::to_string(tokens) +
-                               " tokens refused during graph capture");
-  }
-  // Best fit among finished slots: the fewest mapped windows that still cover the request,
-  // else the most; a free slot only when no finished one is idle.
-  std::optional<SlotId> chosen;
-  for (SlotId id = 0; id < slots_.size(); ++id) {
-    const Slot& slot = slots_[id];
-    // A sequence's shared (read-only) windows cannot be written by the next one.
-    if (slot.state != SlotState::kFinished || slot.busy || !slot.readonly.empty()) continue;
-    if (!chosen) {
-      chosen = id;
-      continue;
-    }
-    const Slot& best = slots_[*chosen];
-    const bool covers = slot.windows >= needed;
-    const bool best_covers = best.windows >= needed;
-    if ((covers && (!best_covers || slot.windows < best.windows)) ||
-        (!covers && !best_covers && slot.windows > best.windows)) {
-      chosen = id;
-    }
-  }
-  if (!chosen) {
-    for (SlotId id = 0; id < slots_.size() && !chosen; ++id) {
-      if (slots_[id].state == SlotState::kFree && !slots_[id].busy) chosen = id;
-    }
-  }
-  if (!chosen) {
-    // Only finished slots with shared windows are left: empty one.
-    lock.unlock();
-    Result<SlotId> emptied = take_empty_slot("admit of " + std::to_string(tokens) + " tokens");
-    if (!emptied.ok()) return emptied.status();
-    chosen = *emptied;
-    lock.lock();
-  }
-  const SlotId id = *chosen;
-  Slot& slot = slots_[id];
-  const SlotState previous = slot.state;
-  slot.busy = true;
-  const std::uint64_t have = slot.windows;
-  lock.unlock();
-
-  if (have < needed) {
-    Status committed = commit_windows(id, have, needed, options_.budget_wait);
-    if (!committed.ok()) {
-      const bool poisoned = has_poison(id);
-      lock.lock();
-      if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
-      if (poisoned) slots_[id].state = SlotState::kQuarantined;
-      slots_[id].busy = false;
-      lock.unlock();
-      changed_.notify_all();
-      return committed.with_context("admit of " + std::to_string(tokens) + " tokens into " +
-                                    slot_text(id));
-    }
-  }
-  // A reused slot keeps its old fence until its next finish (or reclaim) destroys it: admission
-  // into mapped windows makes no driver call at all.
-  if (padded_windows() > 0) {
-    Status covered = cover_tail(id, std::max(have, needed));
-    if (!covered.ok()) {
-      lock.lock();
-      slots_[id].windows = std::max(have, needed);
-      if (previous != SlotState::kFinished) slots_[id].state = SlotState::kFinished;
-      slots_[id].busy = false;
-      ++counters_.refusals;
-      lock.unlock();
-      changed_.notify_all();
-      return covered.with_context("admit into " + slot_text(id) + ": mapping the dummy tail page");
-    }
-  }
-  lock.lock();
-  slot.windows = std::max(have, needed);
-  slot.state = SlotState::kActive;
-  slot.tokens = tokens;
-  slot.last_used = ++tick_;
-  slot.ahead_stalled = false;
-  slot.occupancy = ++occupancies_;
-  slot.busy = false;
-  ++counters_.admissions;
-  if (previous == SlotState::kFinished) ++counters_.reused_admissions;
-  lock.unlock();
-  changed_.notify_all();
-  return id;
-}
-
-Status Arena::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
-  const LayoutPlan& plan = options_.plan;
-  if (id >= slots_.size()) {
-    return Status::InvalidArgument("ensure of " + slot_text(id) + ": the arena has " +
-                                   std::to_string(slots_.size()) + " slots");
-  }
-  if (tokens > plan.max_context) {
-    return Status::InvalidArgument("ensure of " + slot_text(id) + " to " + std::to_string(tokens) +
-                                   " tokens: beyond the max context of " +
-                                   std::to_string(plan.max_context));
-  }
-  const std::uint64_t needed = plan.windows_per_fragment(tokens);
-  std::unique_lock lock(mutex_);
-  Slot& slot = slots_[id];
-  if (slot.state != SlotState::kActive) {
-    return Status::FailedPrecondition("ensure of " + slot_text(id) + ": no active sequence there");
-  }
-  ++counters_.ensures;
-  // The decode path: already mapped, no driver call. Not while a reclaim holds the slot (it
-  // may be unmapping the very windows this length needs); a commit in flight (the worker's)
-  // only adds windows, so the decode path need not wait for it.
-  // Writing the new tokens must not land in a read-only (shared) window: those go the slow way.
-  const bool writes_shared =
-      !slot.readonly.empty() && !readonly_written(slot, slot.tokens, tokens).empty();
-  if (!slot.shrinking && slot.windows >= needed && !writes_shared) {
-    slot.tokens = tokens;
-    slot.last_used = ++tick_;
-    slot.ahead_stalled = false;
-    // Wake the worker only when this growth gave it something to do.
-    const bool wake = options_.commit_ahead_windows > 0 && slot.windows < ahead_target(slot);
-    lock.unlock();
-    if (wake) changed_.notify_all();
-    return Status::Ok();
-  }
-  claim(lock, slot);
-  if (slot.state != SlotState::kActive) {  // changed (quarantined) while we waited
-    lock.unlock();
-    unclaim(id);
-    return Status::FailedPrecondition("ensure of " + slot_text(id) +
-                                      ": the slot was quarantined while this call waited for it");
-  }
-  const std::vector<std::uint64_t> shared = readonly_written(slot, slot.tokens, tokens);
-  const std::uint64_t missing = needed > slot.windows ? needed - slot.windows : 0;
-  if (missing == 0 && shared.empty()) {  // mapped meanwhile (by the worker): as the fast path
-    slot.tokens = tokens;
-    slot.last_used = ++tick_;
-    slot.ahead_stalled = false;
-    lock.unlock();
-    unclaim(id);
-    return Status::Ok();
-  }
-  if (capture_depth_ > 0) {
-    lock.unlock();
-    unclaim(id);
-    return Status::Unavailable("ensure of " + slot_text(id) + " to " + std::to_string(tokens) +
-                               " tokens needs " + std::to_string(missing) +
-                               " more window(s) per fragment and " + std::to_string(shared.size()) +
-                               " shared window(s) copied: refused during graph capture");
-  }
-  ++counters_.ensures_committing;
-  const std::uint64_t have = slot.windows;
-  lock.unlock();
-  // Copy-on-write first (the windows below the live end), then growth.
-  Status committed = Status::Ok();
-  std::vector<std::uint64_t> made_writable;
-  for (std::uint64_t w : shared) {
-    committed = make_writable(id, w, stream);
-    if (!committed.ok()) break;
-    made_writable.push_back(w);
-  }
-  if (committed.ok() && missing > 0) {
-    committed = commit_windows(id, have, needed, options_.budget_wait);
-  }
-  // A failed remap may have left a window unmapped: the slot can no longer be trusted.
-  bool broken = !committed.ok() && has_poison(id);
-  if (!committed.ok() && !broken && made_writable.size() < shared.size()) {
-    for (const Range& range :
-         window_ranges(id, shared[made_writable.size()], shared[made_writable.size()] + 1)) {
-      broken = broken || reservation_->blocks_in(range.offset, range.len).empty();
-    }
-  }
-  lock.lock();
-  for (std::uint64_t w : made_writable) slot.readonly[w] = false;
-  while (!slot.readonly.empty() && !slot.readonly.back()) slot.readonly.pop_back();
-  if (committed.ok()) {
-    slot.windows = std::max(have, needed);
-    slot.tokens = tokens;
-    slot.last_used = ++tick_;
-    slot.ahead_stalled = false;
-  } else {
-    if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
-    if (broken) slot.state = SlotState::kQuarantined;
-  }
-  slot.busy = false;
-  lock.unlock();
-  changed_.notify_all();
-  if (!made_writable.empty())
-    drop_sources(id, made_writable.front() * options_.plan.granule /
-                         options_.plan.contiguous_bytes_per_token);
-  return committed.ok() ? committed
-                        : committed.with_context("ensure of " + slot_text(id) + " to " +
-                                                 std::to_string(tokens) + " tokens");
-}
-
 Status Arena::finish(SlotId id, Stream stream) {
-  if (id >= slots_.size()) {
-    return Status::InvalidArgument("finish of " + slot_text(id) + ": the arena has " +
-                                   std::to_string(slots_.size()) + " slots");
-  }
+  KVVM_RETURN_IF_ERROR(check_slot("finish", id));
   std::unique_lock lock(mutex_);
   Slot& slot = slots_[id];
   if (slot.state != SlotState::kActive) {
@@ -469,30 +432,23 @@ Status Arena::finish(SlotId id, Stream stream) {
   if (capture_depth_ > 0) {
     return Status::Unavailable("finish of " + slot_text(id) + " refused during graph capture");
   }
-  claim(lock, slot);
+  SlotClaim claim = SlotClaim::take(*this, id, lock);
   if (slot.state != SlotState::kActive) {  // changed (quarantined) while we waited
-    lock.unlock();
-    unclaim(id);
     return Status::FailedPrecondition("finish of " + slot_text(id) +
                                       ": the slot was quarantined while this call waited for it");
   }
   const Fence old = slot.fence;
   lock.unlock();
   Result<Fence> fence = pool_.driver().record_fence(stream);
-  if (!fence.ok()) {
-    unclaim(id);
-    return fence.status().with_context("finish of " + slot_text(id));
-  }
+  if (!fence.ok()) return fence.status().with_context("finish of " + slot_text(id));
   if (old != 0) (void)pool_.driver().destroy_fence(old);
   drop_sources(id, 0);
   lock.lock();
+  SlotEdit edit(*this, slot);
   slot.fence = *fence;
   slot.state = SlotState::kFinished;
   slot.tokens = 0;
   slot.last_used = ++tick_;
-  slot.busy = false;
-  lock.unlock();
-  changed_.notify_all();
   return Status::Ok();
 }
 
@@ -516,8 +472,8 @@ Arena::CaptureGuard::~CaptureGuard() {
 }
 
 std::vector<const Reservation*> Arena::reservations() const {
-  std::vector<const Reservation*> list{reservation_.get(), scratch_.get()};
-  if (dummy_home_) list.push_back(dummy_home_.get());
+  std::vector<const Reservation*> list{reservation_.get(), &cow_->scratch()};
+  if (dummy_) list.push_back(&dummy_->home());
   return list;
 }
 
@@ -529,120 +485,5 @@ std::uint64_t Arena::tokens(SlotId slot) const {
   std::lock_guard lock(mutex_);
   return slot < slots_.size() ? slots_[slot].tokens : 0;
 }
-
-ArenaStats Arena::stats() const {
-  const LayoutPlan& plan = options_.plan;
-  const std::uint64_t window_bytes = plan.fragments * plan.granule;
-  // Each handle mapped under the slots once (the dummy page is billed on its own line).
-  std::uint64_t physical = 0;
-  {
-    std::vector<Block> blocks = reservation_->blocks();
-    std::sort(blocks.begin(), blocks.end(),
-              [](const Block& a, const Block& b) { return a.handle < b.handle; });
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      if (blocks[i].handle == dummy_.handle && dummy_.handle != kNoHandle) continue;
-      if (i > 0 && blocks[i].handle == blocks[i - 1].handle) continue;
-      physical += blocks[i].bytes;
-    }
-  }
-  std::lock_guard lock(mutex_);
-  ArenaStats stats = counters_;
-  std::uint64_t active_committed = 0;
-  for (const Slot& slot : slots_) {
-    stats.committed_bytes += slot.windows * window_bytes;
-    switch (slot.state) {
-      case SlotState::kActive:
-        ++stats.active_slots;
-        stats.live_bytes += slot.tokens * plan.bytes_per_token;
-        active_committed += slot.windows * window_bytes;
-        break;
-      case SlotState::kFinished:
-        ++stats.finished_slots;
-        stats.reclaimable_bytes += slot.windows * window_bytes;
-        break;
-      case SlotState::kQuarantined:
-        ++stats.quarantined_slots;
-        break;
-      case SlotState::kFree:
-        break;
-    }
-  }
-  stats.waste_ratio = stats.live_bytes == 0
-                          ? 0.0
-                          : static_cast<double>(active_committed - stats.live_bytes) /
-                                static_cast<double>(stats.live_bytes);
-  stats.driver_calls = pool_.driver().counts();
-  for (const Slot& slot : slots_) {
-    if (slot.state != SlotState::kActive) continue;
-    stats.readonly_windows +=
-        plan.fragments *
-        static_cast<std::uint64_t>(std::count(slot.readonly.begin(), slot.readonly.end(), true));
-  }
-  stats.dummy_bytes = dummy_.handle == kNoHandle ? 0 : plan.granule;
-  stats.physical_bytes = physical;
-  stats.shared_saved_bytes =
-      stats.committed_bytes > physical ? stats.committed_bytes - physical : 0;
-  for (const Slot& slot : slots_) {
-    stats.dummy_windows += plan.fragments * (slot.dummy_to - slot.dummy_from);
-  }
-  return stats;
-}
-
-void Arena::wait_until_idle() {
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] {
-    if (options_.commit_ahead_windows == 0 || capture_depth_ > 0) return true;
-    return std::none_of(slots_.begin(), slots_.end(), [&](const Slot& s) {
-      return s.busy ||
-             (s.state == SlotState::kActive && !s.ahead_stalled && s.windows < ahead_target(s));
-    });
-  });
-}
-
-void Arena::worker_loop() {
-  std::unique_lock lock(mutex_);
-  while (true) {
-    std::optional<SlotId> next;
-    changed_.wait(lock, [&] {
-      if (stopping_) return true;
-      if (capture_depth_ > 0) return false;  // wait until capture ends
-      for (SlotId id = 0; id < slots_.size(); ++id) {
-        const Slot& s = slots_[id];
-        if (s.state == SlotState::kActive && !s.busy && !s.ahead_stalled &&
-            s.windows < ahead_target(s)) {
-          next = id;
-          return true;
-        }
-      }
-      return false;
-    });
-    if (stopping_) return;
-    Slot& slot = slots_[*next];
-    slot.busy = true;
-    const std::uint64_t from = slot.windows;
-    const std::uint64_t to = ahead_target(slot);
-    lock.unlock();
-    // Never wait for budget: commit-ahead is a convenience, not a claim on memory.
-    committing_ahead_ = true;
-    Status committed = commit_windows(*next, from, to, std::chrono::milliseconds(0));
-    committing_ahead_ = false;
-    const bool poisoned = !committed.ok() && has_poison(*next);
-    lock.lock();
-    if (committed.ok()) {
-      slot.windows = to;
-      ++counters_.ahead_commits;
-    } else {
-      slot.ahead_stalled = true;  // retried when the sequence grows again
-      if (poisoned) slot.state = SlotState::kQuarantined;
-    }
-    slot.busy = false;
-    changed_.notify_all();
-  }
-}
-
-// Set while the commit-ahead worker commits: its grant must not evict anything (commit-ahead
-// is a convenience, not a claim on memory), or two sequences' leads would evict each other
-// forever when the budget holds only one.
-thread_local bool Arena::committing_ahead_ = false;
 
 }  // namespace kvvm

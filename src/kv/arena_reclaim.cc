@@ -2,14 +2,17 @@
 // pressure asks for them back, and then only once the fence recorded at finish completed, so no
 // kernel can still read what is unmapped.
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
+#include "kv/commit_ahead.h"
+#include "kv/slot_claim.h"
 #include "kvvm/arena.h"
 
 namespace kvvm {
 
 std::uint64_t Arena::reclaim(std::uint64_t bytes) {
-  if (committing_ahead_) return 0;
+  if (CommitAhead::running_here()) return 0;
   const LayoutPlan& plan = options_.plan;
   struct Candidate {
     SlotId id;
@@ -65,11 +68,9 @@ std::uint64_t Arena::unmap_slot(SlotId id) {
   if (to <= from) return 0;
   slot.busy = true;
   slot.shrinking = true;
+  SlotClaim claim = SlotClaim::adopt(*this, id, lock);
   lock.unlock();
-  if (finished_slot && !fence_completed(id)) {  // a kernel may still read it
-    unclaim(id);
-    return 0;
-  }
+  if (finished_slot && !fence_completed(id)) return 0;  // a kernel may still read it
   Status released = release_windows(id, from, to);
   const bool poisoned = !released.ok() && has_poison(id);
   if (released.ok() && !finished_slot && padded_windows() > 0) {
@@ -82,6 +83,7 @@ std::uint64_t Arena::unmap_slot(SlotId id) {
   }
   const std::uint64_t unmapped = released.ok() ? plan.fragments * (to - from) * plan.granule : 0;
   lock.lock();
+  SlotEdit edit(*this, slot);
   if (released.ok()) {
     slot.windows = from;
     if (slot.readonly.size() > from) slot.readonly.resize(from);
@@ -91,11 +93,25 @@ std::uint64_t Arena::unmap_slot(SlotId id) {
     slot.state = SlotState::kQuarantined;
   }
   counters_.reclaimed_bytes += unmapped;
-  slot.busy = false;
-  slot.shrinking = false;
-  lock.unlock();
-  changed_.notify_all();
   return unmapped;
+}
+
+bool Arena::fence_completed(SlotId id) {
+  Fence fence = 0;
+  {
+    std::lock_guard lock(mutex_);
+    fence = slots_[id].fence;
+  }
+  if (fence == 0) return true;
+  Result<bool> done = pool_.driver().fence_done(fence);
+  if (!done.ok() || !*done) return false;  // not yet (or unknown): keep the memory mapped
+  Status destroyed = pool_.driver().destroy_fence(fence);
+  if (!destroyed.ok()) {
+    std::fprintf(stderr, "kvvm: %s\n", destroyed.to_string().c_str());
+  }
+  std::lock_guard lock(mutex_);
+  slots_[id].fence = 0;
+  return true;
 }
 
 Status Arena::release(SlotId slot, Stream stream) {

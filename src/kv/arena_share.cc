@@ -7,20 +7,21 @@
 // window index of every fragment, so a window index is the unit of sharing and of
 // copy-on-write across all fragments.
 //
-// Why copy through a scratch window: the fresh handle must receive the old bytes before it
-// replaces the old mapping at the slot's address, and the old mapping is the only address the
-// arena can be sure of (other sharers may leave at any time). So the fresh handle is mapped at
-// the slot's scratch window, the copy runs on the caller's stream, a fence is waited for, and
-// then Reservation::replace swaps the mappings in one step with its own rollback.
+// Copy-on-write of one granule (in place, or through a scratch window) is CopyOnWrite's; this
+// file decides which windows need it and keeps the slots' read-only flags.
 #include <algorithm>
+#include <optional>
 #include <string>
 
+#include "kv/arena_detail.h"
+#include "kv/copy_on_write.h"
+#include "kv/slot_claim.h"
 #include "kvvm/arena.h"
 
 namespace kvvm {
 namespace {
 
-std::string slot_text(SlotId slot) { return "slot " + std::to_string(slot); }
+using detail::slot_text;
 
 }  // namespace
 
@@ -92,10 +93,7 @@ void Arena::drop_sources(SlotId slot, std::uint64_t keep_below) {
 }
 
 Status Arena::rewind(SlotId id, std::uint64_t tokens) {
-  if (id >= slots_.size()) {
-    return Status::InvalidArgument("rewind of " + slot_text(id) + ": the arena has " +
-                                   std::to_string(slots_.size()) + " slots");
-  }
+  KVVM_RETURN_IF_ERROR(check_slot("rewind", id));
   {
     std::lock_guard lock(mutex_);
     Slot& slot = slots_[id];
@@ -108,6 +106,7 @@ Status Arena::rewind(SlotId id, std::uint64_t tokens) {
                                      std::to_string(tokens) + " tokens: it holds only " +
                                      std::to_string(slot.tokens));
     }
+    SlotEdit edit(*this, slot);
     slot.tokens = tokens;
     slot.last_used = ++tick_;
   }
@@ -118,10 +117,7 @@ Status Arena::rewind(SlotId id, std::uint64_t tokens) {
 }
 
 Result<std::shared_ptr<SharedPrefix>> Arena::publish(SlotId id, std::uint64_t prefix_tokens) {
-  if (id >= slots_.size()) {
-    return Status::InvalidArgument("publish of " + slot_text(id) + ": the arena has " +
-                                   std::to_string(slots_.size()) + " slots");
-  }
+  KVVM_RETURN_IF_ERROR(check_slot("publish", id));
   const PrefixShareability share = prefix_shareability(options_.plan, prefix_tokens);
   if (prefix_tokens > 0 && prefix_tokens <= options_.plan.max_context && !share.shareable) {
     return Status::FailedPrecondition("publish of " + std::to_string(prefix_tokens) +
@@ -147,10 +143,8 @@ Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t fro
                                    " window(s) per fragment are committed");
   }
   if (capture_depth_ > 0) return Status::Unavailable(what + " refused during graph capture");
-  claim(lock, slot);
+  SlotClaim claim = SlotClaim::take(*this, id, lock);
   if (slot.state != SlotState::kActive) {
-    lock.unlock();
-    unclaim(id);
     return Status::FailedPrecondition(what + ": the slot was quarantined meanwhile");
   }
   std::vector<std::uint64_t> turned;
@@ -179,15 +173,12 @@ Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t fro
   }
   if (!made.ok()) {
     restore_writable(id, turned);
-    unclaim(id);
     return made.with_context(what);
   }
   lock.lock();
+  SlotEdit edit(*this, slot);
   if (slot.readonly.size() < to) slot.readonly.resize(to, false);
   for (std::uint64_t w = from; w < to; ++w) slot.readonly[w] = true;
-  slot.busy = false;
-  lock.unlock();
-  changed_.notify_all();
   if (newly != nullptr) *newly = std::move(turned);
   return handles;
 }
@@ -242,6 +233,7 @@ void Arena::restore_writable(SlotId id, const std::vector<std::uint64_t>& window
   }
   std::lock_guard lock(mutex_);
   Slot& slot = slots_[id];
+  SlotEdit edit(*this, slot);
   for (std::uint64_t w : windows) {
     bool readonly = false;
     for (const Range& range : window_ranges(id, w, w + 1)) {
@@ -319,45 +311,13 @@ Status Arena::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_
     if (needed > k) (void)release_windows(id, k, needed);
     unmap_shared();
   };
-  // 3. The boundary: the prefix's bytes in window k of each fragment, from a sequence that
-  //    holds them intact, on the caller's stream; waited for, because the source may leave
-  //    as soon as this returns.
-  const std::uint64_t boundary = info.boundary_bytes / plan.fragments;
-  if (boundary > 0) {
-    std::optional<SharedPrefix::Source> source;
-    for (const SharedPrefix::Source& candidate : prefix.sources()) {
-      if (candidate.arena->source_valid(candidate.slot, candidate.occupancy)) {
-        source = candidate;
-        break;
-      }
-    }
-    if (!source) {
-      undo_all();
-      return Status::FailedPrecondition(
-          "no sequence holds the prefix's boundary bytes any more (every user finished or "
-          "rewound below " +
-          std::to_string(info.tokens) + " tokens)");
-    }
-    const Address from = source->arena->slot_base(source->slot);
-    const Address to = slot_base(id);
-    for (std::uint64_t f = 0; f < plan.fragments && status.ok(); ++f) {
-      const std::uint64_t at = f * plan.fragment_stride + k * plan.granule;
-      status = pool_.driver().copy(to + at, from + at, boundary, stream);
-    }
-    if (status.ok()) {
-      Result<Fence> fence = pool_.driver().record_fence(stream);
-      status = fence.status();
-      if (fence.ok()) {
-        status = pool_.driver().wait_fence(*fence);
-        (void)pool_.driver().destroy_fence(*fence);
-      }
-    }
+  // 3. The boundary: the prefix's bytes in window k of each fragment.
+  if (info.boundary_bytes > 0) {
+    status = copy_boundary(id, prefix, stream);
     if (!status.ok()) {
       undo_all();
-      return status.with_context("copying the prefix's boundary bytes");
+      return status;
     }
-    std::lock_guard lock(mutex_);
-    counters_.boundary_copy_bytes += info.boundary_bytes;
   }
   // 4. The padded tail, as for any admission.
   if (padded_windows() > 0) {
@@ -367,6 +327,47 @@ Status Arena::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_
       return status.with_context("mapping the dummy tail page");
     }
   }
+  return Status::Ok();
+}
+
+Status Arena::copy_boundary(SlotId id, const SharedPrefix& prefix, Stream stream) {
+  // From a sequence that holds the bytes intact, on the caller's stream; waited for, because
+  // the source may leave as soon as this returns.
+  const LayoutPlan& plan = options_.plan;
+  const SharedPrefixInfo& info = prefix.info();
+  const std::uint64_t k = info.windows_per_fragment;
+  const std::uint64_t boundary = info.boundary_bytes / plan.fragments;
+  std::optional<SharedPrefix::Source> source;
+  for (const SharedPrefix::Source& candidate : prefix.sources()) {
+    if (candidate.arena->source_valid(candidate.slot, candidate.occupancy)) {
+      source = candidate;
+      break;
+    }
+  }
+  if (!source) {
+    return Status::FailedPrecondition(
+        "no sequence holds the prefix's boundary bytes any more (every user finished or "
+        "rewound below " +
+        std::to_string(info.tokens) + " tokens)");
+  }
+  const Address from = source->arena->slot_base(source->slot);
+  const Address to = slot_base(id);
+  Status status = Status::Ok();
+  for (std::uint64_t f = 0; f < plan.fragments && status.ok(); ++f) {
+    const std::uint64_t at = f * plan.fragment_stride + k * plan.granule;
+    status = pool_.driver().copy(to + at, from + at, boundary, stream);
+  }
+  if (status.ok()) {
+    Result<Fence> fence = pool_.driver().record_fence(stream);
+    status = fence.status();
+    if (fence.ok()) {
+      status = pool_.driver().wait_fence(*fence);
+      (void)pool_.driver().destroy_fence(*fence);
+    }
+  }
+  if (!status.ok()) return status.with_context("copying the prefix's boundary bytes");
+  std::lock_guard lock(mutex_);
+  counters_.boundary_copy_bytes += info.boundary_bytes;
   return Status::Ok();
 }
 
@@ -390,41 +391,31 @@ Result<SlotId> Arena::admit_shared(const SharedPrefix& prefix, std::uint64_t tok
   Result<SlotId> taken = take_empty_slot(what);
   if (!taken.ok()) return taken.status();
   const SlotId id = *taken;
+  std::unique_lock lock(mutex_, std::defer_lock);
+  SlotClaim claim = SlotClaim::adopt(*this, id, lock);
   Status installed = install_prefix(id, prefix, tokens, stream);
   const bool poisoned = !installed.ok() && has_poison(id);
-  std::unique_lock lock(mutex_);
+  lock.lock();
   Slot& slot = slots_[id];
+  SlotEdit edit(*this, slot);
   if (!installed.ok()) {
     if (installed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
     if (poisoned) slot.state = SlotState::kQuarantined;
-    slot.busy = false;
-    lock.unlock();
-    changed_.notify_all();
     return installed.with_context(what + " into " + slot_text(id));
   }
   const std::uint64_t k = prefix.info().windows_per_fragment;
   slot.windows = std::max(k, plan.windows_per_fragment(tokens));
-  slot.state = SlotState::kActive;
-  slot.tokens = tokens;
-  slot.last_used = ++tick_;
-  slot.ahead_stalled = false;
-  slot.occupancy = ++occupancies_;
+  start_sequence(slot, tokens);
   slot.readonly.assign(k, true);
   slot.sourcing.push_back(prefix.weak_from_this());
   prefix.add_source({this, id, slot.occupancy});
   ++counters_.admissions;
   ++counters_.shared_admissions;
-  slot.busy = false;
-  lock.unlock();
-  changed_.notify_all();
   return id;
 }
 
 Result<SlotId> Arena::fork(SlotId parent, std::uint64_t position, Stream stream) {
-  if (parent >= slots_.size()) {
-    return Status::InvalidArgument("fork of " + slot_text(parent) + ": the arena has " +
-                                   std::to_string(slots_.size()) + " slots");
-  }
+  KVVM_RETURN_IF_ERROR(check_slot("fork", parent));
   const std::string what =
       "fork of " + slot_text(parent) + " at position " + std::to_string(position);
   std::vector<std::uint64_t> turned;
@@ -446,73 +437,14 @@ Result<SlotId> Arena::fork(SlotId parent, std::uint64_t position, Stream stream)
 
 Status Arena::make_writable(SlotId id, std::uint64_t window, Stream stream) {
   for (const Range& range : window_ranges(id, window, window + 1)) {
-    const auto blocks = reservation_->blocks_in(range.offset, range.len);
-    if (blocks.size() != 1 || blocks.front().poisoned) {
-      return Status::FailedPrecondition(slot_text(id) + ": window " + std::to_string(window) +
-                                        " at offset " + std::to_string(range.offset) +
-                                        " is not one healthy mapping");
-    }
-    const Block& block = blocks.front();
-    if (block.access == Access::kReadWrite) continue;  // done by an earlier, partial call
-    Result<HandleInfo> info = pool_.describe(block.handle);
-    if (!info.ok()) return info.status();
-    if (info->mappings <= 1 && info->holds == 0 && info->state == HandleState::kInUse) {
-      // No one else maps it: write in place. References to its current content go stale.
-      pool_.reissue(block.handle);
-      KVVM_RETURN_IF_ERROR(reservation_->set_access(range.offset, range.len, Access::kReadWrite));
-      std::lock_guard lock(mutex_);
-      ++counters_.cow_in_place;
-      continue;
-    }
-    KVVM_RETURN_IF_ERROR(copy_on_write(id, range.offset, stream));
+    Result<CopyOnWrite::Outcome> made =
+        cow_->make_writable(*reservation_, range.offset, id, stream);
+    if (!made.ok())
+      return made.status().with_context(slot_text(id) + ": window " + std::to_string(window));
+    std::lock_guard lock(mutex_);
+    if (*made == CopyOnWrite::Outcome::kInPlace) ++counters_.cow_in_place;
+    if (*made == CopyOnWrite::Outcome::kCopied) ++counters_.cow_copies;
   }
-  return Status::Ok();
-}
-
-Status Arena::copy_on_write(SlotId id, std::size_t offset, Stream stream) {
-  const std::uint64_t granule = options_.plan.granule;
-  const std::string what =
-      "copy-on-write of " + slot_text(id) + " at offset " + std::to_string(offset);
-  Result<Grant> grant = governor_.prepare(options_.tier, granule, options_.budget_wait);
-  if (!grant.ok()) return grant.status().with_context(what);
-  bool created = false;
-  Result<Handle> fresh = pool_.checkout(granule, &*grant, &created);
-  grant->commit_charged();
-  if (!fresh.ok()) return fresh.status().with_context(what);
-  const Disposition on_failure = created ? Disposition::kRelease : Disposition::kKeep;
-  // A hold: the fresh handle stays checked out while its scratch mapping comes and goes; it is
-  // dropped at the end, when on failure it was the last reference and the handle goes back as
-  // the transaction found it (released if this call created it).
-  pool_.hold(*fresh);
-  Result<HandleInfo> info = pool_.describe(*fresh);
-  const std::size_t scratch = id * granule;
-  Status status =
-      info.ok() ? scratch_->map_shared(scratch, *info, Access::kReadWrite) : info.status();
-  const bool scratch_mapped = status.ok();
-  Driver& driver = pool_.driver();
-  if (status.ok()) {
-    status =
-        driver.copy(scratch_->base() + scratch, reservation_->base() + offset, granule, stream);
-  }
-  if (status.ok()) {
-    Result<Fence> fence = driver.record_fence(stream);
-    status = fence.status();
-    if (fence.ok()) {
-      status = driver.wait_fence(*fence);
-      (void)driver.destroy_fence(*fence);
-    }
-  }
-  if (status.ok()) status = reservation_->replace(offset, *fresh, Access::kReadWrite);
-  Status unscratched = scratch_mapped ? scratch_->release(scratch, granule) : Status::Ok();
-  pool_.unhold(*fresh, status.ok() ? Disposition::kKeep : on_failure);
-  if (!status.ok()) return status.with_context(what);
-  if (!unscratched.ok()) {
-    // The window was copied and remapped, but the scratch mapping is stuck (poisoned, its
-    // handle quarantined and still charged): say so; the slot's window is writable.
-    return unscratched.with_context(what + ": copied, but the scratch window stays mapped");
-  }
-  std::lock_guard lock(mutex_);
-  ++counters_.cow_copies;
   return Status::Ok();
 }
 

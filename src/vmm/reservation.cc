@@ -192,7 +192,33 @@ void Reservation::poison(Block block) {
   block.poisoned = true;
   pool_.quarantine(block.handle, "unmap at offset " + std::to_string(block.offset) + " failed");
   std::lock_guard lock(mutex_);
-  blocks_[block.offset] = block;
+  put_block(block);
+}
+
+void Reservation::put_block(const Block& block) {
+  if (blocks_.count(block.offset) != 0) erase_block(block.offset);
+  blocks_.emplace(block.offset, block);
+  mapped_bytes_ += block.bytes;
+  if (block.poisoned) residual_bytes_ += block.bytes;
+  HandleUse& use = handle_use_[block.handle];
+  if (use.blocks++ == 0) {
+    use.bytes = block.bytes;
+    distinct_bytes_ += use.bytes;
+  }
+}
+
+void Reservation::erase_block(std::size_t offset) {
+  auto it = blocks_.find(offset);
+  if (it == blocks_.end()) return;
+  const Block& block = it->second;
+  mapped_bytes_ -= block.bytes;
+  if (block.poisoned) residual_bytes_ -= block.bytes;
+  auto use = handle_use_.find(block.handle);
+  if (--use->second.blocks == 0) {
+    distinct_bytes_ -= use->second.bytes;
+    handle_use_.erase(use);
+  }
+  blocks_.erase(it);
 }
 
 std::string Reservation::roll_back(const std::vector<Block>& mapped,
@@ -305,7 +331,7 @@ Status Reservation::commit_ranges(const std::vector<Range>& ranges, Grant* grant
     std::lock_guard lock(mutex_);
     for (Block& block : mapped) {
       block.access = options.access;
-      blocks_.emplace(block.offset, block);
+      put_block(block);
     }
     for (const Range& range : ranges) pending_.erase(range.offset);
     return Status::Ok();
@@ -334,7 +360,7 @@ std::string Reservation::unmap_covered(std::size_t offset, std::size_t len,
   }
   const auto forget = [&](const Block& block) {
     std::lock_guard lock(mutex_);
-    blocks_.erase(block.offset);
+    erase_block(block.offset);
   };
   if (driver_.unmap(base_ + offset, len).ok()) {
     for (const Block& block : blocks) {
@@ -419,7 +445,7 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
   if (access_set.ok()) {
     block.access = access;
     std::lock_guard lock(mutex_);
-    blocks_.emplace(offset, block);
+    put_block(block);
     pending_.erase(offset);
     return Status::Ok();
   }
@@ -487,7 +513,7 @@ Status Reservation::replace(std::size_t offset, Handle fresh, Access access) {
     pool_.note_mapped(fresh);
     pool_.note_unmapped(old.handle);
     std::lock_guard lock(mutex_);
-    blocks_[offset] = Block{offset, old.bytes, fresh, 0, access, false, false};
+    put_block(Block{offset, old.bytes, fresh, 0, access, false, false});
     pending_.erase(offset);
     return Status::Ok();
   }
@@ -517,7 +543,7 @@ Status Reservation::replace(std::size_t offset, Handle fresh, Access access) {
   pool_.note_unmapped(old.handle);
   {
     std::lock_guard lock(mutex_);
-    blocks_.erase(offset);
+    erase_block(offset);
     pending_.erase(offset);
   }
   return failure.with_context(what + "; mapping the old handle back failed too (" +
@@ -551,16 +577,24 @@ const Block* Reservation::block_at(std::size_t offset) const {
 
 std::uint64_t Reservation::mapped_bytes() const {
   std::lock_guard lock(mutex_);
-  std::uint64_t bytes = 0;
-  for (const auto& [offset, block] : blocks_) bytes += block.bytes;
-  return bytes;
+  return mapped_bytes_;
 }
 
 std::uint64_t Reservation::residual_bytes() const {
   std::lock_guard lock(mutex_);
-  std::uint64_t bytes = 0;
-  for (const auto& [offset, block] : blocks_) bytes += block.poisoned ? block.bytes : 0;
-  return bytes;
+  return residual_bytes_;
+}
+
+std::uint64_t Reservation::distinct_handle_bytes(Handle excluded) const {
+  std::lock_guard lock(mutex_);
+  auto it = excluded == kNoHandle ? handle_use_.end() : handle_use_.find(excluded);
+  return distinct_bytes_ - (it == handle_use_.end() ? 0 : it->second.bytes);
+}
+
+std::uint64_t Reservation::mappings_of(Handle handle) const {
+  std::lock_guard lock(mutex_);
+  auto it = handle_use_.find(handle);
+  return it == handle_use_.end() ? 0 : it->second.blocks;
 }
 
 }  // namespace kvvm
