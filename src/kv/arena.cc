@@ -20,6 +20,7 @@
 #include "kv/copy_on_write.h"
 #include "kv/dummy_tail.h"
 #include "kv/slot_claim.h"
+#include "kvvm/log.h"
 
 namespace kvvm {
 namespace {
@@ -101,7 +102,7 @@ Arena::~Arena() {
     if (slot.fence != 0) {
       Status destroyed = pool_.driver().destroy_fence(slot.fence);
       if (!destroyed.ok()) {
-        std::fprintf(stderr, "kvvm: arena teardown: %s\n", destroyed.to_string().c_str());
+        log(LogLevel::kWarning, "arena teardown: " + destroyed.to_string());
       }
       slot.fence = 0;
     }

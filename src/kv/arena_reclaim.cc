@@ -8,6 +8,7 @@
 #include "kv/commit_ahead.h"
 #include "kv/slot_claim.h"
 #include "kvvm/arena.h"
+#include "kvvm/log.h"
 
 namespace kvvm {
 
@@ -107,7 +108,7 @@ bool Arena::fence_completed(SlotId id) {
   if (!done.ok() || !*done) return false;  // not yet (or unknown): keep the memory mapped
   Status destroyed = pool_.driver().destroy_fence(fence);
   if (!destroyed.ok()) {
-    std::fprintf(stderr, "kvvm: %s\n", destroyed.to_string().c_str());
+    log(LogLevel::kWarning, "reclaim: " + destroyed.to_string());
   }
   std::lock_guard lock(mutex_);
   slots_[id].fence = 0;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/format.h"
+#include "kvvm/bytes.h"
 
 namespace kvvm {
 
