@@ -290,8 +290,9 @@ TEST(CliSimulateOptions, WhichSystemsRun) {
   const Names all{"kvvm", "kvvm+cache", "paged-16+cache", "paged-16", "preallocate"};
   EXPECT_EQ(simulated_systems(parse("--prefix-cache on")), all);
   EXPECT_EQ(simulated_systems(parse("--conversations 10")), all);
-  // A JSONL trace replays open loop: kvvm+cache only when asked for.
-  EXPECT_EQ(simulated_systems(parse("--conversations 10 --trace t.jsonl")),
+  // A JSONL trace replays open loop: kvvm+cache only when asked for (and a trace excludes
+  // --conversations).
+  EXPECT_EQ(simulated_systems(parse("--trace t.jsonl")),
             (Names{"kvvm", "paged-16+cache", "paged-16", "preallocate"}));
   EXPECT_EQ(simulated_systems(parse("--conversations 10 --prefix-cache off")),
             (Names{"kvvm", "paged-16", "preallocate"}));

@@ -38,8 +38,6 @@ constexpr std::size_t kMaxErrorLines = 20;
 // (with its token ids when a prefix cache runs) and every system records a sample per step.
 constexpr std::uint64_t kMaxSimulatedRequests = 1'000'000;
 constexpr std::uint64_t kMaxArrivalSteps = 10'000'000;
-constexpr std::uint64_t kMaxTenants = 65'536;
-constexpr std::uint64_t kMaxTurns = 10'000;
 constexpr double kMaxRate = 1e6;                 // requests per second
 constexpr double kMaxSeconds = 365.0 * 86400.0;  // --duration, --think-s, --max-queue-wait
 constexpr double kMaxStepMs = 3'600'000;         // an hour per decode step
@@ -355,7 +353,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
       sim->add_option("--tenants", g.tenants,
                       "Tenants; each request picks one uniformly, and its prompt starts with the "
                       "tenant's system prompt, shared (default 4; 0: no shared prefix)")
-          ->transform(count_validator(0, kMaxTenants));
+          ->transform(count_validator(0, kMaxPrefixGroups));
   CLI::Option* system_prompt =
       sim->add_option("--system-prompt-tokens", g.system_prompt_tokens,
                       "Tokens of each tenant's system prompt (default 512)")
