@@ -1,6 +1,6 @@
-// Issue 6 in `kvvm simulate`: the multi-turn chat generator (each turn resends the whole
-// conversation; a tenant's system prompt is the same ids in each of its conversations), the
-// vLLM-style paged-16+cache baseline's hit accounting on a hand-made trace, kvvm+cache's hits
+// The automatic prefix cache in `kvvm simulate`: the multi-turn chat generator (each turn resends
+// the whole conversation; a tenant's system prompt is the same ids in each of its conversations),
+// the vLLM-style paged-16+cache baseline's hit accounting on a hand-made trace, kvvm+cache's hits
 // on the same trace (llama-3-8b on a 2 MiB granule: windows of exactly 16 tokens, as the
 // baseline's blocks), tenant isolation by salt in both, and the closed-loop scheduler.
 #include <gtest/gtest.h>

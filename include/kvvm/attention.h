@@ -1,4 +1,4 @@
-// Attention over the flat KV cache (issue 5): append, decode and causal prefill.
+// Attention over the flat KV cache: append, decode and causal prefill.
 //
 // Why these functions see only a KvView, slot ids and lengths: the arena, its windows and its
 // driver live in other layers (DESIGN.md), and a KvView's strides address every layout, so

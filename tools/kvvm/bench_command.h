@@ -1,4 +1,4 @@
-// `kvvm bench growth` (issue 3): what growing a sequence by one token costs, measured.
+// `kvvm bench growth`: what growing a sequence by one token costs, measured.
 //
 // Part 1, the growth table: for each model x layout x commit-ahead (0 and N windows per
 // fragment), a fresh governor, handle pool and arena; `sequences` sequences are admitted with
@@ -113,7 +113,7 @@ struct DecodeVariant {
   std::uint64_t ahead_commits = 0;       // during the timed steps
 };
 
-// p99 of a variant over p99 of "no growth"; `goal` only for the one the issue sets a goal for.
+// p99 of a variant over p99 of "no growth"; `goal` only for the variant that has a target.
 struct DecodeRatio {
   std::string name;
   double value = 0;

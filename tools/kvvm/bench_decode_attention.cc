@@ -309,11 +309,14 @@ CLI::App* add_bench_decode_command(CLI::App& bench, BenchDecodeOptions& options)
   CLI::App* decode = bench.add_subcommand(
       "decode",
       "Time the CUDA decode attention kernel (fp16, split-K, grouped-query) over a CUDA arena for "
-      "the issue's shapes in every layout, a causal prefill, and the device copy bandwidth.");
+      "five decode shapes an engine meets (batch 1 at 32K to batch 256 at 2K) in every layout, a "
+      "causal prefill, and the device copy bandwidth.");
   decode->add_option("--device", options.device, "CUDA device ordinal (default 0)")
       ->transform(count_validator(0, kMaxDeviceOrdinal));
-  decode->add_option("--shape", options.shapes,
-                     "batch,context,qo/kv,dim; repeatable (default: the five of issue 5)");
+  decode->add_option(
+      "--shape", options.shapes,
+      "batch,context,qo/kv,dim; repeatable (default: 1,32768,32/8,128 16,4096,32/8,128 "
+      "64,4096,32/8,128 256,2048,32/8,128 32,8192,14/2,64)");
   decode->add_option("--layout", options.layout,
                      "head-major, seq-major, token-major or all (default all)");
   decode->add_option("--layers", options.layers, "Layers in the cache; layer 1 is read (default 2)")

@@ -1,6 +1,6 @@
-// `kvvm bench decode` (issue 5): the CUDA decode attention kernel over an arena on the CUDA
-// driver, for the issue's shapes, in every layout; a 4K-token causal prefill; and the
-// device-to-device copy bandwidth of the same run as the ceiling.
+// `kvvm bench decode`: the CUDA decode attention kernel over an arena on the CUDA
+// driver, for five shapes from batch 1 at 32K to batch 256 at 2K, in every layout; a 4K-token
+// causal prefill; and the device-to-device copy bandwidth of the same run as the ceiling.
 //
 // Per shape (batch, context, query heads / KV heads, head dim), fp16: median time of one
 // decode launch (events around back-to-back launches, after a warm-up), the effective KV
@@ -30,7 +30,7 @@ struct DecodeShape {
 
 struct BenchDecodeOptions {
   int device = 0;
-  std::vector<std::string> shapes;  // "batch,context,qo/kv,dim"; empty: the issue's five
+  std::vector<std::string> shapes;  // "batch,context,qo/kv,dim"; empty: kDefaultShapes
   std::string layout = "all";       // head-major, seq-major, token-major or all
   std::uint32_t layers = 2;         // the cache holds this many layers; layer 1 is read
   std::uint32_t iterations = 20;    // launches per timed sample

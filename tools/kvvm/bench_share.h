@@ -1,4 +1,4 @@
-// `kvvm bench share` (issue 4): what prefix sharing saves and what its copies cost, measured on
+// `kvvm bench share`: what prefix sharing saves and what its copies cost, measured on
 // this machine's driver through the real arena.
 //
 // Part 1, savings: one sequence writes a prefix of `prefix` tokens and publishes it; `sequences`
