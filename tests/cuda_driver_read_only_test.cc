@@ -198,5 +198,4 @@ TEST_F(CudaDriverTest, ReportsWhatARawCopyIntoAReadOnlyMappingDoes) {
 }
 
 }  // namespace
-}  // namespace
 }  // namespace kvvm

@@ -39,6 +39,7 @@
 namespace kvvm::testing::arena_model {
 
 namespace kt = ::kvvm::testing;
+using std::chrono::milliseconds;
 
 // A small geometry whose token is 1 KiB (2 layers, 2 KV heads, head dim 64, fp16): a page holds
 // 4 tokens in token-major, 16 per fragment in seq-major and 32 per fragment in head-major.

@@ -2,6 +2,7 @@
 // content tags and the checks after every operation.
 #include "support/arena_reference_model.h"
 
+#include <gtest/gtest.h>
 #include <rapidcheck.h>
 
 #include <algorithm>
@@ -164,10 +165,7 @@ kt::World ModelRun::world() const {
   return world;
 }
 
-std::uint64_t ModelRun::window_bytes() const {
-  return fragments_ * g_;
-}  // one window in every fragment
-std::uint64_t ahead_target(const ModelSlot& m) const {
+std::uint64_t ModelRun::ahead_target(const ModelSlot& m) const {
   return std::min(wpf(m.tokens) + ahead_, max_windows_);
 }
 

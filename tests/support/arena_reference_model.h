@@ -41,17 +41,16 @@
 
 namespace kvvm::testing::arena_model {
 
-using std::chrono::milliseconds;
-
 // Windows per fragment of a slot, by layout, so every layout has 12 to 16 windows per slot.
 std::uint64_t windows_per_fragment_of(Layout layout);
 
-constexpr std::uint32_t kSlots = 5;
-constexpr std::uint64_t kTierPercent = 45;  // of every slot fully committed: often hit
-constexpr std::uint64_t kPoolGranules = 3;  // handles returned above this are released
-constexpr double kFaultFraction = 0.04;
-constexpr std::array kFaultedOps = {DriverOp::kCreate, DriverOp::kMap,     DriverOp::kSetAccess,
-                                    DriverOp::kUnmap,  DriverOp::kRelease, DriverOp::kFence};
+inline constexpr std::uint32_t kSlots = 5;
+inline constexpr std::uint64_t kTierPercent = 45;  // of every slot fully committed: often hit
+inline constexpr std::uint64_t kPoolGranules = 3;  // handles returned above this are released
+inline constexpr double kFaultFraction = 0.04;
+inline constexpr std::array kFaultedOps = {DriverOp::kCreate,    DriverOp::kMap,
+                                           DriverOp::kSetAccess, DriverOp::kUnmap,
+                                           DriverOp::kRelease,   DriverOp::kFence};
 
 struct OpSpec {
   int kind = 0;

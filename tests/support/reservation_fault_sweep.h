@@ -43,9 +43,9 @@ namespace kvvm::testing::reservation_sweep {
 
 namespace kt = ::kvvm::testing;
 
-constexpr std::uint64_t kTierGranules = 256;
-constexpr std::size_t kPatternBytes = 64;
-constexpr std::size_t kNoPoolBound = 256ull << 20;  // the pool keeps every returned handle
+inline constexpr std::uint64_t kTierGranules = 256;
+inline constexpr std::size_t kPatternBytes = 64;
+inline constexpr std::size_t kNoPoolBound = 256ull << 20;  // the pool keeps every returned handle
 
 // ---------------------------------------------------------------------------------------------
 // The world of one trial.

@@ -2,6 +2,7 @@
 // the checks after every operation.
 #include "support/reservation_reference_model.h"
 
+#include <gtest/gtest.h>
 #include <rapidcheck.h>
 
 #include <algorithm>

@@ -35,14 +35,14 @@ namespace kvvm::testing::reservation_model {
 
 namespace kt = ::kvvm::testing;
 
-constexpr std::size_t kMaxReservations = 3;
-constexpr std::size_t kMinGranules = 8;
-constexpr std::size_t kMaxGranules = 32;
-constexpr std::uint64_t kTierGranules = 24;  // well below 3 x 32: the limit is often hit
-constexpr std::uint64_t kPoolGranules = 3;   // handles returned above this are released
-constexpr double kFaultFraction = 0.05;
-constexpr std::array kFaultedOps = {DriverOp::kMap, DriverOp::kSetAccess, DriverOp::kUnmap,
-                                    DriverOp::kCreate, DriverOp::kRelease};
+inline constexpr std::size_t kMaxReservations = 3;
+inline constexpr std::size_t kMinGranules = 8;
+inline constexpr std::size_t kMaxGranules = 32;
+inline constexpr std::uint64_t kTierGranules = 24;  // well below 3 x 32: the limit is often hit
+inline constexpr std::uint64_t kPoolGranules = 3;   // handles returned above this are released
+inline constexpr double kFaultFraction = 0.05;
+inline constexpr std::array kFaultedOps = {DriverOp::kMap, DriverOp::kSetAccess, DriverOp::kUnmap,
+                                           DriverOp::kCreate, DriverOp::kRelease};
 
 // One generated operation: `kind` picks the operation, the other numbers are interpreted
 // against the state it meets (which reservation, which range, which handle, which mode).
