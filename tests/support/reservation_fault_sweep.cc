@@ -31,13 +31,6 @@ Status commit_granules(Rig& rig, std::size_t r, std::size_t first, std::size_t c
                           CommitOptions{Access::kReadWrite, handle_granules * rig.g});
 }
 
-std::uint64_t mix(std::uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 std::vector<unsigned char> pattern(std::uint64_t seed) {
   std::vector<unsigned char> bytes(kPatternBytes);
   for (std::size_t i = 0; i < kPatternBytes; ++i) {

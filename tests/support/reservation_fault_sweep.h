@@ -38,10 +38,12 @@
 #include "kvvm/reservation.h"
 #include "support/backends.h"
 #include "support/invariants.h"
+#include "support/pattern.h"
 
 namespace kvvm::testing::reservation_sweep {
 
 namespace kt = ::kvvm::testing;
+using kt::mix;  // splitmix64
 
 inline constexpr std::uint64_t kTierGranules = 256;
 inline constexpr std::size_t kPatternBytes = 64;
@@ -106,8 +108,6 @@ Status commit_granules(Rig& rig, std::size_t r, std::size_t first, std::size_t c
 
 // ---------------------------------------------------------------------------------------------
 // Content patterns.
-
-std::uint64_t mix(std::uint64_t x);  // splitmix64
 
 std::vector<unsigned char> pattern(std::uint64_t seed);
 
