@@ -206,7 +206,6 @@ ModelRun::Observed ModelRun::observe() const {
   const std::uint64_t slot_windows = fragments_ * max_windows_;
   std::vector<std::vector<bool>> mapped(kSlots, std::vector<bool>(slot_windows, false));
   Observed seen;
-  seen.poisoned.assign(kSlots, false);
   for (const Block& block : arena_->reservation().blocks()) {
     for (std::size_t at = block.offset; at < block.offset + block.bytes; at += g_) {
       const std::size_t slot = at / plan_.slot_stride;

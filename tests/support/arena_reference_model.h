@@ -208,7 +208,7 @@ class ModelRun {
   // Observation: what the reservation has mapped under each slot.
 
   struct Observed {
-    std::vector<bool> poisoned;
+    std::array<bool, kSlots> poisoned{};
     std::vector<std::optional<std::uint64_t>> windows;  // nullopt: not one prefix per fragment
     std::vector<std::string> shape;                     // for messages
   };
