@@ -31,28 +31,8 @@ namespace kvvm {
 namespace {
 
 namespace kt = ::kvvm::testing;
-namespace reservation_sweep = ::kvvm::testing::reservation_sweep;
-
-using reservation_sweep::add_reservation;
-using reservation_sweep::bytes_of;
-using reservation_sweep::capture;
-using reservation_sweep::commit_granules;
-using reservation_sweep::FaultSweepTest;
-using reservation_sweep::fill;
-using reservation_sweep::inside;
-using reservation_sweep::kNoPoolBound;
-using reservation_sweep::mentions;
-using reservation_sweep::Outcome;
-using reservation_sweep::outside;
-using reservation_sweep::range_text;
-using reservation_sweep::Rig;
-using reservation_sweep::run_sweep;
-using reservation_sweep::show;
-using reservation_sweep::State;
-using reservation_sweep::Sweep;
-using reservation_sweep::SweepResult;
-using reservation_sweep::Trial;
-using reservation_sweep::verify_content;
+// The shared runner, fixture and helpers of every reservation fault sweep.
+using namespace ::kvvm::testing::reservation_sweep;  // NOLINT(build/namespaces)
 
 // ---------------------------------------------------------------------------------------------
 // Release: reservation 0 (16 granules) holds neighbours [0, 1) and [1 + k, 2 + k) and k
