@@ -1,0 +1,55 @@
+// KvSpace: the KV cache of one model, an Arena over a driver of the model's backend, with its
+// handle pool and governor; the geometry comes from the model's config.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kvvm/arena.h"
+#include "kvvm/driver.h"
+#include "kvvm/governor.h"
+#include "kvvm/handle_pool.h"
+#include "kvvm/layout.h"
+#include "kvvm/model/config.h"
+#include "kvvm/model/model.h"
+
+namespace kvvm::engine {
+
+struct KvSpaceOptions {
+  model::Backend backend = model::Backend::kCpu;  // kCpu: the host driver; kCuda: the CUDA one
+  int device = 0;                                 // CUDA device ordinal
+  DType kv_dtype = DType::kUnset;  // kUnset: fp32 on CPU, the model's compute type on CUDA
+  Layout layout = Layout::kTokenMajor;
+  std::uint64_t host_granule = 0;  // host driver's granule in bytes; 0: its default (2 MiB)
+  std::uint32_t max_slots = 8;
+  std::uint64_t max_context = 0;   // tokens per slot; 0: the config's max_position_embeddings
+  std::uint64_t budget_bytes = 0;  // governor budget of the tier; 0: the device's (host: 1 GiB)
+};
+
+class KvSpace {
+ public:
+  // InvalidArgument naming the option for a geometry or context the layout cannot plan;
+  // Unavailable for a CUDA backend without a device.
+  static Result<std::unique_ptr<KvSpace>> create(const model::ModelConfig& config,
+                                                 const KvSpaceOptions& options);
+  ~KvSpace();
+  KvSpace(const KvSpace&) = delete;
+  KvSpace& operator=(const KvSpace&) = delete;
+
+  Arena& arena() { return *arena_; }
+  KvView view() const { return arena_->view(); }
+  Driver& driver() { return *driver_; }
+  Governor& governor() { return *governor_; }
+  const KvSpaceOptions& options() const { return options_; }
+
+ private:
+  KvSpace() = default;
+  KvSpaceOptions options_;
+  // Declaration order is teardown order reversed: the arena goes first, the driver last.
+  std::unique_ptr<Driver> driver_;
+  std::unique_ptr<Governor> governor_;
+  std::unique_ptr<HandlePool> pool_;
+  std::unique_ptr<Arena> arena_;
+};
+
+}  // namespace kvvm::engine

@@ -1,0 +1,67 @@
+// ModelConfig: what the model runtime needs of a Hugging Face checkpoint's config.json (and
+// generation_config.json), for the decoder-only families it runs: LlamaForCausalLM,
+// Qwen2ForCausalLM and MistralForCausalLM without a sliding window.
+//
+// Why refuse rather than guess: a field this runtime does not implement (a sliding window, an
+// MLP bias, an unknown RoPE scaling) changes the model's outputs silently if ignored, so the
+// parser names the field and its value and stops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvvm/dtype.h"
+#include "kvvm/geometry.h"
+#include "kvvm/status.h"
+
+namespace kvvm::model {
+
+enum class RopeScaling : std::uint8_t {
+  kNone,    // inv_freq[i] = theta^(-2i / head_dim)
+  kLinear,  // positions divided by `factor`
+  kLlama3,  // Llama 3.1's frequency-dependent scaling (factor, low/high_freq_factor, original)
+};
+
+struct RopeConfig {
+  double theta = 10000.0;
+  RopeScaling scaling = RopeScaling::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                // llama3
+  double high_freq_factor = 4.0;               // llama3
+  std::uint32_t original_max_position = 8192;  // llama3
+};
+
+struct ModelConfig {
+  std::string architecture;  // "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"
+  std::uint32_t hidden_size = 0;
+  std::uint32_t intermediate_size = 0;
+  std::uint32_t layers = 0;    // num_hidden_layers
+  std::uint32_t heads = 0;     // num_attention_heads
+  std::uint32_t kv_heads = 0;  // num_key_value_heads (heads when absent)
+  std::uint32_t head_dim = 0;  // head_dim, else hidden_size / heads
+  std::uint32_t vocab_size = 0;
+  double rms_norm_eps = 1e-6;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2: always; Llama / Mistral: attention_bias
+  bool o_bias = false;    // Llama / Mistral: attention_bias
+  std::uint32_t max_position_embeddings = 0;
+  DType dtype = DType::kBf16;  // torch_dtype / dtype of the checkpoint
+  std::vector<std::int32_t> bos_token_ids;
+  std::vector<std::int32_t> eos_token_ids;  // generation_config.json's list, else config's
+
+  // The KV cache's geometry: layers, kv_heads, head_dim in `kv_dtype`.
+  Geometry kv_geometry(DType kv_dtype) const;
+};
+
+// Parses config.json text. `origin` (a path) prefixes every error. InvalidArgument naming
+// the field and value for anything missing, malformed, out of bounds or unsupported.
+Result<ModelConfig> parse_model_config(std::string_view config_json, std::string_view origin);
+
+// Reads DIR/config.json and, when present, DIR/generation_config.json (bos / eos ids).
+// NotFound naming the path when config.json is absent.
+Result<ModelConfig> load_model_config(const std::string& dir);
+
+}  // namespace kvvm::model

@@ -1,0 +1,101 @@
+// Model: the forward pass of a decoder-only transformer over a packed ragged batch, reading
+// and writing K/V only through the attention kernels (include/kvvm/attention.h) on the KvView
+// it is handed. It never sees the arena: whoever runs the model (the engine, `kvvm generate`)
+// admits sequences, commits their windows and passes, per step, which slot each chunk
+// writes and where it starts.
+//
+// A step packs every chunk's tokens into one [tokens][hidden] activation, so each projection
+// is one GEMM per step: prefill chunks (many tokens of one sequence) and decode tokens (one
+// token of a sequence) mix freely.
+//
+// Backends: CPU (float32 weights converted at load, OpenBLAS sgemm, the CPU attention; the
+// host driver's arena) and CUDA (weights in bf16 / fp16 on the device, cuBLAS with fp32
+// accumulation, the CUDA kernels; the CUDA driver's arena). Activation buffers are sized
+// once from ModelLimits: a step allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "kvvm/kv_view.h"
+#include "kvvm/model/config.h"
+#include "kvvm/model/weights.h"
+#include "kvvm/status.h"
+
+namespace kvvm::model {
+
+// One sequence's share of a step: `tokens` new tokens at positions [start, start + tokens),
+// written into slot `slot` of the KvView. Its first `start` tokens are already in the cache.
+struct Chunk {
+  std::uint32_t slot = 0;
+  std::uint32_t start = 0;
+  std::uint32_t tokens = 0;
+};
+
+struct StepBatch {
+  std::span<const std::int32_t> token_ids;  // every chunk's tokens, packed in chunk order
+  std::span<const Chunk> chunks;
+  KvView kv;  // its element type must be one the backend's attention accepts
+};
+
+// What a step returns, for the last token of each chunk (host memory; either may be null).
+struct StepOutput {
+  float* logits = nullptr;         // [chunks][vocab_size]
+  std::int32_t* argmax = nullptr;  // [chunks]: the greedy token (lowest id among equals)
+};
+
+struct ModelLimits {
+  std::uint32_t max_step_tokens = 512;  // tokens of one step, all chunks together
+  std::uint32_t max_chunks = 64;        // chunks of one step
+};
+
+enum class Backend : std::uint8_t { kCpu, kCuda };
+std::string_view to_string(Backend backend);
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return config_; }
+  const ModelLimits& limits() const { return limits_; }
+  virtual Backend backend() const = 0;
+
+  // Runs one step. InvalidArgument (nothing written) for a batch beyond the limits, a token
+  // id outside the vocabulary, chunks whose token counts do not sum to token_ids.size(), a
+  // position beyond max_position_embeddings, or a KvView whose geometry is not the model's.
+  // REQUIRES: each chunk's slot has windows committed through start + tokens; on CUDA the
+  // step is enqueued on the model's stream and the outputs are ready when forward returns.
+  virtual Status forward(const StepBatch& batch, const StepOutput& out) = 0;
+
+ protected:
+  Model(ModelConfig config, ModelLimits limits) : config_(std::move(config)), limits_(limits) {}
+
+ private:
+  ModelConfig config_;
+  ModelLimits limits_;
+};
+
+struct CpuModelOptions {
+  ModelLimits limits;
+  unsigned threads = 0;  // 0: the hardware's
+};
+// Converts the weights to float32 (they may be dropped after this returns).
+Result<std::unique_ptr<Model>> make_cpu_model(const ModelConfig& config,
+                                              const ModelWeights& weights,
+                                              const CpuModelOptions& options);
+
+struct CudaModelOptions {
+  ModelLimits limits;
+  void* stream = nullptr;  // cudaStream_t the steps run on; null: a stream of the model's own
+  // Compute type of weights and activations on the device: kBf16 or kFp16; kUnset: the
+  // checkpoint's (an F32 checkpoint runs in bf16).
+  DType compute = DType::kUnset;
+};
+// Copies the weights to the device. Unavailable (saying why) without a CUDA device, the CUDA
+// kernels or cuBLAS.
+Result<std::unique_ptr<Model>> make_cuda_model(const ModelConfig& config,
+                                               const ModelWeights& weights,
+                                               const CudaModelOptions& options);
+
+}  // namespace kvvm::model

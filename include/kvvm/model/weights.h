@@ -1,0 +1,57 @@
+// ModelWeights: every tensor the forward pass reads, bound by name from a checkpoint and
+// checked (presence, dtype, shape) before the first byte is used, so a bad checkpoint fails
+// at load with the tensor's name and both shapes, never in the middle of a step.
+//
+// Hugging Face names (Llama / Qwen2 / Mistral):
+//   model.embed_tokens.weight                     [vocab, hidden]
+//   model.layers.{i}.input_layernorm.weight       [hidden]
+//   model.layers.{i}.self_attn.q_proj.weight      [heads * head_dim, hidden]   (+ .bias)
+//   model.layers.{i}.self_attn.k_proj.weight      [kv_heads * head_dim, hidden] (+ .bias)
+//   model.layers.{i}.self_attn.v_proj.weight      [kv_heads * head_dim, hidden] (+ .bias)
+//   model.layers.{i}.self_attn.o_proj.weight      [hidden, heads * head_dim]   (+ .bias)
+//   model.layers.{i}.post_attention_layernorm.weight [hidden]
+//   model.layers.{i}.mlp.gate_proj.weight         [intermediate, hidden]
+//   model.layers.{i}.mlp.up_proj.weight           [intermediate, hidden]
+//   model.layers.{i}.mlp.down_proj.weight         [hidden, intermediate]
+//   model.norm.weight                             [hidden]
+//   lm_head.weight                                [vocab, hidden] (embed_tokens when tied)
+#pragma once
+
+#include <vector>
+
+#include "kvvm/model/config.h"
+#include "kvvm/model/safetensors.h"
+#include "kvvm/status.h"
+
+namespace kvvm::model {
+
+struct LayerWeights {
+  const TensorView* input_norm = nullptr;
+  const TensorView* q = nullptr;
+  const TensorView* k = nullptr;
+  const TensorView* v = nullptr;
+  const TensorView* q_bias = nullptr;  // null unless config.qkv_bias
+  const TensorView* k_bias = nullptr;
+  const TensorView* v_bias = nullptr;
+  const TensorView* o = nullptr;
+  const TensorView* o_bias = nullptr;  // null unless config.o_bias
+  const TensorView* post_norm = nullptr;
+  const TensorView* gate = nullptr;
+  const TensorView* up = nullptr;
+  const TensorView* down = nullptr;
+};
+
+// Non-owning: the WeightFiles (or whatever owns the TensorViews) must outlive it.
+struct ModelWeights {
+  const TensorView* embed = nullptr;
+  std::vector<LayerWeights> layers;
+  const TensorView* final_norm = nullptr;
+  const TensorView* lm_head = nullptr;  // == embed when tied
+};
+
+// Binds and checks every tensor: InvalidArgument naming the tensor for one that is missing,
+// of a dtype other than BF16 / F16 / F32, or of a shape other than the config's (both shapes
+// named). Tensors the checkpoint holds beyond these (rotary inv_freq buffers) are ignored.
+Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& files);
+
+}  // namespace kvvm::model

@@ -1,0 +1,37 @@
+// Chat templates built in for the families the runtime serves: ChatML (Qwen2) and the
+// Llama-3 header template. A model's tokenizer_config.json carries a Jinja template; it is
+// recognised by its markers, never interpreted (no partial Jinja engine), and an unknown one
+// is an error that says how to pick a built-in one.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kvvm/status.h"
+
+namespace kvvm::tokenizer {
+
+enum class ChatTemplate : std::uint8_t { kChatML, kLlama3 };
+std::string_view to_string(ChatTemplate kind);  // "chatml", "llama3"
+
+// "chatml" or "llama3"; InvalidArgument naming the known names otherwise.
+Result<ChatTemplate> parse_chat_template(std::string_view name);
+
+// Recognises DIR/tokenizer_config.json's chat_template. NotFound when the file or the field
+// is absent, InvalidArgument when the template is none of the built-in ones; both messages
+// say to pass --chat-template chatml|llama3.
+Result<ChatTemplate> detect_chat_template(const std::string& model_dir);
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant"
+  std::string content;
+};
+
+// The prompt text, special tokens spelled out (encode it with special tokens parsed), ending
+// with the assistant's header when `add_generation_prompt`. Llama-3's begins with
+// <|begin_of_text|>. InvalidArgument for a role other than the three.
+Result<std::string> render_chat(ChatTemplate kind, std::span<const ChatMessage> messages,
+                                bool add_generation_prompt = true);
+
+}  // namespace kvvm::tokenizer
