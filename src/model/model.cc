@@ -1,0 +1,42 @@
+// The small pieces of the model layer's public types that every backend shares.
+#include "kvvm/model/model.h"
+
+#include <numeric>
+
+namespace kvvm::model {
+
+std::string_view to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+Geometry ModelConfig::kv_geometry(DType kv_dtype) const {
+  Geometry geometry;
+  geometry.name = architecture;
+  geometry.layers = layers;
+  geometry.kv_heads = kv_heads;
+  geometry.head_dim = head_dim;
+  geometry.dtype = kv_dtype;
+  return geometry;
+}
+
+std::uint64_t TensorView::elements() const {
+  return std::accumulate(shape.begin(), shape.end(), std::uint64_t{1},
+                         [](std::uint64_t a, std::uint64_t b) { return a * b; });
+}
+
+std::string shape_string(const std::vector<std::uint64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+}  // namespace kvvm::model
