@@ -6,6 +6,7 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvvm/tokenizer/tokenizer.h"
@@ -175,6 +176,34 @@ TEST(TokenizerBpe, ALongPreTokenEncodesInNearLinearTime) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(ids, std::vector<TokenId>(50000, id(*tokenizer, "aaaa")));
   EXPECT_LT(seconds, 5.0);
+}
+
+TEST(TokenizerBpe, ConcurrentEncodesShareTheCacheSafely) {
+  // encode() is const and the per-word cache is shared: threads must agree with one alone.
+  TokenizerSpec spec;
+  spec.tokens = {"th", "the", " the"};
+  spec.merges = {{"t", "h"}, {"th", "e"}, {" ", "the"}};
+  auto tokenizer = make(spec);
+  ASSERT_NE(tokenizer, nullptr);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) texts.push_back("the word" + std::to_string(i) + " the then other");
+  std::vector<std::vector<TokenId>> alone;
+  for (const std::string& text : texts) alone.push_back(tokenizer->encode(text));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+          if (tokenizer->encode(texts[(i + t) % texts.size()]) != alone[(i + t) % texts.size()]) {
+            ++mismatches[t];
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TEST(TokenizerBpe, VocabLookupsAndUnknownIds) {
