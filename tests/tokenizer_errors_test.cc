@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "kvvm/tokenizer/tokenizer.h"
 #include "support/tokenizer_json.h"
@@ -126,6 +127,72 @@ TEST(TokenizerErrors, UnimplementedOptionsAreRefusedByName) {
   json = valid();
   json["truncation"] = {{"max_length", 8}};
   refused("truncation", json, "truncation");
+}
+
+// The JSON pointers of every value in `json`, all but the first few members of the vocab and
+// merges (256 byte tokens add nothing the first ones do not).
+void collect_paths(const nlohmann::json& json, const nlohmann::json::json_pointer& at,
+                   std::vector<nlohmann::json::json_pointer>& out) {
+  out.push_back(at);
+  const bool long_list = at.to_string() == "/model/vocab" || at.to_string() == "/model/merges";
+  std::size_t seen = 0;
+  if (json.is_object()) {
+    for (const auto& [key, value] : json.items()) {
+      if (long_list && ++seen > 3) break;
+      collect_paths(value, at / key, out);
+    }
+  } else if (json.is_array()) {
+    for (std::size_t i = 0; i < json.size() && !(long_list && i >= 3); ++i) {
+      collect_paths(json[i], at / i, out);
+    }
+  }
+}
+
+TEST(TokenizerErrors, AnyFieldOfAnyTypeIsAcceptedOrRefusedNeverThrown) {
+  test::TokenizerSpec spec;
+  spec.tokens = {"ab"};
+  spec.merges = {{"a", "b"}};
+  spec.normalizer = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}};
+  spec.added_tokens = {test::added_token(300, "<|bos|>")};
+  const nlohmann::json bos = {{"SpecialToken", {{"id", "<|bos|>"}, {"type_id", 0}}}};
+  const nlohmann::json text = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  const nlohmann::json bos_ids = {{"id", "<|bos|>"}, {"ids", {300}}};
+  spec.post_processor = {{"type", "TemplateProcessing"},
+                         {"single", {bos, text}},
+                         {"special_tokens", {{"<|bos|>", bos_ids}}}};
+  const nlohmann::json base = test::tokenizer_json(spec);
+  ASSERT_TRUE(Tokenizer::parse(base.dump(), "base.json").ok());
+  std::vector<nlohmann::json::json_pointer> paths;
+  collect_paths(base, nlohmann::json::json_pointer(), paths);
+  const std::vector<nlohmann::json> replacements = {
+      nullptr,
+      true,
+      -1,
+      std::int64_t{1} << 40,
+      1.5,
+      "x",
+      nlohmann::json::array(),
+      nlohmann::json::object(),
+      nlohmann::json::array({nlohmann::json::array({1})})};
+  int accepted = 0, refused = 0;
+  for (const auto& path : paths) {
+    for (const nlohmann::json& replacement : replacements) {
+      nlohmann::json json = base;
+      json[path] = replacement;
+      SCOPED_TRACE(path.to_string() + " = " + replacement.dump());
+      Result<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::parse("{}", "");
+      ASSERT_NO_THROW(tokenizer = Tokenizer::parse(json.dump(), "mutated.json"));
+      if (tokenizer.ok()) {
+        ++accepted;
+        EXPECT_NO_THROW((*tokenizer)->encode("ab <|bos|> \xFF", true));
+      } else {
+        ++refused;
+        EXPECT_EQ(tokenizer.status().code(), StatusCode::kInvalidArgument);
+      }
+    }
+  }
+  EXPECT_GT(refused, 100);
+  EXPECT_GT(accepted, 10);  // optional fields set to null, flags to true, ...
 }
 
 TEST(TokenizerErrors, LoadNamesThePath) {
