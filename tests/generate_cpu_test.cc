@@ -4,11 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
 #include "kvvm/engine/generate.h"
+#include "kvvm/model/safetensors.h"
+#include "kvvm/model/weights.h"
 #include "support/reference_transformer.h"
+#include "support/test_data.h"
 #include "support/tiny_model.h"
 
 namespace kvvm::engine {
@@ -110,6 +116,74 @@ TEST(GenerateCpu, SameTokensOnEveryLayoutAndGranule) {
     }
   }
 }
+
+// The committed fixtures: transformers' greedy continuation of each "greedy" entry, token for
+// token wherever its top-2 margin is wide enough for float32 to call, on every layout and
+// with the page-sized granule (many windows) as with a 2 MiB one.
+class GenerateCpuFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GenerateCpuFixture, GreedyTokensEqualTransformersOnEveryLayout) {
+  const std::string dir = test::model_fixture_dir(GetParam());
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "expected.json")) {
+    GTEST_SKIP() << "no fixture at " << dir;
+  }
+  std::ifstream in(std::filesystem::path(dir) / "expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  auto config = model::load_model_config(dir);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  auto files = model::WeightFiles::open_dir(dir);
+  ASSERT_TRUE(files.ok()) << files.status().to_string();
+  auto weights = model::bind_weights(*config, **files);
+  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+  model::CpuModelOptions options;
+  options.threads = 2;
+  auto model = model::make_cpu_model(*config, *weights, options);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ASSERT_FALSE(expected["greedy"].empty());
+  // The reference of a bf16 fixture computed in bf16, this model in float32: only steps with a
+  // clear winner are comparable.
+  const double min_margin = expected["dtype"] == "bfloat16" ? 0.25 : 1e-3;
+
+  for (const Layout layout : all_layouts()) {
+    for (const std::uint64_t granule : {std::uint64_t{0}, std::uint64_t{2} << 20}) {
+      KvSpaceOptions kv_options;
+      kv_options.layout = layout;
+      kv_options.host_granule = granule;
+      kv_options.max_slots = 1;
+      kv_options.max_context = 256;
+      auto kv = KvSpace::create(*config, kv_options);
+      ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+      for (const nlohmann::json& entry : expected["greedy"]) {
+        GenerateRequest request;
+        request.prompt = entry["prompt_ids"].get<std::vector<std::int32_t>>();
+        const auto want = entry["tokens"].get<std::vector<std::int32_t>>();
+        const auto margins = entry["margins"].get<std::vector<double>>();
+        request.max_tokens = static_cast<std::uint32_t>(want.size());
+        request.prefill_chunk = 5;  // several chunks, and windows crossed mid-chunk
+        auto result = generate(**model, **kv, request);  // no stop ids, as the reference
+        ASSERT_TRUE(result.ok()) << result.status().to_string();
+        ASSERT_EQ(result->tokens.size(), want.size());
+        std::size_t compared = 0;
+        for (std::size_t i = 0; i < want.size() && margins[i] > min_margin; ++i, ++compared) {
+          ASSERT_EQ(result->tokens[i], want[i])
+              << GetParam() << ", " << to_string(layout) << ", granule " << granule << ", step "
+              << i << ", margin " << margins[i];
+        }
+        EXPECT_GT(compared, 0u) << "the first step's margin is too small to compare";
+      }
+      EXPECT_EQ((*kv)->arena().stats().active_slots, 0u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GenerateCpuFixture,
+                         ::testing::Values("llama-tiny", "qwen2-tiny", "llama-tiny-bf16",
+                                           "qwen2-tiny-bf16"),
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace kvvm::engine
