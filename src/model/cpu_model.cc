@@ -68,6 +68,7 @@ class CpuModel final : public Model {
 
   Status forward(const StepBatch& batch, const StepOutput& out) override {
     KVVM_RETURN_IF_ERROR(check_batch(batch));
+    if (batch.chunks.empty()) return Status::Ok();  // no token, no output, no view needed
     const ModelConfig& c = config();
     const std::size_t tokens = batch.token_ids.size();
     std::size_t row = 0;
