@@ -8,7 +8,7 @@
 #include "kvvm/attention.h"
 #include "kvvm/model_kernels.h"
 #include "model/cublas_api.h"
-#include "model/cuda_rope_table.h"
+#include "model/rope.h"
 #include "model/cuda_status.h"
 
 namespace kvvm::model {
@@ -129,7 +129,7 @@ Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& opti
       cublas_call("cublasSetWorkspace_v2",
                   api.set_workspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes)));
 
-  const std::vector<float> inv_freq = cuda_rope_inv_freq(config());
+  const std::vector<float> inv_freq = rope_inv_freq(config());
   KVVM_RETURN_IF_ERROR(
       cuda_call("cudaMemcpy", cudaMemcpy(inv_freq_, inv_freq.data(),
                                          inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice)));
