@@ -24,6 +24,9 @@
 #include "support/pattern.h"
 #include "support/reference_transformer.h"
 #include "support/tiny_model.h"
+#if defined(KVVM_HAS_CUDA_KERNELS)
+#include "model/cublas_api.h"
+#endif
 
 namespace kvvm::model {
 namespace {
@@ -84,6 +87,15 @@ TEST(CudaModelAvailability, WithoutADeviceOrKernelsTheModelIsUnavailable) {
 }
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
+// libcublas loads without a GPU: every symbol of the table is looked up by its exact name.
+TEST(CudaModelAvailability, CublasLoadsAtRunTimeWithEverySymbol) {
+  const detail::CublasLibrary& cublas = detail::cublas_library();
+  if (!cublas.usable()) GTEST_SKIP() << cublas.error;
+  EXPECT_NE(cublas.api.create, nullptr);
+  EXPECT_NE(cublas.api.gemm_ex, nullptr);
+  EXPECT_EQ(detail::cublas_status_name(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
+}
+
 // Checked before any CUDA call, so this runs without a GPU too.
 TEST(CudaModelAvailability, AHeadDimTheKernelsLackIsRefusedByName) {
   ModelConfig config = qwen_config();

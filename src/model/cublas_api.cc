@@ -1,5 +1,6 @@
 // Loads libcublas at run time: libcublas.so.13 (this toolkit's), then .so.12, then the
-// unversioned development link; the first that loads and has every symbol wins.
+// unversioned development link, each by the loader's search path and then from the toolkit's
+// default directory (often not on that path); the first that loads and has every symbol wins.
 #include "model/cublas_api.h"
 
 #include <dlfcn.h>
@@ -32,7 +33,9 @@ bool load_table(void* library, CublasApi& api, std::string& error) {
 CublasLibrary load_library() {
   CublasLibrary library;
   std::string tried;
-  for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+  for (const char* name :
+       {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.12",
+        "/usr/local/cuda/lib64/libcublas.so.12", "libcublas.so"}) {
     void* handle = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* why = ::dlerror();
