@@ -6,6 +6,8 @@
 #include <limits>
 #include <memory>
 #include <ostream>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -159,6 +161,53 @@ Result<Loaded> load(const GenerateOptions& options, std::ostream& err) {
   return loaded;
 }
 
+// The length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no overlong form, no
+// surrogate, nothing past U+10FFFF), or 0.
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) return 0;
+  for (std::size_t k = 2; k < length; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  }
+  return length;
+}
+
+// A model may emit bytes that are no UTF-8 (a random one does): each such byte becomes U+FFFD,
+// in the stream and in the JSON alike, so both show the same text (JSON cannot hold the
+// bytes). Byte by byte, so cleaning the pieces equals cleaning their concatenation.
+std::string clean_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = utf8_sequence(text, i);
+    if (length == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+  return out;
+}
+
 const char* finish_name(engine::FinishReason reason) {
   return reason == engine::FinishReason::kStop ? "stop" : "length";
 }
@@ -284,12 +333,12 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   tokenizer::StreamDecoder decoder(tok);
   const auto on_token = [&](std::int32_t token) {
     if (options.json) return true;
-    out << decoder.push(token) << std::flush;
+    out << clean_utf8(decoder.push(token)) << std::flush;
     return out.good();  // a closed stdout ends generation; run_cli reports it
   };
   Result<engine::GenerateResult> result = engine::generate(model, **kv, request, on_token);
   if (!result.ok()) {
-    if (!options.json) out << decoder.finish() << std::endl;
+    if (!options.json) out << clean_utf8(decoder.finish()) << std::endl;
     return fail(result.status().code() == StatusCode::kInvalidArgument
                     ? result.status().with_context("see --max-tokens and --max-context")
                     : result.status());
@@ -300,7 +349,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
     nlohmann::ordered_json json;
     json["prompt_ids"] = request.prompt;
     json["token_ids"] = result->tokens;
-    json["text"] = tok.decode(result->tokens);
+    json["text"] = clean_utf8(tok.decode(result->tokens));
     json["finish_reason"] = finish_name(result->finish);
     json["backend"] = model::to_string(model.backend());
     json["timings"] = {{"load_seconds", load_seconds},
@@ -309,7 +358,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
                        {"tokens_per_second", tokens_per_second}};
     out << dump_json(json) << "\n";
   } else {
-    out << decoder.finish() << "\n";
+    out << clean_utf8(decoder.finish()) << "\n";
     err << kCommand << ": " << result->tokens.size() << " tokens (" << finish_name(result->finish)
         << "); prefill " << t.prefill_seconds << " s, decode " << tokens_per_second
         << " tokens/s\n";
