@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <string>
 
 namespace kvvm::engine {
@@ -33,6 +34,12 @@ class SlotGuard {
 Status check_request(const model::Model& model, const KvSpace& kv, const GenerateRequest& r) {
   if (r.prompt.empty()) return Status::InvalidArgument("prompt: empty (at least one token)");
   KVVM_RETURN_IF_ERROR(check_sampling(r.sampling));
+  // Positions travel as 32-bit numbers in a step's chunks.
+  if (r.prompt.size() + std::uint64_t{r.max_tokens} > std::numeric_limits<std::uint32_t>::max()) {
+    return Status::InvalidArgument("prompt of " + std::to_string(r.prompt.size()) +
+                                   " tokens + max_tokens " + std::to_string(r.max_tokens) +
+                                   ": positions past 2^32 - 1");
+  }
   const std::uint64_t context = kv.options().max_context;
   const std::uint64_t needed = r.prompt.size() + std::uint64_t{r.max_tokens};
   if (needed > context) {
