@@ -1,0 +1,312 @@
+// A Hugging Face config.json (and generation_config.json) read into a ModelConfig, field by
+// field, each error naming the file, the field and its value.
+//
+// Multimodal configs keep the language model's fields under "text_config" (as
+// src/kv/geometry.cc reads them too): they are read there when the top level has no layer
+// count, and the fields a wrapper may keep at its top level (architectures, model_type,
+// dtype, tie_word_embeddings, token ids) are looked for in text_config first, then at the top.
+#include "kvvm/model/config.h"
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "base/json_reader.h"
+#include "model/config_fields.h"
+
+namespace kvvm::model {
+namespace {
+
+using detail::ConfigFields;
+
+// Bounds on a config's numbers: several times the largest published models, low enough that
+// every weight's byte size and the KV layout's sizes stay far from 64-bit overflow. A number
+// past them is a corrupt or hostile file.
+constexpr std::uint32_t kMaxLayers = 1024;
+constexpr std::uint32_t kMaxHeads = 4096;  // query and KV heads alike
+constexpr std::uint32_t kMaxHeadDim = 4096;
+constexpr std::uint32_t kMaxHiddenSize = 1u << 20;
+constexpr std::uint32_t kMaxIntermediateSize = 1u << 22;
+constexpr std::uint32_t kMaxVocabSize = 1u << 22;
+constexpr std::uint32_t kMaxPositions = 1u << 24;
+// config.json files are a few KiB; 16 MiB leaves room for ones that carry label tables.
+constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+
+struct Family {
+  const char* architecture;
+  const char* model_type;
+};
+constexpr Family kFamilies[] = {
+    {"LlamaForCausalLM", "llama"},
+    {"Qwen2ForCausalLM", "qwen2"},
+    {"MistralForCausalLM", "mistral"},
+};
+constexpr const char* kFamilyList = "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM";
+
+// The two scopes fields are read from: text_config when the file nests one, and the top level.
+struct Scopes {
+  ConfigFields inner;
+  ConfigFields top;
+
+  // The first of inner, top that holds `field`.
+  const ConfigFields& holding(const char* field) const { return inner.has(field) ? inner : top; }
+};
+
+Result<const Family*> read_family(const Scopes& scopes) {
+  const Family* family = nullptr;
+  const ConfigFields& arch_scope = scopes.holding("architectures");
+  if (const nlohmann::json* architectures = arch_scope.find("architectures")) {
+    if (!architectures->is_array() || architectures->empty() || !(*architectures)[0].is_string()) {
+      return arch_scope.bad("architectures", *architectures,
+                            "a list of class names such as [\"LlamaForCausalLM\"]");
+    }
+    const std::string name = (*architectures)[0].get<std::string>();
+    for (const Family& candidate : kFamilies) {
+      if (name == candidate.architecture) family = &candidate;
+    }
+    if (family == nullptr) {
+      return Status::InvalidArgument(arch_scope.where() + ": field 'architectures[0]' is \"" +
+                                     name + "\", which this runtime does not run (it runs " +
+                                     kFamilyList + ")");
+    }
+  }
+  const ConfigFields& type_scope = scopes.holding("model_type");
+  Result<std::optional<std::string>> model_type = type_scope.string("model_type");
+  if (!model_type.ok()) return model_type.status();
+  if (family == nullptr) {
+    // Without architectures the model type names the family.
+    if (!model_type->has_value()) {
+      return scopes.inner.missing("architectures", std::string("one of ") + kFamilyList);
+    }
+    for (const Family& candidate : kFamilies) {
+      if (**model_type == candidate.model_type) family = &candidate;
+    }
+    if (family == nullptr) {
+      return type_scope.bad("model_type", nlohmann::json(**model_type),
+                            "llama, qwen2 or mistral (no 'architectures' names the class)");
+    }
+  } else if (model_type->has_value() && **model_type != family->model_type) {
+    return type_scope.bad("model_type", nlohmann::json(**model_type),
+                          std::string("\"") + family->model_type + "\" for " +
+                              family->architecture + " (architectures[0])");
+  }
+  return family;
+}
+
+// The attention shape: heads, KV heads and the head size, with the checks RoPE and grouped-
+// query attention need.
+Status read_attention(const ConfigFields& fields, ModelConfig& config) {
+  Result<std::uint32_t> heads = fields.required_whole("num_attention_heads", 1, kMaxHeads);
+  if (!heads.ok()) return heads.status();
+  config.heads = *heads;
+  Result<std::optional<std::uint32_t>> kv_heads = fields.whole("num_key_value_heads", 1, kMaxHeads);
+  if (!kv_heads.ok()) return kv_heads.status();
+  // Without grouped-query attention every query head has its own K and V.
+  config.kv_heads = kv_heads->value_or(config.heads);
+  if (config.heads % config.kv_heads != 0) {
+    return Status::InvalidArgument(
+        fields.where() + ": 'num_attention_heads' " + std::to_string(config.heads) +
+        " is not a multiple of 'num_key_value_heads' " + std::to_string(config.kv_heads) +
+        " (each KV head serves a whole group of query heads)");
+  }
+  Result<std::optional<std::uint32_t>> head_dim = fields.whole("head_dim", 1, kMaxHeadDim);
+  if (!head_dim.ok()) return head_dim.status();
+  if (head_dim->has_value()) {
+    config.head_dim = **head_dim;
+  } else if (config.hidden_size % config.heads != 0) {
+    return Status::InvalidArgument(fields.where() + ": no 'head_dim', and 'hidden_size' " +
+                                   std::to_string(config.hidden_size) +
+                                   " is not a multiple of 'num_attention_heads' " +
+                                   std::to_string(config.heads));
+  } else {
+    config.head_dim = config.hidden_size / config.heads;
+  }
+  if (config.head_dim > kMaxHeadDim || config.head_dim % 2 != 0) {
+    return Status::InvalidArgument(
+        fields.where() + ": the head size (" +
+        (head_dim->has_value() ? std::string("'head_dim'") : "'hidden_size' / 'heads'") + ") is " +
+        std::to_string(config.head_dim) + ", expected an even number (RoPE rotates " +
+        "pairs) of at most " + std::to_string(kMaxHeadDim));
+  }
+  return Status::Ok();
+}
+
+// Features that change the outputs when ignored: refused unless off.
+Status read_features(const ConfigFields& fields, const Family& family, ModelConfig& config) {
+  Result<std::optional<bool>> mlp_bias = fields.boolean("mlp_bias");
+  if (!mlp_bias.ok()) return mlp_bias.status();
+  if (mlp_bias->value_or(false)) {
+    return fields.bad("mlp_bias", nlohmann::json(true),
+                      "false: MLP biases are not implemented by this runtime");
+  }
+  Result<std::optional<bool>> attention_bias = fields.boolean("attention_bias");
+  if (!attention_bias.ok()) return attention_bias.status();
+  if (std::string_view(family.model_type) == "qwen2") {
+    // Qwen2's attention always has q/k/v biases and never an o bias, whatever the file says.
+    config.qkv_bias = true;
+    config.o_bias = false;
+  } else {
+    config.qkv_bias = attention_bias->value_or(false);
+    config.o_bias = config.qkv_bias;
+  }
+  Result<std::optional<std::string>> act = fields.string("hidden_act");
+  if (!act.ok()) return act.status();
+  if (act->has_value() && **act != "silu" && **act != "swish") {
+    return fields.bad("hidden_act", nlohmann::json(**act),
+                      "\"silu\" (the MLP's activation this runtime implements)");
+  }
+  // A window at least as long as the context never drops a token, so it changes nothing.
+  if (std::string_view(family.model_type) == "mistral") {
+    if (const nlohmann::json* window = fields.find("sliding_window")) {
+      Result<std::optional<std::uint32_t>> size =
+          fields.whole("sliding_window", 1, std::numeric_limits<std::uint32_t>::max());
+      if (!size.ok()) return size.status();
+      if (**size < config.max_position_embeddings) {
+        return fields.bad("sliding_window", *window,
+                          "null or at least max_position_embeddings " +
+                              std::to_string(config.max_position_embeddings) +
+                              ": sliding-window attention is not implemented by this runtime");
+      }
+    }
+  }
+  if (std::string_view(family.model_type) == "qwen2") {
+    Result<std::optional<bool>> sliding = fields.boolean("use_sliding_window");
+    if (!sliding.ok()) return sliding.status();
+    if (sliding->value_or(false)) {
+      return fields.bad("use_sliding_window", nlohmann::json(true),
+                        "false: sliding-window attention is not implemented by this runtime");
+    }
+  }
+  return Status::Ok();
+}
+
+Status read_dtype(const Scopes& scopes, ModelConfig& config) {
+  // Newer transformers releases write "dtype" where older ones wrote "torch_dtype".
+  for (const ConfigFields* scope : {&scopes.inner, &scopes.top}) {
+    for (const char* field : {"torch_dtype", "dtype"}) {
+      const nlohmann::json* value = scope->find(field);
+      if (value == nullptr) continue;
+      const char* expected = "\"bfloat16\", \"float16\" or \"float32\"";
+      if (!value->is_string()) return scope->bad(field, *value, expected);
+      Result<DType> dtype = parse_dtype(value->get<std::string>());
+      if (!dtype.ok() || *dtype == DType::kFp8) return scope->bad(field, *value, expected);
+      config.dtype = *dtype;
+      return Status::Ok();
+    }
+  }
+  return Status::Ok();  // the tensors carry their own dtypes; the default stands
+}
+
+// bos / eos ids of `scopes` override those already in `config` where present.
+Status read_token_ids(const ConfigFields& fields, ModelConfig& config) {
+  Result<std::optional<std::vector<std::int32_t>>> bos =
+      fields.token_ids("bos_token_id", config.vocab_size);
+  if (!bos.ok()) return bos.status();
+  if (bos->has_value()) config.bos_token_ids = std::move(**bos);
+  Result<std::optional<std::vector<std::int32_t>>> eos =
+      fields.token_ids("eos_token_id", config.vocab_size);
+  if (!eos.ok()) return eos.status();
+  if (eos->has_value()) config.eos_token_ids = std::move(**eos);
+  return Status::Ok();
+}
+
+Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::string& origin) {
+  if (!parsed.is_object()) {
+    return Status::InvalidArgument(origin + ": " + detail::show(parsed) + " is not a JSON object");
+  }
+  const nlohmann::json* inner = &parsed;
+  std::string inner_where = origin;
+  const auto text_config = parsed.find("text_config");
+  if (!parsed.contains("num_hidden_layers") && text_config != parsed.end() &&
+      text_config->is_object()) {
+    inner = &*text_config;
+    inner_where += " (under 'text_config')";
+  }
+  const Scopes scopes{ConfigFields(*inner, inner_where), ConfigFields(parsed, origin)};
+  const ConfigFields& fields = scopes.inner;
+
+  Result<const Family*> family = read_family(scopes);
+  if (!family.ok()) return family.status();
+  ModelConfig config;
+  config.architecture = (*family)->architecture;
+
+  struct Whole {
+    const char* field;
+    std::uint32_t maximum;
+    std::uint32_t* out;
+  };
+  for (const Whole& whole : {
+           Whole{"hidden_size", kMaxHiddenSize, &config.hidden_size},
+           Whole{"intermediate_size", kMaxIntermediateSize, &config.intermediate_size},
+           Whole{"num_hidden_layers", kMaxLayers, &config.layers},
+           Whole{"vocab_size", kMaxVocabSize, &config.vocab_size},
+           Whole{"max_position_embeddings", kMaxPositions, &config.max_position_embeddings},
+       }) {
+    Result<std::uint32_t> value = fields.required_whole(whole.field, 1, whole.maximum);
+    if (!value.ok()) return value.status();
+    *whole.out = *value;
+  }
+  KVVM_RETURN_IF_ERROR(read_attention(fields, config));
+  Result<std::optional<double>> eps = fields.positive("rms_norm_eps", 1.0);
+  if (!eps.ok()) return eps.status();
+  config.rms_norm_eps = eps->value_or(1e-6);
+  Result<RopeConfig> rope = detail::parse_rope(fields);
+  if (!rope.ok()) return rope.status();
+  config.rope = *rope;
+  KVVM_RETURN_IF_ERROR(read_features(fields, **family, config));
+
+  const ConfigFields& tie_scope = scopes.holding("tie_word_embeddings");
+  Result<std::optional<bool>> tie = tie_scope.boolean("tie_word_embeddings");
+  if (!tie.ok()) return tie.status();
+  config.tie_word_embeddings = tie->value_or(false);
+  KVVM_RETURN_IF_ERROR(read_dtype(scopes, config));
+  KVVM_RETURN_IF_ERROR(read_token_ids(scopes.top, config));
+  if (&scopes.inner.object() != &scopes.top.object()) {
+    KVVM_RETURN_IF_ERROR(read_token_ids(scopes.inner, config));
+  }
+  return config;
+}
+
+JsonLimits config_limits() {
+  JsonLimits limits;
+  limits.max_bytes = kMaxConfigBytes;
+  return limits;
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config(std::string_view config_json, std::string_view origin) {
+  const std::string where(origin);
+  Result<nlohmann::json> parsed = read_json(config_json, config_limits(), where);
+  if (!parsed.ok()) return parsed.status();
+  return parse_config_json(*parsed, where);
+}
+
+Result<ModelConfig> load_model_config(const std::string& dir) {
+  const std::filesystem::path base(dir);
+  const std::string path = (base / "config.json").string();
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) {
+    return Status::InvalidArgument("'" + path +
+                                   "' not found: a model directory holds its config.json");
+  }
+  Result<nlohmann::json> parsed = read_json_file(path, config_limits());
+  if (!parsed.ok()) return parsed.status();
+  Result<ModelConfig> config = parse_config_json(*parsed, path);
+  if (!config.ok()) return config.status();
+
+  // generation_config.json, when present, says what generate() stops at; its ids win.
+  const std::string generation_path = (base / "generation_config.json").string();
+  if (!std::filesystem::exists(generation_path, error)) return config;
+  Result<nlohmann::json> generation = read_json_file(generation_path, config_limits());
+  if (!generation.ok()) return generation.status();
+  if (!generation->is_object()) {
+    return Status::InvalidArgument(generation_path + ": " + detail::show(*generation) +
+                                   " is not a JSON object");
+  }
+  KVVM_RETURN_IF_ERROR(read_token_ids(ConfigFields(*generation, generation_path), *config));
+  return config;
+}
+
+}  // namespace kvvm::model

@@ -1,0 +1,106 @@
+#include "model/config_fields.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kvvm::model::detail {
+
+const nlohmann::json* ConfigFields::find(const char* field) const {
+  if (!object_.is_object()) return nullptr;
+  const auto found = object_.find(field);
+  if (found == object_.end() || found->is_null()) return nullptr;
+  return &*found;
+}
+
+Status ConfigFields::bad(const char* field, const nlohmann::json& value,
+                         const std::string& expected) const {
+  return Status::InvalidArgument(where_ + ": field '" + name(field) + "' is " + show(value) +
+                                 ", expected " + expected);
+}
+
+Status ConfigFields::missing(const char* field, const std::string& why) const {
+  return Status::InvalidArgument(where_ + ": field '" + name(field) + "' is missing (" + why + ")");
+}
+
+Result<std::optional<std::uint32_t>> ConfigFields::whole(const char* field, std::uint32_t minimum,
+                                                         std::uint32_t maximum) const {
+  const nlohmann::json* value = find(field);
+  if (value == nullptr) return std::optional<std::uint32_t>();
+  // nlohmann stores every non-negative integer as unsigned: a negative number, a fraction
+  // and a string all fail here.
+  if (value->is_number_unsigned()) {
+    const auto number = value->get<std::uint64_t>();
+    if (number >= minimum && number <= maximum) {
+      return std::optional<std::uint32_t>(static_cast<std::uint32_t>(number));
+    }
+  }
+  return bad(
+      field, *value,
+      "a whole number in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]");
+}
+
+Result<std::uint32_t> ConfigFields::required_whole(const char* field, std::uint32_t minimum,
+                                                   std::uint32_t maximum) const {
+  Result<std::optional<std::uint32_t>> value = whole(field, minimum, maximum);
+  if (!value.ok()) return value.status();
+  if (!value->has_value()) {
+    return missing(field, "a whole number in [" + std::to_string(minimum) + ", " +
+                              std::to_string(maximum) + "]");
+  }
+  return **value;
+}
+
+Result<std::optional<double>> ConfigFields::positive(const char* field,
+                                                     std::optional<double> below) const {
+  const nlohmann::json* value = find(field);
+  if (value == nullptr) return std::optional<double>();
+  if (value->is_number()) {
+    const double number = value->get<double>();
+    if (std::isfinite(number) && number > 0 && (!below || number < *below)) {
+      return std::optional<double>(number);
+    }
+  }
+  std::string expected = "a number > 0";
+  if (below) expected += " and < " + show(nlohmann::json(*below));
+  return bad(field, *value, expected);
+}
+
+Result<std::optional<bool>> ConfigFields::boolean(const char* field) const {
+  const nlohmann::json* value = find(field);
+  if (value == nullptr) return std::optional<bool>();
+  if (!value->is_boolean()) return bad(field, *value, "true or false");
+  return std::optional<bool>(value->get<bool>());
+}
+
+Result<std::optional<std::string>> ConfigFields::string(const char* field) const {
+  const nlohmann::json* value = find(field);
+  if (value == nullptr) return std::optional<std::string>();
+  if (!value->is_string()) return bad(field, *value, "a string");
+  return std::optional<std::string>(value->get<std::string>());
+}
+
+Result<std::optional<std::vector<std::int32_t>>> ConfigFields::token_ids(
+    const char* field, std::uint32_t vocab_size) const {
+  const nlohmann::json* value = find(field);
+  if (value == nullptr) return std::optional<std::vector<std::int32_t>>();
+  const std::string expected = "a token id or a list of token ids, each in [0, " +
+                               std::to_string(vocab_size) + ") (the vocabulary)";
+  const auto is_id = [&](const nlohmann::json& id) {
+    return id.is_number_integer() && id.get<std::int64_t>() >= 0 &&
+           id.get<std::int64_t>() < static_cast<std::int64_t>(vocab_size);
+  };
+  std::vector<std::int32_t> ids;
+  if (value->is_array()) {
+    for (const nlohmann::json& id : *value) {
+      if (!is_id(id)) return bad(field, *value, expected);
+      ids.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
+    }
+  } else if (is_id(*value)) {
+    ids.push_back(static_cast<std::int32_t>(value->get<std::int64_t>()));
+  } else {
+    return bad(field, *value, expected);
+  }
+  return std::optional<std::vector<std::int32_t>>(std::move(ids));
+}
+
+}  // namespace kvvm::model::detail

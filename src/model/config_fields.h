@@ -1,0 +1,65 @@
+// Typed reads of config.json fields, each error naming the file, the field, its value and
+// what was expected: the model config's parser (config.cc) and its RoPE part (config_rope.cc)
+// share them.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvvm/model/config.h"
+#include "kvvm/status.h"
+#include "model/json_show.h"
+
+namespace kvvm::model::detail {
+
+class ConfigFields {
+ public:
+  // `object` must outlive this; `where` prefixes every error ("DIR/config.json", or that
+  // with " (under 'text_config')"); `prefix` names the object ("rope_scaling.") in messages.
+  ConfigFields(const nlohmann::json& object, std::string where, std::string prefix = {})
+      : object_(object), where_(std::move(where)), prefix_(std::move(prefix)) {}
+
+  const nlohmann::json& object() const { return object_; }
+  const std::string& where() const { return where_; }
+
+  // Null when absent or JSON null (HF writes "head_dim": null).
+  const nlohmann::json* find(const char* field) const;
+  bool has(const char* field) const { return find(field) != nullptr; }
+
+  // A whole number in [minimum, maximum]; std::nullopt when absent.
+  Result<std::optional<std::uint32_t>> whole(const char* field, std::uint32_t minimum,
+                                             std::uint32_t maximum) const;
+  // Like whole(), but absence is an error.
+  Result<std::uint32_t> required_whole(const char* field, std::uint32_t minimum,
+                                       std::uint32_t maximum) const;
+  // A finite number > 0 (and < `below` when given); std::nullopt when absent.
+  Result<std::optional<double>> positive(const char* field,
+                                         std::optional<double> below = std::nullopt) const;
+  Result<std::optional<bool>> boolean(const char* field) const;
+  Result<std::optional<std::string>> string(const char* field) const;
+  // A token id or a list of them, each in [0, vocab_size); std::nullopt when absent.
+  Result<std::optional<std::vector<std::int32_t>>> token_ids(const char* field,
+                                                             std::uint32_t vocab_size) const;
+
+  // "WHERE: field 'PREFIXfield' is VALUE, expected EXPECTED".
+  Status bad(const char* field, const nlohmann::json& value, const std::string& expected) const;
+  // "WHERE: field 'PREFIXfield' is missing (WHY)".
+  Status missing(const char* field, const std::string& why) const;
+  std::string name(const char* field) const { return prefix_ + field; }
+
+ private:
+  const nlohmann::json& object_;
+  std::string where_;
+  std::string prefix_;
+};
+
+// RoPE from either form a checkpoint may carry: transformers v5's `rope_parameters`
+// {rope_type, rope_theta, factor, ...}, or the older `rope_theta` beside `rope_scaling`
+// {type | rope_type, factor, ...}. A scaling this runtime does not implement (yarn, dynamic,
+// longrope, ...) is refused by name.
+Result<RopeConfig> parse_rope(const ConfigFields& fields);
+
+}  // namespace kvvm::model::detail

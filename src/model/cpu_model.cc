@@ -1,0 +1,382 @@
+// The CPU backend's forward pass: float32 weights and activations, OpenBLAS sgemm for every
+// projection over all the step's packed tokens, the host attention (append, decode, prefill)
+// on the KvView it is handed.
+//
+// Why decode chunks go through one decode call: a step of many sequences decoding one token
+// each would otherwise start a prefill call (and its threads) per sequence per layer.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "kvvm/attention.h"
+#include "kvvm/model/model.h"
+#include "model/cpu_ops.h"
+#include "model/cpu_weights.h"
+#include "model/rope.h"
+
+namespace kvvm::model {
+namespace {
+
+std::string str(std::uint64_t value) { return std::to_string(value); }
+
+bool readable_element(DType element) {
+  return element == DType::kFp32 || element == DType::kBf16 || element == DType::kFp16;
+}
+
+class CpuModel final : public Model {
+ public:
+  CpuModel(const ModelConfig& config, const ModelLimits& limits, cpu::CpuWeights weights,
+           unsigned threads)
+      : Model(config, limits),
+        w_(std::move(weights)),
+        inv_freq_(rope_inv_freq(config)),
+        threads_(threads) {
+    const std::size_t t = limits.max_step_tokens;
+    const std::size_t q_width = std::size_t{config.heads} * config.head_dim;
+    const std::size_t kv_width = std::size_t{config.kv_heads} * config.head_dim;
+    x_.resize(t * config.hidden_size);
+    xn_.resize(t * config.hidden_size);
+    q_.resize(t * q_width);
+    k_.resize(t * kv_width);
+    v_.resize(t * kv_width);
+    attn_.resize(t * q_width);
+    gate_.resize(t * config.intermediate_size);
+    up_.resize(t * config.intermediate_size);
+    positions_.resize(t);
+    row_slots_.resize(t);
+    // A bf16 / fp16 view reads and writes its own element type: room for the widest (fp32
+    // needs none of these, but the view's type is known only per step).
+    q_elements_.resize(t * q_width * 2);
+    k_elements_.resize(t * kv_width * 2);
+    v_elements_.resize(t * kv_width * 2);
+    out_elements_.resize(t * q_width * 2);
+    const std::size_t c = limits.max_chunks;
+    decode_q_.resize(c * q_width * sizeof(float));
+    decode_out_.resize(c * q_width * sizeof(float));
+    decode_slots_.resize(c);
+    decode_lengths_.resize(c);
+    decode_rows_.resize(c);
+    last_.resize(c * config.hidden_size);
+    logits_.resize(c * config.vocab_size);
+  }
+
+  Backend backend() const override { return Backend::kCpu; }
+
+  Status forward(const StepBatch& batch, const StepOutput& out) override {
+    KVVM_RETURN_IF_ERROR(check_batch(batch));
+    if (batch.chunks.empty()) return Status::Ok();  // no token, no output, no view needed
+    const ModelConfig& c = config();
+    const std::size_t tokens = batch.token_ids.size();
+    std::size_t row = 0;
+    for (const Chunk& chunk : batch.chunks) {
+      for (std::uint32_t i = 0; i < chunk.tokens; ++i, ++row) {
+        positions_[row] = chunk.start + i;
+        row_slots_[row] = chunk.slot;
+      }
+    }
+    cpu::gather_rows(w_.embed.data(), c.hidden_size, batch.token_ids, x_.data());
+    for (std::uint32_t layer = 0; layer < c.layers; ++layer) {
+      KVVM_RETURN_IF_ERROR(run_layer(batch, layer, tokens));
+    }
+    finish(batch, out);
+    return Status::Ok();
+  }
+
+ private:
+  Status check_batch(const StepBatch& batch) const {
+    const ModelConfig& c = config();
+    const ModelLimits& l = limits();
+    if (batch.chunks.size() > l.max_chunks) {
+      return Status::InvalidArgument("forward: " + str(batch.chunks.size()) +
+                                     " chunks, above max_chunks " + str(l.max_chunks));
+    }
+    if (batch.token_ids.size() > l.max_step_tokens) {
+      return Status::InvalidArgument("forward: " + str(batch.token_ids.size()) +
+                                     " tokens, above max_step_tokens " + str(l.max_step_tokens));
+    }
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < batch.chunks.size(); ++i) {
+      const Chunk& chunk = batch.chunks[i];
+      if (chunk.tokens == 0) {
+        return Status::InvalidArgument("forward: chunk " + str(i) + " has 0 tokens");
+      }
+      const std::uint64_t end = std::uint64_t{chunk.start} + chunk.tokens;
+      if (end > c.max_position_embeddings) {
+        return Status::InvalidArgument("forward: chunk " + str(i) + " reaches position " +
+                                       str(end - 1) + ", beyond max_position_embeddings " +
+                                       str(c.max_position_embeddings));
+      }
+      sum += chunk.tokens;
+    }
+    if (sum != batch.token_ids.size()) {
+      return Status::InvalidArgument("forward: the chunks hold " + str(sum) +
+                                     " tokens but token_ids has " + str(batch.token_ids.size()));
+    }
+    for (std::size_t i = 0; i < batch.token_ids.size(); ++i) {
+      const std::int32_t id = batch.token_ids[i];
+      if (id < 0 || static_cast<std::uint32_t>(id) >= c.vocab_size) {
+        return Status::InvalidArgument("forward: token_ids[" + str(i) +
+                                       "] = " + std::to_string(id) +
+                                       " is outside the vocabulary of " + str(c.vocab_size));
+      }
+    }
+    if (batch.chunks.empty()) return Status::Ok();
+    const KvView& view = batch.kv;
+    if (view.base == 0) return Status::InvalidArgument("forward: the KvView has no base address");
+    if (!readable_element(view.element) || view.element_bytes != element_bytes(view.element)) {
+      return Status::InvalidArgument(
+          "forward: the KvView's element type " + std::string(to_string(view.element)) + " (" +
+          str(view.element_bytes) +
+          " bytes) is not one the CPU attention reads (fp32, bf16, fp16)");
+    }
+    if (view.head_dim != c.head_dim) {
+      return Status::InvalidArgument("forward: the KvView's head_dim " + str(view.head_dim) +
+                                     " is not the model's " + str(c.head_dim));
+    }
+    return Status::Ok();
+  }
+
+  Status run_layer(const StepBatch& batch, std::uint32_t layer, std::size_t tokens) {
+    const ModelConfig& c = config();
+    const cpu::CpuLayerWeights& w = w_.layers[layer];
+    const std::size_t hidden = c.hidden_size;
+    const std::size_t q_width = std::size_t{c.heads} * c.head_dim;
+    const std::size_t kv_width = std::size_t{c.kv_heads} * c.head_dim;
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+
+    cpu::rms_norm(x_.data(), w.input_norm.data(), tokens, hidden, eps, xn_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.q.data(), q_width, q_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.k.data(), kv_width, k_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.v.data(), kv_width, v_.data());
+    if (c.qkv_bias) {
+      cpu::add_bias(q_.data(), w.q_bias.data(), tokens, q_width);
+      cpu::add_bias(k_.data(), w.k_bias.data(), tokens, kv_width);
+      cpu::add_bias(v_.data(), w.v_bias.data(), tokens, kv_width);
+    }
+    for (std::size_t t = 0; t < tokens; ++t) {
+      for (std::uint32_t h = 0; h < c.heads; ++h) {
+        apply_rope(&q_[t * q_width + std::size_t{h} * c.head_dim], c.head_dim, inv_freq_.data(),
+                   positions_[t]);
+      }
+      for (std::uint32_t h = 0; h < c.kv_heads; ++h) {
+        apply_rope(&k_[t * kv_width + std::size_t{h} * c.head_dim], c.head_dim, inv_freq_.data(),
+                   positions_[t]);
+      }
+    }
+    KVVM_RETURN_IF_ERROR(attend(batch, layer, tokens));
+
+    cpu::linear(attn_.data(), tokens, q_width, w.o.data(), hidden, xn_.data());
+    if (c.o_bias) cpu::add_bias(xn_.data(), w.o_bias.data(), tokens, hidden);
+    cpu::add_into(x_.data(), xn_.data(), tokens * hidden);
+
+    const std::size_t inter = c.intermediate_size;
+    cpu::rms_norm(x_.data(), w.post_norm.data(), tokens, hidden, eps, xn_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.gate.data(), inter, gate_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.up.data(), inter, up_.data());
+    cpu::silu_mul(gate_.data(), up_.data(), tokens * inter);
+    cpu::linear(gate_.data(), tokens, inter, w.down.data(), hidden, xn_.data());
+    cpu::add_into(x_.data(), xn_.data(), tokens * hidden);
+    return Status::Ok();
+  }
+
+  // Appends the step's K and V, then attends: single-token chunks in one decode call, longer
+  // chunks by a prefill call each. Output: attn_ (float32).
+  Status attend(const StepBatch& batch, std::uint32_t layer, std::size_t tokens) {
+    const ModelConfig& c = config();
+    const KvView& view = batch.kv;
+    const DType element = view.element;
+    const std::size_t q_width = std::size_t{c.heads} * c.head_dim;
+    const std::size_t kv_width = std::size_t{c.kv_heads} * c.head_dim;
+    const std::size_t bytes = view.element_bytes;
+    const bool native = element == DType::kFp32;
+    const void* q = q_.data();
+    const void* k = k_.data();
+    const void* v = v_.data();
+    unsigned char* out = reinterpret_cast<unsigned char*>(attn_.data());
+    if (!native) {
+      to_elements(element, q_.data(), tokens * q_width, q_elements_.data());
+      to_elements(element, k_.data(), tokens * kv_width, k_elements_.data());
+      to_elements(element, v_.data(), tokens * kv_width, v_elements_.data());
+      q = q_elements_.data();
+      k = k_elements_.data();
+      v = v_elements_.data();
+      out = out_elements_.data();
+    }
+    AppendParams append;
+    append.view = view;
+    append.layer = layer;
+    append.kv_heads = c.kv_heads;
+    append.tokens = static_cast<std::uint32_t>(tokens);
+    append.k = k;
+    append.v = v;
+    append.row_slots = row_slots_.data();
+    append.row_positions = positions_.data();
+    KVVM_RETURN_IF_ERROR(append_kv_cpu(append));
+
+    const std::size_t q_row = q_width * bytes;
+    const auto* q_bytes = static_cast<const unsigned char*>(q);
+    std::uint32_t decodes = 0;
+    std::uint32_t max_length = 0;
+    std::size_t row = 0;
+    for (const Chunk& chunk : batch.chunks) {
+      if (chunk.tokens == 1) {
+        std::memcpy(&decode_q_[decodes * q_row], q_bytes + row * q_row, q_row);
+        decode_slots_[decodes] = chunk.slot;
+        decode_lengths_[decodes] = chunk.start + 1;
+        decode_rows_[decodes] = static_cast<std::uint32_t>(row);
+        max_length = std::max(max_length, chunk.start + 1);
+        ++decodes;
+      } else {
+        PrefillParams prefill;
+        prefill.view = view;
+        prefill.layer = layer;
+        prefill.qo_heads = c.heads;
+        prefill.kv_heads = c.kv_heads;
+        prefill.slot = chunk.slot;
+        prefill.start = chunk.start;
+        prefill.tokens = chunk.tokens;
+        prefill.q = q_bytes + row * q_row;
+        prefill.out = out + row * q_row;
+        KVVM_RETURN_IF_ERROR(prefill_attention_cpu(prefill, threads_));
+      }
+      row += chunk.tokens;
+    }
+    if (decodes > 0) {
+      DecodeParams decode;
+      decode.view = view;
+      decode.layer = layer;
+      decode.qo_heads = c.heads;
+      decode.kv_heads = c.kv_heads;
+      decode.batch = decodes;
+      decode.q = decode_q_.data();
+      decode.slots = decode_slots_.data();
+      decode.lengths = decode_lengths_.data();
+      decode.max_length = max_length;
+      decode.out = decode_out_.data();
+      KVVM_RETURN_IF_ERROR(decode_attention_cpu(decode, threads_));
+      for (std::uint32_t i = 0; i < decodes; ++i) {
+        std::memcpy(out + std::size_t{decode_rows_[i]} * q_row, &decode_out_[i * q_row], q_row);
+      }
+    }
+    if (!native) {
+      for (std::size_t i = 0; i < tokens * q_width; ++i) {
+        attn_[i] = element_to_float(element, out + i * bytes);
+      }
+    }
+    return Status::Ok();
+  }
+
+  static void to_elements(DType element, const float* from, std::size_t n, unsigned char* to) {
+    const std::uint32_t bytes = element_bytes(element);
+    for (std::size_t i = 0; i < n; ++i) float_to_element(element, from[i], to + i * bytes);
+  }
+
+  // Final norm of each chunk's last token, lm_head over those rows only, then the outputs.
+  void finish(const StepBatch& batch, const StepOutput& out) {
+    if (out.logits == nullptr && out.argmax == nullptr) return;
+    const ModelConfig& c = config();
+    const std::size_t hidden = c.hidden_size;
+    const std::size_t chunks = batch.chunks.size();
+    std::size_t row = 0;
+    for (std::size_t i = 0; i < chunks; ++i) {
+      row += batch.chunks[i].tokens;
+      cpu::rms_norm(&x_[(row - 1) * hidden], w_.final_norm.data(), 1, hidden,
+                    static_cast<float>(c.rms_norm_eps), &last_[i * hidden]);
+    }
+    float* logits = out.logits != nullptr ? out.logits : logits_.data();
+    cpu::linear(last_.data(), chunks, hidden, w_.lm_head_data(), c.vocab_size, logits);
+    if (out.argmax != nullptr) {
+      for (std::size_t i = 0; i < chunks; ++i) {
+        out.argmax[i] = cpu::argmax(logits + i * c.vocab_size, c.vocab_size);
+      }
+    }
+  }
+
+  cpu::CpuWeights w_;
+  std::vector<float> inv_freq_;
+  unsigned threads_;
+  // Activations, sized once from the limits.
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, last_, logits_;
+  std::vector<std::uint32_t> positions_, row_slots_;
+  std::vector<unsigned char> q_elements_, k_elements_, v_elements_, out_elements_;
+  std::vector<unsigned char> decode_q_, decode_out_;
+  std::vector<std::uint32_t> decode_slots_, decode_lengths_, decode_rows_;
+};
+
+Status check_config(const ModelConfig& c, const ModelLimits& limits) {
+  const struct {
+    const char* name;
+    std::uint64_t value;
+  } positive[] = {{"hidden_size", c.hidden_size},
+                  {"intermediate_size", c.intermediate_size},
+                  {"num_hidden_layers", c.layers},
+                  {"num_attention_heads", c.heads},
+                  {"num_key_value_heads", c.kv_heads},
+                  {"head_dim", c.head_dim},
+                  {"vocab_size", c.vocab_size},
+                  {"max_position_embeddings", c.max_position_embeddings},
+                  {"max_step_tokens", limits.max_step_tokens},
+                  {"max_chunks", limits.max_chunks}};
+  for (const auto& field : positive) {
+    if (field.value == 0) {
+      return Status::InvalidArgument(std::string("cpu model: ") + field.name + " is 0");
+    }
+  }
+  if (c.heads % c.kv_heads != 0) {
+    return Status::InvalidArgument("cpu model: " + str(c.heads) +
+                                   " attention heads are not a multiple of " + str(c.kv_heads) +
+                                   " KV heads");
+  }
+  if (c.head_dim % 2 != 0) {
+    return Status::InvalidArgument("cpu model: head_dim " + str(c.head_dim) +
+                                   " is odd; RoPE rotates pairs");
+  }
+  // OpenBLAS takes 32-bit dimensions.
+  const std::uint64_t widest =
+      std::max({std::uint64_t{c.hidden_size}, std::uint64_t{c.intermediate_size},
+                std::uint64_t{c.vocab_size}, std::uint64_t{c.heads} * c.head_dim});
+  if (widest > std::numeric_limits<std::int32_t>::max()) {
+    return Status::InvalidArgument("cpu model: a dimension of " + str(widest) +
+                                   " exceeds OpenBLAS's 32-bit sizes");
+  }
+  if (!(c.rms_norm_eps > 0)) {
+    return Status::InvalidArgument("cpu model: rms_norm_eps " + std::to_string(c.rms_norm_eps) +
+                                   " is not positive");
+  }
+  if (c.rope.scaling != RopeScaling::kNone && !(c.rope.factor > 0)) {
+    return Status::InvalidArgument("cpu model: rope_scaling factor " +
+                                   std::to_string(c.rope.factor) + " is not positive");
+  }
+  if (c.rope.scaling == RopeScaling::kLlama3 &&
+      (!(c.rope.high_freq_factor > c.rope.low_freq_factor) || !(c.rope.low_freq_factor > 0))) {
+    return Status::InvalidArgument("cpu model: llama3 rope_scaling needs 0 < low_freq_factor (" +
+                                   std::to_string(c.rope.low_freq_factor) +
+                                   ") < high_freq_factor (" +
+                                   std::to_string(c.rope.high_freq_factor) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> make_cpu_model(const ModelConfig& config,
+                                              const ModelWeights& weights,
+                                              const CpuModelOptions& options) {
+  KVVM_RETURN_IF_ERROR(check_config(config, options.limits));
+  Result<cpu::CpuWeights> converted = cpu::convert_weights(config, weights);
+  if (!converted.ok()) return converted.status();
+  try {
+    return std::unique_ptr<Model>(
+        new CpuModel(config, options.limits, std::move(converted).value(), options.threads));
+  } catch (const std::bad_alloc&) {
+    return Status::InvalidArgument("cpu model: the activations for max_step_tokens " +
+                                   str(options.limits.max_step_tokens) + " and max_chunks " +
+                                   str(options.limits.max_chunks) + " do not fit in memory");
+  }
+}
+
+}  // namespace kvvm::model

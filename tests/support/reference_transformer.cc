@@ -1,0 +1,181 @@
+// The float64 reference forward pass.
+#include "support/reference_transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "kvvm/attention.h"
+
+namespace kvvm::testing {
+namespace {
+
+using model::TensorDType;
+using model::TensorView;
+
+std::vector<double> to_doubles(const TensorView* tensor) {
+  std::vector<double> out;
+  if (tensor == nullptr) return out;
+  const DType element = tensor->dtype == TensorDType::kBf16  ? DType::kBf16
+                        : tensor->dtype == TensorDType::kF16 ? DType::kFp16
+                                                             : DType::kFp32;
+  const std::uint32_t bytes = element_bytes(element);
+  out.resize(tensor->elements());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = element_to_float(element, tensor->data + i * bytes);
+  }
+  return out;
+}
+
+// y[n] = W[n][k] x[k] (+ bias)
+std::vector<double> apply(const std::vector<double>& w, const std::vector<double>& bias,
+                          const std::vector<double>& x, std::size_t n) {
+  const std::size_t k = x.size();
+  std::vector<double> y(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    double sum = bias.empty() ? 0.0 : bias[r];
+    for (std::size_t i = 0; i < k; ++i) sum += w[r * k + i] * x[i];
+    y[r] = sum;
+  }
+  return y;
+}
+
+std::vector<double> rms_norm(const std::vector<double>& x, const std::vector<double>& weight,
+                             double eps) {
+  double sum = 0;
+  for (double value : x) sum += value * value;
+  const double inverse = 1.0 / std::sqrt(sum / static_cast<double>(x.size()) + eps);
+  std::vector<double> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = x[i] * inverse * weight[i];
+  return out;
+}
+
+void rotate(std::vector<double>& v, std::size_t heads, std::size_t dim,
+            const std::vector<double>& inv_freq, std::size_t position) {
+  const std::size_t half = dim / 2;
+  for (std::size_t h = 0; h < heads; ++h) {
+    double* x = &v[h * dim];
+    for (std::size_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(position) * inv_freq[i];
+      const double a = x[i], b = x[i + half];
+      x[i] = a * std::cos(angle) - b * std::sin(angle);
+      x[i + half] = b * std::cos(angle) + a * std::sin(angle);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<double> reference_inv_freq(const model::ModelConfig& config) {
+  const std::size_t half = config.head_dim / 2;
+  std::vector<double> inv_freq(half);
+  const model::RopeConfig& rope = config.rope;
+  for (std::size_t i = 0; i < half; ++i) {
+    double f = std::pow(rope.theta, -2.0 * static_cast<double>(i) / config.head_dim);
+    if (rope.scaling == model::RopeScaling::kLinear) f /= rope.factor;
+    if (rope.scaling == model::RopeScaling::kLlama3) {
+      const double wavelen = 2 * std::numbers::pi / f;
+      const double low_wavelen = rope.original_max_position / rope.low_freq_factor;
+      const double high_wavelen = rope.original_max_position / rope.high_freq_factor;
+      if (wavelen > low_wavelen) {
+        f /= rope.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (rope.original_max_position / wavelen - rope.low_freq_factor) /
+                              (rope.high_freq_factor - rope.low_freq_factor);
+        f = (1 - smooth) * f / rope.factor + smooth * f;
+      }
+    }
+    inv_freq[i] = f;
+  }
+  return inv_freq;
+}
+
+ReferenceTransformer::ReferenceTransformer(const model::ModelConfig& config,
+                                           const model::ModelWeights& weights)
+    : config_(config),
+      embed_(to_doubles(weights.embed)),
+      final_norm_(to_doubles(weights.final_norm)),
+      lm_head_(config.tie_word_embeddings || weights.lm_head == nullptr
+                   ? embed_
+                   : to_doubles(weights.lm_head)),
+      inv_freq_(reference_inv_freq(config)) {
+  for (const model::LayerWeights& w : weights.layers) {
+    layers_.push_back(Layer{to_doubles(w.input_norm), to_doubles(w.q), to_doubles(w.k),
+                            to_doubles(w.v), to_doubles(w.q_bias), to_doubles(w.k_bias),
+                            to_doubles(w.v_bias), to_doubles(w.o), to_doubles(w.o_bias),
+                            to_doubles(w.post_norm), to_doubles(w.gate), to_doubles(w.up),
+                            to_doubles(w.down)});
+  }
+}
+
+std::vector<std::vector<double>> ReferenceTransformer::logits(
+    std::span<const std::int32_t> tokens) const {
+  const model::ModelConfig& c = config_;
+  const std::size_t n = tokens.size(), hidden = c.hidden_size, dim = c.head_dim;
+  const std::size_t q_width = std::size_t{c.heads} * dim, kv_width = std::size_t{c.kv_heads} * dim;
+  const std::size_t group = c.heads / c.kv_heads;
+  std::vector<std::vector<double>> x(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto id = static_cast<std::size_t>(tokens[t]);
+    x[t].assign(embed_.begin() + static_cast<std::ptrdiff_t>(id * hidden),
+                embed_.begin() + static_cast<std::ptrdiff_t>((id + 1) * hidden));
+  }
+  for (const Layer& w : layers_) {
+    std::vector<std::vector<double>> q(n), k(n), v(n);
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::vector<double> xn = rms_norm(x[t], w.input_norm, c.rms_norm_eps);
+      q[t] = apply(w.q, w.q_bias, xn, q_width);
+      k[t] = apply(w.k, w.k_bias, xn, kv_width);
+      v[t] = apply(w.v, w.v_bias, xn, kv_width);
+      rotate(q[t], c.heads, dim, inv_freq_, t);
+      rotate(k[t], c.kv_heads, dim, inv_freq_, t);
+    }
+    for (std::size_t t = 0; t < n; ++t) {
+      std::vector<double> attn(q_width, 0.0);
+      for (std::size_t h = 0; h < c.heads; ++h) {
+        const std::size_t kv_head = h / group;
+        std::vector<double> scores(t + 1);
+        for (std::size_t s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (std::size_t d = 0; d < dim; ++d) dot += q[t][h * dim + d] * k[s][kv_head * dim + d];
+          scores[s] = dot / std::sqrt(static_cast<double>(dim));
+        }
+        const double top = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double& score : scores) sum += (score = std::exp(score - top));
+        for (std::size_t s = 0; s <= t; ++s) {
+          for (std::size_t d = 0; d < dim; ++d) {
+            attn[h * dim + d] += scores[s] / sum * v[s][kv_head * dim + d];
+          }
+        }
+      }
+      const std::vector<double> o = apply(w.o, w.o_bias, attn, hidden);
+      for (std::size_t i = 0; i < hidden; ++i) x[t][i] += o[i];
+      const std::vector<double> xn = rms_norm(x[t], w.post_norm, c.rms_norm_eps);
+      std::vector<double> gate = apply(w.gate, {}, xn, c.intermediate_size);
+      const std::vector<double> up = apply(w.up, {}, xn, c.intermediate_size);
+      for (std::size_t i = 0; i < gate.size(); ++i) {
+        gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+      }
+      const std::vector<double> down = apply(w.down, {}, gate, hidden);
+      for (std::size_t i = 0; i < hidden; ++i) x[t][i] += down[i];
+    }
+  }
+  std::vector<std::vector<double>> logits(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    logits[t] = apply(lm_head_, {}, rms_norm(x[t], final_norm_, c.rms_norm_eps), c.vocab_size);
+  }
+  return logits;
+}
+
+double max_relative_difference(std::span<const float> actual, std::span<const double> expected) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double d = std::fabs(double{actual[i]} - expected[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::fabs(expected[i]));
+  }
+  return diff / scale;
+}
+
+}  // namespace kvvm::testing
