@@ -156,6 +156,22 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
     return fields.bad("hidden_act", nlohmann::json(**act),
                       "\"silu\" (the MLP's activation this runtime implements)");
   }
+  // transformers v5 lists each layer's attention kind; a sliding one is a window in disguise.
+  if (const nlohmann::json* layer_types = fields.find("layer_types")) {
+    if (!layer_types->is_array()) {
+      return fields.bad("layer_types", *layer_types, "a list of attention kinds");
+    }
+    for (std::size_t i = 0; i < layer_types->size(); ++i) {
+      const nlohmann::json& kind = (*layer_types)[i];
+      if (kind != "full_attention") {
+        return Status::InvalidArgument(
+            fields.where() + ": field 'layer_types[" + std::to_string(i) + "]' is " +
+            detail::show(kind) +
+            ", expected \"full_attention\" (other attention kinds, such as sliding-window "
+            "attention, are not implemented by this runtime)");
+      }
+    }
+  }
   // A window at least as long as the context never drops a token, so it changes nothing.
   if (std::string_view(family.model_type) == "mistral") {
     if (const nlohmann::json* window = fields.find("sliding_window")) {
