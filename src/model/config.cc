@@ -8,7 +8,10 @@
 #include "kvvm/model/config.h"
 
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -66,9 +69,10 @@ Result<const Family*> read_family(const Scopes& scopes) {
       if (name == candidate.architecture) family = &candidate;
     }
     if (family == nullptr) {
-      return Status::InvalidArgument(arch_scope.where() + ": field 'architectures[0]' is \"" +
-                                     name + "\", which this runtime does not run (it runs " +
-                                     kFamilyList + ")");
+      return Status::InvalidArgument(arch_scope.where() + ": field 'architectures[0]' is " +
+                                     detail::show(nlohmann::json(name)) +
+                                     ", which this runtime does not run (it runs " + kFamilyList +
+                                     ")");
     }
   }
   const ConfigFields& type_scope = scopes.holding("model_type");
@@ -125,8 +129,9 @@ Status read_attention(const ConfigFields& fields, ModelConfig& config) {
   if (config.head_dim > kMaxHeadDim || config.head_dim % 2 != 0) {
     return Status::InvalidArgument(
         fields.where() + ": the head size (" +
-        (head_dim->has_value() ? std::string("'head_dim'") : "'hidden_size' / 'heads'") + ") is " +
-        std::to_string(config.head_dim) + ", expected an even number (RoPE rotates " +
+        (head_dim->has_value() ? std::string("'head_dim'")
+                               : "'hidden_size' / 'num_attention_heads'") +
+        ") is " + std::to_string(config.head_dim) + ", expected an even number (RoPE rotates " +
         "pairs) of at most " + std::to_string(kMaxHeadDim));
   }
   return Status::Ok();
