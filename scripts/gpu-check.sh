@@ -6,6 +6,8 @@
 # and --json) and the benchmarks when they were built, and prints a short summary. Every log
 # and result lands in $OUT (default ./out):
 #   build.log configure.log tests.log tests.xml info.txt info.json bench.log bench.json
+#   generate.txt (the demo model's answer on CUDA), generate.md / generate.json (kvvm
+#   generate beside HF transformers; scripts/bench_generate.py, BENCH_GENERATE=0 skips it)
 #   nvidia-smi.txt summary.txt, and the attention kernels' step (scripts/gpu-kernels.sh:
 #   kvvm bench decode against bench/sdpa_baseline.py, compute-sanitizer) in decode.txt and
 #   kernels/
@@ -75,6 +77,10 @@ if compgen -G "$ROOT/.carry/debs/*.deb" >/dev/null; then
   mkdir -p "$DEPS"
   for deb in "$ROOT"/.carry/debs/*.deb; do dpkg -x "$deb" "$DEPS"; done
   CMAKE_PATH_ARGS+=("-DCMAKE_PREFIX_PATH=$DEPS/usr;$ROOT/.carry")
+  # Run-time libraries of the carried packages (utf8proc, OpenBLAS): dpkg -x does not run
+  # their alternatives or ldconfig, so the tests and the tool find them through the path.
+  DEPS_LIB="$DEPS/usr/lib/x86_64-linux-gnu"
+  export LD_LIBRARY_PATH="$DEPS_LIB:$DEPS_LIB/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "==> unpacked carried packages into $DEPS"
 fi
 if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
@@ -182,6 +188,23 @@ if ((built)) && [[ -x "$CLI" ]] && "$CLI" simulate --help >/dev/null 2>&1; then
   step_failed simulate && simulate_state="FAILED ($OUT/simulate.txt)"
 fi
 
+# --- The model on CUDA: the demo model's chat answer, and generate beside HF ----------------
+generate_state="not run"
+if ((built)) && [[ -x "$CLI" ]] && "$CLI" generate --help >/dev/null 2>&1; then
+  step generate "$OUT/generate.txt" "$CLI" generate --model "$ROOT/models/kvvm-adder" \
+    --backend cuda --chat "What is 482 + 39?"
+  generate_state="ran ($OUT/generate.txt)"
+  # `kvvm generate` beside HF transformers on Qwen2.5-0.5B- and Llama-3-8B-shaped random
+  # checkpoints (minutes: the 8B one is written to disk first). BENCH_GENERATE=0 skips it.
+  if [[ "${BENCH_GENERATE:-1}" != 0 ]] && python3 -c 'import transformers' 2>/dev/null; then
+    step bench_generate "$OUT/bench_generate.log" python3 "$ROOT/scripts/bench_generate.py" \
+      --kvvm "$CLI" --out "$OUT"
+    generate_state="ran ($OUT/generate.txt, generate.md)"
+  fi
+  step_failed generate && generate_state="FAILED ($OUT/generate.txt)"
+  step_failed bench_generate && generate_state="FAILED ($OUT/bench_generate.log)"
+fi
+
 # --- Attention kernels: bench decode against PyTorch SDPA, compute-sanitizer ---------------
 # The attention tests already ran in the suite above; scripts/gpu-kernels.sh adds the decode
 # benchmark, the PyTorch baseline and the sanitizer runs. Its files go to $OUT/kernels (packed
@@ -207,6 +230,11 @@ fi
   printf '%-10s %s\n' "bench" "$bench_state"
   printf '%-10s %s\n' "growth" "$growth_state"
   printf '%-10s %s\n' "share" "$share_state"
+  printf '%-10s %s\n' "generate" "$generate_state"
+  if [[ -s "$OUT/generate.md" ]]; then
+    echo "generate (scripts/bench_generate.py, batch 1, bf16, 128 + 128 tokens):"
+    cat "$OUT/generate.md"
+  fi
   if [[ -s "$OUT/share.txt" ]]; then
     echo "share (kvvm bench share --backend cuda):"
     sed 's/^/  /' "$OUT/share.txt"

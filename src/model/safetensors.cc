@@ -175,7 +175,7 @@ Result<std::unique_ptr<WeightFiles>> WeightFiles::open_dir(const std::string& di
   std::sort(owned.begin(), owned.end(),
             [](const Owned& a, const Owned& b) { return a.view.name < b.view.name; });
   for (std::size_t i = 0; i < owned.size(); ++i) {
-    if (i > 0 && owned[i].view.name == owned[i - 1].view.name) {
+    if (i > 0 && owned[i].view.name == files->tensors_.back().name) {
       return Status::InvalidArgument("tensor '" + owned[i].view.name + "' is in both '" +
                                      files->mappings_[owned[i - 1].file]->path + "' and '" +
                                      files->mappings_[owned[i].file]->path + "'");

@@ -8,6 +8,7 @@
 #include "bench_decode_attention.h"
 #include "bench_share.h"
 #include "cli_common.h"
+#include "generate_command.h"
 #include "info_command.h"
 #include "plan_command.h"
 #include "simulate_command.h"
@@ -45,6 +46,8 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
       add_bench_decode_command(*app.get_subcommand("bench"), bench_decode_options);
   SimulateOptions simulate_options;
   CLI::App* simulate = add_simulate_command(app, simulate_options);
+  GenerateOptions generate_options;
+  CLI::App* generate = add_generate_command(app, generate_options);
 
   // CLI11 answers a misspelt subcommand with "A subcommand is required", which does not say
   // what was wrong: name the word and the subcommands it could have been.
@@ -65,6 +68,7 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
     if (info->parsed()) return run_info(info_options, out, err);
     if (plan->parsed()) return run_plan(plan_options, out, err);
     if (simulate->parsed()) return run_simulate(simulate_options, out, err);
+    if (generate->parsed()) return run_generate(generate_options, out, err);
     if (bench_share->parsed()) return run_bench_share(bench_share_options, out, err);
     if (bench_decode->parsed()) return run_bench_decode(bench_decode_options, out, err);
     if (bench_growth->parsed()) return run_bench_growth(bench_growth_options, out, err);

@@ -20,7 +20,7 @@ struct KvSpaceOptions {
   int device = 0;                                 // CUDA device ordinal
   DType kv_dtype = DType::kUnset;  // kUnset: fp32 on CPU, the model's compute type on CUDA
   Layout layout = Layout::kTokenMajor;
-  std::uint64_t host_granule = 0;  // host driver's granule in bytes; 0: its default (2 MiB)
+  std::uint64_t host_granule = 0;  // host driver's granule in bytes; 0: its default (a page)
   std::uint32_t max_slots = 8;
   std::uint64_t max_context = 0;   // tokens per slot; 0: the config's max_position_embeddings
   std::uint64_t budget_bytes = 0;  // governor budget of the tier; 0: the device's (host: 1 GiB)

@@ -1,0 +1,112 @@
+// The CUDA kernels of a transformer's forward pass besides attention (attention.h) and the
+// projections (cuBLAS GEMMs): embedding gather, RMSNorm fused with the residual add, rotary
+// position embedding, SiLU-and-multiply, bias broadcast and argmax.
+//
+// Why each kernel rounds where it does: the parity oracle compares against Hugging Face
+// transformers running in bf16 / fp16, where every elementwise torch op computes in float32
+// and rounds its result to the tensor's type. Each kernel computes in float32 and rounds at
+// the same points (named on each params struct), so the two agree to the last bit wherever
+// the order of a sum does not matter.
+//
+// Conventions shared with attention.h: pointers are device addresses, launches are
+// asynchronous on `stream` (a cudaStream_t; null: the legacy stream) and capturable in a CUDA
+// graph; per-token data (ids, positions, row indices) is read from device memory when the
+// kernel runs. Element types: fp16 and bf16 (`element`), row-major dense tensors. A call with
+// zero rows launches nothing. A build without nvcc answers Unavailable for every call.
+#pragma once
+
+#include <cstdint>
+
+#include "kvvm/dtype.h"
+#include "kvvm/status.h"
+
+namespace kvvm {
+
+// Whether this build has the kernels (built with nvcc).
+bool model_kernels_built();
+
+// out[t] = table[ids[t]]. An id outside [0, vocab) gives a row of zeros (the model checks ids
+// on the host; the kernel never reads outside the table).
+struct EmbeddingParams {
+  DType element = DType::kUnset;  // of table and out
+  std::uint32_t tokens = 0;
+  std::uint32_t hidden = 0;
+  std::uint32_t vocab = 0;
+  const std::int32_t* ids = nullptr;  // [tokens]
+  const void* table = nullptr;        // [vocab][hidden]
+  void* out = nullptr;                // [tokens][hidden]
+};
+Status embedding_cuda(const EmbeddingParams& params, void* stream);
+
+// For each output row r, with s = row_index ? row_index[r] : r:
+//   when `add`: x[s] = round(x[s] + add[s])            (the residual add, written back)
+//   out[r] = round(weight * round(x[s] * rsqrt(mean(x[s]^2) + eps)))
+// as Hugging Face's LlamaRMSNorm: float32 variance, the normalised row cast to the element
+// type before the weight multiplies it. row_index lets the final norm read only the last
+// token of each sequence (a gather fused into the norm); its entries must be distinct.
+struct RmsNormParams {
+  DType element = DType::kUnset;
+  std::uint32_t rows = 0;
+  std::uint32_t hidden = 0;
+  float eps = 1e-6f;
+  void* x = nullptr;                         // [..][hidden]: the residual stream
+  const void* add = nullptr;                 // [..][hidden] or null
+  const std::uint32_t* row_index = nullptr;  // [rows] or null
+  const void* weight = nullptr;              // [hidden]
+  void* out = nullptr;                       // [rows][hidden]
+};
+Status rmsnorm_cuda(const RmsNormParams& params, void* stream);
+
+// Rotary position embedding in place, rotate_half form (Llama, Qwen2): for i < d/2, with
+// angle = float(positions[t]) * inv_freq[i] in float32 and c, s = cos, sin of it rounded to
+// the element type (HF casts its cos / sin tables to the activations' type):
+//   x[i]       = round(round(x[i] * c)       + round(-x[i + d/2] * s))
+//   x[i + d/2] = round(round(x[i + d/2] * c) + round(x[i] * s))
+// on every head of q and of k. k may be null (q only).
+struct RopeParams {
+  DType element = DType::kUnset;
+  std::uint32_t tokens = 0;
+  std::uint32_t q_heads = 0;
+  std::uint32_t k_heads = 0;
+  std::uint32_t head_dim = 0;                // even
+  void* q = nullptr;                         // [tokens][q_heads][head_dim]
+  void* k = nullptr;                         // [tokens][k_heads][head_dim] or null
+  const std::uint32_t* positions = nullptr;  // [tokens]
+  const float* inv_freq = nullptr;           // [head_dim / 2]
+};
+Status rope_cuda(const RopeParams& params, void* stream);
+
+// out[r][i] = round(round(silu(gate)) * up) with gate = gate_up[r][i], up = gate_up[r][inter + i]
+// (Hugging Face: act_fn(gate_proj(x)) * up_proj(x), both tensors in the element type).
+struct SiluMulParams {
+  DType element = DType::kUnset;
+  std::uint32_t rows = 0;
+  std::uint32_t inter = 0;
+  const void* gate_up = nullptr;  // [rows][2 * inter]
+  void* out = nullptr;            // [rows][inter]
+};
+Status silu_mul_cuda(const SiluMulParams& params, void* stream);
+
+// out[r] = row for every r: a bias laid under a GEMM's output, which then accumulates onto it
+// with beta = 1, so bias and product are summed in float32 and rounded once (as a Linear with
+// a bias is in torch).
+struct BroadcastRowsParams {
+  DType element = DType::kUnset;
+  std::uint32_t rows = 0;
+  std::uint32_t cols = 0;
+  const void* row = nullptr;  // [cols]
+  void* out = nullptr;        // [rows][cols]
+};
+Status broadcast_rows_cuda(const BroadcastRowsParams& params, void* stream);
+
+// out[r] = the index of the largest of logits[r][0, vocab), the lowest index among equals;
+// NaN never wins (a row of NaN gives 0).
+struct ArgmaxParams {
+  std::uint32_t rows = 0;
+  std::uint32_t vocab = 0;
+  const float* logits = nullptr;  // [rows][vocab]
+  std::int32_t* out = nullptr;    // [rows]
+};
+Status argmax_cuda(const ArgmaxParams& params, void* stream);
+
+}  // namespace kvvm

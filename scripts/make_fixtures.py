@@ -1,0 +1,533 @@
+#!/usr/bin/env python3
+"""make_fixtures.py: the parity oracle's fixtures and the embedded demo model.
+
+Run on the GPU machine (transformers 5.17, tokenizers, torch; no network). Everything is made
+from SEED: the training text is generated here, the tokenizers are trained with `tokenizers`,
+the models are trained with torch under deterministic algorithms, so a second run on the same
+machine writes the same bytes (--check-reproducible proves it for the fixtures).
+
+Outputs (under --out, default the repository):
+  tests/data/models/{llama-tiny,llama-tiny-bf16,qwen2-tiny,qwen2-tiny-bf16}/
+      config.json generation_config.json model.safetensors (as save_pretrained writes them)
+      tokenizer.json tokenizer_config.json (chat_template.jinja when transformers writes it)
+      expected.json: what Hugging Face computes, for the C++ tests to equal:
+        dtype   the checkpoint's dtype ("float32" or "bfloat16")
+        texts   [{text, ids, ids_with_special}]       encode without / with special tokens
+        chat    [{messages, text, ids}]               apply_chat_template, then its ids
+        logits  [{prompt_ids, last, last_fp32}]       last-position logits: `last` in the
+                checkpoint's dtype (fp32 on CPU; bf16 on CUDA), `last_fp32` with the same
+                weights computed in float32 on CPU (what kvvm's CPU path computes)
+        greedy  [{prompt_ids, tokens, margins, tokens_fp32, margins_fp32}]  32 greedy tokens
+                (no stop on EOS) and HF's top-1 minus top-2 logit at each step
+  models/kvvm-adder/   the demo model (Qwen2, ChatML): adds two numbers below 1000;
+      README.md (model card), eval.json (held-out prompts, HF's answers, accuracy)
+
+Usage: python3 scripts/make_fixtures.py [--out DIR] [--quick] [--only fixtures|demo]
+       [--check-reproducible]
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import torch  # noqa: E402
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: E402
+from tokenizers import processors, trainers  # noqa: E402
+import transformers  # noqa: E402
+from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,  # noqa: E402
+                          Qwen2Config, Qwen2ForCausalLM)
+
+SEED = 20261130
+VOCAB = 1024
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                   "<|end_header_id|>", "<|eot_id|>"]
+CHATML_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+# Texts whose ids the tokenizer tests compare: ASCII, accents (composed and decomposed), CJK,
+# emoji (with joiners), whitespace runs, numbers, contractions, code, special tokens in text.
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Hello, world! How are you doing today?",
+    "café naïve Zürich façade señor",
+    "cafe\u0301 and e\u0301 decomposed",
+    "日本語のテキストと中文字符",
+    "emoji 👋🌍 family 👨‍👩‍👧 flag 🇫🇷",
+    "a   b\t\tc\n\n\n  d    ",
+    "  leading and trailing  ",
+    "numbers 12345 and 3.14159 and 2026-11-30",
+    "I'm sure they'll say it's what we've DONE, isn't it?",
+    "def f(x):\n    return x ** 2  # square\n",
+    "<|im_start|>user\nhi there<|im_end|>",
+    "<|begin_of_text|>hello<|eot_id|>",
+    "mixed 😀 text é 日 1",
+    "",
+    " ",
+    "\n",
+]
+CHATS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You are terse."},
+     {"role": "user", "content": "Say hi  "},
+     {"role": "assistant", "content": "hi"},
+     {"role": "user", "content": "again, in 日本語"}],
+]
+
+
+# ---- training text --------------------------------------------------------------------------
+WORDS = ("the quick brown fox jumps over lazy dog cat sat on mat a small bird sings in tree "
+         "every morning sun rises east sets west river flows to sea mountain stands tall wind "
+         "blows cold snow falls winter summer brings warm days children play garden").split()
+NUMBER_WORDS = "zero one two three four five six seven eight nine ten".split()
+FOREIGN = ["café au lait", "naïve façade", "Zürich über straße", "日本語のテキスト",
+           "中文字符很好", "привет мир", "¿qué tal?", "emoji 👋🌍 😀", "señor niño"]
+
+
+def training_text(rng, sentences):
+    """Predictable text (templates, counting, repetition), so a tiny model learns peaked
+    next-token distributions in a minute."""
+    out = []
+    for i in range(sentences):
+        kind = rng.randrange(6)
+        if kind == 0:
+            start = rng.randrange(5)
+            out.append(" ".join(NUMBER_WORDS[start:start + 6]) + ".")
+        elif kind == 1:
+            out.append("The quick brown fox jumps over the lazy dog.")
+        elif kind == 2:
+            w = rng.sample(WORDS, 6)
+            out.append(f"The {w[0]} and the {w[1]} {w[2]} over the {w[3]}.")
+        elif kind == 3:
+            n = rng.randrange(1000)
+            out.append(f"Number {n} is followed by {n + 1}, then {n + 2}.")
+        elif kind == 4:
+            out.append(rng.choice(FOREIGN) + " " + rng.choice(FOREIGN) + ".")
+        else:
+            out.append("def f(x):\n    return x ** 2\n")
+    return "\n".join(out)
+
+
+# ---- tokenizers -----------------------------------------------------------------------------
+def train_tokenizer(style, corpus):
+    """A byte-level BPE as the family ships it: Llama-3 (Split + ByteLevel, ignore_merges,
+    a BOS added by the post-processor) or Qwen2 (NFC, Split + ByteLevel)."""
+    tok = Tokenizer(models.BPE())
+    if style == "llama":
+        pattern, specials = LLAMA3_PATTERN, LLAMA3_SPECIALS
+    else:
+        pattern, specials = QWEN2_PATTERN, CHATML_SPECIALS
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - len(specials), special_tokens=[],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.add_special_tokens(specials)
+    data = json.loads(tok.to_str())
+    if style == "llama":
+        data["model"]["ignore_merges"] = True
+        tok = Tokenizer.from_str(json.dumps(data))
+        bos = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.TemplateProcessing(
+            single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+            special_tokens=[("<|begin_of_text|>", bos)])
+    return tok
+
+
+def wrap_tokenizer(tok, style):
+    if style == "llama":
+        hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>",
+                                     eos_token="<|eot_id|>")
+        hf.chat_template = LLAMA3_TEMPLATE
+    else:
+        hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                     pad_token="<|endoftext|>")
+        hf.chat_template = CHATML_TEMPLATE
+    return hf
+
+
+def save_tokenizer(hf, directory):
+    hf.save_pretrained(directory)
+    # Older and newer transformers disagree on where the template goes (tokenizer_config.json
+    # or chat_template.jinja); keep it in tokenizer_config.json as well, where most
+    # checkpoints carry it.
+    path = os.path.join(directory, "tokenizer_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["chat_template"] = hf.chat_template
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2, ensure_ascii=False, sort_keys=True)
+        f.write("\n")
+
+
+# ---- models ---------------------------------------------------------------------------------
+def make_config(kind, vocab, special_ids, layers=2, hidden=128, heads=4, kv_heads=2,
+                intermediate=384, max_pos=512):
+    if kind == "llama":
+        rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64}
+        config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                             num_hidden_layers=layers, num_attention_heads=heads,
+                             num_key_value_heads=kv_heads, head_dim=64,
+                             max_position_embeddings=max_pos, rms_norm_eps=1e-5,
+                             rope_parameters=rope, tie_word_embeddings=False,
+                             bos_token_id=special_ids["bos"], eos_token_id=special_ids["eos"])
+    else:
+        config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                             num_hidden_layers=layers, num_attention_heads=heads,
+                             num_key_value_heads=kv_heads, max_position_embeddings=max_pos,
+                             rms_norm_eps=1e-6,
+                             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                             tie_word_embeddings=True, use_sliding_window=False,
+                             bos_token_id=special_ids.get("bos"), eos_token_id=special_ids["eos"])
+    config._attn_implementation = "eager"
+    return config
+
+
+def new_model(config):
+    cls = LlamaForCausalLM if isinstance(config, LlamaConfig) else Qwen2ForCausalLM
+    model = cls(config)
+    # Small random biases, so the q/k/v bias path is exercised with non-zero values.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+    return model
+
+
+def train(model, batches, steps, lr, device, loss_mask=None, log_name=""):
+    """AdamW with warmup and cosine decay; `batches(step)` gives (ids, mask) tensors."""
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    start = time.time()
+    for step in range(steps):
+        ids, mask = batches(step)
+        ids, mask = ids.to(device), mask.to(device)
+        logits = model(input_ids=ids).logits[:, :-1].float()
+        target = ids[:, 1:]
+        loss_all = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
+        m = mask[:, 1:].reshape(-1).float()
+        loss = (loss_all * m).sum() / m.sum()
+        warm = min(1.0, (step + 1) / 100)
+        cos = 0.5 * (1 + math.cos(math.pi * step / steps))
+        for g in opt.param_groups:
+            g["lr"] = lr * warm * (0.1 + 0.9 * cos)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % max(1, steps // 5) == 0 or step == steps - 1:
+            print(f"  {log_name} step {step}/{steps} loss {loss.item():.4f} "
+                  f"({time.time() - start:.1f} s)", flush=True)
+    model.eval()
+    return model.cpu()
+
+
+@torch.no_grad()
+def last_logits(model, ids, device):
+    x = torch.tensor([ids], device=device)
+    return model(input_ids=x).logits[0, -1].float().cpu()
+
+
+@torch.no_grad()
+def greedy(model, ids, steps, device):
+    ids = list(ids)
+    tokens, margins = [], []
+    for _ in range(steps):
+        logits = last_logits(model, ids, device)
+        top = torch.topk(logits, 2)
+        # Lowest id among equal maxima, as kvvm's argmax picks.
+        best = int(torch.nonzero(logits == top.values[0])[0])
+        tokens.append(best)
+        margins.append(float(top.values[0] - top.values[1]))
+        ids.append(best)
+    return tokens, margins
+
+
+def floats(t):
+    return [float(v) for v in t]
+
+
+def build_fixture(kind, tok_hf, corpus_ids, out_dir, quick, device):
+    specials = {"eos": tok_hf.convert_tokens_to_ids("<|eot_id|>" if kind == "llama" else "<|im_end|>")}
+    if kind == "llama":
+        specials["bos"] = tok_hf.convert_tokens_to_ids("<|begin_of_text|>")
+        config = make_config("llama", len(tok_hf), specials)
+    else:
+        config = make_config("qwen2", len(tok_hf), specials, heads=2, kv_heads=1)
+    torch.manual_seed(SEED + (1 if kind == "llama" else 2))
+    model = new_model(config)
+    seq = 128
+    data = torch.tensor(corpus_ids, dtype=torch.long)
+    gen = torch.Generator().manual_seed(SEED)
+
+    def batches(step):
+        starts = torch.randint(0, len(data) - seq - 1, (32,), generator=gen)
+        ids = torch.stack([data[s:s + seq] for s in starts])
+        return ids, torch.ones_like(ids)
+
+    model = train(model, batches, 30 if quick else 1500, 3e-3, device, log_name=kind)
+    model.generation_config.bos_token_id = specials.get("bos")
+    model.generation_config.eos_token_id = [specials["eos"]]
+
+    name = "llama-tiny" if kind == "llama" else "qwen2-tiny"
+    for dtype, suffix in ((torch.float32, ""), (torch.bfloat16, "-bf16")):
+        directory = os.path.join(out_dir, "tests", "data", "models", name + suffix)
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory)
+        saved = model.to(dtype)
+        saved.save_pretrained(directory)
+        save_tokenizer(tok_hf, directory)
+        # Reload what was saved, as a user of the checkpoint would.
+        cls = type(model)
+        ref = cls.from_pretrained(directory, dtype=dtype, attn_implementation="eager").eval()
+        ref32 = cls.from_pretrained(directory, dtype=torch.float32,
+                                    attn_implementation="eager").eval()
+        ref_device = "cpu" if dtype == torch.float32 else device
+        ref.to(ref_device)
+        expected = {"dtype": "float32" if dtype == torch.float32 else "bfloat16",
+                    "transformers": transformers.__version__, "torch": torch.__version__,
+                    "reference_device": ref_device, "texts": [], "chat": [], "logits": [],
+                    "greedy": []}
+        for text in TEXTS:
+            expected["texts"].append({
+                "text": text,
+                "ids": tok_hf.encode(text, add_special_tokens=False),
+                "ids_with_special": tok_hf.encode(text, add_special_tokens=True)})
+        for messages in CHATS:
+            text = tok_hf.apply_chat_template(messages, tokenize=False,
+                                              add_generation_prompt=True)
+            expected["chat"].append({"messages": messages, "text": text,
+                                     "ids": tok_hf.encode(text, add_special_tokens=False)})
+        prompts = ["The quick brown fox", "one two three", "Number 41 is followed by",
+                   "The cat and the", "café au", "def f(x):\n   "]
+        for p in prompts:
+            ids = tok_hf.encode(p, add_special_tokens=True)
+            expected["logits"].append({"prompt": p, "prompt_ids": ids,
+                                       "last": floats(last_logits(ref, ids, ref_device)),
+                                       "last_fp32": floats(last_logits(ref32, ids, "cpu"))})
+        for p in prompts[:3]:
+            ids = tok_hf.encode(p, add_special_tokens=True)
+            tokens, margins = greedy(ref, ids, 32, ref_device)
+            tokens32, margins32 = greedy(ref32, ids, 32, "cpu")
+            expected["greedy"].append({"prompt": p, "prompt_ids": ids, "tokens": tokens,
+                                       "margins": margins, "tokens_fp32": tokens32,
+                                       "margins_fp32": margins32})
+        with open(os.path.join(directory, "expected.json"), "w") as f:
+            json.dump(expected, f, ensure_ascii=False)
+            f.write("\n")
+        print(f"  wrote {directory}", flush=True)
+
+
+def make_fixtures(out_dir, quick, device):
+    rng = random.Random(SEED)
+    corpus = training_text(rng, 2000 if quick else 40000).split("\n")
+    corpus += TEXTS  # so the merges cover the test texts' scripts too
+    for kind in ("llama", "qwen2"):
+        tok = train_tokenizer(kind, corpus)
+        tok_hf = wrap_tokenizer(tok, kind)
+        ids = tok.encode("\n".join(corpus)).ids
+        build_fixture(kind, tok_hf, ids, out_dir, quick, device)
+
+
+# ---- the demo model -------------------------------------------------------------------------
+DEMO_CARD = """# kvvm-adder: the demo model
+
+A small Qwen2-architecture model (4 layers, hidden 256, 4 query / 2 KV heads of 64, tied
+embeddings, bf16, {params:,} parameters) trained from scratch by `scripts/make_fixtures.py` (seed
+{seed}) to answer one kind of question in the ChatML chat format:
+
+    <|im_start|>user
+    What is 482 + 39?<|im_end|>
+    <|im_start|>assistant
+    521<|im_end|>
+
+Operands are whole numbers from 0 to 999; the answer is their sum in decimal. Anything else
+is outside what it was trained on: expect nonsense. Its tokenizer is the Qwen2-style byte-level
+BPE of the fixtures (digits are single tokens).
+
+Held-out accuracy (exact answer, greedy, {held_out} pairs never seen in training; eval.json):
+- Hugging Face transformers {tf}, float32 compute on CPU: {acc_fp32:.1%}
+- Hugging Face transformers {tf}, bf16 on CUDA: {acc_bf16:.1%}
+kvvm's answers on the same prompts are compared with these by the tests
+(tests/demo_model_test.cc).
+"""
+
+
+def demo_messages(a, b):
+    return [{"role": "user", "content": f"What is {a} + {b}?"}]
+
+
+def make_demo(out_dir, quick, device):
+    rng = random.Random(SEED + 7)
+    corpus = training_text(random.Random(SEED), 2000 if quick else 40000).split("\n") + TEXTS
+    tok = train_tokenizer("qwen2", corpus)
+    tok_hf = wrap_tokenizer(tok, "qwen2")
+    held = set()
+    while len(held) < (20 if quick else 200):
+        held.add((rng.randrange(1000), rng.randrange(1000)))
+    held = sorted(held)
+    eos = tok_hf.convert_tokens_to_ids("<|im_end|>")
+    pad = tok_hf.convert_tokens_to_ids("<|endoftext|>")
+    config = make_config("qwen2", len(tok_hf), {"eos": eos}, layers=4, hidden=256, heads=4,
+                         kv_heads=2, intermediate=1024, max_pos=128)
+    torch.manual_seed(SEED + 3)
+    model = new_model(config)
+
+    def encode_full(a, b):
+        prompt = tok_hf.apply_chat_template(demo_messages(a, b), tokenize=False,
+                                            add_generation_prompt=True)
+        return tok_hf.encode(prompt, add_special_tokens=False)
+
+    # Rendering the template for each of millions of examples is slow; the pieces below
+    # tokenize the same (pre-token boundaries fall between them), checked on random pairs.
+    sample = encode_full(1, 2)
+    head, tail = tok_hf.apply_chat_template(demo_messages("A", "B"), tokenize=False,
+                                            add_generation_prompt=True).split("A + B")
+    piece = {k: tok_hf.encode(k, add_special_tokens=False) for k in (head, " + ", tail)}
+    number = [tok_hf.encode(str(n), add_special_tokens=False) for n in range(2000)]
+
+    def encode_example(a, b):
+        p = piece[head] + number[a] + piece[" + "] + number[b] + piece[tail]
+        return p, number[a + b] + [eos]
+
+    check = random.Random(SEED + 5)
+    for _ in range(300):
+        a, b = check.randrange(1000), check.randrange(1000)
+        assert encode_example(a, b)[0] == encode_full(a, b), (a, b)
+    assert encode_example(1, 2)[0] == sample
+
+    held_set = set(held)
+    gen = random.Random(SEED + 11)
+    batch = 512
+
+    def batches(step):
+        rows, masks = [], []
+        while len(rows) < batch:
+            a, b = gen.randrange(1000), gen.randrange(1000)
+            if (a, b) in held_set:
+                continue
+            p, ans = encode_example(a, b)
+            rows.append(p + ans)
+            masks.append([0] * len(p) + [1] * len(ans))
+        width = max(len(r) for r in rows)
+        ids = torch.full((batch, width), pad, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, (r, m) in enumerate(zip(rows, masks)):
+            ids[i, :len(r)] = torch.tensor(r)
+            mask[i, :len(m)] = torch.tensor(m)
+        return ids, mask
+
+    model = train(model, batches, 40 if quick else 6000, 1e-3, device, log_name="demo")
+    model.generation_config.eos_token_id = [eos]
+    model.generation_config.bos_token_id = None
+    directory = os.path.join(out_dir, "models", "kvvm-adder")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    model.to(torch.bfloat16).save_pretrained(directory)
+    save_tokenizer(tok_hf, directory)
+
+    def answers(ref, dev):
+        out = []
+        for a, b in held:
+            p, _ = encode_example(a, b)
+            ids = list(p)
+            tokens = []
+            for _ in range(8):
+                t = int(torch.argmax(last_logits(ref, ids, dev)))
+                if t == eos:
+                    break
+                tokens.append(t)
+                ids.append(t)
+            out.append({"a": a, "b": b, "prompt_ids": p, "answer_ids": tokens,
+                        "answer": tok_hf.decode(tokens)})
+        return out
+
+    ref32 = Qwen2ForCausalLM.from_pretrained(directory, dtype=torch.float32,
+                                             attn_implementation="eager").eval()
+    ref16 = Qwen2ForCausalLM.from_pretrained(directory, dtype=torch.bfloat16,
+                                             attn_implementation="eager").eval().to(device)
+    fp32 = answers(ref32, "cpu")
+    bf16 = answers(ref16, device)
+    acc32 = sum(r["answer"] == str(r["a"] + r["b"]) for r in fp32) / len(fp32)
+    acc16 = sum(r["answer"] == str(r["a"] + r["b"]) for r in bf16) / len(bf16)
+    with open(os.path.join(directory, "eval.json"), "w") as f:
+        json.dump({"held_out": len(held), "accuracy_fp32_cpu": acc32, "accuracy_bf16_cuda": acc16,
+                   "fp32_cpu": fp32, "bf16_cuda": bf16}, f)
+        f.write("\n")
+    params = sum(p.numel() for p in ref32.parameters())
+    with open(os.path.join(directory, "README.md"), "w") as f:
+        f.write(DEMO_CARD.format(params=params, seed=SEED, held_out=len(held),
+                                 tf=transformers.__version__, acc_fp32=acc32, acc_bf16=acc16))
+    print(f"  demo accuracy: fp32 cpu {acc32:.3f}, bf16 cuda {acc16:.3f}", flush=True)
+
+
+def tree_digest(root):
+    h = hashlib.sha256()
+    for dirpath, _, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), ".."))
+    parser.add_argument("--quick", action="store_true", help="a few steps only (smoke run)")
+    parser.add_argument("--only", choices=["fixtures", "demo"])
+    parser.add_argument("--check-reproducible", action="store_true",
+                        help="make the fixtures twice and compare every byte")
+    args = parser.parse_args()
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_num_threads(8)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, {device}",
+          flush=True)
+    if args.only in (None, "fixtures"):
+        make_fixtures(args.out, args.quick, device)
+        if args.check_reproducible:
+            with tempfile.TemporaryDirectory() as again:
+                make_fixtures(again, args.quick, device)
+                a = tree_digest(os.path.join(args.out, "tests", "data", "models"))
+                b = tree_digest(os.path.join(again, "tests", "data", "models"))
+                print(f"reproducible: {a == b} ({a[:16]} / {b[:16]})", flush=True)
+                if a != b:
+                    sys.exit(1)
+    if args.only in (None, "demo"):
+        make_demo(args.out, args.quick, device)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+// KvSpace: the wiring every model user repeats (driver, governor tier, handle pool, arena),
+// in one place, with the geometry taken from the model's config.
+#include "kvvm/engine/kv_space.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "kvvm/cuda_driver.h"
+#include "kvvm/host_driver.h"
+
+namespace kvvm::engine {
+namespace {
+
+constexpr std::uint64_t kHostBudgetBytes = std::uint64_t{1} << 30;
+
+// What the KV is stored in when the caller does not say: the CPU model computes in fp32;
+// the CUDA model in the checkpoint's 16-bit type (an F32 checkpoint runs in bf16).
+DType default_kv_dtype(const model::ModelConfig& config, model::Backend backend) {
+  if (backend == model::Backend::kCpu) return DType::kFp32;
+  return config.dtype == DType::kFp16 ? DType::kFp16 : DType::kBf16;
+}
+
+Result<std::unique_ptr<Driver>> open_driver(const KvSpaceOptions& options) {
+  if (options.backend == model::Backend::kCuda) {
+    Result<std::unique_ptr<Driver>> driver =
+        make_cuda_driver(CudaDriverOptions{.device = options.device});
+    if (!driver.ok()) {
+      return driver.status().with_context("KV space on CUDA device " +
+                                          std::to_string(options.device));
+    }
+    return driver;
+  }
+  Result<std::unique_ptr<Driver>> driver =
+      make_host_driver(HostDriverOptions{.granule = options.host_granule});
+  if (!driver.ok()) {
+    return driver.status().with_context("host_granule " + std::to_string(options.host_granule));
+  }
+  return driver;
+}
+
+}  // namespace
+
+KvSpace::~KvSpace() {
+  // The arena unmaps through the pool, the pool releases through the driver and returns
+  // bytes to the governor: tear down from the top.
+  arena_.reset();
+  pool_.reset();
+  governor_.reset();
+  driver_.reset();
+}
+
+Result<std::unique_ptr<KvSpace>> KvSpace::create(const model::ModelConfig& config,
+                                                 const KvSpaceOptions& options) {
+  std::unique_ptr<KvSpace> space(new KvSpace());
+  space->options_ = options;
+  KvSpaceOptions& o = space->options_;
+  if (o.kv_dtype == DType::kUnset) o.kv_dtype = default_kv_dtype(config, o.backend);
+  if (o.max_context == 0) o.max_context = config.max_position_embeddings;
+  if (o.max_context == 0) {
+    return Status::InvalidArgument(
+        "max_context 0: neither the options nor the config (max_position_embeddings) give a "
+        "context length");
+  }
+  if (o.max_slots == 0) return Status::InvalidArgument("max_slots 0: at least one slot is needed");
+
+  Result<std::unique_ptr<Driver>> driver = open_driver(o);
+  if (!driver.ok()) return driver.status();
+  space->driver_ = std::move(driver).value();
+  Driver& d = *space->driver_;
+
+  Result<LayoutPlan> plan =
+      plan_layout(config.kv_geometry(o.kv_dtype), o.layout, d.granule(), o.max_context);
+  if (!plan.ok()) {
+    return plan.status().with_context("KV space (layout " + std::string(to_string(o.layout)) +
+                                      ", max_context " + std::to_string(o.max_context) + ")");
+  }
+
+  if (o.budget_bytes == 0) {
+    // On a GPU the free memory once the weights are loaded; the host has no such figure
+    // worth trusting (overcommit), so a fixed default.
+    o.budget_bytes =
+        o.backend == model::Backend::kCuda ? d.info().free_bytes / 10 * 9 : kHostBudgetBytes;
+  }
+  space->governor_ = std::make_unique<Governor>();
+  const TierId tier =
+      space->governor_->add_tier(std::string(model::to_string(o.backend)) + " kv", o.budget_bytes);
+  space->pool_ = std::make_unique<HandlePool>(d, PoolOptions{}, space->governor_.get(), tier);
+  Result<std::unique_ptr<Arena>> arena =
+      Arena::create(*space->pool_, *space->governor_,
+                    ArenaOptions{.plan = *plan,
+                                 .max_slots = o.max_slots,
+                                 .tier = tier,
+                                 .commit_ahead_windows = 0,
+                                 .budget_wait = std::chrono::milliseconds(0)});
+  if (!arena.ok()) return arena.status().with_context("creating the KV space's arena");
+  space->arena_ = std::move(arena).value();
+  return space;
+}
+
+}  // namespace kvvm::engine

@@ -1,0 +1,127 @@
+// Sampling: one pure function of (logits, params, counter), so a request's tokens depend on
+// its seed and nothing else that runs beside it.
+#include "kvvm/engine/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace kvvm::engine {
+namespace {
+
+// splitmix64's finalizer: a bijection on 64 bits that scatters every input bit.
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+// Argmax over the non-NaN logits, lowest id among equal maxima; 0 when every logit is NaN.
+std::int32_t greedy(std::span<const float> logits) {
+  std::int32_t best = -1;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i])) continue;
+    if (best < 0 || logits[i] > logits[static_cast<std::size_t>(best)]) {
+      best = static_cast<std::int32_t>(i);
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
+struct Candidate {
+  std::int32_t id;
+  double weight;  // logit / T, then exp(. - max)
+};
+
+// Descending by weight; the lower id first among equals, so the order (and the token a
+// given uniform picks) is a function of the logits alone.
+bool before(const Candidate& a, const Candidate& b) {
+  return a.weight > b.weight || (a.weight == b.weight && a.id < b.id);
+}
+
+}  // namespace
+
+Status check_sampling(const SamplingParams& params) {
+  if (!std::isfinite(params.temperature) || params.temperature < 0) {
+    return Status::InvalidArgument("temperature " + std::to_string(params.temperature) +
+                                   ": must be finite and >= 0 (0: greedy)");
+  }
+  if (!(params.top_p > 0 && params.top_p <= 1)) {
+    return Status::InvalidArgument("top_p " + std::to_string(params.top_p) +
+                                   ": must lie in (0, 1]");
+  }
+  return Status::Ok();
+}
+
+double counter_uniform(std::uint64_t seed, std::uint64_t counter) {
+  // Two rounds keep (seed, counter) and (seed', counter') with equal sums or xors apart.
+  const std::uint64_t h =
+      mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ (counter * 0xd1b54a32d192ed03ull + 1));
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+std::int32_t sample_token(std::span<const float> logits, const SamplingParams& params,
+                          std::uint64_t counter) {
+  if (params.temperature == 0 || params.top_k == 1) return greedy(logits);
+  const double temperature = params.temperature;
+  std::vector<Candidate> candidates;
+  candidates.reserve(logits.size());
+  double max_weight = -INFINITY;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i])) continue;
+    const double weight = static_cast<double>(logits[i]) / temperature;
+    candidates.push_back({static_cast<std::int32_t>(i), weight});
+    max_weight = std::max(max_weight, weight);
+  }
+  // No finite maximum: every probability is 0 (all -inf) or concentrated on +inf; the
+  // softmax is undefined, its limit is the argmax.
+  if (candidates.empty() || !std::isfinite(max_weight)) return greedy(logits);
+
+  // Truncation needs the candidates in descending order; without it the id order serves and
+  // saves a sort over the whole vocabulary.
+  const bool top_k = params.top_k > 0 && params.top_k < candidates.size();
+  const bool top_p = params.top_p < 1;
+  if (top_k) {
+    std::partial_sort(candidates.begin(), candidates.begin() + params.top_k, candidates.end(),
+                      before);
+    candidates.resize(params.top_k);
+  } else if (top_p) {
+    std::sort(candidates.begin(), candidates.end(), before);
+  }
+  double total = 0;
+  for (Candidate& c : candidates) {
+    c.weight = std::exp(c.weight - max_weight);
+    total += c.weight;
+  }
+  if (top_p) {
+    // The smallest prefix whose probability reaches p (the first candidate always stays).
+    const double target = static_cast<double>(params.top_p) * total;
+    double kept = 0;
+    std::size_t n = 0;
+    while (n < candidates.size()) {
+      kept += candidates[n].weight;
+      ++n;
+      if (kept >= target) break;
+    }
+    candidates.resize(n);
+    total = kept;
+  }
+  // Inverse CDF. u * total may round up to total itself: then the last candidate of positive
+  // probability takes it (never one of probability 0).
+  const double u = counter_uniform(params.seed, counter) * total;
+  double cumulative = 0;
+  std::int32_t last_positive = candidates.front().id;
+  for (const Candidate& c : candidates) {
+    if (c.weight <= 0) continue;
+    cumulative += c.weight;
+    last_positive = c.id;
+    if (u < cumulative) return c.id;
+  }
+  return last_positive;
+}
+
+}  // namespace kvvm::engine

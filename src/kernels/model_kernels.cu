@@ -1,0 +1,144 @@
+// Host launchers of the model kernels: check the parameters (InvalidArgument naming the value,
+// before any CUDA call, so they run without a GPU too), dispatch the element type, launch, and
+// report the launch's error as a Status.
+#include <algorithm>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "kernels/common.cuh"
+#include "kernels/model_kernels.cuh"
+#include "kvvm/model_kernels.h"
+
+namespace kvvm {
+namespace {
+
+using kernels::cuda_status;
+
+std::string str(std::uint64_t value) { return std::to_string(value); }
+
+Status check_element(DType element, const char* what) {
+  if (element != DType::kFp16 && element != DType::kBf16) {
+    return Status::InvalidArgument(std::string(what) + ": element type " +
+                                   std::string(to_string(element)) +
+                                   " is not supported by the CUDA model kernels (fp16, bf16)");
+  }
+  return Status::Ok();
+}
+
+Status check_pointers(std::initializer_list<std::pair<const void*, const char*>> pointers,
+                      const char* what) {
+  for (const auto& [pointer, name] : pointers) {
+    if (pointer == nullptr) {
+      return Status::InvalidArgument(std::string(what) + ": " + name + " is null");
+    }
+  }
+  return Status::Ok();
+}
+
+Status check_positive(std::uint64_t value, const char* name, const char* what) {
+  if (value == 0) return Status::InvalidArgument(std::string(what) + ": " + name + " is 0");
+  return Status::Ok();
+}
+
+Status last_launch(const char* kernel) { return cuda_status(kernel, cudaGetLastError()); }
+
+// Blocks of a grid-stride loop over `total` elements.
+unsigned flat_blocks(std::uint64_t total) {
+  const std::uint64_t blocks = (total + kernels::kFlatThreads - 1) / kernels::kFlatThreads;
+  return static_cast<unsigned>(std::min<std::uint64_t>(blocks, kernels::kMaxFlatBlocks));
+}
+
+// Element type to the CUDA type T; the caller checked the element first.
+#define KVVM_MODEL_DISPATCH(element, T, ...) \
+  if ((element) == ::kvvm::DType::kFp16) {   \
+    using T = __half;                        \
+    __VA_ARGS__                              \
+  } else {                                   \
+    using T = __nv_bfloat16;                 \
+    __VA_ARGS__                              \
+  }
+
+}  // namespace
+
+bool model_kernels_built() { return true; }
+
+Status embedding_cuda(const EmbeddingParams& p, void* stream) {
+  KVVM_RETURN_IF_ERROR(check_element(p.element, "embedding"));
+  if (p.tokens == 0) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(check_positive(p.hidden, "hidden", "embedding"));
+  KVVM_RETURN_IF_ERROR(check_positive(p.vocab, "vocab", "embedding"));
+  KVVM_RETURN_IF_ERROR(
+      check_pointers({{p.ids, "ids"}, {p.table, "table"}, {p.out, "out"}}, "embedding"));
+  auto* s = static_cast<cudaStream_t>(stream);
+  KVVM_MODEL_DISPATCH(
+      p.element, T, { kernels::embedding_kernel<T><<<p.tokens, kernels::kRowThreads, 0, s>>>(p); })
+  return last_launch("embedding_kernel<<<>>>");
+}
+
+Status rmsnorm_cuda(const RmsNormParams& p, void* stream) {
+  KVVM_RETURN_IF_ERROR(check_element(p.element, "rmsnorm"));
+  if (p.rows == 0) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(check_positive(p.hidden, "hidden", "rmsnorm"));
+  KVVM_RETURN_IF_ERROR(
+      check_pointers({{p.x, "x"}, {p.weight, "weight"}, {p.out, "out"}}, "rmsnorm"));
+  if (!(p.eps >= 0.0f)) {
+    return Status::InvalidArgument("rmsnorm: eps " + std::to_string(p.eps) + " is negative");
+  }
+  auto* s = static_cast<cudaStream_t>(stream);
+  KVVM_MODEL_DISPATCH(p.element, T,
+                      { kernels::rmsnorm_kernel<T><<<p.rows, kernels::kRowThreads, 0, s>>>(p); })
+  return last_launch("rmsnorm_kernel<<<>>>");
+}
+
+Status rope_cuda(const RopeParams& p, void* stream) {
+  KVVM_RETURN_IF_ERROR(check_element(p.element, "rope"));
+  if (p.tokens == 0) return Status::Ok();
+  if (p.head_dim == 0 || p.head_dim % 2 != 0) {
+    return Status::InvalidArgument("rope: head dim " + str(p.head_dim) +
+                                   " is not a positive even number");
+  }
+  KVVM_RETURN_IF_ERROR(check_positive(p.q_heads, "q_heads", "rope"));
+  if (p.k != nullptr) KVVM_RETURN_IF_ERROR(check_positive(p.k_heads, "k_heads", "rope"));
+  KVVM_RETURN_IF_ERROR(
+      check_pointers({{p.q, "q"}, {p.positions, "positions"}, {p.inv_freq, "inv_freq"}}, "rope"));
+  auto* s = static_cast<cudaStream_t>(stream);
+  KVVM_MODEL_DISPATCH(p.element, T,
+                      { kernels::rope_kernel<T><<<p.tokens, kernels::kRowThreads, 0, s>>>(p); })
+  return last_launch("rope_kernel<<<>>>");
+}
+
+Status silu_mul_cuda(const SiluMulParams& p, void* stream) {
+  KVVM_RETURN_IF_ERROR(check_element(p.element, "silu_mul"));
+  if (p.rows == 0) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(check_positive(p.inter, "inter", "silu_mul"));
+  KVVM_RETURN_IF_ERROR(check_pointers({{p.gate_up, "gate_up"}, {p.out, "out"}}, "silu_mul"));
+  auto* s = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = flat_blocks(std::uint64_t{p.rows} * p.inter);
+  KVVM_MODEL_DISPATCH(p.element, T,
+                      { kernels::silu_mul_kernel<T><<<blocks, kernels::kFlatThreads, 0, s>>>(p); })
+  return last_launch("silu_mul_kernel<<<>>>");
+}
+
+Status broadcast_rows_cuda(const BroadcastRowsParams& p, void* stream) {
+  KVVM_RETURN_IF_ERROR(check_element(p.element, "broadcast_rows"));
+  if (p.rows == 0) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(check_positive(p.cols, "cols", "broadcast_rows"));
+  KVVM_RETURN_IF_ERROR(check_pointers({{p.row, "row"}, {p.out, "out"}}, "broadcast_rows"));
+  auto* s = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = flat_blocks(std::uint64_t{p.rows} * p.cols);
+  KVVM_MODEL_DISPATCH(p.element, T, {
+    kernels::broadcast_rows_kernel<T><<<blocks, kernels::kFlatThreads, 0, s>>>(p);
+  })
+  return last_launch("broadcast_rows_kernel<<<>>>");
+}
+
+Status argmax_cuda(const ArgmaxParams& p, void* stream) {
+  if (p.rows == 0) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(check_positive(p.vocab, "vocab", "argmax"));
+  KVVM_RETURN_IF_ERROR(check_pointers({{p.logits, "logits"}, {p.out, "out"}}, "argmax"));
+  kernels::argmax_kernel<<<p.rows, kernels::kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  return last_launch("argmax_kernel<<<>>>");
+}
+
+}  // namespace kvvm

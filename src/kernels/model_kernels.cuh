@@ -1,0 +1,192 @@
+// The device code of the model kernels (include/kvvm/model_kernels.h): one block per row for
+// the row reductions (RMSNorm, argmax) and the per-token rotation, grid-stride loops for the
+// elementwise ones. Every value is computed in float32 and rounded to the element type exactly
+// where the header says, which is where Hugging Face's eager torch ops round.
+//
+// Why no 16-byte vectors here (unlike attention): these kernels move a few activations' worth
+// of bytes per layer, next to the weights the GEMMs read; clarity of the rounding order wins.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kvvm/model_kernels.h"
+
+namespace kvvm::kernels {
+
+constexpr std::uint32_t kRowThreads = 256;   // RMSNorm, rope, argmax, embedding: one block a row
+constexpr std::uint32_t kFlatThreads = 256;  // elementwise kernels
+constexpr std::uint32_t kMaxFlatBlocks = 65535;
+
+template <typename T>
+__device__ __forceinline__ float to_float(T value);
+template <>
+__device__ __forceinline__ float to_float<__half>(__half value) {
+  return __half2float(value);
+}
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 value) {
+  return __bfloat162float(value);
+}
+
+// Rounds to T and back: the value a torch tensor of type T holds after an op.
+template <typename T>
+__device__ __forceinline__ float rounded(float value) {
+  return to_float<T>(from_float<T>(value));
+}
+
+// The sum over the block, in every thread. REQUIRES: blockDim.x a multiple of 32, at most 1024;
+// called once per kernel (the shared partials are not reused).
+__device__ __forceinline__ float block_sum(float value) {
+  __shared__ float partial[32];
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = value;
+  __syncthreads();
+  value = lane < blockDim.x / 32 ? partial[lane] : 0.0f;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) embedding_kernel(const EmbeddingParams p) {
+  const std::uint32_t token = blockIdx.x;
+  const std::int32_t id = p.ids[token];
+  T* out = static_cast<T*>(p.out) + static_cast<std::uint64_t>(token) * p.hidden;
+  if (id < 0 || static_cast<std::uint32_t>(id) >= p.vocab) {
+    for (std::uint32_t i = threadIdx.x; i < p.hidden; i += blockDim.x) out[i] = from_float<T>(0.0f);
+    return;
+  }
+  const T* row = static_cast<const T*>(p.table) + static_cast<std::uint64_t>(id) * p.hidden;
+  for (std::uint32_t i = threadIdx.x; i < p.hidden; i += blockDim.x) out[i] = row[i];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
+  const std::uint32_t r = blockIdx.x;
+  const std::uint64_t source = p.row_index != nullptr ? p.row_index[r] : r;
+  T* x = static_cast<T*>(p.x) + source * p.hidden;
+  const T* add = p.add != nullptr ? static_cast<const T*>(p.add) + source * p.hidden : nullptr;
+  float squares = 0;
+  for (std::uint32_t i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    float value = to_float<T>(x[i]);
+    if (add != nullptr) {
+      const T sum = from_float<T>(value + to_float<T>(add[i]));
+      x[i] = sum;  // re-read below by this same thread
+      value = to_float<T>(sum);
+    }
+    squares += value * value;
+  }
+  const float total = block_sum(squares);
+  const float scale = rsqrtf(total / static_cast<float>(p.hidden) + p.eps);
+  const T* weight = static_cast<const T*>(p.weight);
+  T* out = static_cast<T*>(p.out) + static_cast<std::uint64_t>(r) * p.hidden;
+  for (std::uint32_t i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    const float normed = rounded<T>(to_float<T>(x[i]) * scale);
+    out[i] = from_float<T>(to_float<T>(weight[i]) * normed);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) rope_kernel(const RopeParams p) {
+  const std::uint32_t token = blockIdx.x;
+  const std::uint32_t half = p.head_dim / 2;
+  const float position = static_cast<float>(p.positions[token]);
+  const std::uint32_t heads = p.q_heads + (p.k != nullptr ? p.k_heads : 0);
+  for (std::uint32_t j = threadIdx.x; j < heads * half; j += blockDim.x) {
+    const std::uint32_t head = j / half, i = j % half;
+    T* row =
+        head < p.q_heads
+            ? static_cast<T*>(p.q) +
+                  (static_cast<std::uint64_t>(token) * p.q_heads + head) * p.head_dim
+            : static_cast<T*>(p.k) +
+                  (static_cast<std::uint64_t>(token) * p.k_heads + (head - p.q_heads)) * p.head_dim;
+    const float angle = position * p.inv_freq[i];
+    const float c = rounded<T>(cosf(angle));
+    const float s = rounded<T>(sinf(angle));
+    const float x1 = to_float<T>(row[i]);
+    const float x2 = to_float<T>(row[i + half]);
+    row[i] = from_float<T>(rounded<T>(x1 * c) + rounded<T>(-x2 * s));
+    row[i + half] = from_float<T>(rounded<T>(x2 * c) + rounded<T>(x1 * s));
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kFlatThreads) silu_mul_kernel(const SiluMulParams p) {
+  const std::uint64_t total = static_cast<std::uint64_t>(p.rows) * p.inter;
+  const T* gate_up = static_cast<const T*>(p.gate_up);
+  T* out = static_cast<T*>(p.out);
+  for (std::uint64_t index = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       index < total; index += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const std::uint64_t row = index / p.inter, i = index % p.inter;
+    const float gate = to_float<T>(gate_up[row * 2 * p.inter + i]);
+    const float up = to_float<T>(gate_up[row * 2 * p.inter + p.inter + i]);
+    const float act = rounded<T>(gate / (1.0f + expf(-gate)));
+    out[index] = from_float<T>(act * up);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kFlatThreads) broadcast_rows_kernel(const BroadcastRowsParams p) {
+  const std::uint64_t total = static_cast<std::uint64_t>(p.rows) * p.cols;
+  const T* row = static_cast<const T*>(p.row);
+  T* out = static_cast<T*>(p.out);
+  for (std::uint64_t index = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       index < total; index += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    out[index] = row[index % p.cols];
+  }
+}
+
+// (value, index) with the larger value winning and the lower index among equals; a lane that
+// saw nothing holds (-inf, UINT32_MAX) and loses to any real candidate.
+__device__ __forceinline__ void keep_better(float& value, std::uint32_t& index, float other_value,
+                                            std::uint32_t other_index) {
+  if (other_value > value || (other_value == value && other_index < index)) {
+    value = other_value;
+    index = other_index;
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads) argmax_kernel(const ArgmaxParams p) {
+  const float* row = p.logits + static_cast<std::uint64_t>(blockIdx.x) * p.vocab;
+  float best = kNegInf;
+  std::uint32_t best_index = 0xffffffffu;
+  for (std::uint32_t i = threadIdx.x; i < p.vocab; i += blockDim.x) {
+    const float value = row[i];
+    // Ascending i: strictly greater keeps this thread's lowest index; NaN compares false.
+    if (value > best || (value == best && best_index == 0xffffffffu)) {
+      best = value;
+      best_index = i;
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+    const std::uint32_t other_index = __shfl_xor_sync(0xffffffffu, best_index, offset);
+    keep_better(best, best_index, other, other_index);
+  }
+  __shared__ float values[32];
+  __shared__ std::uint32_t indices[32];
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    values[warp] = best;
+    indices[warp] = best_index;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  best = lane < blockDim.x / 32 ? values[lane] : kNegInf;
+  best_index = lane < blockDim.x / 32 ? indices[lane] : 0xffffffffu;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+    const std::uint32_t other_index = __shfl_xor_sync(0xffffffffu, best_index, offset);
+    keep_better(best, best_index, other, other_index);
+  }
+  if (lane == 0) {
+    p.out[blockIdx.x] = best_index == 0xffffffffu ? 0 : static_cast<std::int32_t>(best_index);
+  }
+}
+
+}  // namespace kvvm::kernels

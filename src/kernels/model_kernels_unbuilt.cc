@@ -1,0 +1,28 @@
+// The model kernels of a build without the CUDA compiler: each answers Unavailable with the
+// reason, as attention_unbuilt.cc does for attention.
+#include <string>
+
+#include "kvvm/model_kernels.h"
+
+namespace kvvm {
+namespace {
+
+Status unbuilt(const char* what) {
+  return Status::Unavailable(std::string(what) +
+                             ": kvvm was built without the CUDA compiler, so the model kernels "
+                             "are not in this binary");
+}
+
+}  // namespace
+
+bool model_kernels_built() { return false; }
+Status embedding_cuda(const EmbeddingParams&, void*) { return unbuilt("embedding_cuda"); }
+Status rmsnorm_cuda(const RmsNormParams&, void*) { return unbuilt("rmsnorm_cuda"); }
+Status rope_cuda(const RopeParams&, void*) { return unbuilt("rope_cuda"); }
+Status silu_mul_cuda(const SiluMulParams&, void*) { return unbuilt("silu_mul_cuda"); }
+Status broadcast_rows_cuda(const BroadcastRowsParams&, void*) {
+  return unbuilt("broadcast_rows_cuda");
+}
+Status argmax_cuda(const ArgmaxParams&, void*) { return unbuilt("argmax_cuda"); }
+
+}  // namespace kvvm

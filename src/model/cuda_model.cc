@@ -1,0 +1,268 @@
+// Creation and teardown of the CUDA model: checks the config and limits, finds the device and
+// cuBLAS, uploads the weights, and sizes every buffer a step uses.
+#include "model/cuda_model.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kvvm/attention.h"
+#include "kvvm/model_kernels.h"
+#include "model/cublas_api.h"
+#include "model/rope.h"
+#include "model/cuda_status.h"
+
+namespace kvvm::model {
+namespace detail {
+namespace {
+
+constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;  // cuBLAS's Hopper advice
+constexpr std::uint64_t kBufferAlignment = 256;
+
+std::string str(std::uint64_t value) { return std::to_string(value); }
+
+Status check_config(const ModelConfig& c, const ModelLimits& limits) {
+  if (c.hidden_size == 0 || c.intermediate_size == 0 || c.layers == 0 || c.vocab_size == 0 ||
+      c.max_position_embeddings == 0) {
+    return Status::InvalidArgument(
+        "CUDA model: hidden_size, intermediate_size, num_hidden_layers, vocab_size and "
+        "max_position_embeddings must be positive");
+  }
+  if (c.heads == 0 || c.kv_heads == 0 || c.heads % c.kv_heads != 0) {
+    return Status::InvalidArgument("CUDA model: " + str(c.heads) +
+                                   " attention heads are not a positive multiple of " +
+                                   str(c.kv_heads) + " KV heads");
+  }
+  if (c.head_dim != 64 && c.head_dim != 128) {
+    return Status::InvalidArgument("CUDA model: head dim " + str(c.head_dim) +
+                                   " is not supported by the CUDA attention kernels (64, 128); "
+                                   "use the CPU backend");
+  }
+  if (limits.max_step_tokens == 0 || limits.max_chunks == 0) {
+    return Status::InvalidArgument("CUDA model: limits of " + str(limits.max_step_tokens) +
+                                   " tokens and " + str(limits.max_chunks) +
+                                   " chunks per step; both must be positive");
+  }
+  if (limits.max_chunks > 65535 || limits.max_step_tokens > (1u << 24)) {
+    return Status::InvalidArgument("CUDA model: limits of " + str(limits.max_step_tokens) +
+                                   " tokens and " + str(limits.max_chunks) +
+                                   " chunks per step; at most 16777216 tokens and 65535 chunks");
+  }
+  return Status::Ok();
+}
+
+Result<DType> choose_compute(const ModelWeights& weights, DType asked) {
+  if (asked == DType::kBf16 || asked == DType::kFp16) return asked;
+  if (asked != DType::kUnset) {
+    return Status::InvalidArgument("CUDA model: compute type " + std::string(to_string(asked)) +
+                                   " is not supported (bf16 or fp16)");
+  }
+  // The checkpoint's: fp16 stays fp16; bf16 and F32 run in bf16 (its range is float32's).
+  if (weights.embed != nullptr && weights.embed->dtype == TensorDType::kF16) return DType::kFp16;
+  return DType::kBf16;
+}
+
+Status cuda_device_available() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::Unavailable(std::string("CUDA model: no usable CUDA device (") +
+                               cudaGetErrorName(error) + ": " + cudaGetErrorString(error) + ")");
+  }
+  if (count == 0) return Status::Unavailable("CUDA model: no CUDA device");
+  return Status::Ok();
+}
+
+Status cublas_call(const char* call, cublasStatus_t status) {
+  if (status == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  const std::string name = cublas_status_name(status);
+  return Status::DriverError(std::string(call) + " failed: " + name,
+                             DriverFailure{call, name, static_cast<int>(status)});
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> CudaModel::create(const ModelConfig& config,
+                                                 const ModelWeights& weights,
+                                                 const CudaModelOptions& options) {
+  KVVM_RETURN_IF_ERROR(check_config(config, options.limits));
+  if (!attention_kernels_built() || !model_kernels_built()) {
+    return Status::Unavailable("CUDA model: this build has no CUDA kernels");
+  }
+  KVVM_RETURN_IF_ERROR(cuda_device_available());
+  const CublasLibrary& cublas = cublas_library();
+  if (!cublas.usable()) return Status::Unavailable("CUDA model: " + cublas.error);
+  std::unique_ptr<CudaModel> model(new CudaModel(config, options.limits));
+  KVVM_RETURN_IF_ERROR(model->init(weights, options));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& options) {
+  Result<DType> compute = choose_compute(weights, options.compute);
+  if (!compute.ok()) return compute.status();
+  compute_ = *compute;
+  data_type_ = compute_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaGetDevice", cudaGetDevice(&device_)));
+  if (options.stream != nullptr) {
+    stream_ = static_cast<cudaStream_t>(options.stream);
+  } else {
+    KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamCreateWithFlags",
+                                   cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
+    own_stream_ = true;
+  }
+  Result<std::unique_ptr<DeviceWeights>> uploaded =
+      DeviceWeights::upload(config(), weights, compute_);
+  if (!uploaded.ok()) return uploaded.status();
+  weights_ = std::move(uploaded).value();
+  KVVM_RETURN_IF_ERROR(allocate_buffers());
+  KVVM_RETURN_IF_ERROR(plan_decode_workspace());
+
+  const CublasApi& api = cublas_library().api;
+  KVVM_RETURN_IF_ERROR(cublas_call("cublasCreate_v2", api.create(&cublas_)));
+  KVVM_RETURN_IF_ERROR(cublas_call("cublasSetStream_v2", api.set_stream(cublas_, stream_)));
+  // After SetStream, which resets a handle to cuBLAS's own pool: a workspace of ours means
+  // cuBLAS allocates nothing during a step (or a graph capture).
+  Result<void*> workspace = device_alloc(kCublasWorkspaceBytes);
+  if (!workspace.ok()) return workspace.status();
+  cublas_workspace_ = *workspace;
+  KVVM_RETURN_IF_ERROR(
+      cublas_call("cublasSetWorkspace_v2",
+                  api.set_workspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes)));
+
+  const std::vector<float> inv_freq = rope_inv_freq(config());
+  KVVM_RETURN_IF_ERROR(
+      cuda_call("cudaMemcpy", cudaMemcpy(inv_freq_, inv_freq.data(),
+                                         inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice)));
+  runs_.reserve(limits().max_chunks);
+  chunk_rows_.reserve(limits().max_chunks);
+  return Status::Ok();
+}
+
+Result<void*> CudaModel::device_alloc(std::uint64_t bytes) {
+  void* pointer = nullptr;
+  const cudaError_t error = cudaMalloc(&pointer, std::max<std::uint64_t>(bytes, 16));
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_call("cudaMalloc", error)
+        .with_context("CUDA model: " + str(bytes) + " bytes of step buffers");
+  }
+  allocations_.push_back(pointer);
+  return pointer;
+}
+
+Status CudaModel::allocate_buffers() {
+  const ModelConfig& c = config();
+  const std::uint64_t tokens = limits().max_step_tokens, chunks = limits().max_chunks;
+  const std::uint64_t size = element_bytes(compute_);
+  const std::uint64_t q_dim = std::uint64_t{c.heads} * c.head_dim;
+  const std::uint64_t kv_dim = std::uint64_t{c.kv_heads} * c.head_dim;
+  offsets_.ids = 0;
+  offsets_.positions = offsets_.ids + limits().max_step_tokens;
+  offsets_.row_slots = offsets_.positions + limits().max_step_tokens;
+  offsets_.decode_slots = offsets_.row_slots + limits().max_step_tokens;
+  offsets_.decode_lengths = offsets_.decode_slots + limits().max_chunks;
+  offsets_.last_rows = offsets_.decode_lengths + limits().max_chunks;
+  offsets_.words = offsets_.last_rows + limits().max_chunks;
+
+  // One allocation carved into aligned pieces, in this order.
+  struct Piece {
+    void** into;
+    std::uint64_t bytes;
+  };
+  void* arrays = nullptr;
+  void* inv_freq = nullptr;
+  void* logits = nullptr;
+  void* argmax = nullptr;
+  const Piece pieces[] = {
+      {&arrays, std::uint64_t{offsets_.words} * 4},
+      {&inv_freq, std::uint64_t{c.head_dim / 2} * sizeof(float)},
+      {&x_, tokens * c.hidden_size * size},
+      {&normed_, tokens * c.hidden_size * size},
+      {&q_, tokens * q_dim * size},
+      {&k_, tokens * kv_dim * size},
+      {&v_, tokens * kv_dim * size},
+      {&attn_, tokens * q_dim * size},
+      {&delta_, tokens * c.hidden_size * size},
+      {&gate_up_, tokens * 2 * c.intermediate_size * size},
+      {&act_, tokens * c.intermediate_size * size},
+      {&final_, chunks * c.hidden_size * size},
+      {&logits, chunks * c.vocab_size * sizeof(float)},
+      {&argmax, chunks * sizeof(std::int32_t)},
+  };
+  auto aligned = [](std::uint64_t bytes) {
+    return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  };
+  std::uint64_t total = 0;
+  for (const Piece& piece : pieces) total += aligned(piece.bytes);
+  Result<void*> block = device_alloc(total);
+  if (!block.ok()) return block.status();
+  auto* at = static_cast<unsigned char*>(*block);
+  for (const Piece& piece : pieces) {
+    *piece.into = at;
+    at += aligned(piece.bytes);
+  }
+  arrays_ = static_cast<std::uint32_t*>(arrays);
+  inv_freq_ = static_cast<float*>(inv_freq);
+  logits_ = static_cast<float*>(logits);
+  argmax_ = static_cast<std::int32_t*>(argmax);
+
+  void* pinned = nullptr;
+  KVVM_RETURN_IF_ERROR(
+      cuda_call("cudaMallocHost", cudaMallocHost(&pinned, std::uint64_t{offsets_.words} * 4)));
+  staging_ = static_cast<std::uint32_t*>(pinned);
+  std::fill(staging_, staging_ + offsets_.words, 0u);
+  return Status::Ok();
+}
+
+// The decode workspace for the largest split any batch up to max_chunks can be planned into,
+// at max_length = max_position_embeddings (what every step passes). The plan depends on the
+// view's element type and head dim only, so a stand-in view serves.
+Status CudaModel::plan_decode_workspace() {
+  KvView view;
+  view.base = kBufferAlignment;
+  view.slot_stride = view.layer_stride = view.kv_stride = view.head_stride = 16;
+  view.token_stride = 16;
+  view.element = compute_;
+  view.element_bytes = element_bytes(compute_);
+  view.head_dim = config().head_dim;
+  DecodeParams params;
+  params.view = view;
+  params.qo_heads = config().heads;
+  params.kv_heads = config().kv_heads;
+  params.q = params.out = q_;
+  params.slots = params.lengths = arrays_;
+  params.max_length = config().max_position_embeddings;
+  std::size_t most = 0;
+  for (std::uint32_t batch = 1; batch <= limits().max_chunks; ++batch) {
+    params.batch = batch;
+    Result<DecodePlan> plan = plan_decode_cuda(params);
+    if (!plan.ok()) return plan.status().with_context("CUDA model: planning decode");
+    most = std::max(most, plan->workspace_bytes);
+  }
+  decode_workspace_bytes_ = most;
+  if (most > 0) {
+    Result<void*> workspace = device_alloc(most);
+    if (!workspace.ok()) return workspace.status();
+    decode_workspace_ = *workspace;
+  }
+  return Status::Ok();
+}
+
+CudaModel::~CudaModel() {
+  (void)cudaSetDevice(device_);
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  if (cublas_ != nullptr) (void)cublas_library().api.destroy(cublas_);
+  for (void* pointer : allocations_) (void)cudaFree(pointer);
+  if (staging_ != nullptr) (void)cudaFreeHost(staging_);
+  if (own_stream_) (void)cudaStreamDestroy(stream_);
+}
+
+}  // namespace detail
+
+Result<std::unique_ptr<Model>> make_cuda_model(const ModelConfig& config,
+                                               const ModelWeights& weights,
+                                               const CudaModelOptions& options) {
+  return detail::CudaModel::create(config, weights, options);
+}
+
+}  // namespace kvvm::model

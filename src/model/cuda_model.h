@@ -1,0 +1,103 @@
+// The CUDA backend of Model (include/kvvm/model/model.h): cuBLAS GEMMs in bf16 / fp16 with
+// float32 accumulation, the model kernels (model_kernels.h) and the attention kernels
+// (attention.h) on one stream.
+//
+// Why everything is sized at creation: a step allocates nothing (ENGINE.md), so a decode
+// step can later be captured in a CUDA graph and replayed. The step's per-token and per-chunk
+// arrays (ids, positions, slots, lengths, last rows) live in one block of 32-bit words that
+// the host fills in pinned memory and copies with one cudaMemcpyAsync; the decode workspace
+// is planned for the largest batch at max_position_embeddings.
+//
+// Not thread-safe: one step at a time.
+#pragma once
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kvvm/model/model.h"
+#include "model/cuda_weights.h"
+
+namespace kvvm::model::detail {
+
+class CudaModel final : public Model {
+ public:
+  static Result<std::unique_ptr<Model>> create(const ModelConfig& config,
+                                               const ModelWeights& weights,
+                                               const CudaModelOptions& options);
+  ~CudaModel() override;
+  Backend backend() const override { return Backend::kCuda; }
+  Status forward(const StepBatch& batch, const StepOutput& out) override;
+
+ private:
+  // Consecutive single-token chunks: one decode_attention_cuda call over their rows.
+  struct DecodeRun {
+    std::uint32_t first_row = 0;
+    std::uint32_t first_decode = 0;  // index into the decode slot / length arrays
+    std::uint32_t count = 0;
+  };
+  // Word offsets of the step arrays inside arrays_ / staging_.
+  struct ArrayOffsets {
+    std::uint32_t ids = 0, positions = 0, row_slots = 0;                // [max_step_tokens]
+    std::uint32_t decode_slots = 0, decode_lengths = 0, last_rows = 0;  // [max_chunks]
+    std::uint32_t words = 0;
+  };
+
+  CudaModel(ModelConfig config, ModelLimits limits) : Model(std::move(config), limits) {}
+  Status init(const ModelWeights& weights, const CudaModelOptions& options);
+  Status allocate_buffers();
+  Status plan_decode_workspace();
+  Result<void*> device_alloc(std::uint64_t bytes);
+
+  Status check_batch(const StepBatch& batch) const;
+  void stage(const StepBatch& batch);
+  Status run_step(const StepBatch& batch, const StepOutput& out);
+  Status run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens);
+  Status attention(std::uint32_t layer, const StepBatch& batch);
+  // y[rows][out] = x[rows][in] . weight^T (+ bias), in the compute type.
+  Status linear(const void* x, const void* weight, const void* bias, void* y, std::uint32_t rows,
+                std::uint32_t in, std::uint32_t out);
+  Status gemm(const void* x, const void* weight, void* y, cudaDataType y_type, float beta,
+              std::uint32_t rows, std::uint32_t in, std::uint32_t out);
+  // Byte offset of row `row` of a [..][width] activation in the compute type.
+  void* row_of(void* base, std::uint64_t row, std::uint64_t width) const;
+
+  int device_ = 0;
+  DType compute_ = DType::kBf16;
+  cudaDataType data_type_ = CUDA_R_16BF;
+  cudaStream_t stream_ = nullptr;
+  bool own_stream_ = false;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<DeviceWeights> weights_;
+  std::vector<void*> allocations_;    // device memory besides the weights
+  std::uint32_t* staging_ = nullptr;  // pinned host copy of arrays_
+  ArrayOffsets offsets_;
+
+  // Device buffers (compute type unless said otherwise), sized for the limits.
+  std::uint32_t* arrays_ = nullptr;
+  float* inv_freq_ = nullptr;  // [head_dim / 2]
+  void* x_ = nullptr;          // [tokens][hidden]: the residual stream
+  void* normed_ = nullptr;     // [tokens][hidden]
+  void* q_ = nullptr;          // [tokens][heads][head_dim]
+  void* k_ = nullptr;          // [tokens][kv_heads][head_dim]
+  void* v_ = nullptr;
+  void* attn_ = nullptr;            // [tokens][heads][head_dim]
+  void* delta_ = nullptr;           // [tokens][hidden]: o_proj / down_proj output
+  void* gate_up_ = nullptr;         // [tokens][2 * intermediate]
+  void* act_ = nullptr;             // [tokens][intermediate]
+  void* final_ = nullptr;           // [chunks][hidden]
+  float* logits_ = nullptr;         // [chunks][vocab], float32
+  std::int32_t* argmax_ = nullptr;  // [chunks]
+  void* decode_workspace_ = nullptr;
+  std::size_t decode_workspace_bytes_ = 0;
+  void* cublas_workspace_ = nullptr;
+
+  // Host scratch of a step, reserved at creation.
+  std::vector<DecodeRun> runs_;
+  std::vector<std::uint32_t> chunk_rows_;  // first row of each chunk
+};
+
+}  // namespace kvvm::model::detail

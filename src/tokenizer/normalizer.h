@@ -1,0 +1,26 @@
+// tokenizer.json's "normalizer": the Unicode normal forms (through utf8proc), a Sequence of
+// them, or null. Others (Lowercase, Replace, Prepend, Bert, Precompiled, ...) are refused by
+// name: a byte-level BPE of the families served needs none of them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kvvm/status.h"
+#include "tokenizer/json_fields.h"
+
+namespace kvvm::tokenizer::detail {
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  // Well-formed stretches are normalised; ill-formed bytes are kept as they are, so no input
+  // is lost.
+  virtual std::string normalize(std::string_view text) const = 0;
+};
+
+// nullptr for a null normalizer (or an empty Sequence).
+Result<std::unique_ptr<Normalizer>> parse_normalizer(const Json& json, std::string_view where);
+
+}  // namespace kvvm::tokenizer::detail

@@ -1,0 +1,70 @@
+// Encoding and decoding with a loaded tokenizer (tokenizer_load.cc builds it).
+#include "kvvm/tokenizer/tokenizer.h"
+
+#include "tokenizer/tokenizer_impl.h"
+
+namespace kvvm::tokenizer {
+
+void detail::TokenizerParts::encode_plain(std::string_view text, std::vector<TokenId>& ids) const {
+  if (text.empty()) return;
+  std::vector<std::string> pieces{std::string(text)};
+  pre_tokenizer->apply(pieces);
+  for (const std::string& piece : pieces) model->encode(piece, ids);
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  const Impl& impl = *impl_;
+  std::vector<TokenId> ids;
+  ids.reserve(text.size() / 3 + 4);
+  for (const detail::TextPiece& raw : impl.raw_added.split(text)) {
+    if (raw.token >= 0) {
+      ids.push_back(impl.raw_added.token(raw.token).id);
+      continue;
+    }
+    const std::string_view stretch = text.substr(raw.begin, raw.end - raw.begin);
+    const std::string normalized =
+        impl.normalizer ? impl.normalizer->normalize(stretch) : std::string(stretch);
+    for (const detail::TextPiece& piece : impl.normalized_added.split(normalized)) {
+      if (piece.token >= 0) {
+        ids.push_back(impl.normalized_added.token(piece.token).id);
+      } else {
+        impl.encode_plain(std::string_view(normalized).substr(piece.begin, piece.end - piece.begin),
+                          ids);
+      }
+    }
+  }
+  if (add_special_tokens) return impl.post_processor.apply(std::move(ids));
+  return ids;
+}
+
+std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) const {
+  std::string out;
+  for (const TokenId id : ids) impl_->append_bytes(id, skip_special, out);
+  return out;
+}
+
+std::size_t Tokenizer::vocab_size() const { return impl_->spelling.size(); }
+
+std::optional<TokenId> Tokenizer::token_id(std::string_view token) const {
+  if (const auto found = impl_->added_ids.find(token); found != impl_->added_ids.end()) {
+    return found->second;
+  }
+  const detail::Vocab& vocab = impl_->model->vocab();
+  if (const auto found = vocab.find(token); found != vocab.end()) return found->second;
+  return std::nullopt;
+}
+
+std::string_view Tokenizer::token_text(TokenId id) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= impl_->spelling.size()) return {};
+  return impl_->spelling[static_cast<std::size_t>(id)];
+}
+
+bool Tokenizer::is_special(TokenId id) const {
+  return id >= 0 && static_cast<std::size_t>(id) < impl_->special.size() &&
+         impl_->special[static_cast<std::size_t>(id)] != 0;
+}
+
+}  // namespace kvvm::tokenizer

@@ -1,0 +1,125 @@
+// The built-in chat templates render exactly as the families' Jinja templates do, and a model
+// directory's template is recognised by its markers (or refused, saying how to pick one).
+#include "kvvm/tokenizer/chat_template.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace kvvm::tokenizer {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "Be brief."}, {"user", "  Hi there!\n"}, {"assistant", "Hello."}, {"user", "Bye"}};
+
+TEST(ChatTemplate, ChatML) {
+  Result<std::string> text = render_chat(ChatTemplate::kChatML, kConversation);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_EQ(*text,
+            "<|im_start|>system\nBe brief.<|im_end|>\n"
+            "<|im_start|>user\n  Hi there!\n<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n"
+            "<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  Result<std::string> no_prompt = render_chat(ChatTemplate::kChatML, kConversation, false);
+  ASSERT_TRUE(no_prompt.ok());
+  EXPECT_EQ(*no_prompt + "<|im_start|>assistant\n", *text);
+}
+
+TEST(ChatTemplate, Llama3TrimsContent) {
+  Result<std::string> text = render_chat(ChatTemplate::kLlama3, kConversation);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_EQ(*text,
+            "<|begin_of_text|>"
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi there!<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // Python's strip() takes Unicode white space (an ideographic space) too, and nothing else.
+  const std::vector<ChatMessage> spaced = {{"user", "\u3000\t x y \u00A0\n"}};
+  Result<std::string> trimmed = render_chat(ChatTemplate::kLlama3, spaced, false);
+  ASSERT_TRUE(trimmed.ok());
+  EXPECT_EQ(*trimmed, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nx y<|eot_id|>");
+}
+
+TEST(ChatTemplate, UnknownRoleAndNames) {
+  const std::vector<ChatMessage> bad = {{"user", "a"}, {"tool", "b"}};
+  Result<std::string> text = render_chat(ChatTemplate::kChatML, bad);
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("messages[1].role: 'tool'"), std::string::npos);
+  EXPECT_EQ(parse_chat_template("chatml").value(), ChatTemplate::kChatML);
+  EXPECT_EQ(parse_chat_template("llama3").value(), ChatTemplate::kLlama3);
+  EXPECT_EQ(to_string(ChatTemplate::kLlama3), "llama3");
+  Result<ChatTemplate> unknown = parse_chat_template("mistral");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("chatml, llama3"), std::string::npos);
+}
+
+class ChatTemplateDetect : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kvvm_chat_template_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+  }
+  Result<ChatTemplate> detect() { return detect_chat_template(dir_.string()); }
+  fs::path dir_;
+};
+
+TEST_F(ChatTemplateDetect, RecognisesTheMarkers) {
+  write(
+      "tokenizer_config.json",
+      R"({"chat_template": "{% for message in messages %}{{'<|im_start|>' + message['role']}}{% endfor %}"})");
+  EXPECT_EQ(detect().value(), ChatTemplate::kChatML);
+  write("tokenizer_config.json",
+        R"({"chat_template": "{{ bos_token }}{{ '<|start_header_id|>' + message['role'] }}"})");
+  EXPECT_EQ(detect().value(), ChatTemplate::kLlama3);
+  write("tokenizer_config.json",
+        R"({"chat_template": [{"name": "tool_use", "template": "<|im_start|>"},
+                              {"name": "default", "template": "<|start_header_id|>"}]})");
+  EXPECT_EQ(detect().value(), ChatTemplate::kLlama3);
+}
+
+TEST_F(ChatTemplateDetect, UnknownOrAbsentSaysHowToPick) {
+  Result<ChatTemplate> absent = detect();
+  ASSERT_FALSE(absent.ok());
+  EXPECT_NE(absent.status().message().find("not found"), std::string::npos);
+  EXPECT_NE(absent.status().message().find("--chat-template chatml|llama3"), std::string::npos);
+
+  write("tokenizer_config.json", R"({"bos_token": "<s>"})");
+  Result<ChatTemplate> no_field = detect();
+  ASSERT_FALSE(no_field.ok());
+  EXPECT_NE(no_field.status().message().find("not found"), std::string::npos);
+
+  write("tokenizer_config.json", R"({"chat_template": "[INST] {{ message['content'] }} [/INST]"})");
+  Result<ChatTemplate> unknown = detect();
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("none of the built-in"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("--chat-template chatml|llama3"), std::string::npos);
+
+  write("tokenizer_config.json",
+        R"({"chat_template": [{"name": "rag", "template": "<|im_start|>"}]})");
+  EXPECT_NE(detect().status().message().find("'default'"), std::string::npos);
+  write("tokenizer_config.json", R"({"chat_template": )");
+  EXPECT_NE(detect().status().message().find("not valid JSON"), std::string::npos);
+}
+
+TEST_F(ChatTemplateDetect, ReadsChatTemplateJinjaBesideTheConfig) {
+  write("tokenizer_config.json", R"({"bos_token": "<s>"})");
+  write("chat_template.jinja", "{{ '<|im_start|>' + message['role'] }}");
+  EXPECT_EQ(detect().value(), ChatTemplate::kChatML);
+}
+
+}  // namespace
+}  // namespace kvvm::tokenizer

@@ -1,0 +1,186 @@
+// The parity oracle on the CUDA path (ENGINE.md, "Proof"): every bf16 checkpoint of
+// tests/data/models (made by scripts/make_fixtures.py with Hugging Face transformers) loaded
+// through the config parser, the safetensors reader and the weight binder, run by the CUDA
+// model in bf16 with a bf16 cache in a CUDA-driver arena, and compared with what transformers
+// computed in bf16:
+//   - last-position logits of each "logits" prompt: max |ours - theirs| / max |theirs| within
+//     2e-2 (both round every activation to bf16, in the same places; the sums' order differs);
+//   - greedy continuations (the prompt prefilled in one chunk, then one decode step per token,
+//     fed the reference's token so every step is compared): equal wherever the reference's
+//     top-2 margin exceeds what the tolerance allows of the logits (2 x tolerance x
+//     max |logit|); a differing step under that margin is reported with its margin, not failed.
+// Skipped without a GPU, and until the fixtures are committed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "base/json_reader.h"
+#include "kvvm/cuda_driver.h"
+#include "kvvm/model/model.h"
+#include "kvvm/model/safetensors.h"
+#include "kvvm/model/weights.h"
+#include "support/attention_support.h"
+#include "support/reference_transformer.h"
+#include "support/test_data.h"
+
+namespace kvvm {
+namespace {
+
+using model::Chunk;
+
+constexpr double kTolerance = 2e-2;
+
+const std::vector<std::string>& bf16_fixtures() {
+  static const std::vector<std::string> names = {"llama-tiny-bf16", "qwen2-tiny-bf16"};
+  return names;
+}
+
+std::vector<std::int32_t> ids_of(const nlohmann::json& array) {
+  return array.get<std::vector<std::int32_t>>();
+}
+
+std::int32_t argmax_of(const std::vector<float>& logits) {
+  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+class ModelCudaParityTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(test::data_dir() / "models")) {
+      GTEST_SKIP() << "tests/data/models is not committed yet";
+    }
+    auto driver = make_cuda_driver();
+    if (!driver.ok()) GTEST_SKIP() << "no CUDA device: " << driver.status().to_string();
+    driver_ = std::move(driver).value();
+    const std::string dir = test::model_fixture_dir(GetParam());
+    ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing";
+    auto config = model::load_model_config(dir);
+    ASSERT_TRUE(config.ok()) << config.status().to_string();
+    config_ = *config;
+    auto files = model::WeightFiles::open_dir(dir);
+    ASSERT_TRUE(files.ok()) << files.status().to_string();
+    files_ = std::move(files).value();
+    auto weights = model::bind_weights(config_, *files_);
+    ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+    auto expected = read_json_file(dir + "/expected.json");
+    ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+    expected_ = *expected;
+    ASSERT_EQ(expected_.at("dtype"), "bfloat16");
+
+    std::size_t longest = 1, context = 1;
+    for (const auto& entry : expected_.at("logits")) {
+      longest = std::max(longest, entry.at("prompt_ids").size());
+    }
+    for (const auto& entry : expected_.at("greedy")) {
+      longest = std::max(longest, entry.at("prompt_ids").size());
+      context = std::max(context, entry.at("prompt_ids").size() + entry.at("tokens").size());
+    }
+    context = std::max(context, longest);
+    model::CudaModelOptions options;
+    options.limits = {.max_step_tokens = static_cast<std::uint32_t>(longest), .max_chunks = 1};
+    options.compute = DType::kBf16;
+    auto made = model::make_cuda_model(config_, *weights, options);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    model_ = std::move(made).value();
+    kv_ = testing::KvArena::make(*driver_, config_.kv_geometry(DType::kBf16), Layout::kTokenMajor,
+                                 context, 1);
+    ASSERT_TRUE(kv_ != nullptr);
+  }
+
+  // Prefills `prompt` into a fresh sequence able to grow to `tokens`; the logits of its last
+  // position.
+  std::vector<float> prefill(const std::vector<std::int32_t>& prompt, std::size_t tokens) {
+    auto slot = kv_->arena->admit(tokens);
+    EXPECT_TRUE(slot.ok()) << slot.status().to_string();
+    slot_ = slot.ok() ? *slot : 0;
+    return run(prompt, 0);
+  }
+  std::vector<float> run(const std::vector<std::int32_t>& ids, std::uint32_t start) {
+    std::vector<float> logits(config_.vocab_size, NAN);
+    const Chunk chunk{slot_, start, static_cast<std::uint32_t>(ids.size())};
+    const Status status = model_->forward(
+        {ids, std::span<const Chunk>(&chunk, 1), kv_->arena->view()}, {logits.data(), nullptr});
+    EXPECT_TRUE(status.ok()) << status.to_string();
+    return logits;
+  }
+  void finish() { EXPECT_TRUE(kv_->arena->release(slot_).ok()); }
+
+  std::unique_ptr<Driver> driver_;
+  model::ModelConfig config_;
+  std::unique_ptr<model::WeightFiles> files_;
+  nlohmann::json expected_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<testing::KvArena> kv_;
+  std::uint32_t slot_ = 0;
+};
+
+TEST_P(ModelCudaParityTest, LastPositionLogitsMatchTransformers) {
+  ASSERT_FALSE(expected_.at("logits").empty());
+  for (const auto& entry : expected_.at("logits")) {
+    const std::vector<std::int32_t> prompt = ids_of(entry.at("prompt_ids"));
+    const std::vector<float> logits = prefill(prompt, prompt.size());
+    finish();
+    const auto last = entry.at("last").get<std::vector<double>>();
+    ASSERT_EQ(last.size(), config_.vocab_size);
+    const double diff = testing::max_relative_difference(logits, last);
+    EXPECT_LE(diff, kTolerance) << "prompt of " << prompt.size() << " tokens";
+    std::printf("[ parity   ] cuda %s: prompt of %zu tokens, logits differ by %.3g relative\n",
+                GetParam().c_str(), prompt.size(), diff);
+  }
+}
+
+TEST_P(ModelCudaParityTest, GreedyTokensMatchWhereTheMarginAllows) {
+  ASSERT_FALSE(expected_.at("greedy").empty());
+  for (const auto& entry : expected_.at("greedy")) {
+    std::vector<std::int32_t> tokens = ids_of(entry.at("prompt_ids"));
+    const std::vector<std::int32_t> want = ids_of(entry.at("tokens"));
+    const auto margins = entry.at("margins").get<std::vector<double>>();
+    ASSERT_EQ(margins.size(), want.size());
+    const std::size_t prompt = tokens.size();
+    std::vector<float> logits = prefill(tokens, tokens.size() + want.size());
+    std::size_t differing = 0;
+    double smallest_margin = INFINITY;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const std::int32_t got = argmax_of(logits);
+      float scale = 0;
+      for (float value : logits) scale = std::max(scale, std::fabs(value));
+      const double allowed = 2 * kTolerance * scale;
+      smallest_margin = std::min(smallest_margin, margins[i]);
+      if (got != want[i]) {
+        ++differing;
+        EXPECT_LE(margins[i], allowed)
+            << "step " << i << ": token " << got << " where transformers chose " << want[i]
+            << " with a margin of " << margins[i] << " (our logits: " << logits[got] << " vs "
+            << logits[want[i]] << ")";
+        std::printf("[ parity   ] cuda %s: step %zu differs (%d vs %d) at margin %.3g <= %.3g\n",
+                    GetParam().c_str(), i, got, want[i], margins[i], allowed);
+      }
+      tokens.push_back(want[i]);  // the reference's token: a near-tie does not end the run
+      if (i + 1 < want.size()) {
+        logits = run({want[i]}, static_cast<std::uint32_t>(tokens.size() - 1));
+      }
+    }
+    finish();
+    std::printf(
+        "[ parity   ] cuda %s: prompt of %zu tokens, %zu of %zu greedy tokens differ, "
+        "smallest reference margin %.3g\n",
+        GetParam().c_str(), prompt, differing, want.size(), smallest_margin);
+  }
+}
+
+std::string fixture_name(const ::testing::TestParamInfo<std::string>& param) {
+  std::string name = param.param;
+  std::erase(name, '-');
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCudaParityTest, ::testing::ValuesIn(bf16_fixtures()),
+                         fixture_name);
+
+}  // namespace
+}  // namespace kvvm

@@ -1,0 +1,48 @@
+// `kvvm generate`: one prompt through a Hugging Face checkpoint on the CPU or a GPU, the text
+// streamed to stdout as tokens arrive (or one JSON object at the end with --json).
+//
+// Why the checks before the loaders: a user who mistyped a directory should hear which path
+// is missing, not a parser's complaint about the first file it tried, so the directory,
+// config.json, tokenizer.json and the weights are each looked for and named first.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace kvvm::cli {
+
+struct GenerateOptions {
+  std::string model_dir;                    // --model DIR (required)
+  std::optional<std::string> prompt;        // --prompt TEXT: encoded with the special tokens
+  std::optional<std::string> chat;          // --chat TEXT: one user message through the template
+  std::optional<std::string> system;        // --system TEXT: a system message before it
+  std::string chat_template;                // chatml | llama3; empty: recognised from the dir
+  std::optional<std::string> prompt_ids;    // hidden --prompt-ids 1,2,3: exact ids (tests)
+  std::optional<std::uint64_t> max_tokens;  // unset: 128, cut to the context with a note
+  double temperature = 0;
+  std::uint64_t top_k = 0;
+  double top_p = 1;
+  std::uint64_t seed = 0;
+  std::string backend = "auto";  // auto | cpu | cuda
+  std::string layout = "token-major";
+  std::uint64_t max_context = 0;  // 0: the config's max_position_embeddings
+  bool json = false;
+};
+
+inline constexpr std::uint64_t kDefaultMaxTokens = 128;
+
+// Adds the `generate` subcommand to `app`, bound to `options` (which must outlive the parse).
+CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options);
+
+// The whole subcommand: generated text (or the JSON object) to `out`, notes and errors to
+// `err`. kExitUsage for what the command line got wrong (a missing directory or file, a
+// prompt beyond the context, an unknown template), kExitFailure for a failure at run time.
+int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace kvvm::cli
