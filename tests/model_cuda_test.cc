@@ -52,27 +52,6 @@ ModelConfig qwen_config() {
   return c;
 }
 
-// Llama-like: an o bias, untied lm_head, llama3 scaling, heads * head_dim != hidden.
-ModelConfig llama_config() {
-  ModelConfig c = testing::tiny_config();
-  c.hidden_size = 192;
-  c.intermediate_size = 320;
-  c.layers = 3;
-  c.heads = 6;
-  c.kv_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 257;
-  c.o_bias = true;
-  c.rope.theta = 500000.0;
-  c.rope.scaling = RopeScaling::kLlama3;
-  c.rope.factor = 8.0;
-  c.rope.low_freq_factor = 1.0;
-  c.rope.high_freq_factor = 4.0;
-  c.rope.original_max_position = 64;
-  c.max_position_embeddings = kContext;
-  return c;
-}
-
 TEST(CudaModelAvailability, WithoutADeviceOrKernelsTheModelIsUnavailable) {
   const testing::TinyModel tiny(qwen_config(), TensorDType::kBf16, 1);
   auto made = make_cuda_model(tiny.config(), tiny.weights(), CudaModelOptions{});
@@ -105,6 +84,27 @@ TEST(CudaModelAvailability, AHeadDimTheKernelsLackIsRefusedByName) {
   ASSERT_FALSE(made.ok());
   EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument) << made.status().to_string();
   EXPECT_NE(made.status().message().find("head dim 96"), std::string::npos);
+}
+
+// Llama-like: an o bias, untied lm_head, llama3 scaling, heads * head_dim != hidden.
+ModelConfig llama_config() {
+  ModelConfig c = testing::tiny_config();
+  c.hidden_size = 192;
+  c.intermediate_size = 320;
+  c.layers = 3;
+  c.heads = 6;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 257;
+  c.o_bias = true;
+  c.rope.theta = 500000.0;
+  c.rope.scaling = RopeScaling::kLlama3;
+  c.rope.factor = 8.0;
+  c.rope.low_freq_factor = 1.0;
+  c.rope.high_freq_factor = 4.0;
+  c.rope.original_max_position = 64;
+  c.max_position_embeddings = kContext;
+  return c;
 }
 
 struct Case {
