@@ -1,7 +1,6 @@
 // ModelConfig: a Hugging Face config.json read field by field: the published Qwen2.5-0.5B
-// numbers, both RoPE forms (transformers v5's rope_parameters and the older rope_theta +
-// rope_scaling), generation_config.json's ids, and every unsupported or malformed field
-// refused with the file, the field and the value named.
+// numbers, defaults, generation_config.json's ids, and every unsupported or malformed field
+// refused with the file, the field and the value named (RoPE: model_config_rope_test.cc).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -10,6 +9,7 @@
 #include <string>
 
 #include "kvvm/model/config.h"
+#include "support/model_config_json.h"
 #include "support/safetensors_writer.h"
 #include "support/test_data.h"
 
@@ -17,44 +17,7 @@ namespace kvvm::model {
 namespace {
 
 using test::TempDir;
-
-constexpr const char* kOrigin = "/models/x/config.json";
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// A small Llama config every test edits.
-nlohmann::json llama() {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"hidden_size", 256},
-          {"intermediate_size", 512},
-          {"num_hidden_layers", 4},
-          {"num_attention_heads", 8},
-          {"num_key_value_heads", 2},
-          {"vocab_size", 1000},
-          {"max_position_embeddings", 4096},
-          {"rms_norm_eps", 1e-5},
-          {"rope_theta", 500000.0},
-          {"torch_dtype", "bfloat16"},
-          {"bos_token_id", 1},
-          {"eos_token_id", 2}};
-}
-
-Result<ModelConfig> parse(const nlohmann::json& json) {
-  return parse_model_config(json.dump(), kOrigin);
-}
-
-// The error for `json`, which must be refused.
-std::string refusal(const nlohmann::json& json) {
-  Result<ModelConfig> config = parse(json);
-  EXPECT_FALSE(config.ok()) << json.dump();
-  if (config.ok()) return "";
-  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(contains(config.status().message(), kOrigin)) << config.status().message();
-  return config.status().message();
-}
+using namespace test::model_config;  // llama(), parse(), refusal(), contains()
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream file(path);
@@ -300,140 +263,13 @@ TEST(ModelConfig, SlidingWindowIsRefusedUnlessItCoversTheContext) {
   EXPECT_TRUE(parse(json).ok());
   json["use_sliding_window"] = true;
   EXPECT_TRUE(contains(refusal(json), "'use_sliding_window' is true"));
-}
 
-nlohmann::json llama3_scaling() {
-  return {{"rope_type", "llama3"},
-          {"factor", 8.0},
-          {"low_freq_factor", 1.0},
-          {"high_freq_factor", 4.0},
-          {"original_max_position_embeddings", 8192}};
-}
-
-void expect_llama3(const ModelConfig& config) {
-  EXPECT_DOUBLE_EQ(config.rope.theta, 500000.0);
-  EXPECT_EQ(config.rope.scaling, RopeScaling::kLlama3);
-  EXPECT_DOUBLE_EQ(config.rope.factor, 8.0);
-  EXPECT_DOUBLE_EQ(config.rope.low_freq_factor, 1.0);
-  EXPECT_DOUBLE_EQ(config.rope.high_freq_factor, 4.0);
-  EXPECT_EQ(config.rope.original_max_position, 8192u);
-}
-
-TEST(ModelConfig, LegacyRopeScalingLlama3AndLinear) {
-  nlohmann::json json = llama();
-  json["rope_scaling"] = llama3_scaling();
-  json["rope_scaling"]["low_freq_factor"] = 2.0;
-  json["rope_scaling"]["high_freq_factor"] = 6.0;
-  json["rope_scaling"]["original_max_position_embeddings"] = 4096;
-  Result<ModelConfig> config = parse(json);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  EXPECT_EQ(config->rope.scaling, RopeScaling::kLlama3);
-  EXPECT_DOUBLE_EQ(config->rope.low_freq_factor, 2.0);
-  EXPECT_DOUBLE_EQ(config->rope.high_freq_factor, 6.0);
-  EXPECT_EQ(config->rope.original_max_position, 4096u);
-
-  json["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older "type" key
-  config = parse(json);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  EXPECT_EQ(config->rope.scaling, RopeScaling::kLinear);
-  EXPECT_DOUBLE_EQ(config->rope.factor, 2.0);
-  EXPECT_DOUBLE_EQ(config->rope.theta, 500000.0);
-
-  json["rope_scaling"] = {{"rope_type", "default"}};
-  config = parse(json);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  EXPECT_EQ(config->rope.scaling, RopeScaling::kNone);
-
-  json["rope_scaling"] = nullptr;
-  config = parse(json);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  EXPECT_EQ(config->rope.scaling, RopeScaling::kNone);
-}
-
-TEST(ModelConfig, TransformersV5RopeParameters) {
-  nlohmann::json json = llama();
-  json.erase("rope_theta");
-  json["rope_parameters"] = llama3_scaling();
-  json["rope_parameters"]["rope_theta"] = 500000.0;
-  Result<ModelConfig> config = parse(json);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  expect_llama3(*config);
-
-  json["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
-  config = parse(json);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  EXPECT_EQ(config->rope.scaling, RopeScaling::kNone);
-  EXPECT_DOUBLE_EQ(config->rope.theta, 1e6);
-
-  json["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 1e4}};
-  config = parse(json);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  EXPECT_EQ(config->rope.scaling, RopeScaling::kLinear);
-  EXPECT_DOUBLE_EQ(config->rope.factor, 4.0);
-
-  // One set per attention kind (Gemma-style) is not one of the families' forms.
-  json["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}}}};
-  EXPECT_TRUE(contains(refusal(json), "rope_parameters.full_attention"));
-}
-
-TEST(ModelConfig, BothRopeFormsMustAgree) {
-  nlohmann::json json = llama();
-  json["rope_scaling"] = llama3_scaling();
-  json["rope_parameters"] = llama3_scaling();
-  json["rope_parameters"]["rope_theta"] = 500000.0;
-  Result<ModelConfig> config = parse(json);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  expect_llama3(*config);
-
-  json["rope_parameters"]["factor"] = 16.0;
-  std::string message = refusal(json);
-  EXPECT_TRUE(contains(message, "disagree")) << message;
-
-  json["rope_parameters"]["factor"] = 8.0;
-  json["rope_theta"] = 10000.0;
-  message = refusal(json);
-  EXPECT_TRUE(contains(message, "disagree")) << message;
-}
-
-TEST(ModelConfig, UnknownRopeScalingIsRefusedByName) {
-  for (const char* type : {"yarn", "dynamic", "longrope", "su"}) {
-    nlohmann::json json = llama();
-    json["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
-    std::string message = refusal(json);
-    EXPECT_TRUE(contains(message, std::string("\"") + type + "\"")) << message;
-    EXPECT_TRUE(contains(message, "rope_scaling.rope_type")) << message;
-
-    json.erase("rope_scaling");
-    json["rope_parameters"] = {{"rope_type", type}, {"factor", 4.0}};
-    message = refusal(json);
-    EXPECT_TRUE(contains(message, std::string("\"") + type + "\"")) << message;
-    EXPECT_TRUE(contains(message, "rope_parameters.rope_type")) << message;
-  }
-}
-
-TEST(ModelConfig, RopeParametersAreChecked) {
-  nlohmann::json json = llama();
-  json["rope_scaling"] = llama3_scaling();
-  json["rope_scaling"].erase("original_max_position_embeddings");
-  EXPECT_TRUE(
-      contains(refusal(json), "'rope_scaling.original_max_position_embeddings' is missing"));
-
-  json["rope_scaling"] = llama3_scaling();
-  json["rope_scaling"]["high_freq_factor"] = 1.0;  // equal to low: the smoothing divides by 0
-  EXPECT_TRUE(contains(refusal(json), "'rope_scaling.high_freq_factor' is 1.0"));
-
-  json["rope_scaling"] = {{"rope_type", "linear"}};
-  EXPECT_TRUE(contains(refusal(json), "'rope_scaling.factor' is missing"));
-  json["rope_scaling"] = {{"rope_type", "linear"}, {"factor", -2}};
-  EXPECT_TRUE(contains(refusal(json), "'rope_scaling.factor' is -2"));
-  json["rope_scaling"] = {{"factor", 2.0}};
-  EXPECT_TRUE(contains(refusal(json), "'rope_scaling.rope_type' is missing"));
-  json["rope_scaling"] = "linear";
-  EXPECT_TRUE(contains(refusal(json), "'rope_scaling' is \"linear\""));
-
-  json = llama();
-  json["rope_theta"] = 0;
-  EXPECT_TRUE(contains(refusal(json), "'rope_theta' is 0"));
+  // transformers v5 names each layer's attention kind.
+  json["use_sliding_window"] = false;
+  json["layer_types"] = {"full_attention", "full_attention", "full_attention", "full_attention"};
+  EXPECT_TRUE(parse(json).ok());
+  json["layer_types"][2] = "sliding_attention";
+  EXPECT_TRUE(contains(refusal(json), "'layer_types[2]' is \"sliding_attention\""));
 }
 
 TEST(ModelConfig, TokenIdsAreAnIdOrAList) {

@@ -5,8 +5,9 @@
 //   - last-position logits of each "logits" prompt, max |ours - theirs| / max |theirs|:
 //     within 1e-4 of `last_fp32` (the checkpoint's weights computed in float32 on CPU, what
 //     this path computes, for bf16 checkpoints too); and of `last` (computed in the
-//     checkpoint's dtype) within 1e-4 for float32 checkpoints, 5e-2 for bfloat16 ones, whose
-//     reference rounds every activation to 8 bits;
+//     checkpoint's dtype) within 1e-4 for float32 checkpoints, 1e-2 for bfloat16 ones, whose
+//     reference ran in bfloat16 on the GPU, rounding every activation to 8 bits (measured:
+//     at most 4.5e-3; float32 checkpoints and `last_fp32` at most 7e-7);
 //   - greedy continuations (32 tokens, the prompt prefilled in one chunk, then one decode
 //     step per token, fed the reference's token so every step is compared): equal wherever
 //     the reference's top-2 margin exceeds what the tolerance allows of the logits
@@ -35,7 +36,7 @@ namespace {
 using model::Chunk;
 
 constexpr double kFp32Tolerance = 1e-4;
-constexpr double kBf16Tolerance = 5e-2;
+constexpr double kBf16Tolerance = 1e-2;
 
 const std::vector<std::string>& fixture_names() {
   static const std::vector<std::string> names = {"llama-tiny", "llama-tiny-bf16", "qwen2-tiny",

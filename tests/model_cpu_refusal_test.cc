@@ -103,6 +103,20 @@ TEST_F(ModelCpuRefusalTest, KvViewOfAnotherShape) {
   expect_refused({1}, {{slot_, 0, 1}}, "no base address", &view);
 }
 
+TEST_F(ModelCpuRefusalTest, KvViewOfFewerLayersOrHeads) {
+  for (const Geometry& geometry : {Geometry{"one layer", 1, 2, 16, DType::kFp32},
+                                   Geometry{"one head", 2, 1, 16, DType::kFp32}}) {
+    for (Layout layout : all_layouts()) {
+      auto plan = plan_layout(geometry, layout, 4096, 256);
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      std::vector<std::uint8_t> bytes(plan->slot_stride * 2);
+      const KvView view = plan->view(reinterpret_cast<std::uintptr_t>(bytes.data()));
+      SCOPED_TRACE(geometry.name + " " + std::string(to_string(layout)));
+      expect_refused({1}, {{0, 0, 1}}, "its geometry is not the model's", &view);
+    }
+  }
+}
+
 TEST_F(ModelCpuRefusalTest, AnEmptyBatchRunsAndAValidOneAfterARefusalMatches) {
   EXPECT_TRUE(rig_->model().forward({{}, {}, KvView{}}, {}).ok());
   testing::Sequence s = rig_->admit(20, 3);

@@ -115,6 +115,19 @@ TEST(ModelCpuVariants, OBiasAndUngroupedHeadsMatchTheReference) {
   run_mixed(rig);
 }
 
+// A dimension of one (one layer, one KV head) shares its stride with another in some layouts.
+TEST(ModelCpuVariants, OneLayerOfOneKvHeadOnEveryLayout) {
+  ModelConfig c = testing::tiny_config();
+  c.layers = 1;
+  c.kv_heads = 1;
+  for (Layout layout : all_layouts()) {
+    SCOPED_TRACE(std::string(to_string(layout)));
+    ModelRig rig(c, TensorDType::kF32, layout);
+    ASSERT_TRUE(rig.ready());
+    run_mixed(rig);
+  }
+}
+
 // The reference reads the same bf16 / f16 values, so the conversion must be exact.
 TEST(ModelCpuVariants, Bf16WeightsAreConvertedExactly) {
   ModelRig rig(testing::tiny_config(), TensorDType::kBf16, Layout::kTokenMajor);

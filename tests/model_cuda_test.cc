@@ -1,7 +1,7 @@
 // The CUDA model (make_cuda_model) against the float64 ReferenceTransformer of tests/support
 // on tiny random models (support/tiny_model.h), fresh weights each run: Qwen2-like (q/k/v
 // biases, tied embeddings) in bf16 and fp16, and Llama-like (o bias, untied lm_head, llama3
-// RoPE scaling, three layers, an F32 checkpoint run in bf16), head dim 64 with grouped-query
+// RoPE scaling, an F32 checkpoint run in bf16), head dim 64 with grouped-query
 // attention. The KV lives in a CUDA-driver arena with only each sequence's windows committed.
 // Checked: the last logits of every chunk of a chunked prefill followed by decodes, and of a
 // packed batch of two sequences mixing prefill chunks and decodes in one step, within 2e-2
@@ -31,6 +31,9 @@
 namespace kvvm::model {
 namespace {
 
+// A host emulation of the bf16 rounding (these configs, 20 seeds, 40 positions) stayed
+// within 4e-3 (Qwen2-like) and 1.0e-2 (Llama-like, whose F32 weights are rounded to bf16 while
+// the reference keeps them exact); a third layer took the latter to 1.5e-2.
 constexpr double kTolerance = 2e-2;
 constexpr std::uint32_t kContext = 256;
 
@@ -49,27 +52,6 @@ ModelConfig qwen_config() {
   c.rope.theta = 1000000.0;
   c.max_position_embeddings = kContext;
   c.dtype = DType::kBf16;
-  return c;
-}
-
-// Llama-like: an o bias, untied lm_head, llama3 scaling, heads * head_dim != hidden.
-ModelConfig llama_config() {
-  ModelConfig c = testing::tiny_config();
-  c.hidden_size = 192;
-  c.intermediate_size = 320;
-  c.layers = 3;
-  c.heads = 6;
-  c.kv_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 257;
-  c.o_bias = true;
-  c.rope.theta = 500000.0;
-  c.rope.scaling = RopeScaling::kLlama3;
-  c.rope.factor = 8.0;
-  c.rope.low_freq_factor = 1.0;
-  c.rope.high_freq_factor = 4.0;
-  c.rope.original_max_position = 64;
-  c.max_position_embeddings = kContext;
   return c;
 }
 
@@ -105,6 +87,26 @@ TEST(CudaModelAvailability, AHeadDimTheKernelsLackIsRefusedByName) {
   ASSERT_FALSE(made.ok());
   EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument) << made.status().to_string();
   EXPECT_NE(made.status().message().find("head dim 96"), std::string::npos);
+}
+
+// Llama-like: an o bias, untied lm_head, llama3 scaling, heads * head_dim != hidden.
+ModelConfig llama_config() {
+  ModelConfig c = testing::tiny_config();
+  c.hidden_size = 192;
+  c.intermediate_size = 320;
+  c.heads = 6;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 257;
+  c.o_bias = true;
+  c.rope.theta = 500000.0;
+  c.rope.scaling = RopeScaling::kLlama3;
+  c.rope.factor = 8.0;
+  c.rope.low_freq_factor = 1.0;
+  c.rope.high_freq_factor = 4.0;
+  c.rope.original_max_position = 64;
+  c.max_position_embeddings = kContext;
+  return c;
 }
 
 struct Case {

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -310,6 +313,60 @@ TEST(Safetensors, IndexDefectsAreRefused) {
   files = WeightFiles::open_dir(dir.path().string());
   ASSERT_FALSE(files.ok());
   EXPECT_TRUE(contains(files.status().message(), index)) << files.status().message();
+}
+
+// Random damage to a valid file (bytes flipped in the length and header, the file cut short):
+// every outcome is a view inside the file or an InvalidArgument, never a crash or a read
+// past the mapping (the sanitizer builds check the reads).
+TEST(Safetensors, DamagedFilesNeverReadOutsideTheFile) {
+  TempDir dir;
+  const auto good = dir / "good.safetensors";
+  test::write_safetensors(good, {{"a", "F32", {2, 3}, raw(24)}, {"b", "BF16", {5}, raw(10)}},
+                          {{"format", "pt"}});
+  std::ifstream in(good, std::ios::binary);
+  const std::vector<char> original((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  std::mt19937_64 random(12345);
+  const auto path = dir / "damaged.safetensors";
+  int opened = 0;
+  for (int round = 0; round < 400; ++round) {
+    std::vector<char> bytes = original;
+    const int damage = static_cast<int>(random() % 4);
+    const std::size_t header_end = bytes.size() - 34;  // the data: 24 + 10 bytes
+    if (damage == 0) {
+      bytes.resize(random() % bytes.size());
+    } else if (damage == 3) {
+      // A digit of the header's numbers (shapes, offsets) changed to another digit.
+      std::vector<std::size_t> digits;
+      for (std::size_t i = 8; i < header_end; ++i) {
+        if (bytes[i] >= '0' && bytes[i] <= '9') digits.push_back(i);
+      }
+      bytes[digits[random() % digits.size()]] = static_cast<char>('0' + random() % 10);
+    } else {
+      const int flips = 1 + static_cast<int>(random() % 4);
+      for (int i = 0; i < flips; ++i) {
+        // The length (damage 1) or anywhere before the data (damage 2).
+        const std::size_t at = random() % (damage == 1 ? std::size_t{8} : header_end);
+        bytes[at] = static_cast<char>(random());
+      }
+    }
+    test::write_text_file(path, std::string_view(bytes.data(), bytes.size()));
+    Result<std::unique_ptr<WeightFiles>> files = WeightFiles::open_file(path.string());
+    if (!files.ok()) {
+      EXPECT_EQ(files.status().code(), StatusCode::kInvalidArgument);
+      continue;
+    }
+    ++opened;
+    for (const std::string& name : (*files)->names()) {
+      const TensorView* view = (*files)->find(name);
+      ASSERT_NE(view, nullptr);
+      const auto* first = reinterpret_cast<const char*>(view->data);
+      unsigned sum = 0;
+      for (std::uint64_t i = 0; i < view->bytes; ++i) sum += static_cast<unsigned char>(first[i]);
+      EXPECT_LE(view->bytes, bytes.size()) << name << sum;
+    }
+  }
+  EXPECT_GT(opened, 0);  // some damage (inside the data) leaves a valid file
 }
 
 }  // namespace

@@ -8,7 +8,10 @@
 #include "kvvm/model/config.h"
 
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -66,9 +69,10 @@ Result<const Family*> read_family(const Scopes& scopes) {
       if (name == candidate.architecture) family = &candidate;
     }
     if (family == nullptr) {
-      return Status::InvalidArgument(arch_scope.where() + ": field 'architectures[0]' is \"" +
-                                     name + "\", which this runtime does not run (it runs " +
-                                     kFamilyList + ")");
+      return Status::InvalidArgument(arch_scope.where() + ": field 'architectures[0]' is " +
+                                     detail::show(nlohmann::json(name)) +
+                                     ", which this runtime does not run (it runs " + kFamilyList +
+                                     ")");
     }
   }
   const ConfigFields& type_scope = scopes.holding("model_type");
@@ -125,8 +129,9 @@ Status read_attention(const ConfigFields& fields, ModelConfig& config) {
   if (config.head_dim > kMaxHeadDim || config.head_dim % 2 != 0) {
     return Status::InvalidArgument(
         fields.where() + ": the head size (" +
-        (head_dim->has_value() ? std::string("'head_dim'") : "'hidden_size' / 'heads'") + ") is " +
-        std::to_string(config.head_dim) + ", expected an even number (RoPE rotates " +
+        (head_dim->has_value() ? std::string("'head_dim'")
+                               : "'hidden_size' / 'num_attention_heads'") +
+        ") is " + std::to_string(config.head_dim) + ", expected an even number (RoPE rotates " +
         "pairs) of at most " + std::to_string(kMaxHeadDim));
   }
   return Status::Ok();
@@ -155,6 +160,22 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
   if (act->has_value() && **act != "silu" && **act != "swish") {
     return fields.bad("hidden_act", nlohmann::json(**act),
                       "\"silu\" (the MLP's activation this runtime implements)");
+  }
+  // transformers v5 lists each layer's attention kind; a sliding one is a window in disguise.
+  if (const nlohmann::json* layer_types = fields.find("layer_types")) {
+    if (!layer_types->is_array()) {
+      return fields.bad("layer_types", *layer_types, "a list of attention kinds");
+    }
+    for (std::size_t i = 0; i < layer_types->size(); ++i) {
+      const nlohmann::json& kind = (*layer_types)[i];
+      if (kind != "full_attention") {
+        return Status::InvalidArgument(
+            fields.where() + ": field 'layer_types[" + std::to_string(i) + "]' is " +
+            detail::show(kind) +
+            ", expected \"full_attention\" (other attention kinds, such as sliding-window "
+            "attention, are not implemented by this runtime)");
+      }
+    }
   }
   // A window at least as long as the context never drops a token, so it changes nothing.
   if (std::string_view(family.model_type) == "mistral") {

@@ -5,11 +5,13 @@
 // Why decode chunks go through one decode call: a step of many sequences decoding one token
 // each would otherwise start a prefill call (and its threads) per sequence per layer.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvvm/attention.h"
@@ -136,6 +138,48 @@ class CpuModel final : public Model {
     if (view.head_dim != c.head_dim) {
       return Status::InvalidArgument("forward: the KvView's head_dim " + str(view.head_dim) +
                                      " is not the model's " + str(c.head_dim));
+    }
+    return check_view_geometry(view);
+  }
+
+  // The strides do not name the layer and head counts, but in every layout the four
+  // dimensions nest densely: sorted by stride, each (layer, K/V, head, token) extent times
+  // its stride fits under the next stride (and the slot). A view made for fewer layers or
+  // heads than the model has fails that, as its rows would alias.
+  Status check_view_geometry(const KvView& view) const {
+    const ModelConfig& c = config();
+    struct Dim {
+      const char* name;
+      std::uint64_t stride;
+      std::uint64_t extent;
+    };
+    std::array<Dim, 4> dims = {
+        Dim{"layer", view.layer_stride, c.layers}, Dim{"K/V", view.kv_stride, 2},
+        Dim{"head", view.head_stride, c.kv_heads}, Dim{"token", view.token_stride, 1}};
+    std::sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) {
+      return a.stride != b.stride ? a.stride < b.stride : a.extent > b.extent;
+    });
+    std::uint64_t need = std::uint64_t{view.head_dim} * view.element_bytes;  // one row
+    const char* inner = "row";
+    for (const Dim& dim : dims) {
+      // A dimension of one (a single layer or KV head) may share a stride with any other;
+      // the token's extent is unknown here but at least one.
+      if (dim.extent == 1 && std::string_view(dim.name) != "token") continue;
+      if (dim.stride < need) {
+        return Status::InvalidArgument("forward: the KvView's " + std::string(dim.name) +
+                                       " stride of " + str(dim.stride) + " bytes is below the " +
+                                       str(need) + " bytes of its " + inner + "s (the model has " +
+                                       str(c.layers) + " layers of " + str(c.kv_heads) +
+                                       " KV heads): its geometry is not the model's");
+      }
+      need = dim.stride * dim.extent;
+      inner = dim.name;
+    }
+    if (view.slot_stride != 0 && view.slot_stride < need) {
+      return Status::InvalidArgument(
+          "forward: the KvView's slots of " + str(view.slot_stride) + " bytes are below the " +
+          str(need) + " bytes of its " + inner + "s (the model has " + str(c.layers) +
+          " layers of " + str(c.kv_heads) + " KV heads): its geometry is not the model's");
     }
     return Status::Ok();
   }

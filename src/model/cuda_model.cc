@@ -8,8 +8,8 @@
 #include "kvvm/attention.h"
 #include "kvvm/model_kernels.h"
 #include "model/cublas_api.h"
-#include "model/rope.h"
 #include "model/cuda_status.h"
+#include "model/rope.h"
 
 namespace kvvm::model {
 namespace detail {

@@ -23,7 +23,8 @@ constexpr double kTolerance = 1e-4;  // max |a - b| / max |b| of the logits, fp3
 constexpr std::uint32_t kContext = 256;
 constexpr std::uint32_t kSlots = 4;
 
-inline std::vector<std::int32_t> random_tokens(std::size_t n, std::uint32_t vocab, std::uint64_t seed) {
+inline std::vector<std::int32_t> random_tokens(std::size_t n, std::uint32_t vocab,
+                                               std::uint64_t seed) {
   std::mt19937_64 random(seed);
   std::uniform_int_distribution<std::int32_t> draw(0, static_cast<std::int32_t>(vocab) - 1);
   std::vector<std::int32_t> tokens(n);
