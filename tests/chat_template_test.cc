@@ -93,12 +93,14 @@ TEST_F(ChatTemplateDetect, RecognisesTheMarkers) {
 TEST_F(ChatTemplateDetect, UnknownOrAbsentSaysHowToPick) {
   Result<ChatTemplate> absent = detect();
   ASSERT_FALSE(absent.ok());
+  EXPECT_EQ(absent.status().code(), StatusCode::kNotFound);
   EXPECT_NE(absent.status().message().find("not found"), std::string::npos);
   EXPECT_NE(absent.status().message().find("--chat-template chatml|llama3"), std::string::npos);
 
   write("tokenizer_config.json", R"({"bos_token": "<s>"})");
   Result<ChatTemplate> no_field = detect();
   ASSERT_FALSE(no_field.ok());
+  EXPECT_EQ(no_field.status().code(), StatusCode::kNotFound);
   EXPECT_NE(no_field.status().message().find("not found"), std::string::npos);
 
   write("tokenizer_config.json", R"({"chat_template": "[INST] {{ message['content'] }} [/INST]"})");

@@ -300,7 +300,7 @@ class CliGenerateFixture : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     dir_ = test::model_fixture_dir(GetParam());
-    if (!fs::exists(fs::path(dir_) / "expected.json")) GTEST_SKIP() << "no fixture at " << dir_;
+    ASSERT_TRUE(fs::exists(fs::path(dir_) / "expected.json")) << "no fixture at " << dir_;
     std::ifstream in(fs::path(dir_) / "expected.json");
     expected_ = json::parse(in);
     auto config = model::load_model_config(dir_);

@@ -11,6 +11,7 @@
 
 #include "info_command.h"
 #include "plan_command.h"
+#include "support/test_data.h"
 
 namespace kvvm::cli {
 namespace {
@@ -246,9 +247,7 @@ TEST(CliPlanRun, AllLayoutsIsOneSideBySideTable) {
 
 TEST(CliPlanRun, ReadsAConfigJsonWithADtypeOverride) {
   PlanOptions options;
-  options.model =
-      (std::filesystem::path(__FILE__).parent_path() / "data" / "config_qwen2.5-0.5b.json")
-          .string();
+  options.model = (kvvm::test::data_dir() / "config_qwen2.5-0.5b.json").string();
   options.dtype = "fp8";
   options.layout = "token-major";
   options.json = true;

@@ -13,12 +13,14 @@
 #include <tuple>
 #include <vector>
 
+#include "support/test_data.h"
+
 namespace kvvm {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path data_dir() { return fs::path(__FILE__).parent_path() / "data"; }
+fs::path data_dir() { return test::data_dir(); }
 
 // A directory of its own per test, removed afterwards.
 class TempDir {

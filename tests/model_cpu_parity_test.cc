@@ -51,11 +51,6 @@ std::vector<std::int32_t> ids_of(const nlohmann::json& array) {
 class ModelCpuParityTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    // Until scripts/make_fixtures.py's output is committed there is nothing to compare with;
-    // once tests/data/models exists, every fixture of the list must be there.
-    if (!std::filesystem::exists(test::data_dir() / "models")) {
-      GTEST_SKIP() << "tests/data/models is not committed yet";
-    }
     const std::string dir = test::model_fixture_dir(GetParam());
     ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing";
     auto config = model::load_model_config(dir);
@@ -185,7 +180,7 @@ TEST_P(ModelCpuParityTest, GreedyTokensMatchWhereTheMarginAllows) {
 // Every checkpoint under tests/data/models is one this suite runs.
 TEST(ModelCpuParityFixtures, EveryFixtureIsCovered) {
   const std::filesystem::path models = test::data_dir() / "models";
-  if (!std::filesystem::exists(models)) GTEST_SKIP() << models << " is not committed yet";
+  ASSERT_TRUE(std::filesystem::exists(models)) << models << " (scripts/make_fixtures.py)";
   std::size_t seen = 0;
   for (const auto& entry : std::filesystem::directory_iterator(models)) {
     if (!entry.is_directory()) continue;

@@ -51,9 +51,6 @@ std::int32_t argmax_of(const std::vector<float>& logits) {
 class ModelCudaParityTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(test::data_dir() / "models")) {
-      GTEST_SKIP() << "tests/data/models is not committed yet";
-    }
     auto driver = make_cuda_driver();
     if (!driver.ok()) GTEST_SKIP() << "no CUDA device: " << driver.status().to_string();
     driver_ = std::move(driver).value();

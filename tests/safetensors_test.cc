@@ -220,6 +220,7 @@ TEST(Safetensors, MissingFilesAreNamed) {
 
   files = WeightFiles::open_file((dir / "nope.safetensors").string());
   ASSERT_FALSE(files.ok());
+  EXPECT_EQ(files.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(contains(files.status().message(), "nope.safetensors' not found"));
 
   // A directory is not a checkpoint file.

@@ -199,6 +199,7 @@ TEST(TokenizerErrors, LoadNamesThePath) {
   const std::string missing = "/nonexistent/kvvm/tokenizer.json";
   Result<std::unique_ptr<Tokenizer>> absent = Tokenizer::load(missing);
   ASSERT_FALSE(absent.ok());
+  EXPECT_EQ(absent.status().code(), StatusCode::kNotFound);
   EXPECT_NE(absent.status().message().find("not found"), std::string::npos);
   EXPECT_NE(absent.status().message().find(missing), std::string::npos);
 

@@ -44,9 +44,8 @@ class TokenizerParity : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = test::model_fixture_dir(GetParam());
-    if (!fs::exists(fs::path(dir_) / "expected.json")) {
-      GTEST_SKIP() << "no fixture at " << dir_ << " (scripts/make_fixtures.py makes it)";
-    }
+    ASSERT_TRUE(fs::exists(fs::path(dir_) / "expected.json"))
+        << "no fixture at " << dir_ << " (scripts/make_fixtures.py makes it)";
     Result<nlohmann::json> expected = read_json_file(dir_ + "/expected.json");
     ASSERT_TRUE(expected.ok()) << expected.status().to_string();
     expected_ = std::move(*expected);

@@ -24,6 +24,7 @@ enum class StatusCode {
   kDriverError,         // a driver call failed; carries the call and the driver's error name
   kFailedPrecondition,  // the object is not in a state that allows the call
   kUnavailable,         // not possible now (no GPU, graph capture in progress); may be later
+  kNotFound,            // a file, tensor or entry that was asked for does not exist
   kInternal,            // a broken invariant inside kvvm
 };
 
@@ -53,6 +54,7 @@ class [[nodiscard]] Status {
   static Status DriverError(std::string message, DriverFailure failure);
   static Status FailedPrecondition(std::string message);
   static Status Unavailable(std::string message);
+  static Status NotFound(std::string message);
   static Status Internal(std::string message);
 
   bool ok() const { return code_ == StatusCode::kOk; }

@@ -16,10 +16,16 @@ std::string_view to_string(StatusCode code) {
       return "FAILED_PRECONDITION";
     case StatusCode::kUnavailable:
       return "UNAVAILABLE";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
     case StatusCode::kInternal:
       return "INTERNAL";
   }
   return "UNKNOWN";
+}
+
+Status Status::NotFound(std::string message) {
+  return Status(StatusCode::kNotFound, std::move(message));
 }
 
 Status Status::InvalidArgument(std::string message) {

@@ -309,8 +309,7 @@ Result<ModelConfig> load_model_config(const std::string& dir) {
   const std::string path = (base / "config.json").string();
   std::error_code error;
   if (!std::filesystem::exists(path, error)) {
-    return Status::InvalidArgument("'" + path +
-                                   "' not found: a model directory holds its config.json");
+    return Status::NotFound("'" + path + "' not found: a model directory holds its config.json");
   }
   Result<nlohmann::json> parsed = read_json_file(path, config_limits());
   if (!parsed.ok()) return parsed.status();

@@ -42,7 +42,7 @@ struct WeightFiles::Mapping {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       const int error = errno;
-      if (error == ENOENT) return Status::InvalidArgument("'" + path + "' not found");
+      if (error == ENOENT) return Status::NotFound("'" + path + "' not found");
       return Status::InvalidArgument("cannot open '" + path + "': " + std::strerror(error));
     }
     auto mapping = std::make_unique<Mapping>();
@@ -123,8 +123,8 @@ Result<std::unique_ptr<WeightFiles>> WeightFiles::open_dir(const std::string& di
   if (!exists(index_path)) {
     const std::string single_path = (base / kSingleName).string();
     if (!exists(single_path)) {
-      return Status::InvalidArgument("no checkpoint in '" + dir + "': neither '" + index_path +
-                                     "' nor '" + single_path + "' exists");
+      return Status::NotFound("no checkpoint in '" + dir + "': neither '" + index_path + "' nor '" +
+                              single_path + "' exists");
     }
     return open_file(single_path);
   }

@@ -17,7 +17,7 @@ Status field_error(std::string_view where, std::string_view message) {
 }
 
 Status not_found(std::string_view message) {
-  return Status::InvalidArgument("not found: " + std::string(message));
+  return Status::NotFound("not found: " + std::string(message));
 }
 
 std::string member_path(std::string_view where, std::string_view key) {

@@ -18,8 +18,7 @@ std::string json_kind(const Json& value);
 // InvalidArgument "<where>: <message>".
 Status field_error(std::string_view where, std::string_view message);
 
-// kvvm's Status has no NotFound code: an absent file is InvalidArgument whose message starts
-// with "not found", in one place so a NotFound code can take over here.
+// NotFound: an absent file or chat template.
 Status not_found(std::string_view message);
 
 // `where.key` (or `where[index]`): the path of a member, for messages.
