@@ -44,11 +44,14 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   # (split-K partials and merge) and prefill.
   filter='*Masking*:*CausalPrefill*d128_g4:*CausalPrefill*d64_g7:*Graph*tokenmajor'
   filter+=':*DecodeMatches*tokenmajor_fp16_d128_g4:*DecodeMatches*headmajor_bf16_d64_g7'
+  # The model's own kernels (embedding, RMSNorm, RoPE, SiLU-mul, bias, argmax) and one step
+  # of the CUDA model through them.
+  filter+=':ModelKernelsCuda*:ModelCudaTest*'
   echo "==> kernels: compute-sanitizer memcheck ($filter)"
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
     >"$OUT/kernels-memcheck.log" 2>&1 || status=1
   tail -n 5 "$OUT/kernels-memcheck.log"
-  filter='*Masking*:*CausalPrefill*tokenmajor_fp16_d128_g4'
+  filter='*Masking*:*CausalPrefill*tokenmajor_fp16_d128_g4:ModelKernelsCuda*'
   echo "==> kernels: compute-sanitizer racecheck ($filter)"
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
     >"$OUT/kernels-racecheck.log" 2>&1 || status=1
