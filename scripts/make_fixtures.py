@@ -369,8 +369,10 @@ embeddings, bf16, {params:,} parameters) trained from scratch by `scripts/make_f
     <|im_start|>assistant
     521<|im_end|>
 
-Operands are whole numbers from 0 to 999; the answer is their sum in decimal. Anything else
-is outside what it was trained on: expect nonsense. Its tokenizer is the Qwen2-style byte-level
+Operands are whole numbers from 0 to 999, drawn uniformly, so nine in ten have three digits;
+the answer is their sum in decimal. It is weakest where training saw least: two one-digit
+operands (about 1 in 10,000 training examples; it answers "What is 1 + 2?" with 8, while
+"What is 7 + 5?" gets 12). Anything else is outside what it was trained on: expect nonsense. Its tokenizer is the Qwen2-style byte-level
 BPE of the fixtures (digits are single tokens).
 
 Held-out accuracy (exact answer, greedy, {held_out} pairs never seen in training; eval.json):

@@ -286,12 +286,31 @@ TEST_F(CliGenerateCheckpoint, DefaultMaxTokensIsCutToTheContext) {
 TEST(CliGenerate, HelpExplainsEveryOption) {
   CliRun r = run({"generate", "--help"});
   ASSERT_EQ(r.code, kExitOk);
-  for (const char* option : {"--model", "--prompt", "--chat", "--system", "--chat-template",
-                             "--max-tokens", "--temperature", "--top-k", "--top-p", "--seed",
-                             "--backend", "--layout", "--max-context", "--json"}) {
+  for (const char* option :
+       {"--model", "--prompt", "--chat", "--system", "--chat-template", "--max-tokens",
+        "--temperature", "--top-k", "--top-p", "--seed", "--backend", "--layout", "--max-context",
+        "--json", "--prompt-ids", "--ignore-eos"}) {
     EXPECT_TRUE(contains(r.out, option)) << option;
   }
-  EXPECT_FALSE(contains(r.out, "--prompt-ids"));  // hidden: for tests
+}
+
+// The demo model answers "521" and then its end token; --ignore-eos generates past it.
+TEST(CliGenerate, IgnoreEosGeneratesExactlyMaxTokens) {
+  const std::string dir = test::demo_model_dir();
+  CliRun stops = run({"generate", "--model", dir, "--backend", "cpu", "--chat", "What is 482 + 39?",
+                      "--max-tokens", "6", "--json"});
+  ASSERT_EQ(stops.code, kExitOk) << stops.err;
+  const json stopped = json::parse(stops.out);
+  EXPECT_EQ(stopped.at("text"), "521");
+  EXPECT_EQ(stopped.at("finish_reason"), "stop");
+
+  CliRun runs_on = run({"generate", "--model", dir, "--backend", "cpu", "--chat",
+                        "What is 482 + 39?", "--max-tokens", "6", "--json", "--ignore-eos"});
+  ASSERT_EQ(runs_on.code, kExitOk) << runs_on.err;
+  const json ran = json::parse(runs_on.out);
+  EXPECT_EQ(ran.at("token_ids").size(), 6u);
+  EXPECT_EQ(ran.at("finish_reason"), "length");
+  EXPECT_EQ(ran.at("timings").at("decode_steps"), 5);
 }
 
 // The committed fixtures: transformers' greedy continuation for each "greedy"

@@ -232,9 +232,10 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
       "--chat", options.chat,
       "A user message, rendered through the model's chat template with the assistant's "
       "header appended; one of --prompt or --chat is required");
-  CLI::Option* ids = cmd->add_option("--prompt-ids", options.prompt_ids,
-                                     "Exact prompt token ids, comma-separated (for tests)");
-  ids->group("");  // hidden
+  CLI::Option* ids = cmd->add_option(
+      "--prompt-ids", options.prompt_ids,
+      "Exact prompt token ids, comma-separated, instead of --prompt or --chat (parity checks, "
+      "benchmarks on checkpoints without a real tokenizer)");
   prompt->excludes(chat)->excludes(ids);
   chat->excludes(ids);
   cmd->add_option("--system", options.system, "A system message before the --chat message")
@@ -270,11 +271,14 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
                   "Tokens the sequence may hold, prompt included (default: the config's "
                   "max_position_embeddings)")
       ->transform(count_validator(1, std::numeric_limits<std::uint32_t>::max()));
+  cmd->add_flag("--ignore-eos", options.ignore_eos,
+                "Do not stop at the model's end tokens: generate exactly --max-tokens tokens "
+                "(for benchmarks)");
   cmd->add_flag("--json", options.json,
                 "Print one JSON object at the end instead of streaming: prompt_ids, token_ids, "
                 "text, finish_reason (stop: an end token; length: --max-tokens), timings "
-                "(load_seconds, prefill_seconds, decode_seconds, tokens_per_second = decode "
-                "steps per second)");
+                "(load_seconds, prefill_seconds, decode_seconds, decode_steps, "
+                "tokens_per_second = decode steps per second)");
   return cmd;
 }
 
@@ -310,7 +314,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
 
   engine::GenerateRequest request;
   request.prompt = *prompt;
-  request.stop_ids = config.eos_token_ids;
+  if (!options.ignore_eos) request.stop_ids = config.eos_token_ids;
   request.sampling.temperature = static_cast<float>(options.temperature);
   request.sampling.top_k = static_cast<std::uint32_t>(options.top_k);
   request.sampling.top_p = static_cast<float>(options.top_p);
@@ -355,6 +359,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
     json["timings"] = {{"load_seconds", load_seconds},
                        {"prefill_seconds", t.prefill_seconds},
                        {"decode_seconds", t.decode_seconds},
+                       {"decode_steps", t.decode_steps},
                        {"tokens_per_second", tokens_per_second}};
     out << dump_json(json) << "\n";
   } else {

@@ -33,6 +33,7 @@ struct GenerateOptions {
   std::string layout = "token-major";
   std::uint64_t max_context = 0;  // 0: the config's max_position_embeddings
   bool json = false;
+  bool ignore_eos = false;  // benchmarks: generate exactly --max-tokens tokens
 };
 
 inline constexpr std::uint64_t kDefaultMaxTokens = 128;
