@@ -1,10 +1,14 @@
 // A consumer of the installed package: commits and releases one granule through kvvm::kvvm on
 // the host driver, then writes K/V into it and runs the CPU decode attention through
-// kvvm::kernels, checking the answer against one computed here.
+// kvvm::kernels, checking the answer against one computed here; then the model runtime's
+// layers: a byte-level BPE tokenizer (PCRE2, utf8proc), a model config, a greedy sample.
 #include <kvvm/attention.h>
+#include <kvvm/engine/sampling.h>
 #include <kvvm/handle_pool.h>
 #include <kvvm/host_driver.h>
+#include <kvvm/model/config.h>
 #include <kvvm/reservation.h>
+#include <kvvm/tokenizer/tokenizer.h>
 
 #include <cmath>
 #include <cstdio>
@@ -71,6 +75,38 @@ int check_attention(std::uint64_t base) {
   return 0;
 }
 
+// Two merges over the byte-level characters of "ab": "a b" then "ab c"; "abc" is one token.
+int check_runtime() {
+  const char* tokenizer_json = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2,
+      "ab": 3, "abc": 4}, "merges": ["a b", "ab c"]},
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "decoder": {"type": "ByteLevel"}})";
+  auto tokenizer = kvvm::tokenizer::Tokenizer::parse(tokenizer_json, "consumer");
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  const std::vector<kvvm::tokenizer::TokenId> ids = (*tokenizer)->encode("abc");
+  if (ids != std::vector<kvvm::tokenizer::TokenId>{4} || (*tokenizer)->decode(ids) != "abc") {
+    std::printf("consumer: the tokenizer did not merge \"abc\" into one token\n");
+    return 1;
+  }
+  auto config = kvvm::model::parse_model_config(
+      R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "vocab_size": 16, "rms_norm_eps": 1e-5, "max_position_embeddings": 32})",
+      "consumer");
+  if (!config.ok()) return fail(config.status());
+  if (config->head_dim != 16 || config->kv_heads != 2) {
+    std::printf("consumer: config read head_dim %u, kv_heads %u\n", config->head_dim,
+                config->kv_heads);
+    return 1;
+  }
+  const float logits[] = {0.5f, 2.0f, -1.0f};
+  if (kvvm::engine::sample_token(logits, kvvm::engine::SamplingParams{}, 0) != 1) {
+    std::printf("consumer: greedy sampling did not pick the largest logit\n");
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main() {
@@ -85,11 +121,13 @@ int main() {
   const std::uint64_t window = (*reservation)->base() + granule;
   std::memset(reinterpret_cast<void*>(window), 0x5a, granule);
   if (check_attention(window) != 0) return 1;
+  if (check_runtime() != 0) return 1;
   status = (*reservation)->release(granule, granule);
   if (!status.ok()) return fail(status);
   std::printf(
       "consumer: committed and released one %zu-byte granule through kvvm::kvvm and ran the CPU "
-      "decode attention over it through kvvm::kernels\n",
+      "decode attention over it through kvvm::kernels; tokenized, read a config and sampled "
+      "through kvvm::tokenizer, kvvm::model and kvvm::engine\n",
       granule);
   return 0;
 }
