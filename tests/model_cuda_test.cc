@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -116,6 +117,9 @@ struct Case {
   DType compute;      // what the options ask for
   DType runs_in;      // the compute type that gives (and the KV's)
 };
+
+// GoogleTest prints a parameter's bytes unless told how: its name says what it is.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<Case> cases() {
   return {{"qwen2_bf16", qwen_config(), TensorDType::kBf16, DType::kUnset, DType::kBf16},

@@ -5,6 +5,7 @@
 // Attention per layer: K / V of every token are appended in one call (per-row slots and
 // positions), consecutive single-token chunks share one decode call, and each longer chunk
 // is one causal prefill call (it reads its own rows, appended just before).
+#include <algorithm>
 #include <string>
 
 #include "kvvm/attention.h"
@@ -104,8 +105,9 @@ void CudaModel::stage(const StepBatch& batch) {
       if (!runs_.empty() && runs_.back().first_row + runs_.back().count == row) {
         ++runs_.back().count;  // the previous chunk was a decode too: rows are contiguous
       } else {
-        runs_.push_back({row, decodes, 1});
+        runs_.push_back({row, decodes, 1, 0});
       }
+      runs_.back().max_length = std::max(runs_.back().max_length, chunk.start + 1);
       ++decodes;
     }
     row += chunk.tokens;
@@ -245,7 +247,7 @@ Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch) {
     decode.q = row_of(q_, run.first_row, q_dim);
     decode.slots = arrays_ + offsets_.decode_slots + run.first_decode;
     decode.lengths = arrays_ + offsets_.decode_lengths + run.first_decode;
-    decode.max_length = c.max_position_embeddings;
+    decode.max_length = run.max_length;
     decode.out = row_of(attn_, run.first_row, q_dim);
     KVVM_RETURN_IF_ERROR(
         decode_attention_cuda(decode, decode_workspace_, decode_workspace_bytes_, stream_));

@@ -38,6 +38,10 @@ class CudaModel final : public Model {
     std::uint32_t first_row = 0;
     std::uint32_t first_decode = 0;  // index into the decode slot / length arrays
     std::uint32_t count = 0;
+    // The longest sequence of the run: the decode's split is planned from it, so a short
+    // sequence is not split as if it were max_position_embeddings long (empty chunks cost a
+    // block each). A captured graph will need the bound of every replay instead.
+    std::uint32_t max_length = 0;
   };
   // Word offsets of the step arrays inside arrays_ / staging_.
   struct ArrayOffsets {
