@@ -17,10 +17,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/json_reader.h"
 #include "kvvm/cuda_driver.h"
+#include "kvvm/layout.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
@@ -48,13 +50,16 @@ std::int32_t argmax_of(const std::vector<float>& logits) {
   return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-class ModelCudaParityTest : public ::testing::TestWithParam<std::string> {
+// Every fixture on every layout: the model reaches K / V only through the KvView's strides.
+class ModelCudaParityTest : public ::testing::TestWithParam<std::tuple<std::string, Layout>> {
  protected:
+  const std::string& fixture() const { return std::get<0>(GetParam()); }
+
   void SetUp() override {
     auto driver = make_cuda_driver();
     if (!driver.ok()) GTEST_SKIP() << "no CUDA device: " << driver.status().to_string();
     driver_ = std::move(driver).value();
-    const std::string dir = test::model_fixture_dir(GetParam());
+    const std::string dir = test::model_fixture_dir(fixture());
     ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing";
     auto config = model::load_model_config(dir);
     ASSERT_TRUE(config.ok()) << config.status().to_string();
@@ -84,8 +89,8 @@ class ModelCudaParityTest : public ::testing::TestWithParam<std::string> {
     auto made = model::make_cuda_model(config_, *weights, options);
     ASSERT_TRUE(made.ok()) << made.status().to_string();
     model_ = std::move(made).value();
-    kv_ = testing::KvArena::make(*driver_, config_.kv_geometry(DType::kBf16), Layout::kTokenMajor,
-                                 context, 1);
+    kv_ = testing::KvArena::make(*driver_, config_.kv_geometry(DType::kBf16),
+                                 std::get<1>(GetParam()), context, 1);
     ASSERT_TRUE(kv_ != nullptr);
   }
 
@@ -127,7 +132,7 @@ TEST_P(ModelCudaParityTest, LastPositionLogitsMatchTransformers) {
     const double diff = testing::max_relative_difference(logits, last);
     EXPECT_LE(diff, kTolerance) << "prompt of " << prompt.size() << " tokens";
     std::printf("[ parity   ] cuda %s: prompt of %zu tokens, logits differ by %.3g relative\n",
-                GetParam().c_str(), prompt.size(), diff);
+                fixture().c_str(), prompt.size(), diff);
   }
 }
 
@@ -155,7 +160,7 @@ TEST_P(ModelCudaParityTest, GreedyTokensMatchWhereTheMarginAllows) {
             << " with a margin of " << margins[i] << " (our logits: " << logits[got] << " vs "
             << logits[want[i]] << ")";
         std::printf("[ parity   ] cuda %s: step %zu differs (%d vs %d) at margin %.3g <= %.3g\n",
-                    GetParam().c_str(), i, got, want[i], margins[i], allowed);
+                    fixture().c_str(), i, got, want[i], margins[i], allowed);
       }
       tokens.push_back(want[i]);  // the reference's token: a near-tie does not end the run
       if (i + 1 < want.size()) {
@@ -166,17 +171,20 @@ TEST_P(ModelCudaParityTest, GreedyTokensMatchWhereTheMarginAllows) {
     std::printf(
         "[ parity   ] cuda %s: prompt of %zu tokens, %zu of %zu greedy tokens differ, "
         "smallest reference margin %.3g\n",
-        GetParam().c_str(), prompt, differing, want.size(), smallest_margin);
+        fixture().c_str(), prompt, differing, want.size(), smallest_margin);
   }
 }
 
-std::string fixture_name(const ::testing::TestParamInfo<std::string>& param) {
-  std::string name = param.param;
+std::string fixture_name(const ::testing::TestParamInfo<std::tuple<std::string, Layout>>& param) {
+  std::string name =
+      std::get<0>(param.param) + "_" + std::string(to_string(std::get<1>(param.param)));
   std::erase(name, '-');
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCudaParityTest, ::testing::ValuesIn(bf16_fixtures()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCudaParityTest,
+                         ::testing::Combine(::testing::ValuesIn(bf16_fixtures()),
+                                            ::testing::ValuesIn(all_layouts())),
                          fixture_name);
 
 }  // namespace
