@@ -13,7 +13,11 @@ source scripts/common.sh
 kvvm_install_dependencies
 build_dir=${KVVM_BUILD_DIR:-build/release}
 # Only the tool is needed here; the tests and benchmarks are scripts/test.sh's.
-kvvm_configure release "$build_dir" -DKVVM_ENABLE_CUDA="${KVVM_ENABLE_CUDA:-AUTO}" \
+# Under CI, the CI preset (warnings are errors there), so this build shares its objects with
+# scripts/test.sh's through ccache.
+preset=release
+if [[ -n ${CI:-} ]]; then preset=ci-release; fi
+kvvm_configure "$preset" "$build_dir" -DKVVM_ENABLE_CUDA="${KVVM_ENABLE_CUDA:-AUTO}" \
   -DKVVM_BUILD_TESTS=OFF -DKVVM_BUILD_BENCH=OFF -DKVVM_BUILD_TOOLS=ON
 cmake --build "$build_dir" -j "$(kvvm_jobs)" --target kvvm_cli
 exec "$build_dir/tools/kvvm/kvvm" simulate "$@"

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace kvvm {
@@ -29,9 +30,18 @@ TEST(CommitAheadTest, RunsEveryJobOutsideTheLockAndPublishesUnderIt) {
     return CommitAhead::Job{0, 0, to, false};
   };
   hooks.run = [&](CommitAhead::Job& job) {
-    // The owner's lock is free: another thread could take it now.
-    std::unique_lock probe(mutex, std::try_to_lock);
-    lock_free_while_running = lock_free_while_running && probe.owns_lock();
+    // The owner's lock is free: another thread could take it now. The test's own thread
+    // takes it briefly to check its wait condition, so one try may meet it there; a job run
+    // under the lock would hold it throughout, so one success within a second tells them
+    // apart.
+    bool taken = false;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (!taken && std::chrono::steady_clock::now() < until) {
+      std::unique_lock probe(mutex, std::try_to_lock);
+      taken = probe.owns_lock();
+      if (!taken) std::this_thread::yield();
+    }
+    lock_free_while_running = lock_free_while_running && taken;
     marked_while_running = marked_while_running && CommitAhead::running_here();
     return job.to == 5 ? Status::Unavailable("no") : Status::Ok();
   };
