@@ -122,10 +122,11 @@ class ModelCpuCheckpointTest : public ::testing::Test {
     for (std::uint32_t count : {32u, 1u, 1u, 6u}) {
       const model::Chunk chunk{*slot, written, count};
       const std::span<const std::int32_t> ids(tokens.data() + written, count);
-      ASSERT_TRUE((*made)
-                      ->forward({ids, std::span<const model::Chunk>(&chunk, 1), kv->arena().view()},
-                                {logits.data(), nullptr})
-                      .ok());
+      ASSERT_TRUE(
+          (*made)
+              ->forward({ids, std::span<const model::Chunk>(&chunk, 1), kv->arena().view(), {}},
+                        {logits.data(), nullptr, nullptr})
+              .ok());
       written += count;
       EXPECT_LE(testing::max_relative_difference(logits, expected[written - 1]),
                 testing::kTolerance)

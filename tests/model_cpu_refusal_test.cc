@@ -42,8 +42,8 @@ class ModelCpuRefusalTest : public ::testing::Test {
     std::vector<float> logits(16 * vocab, kPoison);
     std::vector<std::int32_t> argmax(16, -7);
     const Status status =
-        rig_->model().forward({ids, chunks, view != nullptr ? *view : rig_->arena().view()},
-                              {logits.data(), argmax.data()});
+        rig_->model().forward({ids, chunks, view != nullptr ? *view : rig_->arena().view(), {}},
+                              {logits.data(), argmax.data(), nullptr});
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.to_string();
     EXPECT_NE(status.message().find(needle), std::string::npos) << status.message();
     for (float value : logits) ASSERT_EQ(value, kPoison);
@@ -118,11 +118,13 @@ TEST_F(ModelCpuRefusalTest, KvViewOfFewerLayersOrHeads) {
 }
 
 TEST_F(ModelCpuRefusalTest, AnEmptyBatchRunsAndAValidOneAfterARefusalMatches) {
-  EXPECT_TRUE(rig_->model().forward({{}, {}, KvView{}}, {}).ok());
+  EXPECT_TRUE(rig_->model().forward({{}, {}, KvView{}, {}}, {}).ok());
   testing::Sequence s = rig_->admit(20, 3);
   EXPECT_EQ(rig_->model()
-                .forward({std::vector<std::int32_t>{1, 500}, std::vector<Chunk>{{s.slot, 0, 2}},
-                          rig_->arena().view()},
+                .forward({std::vector<std::int32_t>{1, 500},
+                          std::vector<Chunk>{{s.slot, 0, 2}},
+                          rig_->arena().view(),
+                          {}},
                          {})
                 .code(),
             StatusCode::kInvalidArgument);

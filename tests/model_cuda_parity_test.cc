@@ -105,8 +105,9 @@ class ModelCudaParityTest : public ::testing::TestWithParam<std::tuple<std::stri
   std::vector<float> run(const std::vector<std::int32_t>& ids, std::uint32_t start) {
     std::vector<float> logits(config_.vocab_size, NAN);
     const Chunk chunk{slot_, start, static_cast<std::uint32_t>(ids.size())};
-    const Status status = model_->forward(
-        {ids, std::span<const Chunk>(&chunk, 1), kv_->arena->view()}, {logits.data(), nullptr});
+    const Status status =
+        model_->forward({ids, std::span<const Chunk>(&chunk, 1), kv_->arena->view(), {}},
+                        {logits.data(), nullptr, nullptr});
     EXPECT_TRUE(status.ok()) << status.to_string();
     return logits;
   }

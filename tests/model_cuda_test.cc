@@ -187,8 +187,8 @@ class CudaModelTest : public ::testing::TestWithParam<Case> {
     const std::uint32_t vocab = GetParam().config.vocab_size;
     std::vector<float> logits(pieces.size() * vocab, NAN);
     std::vector<std::int32_t> argmax(pieces.size(), -1);
-    Status done = model_->forward(StepBatch{ids, chunks, kv_->arena->view()},
-                                  StepOutput{logits.data(), argmax.data()});
+    Status done = model_->forward(StepBatch{ids, chunks, kv_->arena->view(), {}},
+                                  StepOutput{logits.data(), argmax.data(), nullptr});
     ASSERT_TRUE(done.ok()) << what << ": " << done.to_string();
     for (std::size_t c = 0; c < pieces.size(); ++c) {
       const Piece& piece = pieces[c];
@@ -255,7 +255,8 @@ TEST_P(CudaModelTest, MalformedBatchesAreRefusedAndTheModelStaysUsable) {
   std::vector<Chunk> chunks = {{s.slot, 0, 8}};
   std::vector<float> logits(GetParam().config.vocab_size);
   auto run = [&](const KvView& view) {
-    return model_->forward(StepBatch{ids, chunks, view}, StepOutput{logits.data(), nullptr});
+    return model_->forward(StepBatch{ids, chunks, view, {}},
+                           StepOutput{logits.data(), nullptr, nullptr});
   };
   const KvView view = kv_->arena->view();
   auto expect_refused = [&](const Status& status, const std::string& words) {

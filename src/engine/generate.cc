@@ -84,7 +84,8 @@ Result<GenerateResult> generate(model::Model& model, KvSpace& kv, const Generate
     const model::StepBatch batch{
         .token_ids = std::span<const std::int32_t>(request.prompt).subspan(start, tokens),
         .chunks = std::span<const model::Chunk>(&chunk, 1),
-        .kv = kv.view()};
+        .kv = kv.view(),
+        .sampling = {}};
     const bool last = start + tokens == prompt_size;
     Status step = model.forward(batch, last ? last_output : model::StepOutput{});
     if (!step.ok()) {
@@ -115,7 +116,8 @@ Result<GenerateResult> generate(model::Model& model, KvSpace& kv, const Generate
     const model::Chunk chunk{.slot = slot, .start = position, .tokens = 1};
     const model::StepBatch batch{.token_ids = std::span<const std::int32_t>(&token, 1),
                                  .chunks = std::span<const model::Chunk>(&chunk, 1),
-                                 .kv = kv.view()};
+                                 .kv = kv.view(),
+                                 .sampling = {}};
     Status step = model.forward(batch, last_output);
     if (!step.ok()) {
       return step.with_context("decode step at position " + std::to_string(position));

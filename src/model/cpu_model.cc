@@ -70,6 +70,11 @@ class CpuModel final : public Model {
 
   Status forward(const StepBatch& batch, const StepOutput& out) override {
     KVVM_RETURN_IF_ERROR(check_batch(batch));
+    if (out.sampled != nullptr && batch.sampling.size() != batch.chunks.size()) {
+      return Status::InvalidArgument("forward: sampled tokens asked for but the batch has " +
+                                     str(batch.sampling.size()) + " sampling entries for " +
+                                     str(batch.chunks.size()) + " chunks");
+    }
     if (batch.chunks.empty()) return Status::Ok();  // no token, no output, no view needed
     const ModelConfig& c = config();
     const std::size_t tokens = batch.token_ids.size();
@@ -321,7 +326,7 @@ class CpuModel final : public Model {
 
   // Final norm of each chunk's last token, lm_head over those rows only, then the outputs.
   void finish(const StepBatch& batch, const StepOutput& out) {
-    if (out.logits == nullptr && out.argmax == nullptr) return;
+    if (out.logits == nullptr && out.argmax == nullptr && out.sampled == nullptr) return;
     const ModelConfig& c = config();
     const std::size_t hidden = c.hidden_size;
     const std::size_t chunks = batch.chunks.size();
@@ -336,6 +341,13 @@ class CpuModel final : public Model {
     if (out.argmax != nullptr) {
       for (std::size_t i = 0; i < chunks; ++i) {
         out.argmax[i] = cpu::argmax(logits + i * c.vocab_size, c.vocab_size);
+      }
+    }
+    if (out.sampled != nullptr) {
+      for (std::size_t i = 0; i < chunks; ++i) {
+        const ChunkSampling& s = batch.sampling[i];
+        out.sampled[i] = sample_token(
+            std::span<const float>(logits + i * c.vocab_size, c.vocab_size), s.params, s.counter);
       }
     }
   }

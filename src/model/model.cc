@@ -2,6 +2,7 @@
 #include "kvvm/model/model.h"
 
 #include <numeric>
+#include <string>
 
 namespace kvvm::model {
 
@@ -23,6 +24,11 @@ Geometry ModelConfig::kv_geometry(DType kv_dtype) const {
   geometry.head_dim = head_dim;
   geometry.dtype = kv_dtype;
   return geometry;
+}
+
+Status Model::capture_decode_graphs(const DecodeGraphOptions& /*options*/) {
+  return Status::Unavailable("the " + std::string(to_string(backend())) +
+                             " backend has no decode graphs (only CUDA captures steps)");
 }
 
 std::uint64_t TensorView::elements() const {

@@ -85,7 +85,7 @@ class ModelRig {
     std::vector<float> logits(chunks.size() * vocab, NAN);
     std::vector<std::int32_t> argmax(chunks.size(), -1);
     const Status status =
-        model_->forward({ids, chunks, arena().view()}, {logits.data(), argmax.data()});
+        model_->forward({ids, chunks, arena().view(), {}}, {logits.data(), argmax.data(), nullptr});
     EXPECT_TRUE(status.ok()) << status.to_string();
     double worst = 0;
     for (std::size_t i = 0; i < parts.size(); ++i) {

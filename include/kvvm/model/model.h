@@ -18,9 +18,11 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "kvvm/kv_view.h"
 #include "kvvm/model/config.h"
+#include "kvvm/model/sampling.h"
 #include "kvvm/model/weights.h"
 #include "kvvm/status.h"
 
@@ -34,16 +36,47 @@ struct Chunk {
   std::uint32_t tokens = 0;
 };
 
+// How the token after a chunk's last one is drawn: sample_token(logits, params, counter).
+struct ChunkSampling {
+  SamplingParams params;
+  std::uint64_t counter = 0;  // the request's output index of the token drawn
+};
+
 struct StepBatch {
   std::span<const std::int32_t> token_ids;  // every chunk's tokens, packed in chunk order
   std::span<const Chunk> chunks;
   KvView kv;  // its element type must be one the backend's attention accepts
+  // Empty, or one per chunk: needed for StepOutput::sampled. REQUIRES check_sampling passed.
+  std::span<const ChunkSampling> sampling;
 };
 
-// What a step returns, for the last token of each chunk (host memory; either may be null).
+// What a step returns, for the last token of each chunk (host memory; any may be null).
 struct StepOutput {
   float* logits = nullptr;         // [chunks][vocab_size]
   std::int32_t* argmax = nullptr;  // [chunks]: the greedy token (lowest id among equals)
+  // [chunks]: the token drawn with batch.sampling[c] (on the device for CUDA, from the same
+  // counter-based uniform as the CPU). InvalidArgument when batch.sampling is empty.
+  std::int32_t* sampled = nullptr;
+};
+
+// CUDA graphs of decode-only steps. A step whose chunks are all single tokens, at most the
+// largest bucket of them, on the captured KvView, replays the graph of the smallest bucket
+// that holds it: the step's arrays (ids, positions, slots, lengths, sampling) are copied into
+// the graph's static buffers first, and the rows past the step's own chunks are padding that
+// write token 0's K / V at position 0 of `pad_slot` (which the caller keeps committed and
+// never reads) and whose outputs are dropped. Lengths are read on the device, so one graph
+// serves every length up to `max_length`.
+struct DecodeGraphOptions {
+  std::vector<std::uint32_t> batch_sizes;  // ascending, each in [1, limits().max_chunks]
+  KvView kv;                               // the view every replay uses
+  std::uint32_t pad_slot = 0;
+  std::uint32_t max_length = 0;  // longest sequence while the graphs live (decode split plan)
+};
+
+struct GraphStats {
+  std::uint64_t graphs = 0;       // captured and alive
+  std::uint64_t replays = 0;      // steps that ran as a graph replay
+  std::uint64_t eager_steps = 0;  // steps that ran kernel by kernel
 };
 
 struct ModelLimits {
@@ -67,6 +100,16 @@ class Model {
   // REQUIRES: each chunk's slot has windows committed through start + tokens; on CUDA the
   // step is enqueued on the model's stream and the outputs are ready when forward returns.
   virtual Status forward(const StepBatch& batch, const StepOutput& out) = 0;
+
+  // Captures one decode graph per bucket (CUDA; Unavailable on the CPU backend, which has no
+  // launches to save). REQUIRES: the caller holds its arena's capture guard (nothing maps or
+  // unmaps meanwhile) and keeps `pad_slot`'s first token committed while the graphs live.
+  // InvalidArgument naming the value for a bad bucket, view or bound; on failure no graph is
+  // kept and steps run eagerly.
+  virtual Status capture_decode_graphs(const DecodeGraphOptions& options);
+  // Drops every graph; later steps run eagerly.
+  virtual void release_decode_graphs() {}
+  virtual GraphStats graph_stats() const { return {}; }
 
  protected:
   Model(ModelConfig config, ModelLimits limits) : config_(std::move(config)), limits_(limits) {}

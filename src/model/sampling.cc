@@ -1,13 +1,13 @@
 // Sampling: one pure function of (logits, params, counter), so a request's tokens depend on
 // its seed and nothing else that runs beside it.
-#include "kvvm/engine/sampling.h"
+#include "kvvm/model/sampling.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-namespace kvvm::engine {
+namespace kvvm::model {
 namespace {
 
 // splitmix64's finalizer: a bijection on 64 bits that scatters every input bit.
@@ -124,4 +124,4 @@ std::int32_t sample_token(std::span<const float> logits, const SamplingParams& p
   return last_positive;
 }
 
-}  // namespace kvvm::engine
+}  // namespace kvvm::model

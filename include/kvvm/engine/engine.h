@@ -1,0 +1,161 @@
+// Engine: many requests through one model and one KV space at once (ENGINE.md "Engine").
+//
+// Continuous batching: every step packs the decode tokens of running sequences first, then
+// prefill chunks of admitted ones, up to a token budget, and runs them as one model step.
+// Admission goes through the prefix cache (per-tenant salt: only the prompt tokens not
+// already cached are computed) and the arena under the governor; a refusal leaves the
+// request queued. The queue is bounded by count and by wait: past either, a request is
+// refused as overloaded with an estimate of when to retry. When a running sequence cannot
+// grow even after reclaim, the newest running sequence is preempted: its KV is released
+// and it is requeued to be recomputed from its prompt and the tokens it already produced
+// (the counter-based sampler draws the same numbers again), so no answer is ever cut short.
+//
+// Decode-only steps replay CUDA graphs (one per batch-size bucket, captured at start under
+// the arena's capture guard); every commit happens before the replay, so one graph serves
+// every length. Graphs off (or the CPU backend) gives the same tokens.
+//
+// Threading: submit(), cancel(), stats() and retry_after() may be called from any thread.
+// Steps run on one thread: the caller's (step(), run_until_idle(): tests, `kvvm generate`)
+// or the engine's own after start() (the server). Callbacks run on the stepping thread, one
+// request's events in order; a callback must not call step() (it may call submit / cancel).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvvm/engine/kv_space.h"
+#include "kvvm/engine/sampling.h"
+#include "kvvm/model/model.h"
+#include "kvvm/prefix_cache.h"
+#include "kvvm/status.h"
+#include "kvvm/tokenizer/tokenizer.h"
+
+namespace kvvm::engine {
+
+using RequestId = std::uint64_t;
+
+struct EngineRequest {
+  std::vector<std::int32_t> prompt;  // non-empty, ids inside the vocabulary
+  std::uint32_t max_tokens = 128;    // >= 1
+  SamplingParams sampling;
+  // End tokens (not emitted). Empty with use_model_eos: the config's eos ids.
+  std::vector<std::int32_t> stop_ids;
+  bool use_model_eos = true;  // false: only stop_ids end it (ignore_eos)
+  // Text that ends generation when it appears in the output (not emitted, nor anything
+  // after it). Needs EngineOptions::tokenizer.
+  std::vector<std::string> stop_strings;
+  std::uint64_t tenant = 0;  // the prefix cache's salt: tenants never share KV
+};
+
+// kError covers refusals after submit (overloaded in the queue, a fault); kCancelled, cancel().
+enum class RequestEnd : std::uint8_t { kStop, kLength, kCancelled, kError };
+std::string_view to_string(RequestEnd end);
+
+struct RequestStats {
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t cached_tokens = 0;  // prompt tokens found in the prefix cache (last admission)
+  std::uint32_t generated_tokens = 0;
+  std::uint32_t preemptions = 0;
+  double queue_seconds = 0;          // submit to first admission
+  double time_to_first_token = 0;    // submit to the first generated token, seconds
+  double time_per_output_token = 0;  // mean gap after the first token, seconds (0: one token)
+  double total_seconds = 0;          // submit to finish
+};
+
+// One callback per step that produced something for the request, and a last one with
+// finished set. Spans and views are valid during the callback only.
+struct RequestEvent {
+  RequestId id = 0;
+  std::span<const std::int32_t> tokens;  // new tokens (end tokens and stop strings excluded)
+  // New text (with a tokenizer): UTF-8 complete, held back while it may be the start of a
+  // stop string.
+  std::string_view text;
+  bool finished = false;
+  RequestEnd end = RequestEnd::kLength;  // when finished
+  Status error;                          // when end == kError
+  double retry_after_seconds = 0;        // when refused as overloaded
+  const RequestStats* stats = nullptr;   // when finished
+};
+using RequestCallback = std::function<void(const RequestEvent&)>;
+
+struct EngineOptions {
+  std::uint32_t max_running = 0;    // sequences in a step; 0: min(model max_chunks, slots - 1)
+  std::uint32_t step_tokens = 0;    // token budget of a step; 0: the model's max_step_tokens
+  std::uint32_t prefill_chunk = 0;  // tokens of one prefill chunk at most; 0: step_tokens
+  std::uint32_t max_queue = 256;    // waiting requests; a submit beyond is refused (overloaded)
+  std::chrono::milliseconds max_queue_wait{30000};  // waiting longer: refused (overloaded)
+  bool prefix_cache = true;
+  std::string model_identity;  // folded into cache keys; empty: the config's architecture
+  bool graphs = true;          // CUDA: decode steps replay captured graphs
+  std::vector<std::uint32_t> graph_batch_sizes;  // empty: 1, 2, 4, 8, 16, 32, ... max_running
+  // Every admitted sequence commits max_context tokens at once: the preallocated-KV baseline
+  // (same engine, same kernels) that the arena is compared against.
+  bool preallocate = false;
+  const tokenizer::Tokenizer* tokenizer = nullptr;  // text and stop strings; outlives the engine
+};
+
+struct EngineStats {
+  std::uint64_t submitted = 0, finished = 0, cancelled = 0, failed = 0;
+  std::uint64_t refused_overloaded = 0;  // at submit and in the queue
+  std::uint64_t preemptions = 0;
+  std::uint64_t steps = 0, decode_only_steps = 0;
+  std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  std::uint32_t running = 0, waiting = 0;
+  std::uint32_t peak_running = 0;
+  double kv_usage = 0;  // committed KV bytes / the tier's budget
+  PrefixCacheStats prefix;
+  model::GraphStats graphs;
+  ArenaStats arena;
+};
+
+class Engine {
+ public:
+  // Captures the decode graphs when asked and possible. InvalidArgument naming the option.
+  // REQUIRES: model and kv outlive the engine; nothing else uses the kv's arena.
+  static Result<std::unique_ptr<Engine>> create(model::Model& model, KvSpace& kv,
+                                                EngineOptions options);
+  ~Engine();  // stops the thread, cancels what is left (callbacks run), releases every slot
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. InvalidArgument naming the field (empty prompt, id outside the
+  // vocabulary, prompt + max_tokens beyond the context, bad sampling, stop strings without a
+  // tokenizer); ResourceExhausted "overloaded" with retry_after() filled when the queue is
+  // full; Unavailable while draining. The callback is not called for a refused submit.
+  Result<RequestId> submit(EngineRequest request, RequestCallback callback);
+  // The request ends (RequestEnd::kCancelled) at the next step; unknown or finished ids are
+  // ignored.
+  void cancel(RequestId id);
+
+  // Seconds until a refused request is likely to be admitted: the queue ahead of it at the
+  // recent admission rate (at least 1).
+  double retry_after() const;
+
+  // One scheduling step (admit, preempt if needed, run the model once, deliver events).
+  // Returns whether anything is left to do. An error is a broken engine (every request has
+  // been ended with it).
+  Result<bool> step();
+  Status run_until_idle();
+
+  // The engine's own stepping thread (for servers): start() once; drain() stops accepting
+  // new requests, waits up to `timeout` for the running and queued ones, cancels the rest
+  // and stops the thread; it returns whether everything finished in time.
+  Status start();
+  bool drain(std::chrono::milliseconds timeout);
+
+  EngineStats stats() const;
+  const EngineOptions& options() const;
+
+ private:
+  class Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvvm::engine
