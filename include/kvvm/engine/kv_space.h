@@ -24,6 +24,9 @@ struct KvSpaceOptions {
   std::uint32_t max_slots = 8;
   std::uint64_t max_context = 0;   // tokens per slot; 0: the config's max_position_embeddings
   std::uint64_t budget_bytes = 0;  // governor budget of the tier; 0: the device's (host: 1 GiB)
+  // A driver to use instead of opening one (not owned; outlives the space): a fault-injecting
+  // wrapper in tests. Its backend must be the one `backend` names.
+  Driver* driver = nullptr;
 };
 
 class KvSpace {
