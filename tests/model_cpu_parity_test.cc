@@ -26,6 +26,7 @@
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
 #include "model/cpu_ops.h"
+#include "support/fixture_model.h"
 #include "support/reference_transformer.h"
 #include "support/test_data.h"
 #include "support/tiny_model.h"
@@ -51,30 +52,14 @@ std::vector<std::int32_t> ids_of(const nlohmann::json& array) {
 class ModelCpuParityTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const std::string dir = test::model_fixture_dir(GetParam());
-    ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing";
-    auto config = model::load_model_config(dir);
-    ASSERT_TRUE(config.ok()) << config.status().to_string();
-    config_ = *config;
-    auto files = model::WeightFiles::open_dir(dir);
-    ASSERT_TRUE(files.ok()) << files.status().to_string();
-    files_ = std::move(files).value();
-    auto weights = model::bind_weights(config_, *files_);
-    ASSERT_TRUE(weights.ok()) << weights.status().to_string();
-    auto expected = read_json_file(dir + "/expected.json");
-    ASSERT_TRUE(expected.ok()) << expected.status().to_string();
-    expected_ = *expected;
+    auto loaded = test::load_fixture_model(GetParam());
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    config_ = loaded->config;
+    files_ = std::move(loaded->files);
+    expected_ = std::move(loaded->expected);
+    const model::ModelWeights* weights = &loaded->weights;
     tolerance_ = expected_.at("dtype") == "float32" ? kFp32Tolerance : kBf16Tolerance;
-
-    std::size_t longest = 1, context = 1;
-    for (const auto& entry : expected_.at("logits")) {
-      longest = std::max(longest, entry.at("prompt_ids").size());
-    }
-    for (const auto& entry : expected_.at("greedy")) {
-      longest = std::max(longest, entry.at("prompt_ids").size());
-      context = std::max(context, entry.at("prompt_ids").size() + entry.at("tokens").size());
-    }
-    context = std::max(context, longest);
+    const std::size_t longest = loaded->longest, context = loaded->context;
     model::CpuModelOptions options;
     options.limits = {.max_step_tokens = static_cast<std::uint32_t>(longest), .max_chunks = 1};
     auto made = model::make_cpu_model(config_, *weights, options);

@@ -27,6 +27,7 @@
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
 #include "support/attention_support.h"
+#include "support/fixture_model.h"
 #include "support/reference_transformer.h"
 #include "support/test_data.h"
 
@@ -59,30 +60,14 @@ class ModelCudaParityTest : public ::testing::TestWithParam<std::tuple<std::stri
     auto driver = make_cuda_driver();
     if (!driver.ok()) GTEST_SKIP() << "no CUDA device: " << driver.status().to_string();
     driver_ = std::move(driver).value();
-    const std::string dir = test::model_fixture_dir(fixture());
-    ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing";
-    auto config = model::load_model_config(dir);
-    ASSERT_TRUE(config.ok()) << config.status().to_string();
-    config_ = *config;
-    auto files = model::WeightFiles::open_dir(dir);
-    ASSERT_TRUE(files.ok()) << files.status().to_string();
-    files_ = std::move(files).value();
-    auto weights = model::bind_weights(config_, *files_);
-    ASSERT_TRUE(weights.ok()) << weights.status().to_string();
-    auto expected = read_json_file(dir + "/expected.json");
-    ASSERT_TRUE(expected.ok()) << expected.status().to_string();
-    expected_ = *expected;
+    auto loaded = test::load_fixture_model(fixture());
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    config_ = loaded->config;
+    files_ = std::move(loaded->files);
+    expected_ = std::move(loaded->expected);
+    const model::ModelWeights* weights = &loaded->weights;
     ASSERT_EQ(expected_.at("dtype"), "bfloat16");
-
-    std::size_t longest = 1, context = 1;
-    for (const auto& entry : expected_.at("logits")) {
-      longest = std::max(longest, entry.at("prompt_ids").size());
-    }
-    for (const auto& entry : expected_.at("greedy")) {
-      longest = std::max(longest, entry.at("prompt_ids").size());
-      context = std::max(context, entry.at("prompt_ids").size() + entry.at("tokens").size());
-    }
-    context = std::max(context, longest);
+    const std::size_t longest = loaded->longest, context = loaded->context;
     model::CudaModelOptions options;
     options.limits = {.max_step_tokens = static_cast<std::uint32_t>(longest), .max_chunks = 1};
     options.compute = DType::kBf16;

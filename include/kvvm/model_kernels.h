@@ -109,4 +109,34 @@ struct ArgmaxParams {
 };
 Status argmax_cuda(const ArgmaxParams& params, void* stream);
 
+// One row's sampling parameters as the device reads them: 32-bit words only, so the model
+// stages them with a step's other arrays (one pinned block, one copy). The seed and counter
+// are split into low and high halves.
+struct SamplingRow {
+  float temperature = 0;  // 0: greedy
+  std::uint32_t top_k = 0;
+  float top_p = 1;
+  std::uint32_t seed_low = 0, seed_high = 0;
+  std::uint32_t counter_low = 0, counter_high = 0;
+  std::uint32_t reserved = 0;
+};
+static_assert(sizeof(SamplingRow) == 32, "eight 32-bit words");
+
+// out[r] = the token kvvm::model::sample_token (include/kvvm/model/sampling.h) draws from
+// logits[r][0, vocab) with rows[r]: greedy (the argmax above) for temperature 0 or top_k 1,
+// else weights exp((l - max) / T) over the non-NaN logits, top-k, then top-p (the smallest
+// prefix, in descending order with the lower id first among equals, whose mass reaches p),
+// then the inverse CDF at counter_uniform(seed, counter) in double; in id order when neither
+// truncation applies, in that descending order when one does. The chosen token is the CPU's
+// except where float rounding of near-equal cumulative masses decides (sums run in another
+// order). One block per row; no sort: radix selections over the logits' bits.
+struct SampleParams {
+  std::uint32_t rows = 0;
+  std::uint32_t vocab = 0;
+  const float* logits = nullptr;             // [rows][vocab]
+  const SamplingRow* rows_params = nullptr;  // [rows]
+  std::int32_t* out = nullptr;               // [rows]
+};
+Status sample_cuda(const SampleParams& params, void* stream);
+
 }  // namespace kvvm

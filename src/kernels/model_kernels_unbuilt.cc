@@ -24,5 +24,6 @@ Status broadcast_rows_cuda(const BroadcastRowsParams&, void*) {
   return unbuilt("broadcast_rows_cuda");
 }
 Status argmax_cuda(const ArgmaxParams&, void*) { return unbuilt("argmax_cuda"); }
+Status sample_cuda(const SampleParams&, void*) { return unbuilt("sample_cuda"); }
 
 }  // namespace kvvm

@@ -19,6 +19,7 @@
 #include "model/cpu_ops.h"
 #include "model/cpu_weights.h"
 #include "model/rope.h"
+#include "model/step_checks.h"
 
 namespace kvvm::model {
 namespace {
@@ -69,12 +70,8 @@ class CpuModel final : public Model {
   Backend backend() const override { return Backend::kCpu; }
 
   Status forward(const StepBatch& batch, const StepOutput& out) override {
-    KVVM_RETURN_IF_ERROR(check_batch(batch));
-    if (out.sampled != nullptr && batch.sampling.size() != batch.chunks.size()) {
-      return Status::InvalidArgument("forward: sampled tokens asked for but the batch has " +
-                                     str(batch.sampling.size()) + " sampling entries for " +
-                                     str(batch.chunks.size()) + " chunks");
-    }
+    KVVM_RETURN_IF_ERROR(detail::check_step(batch, out, config(), limits(), "forward"));
+    KVVM_RETURN_IF_ERROR(check_view(batch));
     if (batch.chunks.empty()) return Status::Ok();  // no token, no output, no view needed
     const ModelConfig& c = config();
     const std::size_t tokens = batch.token_ids.size();
@@ -94,43 +91,9 @@ class CpuModel final : public Model {
   }
 
  private:
-  Status check_batch(const StepBatch& batch) const {
+  // The view's checks; the rest of the batch is checked by detail::check_step.
+  Status check_view(const StepBatch& batch) const {
     const ModelConfig& c = config();
-    const ModelLimits& l = limits();
-    if (batch.chunks.size() > l.max_chunks) {
-      return Status::InvalidArgument("forward: " + str(batch.chunks.size()) +
-                                     " chunks, above max_chunks " + str(l.max_chunks));
-    }
-    if (batch.token_ids.size() > l.max_step_tokens) {
-      return Status::InvalidArgument("forward: " + str(batch.token_ids.size()) +
-                                     " tokens, above max_step_tokens " + str(l.max_step_tokens));
-    }
-    std::uint64_t sum = 0;
-    for (std::size_t i = 0; i < batch.chunks.size(); ++i) {
-      const Chunk& chunk = batch.chunks[i];
-      if (chunk.tokens == 0) {
-        return Status::InvalidArgument("forward: chunk " + str(i) + " has 0 tokens");
-      }
-      const std::uint64_t end = std::uint64_t{chunk.start} + chunk.tokens;
-      if (end > c.max_position_embeddings) {
-        return Status::InvalidArgument("forward: chunk " + str(i) + " reaches position " +
-                                       str(end - 1) + ", beyond max_position_embeddings " +
-                                       str(c.max_position_embeddings));
-      }
-      sum += chunk.tokens;
-    }
-    if (sum != batch.token_ids.size()) {
-      return Status::InvalidArgument("forward: the chunks hold " + str(sum) +
-                                     " tokens but token_ids has " + str(batch.token_ids.size()));
-    }
-    for (std::size_t i = 0; i < batch.token_ids.size(); ++i) {
-      const std::int32_t id = batch.token_ids[i];
-      if (id < 0 || static_cast<std::uint32_t>(id) >= c.vocab_size) {
-        return Status::InvalidArgument("forward: token_ids[" + str(i) +
-                                       "] = " + std::to_string(id) +
-                                       " is outside the vocabulary of " + str(c.vocab_size));
-      }
-    }
     if (batch.chunks.empty()) return Status::Ok();
     const KvView& view = batch.kv;
     if (view.base == 0) return Status::InvalidArgument("forward: the KvView has no base address");

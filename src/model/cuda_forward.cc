@@ -1,18 +1,21 @@
 // One step of the CUDA model: checks the batch on the host, stages its arrays, and enqueues
-// embedding -> layers -> final norm of each chunk's last token -> lm_head -> argmax on the
-// model's stream, then copies the outputs back and waits.
+// embedding -> layers -> final norm of each chunk's last token -> lm_head -> argmax (->
+// sampling) on the model's stream, then copies the outputs back and waits. A decode step
+// that fits a captured graph replays it instead (cuda_graphs.cc).
 //
 // Attention per layer: K / V of every token are appended in one call (per-row slots and
 // positions), consecutive single-token chunks share one decode call, and each longer chunk
 // is one causal prefill call (it reads its own rows, appended just before).
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "kvvm/attention.h"
 #include "kvvm/model_kernels.h"
 #include "model/cublas_api.h"
 #include "model/cuda_model.h"
 #include "model/cuda_status.h"
+#include "model/step_checks.h"
 
 namespace kvvm::model::detail {
 namespace {
@@ -28,51 +31,21 @@ Status cublas_gemm_status(cublasStatus_t status) {
 
 }  // namespace
 
-Status CudaModel::check_batch(const StepBatch& batch) const {
-  const ModelConfig& c = config();
-  if (batch.chunks.size() > limits().max_chunks) {
-    return Status::InvalidArgument("CUDA model: " + str(batch.chunks.size()) +
-                                   " chunks in one step, at most " + str(limits().max_chunks));
-  }
-  if (batch.token_ids.size() > limits().max_step_tokens) {
-    return Status::InvalidArgument("CUDA model: " + str(batch.token_ids.size()) +
-                                   " tokens in one step, at most " + str(limits().max_step_tokens));
-  }
-  std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < batch.chunks.size(); ++i) {
-    const Chunk& chunk = batch.chunks[i];
-    if (chunk.tokens == 0) {
-      return Status::InvalidArgument("CUDA model: chunk " + str(i) + " has 0 tokens");
-    }
-    const std::uint64_t end = std::uint64_t{chunk.start} + chunk.tokens;
-    if (end > c.max_position_embeddings) {
-      return Status::InvalidArgument("CUDA model: chunk " + str(i) + " reaches position " +
-                                     str(end - 1) + ", beyond max_position_embeddings " +
-                                     str(c.max_position_embeddings));
-    }
-    sum += chunk.tokens;
-  }
-  if (sum != batch.token_ids.size()) {
-    return Status::InvalidArgument("CUDA model: the chunks hold " + str(sum) +
-                                   " tokens but token_ids has " + str(batch.token_ids.size()));
-  }
-  for (std::size_t i = 0; i < batch.token_ids.size(); ++i) {
-    const std::int32_t id = batch.token_ids[i];
-    if (id < 0 || static_cast<std::uint32_t>(id) >= c.vocab_size) {
-      return Status::InvalidArgument("CUDA model: token id " + std::to_string(id) + " at index " +
-                                     str(i) + " is outside the vocabulary [0, " +
-                                     str(c.vocab_size) + ")");
-    }
-  }
+Status CudaModel::check_batch(const StepBatch& batch, const StepOutput& out) const {
+  KVVM_RETURN_IF_ERROR(check_step(batch, out, config(), limits(), "CUDA model"));
   if (batch.chunks.empty()) return Status::Ok();
-  const KvView& kv = batch.kv;
+  return check_view(batch.kv, "CUDA model: the KvView");
+}
+
+Status CudaModel::check_view(const KvView& kv, const char* who) const {
+  const ModelConfig& c = config();
   if (kv.element != compute_) {
     return Status::InvalidArgument(
-        "CUDA model: the KvView's element type " + std::string(to_string(kv.element)) +
+        std::string(who) + "'s element type " + std::string(to_string(kv.element)) +
         " is not the model's compute type " + std::string(to_string(compute_)));
   }
   if (kv.head_dim != c.head_dim || kv.element_bytes != element_bytes(compute_) || kv.base == 0) {
-    return Status::InvalidArgument("CUDA model: the KvView (head dim " + str(kv.head_dim) + ", " +
+    return Status::InvalidArgument(std::string(who) + " (head dim " + str(kv.head_dim) + ", " +
                                    str(kv.element_bytes) + "-byte elements, base " + str(kv.base) +
                                    ") is not the model's geometry (head dim " + str(c.head_dim) +
                                    ")");
@@ -87,6 +60,7 @@ void CudaModel::stage(const StepBatch& batch) {
   std::uint32_t* decode_slots = staging_ + offsets_.decode_slots;
   std::uint32_t* decode_lengths = staging_ + offsets_.decode_lengths;
   std::uint32_t* last_rows = staging_ + offsets_.last_rows;
+  auto* sampling = reinterpret_cast<SamplingRow*>(staging_ + offsets_.sampling);
   runs_.clear();
   chunk_rows_.clear();
   std::uint32_t row = 0, decodes = 0;
@@ -99,6 +73,18 @@ void CudaModel::stage(const StepBatch& batch) {
       row_slots[row + i] = chunk.slot;
     }
     last_rows[c] = row + chunk.tokens - 1;
+    SamplingRow sample;
+    if (c < batch.sampling.size()) {
+      const ChunkSampling& from = batch.sampling[c];
+      sample.temperature = from.params.temperature;
+      sample.top_k = from.params.top_k;
+      sample.top_p = from.params.top_p;
+      sample.seed_low = static_cast<std::uint32_t>(from.params.seed);
+      sample.seed_high = static_cast<std::uint32_t>(from.params.seed >> 32);
+      sample.counter_low = static_cast<std::uint32_t>(from.counter);
+      sample.counter_high = static_cast<std::uint32_t>(from.counter >> 32);
+    }
+    sampling[c] = sample;
     if (chunk.tokens == 1) {
       decode_slots[decodes] = chunk.slot;
       decode_lengths[decodes] = chunk.start + 1;
@@ -115,24 +101,36 @@ void CudaModel::stage(const StepBatch& batch) {
 }
 
 Status CudaModel::forward(const StepBatch& batch, const StepOutput& out) {
-  KVVM_RETURN_IF_ERROR(check_batch(batch));
+  KVVM_RETURN_IF_ERROR(check_batch(batch, out));
   if (batch.chunks.empty()) return Status::Ok();
   stage(batch);
-  Status status = run_step(batch, out);
+  const DecodeGraph* graph = graph_for(batch);
+  Status status = graph != nullptr ? replay(*graph, batch, out) : run_step(batch, out);
   // A failure may leave earlier work queued that still reads the staging buffer: let it end
   // before the next step rewrites it.
   if (!status.ok()) (void)cudaStreamSynchronize(stream_);
   return status;
 }
 
+Status CudaModel::copy_arrays() {
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaSetDevice", cudaSetDevice(device_)));
+  return cuda_call("cudaMemcpyAsync",
+                   cudaMemcpyAsync(arrays_, staging_, std::uint64_t{offsets_.words} * 4,
+                                   cudaMemcpyHostToDevice, stream_));
+}
+
 Status CudaModel::run_step(const StepBatch& batch, const StepOutput& out) {
+  ++eager_steps_;
+  KVVM_RETURN_IF_ERROR(copy_arrays());
+  KVVM_RETURN_IF_ERROR(enqueue_step(batch, out.sampled != nullptr, 0));
+  return finish_step(out, static_cast<std::uint32_t>(batch.chunks.size()));
+}
+
+Status CudaModel::enqueue_step(const StepBatch& batch, bool sample,
+                               std::uint32_t decode_max_length) {
   const ModelConfig& c = config();
   const auto tokens = static_cast<std::uint32_t>(batch.token_ids.size());
   const auto chunks = static_cast<std::uint32_t>(batch.chunks.size());
-  KVVM_RETURN_IF_ERROR(cuda_call("cudaSetDevice", cudaSetDevice(device_)));
-  KVVM_RETURN_IF_ERROR(cuda_call(
-      "cudaMemcpyAsync", cudaMemcpyAsync(arrays_, staging_, std::uint64_t{offsets_.words} * 4,
-                                         cudaMemcpyHostToDevice, stream_)));
   EmbeddingParams embedding;
   embedding.element = compute_;
   embedding.tokens = tokens;
@@ -143,7 +141,7 @@ Status CudaModel::run_step(const StepBatch& batch, const StepOutput& out) {
   embedding.out = x_;
   KVVM_RETURN_IF_ERROR(embedding_cuda(embedding, stream_));
   for (std::uint32_t layer = 0; layer < c.layers; ++layer) {
-    KVVM_RETURN_IF_ERROR(run_layer(layer, batch, tokens));
+    KVVM_RETURN_IF_ERROR(run_layer(layer, batch, tokens, decode_max_length));
   }
   // The last layer's residual add, fused with the final norm of each chunk's last token.
   RmsNormParams norm;
@@ -165,21 +163,36 @@ Status CudaModel::run_step(const StepBatch& batch, const StepOutput& out) {
   argmax.logits = logits_;
   argmax.out = argmax_;
   KVVM_RETURN_IF_ERROR(argmax_cuda(argmax, stream_));
+  if (!sample) return Status::Ok();
+  SampleParams sampling;
+  sampling.rows = chunks;
+  sampling.vocab = c.vocab_size;
+  sampling.logits = logits_;
+  sampling.rows_params = reinterpret_cast<const SamplingRow*>(arrays_ + offsets_.sampling);
+  sampling.out = sampled_;
+  return sample_cuda(sampling, stream_);
+}
+
+Status CudaModel::finish_step(const StepOutput& out, std::uint32_t rows) {
+  const std::uint64_t vocab = config().vocab_size;
   if (out.logits != nullptr) {
     KVVM_RETURN_IF_ERROR(cuda_call(
-        "cudaMemcpyAsync",
-        cudaMemcpyAsync(out.logits, logits_, std::uint64_t{chunks} * c.vocab_size * sizeof(float),
-                        cudaMemcpyDeviceToHost, stream_)));
-  }
-  if (out.argmax != nullptr) {
-    KVVM_RETURN_IF_ERROR(cuda_call(
-        "cudaMemcpyAsync", cudaMemcpyAsync(out.argmax, argmax_, chunks * sizeof(std::int32_t),
+        "cudaMemcpyAsync", cudaMemcpyAsync(out.logits, logits_, rows * vocab * sizeof(float),
                                            cudaMemcpyDeviceToHost, stream_)));
+  }
+  const std::pair<std::int32_t*, const std::int32_t*> copies[] = {{out.argmax, argmax_},
+                                                                  {out.sampled, sampled_}};
+  for (const auto& [to, from] : copies) {
+    if (to == nullptr) continue;
+    KVVM_RETURN_IF_ERROR(cuda_call(
+        "cudaMemcpyAsync",
+        cudaMemcpyAsync(to, from, rows * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_)));
   }
   return cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
 }
 
-Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens) {
+Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens,
+                            std::uint32_t decode_max_length) {
   const ModelConfig& c = config();
   const DeviceLayer& w = weights_->layers[layer];
   const std::uint32_t q_dim = c.heads * c.head_dim, kv_dim = c.kv_heads * c.head_dim;
@@ -217,7 +230,7 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
   append.row_slots = arrays_ + offsets_.row_slots;
   append.row_positions = arrays_ + offsets_.positions;
   KVVM_RETURN_IF_ERROR(append_kv_cuda(append, stream_));
-  KVVM_RETURN_IF_ERROR(attention(layer, batch));
+  KVVM_RETURN_IF_ERROR(attention(layer, batch, decode_max_length));
   KVVM_RETURN_IF_ERROR(linear(attn_, w.o, w.o_bias, delta_, tokens, q_dim, c.hidden_size));
   norm.add = delta_;
   norm.weight = w.post_norm;
@@ -234,7 +247,8 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
   return linear(act_, w.down, nullptr, delta_, tokens, c.intermediate_size, c.hidden_size);
 }
 
-Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch) {
+Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch,
+                            std::uint32_t decode_max_length) {
   const ModelConfig& c = config();
   const std::uint64_t q_dim = std::uint64_t{c.heads} * c.head_dim;
   for (const DecodeRun& run : runs_) {
@@ -247,7 +261,7 @@ Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch) {
     decode.q = row_of(q_, run.first_row, q_dim);
     decode.slots = arrays_ + offsets_.decode_slots + run.first_decode;
     decode.lengths = arrays_ + offsets_.decode_lengths + run.first_decode;
-    decode.max_length = run.max_length;
+    decode.max_length = decode_max_length != 0 ? decode_max_length : run.max_length;
     decode.out = row_of(attn_, run.first_row, q_dim);
     KVVM_RETURN_IF_ERROR(
         decode_attention_cuda(decode, decode_workspace_, decode_workspace_bytes_, stream_));

@@ -162,7 +162,9 @@ Status CudaModel::allocate_buffers() {
   offsets_.decode_slots = offsets_.row_slots + limits().max_step_tokens;
   offsets_.decode_lengths = offsets_.decode_slots + limits().max_chunks;
   offsets_.last_rows = offsets_.decode_lengths + limits().max_chunks;
-  offsets_.words = offsets_.last_rows + limits().max_chunks;
+  offsets_.sampling = offsets_.last_rows + limits().max_chunks;
+  static_assert(sizeof(SamplingRow) % 4 == 0);
+  offsets_.words = offsets_.sampling + limits().max_chunks * (sizeof(SamplingRow) / 4);
 
   // One allocation carved into aligned pieces, in this order.
   struct Piece {
@@ -173,6 +175,7 @@ Status CudaModel::allocate_buffers() {
   void* inv_freq = nullptr;
   void* logits = nullptr;
   void* argmax = nullptr;
+  void* sampled = nullptr;
   const Piece pieces[] = {
       {&arrays, std::uint64_t{offsets_.words} * 4},
       {&inv_freq, std::uint64_t{c.head_dim / 2} * sizeof(float)},
@@ -188,6 +191,7 @@ Status CudaModel::allocate_buffers() {
       {&final_, chunks * c.hidden_size * size},
       {&logits, chunks * c.vocab_size * sizeof(float)},
       {&argmax, chunks * sizeof(std::int32_t)},
+      {&sampled, chunks * sizeof(std::int32_t)},
   };
   auto aligned = [](std::uint64_t bytes) {
     return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
@@ -205,6 +209,7 @@ Status CudaModel::allocate_buffers() {
   inv_freq_ = static_cast<float*>(inv_freq);
   logits_ = static_cast<float*>(logits);
   argmax_ = static_cast<std::int32_t*>(argmax);
+  sampled_ = static_cast<std::int32_t*>(sampled);
 
   void* pinned = nullptr;
   KVVM_RETURN_IF_ERROR(
@@ -251,6 +256,7 @@ Status CudaModel::plan_decode_workspace() {
 CudaModel::~CudaModel() {
   (void)cudaSetDevice(device_);
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  release_decode_graphs();
   if (cublas_ != nullptr) (void)cublas_library().api.destroy(cublas_);
   for (void* pointer : allocations_) (void)cudaFree(pointer);
   if (staging_ != nullptr) (void)cudaFreeHost(staging_);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kvvm/model/model.h"
+#include "kvvm/model_kernels.h"
 #include "model/cuda_weights.h"
 
 namespace kvvm::model::detail {
@@ -31,6 +32,9 @@ class CudaModel final : public Model {
   ~CudaModel() override;
   Backend backend() const override { return Backend::kCuda; }
   Status forward(const StepBatch& batch, const StepOutput& out) override;
+  Status capture_decode_graphs(const DecodeGraphOptions& options) override;
+  void release_decode_graphs() override;
+  GraphStats graph_stats() const override;
 
  private:
   // Consecutive single-token chunks: one decode_attention_cuda call over their rows.
@@ -40,13 +44,19 @@ class CudaModel final : public Model {
     std::uint32_t count = 0;
     // The longest sequence of the run: the decode's split is planned from it, so a short
     // sequence is not split as if it were max_position_embeddings long (empty chunks cost a
-    // block each). A captured graph will need the bound of every replay instead.
+    // block each). A captured graph plans from the bound of every replay instead.
     std::uint32_t max_length = 0;
+  };
+  // One captured decode step of `batch` rows.
+  struct DecodeGraph {
+    std::uint32_t batch = 0;
+    cudaGraphExec_t exec = nullptr;
   };
   // Word offsets of the step arrays inside arrays_ / staging_.
   struct ArrayOffsets {
     std::uint32_t ids = 0, positions = 0, row_slots = 0;                // [max_step_tokens]
     std::uint32_t decode_slots = 0, decode_lengths = 0, last_rows = 0;  // [max_chunks]
+    std::uint32_t sampling = 0;  // [max_chunks] SamplingRow (8 words each)
     std::uint32_t words = 0;
   };
 
@@ -56,11 +66,27 @@ class CudaModel final : public Model {
   Status plan_decode_workspace();
   Result<void*> device_alloc(std::uint64_t bytes);
 
-  Status check_batch(const StepBatch& batch) const;
+  Status check_batch(const StepBatch& batch, const StepOutput& out) const;
+  Status check_view(const KvView& kv, const char* who) const;
   void stage(const StepBatch& batch);
+  // Rows [count, rows) of the staged arrays as decode padding: token 0 at position 0 of
+  // pad_slot, greedy sampling.
+  void stage_padding(std::uint32_t count, std::uint32_t rows, std::uint32_t pad_slot);
   Status run_step(const StepBatch& batch, const StepOutput& out);
-  Status run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens);
-  Status attention(std::uint32_t layer, const StepBatch& batch);
+  // Enqueues embedding -> layers -> norm -> lm_head -> argmax (-> sampling) reading the staged
+  // device arrays only. decode_max_length: 0 plans each decode run from its longest
+  // sequence, else from this bound (a graph's).
+  Status enqueue_step(const StepBatch& batch, bool sample, std::uint32_t decode_max_length);
+  // Copies the first `rows` rows of the requested outputs and waits for the stream.
+  Status finish_step(const StepOutput& out, std::uint32_t rows);
+  Status copy_arrays();
+  // The graph a step replays, or null when it runs eagerly.
+  const DecodeGraph* graph_for(const StepBatch& batch) const;
+  Status replay(const DecodeGraph& graph, const StepBatch& batch, const StepOutput& out);
+  Status capture_one(std::uint32_t rows, const DecodeGraphOptions& options, cudaGraphExec_t* exec);
+  Status run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens,
+                   std::uint32_t decode_max_length);
+  Status attention(std::uint32_t layer, const StepBatch& batch, std::uint32_t decode_max_length);
   // y[rows][out] = x[rows][in] . weight^T (+ bias), in the compute type.
   Status linear(const void* x, const void* weight, const void* bias, void* y, std::uint32_t rows,
                 std::uint32_t in, std::uint32_t out);
@@ -88,13 +114,14 @@ class CudaModel final : public Model {
   void* q_ = nullptr;          // [tokens][heads][head_dim]
   void* k_ = nullptr;          // [tokens][kv_heads][head_dim]
   void* v_ = nullptr;
-  void* attn_ = nullptr;            // [tokens][heads][head_dim]
-  void* delta_ = nullptr;           // [tokens][hidden]: o_proj / down_proj output
-  void* gate_up_ = nullptr;         // [tokens][2 * intermediate]
-  void* act_ = nullptr;             // [tokens][intermediate]
-  void* final_ = nullptr;           // [chunks][hidden]
-  float* logits_ = nullptr;         // [chunks][vocab], float32
-  std::int32_t* argmax_ = nullptr;  // [chunks]
+  void* attn_ = nullptr;             // [tokens][heads][head_dim]
+  void* delta_ = nullptr;            // [tokens][hidden]: o_proj / down_proj output
+  void* gate_up_ = nullptr;          // [tokens][2 * intermediate]
+  void* act_ = nullptr;              // [tokens][intermediate]
+  void* final_ = nullptr;            // [chunks][hidden]
+  float* logits_ = nullptr;          // [chunks][vocab], float32
+  std::int32_t* argmax_ = nullptr;   // [chunks]
+  std::int32_t* sampled_ = nullptr;  // [chunks]
   void* decode_workspace_ = nullptr;
   std::size_t decode_workspace_bytes_ = 0;
   void* cublas_workspace_ = nullptr;
@@ -102,6 +129,14 @@ class CudaModel final : public Model {
   // Host scratch of a step, reserved at creation.
   std::vector<DecodeRun> runs_;
   std::vector<std::uint32_t> chunk_rows_;  // first row of each chunk
+
+  // Decode graphs, ascending by batch, and what they were captured for.
+  std::vector<DecodeGraph> graphs_;
+  KvView graph_view_;
+  std::uint32_t graph_pad_slot_ = 0;
+  std::uint32_t graph_max_length_ = 0;
+  std::uint64_t replays_ = 0;
+  std::uint64_t eager_steps_ = 0;
 };
 
 }  // namespace kvvm::model::detail
