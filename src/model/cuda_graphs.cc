@@ -98,6 +98,12 @@ Status CudaModel::capture_one(std::uint32_t rows, const DecodeGraphOptions& opti
   // Earlier work must not be recorded, and nothing queued may still read the staging block.
   KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
   stage(batch);
+  // The same step once eagerly first (it writes only pad_slot's first token): every kernel
+  // module is loaded and cuBLAS has chosen its algorithms before the capture, and a failure
+  // shows here, outside it.
+  KVVM_RETURN_IF_ERROR(copy_arrays());
+  KVVM_RETURN_IF_ERROR(enqueue_step(batch, true, options.max_length));
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
   KVVM_RETURN_IF_ERROR(cuda_call(
       "cudaStreamBeginCapture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)));
   const Status enqueued = enqueue_step(batch, true, options.max_length);
