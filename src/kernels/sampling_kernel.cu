@@ -142,10 +142,14 @@ __device__ Selection select(const float* row, std::uint32_t vocab, Shared& sh, b
       const std::uint32_t key = walk_key(s, value, i);
       if ((key & high) != (prefix & high)) continue;
       const unsigned bin = (key >> shift) & 0xffu;
-      atomicAdd(&sh.bin_mass[bin], count ? 1.0 : weight_of(s, value));
+      // Counting needs no double atomics (a compare-and-swap loop in shared memory).
+      if (!count) atomicAdd(&sh.bin_mass[bin], weight_of(s, value));
       atomicAdd(&sh.bin_count[bin], 1u);
     }
     __syncthreads();
+    if (threadIdx.x == 0 && count) {
+      for (unsigned b = 0; b < kBins; ++b) sh.bin_mass[b] = sh.bin_count[b];
+    }
     if (threadIdx.x == 0) {
       if (shift == top_shift) {
         // The first level sees the whole kept set: its total scales a fractional target.

@@ -53,7 +53,7 @@ Status CudaModel::check_view(const KvView& kv, const char* who) const {
   return Status::Ok();
 }
 
-void CudaModel::stage(const StepBatch& batch) {
+void CudaModel::stage(const StepBatch& batch, bool sample) {
   std::uint32_t* ids = staging_ + offsets_.ids;
   std::uint32_t* positions = staging_ + offsets_.positions;
   std::uint32_t* row_slots = staging_ + offsets_.row_slots;
@@ -73,18 +73,18 @@ void CudaModel::stage(const StepBatch& batch) {
       row_slots[row + i] = chunk.slot;
     }
     last_rows[c] = row + chunk.tokens - 1;
-    SamplingRow sample;
-    if (c < batch.sampling.size()) {
+    SamplingRow row_sampling;  // greedy unless the step draws (its parameters were checked)
+    if (sample && c < batch.sampling.size()) {
       const ChunkSampling& from = batch.sampling[c];
-      sample.temperature = from.params.temperature;
-      sample.top_k = from.params.top_k;
-      sample.top_p = from.params.top_p;
-      sample.seed_low = static_cast<std::uint32_t>(from.params.seed);
-      sample.seed_high = static_cast<std::uint32_t>(from.params.seed >> 32);
-      sample.counter_low = static_cast<std::uint32_t>(from.counter);
-      sample.counter_high = static_cast<std::uint32_t>(from.counter >> 32);
+      row_sampling.temperature = from.params.temperature;
+      row_sampling.top_k = from.params.top_k;
+      row_sampling.top_p = from.params.top_p;
+      row_sampling.seed_low = static_cast<std::uint32_t>(from.params.seed);
+      row_sampling.seed_high = static_cast<std::uint32_t>(from.params.seed >> 32);
+      row_sampling.counter_low = static_cast<std::uint32_t>(from.counter);
+      row_sampling.counter_high = static_cast<std::uint32_t>(from.counter >> 32);
     }
-    sampling[c] = sample;
+    sampling[c] = row_sampling;
     if (chunk.tokens == 1) {
       decode_slots[decodes] = chunk.slot;
       decode_lengths[decodes] = chunk.start + 1;
@@ -103,7 +103,7 @@ void CudaModel::stage(const StepBatch& batch) {
 Status CudaModel::forward(const StepBatch& batch, const StepOutput& out) {
   KVVM_RETURN_IF_ERROR(check_batch(batch, out));
   if (batch.chunks.empty()) return Status::Ok();
-  stage(batch);
+  stage(batch, out.sampled != nullptr);
   const DecodeGraph* graph = graph_for(batch);
   Status status = graph != nullptr ? replay(*graph, batch, out) : run_step(batch, out);
   // A failure may leave earlier work queued that still reads the staging buffer: let it end

@@ -97,7 +97,7 @@ Status CudaModel::capture_one(std::uint32_t rows, const DecodeGraphOptions& opti
   KVVM_RETURN_IF_ERROR(cuda_call("cudaSetDevice", cudaSetDevice(device_)));
   // Earlier work must not be recorded, and nothing queued may still read the staging block.
   KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
-  stage(batch);
+  stage(batch, true);
   // The same step once eagerly first (it writes only pad_slot's first token): every kernel
   // module is loaded and cuBLAS has chosen its algorithms before the capture, and a failure
   // shows here, outside it.

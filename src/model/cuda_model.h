@@ -3,10 +3,11 @@
 // (attention.h) on one stream.
 //
 // Why everything is sized at creation: a step allocates nothing (ENGINE.md), so a decode
-// step can later be captured in a CUDA graph and replayed. The step's per-token and per-chunk
-// arrays (ids, positions, slots, lengths, last rows) live in one block of 32-bit words that
-// the host fills in pinned memory and copies with one cudaMemcpyAsync; the decode workspace
-// is planned for the largest batch at max_position_embeddings.
+// step can be captured in a CUDA graph and replayed (cuda_graphs.cc). The step's per-token and
+// per-chunk arrays (ids, positions, slots, lengths, last rows, sampling parameters) live in one
+// block of 32-bit words that the host fills in pinned memory and copies with one
+// cudaMemcpyAsync, outside any graph; the decode workspace is planned for the largest batch at
+// max_position_embeddings.
 //
 // Not thread-safe: one step at a time.
 #pragma once
@@ -68,7 +69,8 @@ class CudaModel final : public Model {
 
   Status check_batch(const StepBatch& batch, const StepOutput& out) const;
   Status check_view(const KvView& kv, const char* who) const;
-  void stage(const StepBatch& batch);
+  // sample: stage batch.sampling (else greedy rows).
+  void stage(const StepBatch& batch, bool sample);
   // Rows [count, rows) of the staged arrays as decode padding: token 0 at position 0 of
   // pad_slot, greedy sampling.
   void stage_padding(std::uint32_t count, std::uint32_t rows, std::uint32_t pad_slot);
