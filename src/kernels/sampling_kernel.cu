@@ -10,9 +10,9 @@
 // have equal weights, so the rank among them follows from the mass left, and one more pass
 // finds that rank's id in id order.
 //
-// Why the masses may differ from the CPU's in the last bits: bins are summed by shared-memory
-// atomics and the CPU sums in walk order; a different token needs a target within rounding of
-// a cumulative mass.
+// Why the masses may differ from the CPU's in the last bits: bins are summed by warp
+// reductions and shared-memory atomics, the CPU in walk order; a different token needs a target
+// within rounding of a cumulative mass.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -136,15 +136,42 @@ __device__ Selection select(const float* row, std::uint32_t vocab, Shared& sh, b
     __syncthreads();
     const std::uint32_t prefix = sh.prefix;
     const std::uint32_t high = shift >= 24 ? 0u : ~((1u << (shift + 8)) - 1u);
-    for (std::uint32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float value = row[i];
-      if (!kept(s, value, i)) continue;
-      const std::uint32_t key = walk_key(s, value, i);
-      if ((key & high) != (prefix & high)) continue;
-      const unsigned bin = (key >> shift) & 0xffu;
-      // Counting needs no double atomics (a compare-and-swap loop in shared memory).
-      if (!count) atomicAdd(&sh.bin_mass[bin], weight_of(s, value));
-      atomicAdd(&sh.bin_count[bin], 1u);
+    // Every lane runs the same iterations, so the warp can add up its lanes of one bin
+    // before one shared atomic per bin it touches (most logits share a few exponent bins).
+    for (std::uint32_t base = 0; base < vocab; base += blockDim.x) {
+      const std::uint32_t i = base + threadIdx.x;
+      unsigned bin = kBins;  // none
+      double mass = 0;
+      if (i < vocab) {
+        const float value = row[i];
+        if (kept(s, value, i)) {
+          const std::uint32_t key = walk_key(s, value, i);
+          if ((key & high) == (prefix & high)) {
+            bin = (key >> shift) & 0xffu;
+            mass = count ? 1.0 : weight_of(s, value);
+          }
+        }
+      }
+      unsigned pending = __ballot_sync(0xffffffffu, bin != kBins);
+      while (pending != 0) {
+        const int leader = __ffs(static_cast<int>(pending)) - 1;
+        const unsigned chosen = __shfl_sync(0xffffffffu, bin, leader);
+        const bool mine = bin == chosen;
+        const unsigned members = __ballot_sync(0xffffffffu, mine);
+        if (!count) {
+          double sum = mine ? mass : 0.0;
+          for (int offset = 16; offset > 0; offset >>= 1) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+          }
+          if (threadIdx.x % 32 == static_cast<unsigned>(leader)) {
+            atomicAdd(&sh.bin_mass[chosen], sum);
+          }
+        }
+        if (threadIdx.x % 32 == static_cast<unsigned>(leader)) {
+          atomicAdd(&sh.bin_count[chosen], static_cast<unsigned>(__popc(members)));
+        }
+        pending &= ~members;
+      }
     }
     __syncthreads();
     if (threadIdx.x == 0 && count) {
