@@ -46,13 +46,14 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   filter+=':*DecodeMatches*tokenmajor_fp16_d128_g4:*DecodeMatches*headmajor_bf16_d64_g7'
   # The model's own kernels (embedding, RMSNorm, RoPE, SiLU-mul, bias, argmax, sampling), one
   # step of the CUDA model through them, and its decode graphs (capture, padded replays).
-  filter+=':ModelKernelsCuda*:ModelCudaTest*:ModelKernelsSampling*:ModelCudaGraphTest*'
+  filter+=':ModelKernelsCuda*:ModelCudaTest*:ModelKernelsSampling*Small*:ModelKernelsSampling*Tiny*'
+  filter+=':ModelCudaGraphTest*'
   echo "==> kernels: compute-sanitizer memcheck ($filter)"
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
     >"$OUT/kernels-memcheck.log" 2>&1 || status=1
   tail -n 5 "$OUT/kernels-memcheck.log"
   filter='*Masking*:*CausalPrefill*tokenmajor_fp16_d128_g4:ModelKernelsCuda*'
-  filter+=':ModelKernelsSampling*TinyVocabularies*:ModelKernelsSampling*SmallVocabularies*'
+  filter+=':ModelKernelsSampling*TinyVocabularies*'
   echo "==> kernels: compute-sanitizer racecheck ($filter)"
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
     >"$OUT/kernels-racecheck.log" 2>&1 || status=1
