@@ -1,0 +1,174 @@
+// The engine under budget pressure: more requests than the KV budget holds and than the queue
+// takes. Every request either completes with exactly the tokens it gets alone (greedy and
+// seeded sampling alike, preempted or not) or is refused as overloaded with a retry estimate;
+// nothing is cut short or corrupted, and every byte goes back to the tier afterwards.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/engine_rig.h"
+
+namespace kvvm::engine {
+namespace {
+
+using testing::EngineRig;
+using testing::FixtureModel;
+using testing::Outcome;
+using testing::rig_prompt;
+using testing::solo_tokens;
+
+// llama-tiny's token-major token is 2 KiB (2 layers, K and V, 2 heads of 64 fp32): a 16 KiB
+// granule holds 8 tokens, so a request of 10 + 22 tokens needs 4 windows at its end.
+constexpr std::uint64_t kGranule = 16 << 10;
+constexpr std::uint32_t kPromptTokens = 10;
+constexpr std::uint32_t kMaxTokens = 22;
+
+KvSpaceOptions tight_space(std::uint64_t windows) {
+  KvSpaceOptions options;
+  options.host_granule = kGranule;
+  options.max_slots = 8;
+  options.max_context = 64;
+  options.budget_bytes = windows * kGranule;
+  return options;
+}
+
+EngineRequest request_of(std::uint64_t i) {
+  EngineRequest request;
+  request.prompt = rig_prompt(kPromptTokens, 100 + i);
+  request.max_tokens = kMaxTokens;
+  request.use_model_eos = false;  // every completed request runs its full length
+  if (i % 2 == 1) {
+    request.sampling.temperature = 0.9f;
+    request.sampling.top_k = 40;
+    request.sampling.seed = 7000 + i;
+  }
+  return request;
+}
+
+bool mentions_overloaded(const Status& status) {
+  return status.message().find("overloaded") != std::string::npos;
+}
+
+// Eight requests at once against a queue of five and a budget of six windows: three refused
+// at submit, the rest run four at a time where only one and a half fit to the end, so growth
+// is refused and the newest sequences are preempted and recomputed.
+TEST(EnginePressure, EveryRequestCompletesAsAloneOrIsRefusedAsOverloaded) {
+  auto model = FixtureModel::load("llama-tiny");
+  ASSERT_NE(model, nullptr);
+  for (const bool prefix_cache : {true, false}) {
+    const std::string where = prefix_cache ? "prefix cache on" : "prefix cache off";
+    EngineOptions options;
+    options.max_running = 4;
+    options.max_queue = 5;
+    options.prefix_cache = prefix_cache;
+    const KvSpaceOptions space = tight_space(6);
+    auto rig = EngineRig::make(*model, space, options);
+    ASSERT_NE(rig, nullptr);
+    constexpr std::uint64_t kRequests = 8;
+    for (std::uint64_t i = 0; i < kRequests; ++i) rig->submit(request_of(i));
+    const Status run = rig->run();
+    ASSERT_TRUE(run.ok()) << where << ": " << run.to_string();
+
+    std::uint64_t completed = 0, refused_at_submit = 0, refused_in_queue = 0, preempted = 0;
+    for (std::uint64_t i = 0; i < kRequests; ++i) {
+      const Outcome& outcome = rig->outcome(i);
+      const std::string which = where + ", request " + std::to_string(i);
+      if (outcome.refused_at_submit()) {
+        ++refused_at_submit;
+        EXPECT_EQ(outcome.submit_status.code(), StatusCode::kResourceExhausted) << which;
+        EXPECT_TRUE(mentions_overloaded(outcome.submit_status))
+            << which << ": " << outcome.submit_status.to_string();
+        EXPECT_GE(outcome.submit_retry_after, 1.0) << which;
+        EXPECT_EQ(outcome.finish_events, 0) << which << ": a refused submit ran its callback";
+        continue;
+      }
+      ASSERT_EQ(outcome.finish_events, 1) << which << ": every request ends exactly once";
+      if (outcome.overloaded_in_queue()) {
+        ++refused_in_queue;
+        EXPECT_TRUE(outcome.tokens.empty()) << which << ": refused after producing tokens";
+        continue;
+      }
+      ASSERT_TRUE(outcome.completed())
+          << which << " ended " << to_string(outcome.end) << ": " << outcome.error.to_string();
+      ++completed;
+      EXPECT_EQ(outcome.end, RequestEnd::kLength) << which;
+      EXPECT_EQ(outcome.tokens, solo_tokens(*model, space, options, request_of(i)))
+          << which << " (preempted " << outcome.stats.preemptions << " times)";
+      EXPECT_EQ(outcome.stats.prompt_tokens, kPromptTokens) << which;
+      EXPECT_EQ(outcome.stats.generated_tokens, kMaxTokens) << which;
+      if (outcome.stats.preemptions > 0) ++preempted;
+    }
+    // The queue holds five: the last three submits found it full (nothing stepped yet).
+    EXPECT_EQ(refused_at_submit, kRequests - options.max_queue) << where;
+    EXPECT_GE(completed, 1u) << where;
+    EXPECT_EQ(completed + refused_at_submit + refused_in_queue, kRequests) << where;
+    EXPECT_GE(preempted, 1u) << where << ": four sequences in six windows never preempted";
+
+    const EngineStats stats = rig->engine().stats();
+    EXPECT_GT(stats.preemptions, 0u) << where;
+    EXPECT_GE(stats.preemptions, preempted) << where;
+    EXPECT_EQ(stats.refused_overloaded, refused_at_submit + refused_in_queue) << where;
+    EXPECT_EQ(stats.running, 0u) << where;
+    EXPECT_EQ(stats.waiting, 0u) << where;
+    EXPECT_EQ(rig->kv().arena().stats().active_slots, 0u) << where;
+    rig->expect_ledger_returns(where);
+  }
+}
+
+// A queue that may wait 50 ms, one running seat taken for many steps and the requests behind
+// it left waiting longer: they are refused as overloaded with a retry estimate, the running
+// one is untouched, and the engine takes new work afterwards.
+TEST(EnginePressure, QueueWaitBoundRefusesAsOverloaded) {
+  auto model = FixtureModel::load("llama-tiny");
+  ASSERT_NE(model, nullptr);
+  EngineOptions options;
+  options.max_running = 1;
+  options.max_queue_wait = std::chrono::milliseconds(50);
+  const KvSpaceOptions space = tight_space(64);
+  auto rig = EngineRig::make(*model, space, options);
+  ASSERT_NE(rig, nullptr);
+
+  const std::size_t first = rig->submit(request_of(0));
+  ASSERT_TRUE(rig->outcome(first).submit_status.ok());
+  auto stepped = rig->engine().step();  // the first request takes the only running seat
+  ASSERT_TRUE(stepped.ok()) << stepped.status().to_string();
+  std::vector<std::size_t> late;
+  for (std::uint64_t i = 1; i <= 3; ++i) late.push_back(rig->submit(request_of(i)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));  // past the wait bound
+  const Status run = rig->run();
+  ASSERT_TRUE(run.ok()) << run.to_string();
+
+  const Outcome& running = rig->outcome(first);
+  ASSERT_TRUE(running.completed()) << running.error.to_string();
+  EXPECT_EQ(running.tokens, solo_tokens(*model, space, options, request_of(0)));
+  for (const std::size_t i : late) {
+    const Outcome& outcome = rig->outcome(i);
+    const std::string which = "late request " + std::to_string(i);
+    ASSERT_TRUE(outcome.submit_status.ok()) << which << ": " << outcome.submit_status.to_string();
+    ASSERT_EQ(outcome.finish_events, 1) << which;
+    EXPECT_EQ(outcome.end, RequestEnd::kError) << which;
+    EXPECT_FALSE(outcome.error.ok()) << which;
+    EXPECT_TRUE(mentions_overloaded(outcome.error)) << which << ": " << outcome.error.to_string();
+    EXPECT_GT(outcome.retry_after_seconds, 0.0) << which;
+    EXPECT_TRUE(outcome.tokens.empty()) << which;
+  }
+  EngineStats stats = rig->engine().stats();
+  EXPECT_EQ(stats.refused_overloaded, late.size());
+  EXPECT_EQ(stats.waiting, 0u);
+  EXPECT_EQ(stats.running, 0u);
+  EXPECT_EQ(rig->kv().arena().stats().active_slots, 0u);
+
+  // Nothing is stuck: a request submitted now is admitted at once and completes.
+  const std::size_t after = rig->submit(request_of(4));
+  ASSERT_TRUE(rig->run().ok());
+  ASSERT_TRUE(rig->outcome(after).completed()) << rig->outcome(after).error.to_string();
+  EXPECT_EQ(rig->outcome(after).tokens, solo_tokens(*model, space, options, request_of(4)));
+  rig->expect_ledger_returns("after the queue-wait refusals");
+}
+
+}  // namespace
+}  // namespace kvvm::engine
