@@ -71,11 +71,11 @@ void Engine::Impl::take_inbox(Clock::time_point now) {
     }
   }
   // A request that already ran (preempted since) is not refused: its answer has started.
+  // The others wait in submit order, so the first still in time ends the scan.
   if (options_.max_queue_wait.count() > 0) {
     for (auto& r : waiting_) {
-      if (r->finished || r->ever_admitted || now - r->submitted <= options_.max_queue_wait) {
-        continue;
-      }
+      if (r->finished || r->ever_admitted) continue;
+      if (now - r->submitted <= options_.max_queue_wait) break;
       const double waited = std::chrono::duration<double>(now - r->submitted).count();
       r->retry_after_seconds = retry_now_;
       ++step_counters_.refused_in_queue;
