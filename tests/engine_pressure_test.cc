@@ -4,8 +4,10 @@
 // nothing is cut short or corrupted, and every byte goes back to the tier afterwards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -168,6 +170,110 @@ TEST(EnginePressure, QueueWaitBoundRefusesAsOverloaded) {
   ASSERT_TRUE(rig->outcome(after).completed()) << rig->outcome(after).error.to_string();
   EXPECT_EQ(rig->outcome(after).tokens, solo_tokens(*model, space, options, request_of(4)));
   rig->expect_ledger_returns("after the queue-wait refusals");
+}
+
+// A request that cannot fit even alone (40 tokens, five windows, in a budget of three) among
+// small ones: it ends with an error after the others were preempted for it in vain, with the
+// tokens it produced a prefix of its answer alone; the small ones complete as alone, and the
+// engine neither hangs nor leaks.
+TEST(EnginePressure, ARequestThatCannotFitAloneEndsWithAnErrorAndTheOthersFinish) {
+  auto model = FixtureModel::load("llama-tiny");
+  ASSERT_NE(model, nullptr);
+  EngineOptions options;
+  options.max_running = 3;
+  const KvSpaceOptions space = tight_space(3);
+  auto rig = EngineRig::make(*model, space, options);
+  ASSERT_NE(rig, nullptr);
+  EngineRequest big = request_of(0);
+  big.max_tokens = 30;
+  std::vector<EngineRequest> small;
+  for (std::uint64_t i = 1; i <= 2; ++i) {
+    EngineRequest r = request_of(i);
+    r.prompt.resize(6);
+    r.max_tokens = 8;
+    small.push_back(r);
+  }
+  const std::size_t big_index = rig->submit(big);
+  for (const EngineRequest& r : small) rig->submit(r);
+  int steps = 0;
+  for (bool more = true; more; ++steps) {
+    ASSERT_LT(steps, 1000) << "the engine does not come to rest";
+    auto stepped = rig->engine().step();
+    ASSERT_TRUE(stepped.ok()) << stepped.status().to_string();
+    more = *stepped;
+  }
+
+  const Outcome& failed = rig->outcome(big_index);
+  ASSERT_EQ(failed.finish_events, 1);
+  EXPECT_EQ(failed.end, RequestEnd::kError);
+  EXPECT_EQ(failed.error.code(), StatusCode::kResourceExhausted) << failed.error.to_string();
+  const std::vector<std::int32_t> whole = solo_tokens(*model, space, options, big);
+  ASSERT_LE(failed.tokens.size(), whole.size());
+  EXPECT_TRUE(std::equal(failed.tokens.begin(), failed.tokens.end(), whole.begin()))
+      << "the tokens it produced before failing are not its answer's";
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    const Outcome& outcome = rig->outcome(big_index + 1 + i);
+    ASSERT_TRUE(outcome.completed()) << "small request " << i << ": " << outcome.error.to_string();
+    EXPECT_EQ(outcome.tokens, solo_tokens(*model, space, options, small[i])) << i;
+  }
+  EXPECT_EQ(rig->engine().stats().failed, 1u);
+  rig->expect_ledger_returns("after the oversized request");
+}
+
+// The engine's own thread under the same pressure, fed by two threads at once: the answers
+// are those of each request alone, whatever the interleaving (and TSan sees every access).
+TEST(EnginePressure, TwoSubmittingThreadsUnderPressureGetTheAnswersAlone) {
+  auto model = FixtureModel::load("llama-tiny");
+  ASSERT_NE(model, nullptr);
+  EngineOptions options;
+  options.max_running = 4;
+  const KvSpaceOptions space = tight_space(6);
+  auto kv = KvSpace::create(model->config, space);
+  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  auto engine = Engine::create(*model->model, **kv, options);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  ASSERT_TRUE((*engine)->start().ok());
+
+  constexpr std::uint64_t kPerThread = 3;
+  struct Seen {
+    std::vector<std::int32_t> tokens;
+    int finish_events = 0;
+    RequestEnd end = RequestEnd::kError;
+    Status submitted;
+  };
+  std::mutex mutex;  // the callbacks run on the engine's thread, the checks on this one
+  std::vector<Seen> seen(2 * kPerThread);
+  auto feed = [&](std::uint64_t first) {
+    for (std::uint64_t i = first; i < first + kPerThread; ++i) {
+      auto id = (*engine)->submit(request_of(i), [&, i](const RequestEvent& event) {
+        std::lock_guard lock(mutex);
+        seen[i].tokens.insert(seen[i].tokens.end(), event.tokens.begin(), event.tokens.end());
+        if (event.finished) {
+          ++seen[i].finish_events;
+          seen[i].end = event.end;
+        }
+      });
+      std::lock_guard lock(mutex);
+      seen[i].submitted = id.status();
+    }
+  };
+  std::thread a(feed, 0), b(feed, kPerThread);
+  a.join();
+  b.join();
+  EXPECT_TRUE((*engine)->drain(std::chrono::seconds(60))) << "not drained in a minute";
+  const EngineStats stats = (*engine)->stats();
+  engine->reset();
+
+  std::lock_guard lock(mutex);
+  for (std::uint64_t i = 0; i < seen.size(); ++i) {
+    ASSERT_TRUE(seen[i].submitted.ok()) << i << ": " << seen[i].submitted.to_string();
+    ASSERT_EQ(seen[i].finish_events, 1) << i;
+    EXPECT_EQ(seen[i].end, RequestEnd::kLength) << i;
+    EXPECT_EQ(seen[i].tokens, solo_tokens(*model, space, options, request_of(i))) << i;
+  }
+  EXPECT_EQ(stats.finished, seen.size());
+  EXPECT_GT(stats.preemptions, 0u) << "six requests in six windows never preempted";
+  EXPECT_EQ((*kv)->arena().stats().active_slots, 0u);
 }
 
 }  // namespace
