@@ -222,6 +222,10 @@ TEST(EngineRefusals, CreateNamesTheBadOption) {
   o.step_tokens = 100000;
   refused(o, "step_tokens");
   o = no_cache();
+  o.max_running = 2;
+  o.step_tokens = 1;
+  refused(o, "exceeds step_tokens 1");
+  o = no_cache();
   o.max_queue = 0;
   refused(o, "max_queue");
   o = no_cache();
