@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/retry_estimate.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/tokenizer/tokenizer.h"
 #include "support/engine_harness.h"
@@ -222,6 +223,10 @@ TEST(EngineRefusals, CreateNamesTheBadOption) {
   o.step_tokens = 100000;
   refused(o, "step_tokens");
   o = no_cache();
+  o.max_running = 2;
+  o.step_tokens = 1;
+  refused(o, "exceeds step_tokens 1");
+  o = no_cache();
   o.max_queue = 0;
   refused(o, "max_queue");
   o = no_cache();
@@ -334,6 +339,23 @@ TEST(EngineThread, DestroyingARunningEngineCancelsWhatIsLeft) {
   }
   EXPECT_EQ(collector.finished_count(), 3u);
   expect_clean(*kv);
+}
+
+// The queue ahead at the measured admission rate, clamped to [1 s, 1 h].
+TEST(EngineRetryEstimate, FollowsTheRecentAdmissionRate) {
+  using std::chrono::milliseconds;
+  RetryEstimate estimate;
+  const auto t0 = RetryEstimate::Clock::now();
+  // Nothing admitted yet: one second per running slot's worth of the queue.
+  EXPECT_DOUBLE_EQ(estimate.seconds(7, 4, t0), 2.0);
+  EXPECT_DOUBLE_EQ(estimate.seconds(0, 4, t0), 1.0);
+  // 11 admissions 100 ms apart: 10 a second; 39 ahead and the refused one take 4 s.
+  for (int i = 0; i <= 10; ++i) estimate.note_admission(t0 + milliseconds(100 * i));
+  const auto now = t0 + milliseconds(1000);
+  EXPECT_NEAR(estimate.seconds(39, 4, now), 4.0, 1e-9);
+  EXPECT_DOUBLE_EQ(estimate.seconds(100000, 4, now), RetryEstimate::kMaxSeconds);
+  // Admissions a minute old say nothing: back to the no-data estimate.
+  EXPECT_DOUBLE_EQ(estimate.seconds(7, 4, now + std::chrono::minutes(2)), 2.0);
 }
 
 }  // namespace

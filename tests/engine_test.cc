@@ -244,5 +244,72 @@ TEST(Engine, PreemptedRequestsGiveTheSameTokens) {
   }
 }
 
+// The preallocated baseline commits a whole context per sequence at admission and gives
+// the same tokens.
+TEST(Engine, PreallocatedKvGivesTheSameTokens) {
+  testing::LoadedModel& m = llama();
+  const std::vector<EngineRequest> requests = {greedy_request(random_prompt(11, 30), 8),
+                                               greedy_request(random_prompt(6, 31), 8)};
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options;
+  options.prefix_cache = false;
+  const auto expected = run_engine(*m.model, *kv, options, requests);
+  options.preallocate = true;
+  Collector collector;
+  {
+    auto engine = Engine::create(*m.model, *kv, options);
+    ASSERT_TRUE(engine.ok());
+    std::vector<RequestId> ids;
+    for (const EngineRequest& request : requests) {
+      ids.push_back(*(*engine)->submit(request, collector.callback()));
+    }
+    ASSERT_TRUE((*engine)->step().ok());
+    const ArenaStats arena = kv->arena().stats();
+    EXPECT_EQ(arena.active_slots, 2u);
+    // Two whole contexts committed (the live length is 12 tokens at most).
+    EXPECT_GE(arena.committed_bytes,
+              2 * kv->options().max_context * kv->arena().plan().bytes_per_token);
+    ASSERT_TRUE((*engine)->run_until_idle().ok());
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      EXPECT_EQ(collector.get(ids[i]).tokens, expected[i]);
+  }
+  expect_clean(*kv);
+}
+
+// Callbacks run without the engine's lock: one may submit a follow-up and cancel another.
+TEST(Engine, CallbacksMaySubmitAndCancel) {
+  testing::LoadedModel& m = llama();
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options;
+  options.prefix_cache = false;
+  auto engine = Engine::create(*m.model, *kv, options);
+  ASSERT_TRUE(engine.ok());
+  Collector collector;
+  RequestCallback record = collector.callback();
+  RequestId follow_up = 0;
+  RequestId victim = 0;
+  Engine& e = **engine;
+  auto first = e.submit(greedy_request(random_prompt(5, 40), 3), [&](const RequestEvent& event) {
+    record(event);
+    if (!event.finished) return;
+    e.cancel(victim);
+    auto id = e.submit(greedy_request(random_prompt(5, 41), 3), record);
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+    follow_up = *id;
+  });
+  ASSERT_TRUE(first.ok());
+  victim = *e.submit(greedy_request(random_prompt(5, 42), 40), record);
+  ASSERT_TRUE(e.run_until_idle().ok());
+  EXPECT_EQ(collector.get(*first).end, RequestEnd::kLength);
+  EXPECT_EQ(collector.get(victim).end, RequestEnd::kCancelled);
+  ASSERT_NE(follow_up, 0u);
+  EXPECT_EQ(collector.get(follow_up).end, RequestEnd::kLength);
+  EXPECT_EQ(collector.get(follow_up).tokens.size(), 3u);
+  engine->reset();
+  expect_clean(*kv);
+}
+
 }  // namespace
 }  // namespace kvvm::engine

@@ -42,7 +42,14 @@ Status check_buckets(const std::vector<std::uint32_t>& buckets, std::uint32_t ma
 Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, EngineOptions& o) {
   const model::ModelLimits& limits = model.limits();
   const std::uint32_t slots = kv.options().max_slots - (pad ? 1 : 0);
-  if (o.max_running == 0) o.max_running = std::min(limits.max_chunks, slots);
+  if (o.step_tokens == 0) o.step_tokens = limits.max_step_tokens;
+  if (o.step_tokens == 0 || o.step_tokens > limits.max_step_tokens) {
+    return Status::InvalidArgument("step_tokens " + str(o.step_tokens) +
+                                   ": outside [1, the model's max_step_tokens " +
+                                   str(limits.max_step_tokens) + "]");
+  }
+  // Every running sequence's decode token must fit a step, or the newest would starve.
+  if (o.max_running == 0) o.max_running = std::min({limits.max_chunks, slots, o.step_tokens});
   if (o.max_running == 0) {
     return Status::InvalidArgument("max_running 0: no slot left for a sequence (max_slots " +
                                    str(kv.options().max_slots) + ")");
@@ -51,16 +58,15 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
     return Status::InvalidArgument("max_running " + str(o.max_running) +
                                    " exceeds the model's max_chunks " + str(limits.max_chunks));
   }
+  if (o.max_running > o.step_tokens) {
+    return Status::InvalidArgument("max_running " + str(o.max_running) + " exceeds step_tokens " +
+                                   str(o.step_tokens) +
+                                   ": every running sequence's decode token must fit a step");
+  }
   if (o.max_running > slots) {
     return Status::InvalidArgument(
         "max_running " + str(o.max_running) + " exceeds the KV space's " + str(slots) +
         " slots for sequences" + (pad ? " (one of max_slots is the decode graphs' padding)" : ""));
-  }
-  if (o.step_tokens == 0) o.step_tokens = limits.max_step_tokens;
-  if (o.step_tokens == 0 || o.step_tokens > limits.max_step_tokens) {
-    return Status::InvalidArgument("step_tokens " + str(o.step_tokens) +
-                                   ": outside [1, the model's max_step_tokens " +
-                                   str(limits.max_step_tokens) + "]");
   }
   if (o.prefill_chunk == 0 || o.prefill_chunk > o.step_tokens) o.prefill_chunk = o.step_tokens;
   if (o.max_queue == 0) {

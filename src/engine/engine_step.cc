@@ -87,8 +87,10 @@ void Engine::Impl::take_inbox(Clock::time_point now) {
                                     Exhaustion{}));
     }
   }
-  sweep_finished(running_, done_);
-  sweep_finished(waiting_, done_);
+  if (!touched_.empty()) {  // only ends so far: cancelled or refused
+    sweep_finished(running_, done_);
+    sweep_finished(waiting_, done_);
+  }
 }
 
 void Engine::Impl::admit_waiting(Clock::time_point now) {
@@ -277,10 +279,16 @@ void Engine::Impl::on_sampled(RequestState& r, std::int32_t token, Clock::time_p
 }
 
 void Engine::Impl::deliver(Clock::time_point now) {
-  sweep_finished(running_, done_);
-  sweep_finished(waiting_, done_);
+  // Every finished request was touched: without one, the sets need no sweep.
+  bool any_finished = false;
   for (RequestState* r : touched_) {
-    if (r->finished) finish_stats(*r, now);
+    if (!r->finished) continue;
+    any_finished = true;
+    finish_stats(*r, now);
+  }
+  if (any_finished) {
+    sweep_finished(running_, done_);
+    sweep_finished(waiting_, done_);
   }
   {
     std::lock_guard lock(mutex_);

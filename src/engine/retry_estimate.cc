@@ -26,7 +26,8 @@ double RetryEstimate::seconds(std::uint64_t waiting, std::uint32_t parallel,
   double estimate = 0;
   const double span = std::chrono::duration<double>(now - oldest).count();
   if (recent >= 2 && span > 0) {
-    estimate = ahead / (static_cast<double>(recent) / span);
+    // The oldest admission opens the span: the others happened inside it.
+    estimate = ahead / (static_cast<double>(recent - 1) / span);
   } else {
     estimate = ahead / static_cast<double>(std::max<std::uint32_t>(parallel, 1));
   }
