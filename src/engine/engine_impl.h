@@ -79,6 +79,7 @@ class Engine::Impl {
   void touch(RequestState& r);
   void end_request(RequestState& r, RequestEnd end, Status error = Status::Ok());
   void release_slot(RequestState& r);
+  bool retry_releases();  // the slots whose release failed; whether any was released
   void preempt(RequestState& victim);
   // The newest running request not finished; null when none.
   RequestState* newest_running();
@@ -100,6 +101,7 @@ class Engine::Impl {
   std::vector<RequestState*> touched_;                  // with an event this step
   std::vector<RequestId> cancels_taken_;
   std::vector<Planned> plan_;
+  std::vector<SlotId> unreleased_;  // released by no request any more; retried after each step
   std::vector<std::int32_t> ids_;
   std::vector<model::Chunk> chunks_;
   std::vector<model::ChunkSampling> sampling_;

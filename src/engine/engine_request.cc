@@ -25,12 +25,22 @@ void Engine::Impl::end_request(RequestState& r, RequestEnd end, Status error) {
 void Engine::Impl::release_slot(RequestState& r) {
   if (!r.slot) return;
   const Status released = cache_ ? cache_->release(*r.slot) : kv_.arena().release(*r.slot);
-  // The arena quarantines what it could not undo; the request's own outcome stands.
+  // The request's own outcome stands. A failed release changed nothing (a fence that could
+  // not be recorded leaves the slot active, holding its bytes): it is tried again after the
+  // step rather than forgotten, or the slot and its budget would be lost to every later request.
   if (!released.ok()) {
     log(LogLevel::kWarning, "engine: releasing slot " + std::to_string(*r.slot) + " of request " +
                                 std::to_string(r.id) + ": " + released.to_string());
+    unreleased_.push_back(*r.slot);
   }
   r.slot.reset();
+}
+
+bool Engine::Impl::retry_releases() {
+  return std::erase_if(unreleased_, [&](SlotId slot) {
+           const Status released = cache_ ? cache_->release(slot) : kv_.arena().release(slot);
+           return released.ok();
+         }) > 0;
 }
 
 RequestState* Engine::Impl::newest_running() {

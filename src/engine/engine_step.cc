@@ -124,6 +124,8 @@ void Engine::Impl::admit_waiting(Clock::time_point now) {
                          refused.code() == StatusCode::kUnavailable;
       // Refused for now: it stays first in line, unless nothing running could ever make room.
       if (later && active_running() > 0) break;
+      // A slot whose release failed earlier may hold the room: free it and try again.
+      if (later && retry_releases()) continue;
       end_request(r, RequestEnd::kError,
                   refused.with_context("admitting " + str(r.tokens.size()) + " tokens"));
       done_.push_back(std::move(waiting_.front()));
@@ -182,6 +184,7 @@ bool Engine::Impl::plan_step() {
       }
       RequestState* victim = newest_running();
       if (victim == &r && active_running() == 1) {
+        if (retry_releases()) continue;  // the room was held by a slot not yet released
         end_request(r, RequestEnd::kError,
                     grown.with_context("the sequence alone cannot grow to " +
                                        str(p.start + p.tokens) + " tokens"));
@@ -279,6 +282,7 @@ void Engine::Impl::on_sampled(RequestState& r, std::int32_t token, Clock::time_p
 }
 
 void Engine::Impl::deliver(Clock::time_point now) {
+  if (!unreleased_.empty()) retry_releases();
   // Every finished request was touched: without one, the sets need no sweep.
   bool any_finished = false;
   for (RequestState* r : touched_) {
