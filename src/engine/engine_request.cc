@@ -39,7 +39,8 @@ void Engine::Impl::release_slot(RequestState& r) {
 bool Engine::Impl::retry_releases() {
   return std::erase_if(unreleased_, [&](SlotId slot) {
            const Status released = cache_ ? cache_->release(slot) : kv_.arena().release(slot);
-           return released.ok();
+           // FailedPrecondition: no active sequence there any more (quarantined): nothing to do.
+           return released.ok() || released.code() == StatusCode::kFailedPrecondition;
          }) > 0;
 }
 
