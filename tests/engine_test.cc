@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvvm/engine/generate.h"
@@ -78,8 +79,12 @@ std::vector<EngineRequest> fixture_requests(const nlohmann::json& expected,
 
 // Alone, together in one batch and staggered (prefill beside decode): the same greedy tokens,
 // equal to generate()'s and to transformers' wherever its top-2 margin calls the token.
-TEST(Engine, GreedyTokensAloneEqualABatchAndTheReference) {
-  testing::LoadedModel& m = llama();
+class EngineFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineFixture, GreedyTokensAloneEqualABatchAndTheReference) {
+  const std::unique_ptr<testing::LoadedModel> loaded = testing::load_fixture(GetParam());
+  ASSERT_NE(loaded, nullptr);
+  testing::LoadedModel& m = *loaded;
   constexpr std::uint32_t kTokens = 24;
   const std::vector<EngineRequest> requests = fixture_requests(m.expected, kTokens);
   ASSERT_GE(requests.size(), 3u);
@@ -120,6 +125,13 @@ TEST(Engine, GreedyTokensAloneEqualABatchAndTheReference) {
     EXPECT_GT(compared, 0u);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineFixture, ::testing::Values("llama-tiny", "qwen2-tiny"),
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // Chunked prefill (chunks of 3 in steps of 4 tokens) gives the same tokens as whole prompts.
 TEST(Engine, ChunkedPrefillGivesTheSameTokens) {
@@ -238,10 +250,45 @@ TEST(Engine, PreemptedRequestsGiveTheSameTokens) {
     EngineOptions options;
     options.prefix_cache = cache;
     EngineStats stats;
-    EXPECT_EQ(run_engine(*m.model, *kv, options, requests, 0, &stats), alone)
+    std::vector<RequestStats> request_stats;
+    EXPECT_EQ(run_engine(*m.model, *kv, options, requests, 0, &stats, &request_stats), alone)
         << "prefix cache " << cache;
     EXPECT_GT(stats.preemptions, 0u) << "the budget did not force a preemption";
+    // The newest yields: the oldest request is never the one preempted.
+    ASSERT_EQ(request_stats.size(), requests.size());
+    EXPECT_EQ(request_stats[0].preemptions, 0u);
   }
+}
+
+// Decode tokens go first: a running answer gains a token every step while a long prompt
+// beside it is prefilled a few tokens at a time.
+TEST(Engine, DecodesAreNotDelayedByAPrefill) {
+  testing::LoadedModel& m = llama();
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options;
+  options.prefix_cache = false;
+  options.step_tokens = 4;
+  Collector collector;
+  {
+    auto engine = Engine::create(*m.model, *kv, options);
+    ASSERT_TRUE(engine.ok());
+    const RequestId first =
+        *(*engine)->submit(greedy_request(random_prompt(3, 50), 30), collector.callback());
+    ASSERT_TRUE((*engine)->step().ok());  // its prompt and first token
+    ASSERT_EQ(collector.get(first).tokens.size(), 1u);
+    const RequestId second =
+        *(*engine)->submit(greedy_request(random_prompt(40, 51), 4), collector.callback());
+    for (std::size_t i = 2; i <= 10; ++i) {
+      ASSERT_TRUE((*engine)->step().ok());
+      EXPECT_EQ(collector.get(first).tokens.size(), i) << "a step without the decode token";
+    }
+    // 9 steps of 3 prompt tokens beside the decode: not through its 40 yet.
+    EXPECT_EQ(collector.get(second).tokens.size(), 0u);
+    ASSERT_TRUE((*engine)->run_until_idle().ok());
+    EXPECT_EQ(collector.get(second).tokens.size(), 4u);
+  }
+  expect_clean(*kv);
 }
 
 // The preallocated baseline commits a whole context per sequence at admission and gives
