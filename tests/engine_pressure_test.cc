@@ -172,6 +172,55 @@ TEST(EnginePressure, QueueWaitBoundRefusesAsOverloaded) {
   rig->expect_ledger_returns("after the queue-wait refusals");
 }
 
+// Preempted requests wait in the queue again, here longer than max_queue_wait (every event
+// takes 2 ms, so a step with four takes longer than the bound): the wait bound never refuses
+// one whose answer has started; only requests never admitted may be refused.
+TEST(EnginePressure, APreemptedRequestIsNeverRefusedForItsWait) {
+  auto model = FixtureModel::load("llama-tiny");
+  ASSERT_NE(model, nullptr);
+  EngineOptions options;
+  options.max_running = 4;
+  options.max_queue_wait = std::chrono::milliseconds(10);
+  const KvSpaceOptions space = tight_space(6);
+  auto kv = KvSpace::create(model->config, space);
+  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  auto engine = Engine::create(*model->model, **kv, options);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  constexpr std::uint64_t kRequests = 4;
+  std::vector<Outcome> seen(kRequests);
+  for (std::uint64_t i = 0; i < kRequests; ++i) {
+    auto id = (*engine)->submit(request_of(i), [&seen, i](const RequestEvent& event) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      Outcome& o = seen[i];
+      o.tokens.insert(o.tokens.end(), event.tokens.begin(), event.tokens.end());
+      if (!event.finished) return;
+      ++o.finish_events;
+      o.end = event.end;
+      o.error = event.error;
+      o.retry_after_seconds = event.retry_after_seconds;
+      if (event.stats != nullptr) o.stats = *event.stats;
+    });
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+  }
+  ASSERT_TRUE((*engine)->run_until_idle().ok());
+  std::uint32_t preempted = 0;
+  for (std::uint64_t i = 0; i < kRequests; ++i) {
+    const Outcome& o = seen[i];
+    ASSERT_EQ(o.finish_events, 1) << i;
+    if (o.end == RequestEnd::kError) {
+      EXPECT_TRUE(o.tokens.empty()) << i << ": refused after its answer started";
+      EXPECT_EQ(o.stats.preemptions, 0u) << i << ": refused after it was preempted";
+      EXPECT_TRUE(mentions_overloaded(o.error)) << i << ": " << o.error.to_string();
+      continue;
+    }
+    EXPECT_EQ(o.end, RequestEnd::kLength) << i;
+    EXPECT_EQ(o.tokens, solo_tokens(*model, space, options, request_of(i))) << i;
+    if (o.stats.preemptions > 0) ++preempted;
+  }
+  EXPECT_GE(preempted, 1u) << "nothing was preempted: the test proves nothing";
+  EXPECT_EQ((*kv)->arena().stats().active_slots, 0u);
+}
+
 // A request that cannot fit even alone (40 tokens, five windows, in a budget of three) among
 // small ones: it ends with an error after the others were preempted for it in vain, with the
 // tokens it produced a prefix of its answer alone; the small ones complete as alone, and the
