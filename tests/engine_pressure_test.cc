@@ -76,6 +76,7 @@ TEST(EnginePressure, EveryRequestCompletesAsAloneOrIsRefusedAsOverloaded) {
     ASSERT_TRUE(run.ok()) << where << ": " << run.to_string();
 
     std::uint64_t completed = 0, refused_at_submit = 0, refused_in_queue = 0, preempted = 0;
+    std::uint64_t preempted_seeded = 0;  // recomputed, so drawing the same numbers again
     for (std::uint64_t i = 0; i < kRequests; ++i) {
       const Outcome& outcome = rig->outcome(i);
       const std::string which = where + ", request " + std::to_string(i);
@@ -103,12 +104,16 @@ TEST(EnginePressure, EveryRequestCompletesAsAloneOrIsRefusedAsOverloaded) {
       EXPECT_EQ(outcome.stats.prompt_tokens, kPromptTokens) << which;
       EXPECT_EQ(outcome.stats.generated_tokens, kMaxTokens) << which;
       if (outcome.stats.preemptions > 0) ++preempted;
+      if (outcome.stats.preemptions > 0 && outcome.request.sampling.temperature > 0) {
+        ++preempted_seeded;
+      }
     }
     // The queue holds five: the last three submits found it full (nothing stepped yet).
     EXPECT_EQ(refused_at_submit, kRequests - options.max_queue) << where;
     EXPECT_GE(completed, 1u) << where;
     EXPECT_EQ(completed + refused_at_submit + refused_in_queue, kRequests) << where;
     EXPECT_GE(preempted, 1u) << where << ": four sequences in six windows never preempted";
+    EXPECT_GE(preempted_seeded, 1u) << where << ": no sampled request was preempted";
 
     const EngineStats stats = rig->engine().stats();
     EXPECT_GT(stats.preemptions, 0u) << where;
