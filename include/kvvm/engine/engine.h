@@ -85,11 +85,14 @@ struct RequestEvent {
 using RequestCallback = std::function<void(const RequestEvent&)>;
 
 struct EngineOptions {
-  std::uint32_t max_running = 0;    // sequences in a step; 0: min(model max_chunks, slots - 1)
+  // Sequences in a step; 0: min(model max_chunks, step_tokens, slots), less the decode graphs'
+  // padding slot when they are captured.
+  std::uint32_t max_running = 0;
   std::uint32_t step_tokens = 0;    // token budget of a step; 0: the model's max_step_tokens
   std::uint32_t prefill_chunk = 0;  // tokens of one prefill chunk at most; 0: step_tokens
   std::uint32_t max_queue = 256;    // waiting requests; a submit beyond is refused (overloaded)
-  std::chrono::milliseconds max_queue_wait{30000};  // waiting longer: refused (overloaded)
+  // Waiting longer: refused (overloaded); 0: no limit. A preempted request is never refused.
+  std::chrono::milliseconds max_queue_wait{30000};
   bool prefix_cache = true;
   std::string model_identity;  // folded into cache keys; empty: the config's architecture
   bool graphs = true;          // CUDA: decode steps replay captured graphs
@@ -101,6 +104,8 @@ struct EngineOptions {
 };
 
 struct EngineStats {
+  // Ended requests: finished (stop or length), cancelled, failed (kError, refusals in the
+  // queue included).
   std::uint64_t submitted = 0, finished = 0, cancelled = 0, failed = 0;
   std::uint64_t refused_overloaded = 0;  // at submit and in the queue
   std::uint64_t preemptions = 0;
