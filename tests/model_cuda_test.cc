@@ -266,7 +266,7 @@ TEST_P(CudaModelTest, MalformedBatchesAreRefusedAndTheModelStaysUsable) {
   ids[3] = static_cast<std::int32_t>(GetParam().config.vocab_size);
   expect_refused(run(view), "outside the vocabulary");
   ids[3] = -1;
-  expect_refused(run(view), "token id -1");
+  expect_refused(run(view), "= -1 is outside the vocabulary");
   ids = s.ids;
   chunks[0].tokens = 7;
   expect_refused(run(view), "token_ids has 8");
@@ -278,7 +278,7 @@ TEST_P(CudaModelTest, MalformedBatchesAreRefusedAndTheModelStaysUsable) {
   expect_refused(run(other), "compute type");
   chunks.assign(5, Chunk{s.slot, 0, 1});
   ids.assign(5, 1);
-  expect_refused(run(view), "at most 4");
+  expect_refused(run(view), "above max_chunks 4");
   chunks = {{s.slot, 0, 0}};
   ids.clear();
   expect_refused(run(view), "0 tokens");
