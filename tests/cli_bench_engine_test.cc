@@ -21,7 +21,7 @@
 namespace kvvm::cli {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 struct CliRun {
   int code = -1;
@@ -222,7 +222,7 @@ TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
       {{"--decode-tokens", "1"}, {"--decode-tokens", "1"}},
       {{"--prompt-tokens", "40", "--decode-tokens", "20"}, {"60", "--max-context 48"}},
       {{"--kv-budget", "12Q"}, {"--kv-budget", "12Q"}},
-      {{"--system-prompt-tokens", "48"}, {"--system-prompt-tokens 48"}},
+      {{"--system-prompt-tokens", "48", "--no-decode"}, {"--system-prompt-tokens 48"}},
       {{"--no-trace", "--plot", "x.svg"}, {"--plot", "--no-trace"}},
   };
   for (const Case& c : cases) {
