@@ -69,10 +69,15 @@ Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
   std::uint64_t tokens_at_start = 0, steps = 0, steps_at_start = 0;
   Clock::time_point last = start;
   for (;;) {
+    const std::uint64_t tokens_before = progress.tokens;
     Result<bool> more = engine.step();
     if (!more.ok()) return more.status().with_context("engine step");
-    ++steps;
-    last = Clock::now();
+    // Only steps that produced tokens count: a last step that only retires sequences (or a
+    // prefill chunk that ends no prompt) is no decode step.
+    if (progress.tokens > tokens_before) {
+      ++steps;
+      last = Clock::now();
+    }
     if (!times.all_first && progress.started == batch) {
       times.all_first = true;
       window_start = last;
