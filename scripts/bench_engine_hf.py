@@ -58,8 +58,8 @@ def random_prompts(batch, tokens, vocab, seed):
 
 
 def load(directory, dtype):
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, device_map="cuda")
-    return model.eval()
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+    return model.to("cuda").eval()
 
 
 def measure(model, mode, batch, args):
