@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "kvvm/cuda_driver.h"
@@ -19,6 +20,19 @@ constexpr std::uint64_t kHostBudgetBytes = std::uint64_t{1} << 30;
 DType default_kv_dtype(const model::ModelConfig& config, model::Backend backend) {
   if (backend == model::Backend::kCpu) return DType::kFp32;
   return config.dtype == DType::kFp16 ? DType::kFp16 : DType::kBf16;
+}
+
+// A lent driver must be of the backend the model computes on: the CUDA model reads KV from
+// device addresses, the CPU model from host ones.
+Status check_lent_driver(const KvSpaceOptions& options) {
+  const std::string backend = options.driver->info().backend;
+  const std::string_view wanted = options.backend == model::Backend::kCuda ? "cuda" : "host";
+  if (backend != wanted) {
+    return Status::InvalidArgument("driver: a " + backend + " driver for the " +
+                                   std::string(model::to_string(options.backend)) +
+                                   " backend (it needs a " + std::string(wanted) + " driver)");
+  }
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<Driver>> open_driver(const KvSpaceOptions& options) {
@@ -47,7 +61,7 @@ KvSpace::~KvSpace() {
   arena_.reset();
   pool_.reset();
   governor_.reset();
-  driver_.reset();
+  owned_driver_.reset();
 }
 
 Result<std::unique_ptr<KvSpace>> KvSpace::create(const model::ModelConfig& config,
@@ -64,9 +78,15 @@ Result<std::unique_ptr<KvSpace>> KvSpace::create(const model::ModelConfig& confi
   }
   if (o.max_slots == 0) return Status::InvalidArgument("max_slots 0: at least one slot is needed");
 
-  Result<std::unique_ptr<Driver>> driver = open_driver(o);
-  if (!driver.ok()) return driver.status();
-  space->driver_ = std::move(driver).value();
+  if (o.driver != nullptr) {
+    KVVM_RETURN_IF_ERROR(check_lent_driver(o));
+    space->driver_ = o.driver;
+  } else {
+    Result<std::unique_ptr<Driver>> driver = open_driver(o);
+    if (!driver.ok()) return driver.status();
+    space->owned_driver_ = std::move(driver).value();
+    space->driver_ = space->owned_driver_.get();
+  }
   Driver& d = *space->driver_;
 
   Result<LayoutPlan> plan =

@@ -49,7 +49,8 @@ class KvSpace {
   KvSpace() = default;
   KvSpaceOptions options_;
   // Declaration order is teardown order reversed: the arena goes first, the driver last.
-  std::unique_ptr<Driver> driver_;
+  std::unique_ptr<Driver> owned_driver_;  // null when the caller lent one (options.driver)
+  Driver* driver_ = nullptr;              // the one in use, owned or lent
   std::unique_ptr<Governor> governor_;
   std::unique_ptr<HandlePool> pool_;
   std::unique_ptr<Arena> arena_;

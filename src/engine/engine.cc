@@ -1,0 +1,403 @@
+// Engine: creation (options, prefix cache, decode graphs), the calls other threads make
+// (submit, cancel, stats, retry_after) and the engine's own stepping thread.
+#include "kvvm/engine/engine.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "engine_impl.h"
+#include "kvvm/log.h"
+
+namespace kvvm::engine {
+namespace {
+
+std::string str(std::uint64_t v) { return std::to_string(v); }
+
+// 1, 2, 4, ... up to max_running, which is always a bucket so a full batch replays too.
+std::vector<std::uint32_t> default_buckets(std::uint32_t max_running) {
+  std::vector<std::uint32_t> buckets;
+  for (std::uint32_t b = 1; b < max_running; b *= 2) buckets.push_back(b);
+  buckets.push_back(max_running);
+  return buckets;
+}
+
+Status check_buckets(const std::vector<std::uint32_t>& buckets, std::uint32_t max_chunks) {
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i] == 0 || buckets[i] > max_chunks) {
+      return Status::InvalidArgument("graph_batch_sizes[" + str(i) + "] = " + str(buckets[i]) +
+                                     ": outside [1, the model's max_chunks " + str(max_chunks) +
+                                     "]");
+    }
+    if (i > 0 && buckets[i] <= buckets[i - 1]) {
+      return Status::InvalidArgument("graph_batch_sizes[" + str(i) + "] = " + str(buckets[i]) +
+                                     ": not ascending");
+    }
+  }
+  return Status::Ok();
+}
+
+// Fills the zeros of `o` and checks what was given. `pad` says a slot goes to the graphs.
+Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, EngineOptions& o) {
+  const model::ModelLimits& limits = model.limits();
+  const std::uint32_t slots = kv.options().max_slots - (pad ? 1 : 0);
+  if (o.step_tokens == 0) o.step_tokens = limits.max_step_tokens;
+  if (o.step_tokens == 0 || o.step_tokens > limits.max_step_tokens) {
+    return Status::InvalidArgument("step_tokens " + str(o.step_tokens) +
+                                   ": outside [1, the model's max_step_tokens " +
+                                   str(limits.max_step_tokens) + "]");
+  }
+  // Every running sequence's decode token must fit a step, or the newest would starve.
+  if (o.max_running == 0) o.max_running = std::min({limits.max_chunks, slots, o.step_tokens});
+  if (o.max_running == 0) {
+    return Status::InvalidArgument("max_running 0: no slot left for a sequence (max_slots " +
+                                   str(kv.options().max_slots) + ")");
+  }
+  if (o.max_running > limits.max_chunks) {
+    return Status::InvalidArgument("max_running " + str(o.max_running) +
+                                   " exceeds the model's max_chunks " + str(limits.max_chunks));
+  }
+  if (o.max_running > o.step_tokens) {
+    return Status::InvalidArgument("max_running " + str(o.max_running) + " exceeds step_tokens " +
+                                   str(o.step_tokens) +
+                                   ": every running sequence's decode token must fit a step");
+  }
+  if (o.max_running > slots) {
+    return Status::InvalidArgument(
+        "max_running " + str(o.max_running) + " exceeds the KV space's " + str(slots) +
+        " slots for sequences" + (pad ? " (one of max_slots is the decode graphs' padding)" : ""));
+  }
+  if (o.prefill_chunk == 0 || o.prefill_chunk > o.step_tokens) o.prefill_chunk = o.step_tokens;
+  if (o.max_queue == 0) {
+    return Status::InvalidArgument("max_queue 0: no request could ever be queued");
+  }
+  if (o.max_queue_wait.count() < 0) {
+    return Status::InvalidArgument("max_queue_wait " + std::to_string(o.max_queue_wait.count()) +
+                                   " ms: negative");
+  }
+  if (o.model_identity.empty()) o.model_identity = model.config().architecture;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view to_string(RequestEnd end) {
+  switch (end) {
+    case RequestEnd::kStop:
+      return "stop";
+    case RequestEnd::kLength:
+      return "length";
+    case RequestEnd::kCancelled:
+      return "cancelled";
+    case RequestEnd::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+Engine::Impl::Impl(model::Model& model, KvSpace& kv, EngineOptions options, std::uint64_t context)
+    : model_(model), kv_(kv), options_(std::move(options)), context_(context) {
+  const std::size_t chunks = model.limits().max_chunks;
+  plan_.reserve(chunks);
+  chunks_.reserve(chunks);
+  sampling_.reserve(chunks);
+  sampled_.resize(chunks);
+  owners_.reserve(chunks);
+  ids_.reserve(options_.step_tokens);
+  running_.reserve(options_.max_running);
+  touched_.reserve(chunks);
+}
+
+Status Engine::Impl::init() {
+  if (options_.prefix_cache) {
+    PrefixCacheOptions cache_options;
+    cache_options.model_identity = options_.model_identity;
+    Result<std::unique_ptr<PrefixCache>> cache =
+        PrefixCache::create(kv_.arena(), kv_.governor(), std::move(cache_options));
+    if (!cache.ok()) return cache.status().with_context("the engine's prefix cache");
+    cache_ = std::move(cache).value();
+  }
+  if (!pad_slot_) return Status::Ok();
+  // Graphs are an optimisation: a failed capture leaves eager steps, never a failed engine.
+  std::vector<std::uint32_t> buckets = options_.graph_batch_sizes.empty()
+                                           ? default_buckets(options_.max_running)
+                                           : options_.graph_batch_sizes;
+  Status captured;
+  {
+    auto guard = kv_.arena().begin_capture();
+    captured = model_.capture_decode_graphs(model::DecodeGraphOptions{
+        .batch_sizes = std::move(buckets),
+        .kv = kv_.view(),
+        .pad_slot = *pad_slot_,
+        .max_length = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+            kv_.options().max_context, std::numeric_limits<std::uint32_t>::max()))});
+  }
+  if (!captured.ok()) {
+    log(LogLevel::kWarning,
+        "engine: decode graphs not captured, steps run eagerly: " + captured.to_string());
+    kv_.arena().release(*pad_slot_).ignore();
+    pad_slot_.reset();
+  }
+  graphs_ = model_.graph_stats();
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
+                                               EngineOptions options) {
+  const bool want_graphs = options.graphs && model.backend() == model::Backend::kCuda;
+  bool pad = want_graphs && kv.options().max_slots >= 2;
+  if (want_graphs && !pad) {
+    log(LogLevel::kWarning, "engine: decode graphs off: they need a padding slot (max_slots 1)");
+  }
+  if (!options.graph_batch_sizes.empty()) {
+    KVVM_RETURN_IF_ERROR(check_buckets(options.graph_batch_sizes, model.limits().max_chunks));
+  }
+  KVVM_RETURN_IF_ERROR(resolve_options(model, kv, pad, options));
+  const std::uint64_t context = std::min<std::uint64_t>(
+      kv.options().max_context, model.config().max_position_embeddings == 0
+                                    ? kv.options().max_context
+                                    : model.config().max_position_embeddings);
+  auto impl = std::make_unique<Impl>(model, kv, std::move(options), context);
+  if (pad) {
+    Result<SlotId> slot = kv.arena().admit(1);
+    if (slot.ok()) {
+      impl->set_pad_slot(*slot);
+    } else {
+      log(LogLevel::kWarning,
+          "engine: decode graphs off: no padding slot: " + slot.status().to_string());
+    }
+  }
+  KVVM_RETURN_IF_ERROR(impl->init());
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Engine::Impl::~Impl() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+    draining_ = true;
+    cancel_all_ = true;
+  }
+  wake_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  // Without a thread (or if it stopped first): what is left is cancelled here, callbacks run.
+  for (int i = 0; i < 2; ++i) {
+    {
+      std::lock_guard lock(mutex_);
+      cancel_all_ = true;
+    }
+    Result<bool> more = step();
+    if (!more.ok() || !*more) break;
+  }
+  if (pad_slot_) {
+    model_.release_decode_graphs();
+    kv_.arena().release(*pad_slot_).ignore();
+  }
+  cache_.reset();  // the entries' holds go back before the arena is used by anyone else
+}
+
+Status Engine::Impl::validate(const EngineRequest& r) const {
+  const std::uint32_t vocab = model_.config().vocab_size;
+  if (r.prompt.empty()) return Status::InvalidArgument("prompt: empty (at least one token)");
+  for (std::size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || static_cast<std::uint32_t>(r.prompt[i]) >= vocab) {
+      return Status::InvalidArgument("prompt[" + str(i) + "]: id " + std::to_string(r.prompt[i]) +
+                                     " outside the vocabulary of " + str(vocab));
+    }
+  }
+  if (r.max_tokens == 0) return Status::InvalidArgument("max_tokens: 0 (at least 1)");
+  const std::uint64_t needed = r.prompt.size() + std::uint64_t{r.max_tokens};
+  if (needed > context_) {
+    return Status::InvalidArgument("max_tokens: a prompt of " + str(r.prompt.size()) +
+                                   " tokens + max_tokens " + str(r.max_tokens) + " = " +
+                                   str(needed) + " tokens exceed the context of " + str(context_));
+  }
+  KVVM_RETURN_IF_ERROR(check_sampling(r.sampling));
+  for (std::size_t i = 0; i < r.stop_ids.size(); ++i) {
+    if (r.stop_ids[i] < 0 || static_cast<std::uint32_t>(r.stop_ids[i]) >= vocab) {
+      return Status::InvalidArgument("stop_ids[" + str(i) + "]: id " +
+                                     std::to_string(r.stop_ids[i]) + " outside the vocabulary of " +
+                                     str(vocab));
+    }
+  }
+  if (!r.stop_strings.empty() && options_.tokenizer == nullptr) {
+    return Status::InvalidArgument(
+        "stop_strings: the engine has no tokenizer (EngineOptions::tokenizer) to read text with");
+  }
+  for (std::size_t i = 0; i < r.stop_strings.size(); ++i) {
+    if (r.stop_strings[i].empty()) {
+      return Status::InvalidArgument("stop_strings[" + str(i) + "]: empty");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback callback) {
+  KVVM_RETURN_IF_ERROR(validate(request));
+  auto r = std::make_unique<RequestState>();
+  r->ends = request.stop_ids;
+  if (request.use_model_eos) {
+    for (const std::int32_t eos : model_.config().eos_token_ids) {
+      if (std::find(r->ends.begin(), r->ends.end(), eos) == r->ends.end()) r->ends.push_back(eos);
+    }
+  }
+  r->prompt_size = static_cast<std::uint32_t>(request.prompt.size());
+  r->tokens.reserve(request.prompt.size() + request.max_tokens);
+  r->tokens = request.prompt;
+  r->stats.prompt_tokens = r->prompt_size;
+  if (options_.tokenizer != nullptr) {
+    r->text = std::make_unique<TextStream>(*options_.tokenizer, request.stop_strings);
+  }
+  r->request = std::move(request);
+  r->callback = std::move(callback);
+  r->submitted = Clock::now();
+
+  RequestId id = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (draining_) return Status::Unavailable("the engine is draining: no new request");
+    if (queued_ >= options_.max_queue) {
+      ++refused_at_submit_;
+      const double retry = retry_.seconds(queued_, options_.max_running, r->submitted);
+      return Status::ResourceExhausted("overloaded: " + str(queued_) +
+                                           " requests waiting (max_queue " +
+                                           str(options_.max_queue) + "); retry in about " +
+                                           std::to_string(static_cast<int>(retry)) + " s",
+                                       Exhaustion{});
+    }
+    id = next_id_++;
+    r->id = id;
+    inbox_.push_back(std::move(r));
+    ++queued_;
+    ++submitted_;
+  }
+  wake_.notify_one();
+  return id;
+}
+
+void Engine::Impl::cancel(RequestId id) {
+  {
+    std::lock_guard lock(mutex_);
+    cancels_.push_back(id);
+  }
+  wake_.notify_one();
+}
+
+double Engine::Impl::retry_after() const {
+  std::lock_guard lock(mutex_);
+  return retry_.seconds(queued_, options_.max_running, Clock::now());
+}
+
+Status Engine::Impl::run_until_idle() {
+  while (true) {
+    Result<bool> more = step();
+    if (!more.ok()) return more.status();
+    if (!*more) return Status::Ok();
+  }
+}
+
+Status Engine::Impl::start() {
+  std::lock_guard lock(mutex_);
+  if (started_) return Status::FailedPrecondition("start: the engine's thread already started");
+  if (draining_) return Status::FailedPrecondition("start: the engine is draining");
+  started_ = true;
+  worker_ = std::thread([this] { worker(); });
+  return Status::Ok();
+}
+
+void Engine::Impl::worker() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [&] {
+      return stop_ || work_left_ || cancel_all_ || !inbox_.empty() || !cancels_.empty();
+    });
+    if (stop_ && !work_left_ && !cancel_all_ && inbox_.empty()) break;
+    lock.unlock();
+    Result<bool> more = step();
+    if (!more.ok()) log(LogLevel::kError, "engine step: " + more.status().to_string());
+    lock.lock();
+  }
+}
+
+bool Engine::Impl::drain(std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  bool threaded = false;
+  {
+    std::lock_guard lock(mutex_);
+    draining_ = true;
+    threaded = worker_.joinable();
+  }
+  bool in_time = false;
+  if (threaded) {
+    std::unique_lock lock(mutex_);
+    in_time = idle_.wait_until(lock, deadline, [&] { return !work_left_ && inbox_.empty(); });
+    cancel_all_ = true;
+    stop_ = true;
+    lock.unlock();
+    wake_.notify_all();
+    worker_.join();
+    return in_time;
+  }
+  while (Clock::now() < deadline) {
+    Result<bool> more = step();
+    if (!more.ok() || !*more) {
+      in_time = more.ok();
+      break;
+    }
+  }
+  if (!in_time) {
+    {
+      std::lock_guard lock(mutex_);
+      cancel_all_ = true;
+    }
+    step().status().ignore();
+  }
+  return in_time;
+}
+
+EngineStats Engine::Impl::stats() const {
+  EngineStats s;
+  {
+    std::lock_guard lock(mutex_);
+    s.submitted = submitted_;
+    s.finished = published_.finished;
+    s.cancelled = published_.cancelled;
+    s.failed = published_.failed;
+    s.refused_overloaded = refused_at_submit_ + published_.refused_in_queue;
+    s.preemptions = published_.preemptions;
+    s.steps = published_.steps;
+    s.decode_only_steps = published_.decode_only_steps;
+    s.prompt_tokens = published_.prompt_tokens;
+    s.cached_tokens = published_.cached_tokens;
+    s.generated_tokens = published_.generated_tokens;
+    s.running = running_count_;
+    s.waiting = static_cast<std::uint32_t>(queued_);
+    s.peak_running = published_.peak_running;
+    s.graphs = graphs_;
+  }
+  Arena& arena = kv_.arena();
+  const TierStats tier = kv_.governor().stats(arena.tier());
+  s.kv_usage =
+      tier.limit == 0 ? 0 : static_cast<double>(tier.used) / static_cast<double>(tier.limit);
+  if (cache_) s.prefix = cache_->stats();
+  s.arena = arena.stats();
+  return s;
+}
+
+Result<RequestId> Engine::submit(EngineRequest request, RequestCallback callback) {
+  return impl_->submit(std::move(request), std::move(callback));
+}
+void Engine::cancel(RequestId id) { impl_->cancel(id); }
+double Engine::retry_after() const { return impl_->retry_after(); }
+Result<bool> Engine::step() { return impl_->step(); }
+Status Engine::run_until_idle() { return impl_->run_until_idle(); }
+Status Engine::start() { return impl_->start(); }
+bool Engine::drain(std::chrono::milliseconds timeout) { return impl_->drain(timeout); }
+EngineStats Engine::stats() const { return impl_->stats(); }
+const EngineOptions& Engine::options() const { return impl_->options(); }
+
+}  // namespace kvvm::engine

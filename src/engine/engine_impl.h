@@ -1,0 +1,135 @@
+// Engine::Impl: the engine's state, split by who touches it.
+//
+// The stepping thread alone owns the queue it admits from, the running sequences and the
+// step's buffers; other threads meet it only through mutex_: submit() and cancel() leave
+// requests and ids in an inbox the next step takes in one lock, and each step publishes its
+// counters back in one lock. Callbacks run after the step with no lock held, so they may
+// submit or cancel.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "kvvm/engine/engine.h"
+#include "kvvm/prefix_cache.h"
+#include "request_state.h"
+#include "retry_estimate.h"
+
+namespace kvvm::engine {
+
+class Engine::Impl {
+ public:
+  Impl(model::Model& model, KvSpace& kv, EngineOptions options, std::uint64_t context);
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // The prefix cache and the decode graphs (engine.cc).
+  void set_pad_slot(SlotId slot) { pad_slot_ = slot; }
+  Status init();
+
+  Result<RequestId> submit(EngineRequest request, RequestCallback callback);
+  void cancel(RequestId id);
+  double retry_after() const;
+  Result<bool> step();
+  Status run_until_idle();
+  Status start();
+  bool drain(std::chrono::milliseconds timeout);
+  EngineStats stats() const;
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  // One sequence's share of the step being built.
+  struct Planned {
+    RequestState* request = nullptr;
+    std::uint32_t start = 0;
+    std::uint32_t tokens = 0;
+  };
+  // What the stepping thread counts; copied into the shared counters at the end of a step.
+  struct StepCounters {
+    std::uint64_t finished = 0, cancelled = 0, failed = 0, refused_in_queue = 0;
+    std::uint64_t preemptions = 0, steps = 0, decode_only_steps = 0;
+    std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+    std::uint32_t peak_running = 0;
+  };
+
+  Status validate(const EngineRequest& request) const;  // engine.cc
+  void worker();                                        // engine.cc
+
+  // The step's phases (engine_step.cc).
+  // Takes the inbox and the cancellations; refuses requests that waited too long.
+  void take_inbox(Clock::time_point now);
+  void admit_waiting(Clock::time_point now);
+  // Plans the step's chunks and commits what they write; false when there is nothing to run.
+  bool plan_step();
+  void run_step(Clock::time_point now);
+  // The token sampled after the request's last missing one.
+  void on_sampled(RequestState& r, std::int32_t token, Clock::time_point now);
+  void after_step_cache(RequestState& r);
+  // Moves finished requests out of the queue and the running set, runs the callbacks.
+  void deliver(Clock::time_point now);
+
+  // Request outcomes (engine_request.cc).
+  void touch(RequestState& r);
+  void end_request(RequestState& r, RequestEnd end, Status error = Status::Ok());
+  void release_slot(RequestState& r);
+  void preempt(RequestState& victim);
+  // The newest running request not finished; null when none.
+  RequestState* newest_running();
+  std::size_t active_running() const;  // running and not finished
+  void finish_stats(RequestState& r, Clock::time_point now);
+  void fill_event(const RequestState& r, RequestEvent& event) const;
+
+  model::Model& model_;
+  KvSpace& kv_;
+  EngineOptions options_;
+  const std::uint64_t context_;  // prompt + max_tokens limit
+  std::unique_ptr<PrefixCache> cache_;
+  std::optional<SlotId> pad_slot_;  // the decode graphs' padding rows write here
+
+  // The stepping thread's own.
+  std::deque<std::unique_ptr<RequestState>> waiting_;
+  std::vector<std::unique_ptr<RequestState>> running_;  // in admission order: newest last
+  std::vector<std::unique_ptr<RequestState>> done_;     // finished this step
+  std::vector<RequestState*> touched_;                  // with an event this step
+  std::vector<RequestId> cancels_taken_;
+  std::vector<Planned> plan_;
+  std::vector<std::int32_t> ids_;
+  std::vector<model::Chunk> chunks_;
+  std::vector<model::ChunkSampling> sampling_;
+  std::vector<std::int32_t> sampled_;
+  std::vector<RequestState*> owners_;
+  std::uint64_t admissions_ = 0;
+  std::uint32_t admitted_this_step_ = 0;
+  double retry_now_ = 1;  // the estimate when the step began
+  StepCounters step_counters_;
+
+  // Shared, under mutex_.
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;  // the worker: work arrived or stop
+  std::condition_variable idle_;  // drain: nothing left
+  std::vector<std::unique_ptr<RequestState>> inbox_;
+  std::vector<RequestId> cancels_;
+  bool cancel_all_ = false;
+  bool draining_ = false;
+  bool stop_ = false;
+  bool started_ = false;
+  bool work_left_ = false;  // as of the last step
+  RequestId next_id_ = 1;
+  std::uint64_t queued_ = 0;  // inbox and queue
+  std::uint64_t submitted_ = 0;
+  std::uint64_t refused_at_submit_ = 0;
+  std::uint32_t running_count_ = 0;
+  StepCounters published_;
+  model::GraphStats graphs_;
+  RetryEstimate retry_;
+  std::thread worker_;
+};
+
+}  // namespace kvvm::engine

@@ -1,0 +1,104 @@
+// How a request leaves the running set: ended (its slot released at once, its event delivered
+// after the step) or preempted (its KV released, first in line to be recomputed).
+#include <algorithm>
+
+#include "engine_impl.h"
+#include "kvvm/log.h"
+
+namespace kvvm::engine {
+
+void Engine::Impl::touch(RequestState& r) {
+  if (r.touched) return;
+  r.touched = true;
+  touched_.push_back(&r);
+}
+
+void Engine::Impl::end_request(RequestState& r, RequestEnd end, Status error) {
+  if (r.finished) return;
+  r.finished = true;
+  r.end = end;
+  r.error = std::move(error);
+  release_slot(r);
+  touch(r);
+}
+
+void Engine::Impl::release_slot(RequestState& r) {
+  if (!r.slot) return;
+  const Status released = cache_ ? cache_->release(*r.slot) : kv_.arena().release(*r.slot);
+  // The arena quarantines what it could not undo; the request's own outcome stands.
+  if (!released.ok()) {
+    log(LogLevel::kWarning, "engine: releasing slot " + std::to_string(*r.slot) + " of request " +
+                                std::to_string(r.id) + ": " + released.to_string());
+  }
+  r.slot.reset();
+}
+
+RequestState* Engine::Impl::newest_running() {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (!(*it)->finished) return it->get();
+  }
+  return nullptr;
+}
+
+std::size_t Engine::Impl::active_running() const {
+  return static_cast<std::size_t>(
+      std::count_if(running_.begin(), running_.end(), [](const auto& r) { return !r->finished; }));
+}
+
+void Engine::Impl::preempt(RequestState& victim) {
+  release_slot(victim);
+  victim.computed = 0;
+  victim.cache_known = 0;
+  ++victim.stats.preemptions;
+  ++step_counters_.preemptions;
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const auto& r) { return r.get() == &victim; });
+  if (it == running_.end()) return;
+  // First in line: it was admitted before everything still waiting.
+  waiting_.push_front(std::move(*it));
+  running_.erase(it);
+}
+
+void Engine::Impl::finish_stats(RequestState& r, Clock::time_point now) {
+  RequestStats& s = r.stats;
+  s.generated_tokens = r.generated;
+  s.total_seconds = std::chrono::duration<double>(now - r.submitted).count();
+  if (!r.ever_admitted) s.queue_seconds = s.total_seconds;
+  if (r.generated > 0) {
+    s.time_to_first_token = std::chrono::duration<double>(r.first_token - r.submitted).count();
+  }
+  if (r.generated > 1) {
+    s.time_per_output_token = std::chrono::duration<double>(r.last_token - r.first_token).count() /
+                              static_cast<double>(r.generated - 1);
+  }
+  switch (r.end) {
+    case RequestEnd::kStop:
+    case RequestEnd::kLength:
+      ++step_counters_.finished;
+      break;
+    case RequestEnd::kCancelled:
+      ++step_counters_.cancelled;
+      break;
+    case RequestEnd::kError:
+      ++step_counters_.failed;
+      break;
+  }
+  step_counters_.prompt_tokens += r.prompt_size;
+  step_counters_.cached_tokens += s.cached_tokens;
+  step_counters_.generated_tokens += r.generated;
+}
+
+void Engine::Impl::fill_event(const RequestState& r, RequestEvent& event) const {
+  event.id = r.id;
+  if (r.emit_token) event.tokens = std::span<const std::int32_t>(&r.tokens.back(), 1);
+  event.text = r.text_out;
+  event.finished = r.finished;
+  if (r.finished) {
+    event.end = r.end;
+    event.error = r.error;
+    event.retry_after_seconds = r.retry_after_seconds;
+    event.stats = &r.stats;
+  }
+}
+
+}  // namespace kvvm::engine

@@ -1,0 +1,317 @@
+// One engine step: take the inbox, admit, plan and commit, run the model once, deliver.
+#include <algorithm>
+#include <string>
+
+#include "engine_impl.h"
+#include "kvvm/log.h"
+
+namespace kvvm::engine {
+namespace {
+
+std::string str(std::uint64_t v) { return std::to_string(v); }
+
+// The prompt as the prefix cache spells ids (the same bits: ids are never negative).
+std::span<const TokenId> as_cache_ids(const std::int32_t* ids, std::size_t n) {
+  return {reinterpret_cast<const TokenId*>(ids), n};
+}
+
+// Moves the finished requests of `from` into `done`, keeping the order of the rest.
+template <typename Container>
+void sweep_finished(Container& from, std::vector<std::unique_ptr<RequestState>>& done) {
+  auto keep = from.begin();
+  for (auto it = from.begin(); it != from.end(); ++it) {
+    if ((*it)->finished) {
+      done.push_back(std::move(*it));
+    } else {
+      if (keep != it) *keep = std::move(*it);
+      ++keep;
+    }
+  }
+  from.erase(keep, from.end());
+}
+
+}  // namespace
+
+Result<bool> Engine::Impl::step() {
+  take_inbox(Clock::now());
+  admit_waiting(Clock::now());
+  if (plan_step()) run_step(Clock::now());
+  deliver(Clock::now());
+  std::lock_guard lock(mutex_);
+  return work_left_ || !inbox_.empty() || !cancels_.empty() || cancel_all_;
+}
+
+void Engine::Impl::take_inbox(Clock::time_point now) {
+  bool all = false;
+  cancels_taken_.clear();
+  {
+    std::lock_guard lock(mutex_);
+    // Busy from here until deliver() says otherwise: drain() must not see the inbox empty
+    // and the step's work not yet counted.
+    work_left_ = work_left_ || !inbox_.empty() || !cancels_.empty() || cancel_all_;
+    for (auto& r : inbox_) waiting_.push_back(std::move(r));
+    inbox_.clear();
+    cancels_taken_.swap(cancels_);
+    all = cancel_all_;
+    cancel_all_ = false;
+    retry_now_ = retry_.seconds(queued_, options_.max_running, now);
+  }
+  if (all) {
+    for (auto& r : running_) end_request(*r, RequestEnd::kCancelled);
+    for (auto& r : waiting_) end_request(*r, RequestEnd::kCancelled);
+  } else {
+    for (const RequestId id : cancels_taken_) {
+      auto match = [id](const std::unique_ptr<RequestState>& r) { return r->id == id; };
+      if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
+        end_request(**it, RequestEnd::kCancelled);
+      } else if (auto q = std::find_if(waiting_.begin(), waiting_.end(), match);
+                 q != waiting_.end()) {
+        end_request(**q, RequestEnd::kCancelled);
+      }
+    }
+  }
+  // A request that already ran (preempted since) is not refused: its answer has started.
+  // The others wait in submit order, so the first still in time ends the scan.
+  if (options_.max_queue_wait.count() > 0) {
+    for (auto& r : waiting_) {
+      if (r->finished || r->ever_admitted) continue;
+      if (now - r->submitted <= options_.max_queue_wait) break;
+      const double waited = std::chrono::duration<double>(now - r->submitted).count();
+      r->retry_after_seconds = retry_now_;
+      ++step_counters_.refused_in_queue;
+      end_request(
+          *r, RequestEnd::kError,
+          Status::ResourceExhausted("overloaded: waited " + std::to_string(waited) +
+                                        " s in the queue (max_queue_wait " +
+                                        std::to_string(options_.max_queue_wait.count()) + " ms)",
+                                    Exhaustion{}));
+    }
+  }
+  if (!touched_.empty()) {  // only ends so far: cancelled or refused
+    sweep_finished(running_, done_);
+    sweep_finished(waiting_, done_);
+  }
+}
+
+void Engine::Impl::admit_waiting(Clock::time_point now) {
+  admitted_this_step_ = 0;
+  Arena& arena = kv_.arena();
+  while (!waiting_.empty() && running_.size() < options_.max_running) {
+    RequestState& r = *waiting_.front();
+    Result<SlotId> slot = Status::Internal("not admitted");
+    std::uint64_t cached = 0;
+    if (cache_) {
+      Result<CacheAdmission> a =
+          cache_->admit(as_cache_ids(r.tokens.data(), r.tokens.size()), r.request.tenant);
+      if (a.ok()) {
+        slot = a->slot;
+        cached = a->cached_tokens;
+      } else {
+        slot = a.status();
+      }
+    } else {
+      slot = arena.admit(r.tokens.size());
+    }
+    Status refused = slot.status();
+    if (slot.ok() && options_.preallocate) {
+      refused = arena.ensure(*slot, kv_.options().max_context);
+      if (!refused.ok()) {
+        (cache_ ? cache_->release(*slot) : arena.release(*slot)).ignore();
+      }
+    }
+    if (!refused.ok()) {
+      const bool later = refused.code() == StatusCode::kResourceExhausted ||
+                         refused.code() == StatusCode::kUnavailable;
+      // Refused for now: it stays first in line, unless nothing running could ever make room.
+      if (later && active_running() > 0) break;
+      end_request(r, RequestEnd::kError,
+                  refused.with_context("admitting " + str(r.tokens.size()) + " tokens"));
+      done_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      continue;
+    }
+    r.slot = *slot;
+    r.computed = static_cast<std::uint32_t>(cached);
+    r.cache_known = static_cast<std::uint32_t>(r.tokens.size());
+    r.admission = ++admissions_;
+    r.stats.cached_tokens = static_cast<std::uint32_t>(cached);
+    if (!r.ever_admitted) {
+      r.ever_admitted = true;
+      r.admitted = now;
+      r.stats.queue_seconds = std::chrono::duration<double>(now - r.submitted).count();
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    ++admitted_this_step_;
+  }
+  step_counters_.peak_running =
+      std::max(step_counters_.peak_running, static_cast<std::uint32_t>(running_.size()));
+}
+
+bool Engine::Impl::plan_step() {
+  plan_.clear();
+  const std::size_t max_chunks = model_.limits().max_chunks;
+  std::uint32_t budget = options_.step_tokens;
+  // Decode tokens first: a running answer never waits behind a new prompt.
+  for (auto& r : running_) {
+    if (budget == 0 || plan_.size() == max_chunks) break;
+    if (r->finished || r->missing() != 1) continue;
+    plan_.push_back(Planned{.request = r.get(), .start = r->computed, .tokens = 1});
+    --budget;
+  }
+  for (auto& r : running_) {
+    if (budget == 0 || plan_.size() == max_chunks) break;
+    if (r->finished || r->missing() <= 1) continue;
+    const std::uint32_t n = std::min({r->missing(), options_.prefill_chunk, budget});
+    plan_.push_back(Planned{.request = r.get(), .start = r->computed, .tokens = n});
+    budget -= n;
+  }
+  // Commit what each chunk writes. Growth refused after reclaim preempts the newest sequence
+  // (possibly this one) and tries again; one that cannot fit alone fails.
+  Arena& arena = kv_.arena();
+  for (Planned& p : plan_) {
+    while (p.request != nullptr) {
+      RequestState& r = *p.request;
+      Status grown = arena.ensure(*r.slot, std::uint64_t{p.start} + p.tokens);
+      if (grown.ok()) break;
+      if (grown.code() != StatusCode::kResourceExhausted) {
+        end_request(r, RequestEnd::kError,
+                    grown.with_context("committing KV through token " + str(p.start + p.tokens)));
+        p.request = nullptr;
+        break;
+      }
+      RequestState* victim = newest_running();
+      if (victim == &r && active_running() == 1) {
+        end_request(r, RequestEnd::kError,
+                    grown.with_context("the sequence alone cannot grow to " +
+                                       str(p.start + p.tokens) + " tokens"));
+        p.request = nullptr;
+        break;
+      }
+      for (Planned& q : plan_) {
+        if (q.request == victim) q.request = nullptr;
+      }
+      preempt(*victim);
+    }
+  }
+  return std::any_of(plan_.begin(), plan_.end(),
+                     [](const Planned& p) { return p.request != nullptr; });
+}
+
+void Engine::Impl::run_step(Clock::time_point now) {
+  ids_.clear();
+  chunks_.clear();
+  sampling_.clear();
+  owners_.clear();
+  bool decode_only = true;
+  for (const Planned& p : plan_) {
+    if (p.request == nullptr || p.request->finished) continue;
+    RequestState& r = *p.request;
+    ids_.insert(ids_.end(), r.tokens.begin() + p.start, r.tokens.begin() + p.start + p.tokens);
+    chunks_.push_back(model::Chunk{.slot = *r.slot, .start = p.start, .tokens = p.tokens});
+    sampling_.push_back(model::ChunkSampling{.params = r.request.sampling, .counter = r.generated});
+    owners_.push_back(&r);
+    decode_only = decode_only && p.tokens == 1;
+  }
+  if (chunks_.empty()) return;
+  const model::StepBatch batch{
+      .token_ids = ids_, .chunks = chunks_, .kv = kv_.view(), .sampling = sampling_};
+  model::StepOutput out;
+  out.sampled = sampled_.data();
+  const Status ran = model_.forward(batch, out);
+  ++step_counters_.steps;
+  if (decode_only) ++step_counters_.decode_only_steps;
+  if (!ran.ok()) {
+    // The step's KV is in an unknown state: its requests end, the others carry on.
+    const Status failed = ran.with_context("model step of " + str(chunks_.size()) + " chunks, " +
+                                           str(ids_.size()) + " tokens");
+    for (RequestState* r : owners_) end_request(*r, RequestEnd::kError, failed);
+    return;
+  }
+  for (std::size_t i = 0; i < owners_.size(); ++i) {
+    RequestState& r = *owners_[i];
+    r.computed += chunks_[i].tokens;
+    if (cache_) after_step_cache(r);
+    // Only a chunk that completes the known tokens samples; a mid-prompt chunk's draw is moot.
+    if (r.missing() == 0) on_sampled(r, sampled_[i], now);
+  }
+}
+
+void Engine::Impl::after_step_cache(RequestState& r) {
+  // Generated tokens fed this step become known ids, so their windows can publish too.
+  if (r.computed > r.cache_known) {
+    const Status extended = cache_->extend(
+        *r.slot, as_cache_ids(r.tokens.data() + r.cache_known, r.computed - r.cache_known));
+    if (!extended.ok()) {
+      log(LogLevel::kWarning, "engine: prefix cache extend: " + extended.to_string());
+      return;
+    }
+    r.cache_known = r.computed;
+  }
+  // Publishing is an optimisation for later requests, never this one's failure.
+  const Status published = cache_->written(*r.slot, r.computed);
+  if (!published.ok()) {
+    log(LogLevel::kWarning, "engine: prefix cache publish: " + published.to_string());
+  }
+}
+
+void Engine::Impl::on_sampled(RequestState& r, std::int32_t token, Clock::time_point now) {
+  if (std::find(r.ends.begin(), r.ends.end(), token) != r.ends.end()) {
+    if (r.text) r.text->finish(r.text_out);
+    end_request(r, RequestEnd::kStop);
+    return;
+  }
+  r.tokens.push_back(token);
+  ++r.generated;
+  if (r.generated == 1) r.first_token = now;
+  r.last_token = now;
+  r.emit_token = true;
+  touch(r);
+  if (r.text && r.text->push(token, r.text_out)) {
+    r.emit_token = false;  // the token that completed a stop string is not emitted
+    end_request(r, RequestEnd::kStop);
+    return;
+  }
+  if (r.generated >= r.request.max_tokens) {
+    const bool stopped = r.text && r.text->finish(r.text_out);
+    end_request(r, stopped ? RequestEnd::kStop : RequestEnd::kLength);
+  }
+}
+
+void Engine::Impl::deliver(Clock::time_point now) {
+  // Every finished request was touched: without one, the sets need no sweep.
+  bool any_finished = false;
+  for (RequestState* r : touched_) {
+    if (!r->finished) continue;
+    any_finished = true;
+    finish_stats(*r, now);
+  }
+  if (any_finished) {
+    sweep_finished(running_, done_);
+    sweep_finished(waiting_, done_);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    published_ = step_counters_;
+    running_count_ = static_cast<std::uint32_t>(running_.size());
+    queued_ = inbox_.size() + waiting_.size();
+    work_left_ = !running_.empty() || !waiting_.empty();
+    graphs_ = model_.graph_stats();
+    for (std::uint32_t i = 0; i < admitted_this_step_; ++i) retry_.note_admission(now);
+  }
+  for (RequestState* r : touched_) {
+    if (r->callback) {
+      RequestEvent event;
+      fill_event(*r, event);
+      r->callback(event);
+    }
+    r->touched = false;
+    r->emit_token = false;
+    r->text_out.clear();
+  }
+  touched_.clear();
+  done_.clear();
+  idle_.notify_all();
+}
+
+}  // namespace kvvm::engine

@@ -1,0 +1,59 @@
+// RequestState: one request inside the engine, from submit to its last event.
+//
+// Its tokens are the prompt followed by what it generated; `computed` of them have their K/V
+// written in its slot. A running sequence whose one missing token is the last it sampled is
+// decoding; one missing more is prefilling (a new prompt, or a preempted request recomputing
+// its prompt and its own output). The step that writes the last missing token samples the
+// next one, with the output index as the sampler's counter, so a recomputed request draws
+// the same numbers again.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvvm/arena.h"
+#include "kvvm/engine/engine.h"
+#include "stop_strings.h"
+
+namespace kvvm::engine {
+
+using Clock = std::chrono::steady_clock;
+
+struct RequestState {
+  RequestId id = 0;
+  EngineRequest request;
+  RequestCallback callback;
+  std::vector<std::int32_t> ends;    // stop_ids, plus the config's eos ids when asked
+  std::vector<std::int32_t> tokens;  // prompt, then every generated token
+  std::uint32_t prompt_size = 0;
+  std::uint32_t generated = 0;       // tokens generated (the output index of the next)
+  std::uint32_t computed = 0;        // tokens whose K/V is in the slot
+  std::optional<SlotId> slot;        // while running
+  std::uint64_t admission = 0;       // admission number: the highest is the newest
+  std::uint32_t cache_known = 0;     // tokens the prefix cache knows the ids of
+  std::unique_ptr<TextStream> text;  // with a tokenizer
+  bool touched = false;              // has an event this step
+
+  Clock::time_point submitted{};
+  Clock::time_point admitted{};  // first admission
+  Clock::time_point first_token{};
+  Clock::time_point last_token{};
+  bool ever_admitted = false;
+  RequestStats stats;
+
+  // What this step delivers: the new token (if any), the new text, and the end.
+  bool emit_token = false;
+  std::string text_out;
+  bool finished = false;
+  RequestEnd end = RequestEnd::kLength;
+  Status error;
+  double retry_after_seconds = 0;
+
+  std::uint32_t missing() const { return static_cast<std::uint32_t>(tokens.size()) - computed; }
+};
+
+}  // namespace kvvm::engine

@@ -1,0 +1,34 @@
+// RetryEstimate: when a request refused as overloaded should come back. The queue ahead of it
+// drains at the rate requests recently left it (admitted); that rate is measured over the
+// last few admissions rather than assumed, so the estimate follows the load.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace kvvm::engine {
+
+class RetryEstimate {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr double kMinSeconds = 1;
+  static constexpr double kMaxSeconds = 3600;
+
+  // A request left the queue (was admitted) at `when`.
+  void note_admission(Clock::time_point when);
+  // Seconds until `waiting` requests ahead have been admitted: at the recent rate, else (no
+  // recent admission) one second per `parallel` of them. Clamped to [1, 3600].
+  double seconds(std::uint64_t waiting, std::uint32_t parallel, Clock::time_point now) const;
+
+ private:
+  // Admissions older than this say nothing about the rate now.
+  static constexpr std::chrono::seconds kWindow{60};
+  static constexpr std::size_t kSamples = 64;
+  std::array<Clock::time_point, kSamples> times_{};  // a ring of the latest admissions
+  std::size_t next_ = 0;
+  std::size_t count_ = 0;
+};
+
+}  // namespace kvvm::engine

@@ -1,0 +1,315 @@
+// The engine on the CPU model: the same tokens whatever else runs beside a request (alone,
+// in a mixed prefill / decode batch, with chunked prefill, with the prefix cache, after a
+// preemption), and the same as transformers' greedy continuations where they can be called.
+#include "kvvm/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "kvvm/engine/generate.h"
+#include "support/engine_harness.h"
+
+namespace kvvm::engine {
+namespace {
+
+using testing::Collector;
+using testing::expect_clean;
+using testing::greedy_request;
+using testing::llama;
+using testing::make_kv;
+
+std::vector<std::int32_t> random_prompt(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::uniform_int_distribution<std::int32_t> draw(0, 1000);  // inside every fixture's vocab
+  std::vector<std::int32_t> ids(n);
+  for (auto& id : ids) id = draw(random);
+  return ids;
+}
+
+// Runs `requests` through one engine. `gap` > 0 submits request i after i * gap steps, so
+// prefill chunks of new requests share steps with decodes of earlier ones.
+std::vector<std::vector<std::int32_t>> run_engine(model::Model& model, KvSpace& kv,
+                                                  const EngineOptions& options,
+                                                  const std::vector<EngineRequest>& requests,
+                                                  int gap = 0, EngineStats* stats_out = nullptr,
+                                                  std::vector<RequestStats>* request_stats = {}) {
+  Collector collector;
+  std::vector<RequestId> ids;
+  {
+    auto engine = Engine::create(model, kv, options);
+    EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+    if (!engine.ok()) return {};
+    for (const EngineRequest& request : requests) {
+      auto id = (*engine)->submit(request, collector.callback());
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+      if (!id.ok()) return {};
+      ids.push_back(*id);
+      for (int s = 0; s < gap; ++s) EXPECT_TRUE((*engine)->step().ok());
+    }
+    EXPECT_TRUE((*engine)->run_until_idle().ok());
+    if (stats_out != nullptr) *stats_out = (*engine)->stats();
+  }
+  expect_clean(kv);
+  std::vector<std::vector<std::int32_t>> tokens;
+  for (const RequestId id : ids) {
+    const testing::Outcome o = collector.get(id);
+    EXPECT_EQ(o.finished_events, 1) << "request " << id;
+    EXPECT_TRUE(o.end == RequestEnd::kLength || o.end == RequestEnd::kStop)
+        << to_string(o.end) << ": " << o.error.to_string();
+    EXPECT_EQ(o.stats.generated_tokens, o.tokens.size());
+    tokens.push_back(o.tokens);
+    if (request_stats != nullptr) request_stats->push_back(o.stats);
+  }
+  return tokens;
+}
+
+std::vector<EngineRequest> fixture_requests(const nlohmann::json& expected,
+                                            std::uint32_t max_tokens) {
+  std::vector<EngineRequest> requests;
+  for (const nlohmann::json& entry : expected["greedy"]) {
+    requests.push_back(
+        greedy_request(entry["prompt_ids"].get<std::vector<std::int32_t>>(), max_tokens));
+  }
+  return requests;
+}
+
+// Alone, together in one batch and staggered (prefill beside decode): the same greedy tokens,
+// equal to generate()'s and to transformers' wherever its top-2 margin calls the token.
+TEST(Engine, GreedyTokensAloneEqualABatchAndTheReference) {
+  testing::LoadedModel& m = llama();
+  constexpr std::uint32_t kTokens = 24;
+  const std::vector<EngineRequest> requests = fixture_requests(m.expected, kTokens);
+  ASSERT_GE(requests.size(), 3u);
+  auto kv = make_kv(m.config, 4);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options;
+  options.prefix_cache = false;
+
+  std::vector<std::vector<std::int32_t>> alone;
+  for (const EngineRequest& request : requests) {
+    auto one = run_engine(*m.model, *kv, options, {request});
+    ASSERT_EQ(one.size(), 1u);
+    alone.push_back(one[0]);
+    GenerateRequest single;
+    single.prompt = request.prompt;
+    single.max_tokens = kTokens;
+    auto generated = generate(*m.model, *kv, single);
+    ASSERT_TRUE(generated.ok()) << generated.status().to_string();
+    EXPECT_EQ(alone.back(), generated->tokens);
+  }
+  EngineStats batch_stats;
+  EXPECT_EQ(run_engine(*m.model, *kv, options, requests, 0, &batch_stats), alone);
+  EXPECT_EQ(batch_stats.peak_running, requests.size());
+  EngineStats staggered_stats;
+  EXPECT_EQ(run_engine(*m.model, *kv, options, requests, 2, &staggered_stats), alone);
+  // Staggered: fewer steps than one run after another would take, so steps were shared.
+  EXPECT_LT(staggered_stats.steps, requests.size() * kTokens);
+  EXPECT_GT(staggered_stats.decode_only_steps, 0u);
+
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const nlohmann::json& entry = m.expected["greedy"][r];
+    const auto want = entry["tokens"].get<std::vector<std::int32_t>>();
+    const auto margins = entry["margins"].get<std::vector<double>>();
+    std::size_t compared = 0;
+    for (std::size_t i = 0; i < kTokens && margins[i] > 1e-3; ++i, ++compared) {
+      EXPECT_EQ(alone[r][i], want[i]) << "prompt " << r << ", step " << i;
+    }
+    EXPECT_GT(compared, 0u);
+  }
+}
+
+// Chunked prefill (chunks of 3 in steps of 4 tokens) gives the same tokens as whole prompts.
+TEST(Engine, ChunkedPrefillGivesTheSameTokens) {
+  testing::LoadedModel& m = llama();
+  const std::vector<EngineRequest> requests = {greedy_request(random_prompt(21, 1), 12),
+                                               greedy_request(random_prompt(9, 2), 12),
+                                               greedy_request(random_prompt(14, 3), 12)};
+  auto kv = make_kv(m.config, 4);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions whole;
+  whole.prefix_cache = false;
+  const auto expected = run_engine(*m.model, *kv, whole, requests);
+  ASSERT_EQ(expected.size(), 3u);
+  EngineOptions chunked = whole;
+  chunked.step_tokens = 4;
+  chunked.prefill_chunk = 3;
+  EngineStats stats;
+  EXPECT_EQ(run_engine(*m.model, *kv, chunked, requests, 1, &stats), expected);
+  // 44 prompt tokens at most 4 a step: the prefill alone takes 11 steps or more.
+  EXPECT_GE(stats.steps, 11u + 12u);
+}
+
+// The prefix cache changes no token; a request sharing a long prefix with a finished one
+// computes only what is not cached.
+TEST(Engine, PrefixCacheOnAndOffGiveTheSameTokens) {
+  testing::LoadedModel& m = llama();
+  const std::vector<std::int32_t> shared = random_prompt(40, 4);
+  std::vector<EngineRequest> requests;
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    std::vector<std::int32_t> prompt = shared;
+    const std::vector<std::int32_t> tail = random_prompt(5, 10 + i);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    requests.push_back(greedy_request(prompt, 10));
+  }
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions off;
+  off.prefix_cache = false;
+  const auto expected = run_engine(*m.model, *kv, off, requests);
+  ASSERT_EQ(expected.size(), 2u);
+
+  EngineOptions on;
+  on.prefix_cache = true;
+  EXPECT_EQ(run_engine(*m.model, *kv, on, requests), expected);
+  // One after the other in one engine: the first has published its prompt's windows when
+  // the second is admitted.
+  {
+    Collector collector;
+    auto engine = Engine::create(*m.model, *kv, on);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    auto first = (*engine)->submit(requests[0], collector.callback());
+    ASSERT_TRUE(first.ok());
+    ASSERT_TRUE((*engine)->run_until_idle().ok());
+    auto later = (*engine)->submit(requests[1], collector.callback());
+    ASSERT_TRUE(later.ok());
+    ASSERT_TRUE((*engine)->run_until_idle().ok());
+    EXPECT_EQ(collector.get(*first).tokens, expected[0]);
+    EXPECT_EQ(collector.get(*later).tokens, expected[1]);
+    EXPECT_EQ(collector.get(*first).stats.cached_tokens, 0u);
+    EXPECT_GT(collector.get(*later).stats.cached_tokens, 0u);
+    EXPECT_LE(collector.get(*later).stats.cached_tokens, shared.size());
+    const EngineStats s = (*engine)->stats();
+    EXPECT_GT(s.prefix.hits, 0u);
+    EXPECT_EQ(s.cached_tokens, collector.get(*later).stats.cached_tokens);
+  }
+  expect_clean(*kv);
+}
+
+// A seed gives the same draws alone and beside other requests; another seed other tokens.
+TEST(Engine, SeededSamplingIsTheSameAloneAndInABatch) {
+  testing::LoadedModel& m = llama();
+  auto sampled = [](std::vector<std::int32_t> prompt, std::uint64_t seed) {
+    EngineRequest request = greedy_request(std::move(prompt), 20);
+    request.sampling =
+        SamplingParams{.temperature = 1.5f, .top_k = 50, .top_p = 0.95f, .seed = seed};
+    return request;
+  };
+  const std::vector<EngineRequest> requests = {sampled(random_prompt(7, 5), 1),
+                                               sampled(random_prompt(12, 6), 2),
+                                               sampled(random_prompt(7, 5), 3)};
+  auto kv = make_kv(m.config, 4);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options;
+  options.prefix_cache = false;
+  const auto alone = run_engine(*m.model, *kv, options, {requests[0]});
+  const auto batch = run_engine(*m.model, *kv, options, requests, 1);
+  ASSERT_EQ(batch.size(), 3u);
+  EXPECT_EQ(batch[0], alone[0]);
+  // Same prompt, another seed: different draws (20 tokens at temperature 1.5).
+  EXPECT_NE(batch[2], batch[0]);
+}
+
+// A budget too small for every sequence to grow: the newest is preempted and recomputed,
+// and every answer is the one it gets alone.
+TEST(Engine, PreemptedRequestsGiveTheSameTokens) {
+  testing::LoadedModel& m = llama();
+  std::vector<EngineRequest> requests;
+  for (std::uint64_t i = 0; i < 4; ++i)
+    requests.push_back(greedy_request(random_prompt(6, 20 + i), 30));
+  std::vector<std::vector<std::int32_t>> alone;
+  {
+    auto kv = make_kv(m.config, 5);
+    ASSERT_NE(kv, nullptr);
+    EngineOptions options;
+    options.prefix_cache = false;
+    for (const EngineRequest& request : requests) {
+      alone.push_back(run_engine(*m.model, *kv, options, {request})[0]);
+    }
+  }
+  // 36 tokens of 2 KiB each per sequence: the budget holds about two and a half sequences.
+  const std::uint64_t per_token =
+      std::uint64_t{2} * m.config.layers * m.config.kv_heads * m.config.head_dim * sizeof(float);
+  auto kv = make_kv(m.config, 5, 128, 90 * per_token);
+  ASSERT_NE(kv, nullptr);
+  for (const bool cache : {false, true}) {
+    EngineOptions options;
+    options.prefix_cache = cache;
+    EngineStats stats;
+    EXPECT_EQ(run_engine(*m.model, *kv, options, requests, 0, &stats), alone)
+        << "prefix cache " << cache;
+    EXPECT_GT(stats.preemptions, 0u) << "the budget did not force a preemption";
+  }
+}
+
+// The preallocated baseline commits a whole context per sequence at admission and gives
+// the same tokens.
+TEST(Engine, PreallocatedKvGivesTheSameTokens) {
+  testing::LoadedModel& m = llama();
+  const std::vector<EngineRequest> requests = {greedy_request(random_prompt(11, 30), 8),
+                                               greedy_request(random_prompt(6, 31), 8)};
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options;
+  options.prefix_cache = false;
+  const auto expected = run_engine(*m.model, *kv, options, requests);
+  options.preallocate = true;
+  Collector collector;
+  {
+    auto engine = Engine::create(*m.model, *kv, options);
+    ASSERT_TRUE(engine.ok());
+    std::vector<RequestId> ids;
+    for (const EngineRequest& request : requests) {
+      ids.push_back(*(*engine)->submit(request, collector.callback()));
+    }
+    ASSERT_TRUE((*engine)->step().ok());
+    const ArenaStats arena = kv->arena().stats();
+    EXPECT_EQ(arena.active_slots, 2u);
+    // Two whole contexts committed (the live length is 12 tokens at most).
+    EXPECT_GE(arena.committed_bytes,
+              2 * kv->options().max_context * kv->arena().plan().bytes_per_token);
+    ASSERT_TRUE((*engine)->run_until_idle().ok());
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      EXPECT_EQ(collector.get(ids[i]).tokens, expected[i]);
+  }
+  expect_clean(*kv);
+}
+
+// Callbacks run without the engine's lock: one may submit a follow-up and cancel another.
+TEST(Engine, CallbacksMaySubmitAndCancel) {
+  testing::LoadedModel& m = llama();
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options;
+  options.prefix_cache = false;
+  auto engine = Engine::create(*m.model, *kv, options);
+  ASSERT_TRUE(engine.ok());
+  Collector collector;
+  RequestCallback record = collector.callback();
+  RequestId follow_up = 0;
+  RequestId victim = 0;
+  Engine& e = **engine;
+  auto first = e.submit(greedy_request(random_prompt(5, 40), 3), [&](const RequestEvent& event) {
+    record(event);
+    if (!event.finished) return;
+    e.cancel(victim);
+    auto id = e.submit(greedy_request(random_prompt(5, 41), 3), record);
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+    follow_up = *id;
+  });
+  ASSERT_TRUE(first.ok());
+  victim = *e.submit(greedy_request(random_prompt(5, 42), 40), record);
+  ASSERT_TRUE(e.run_until_idle().ok());
+  EXPECT_EQ(collector.get(*first).end, RequestEnd::kLength);
+  EXPECT_EQ(collector.get(victim).end, RequestEnd::kCancelled);
+  ASSERT_NE(follow_up, 0u);
+  EXPECT_EQ(collector.get(follow_up).end, RequestEnd::kLength);
+  EXPECT_EQ(collector.get(follow_up).tokens.size(), 3u);
+  engine->reset();
+  expect_clean(*kv);
+}
+
+}  // namespace
+}  // namespace kvvm::engine
