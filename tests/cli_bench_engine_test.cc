@@ -105,11 +105,17 @@ TEST_F(CliBenchEngine, ReportsTheRunInOrderedKeys) {
   std::vector<std::string> keys;
   for (const auto& [key, value] : r.items()) keys.push_back(key);
   EXPECT_EQ(keys, (std::vector<std::string>{"model", "architecture", "backend", "layers",
-                                            "vocab_size", "max_context", "kv_budget", "max_running",
-                                            "decode", "trace", "wall_seconds"}));
+                                            "vocab_size", "max_context", "kv_budget", "kv_dtype",
+                                            "kv_bytes_per_token", "preallocated_capacity",
+                                            "max_running", "decode", "trace", "wall_seconds"}));
   EXPECT_EQ(r["backend"], "cpu");
   EXPECT_EQ(r["architecture"], "Qwen2ForCausalLM");
   EXPECT_EQ(r["max_context"], 48);
+  // Qwen2-tiny on the CPU: 2 layers x 1 KV head x 64 dims x K and V x fp32; the host's 1 GiB.
+  EXPECT_EQ(r["kv_dtype"], "fp32");
+  EXPECT_EQ(r["kv_bytes_per_token"], 2 * 1 * 64 * 2 * 4);
+  EXPECT_EQ(r["kv_budget"], std::uint64_t{1} << 30);
+  EXPECT_EQ(r["preallocated_capacity"], (std::uint64_t{1} << 30) / (48 * 1024));
   EXPECT_TRUE(contains(result_->err, "decode, batch 2, eager")) << result_->err;
 }
 

@@ -17,6 +17,7 @@
 #include "byte_size.h"
 #include "cli_common.h"
 #include "kvvm/cuda_driver.h"
+#include "kvvm/dtype.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
@@ -155,8 +156,9 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "their batch size")
       ->transform(count_validator(1, kMaxBatch));
   cmd->add_option("--kv-budget", options.kv_budget,
-                  "KV memory budget of every engine, e.g. 40GiB (default: the device's free "
-                  "memory; the host's default 1 GiB)")
+                  "KV memory budget of every engine, e.g. 40GiB (default: the KV space's, 9/10 "
+                  "of the GPU's free memory once the model is loaded, on the host 1 GiB; "
+                  "resolved once, so every engine gets the same)")
       ->transform(byte_size_validator());
   cmd->add_option("--batches", options.batches,
                   "Decode batch sizes, comma-separated (default 1,32)");
@@ -229,7 +231,6 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
         str(options.decode_tokens) + " = " + str(options.prompt_tokens + options.decode_tokens) +
         " tokens do not fit in --max-context " + str(report.max_context));
   }
-  report.kv_budget = options.kv_budget;
   report.max_running = plan->max_running;
   report.prompt_tokens = options.prompt_tokens;
   report.decode_tokens = options.decode_tokens;
@@ -282,6 +283,19 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
     kv.backend = model->backend();
     kv.max_context = report.max_context;
     kv.budget_bytes = options.kv_budget;
+    {
+      // The budget and KV element type the space resolves, fixed once so every engine gets the
+      // same (a GPU's free memory, the default, moves as the runs allocate).
+      kv.max_slots = 1;
+      Result<std::unique_ptr<engine::KvSpace>> probe = engine::KvSpace::create(*config, kv);
+      if (!probe.ok()) return probe.status().with_context("KV space");
+      kv = (*probe)->options();
+      report.kv_budget = kv.budget_bytes;
+      report.kv_bytes_per_token = config->kv_geometry(kv.kv_dtype).bytes_per_token();
+      report.kv_dtype = std::string(to_string(kv.kv_dtype));
+      const std::uint64_t per_sequence = report.kv_bytes_per_token * report.max_context;
+      report.preallocated_capacity = per_sequence == 0 ? 0 : report.kv_budget / per_sequence;
+    }
     for (std::uint32_t batch : plan->batches) {
       for (DecodeMode mode : {DecodeMode::kGraphs, DecodeMode::kEager, DecodeMode::kPreallocated}) {
         if (progress != nullptr) {

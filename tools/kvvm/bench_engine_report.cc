@@ -69,6 +69,9 @@ nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
   json["vocab_size"] = report.vocab_size;
   json["max_context"] = report.max_context;
   json["kv_budget"] = report.kv_budget;
+  json["kv_dtype"] = report.kv_dtype;
+  json["kv_bytes_per_token"] = report.kv_bytes_per_token;
+  json["preallocated_capacity"] = report.preallocated_capacity;
   json["max_running"] = report.max_running;
   nlohmann::ordered_json decode;
   decode["prompt_tokens"] = report.prompt_tokens;
@@ -93,8 +96,9 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
   out << "kvvm bench engine: " << report.model_dir << " (" << report.architecture << ", "
       << report.layers << " layers, vocab " << report.vocab_size << ") on " << report.backend
       << "; max context " << report.max_context << ", max running " << report.max_running
-      << ", KV budget "
-      << (report.kv_budget == 0 ? std::string("default") : format_bytes(report.kv_budget)) << "\n";
+      << "\nKV: " << format_bytes(report.kv_budget) << " budget, " << report.kv_dtype << ", "
+      << format_bytes(report.kv_bytes_per_token) << " per token; preallocated holds "
+      << report.preallocated_capacity << " sequences of max context\n";
   if (!report.decode.empty()) {
     out << "\nDecode (" << report.prompt_tokens << "-token random prompts, " << report.decode_tokens
         << " greedy tokens each, end tokens ignored; timed after every sequence has its first "

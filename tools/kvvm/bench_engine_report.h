@@ -58,7 +58,11 @@ struct BenchEngineReport {
   std::uint32_t layers = 0;
   std::uint32_t vocab_size = 0;
   std::uint64_t max_context = 0;
-  std::uint64_t kv_budget = 0;  // 0: the KV space's default
+  std::uint64_t kv_budget = 0;  // bytes, as the KV space resolved it
+  std::string kv_dtype;
+  std::uint64_t kv_bytes_per_token = 0;  // every layer's K and V
+  // Sequences of max context the budget holds: the preallocated engine's concurrency bound.
+  std::uint64_t preallocated_capacity = 0;
   std::uint32_t max_running = 0;
   // Decode part.
   std::uint64_t prompt_tokens = 0;
