@@ -77,6 +77,18 @@ Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& optio
   return model::make_cpu_model(config, weights, cpu_options);
 }
 
+// A preallocated engine running more sequences than the budget holds at max context has
+// lost its commitments (the budget reclaimed them): its figures are not the baseline's.
+std::string over_capacity(std::uint32_t peak, std::uint64_t capacity) {
+  if (peak <= capacity) return {};
+  return "peak " + str(peak) + " is above the " + str(capacity) +
+         " max-context sequences the budget holds: preallocated KV was reclaimed";
+}
+
+std::string join_notes(const std::string& a, const std::string& b) {
+  return a.empty() ? b : b.empty() ? a : a + "; " + b;
+}
+
 // The parsed and checked options.
 struct Plan {
   std::vector<std::uint32_t> batches;
@@ -308,6 +320,10 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
           return run.status().with_context(std::string("decode, batch ") + str(batch) + ", " +
                                            to_string(mode));
         }
+        if (mode == DecodeMode::kPreallocated) {
+          run->note =
+              join_notes(run->note, over_capacity(run->peak_running, report.preallocated_capacity));
+        }
         report.decode.push_back(std::move(run).value());
       }
     }
@@ -324,6 +340,9 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
         if (!run.ok()) {
           return run.status().with_context("trace at " + fixed(plan->rates[r], 2) + " req/s (" +
                                            (preallocate ? "preallocated" : "arena") + ")");
+        }
+        if (preallocate) {
+          run->note = over_capacity(run->peak_running, report.preallocated_capacity);
         }
         report.trace.push_back(std::move(run).value());
       }

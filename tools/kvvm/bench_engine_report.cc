@@ -53,6 +53,7 @@ nlohmann::ordered_json trace_json(const TraceRun& run) {
   json["prefix_hit_tokens"] = run.prefix_hit_tokens;
   json["preemptions"] = run.preemptions;
   if (!run.first_error.empty()) json["first_error"] = run.first_error;
+  if (!run.note.empty()) json["note"] = run.note;
   return json;
 }
 

@@ -49,6 +49,7 @@ struct TraceRun {
   std::uint64_t prefix_hit_tokens = 0;
   std::uint64_t preemptions = 0;
   std::string first_error;  // the first failure's message, when any failed
+  std::string note;         // what the reader should know (a preallocated engine over capacity)
 };
 
 struct BenchEngineReport {
