@@ -117,21 +117,42 @@ def copy_bandwidth():
 
 
 @torch.no_grad()
-def hf_timings(model, prompt, new_tokens):
-    x = torch.tensor([prompt], device="cuda")
+def hf_timings(model, prompt, new_tokens, warm=(4,), **generate_kwargs):
+    """HF generate timed with CUDA syncs: (seconds of max_new_tokens=1, seconds of
+    new_tokens, the tokens). `prompt` is one list of ids or a list of equal-length lists (a
+    batch); `warm` are the untimed runs first (a compiled model warms every length it meets);
+    `generate_kwargs` go to generate (a cache implementation, say)."""
+    batched = bool(prompt) and isinstance(prompt[0], list)
+    x = torch.tensor(prompt if batched else [prompt], device="cuda")
 
     def run(n):
         torch.cuda.synchronize()
         t = time.perf_counter()
-        out = model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                             eos_token_id=None, pad_token_id=0)
+        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
+                             min_new_tokens=n, do_sample=False, eos_token_id=None,
+                             pad_token_id=0, **generate_kwargs)
         torch.cuda.synchronize()
-        return time.perf_counter() - t, out[0, len(prompt):].tolist()
+        return time.perf_counter() - t, out[:, x.shape[1]:].tolist()
 
-    run(4)  # warm-up
+    for n in warm:
+        run(n)
     prefill, _ = run(1)
     whole, tokens = run(new_tokens)
-    return prefill, whole, tokens
+    return prefill, whole, tokens if batched else tokens[0]
+
+
+def make_checkpoint(shape, directory):
+    """A model of `shape` (a SHAPES key) with random bf16 weights (seed 0) on the GPU, saved by
+    save_pretrained into `directory` (replaced) with a byte-level tokenizer.json."""
+    config_cls, model_cls, fields = SHAPES[shape]
+    config = config_cls(**fields)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = model_cls(config).to(torch.bfloat16).eval()
+    shutil.rmtree(directory, ignore_errors=True)
+    model.save_pretrained(directory)
+    write_tokenizer(directory, config.vocab_size)
+    return model
 
 
 def main():
@@ -147,16 +168,9 @@ def main():
     print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s (read + written)", flush=True)
     rows = []
     for shape in args.shapes.split(","):
-        config_cls, model_cls, fields = SHAPES[shape]
-        config = config_cls(**fields)
-        torch.manual_seed(0)
         t = time.time()
-        with torch.device("cuda"):
-            model = model_cls(config).to(torch.bfloat16).eval()
         directory = os.path.join(args.work, shape)
-        shutil.rmtree(directory, ignore_errors=True)
-        model.save_pretrained(directory)
-        write_tokenizer(directory, config.vocab_size)
+        model = make_checkpoint(shape, directory)
         weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         print(f"{shape}: {weight_bytes / 1e9:.2f} GB of weights, made and saved in "
               f"{time.time() - t:.0f} s", flush=True)

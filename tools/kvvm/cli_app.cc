@@ -6,6 +6,7 @@
 
 #include "bench_command.h"
 #include "bench_decode_attention.h"
+#include "bench_engine.h"
 #include "bench_share.h"
 #include "cli_common.h"
 #include "generate_command.h"
@@ -44,6 +45,9 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   BenchDecodeOptions bench_decode_options;
   CLI::App* bench_decode =
       add_bench_decode_command(*app.get_subcommand("bench"), bench_decode_options);
+  BenchEngineOptions bench_engine_options;
+  CLI::App* bench_engine =
+      add_bench_engine_command(*app.get_subcommand("bench"), bench_engine_options);
   SimulateOptions simulate_options;
   CLI::App* simulate = add_simulate_command(app, simulate_options);
   GenerateOptions generate_options;
@@ -71,6 +75,7 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
     if (generate->parsed()) return run_generate(generate_options, out, err);
     if (bench_share->parsed()) return run_bench_share(bench_share_options, out, err);
     if (bench_decode->parsed()) return run_bench_decode(bench_decode_options, out, err);
+    if (bench_engine->parsed()) return run_bench_engine(bench_engine_options, out, err);
     if (bench_growth->parsed()) return run_bench_growth(bench_growth_options, out, err);
   } catch (const std::exception& error) {
     err << "kvvm: internal error: " << error.what() << "\n";
