@@ -145,6 +145,21 @@ Status Engine::Impl::init() {
 
 Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
                                                EngineOptions options) {
+  if (kv.options().backend != model.backend()) {
+    return Status::InvalidArgument("kv: a KV space of the " +
+                                   std::string(model::to_string(kv.options().backend)) +
+                                   " backend for a model of the " +
+                                   std::string(model::to_string(model.backend())) + " backend");
+  }
+  // The model reads the KV through the arena's view: its shape must be the model's.
+  const Geometry& g = kv.arena().plan().geometry;
+  const model::ModelConfig& c = model.config();
+  if (g.layers != c.layers || g.kv_heads != c.kv_heads || g.head_dim != c.head_dim) {
+    return Status::InvalidArgument("kv: a KV space of " + str(g.layers) + " layers x " +
+                                   str(g.kv_heads) + " KV heads x " + str(g.head_dim) +
+                                   " for a model of " + str(c.layers) + " x " + str(c.kv_heads) +
+                                   " x " + str(c.head_dim));
+  }
   const bool want_graphs = options.graphs && model.backend() == model::Backend::kCuda;
   bool pad = want_graphs && kv.options().max_slots >= 2;
   if (want_graphs && !pad) {
