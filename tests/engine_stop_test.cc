@@ -300,6 +300,12 @@ TEST(EngineThread, StartServesAndDrainFinishes) {
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE((*engine)->submit(greedy_request(kPrompt, 8), collector.callback()).ok());
     }
+    // stats() and retry_after() from another thread while the engine's thread steps.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while ((*engine)->stats().finished < 2 && std::chrono::steady_clock::now() < deadline) {
+      EXPECT_GE((*engine)->retry_after(), 1.0);
+      std::this_thread::yield();
+    }
     EXPECT_TRUE((*engine)->drain(std::chrono::seconds(30)));
     EXPECT_EQ(collector.finished_count(), 3u);
     auto late = (*engine)->submit(greedy_request(kPrompt, 8), collector.callback());

@@ -312,6 +312,9 @@ TEST(Engine, PreallocatedKvGivesTheSameTokens) {
       ids.push_back(*(*engine)->submit(request, collector.callback()));
     }
     ASSERT_TRUE((*engine)->step().ok());
+    const double usage = (*engine)->stats().kv_usage;
+    EXPECT_GT(usage, 0.0);
+    EXPECT_LE(usage, 1.0);
     const ArenaStats arena = kv->arena().stats();
     EXPECT_EQ(arena.active_slots, 2u);
     // Two whole contexts committed (the live length is 12 tokens at most).
