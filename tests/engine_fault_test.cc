@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,10 +62,11 @@ struct FaultRun {
   HostDriverTables leftover;  // the host driver's tables once the space is gone
 };
 
-// One run with the k-th call of `op` failing (k == 0: none), from before the first submit to
-// the end of the space.
-FaultRun run_with_fault(FixtureModel& model, DriverOp op, std::uint64_t k,
-                        const std::string& where) {
+// One run with the fault plan `arm` sets, from before the first submit to the end of the
+// space (to the end of the run with `run_only`); `calls` counts the calls of `op`.
+FaultRun run_with_plan(FixtureModel& model, DriverOp op,
+                       const std::function<void(FaultDriver&)>& arm, const std::string& where,
+                       bool run_only = false) {
   FaultRun result;
   auto inner = make_host_driver(HostDriverOptions{.granule = kGranule});
   EXPECT_TRUE(inner.ok()) << inner.status().to_string();
@@ -80,9 +82,10 @@ FaultRun run_with_fault(FixtureModel& model, DriverOp op, std::uint64_t k,
   auto rig = EngineRig::make(model, space, options);
   if (!rig) return result;
   const std::uint64_t before = fault.counts().of(op);
-  if (k > 0) fault.fail_nth(op, k);
+  arm(fault);
   for (std::uint64_t i = 0; i < kRequests; ++i) rig->submit(request_of(i));
   const Status run = rig->run();
+  if (run_only) fault.clear();
   result.run_ok = run.ok();
   result.run_error = run.to_string();
   result.prefix_hits = rig->engine().stats().prefix.hits;
@@ -96,6 +99,17 @@ FaultRun run_with_fault(FixtureModel& model, DriverOp op, std::uint64_t k,
   result.injected = fault.injected();
   result.leftover = host_driver_tables(**inner);
   return result;
+}
+
+// The k-th call of `op` fails (k == 0: none).
+FaultRun run_with_fault(FixtureModel& model, DriverOp op, std::uint64_t k,
+                        const std::string& where) {
+  return run_with_plan(
+      model, op,
+      [&](FaultDriver& fault) {
+        if (k > 0) fault.fail_nth(op, k);
+      },
+      where);
 }
 
 class EngineFault : public ::testing::TestWithParam<DriverOp> {};
@@ -173,6 +187,45 @@ INSTANTIATE_TEST_SUITE_P(Ops, EngineFault,
                            std::erase_if(name, [](char c) { return !std::isalnum(c); });
                            return name;
                          });
+
+// Several faults in one run, of every kind the engine's paths make, drawn at random: each
+// request still ends exactly once, any that completes has the fault-free tokens, and the
+// ledger returns to what is quarantined.
+TEST(EngineRandomFaults, NoAnswerIsEverCorrupted) {
+  auto model = FixtureModel::load("llama-tiny");
+  ASSERT_NE(model, nullptr);
+  const FaultRun clean = run_with_fault(*model, DriverOp::kMap, 0, "fault-free");
+  ASSERT_TRUE(clean.run_ok) << clean.run_error;
+  std::uint64_t injected = 0, completed = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    const std::string where = "seed " + std::to_string(seed);
+    const FaultRun faulty = run_with_plan(
+        *model, DriverOp::kMap,
+        [&](FaultDriver& fault) {
+          std::uint64_t salt = seed * 10;
+          for (const DriverOp op : {DriverOp::kMap, DriverOp::kUnmap, DriverOp::kSetAccess,
+                                    DriverOp::kCreate, DriverOp::kFence}) {
+            fault.fail_fraction(op, 0.06, ++salt);
+          }
+        },
+        where, /*run_only=*/true);
+    ASSERT_TRUE(faulty.run_ok) << where << ": the engine broke: " << faulty.run_error;
+    ASSERT_EQ(faulty.outcomes.size(), kRequests) << where;
+    injected += faulty.injected;
+    for (std::uint64_t i = 0; i < kRequests; ++i) {
+      const Outcome& outcome = faulty.outcomes[i];
+      ASSERT_EQ(outcome.finish_events, 1) << where << ", request " << i;
+      if (!outcome.completed()) {
+        EXPECT_EQ(outcome.end, RequestEnd::kError) << where << ", request " << i;
+        continue;
+      }
+      ++completed;
+      EXPECT_EQ(outcome.tokens, clean.outcomes[i].tokens) << where << ", request " << i;
+    }
+  }
+  EXPECT_GT(injected, 6u) << "too few faults to test anything";
+  EXPECT_GT(completed, 0u) << "no request survived: nothing was compared";
+}
 
 }  // namespace
 }  // namespace kvvm::engine

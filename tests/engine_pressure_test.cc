@@ -226,6 +226,41 @@ TEST(EnginePressure, APreemptedRequestIsNeverRefusedForItsWait) {
   EXPECT_EQ((*kv)->arena().stats().active_slots, 0u);
 }
 
+// Cancelling everything once preemption started: running, preempted and never-admitted
+// requests alike end exactly once (cancelled, unless already finished) and every slot and
+// byte goes back.
+TEST(EnginePressure, CancellingDuringPreemptionFreesEverything) {
+  auto model = FixtureModel::load("llama-tiny");
+  ASSERT_NE(model, nullptr);
+  EngineOptions options;
+  options.max_running = 4;
+  auto rig = EngineRig::make(*model, tight_space(6), options);
+  ASSERT_NE(rig, nullptr);
+  constexpr std::uint64_t kRequests = 6;
+  for (std::uint64_t i = 0; i < kRequests; ++i) rig->submit(request_of(i));
+  for (int steps = 0; rig->engine().stats().preemptions == 0; ++steps) {
+    ASSERT_LT(steps, 200) << "no preemption to cancel during";
+    auto stepped = rig->engine().step();
+    ASSERT_TRUE(stepped.ok()) << stepped.status().to_string();
+  }
+  for (const Outcome& outcome : rig->outcomes()) rig->engine().cancel(outcome.id);
+  ASSERT_TRUE(rig->run().ok());
+  std::uint64_t cancelled = 0;
+  for (std::uint64_t i = 0; i < kRequests; ++i) {
+    const Outcome& outcome = rig->outcome(i);
+    ASSERT_EQ(outcome.finish_events, 1) << i;
+    if (outcome.end == RequestEnd::kCancelled) {
+      ++cancelled;
+    } else {
+      EXPECT_TRUE(outcome.completed()) << i << ": " << outcome.error.to_string();
+    }
+  }
+  EXPECT_GE(cancelled, 2u);
+  EXPECT_EQ(rig->engine().stats().cancelled, cancelled);
+  EXPECT_EQ(rig->kv().arena().stats().active_slots, 0u);
+  rig->expect_ledger_returns("after cancelling during preemption");
+}
+
 // A request that cannot fit even alone (40 tokens, five windows, in a budget of three) among
 // small ones: it ends with an error after the others were preempted for it in vain, with the
 // tokens it produced a prefix of its answer alone; the small ones complete as alone, and the

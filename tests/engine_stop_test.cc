@@ -233,6 +233,14 @@ TEST(EngineRefusals, CreateNamesTheBadOption) {
   o.graph_batch_sizes = {2, 1};
   refused(o, "graph_batch_sizes[1]");
   expect_clean(*kv);
+  // A KV space of another model's shape.
+  model::ModelConfig other = llama().config;
+  other.layers += 1;
+  auto wrong = make_kv(other, 2);
+  auto engine = Engine::create(*llama().model, *wrong, no_cache());
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("3 layers"), std::string::npos)
+      << engine.status().to_string();
 }
 
 TEST(EngineRefusals, AFullQueueIsRefusedAsOverloaded) {

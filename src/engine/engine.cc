@@ -8,77 +8,13 @@
 #include <utility>
 
 #include "engine_impl.h"
+#include "engine_options.h"
 #include "kvvm/log.h"
 
 namespace kvvm::engine {
 namespace {
 
 std::string str(std::uint64_t v) { return std::to_string(v); }
-
-// 1, 2, 4, ... up to max_running, which is always a bucket so a full batch replays too.
-std::vector<std::uint32_t> default_buckets(std::uint32_t max_running) {
-  std::vector<std::uint32_t> buckets;
-  for (std::uint32_t b = 1; b < max_running; b *= 2) buckets.push_back(b);
-  buckets.push_back(max_running);
-  return buckets;
-}
-
-Status check_buckets(const std::vector<std::uint32_t>& buckets, std::uint32_t max_chunks) {
-  for (std::size_t i = 0; i < buckets.size(); ++i) {
-    if (buckets[i] == 0 || buckets[i] > max_chunks) {
-      return Status::InvalidArgument("graph_batch_sizes[" + str(i) + "] = " + str(buckets[i]) +
-                                     ": outside [1, the model's max_chunks " + str(max_chunks) +
-                                     "]");
-    }
-    if (i > 0 && buckets[i] <= buckets[i - 1]) {
-      return Status::InvalidArgument("graph_batch_sizes[" + str(i) + "] = " + str(buckets[i]) +
-                                     ": not ascending");
-    }
-  }
-  return Status::Ok();
-}
-
-// Fills the zeros of `o` and checks what was given. `pad` says a slot goes to the graphs.
-Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, EngineOptions& o) {
-  const model::ModelLimits& limits = model.limits();
-  const std::uint32_t slots = kv.options().max_slots - (pad ? 1 : 0);
-  if (o.step_tokens == 0) o.step_tokens = limits.max_step_tokens;
-  if (o.step_tokens == 0 || o.step_tokens > limits.max_step_tokens) {
-    return Status::InvalidArgument("step_tokens " + str(o.step_tokens) +
-                                   ": outside [1, the model's max_step_tokens " +
-                                   str(limits.max_step_tokens) + "]");
-  }
-  // Every running sequence's decode token must fit a step, or the newest would starve.
-  if (o.max_running == 0) o.max_running = std::min({limits.max_chunks, slots, o.step_tokens});
-  if (o.max_running == 0) {
-    return Status::InvalidArgument("max_running 0: no slot left for a sequence (max_slots " +
-                                   str(kv.options().max_slots) + ")");
-  }
-  if (o.max_running > limits.max_chunks) {
-    return Status::InvalidArgument("max_running " + str(o.max_running) +
-                                   " exceeds the model's max_chunks " + str(limits.max_chunks));
-  }
-  if (o.max_running > o.step_tokens) {
-    return Status::InvalidArgument("max_running " + str(o.max_running) + " exceeds step_tokens " +
-                                   str(o.step_tokens) +
-                                   ": every running sequence's decode token must fit a step");
-  }
-  if (o.max_running > slots) {
-    return Status::InvalidArgument(
-        "max_running " + str(o.max_running) + " exceeds the KV space's " + str(slots) +
-        " slots for sequences" + (pad ? " (one of max_slots is the decode graphs' padding)" : ""));
-  }
-  if (o.prefill_chunk == 0 || o.prefill_chunk > o.step_tokens) o.prefill_chunk = o.step_tokens;
-  if (o.max_queue == 0) {
-    return Status::InvalidArgument("max_queue 0: no request could ever be queued");
-  }
-  if (o.max_queue_wait.count() < 0) {
-    return Status::InvalidArgument("max_queue_wait " + std::to_string(o.max_queue_wait.count()) +
-                                   " ms: negative");
-  }
-  if (o.model_identity.empty()) o.model_identity = model.config().architecture;
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -126,12 +62,12 @@ Status Engine::Impl::init() {
   Status captured;
   {
     auto guard = kv_.arena().begin_capture();
-    captured = model_.capture_decode_graphs(model::DecodeGraphOptions{
-        .batch_sizes = std::move(buckets),
-        .kv = kv_.view(),
-        .pad_slot = *pad_slot_,
-        .max_length = static_cast<std::uint32_t>(std::min<std::uint64_t>(
-            kv_.options().max_context, std::numeric_limits<std::uint32_t>::max()))});
+    captured = model_.capture_decode_graphs(
+        model::DecodeGraphOptions{.batch_sizes = std::move(buckets),
+                                  .kv = kv_.view(),
+                                  .pad_slot = *pad_slot_,
+                                  .max_length = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                      context_, std::numeric_limits<std::uint32_t>::max()))});
   }
   if (!captured.ok()) {
     log(LogLevel::kWarning,
@@ -145,6 +81,21 @@ Status Engine::Impl::init() {
 
 Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
                                                EngineOptions options) {
+  if (kv.options().backend != model.backend()) {
+    return Status::InvalidArgument("kv: a KV space of the " +
+                                   std::string(model::to_string(kv.options().backend)) +
+                                   " backend for a model of the " +
+                                   std::string(model::to_string(model.backend())) + " backend");
+  }
+  // The model reads the KV through the arena's view: its shape must be the model's.
+  const Geometry& g = kv.arena().plan().geometry;
+  const model::ModelConfig& c = model.config();
+  if (g.layers != c.layers || g.kv_heads != c.kv_heads || g.head_dim != c.head_dim) {
+    return Status::InvalidArgument("kv: a KV space of " + str(g.layers) + " layers x " +
+                                   str(g.kv_heads) + " KV heads x " + str(g.head_dim) +
+                                   " for a model of " + str(c.layers) + " x " + str(c.kv_heads) +
+                                   " x " + str(c.head_dim));
+  }
   const bool want_graphs = options.graphs && model.backend() == model::Backend::kCuda;
   bool pad = want_graphs && kv.options().max_slots >= 2;
   if (want_graphs && !pad) {
@@ -198,42 +149,6 @@ Engine::Impl::~Impl() {
     kv_.arena().release(*pad_slot_).ignore();
   }
   cache_.reset();  // the entries' holds go back before the arena is used by anyone else
-}
-
-Status Engine::Impl::validate(const EngineRequest& r) const {
-  const std::uint32_t vocab = model_.config().vocab_size;
-  if (r.prompt.empty()) return Status::InvalidArgument("prompt: empty (at least one token)");
-  for (std::size_t i = 0; i < r.prompt.size(); ++i) {
-    if (r.prompt[i] < 0 || static_cast<std::uint32_t>(r.prompt[i]) >= vocab) {
-      return Status::InvalidArgument("prompt[" + str(i) + "]: id " + std::to_string(r.prompt[i]) +
-                                     " outside the vocabulary of " + str(vocab));
-    }
-  }
-  if (r.max_tokens == 0) return Status::InvalidArgument("max_tokens: 0 (at least 1)");
-  const std::uint64_t needed = r.prompt.size() + std::uint64_t{r.max_tokens};
-  if (needed > context_) {
-    return Status::InvalidArgument("max_tokens: a prompt of " + str(r.prompt.size()) +
-                                   " tokens + max_tokens " + str(r.max_tokens) + " = " +
-                                   str(needed) + " tokens exceed the context of " + str(context_));
-  }
-  KVVM_RETURN_IF_ERROR(check_sampling(r.sampling));
-  for (std::size_t i = 0; i < r.stop_ids.size(); ++i) {
-    if (r.stop_ids[i] < 0 || static_cast<std::uint32_t>(r.stop_ids[i]) >= vocab) {
-      return Status::InvalidArgument("stop_ids[" + str(i) + "]: id " +
-                                     std::to_string(r.stop_ids[i]) + " outside the vocabulary of " +
-                                     str(vocab));
-    }
-  }
-  if (!r.stop_strings.empty() && options_.tokenizer == nullptr) {
-    return Status::InvalidArgument(
-        "stop_strings: the engine has no tokenizer (EngineOptions::tokenizer) to read text with");
-  }
-  for (std::size_t i = 0; i < r.stop_strings.size(); ++i) {
-    if (r.stop_strings[i].empty()) {
-      return Status::InvalidArgument("stop_strings[" + str(i) + "]: empty");
-    }
-  }
-  return Status::Ok();
 }
 
 Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback callback) {

@@ -10,6 +10,9 @@ namespace {
 
 std::string str(std::uint64_t v) { return std::to_string(v); }
 
+// Generated tokens a sequence gathers before their ids go to the prefix cache.
+constexpr std::uint32_t kPublishEvery = 16;
+
 // The prompt as the prefix cache spells ids (the same bits: ids are never negative).
 std::span<const TokenId> as_cache_ids(const std::int32_t* ids, std::size_t n) {
   return {reinterpret_cast<const TokenId*>(ids), n};
@@ -234,7 +237,12 @@ void Engine::Impl::run_step(Clock::time_point now) {
   for (std::size_t i = 0; i < owners_.size(); ++i) {
     RequestState& r = *owners_[i];
     r.computed += chunks_[i].tokens;
-    if (cache_) after_step_cache(r);
+    // Prompt chunks publish at once; generated tokens a few at a time, which keeps the
+    // cache's lock and key hashing off most decode steps (a window holds several tokens).
+    if (cache_ && (chunks_[i].tokens > 1 || r.computed <= r.cache_known ||
+                   r.computed - r.cache_known >= kPublishEvery)) {
+      after_step_cache(r);
+    }
     // Only a chunk that completes the known tokens samples; a mid-prompt chunk's draw is moot.
     if (r.missing() == 0) on_sampled(r, sampled_[i], now);
   }

@@ -1,0 +1,115 @@
+// Engine options and requests checked against the model, the KV space and the context.
+#include "engine_options.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine_impl.h"
+
+namespace kvvm::engine {
+namespace {
+
+std::string str(std::uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+std::vector<std::uint32_t> default_buckets(std::uint32_t max_running) {
+  std::vector<std::uint32_t> buckets;
+  for (std::uint32_t b = 1; b < max_running; b *= 2) buckets.push_back(b);
+  buckets.push_back(max_running);
+  return buckets;
+}
+
+Status check_buckets(const std::vector<std::uint32_t>& buckets, std::uint32_t max_chunks) {
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i] == 0 || buckets[i] > max_chunks) {
+      return Status::InvalidArgument("graph_batch_sizes[" + str(i) + "] = " + str(buckets[i]) +
+                                     ": outside [1, the model's max_chunks " + str(max_chunks) +
+                                     "]");
+    }
+    if (i > 0 && buckets[i] <= buckets[i - 1]) {
+      return Status::InvalidArgument("graph_batch_sizes[" + str(i) + "] = " + str(buckets[i]) +
+                                     ": not ascending");
+    }
+  }
+  return Status::Ok();
+}
+
+Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, EngineOptions& o) {
+  const model::ModelLimits& limits = model.limits();
+  const std::uint32_t slots = kv.options().max_slots - (pad ? 1 : 0);
+  if (o.step_tokens == 0) o.step_tokens = limits.max_step_tokens;
+  if (o.step_tokens == 0 || o.step_tokens > limits.max_step_tokens) {
+    return Status::InvalidArgument("step_tokens " + str(o.step_tokens) +
+                                   ": outside [1, the model's max_step_tokens " +
+                                   str(limits.max_step_tokens) + "]");
+  }
+  // Every running sequence's decode token must fit a step, or the newest would starve.
+  if (o.max_running == 0) o.max_running = std::min({limits.max_chunks, slots, o.step_tokens});
+  if (o.max_running == 0) {
+    return Status::InvalidArgument("max_running 0: no slot left for a sequence (max_slots " +
+                                   str(kv.options().max_slots) + ")");
+  }
+  if (o.max_running > limits.max_chunks) {
+    return Status::InvalidArgument("max_running " + str(o.max_running) +
+                                   " exceeds the model's max_chunks " + str(limits.max_chunks));
+  }
+  if (o.max_running > o.step_tokens) {
+    return Status::InvalidArgument("max_running " + str(o.max_running) + " exceeds step_tokens " +
+                                   str(o.step_tokens) +
+                                   ": every running sequence's decode token must fit a step");
+  }
+  if (o.max_running > slots) {
+    return Status::InvalidArgument(
+        "max_running " + str(o.max_running) + " exceeds the KV space's " + str(slots) +
+        " slots for sequences" + (pad ? " (one of max_slots is the decode graphs' padding)" : ""));
+  }
+  if (o.prefill_chunk == 0 || o.prefill_chunk > o.step_tokens) o.prefill_chunk = o.step_tokens;
+  if (o.max_queue == 0) {
+    return Status::InvalidArgument("max_queue 0: no request could ever be queued");
+  }
+  if (o.max_queue_wait.count() < 0) {
+    return Status::InvalidArgument("max_queue_wait " + std::to_string(o.max_queue_wait.count()) +
+                                   " ms: negative");
+  }
+  if (o.model_identity.empty()) o.model_identity = model.config().architecture;
+  return Status::Ok();
+}
+
+Status Engine::Impl::validate(const EngineRequest& r) const {
+  const std::uint32_t vocab = model_.config().vocab_size;
+  if (r.prompt.empty()) return Status::InvalidArgument("prompt: empty (at least one token)");
+  for (std::size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || static_cast<std::uint32_t>(r.prompt[i]) >= vocab) {
+      return Status::InvalidArgument("prompt[" + str(i) + "]: id " + std::to_string(r.prompt[i]) +
+                                     " outside the vocabulary of " + str(vocab));
+    }
+  }
+  if (r.max_tokens == 0) return Status::InvalidArgument("max_tokens: 0 (at least 1)");
+  const std::uint64_t needed = r.prompt.size() + std::uint64_t{r.max_tokens};
+  if (needed > context_) {
+    return Status::InvalidArgument("max_tokens: a prompt of " + str(r.prompt.size()) +
+                                   " tokens + max_tokens " + str(r.max_tokens) + " = " +
+                                   str(needed) + " tokens exceed the context of " + str(context_));
+  }
+  KVVM_RETURN_IF_ERROR(check_sampling(r.sampling));
+  for (std::size_t i = 0; i < r.stop_ids.size(); ++i) {
+    if (r.stop_ids[i] < 0 || static_cast<std::uint32_t>(r.stop_ids[i]) >= vocab) {
+      return Status::InvalidArgument("stop_ids[" + str(i) + "]: id " +
+                                     std::to_string(r.stop_ids[i]) + " outside the vocabulary of " +
+                                     str(vocab));
+    }
+  }
+  if (!r.stop_strings.empty() && options_.tokenizer == nullptr) {
+    return Status::InvalidArgument(
+        "stop_strings: the engine has no tokenizer (EngineOptions::tokenizer) to read text with");
+  }
+  for (std::size_t i = 0; i < r.stop_strings.size(); ++i) {
+    if (r.stop_strings[i].empty()) {
+      return Status::InvalidArgument("stop_strings[" + str(i) + "]: empty");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvvm::engine
