@@ -65,6 +65,9 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
         " slots for sequences" + (pad ? " (one of max_slots is the decode graphs' padding)" : ""));
   }
   if (o.prefill_chunk == 0 || o.prefill_chunk > o.step_tokens) o.prefill_chunk = o.step_tokens;
+  // A shared window is read-only and would need an ensure to be written: the preallocated
+  // baseline never grows, so it never shares.
+  if (o.preallocate) o.prefix_cache = false;
   if (o.max_queue == 0) {
     return Status::InvalidArgument("max_queue 0: no request could ever be queued");
   }

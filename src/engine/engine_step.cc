@@ -175,6 +175,9 @@ bool Engine::Impl::plan_step() {
   // (possibly this one) and tries again; one that cannot fit alone fails.
   Arena& arena = kv_.arena();
   for (Planned& p : plan_) {
+    // Preallocated slots were committed through max_context at admission, and their live
+    // length stays there: an ensure would lower it and let reclaim take the preallocation.
+    if (options_.preallocate) continue;
     while (p.request != nullptr) {
       RequestState& r = *p.request;
       Status grown = arena.ensure(*r.slot, std::uint64_t{p.start} + p.tokens);

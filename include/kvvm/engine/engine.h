@@ -97,8 +97,9 @@ struct EngineOptions {
   std::string model_identity;  // folded into cache keys; empty: the config's architecture
   bool graphs = true;          // CUDA: decode steps replay captured graphs
   std::vector<std::uint32_t> graph_batch_sizes;  // empty: 1, 2, 4, 8, 16, 32, ... max_running
-  // Every admitted sequence commits max_context tokens at once: the preallocated-KV baseline
-  // (same engine, same kernels) that the arena is compared against.
+  // Every admitted sequence commits max_context tokens at once and keeps them until it ends
+  // (no growth, nothing reclaimable, no prefix cache: prefix_cache is turned off): the
+  // preallocated-KV baseline (same engine, same kernels) that the arena is compared against.
   bool preallocate = false;
   const tokenizer::Tokenizer* tokenizer = nullptr;  // text and stop strings; outlives the engine
 };
