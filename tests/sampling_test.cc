@@ -1,6 +1,6 @@
 // Sampling: determinism of the counter-based draw, greedy's tie-break, truncation, and a
 // distribution check that a biased or mis-ordered sampler fails.
-#include "kvvm/engine/sampling.h"
+#include "kvvm/model/sampling.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-namespace kvvm::engine {
+namespace kvvm::model {
 namespace {
 
 SamplingParams sampled(float temperature, std::uint64_t seed = 7) {
@@ -201,4 +201,4 @@ TEST(Sampling, BadParametersAreRefusedByName) {
 }
 
 }  // namespace
-}  // namespace kvvm::engine
+}  // namespace kvvm::model

@@ -3,10 +3,10 @@
 // kvvm::kernels, checking the answer against one computed here; then the model runtime's
 // layers: a byte-level BPE tokenizer (PCRE2, utf8proc), a model config, a greedy sample.
 #include <kvvm/attention.h>
-#include <kvvm/engine/sampling.h>
 #include <kvvm/handle_pool.h>
 #include <kvvm/host_driver.h>
 #include <kvvm/model/config.h>
+#include <kvvm/model/sampling.h>
 #include <kvvm/reservation.h>
 #include <kvvm/tokenizer/tokenizer.h>
 
@@ -100,7 +100,7 @@ int check_runtime() {
     return 1;
   }
   const float logits[] = {0.5f, 2.0f, -1.0f};
-  if (kvvm::engine::sample_token(logits, kvvm::engine::SamplingParams{}, 0) != 1) {
+  if (kvvm::model::sample_token(logits, kvvm::model::SamplingParams{}, 0) != 1) {
     std::printf("consumer: greedy sampling did not pick the largest logit\n");
     return 1;
   }

@@ -29,8 +29,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
-#include "kvvm/engine/sampling.h"
 #include "kvvm/model/model.h"
 #include "kvvm/prefix_cache.h"
 #include "kvvm/status.h"

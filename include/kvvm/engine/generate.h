@@ -9,11 +9,17 @@
 #include <vector>
 
 #include "kvvm/engine/kv_space.h"
-#include "kvvm/engine/sampling.h"
 #include "kvvm/model/model.h"
+#include "kvvm/model/sampling.h"
 #include "kvvm/status.h"
 
 namespace kvvm::engine {
+
+// The sampler is the model layer's (both backends draw inside a step); requests name it here.
+using model::check_sampling;
+using model::counter_uniform;
+using model::sample_token;
+using model::SamplingParams;
 
 struct GenerateRequest {
   std::vector<std::int32_t> prompt;  // non-empty

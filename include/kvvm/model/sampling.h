@@ -1,6 +1,6 @@
 // Sampling a next token from a row of logits: greedy, temperature, top-k, top-p.
 // It lives beside the model because both backends sample inside a step (CUDA on the device,
-// from the same counter-based draws); the engine re-exports it (kvvm/engine/sampling.h).
+// from the same counter-based draws); the engine takes its names (kvvm/engine/generate.h).
 //
 // Why counter-based: the random draw for a request's n-th token is a pure function of
 // (seed, n), not of a generator's state shared across a batch, so the same seed gives the
