@@ -90,7 +90,7 @@ TEST(CliPlanTokens, ParsesWholeNumbersAndK) {
   }
 }
 
-TEST(CliCliRun, RefusalsExitTwoWithTheReason) {
+TEST(CliPlanRun, RefusalsExitTwoWithTheReason) {
   struct Case {
     PlanOptions options;
     std::vector<std::string> said;
@@ -130,7 +130,7 @@ TEST(CliCliRun, RefusalsExitTwoWithTheReason) {
   }
 }
 
-TEST(CliCliRun, JsonReportsEveryFigure) {
+TEST(CliPlanRun, JsonReportsEveryFigure) {
   PlanOptions options;
   options.model = "qwen2.5-0.5b";
   options.layout = "head-major";
@@ -159,7 +159,7 @@ TEST(CliCliRun, JsonReportsEveryFigure) {
   EXPECT_FALSE(head.contains("memory_for_sequences"));
 }
 
-TEST(CliCliRun, JsonAllLayoutsWithPrefixAndConcurrency) {
+TEST(CliPlanRun, JsonAllLayoutsWithPrefixAndConcurrency) {
   PlanOptions options;
   options.model = "qwen2.5-14b";
   options.prefix = 2048;
@@ -192,7 +192,7 @@ TEST(CliCliRun, JsonAllLayoutsWithPrefixAndConcurrency) {
   EXPECT_EQ(layouts[2].at("commit_floor_1_token").at("granules"), 1);
 }
 
-TEST(CliCliRun, HumanFormStatesUnitsAndFormulas) {
+TEST(CliPlanRun, HumanFormStatesUnitsAndFormulas) {
   PlanOptions options;
   options.model = "qwen2.5-0.5b";
   options.layout = "head-major";
@@ -209,7 +209,7 @@ TEST(CliCliRun, HumanFormStatesUnitsAndFormulas) {
   }
 }
 
-TEST(CliCliRun, AllLayoutsIsOneSideBySideTable) {
+TEST(CliPlanRun, AllLayoutsIsOneSideBySideTable) {
   PlanOptions options;
   options.model = "qwen2.5-14b";
   options.prefix = 2048;
@@ -236,7 +236,7 @@ TEST(CliCliRun, AllLayoutsIsOneSideBySideTable) {
   EXPECT_FALSE(contains(text, "not shareable in the seq-major")) << text;
 }
 
-TEST(CliCliRun, ReadsAConfigJsonWithADtypeOverride) {
+TEST(CliPlanRun, ReadsAConfigJsonWithADtypeOverride) {
   PlanOptions options;
   options.model = (kvvm::test::data_dir() / "config_qwen2.5-0.5b.json").string();
   options.dtype = "fp8";
