@@ -142,10 +142,9 @@ TEST(Engine, ChunkedPrefillGivesTheSameTokens) {
                                                greedy_request(random_prompt(14, 3), 12)};
   auto kv = make_kv(m.config, 4);
   ASSERT_NE(kv, nullptr);
-  EngineOptions whole = no_cache();
-  const auto expected = run_engine(*m.model, *kv, whole, requests);
+  const auto expected = run_engine(*m.model, *kv, no_cache(), requests);
   ASSERT_EQ(expected.size(), 3u);
-  EngineOptions chunked = whole;
+  EngineOptions chunked = no_cache();
   chunked.step_tokens = 4;
   chunked.prefill_chunk = 3;
   EngineStats stats;
