@@ -17,29 +17,15 @@
 #include "cli_common.h"
 #include "info_command.h"
 #include "simulate_command.h"
+#include "support/cli_run.h"
 #include "text_table.h"
 
 namespace kvvm::cli {
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-CliRun run(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  CliRun result;
-  result.code = run_cli(args, "test", out, err);
-  result.out = out.str();
-  result.err = err.str();
-  return result;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::CliRun;
+using test::contains;
+using test::run;
 
 // A small host simulation: quick, and no GPU needed.
 std::vector<std::string> small_simulation(std::vector<std::string> extra) {

@@ -15,6 +15,7 @@
 #include "bench_engine.h"
 #include "cli_app.h"
 #include "cli_common.h"
+#include "support/cli_run.h"
 #include "support/test_data.h"
 #include "svg_plot.h"
 
@@ -23,23 +24,9 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-CliRun run(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  CliRun result;
-  result.code = run_cli(args, "test", out, err);
-  result.out = out.str();
-  result.err = err.str();
-  return result;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::CliRun;
+using test::contains;
+using test::run;
 
 std::vector<std::string> bench_args(std::vector<std::string> extra) {
   std::vector<std::string> args = {

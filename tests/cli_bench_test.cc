@@ -23,9 +23,13 @@
 #include "kvvm/geometry.h"
 #include "kvvm/host_driver.h"
 #include "kvvm/layout.h"
+#include "support/cli_run.h"
 
 namespace kvvm::cli {
 namespace {
+
+using test::capture;
+using test::CliRun;
 
 BenchGrowthOptions parse(const std::string& args) {
   CLI::App app("test", "kvvm");
@@ -35,18 +39,9 @@ BenchGrowthOptions parse(const std::string& args) {
   return options;
 }
 
-struct BenchRun {
-  int code = -1;
-  std::string out, err;
-};
-
-BenchRun run(const BenchGrowthOptions& options) {
-  std::ostringstream out, err;
-  BenchRun result;
-  result.code = run_bench_growth(options, out, err);
-  result.out = out.str();
-  result.err = err.str();
-  return result;
+CliRun run(const BenchGrowthOptions& options) {
+  return capture(
+      [&](std::ostream& out, std::ostream& err) { return run_bench_growth(options, out, err); });
 }
 
 // The tiny host configuration: qwen2.5-0.5b (12 KiB per token), 4 KiB granules, 2 sequences
@@ -140,7 +135,7 @@ TEST(CliBench, BadOptionsExitTwoWithTheReason) {
     return all;
   }();
   for (const auto& [option, options] : cases) {
-    const BenchRun result = run(options);
+    const CliRun result = run(options);
     EXPECT_EQ(result.code, kExitUsage) << option << "\n" << result.err;
     EXPECT_NE(result.err.find(option), std::string::npos) << option << "\n" << result.err;
     EXPECT_TRUE(result.out.empty()) << option;
@@ -165,7 +160,7 @@ std::uint64_t boundary_crossings(const LayoutPlan& plan, std::uint64_t tokens) {
 
 TEST(CliBench, HostGrowthRowsMatchTheArithmetic) {
   const BenchGrowthOptions options = tiny();
-  const BenchRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::json json = nlohmann::json::parse(result.out);
   EXPECT_EQ(json["benchmark"], "growth");
@@ -228,7 +223,7 @@ TEST(CliBench, HumanOutputIsATableWithUnitsAndTheDecodeReason) {
   BenchGrowthOptions options = tiny();
   options.json = false;
   options.layout = "token-major";
-  const BenchRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   for (const char* part : {"kvvm bench growth: host backend", "granule 4 KiB", "token-major",
                            "qwen2.5-0.5b", "p99 ns", "mean ns", "set_access",
@@ -242,7 +237,7 @@ TEST(CliBench, ACombinationThatDoesNotFitIsSkippedWithItsReason) {
   options.models = {"llama-3-70b"};
   options.layout = "token-major";
   options.tokens = std::uint64_t{1} << 26;  // 320 KiB per token: 20 TiB per sequence
-  const BenchRun result = run(options);
+  const CliRun result = run(options);
   EXPECT_EQ(result.code, kExitFailure);  // nothing ran
   const nlohmann::json json = nlohmann::json::parse(result.out);
   ASSERT_EQ(json["growth"].size(), 2u);

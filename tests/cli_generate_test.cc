@@ -18,6 +18,7 @@
 #include "kvvm/model/config.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
+#include "support/cli_run.h"
 #include "support/safetensors_writer.h"
 #include "support/test_data.h"
 
@@ -27,23 +28,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-CliRun run(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  CliRun result;
-  result.code = run_cli(args, "test", out, err);
-  result.out = out.str();
-  result.err = err.str();
-  return result;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::CliRun;
+using test::contains;
+using test::run;
 
 std::string join_ids(const std::vector<std::int32_t>& ids) {
   std::string text;

@@ -11,17 +11,18 @@
 
 #include "info_command.h"
 #include "plan_command.h"
+#include "support/cli_run.h"
 #include "support/test_data.h"
 
 namespace kvvm::cli {
 namespace {
 
+using test::capture;
+using test::CliRun;
+using test::contains;
+
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 PlanOptions parse(const std::string& args) {
   CLI::App app("test", "kvvm");
@@ -31,18 +32,8 @@ PlanOptions parse(const std::string& args) {
   return options;
 }
 
-struct PlanRun {
-  int code = -1;
-  std::string out, err;
-};
-
-PlanRun run(const PlanOptions& options) {
-  std::ostringstream out, err;
-  PlanRun result;
-  result.code = run_plan(options, out, err);
-  result.out = out.str();
-  result.err = err.str();
-  return result;
+CliRun run(const PlanOptions& options) {
+  return capture([&](std::ostream& out, std::ostream& err) { return run_plan(options, out, err); });
 }
 
 TEST(CliPlanOptions, DefaultsWhenNothingIsGiven) {
@@ -129,7 +120,7 @@ TEST(CliPlanRun, RefusalsExitTwoWithTheReason) {
       },
       {"--concurrency", "64 bits"});
   for (const Case& c : cases) {
-    const PlanRun result = run(c.options);
+    const CliRun result = run(c.options);
     EXPECT_EQ(result.code, kExitUsage) << result.err;
     EXPECT_TRUE(result.out.empty()) << "nothing is reported from a refused request";
     EXPECT_TRUE(contains(result.err, "kvvm plan: ")) << result.err;
@@ -144,7 +135,7 @@ TEST(CliPlanRun, JsonReportsEveryFigure) {
   options.model = "qwen2.5-0.5b";
   options.layout = "head-major";
   options.json = true;
-  const PlanRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::ordered_json json = nlohmann::ordered_json::parse(result.out);
   EXPECT_EQ(json.at("model").at("name"), "qwen2.5-0.5b");
@@ -174,7 +165,7 @@ TEST(CliPlanRun, JsonAllLayoutsWithPrefixAndConcurrency) {
   options.prefix = 2048;
   options.concurrency = 30;
   options.json = true;
-  const PlanRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::ordered_json json = nlohmann::ordered_json::parse(result.out);
   EXPECT_EQ(json.at("model").at("bytes_per_token"), 196608);
@@ -206,7 +197,7 @@ TEST(CliPlanRun, HumanFormStatesUnitsAndFormulas) {
   options.model = "qwen2.5-0.5b";
   options.layout = "head-major";
   options.prefix = 32;
-  const PlanRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   for (const char* expected :
        {"layout head-major (BNSH", "96 granules = 192 MiB",
@@ -223,7 +214,7 @@ TEST(CliPlanRun, AllLayoutsIsOneSideBySideTable) {
   options.model = "qwen2.5-14b";
   options.prefix = 2048;
   options.concurrency = 30;
-  const PlanRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const std::string& text = result.out;
   std::istringstream lines(text);
@@ -251,7 +242,7 @@ TEST(CliPlanRun, ReadsAConfigJsonWithADtypeOverride) {
   options.dtype = "fp8";
   options.layout = "token-major";
   options.json = true;
-  const PlanRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::ordered_json json = nlohmann::ordered_json::parse(result.out);
   EXPECT_EQ(json.at("model").at("head_dim"), 64);

@@ -18,16 +18,17 @@
 #include "kvvm/geometry.h"
 #include "kvvm/layout.h"
 #include "simulate_command.h"
+#include "support/cli_run.h"
 
 namespace kvvm::cli {
 namespace {
 
+using test::capture;
+using test::CliRun;
+using test::contains;
+
 constexpr std::uint64_t kKiB = 1024;
 constexpr std::uint64_t kMiB = kKiB * 1024;
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 SimulateOptions parse(const std::string& args) {
   CLI::App app("test", "kvvm");
@@ -37,18 +38,9 @@ SimulateOptions parse(const std::string& args) {
   return options;
 }
 
-struct SimRun {
-  int code = -1;
-  std::string out, err;
-};
-
-SimRun run(const SimulateOptions& options) {
-  std::ostringstream out, err;
-  SimRun result;
-  result.code = run_simulate(options, out, err);
-  result.out = out.str();
-  result.err = err.str();
-  return result;
+CliRun run(const SimulateOptions& options) {
+  return capture(
+      [&](std::ostream& out, std::ostream& err) { return run_simulate(options, out, err); });
 }
 
 // A file in a fresh temporary directory, removed with the fixture.
@@ -120,7 +112,7 @@ TEST_F(CliSimulate, SavingsEqualTheArithmeticsPrediction) {
   ASSERT_GT(expected.with_sharing, expected.without_sharing);
   ASSERT_LT(expected.with_sharing, 60u);  // the trace asks for more than fits
 
-  SimRun shared = run(options);
+  CliRun shared = run(options);
   ASSERT_EQ(shared.code, kExitOk) << shared.err;
   const nlohmann::json report = nlohmann::json::parse(shared.out);
   const nlohmann::json kvvm = system(report, "kvvm");
@@ -131,7 +123,7 @@ TEST_F(CliSimulate, SavingsEqualTheArithmeticsPrediction) {
   EXPECT_GE(report["kvvm"]["shared_admissions"].get<std::uint64_t>(), expected.with_sharing - 1);
 
   options.sharing = false;
-  SimRun plain = run(options);
+  CliRun plain = run(options);
   ASSERT_EQ(plain.code, kExitOk) << plain.err;
   const nlohmann::json plain_report = nlohmann::json::parse(plain.out);
   EXPECT_EQ(system(plain_report, "kvvm")["peak_concurrency"], expected.without_sharing);
@@ -155,7 +147,7 @@ TEST_F(CliSimulate, MalformedTraceLinesAreReportedAndTheRestStillRun) {
                         "{\"arrival\": 0.2, \"prompt_tokens\": 10, \"output_tokens\": 3}\n"
                         "{\"arrival\": 0.3, \"prompt_tokens\": 300, \"output_tokens\": 3}\n"
                         "{\"arrival\": 0.4, \"prompt_tokens\": 10, \"output_tokens\": 3}\n");
-  const SimRun result = run(options);
+  const CliRun result = run(options);
   EXPECT_EQ(result.code, kExitSkippedLines) << result.err;
   EXPECT_TRUE(contains(result.err, options.trace + ":2: not valid JSON")) << result.err;
   EXPECT_TRUE(contains(result.err, options.trace + ":4: prompt 300 + output 3 tokens exceed"))
@@ -170,7 +162,7 @@ TEST_F(CliSimulate, AGeneratedRunReportsEverySystemSideBySide) {
   SimulateOptions options = tiny();
   options.csv = path("series.csv");
   options.save_trace = path("trace.jsonl");
-  const SimRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   for (const char* part :
        {"kvvm", "paged-16+cache", "paged-16", "preallocate", "peak concurrency", "waste",
@@ -199,7 +191,7 @@ TEST_F(CliSimulate, AGeneratedRunReportsEverySystemSideBySide) {
   options.json = true;
   options.csv.clear();
   options.save_trace.clear();
-  const SimRun first = run(options), second = run(replay);
+  const CliRun first = run(options), second = run(replay);
   ASSERT_EQ(second.code, kExitOk) << second.err;
   const nlohmann::json a = nlohmann::json::parse(first.out), b = nlohmann::json::parse(second.out);
   for (const char* system_name : {"kvvm", "paged-16+cache", "paged-16", "preallocate"}) {
@@ -213,7 +205,7 @@ TEST_F(CliSimulate, AGeneratedRunReportsEverySystemSideBySide) {
 TEST_F(CliSimulate, JsonHasEveryFigure) {
   SimulateOptions options = tiny();
   options.json = true;
-  const SimRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::json report = nlohmann::json::parse(result.out);
   EXPECT_EQ(report["backend"], "host");
@@ -257,7 +249,7 @@ TEST_F(CliSimulate, TheDefaultRunComparesWithVllmsPrefixCachingPerTenant) {
   options.json = true;
   ASSERT_EQ(simulated_systems(options),
             (std::vector<std::string>{"kvvm", "paged-16+cache", "paged-16", "preallocate"}));
-  const SimRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::json report = nlohmann::json::parse(result.out);
   const nlohmann::json cache = system(report, "paged-16+cache")["prefix_cache"];
@@ -276,7 +268,7 @@ TEST_F(CliSimulate, TheDefaultRunComparesWithVllmsPrefixCachingPerTenant) {
   options.prefix_cache = "off";
   ASSERT_EQ(simulated_systems(options),
             (std::vector<std::string>{"kvvm", "paged-16", "preallocate"}));
-  const SimRun off = run(options);
+  const CliRun off = run(options);
   ASSERT_EQ(off.code, kExitOk) << off.err;
   EXPECT_EQ(nlohmann::json::parse(off.out)["systems"].size(), 3u);
 }
@@ -302,7 +294,7 @@ TEST_F(CliSimulate, PlotNamesTheDebianPackageWhenGnuplotIsMissing) {
   SimulateOptions options = tiny();
   options.plot = path("plot.png");
   options.gnuplot = path("no-such-gnuplot");
-  const SimRun result = run(options);
+  const CliRun result = run(options);
   EXPECT_EQ(result.code, kExitUsage);
   EXPECT_TRUE(contains(result.err, "gnuplot-nox")) << result.err;
 }
@@ -313,7 +305,7 @@ TEST_F(CliSimulate, PlotDrawsAPngWithGnuplot) {
   }
   SimulateOptions options = tiny();
   options.plot = path("plot.png");
-  const SimRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   std::ifstream png(options.plot, std::ios::binary);
   char magic[4] = {};
@@ -323,7 +315,7 @@ TEST_F(CliSimulate, PlotDrawsAPngWithGnuplot) {
 
 TEST_F(CliSimulate, RefusesWhatMakesNoSense) {
   const auto refused = [](SimulateOptions options, const std::string& why) {
-    const SimRun result = run(options);
+    const CliRun result = run(options);
     EXPECT_EQ(result.code, kExitUsage) << why << ": " << result.err;
     EXPECT_TRUE(contains(result.err, why)) << result.err;
   };
@@ -421,7 +413,7 @@ TEST_F(CliSimulate, AMultiTurnRunComparesKvvmsCacheWithTheVllmStyleBaseline) {
   options.generator.output_mu = std::log(20.0);
   options.json = true;
   options.csv = path("series.csv");
-  const SimRun result = run(options);
+  const CliRun result = run(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::json report = nlohmann::json::parse(result.out);
   ASSERT_EQ(report["systems"].size(), 5u);
@@ -446,7 +438,7 @@ TEST_F(CliSimulate, AMultiTurnRunComparesKvvmsCacheWithTheVllmStyleBaseline) {
   // The text names what it compares.
   options.json = false;
   options.csv.clear();
-  const SimRun text = run(options);
+  const CliRun text = run(options);
   ASSERT_EQ(text.code, kExitOk) << text.err;
   for (const char* part : {"multi-turn chat, 12 conversations x 4 turns", "hit rate",
                            "kvvm+cache vs paged-16+cache: hit tokens"}) {

@@ -20,6 +20,7 @@ using testing::expect_clean;
 using testing::greedy_request;
 using testing::llama;
 using testing::make_kv;
+using testing::no_cache;
 
 const std::vector<std::int32_t> kPrompt = {39, 68, 280, 78, 11, 220, 333, 81, 462};
 
@@ -39,12 +40,6 @@ class FailingModel final : public model::Model {
   int fail_at_;
   int calls_ = 0;
 };
-
-EngineOptions no_cache() {
-  EngineOptions options;
-  options.prefix_cache = false;
-  return options;
-}
 
 TEST(EngineFailure, AFailedStepEndsItsRequestsAndTheEngineGoesOn) {
   auto kv = make_kv(llama().config, 3);

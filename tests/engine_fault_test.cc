@@ -17,7 +17,7 @@
 
 #include "kvvm/fault_driver.h"
 #include "kvvm/host_driver.h"
-#include "support/engine_rig.h"
+#include "support/engine_harness.h"
 
 namespace kvvm::engine {
 namespace {
@@ -116,7 +116,7 @@ class EngineFault : public ::testing::TestWithParam<DriverOp> {};
 
 TEST_P(EngineFault, EachFailedCallEndsAtMostItsOwnRequest) {
   const DriverOp op = GetParam();
-  auto model = FixtureModel::load("llama-tiny");
+  auto model = testing::load_fixture("llama-tiny", testing::kSmallStepLimits);
   ASSERT_NE(model, nullptr);
   const FaultRun clean = run_with_fault(*model, op, 0, "fault-free");
   ASSERT_TRUE(clean.run_ok) << clean.run_error;
@@ -154,7 +154,7 @@ TEST_P(EngineFault, EachFailedCallEndsAtMostItsOwnRequest) {
       const Outcome& outcome = faulty.outcomes[i];
       const std::string which = where + ", request " + std::to_string(i);
       ASSERT_TRUE(outcome.submit_status.ok()) << which;
-      ASSERT_EQ(outcome.finish_events, 1) << which << ": every request ends exactly once";
+      ASSERT_EQ(outcome.finished_events, 1) << which << ": every request ends exactly once";
       if (outcome.completed()) {
         EXPECT_EQ(outcome.tokens, clean.outcomes[i].tokens) << which;
         continue;
@@ -192,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, EngineFault,
 // request still ends exactly once, any that completes has the fault-free tokens, and the
 // ledger returns to what is quarantined.
 TEST(EngineRandomFaults, NoAnswerIsEverCorrupted) {
-  auto model = FixtureModel::load("llama-tiny");
+  auto model = testing::load_fixture("llama-tiny", testing::kSmallStepLimits);
   ASSERT_NE(model, nullptr);
   const FaultRun clean = run_with_fault(*model, DriverOp::kMap, 0, "fault-free");
   ASSERT_TRUE(clean.run_ok) << clean.run_error;
@@ -214,7 +214,7 @@ TEST(EngineRandomFaults, NoAnswerIsEverCorrupted) {
     injected += faulty.injected;
     for (std::uint64_t i = 0; i < kRequests; ++i) {
       const Outcome& outcome = faulty.outcomes[i];
-      ASSERT_EQ(outcome.finish_events, 1) << where << ", request " << i;
+      ASSERT_EQ(outcome.finished_events, 1) << where << ", request " << i;
       if (!outcome.completed()) {
         EXPECT_EQ(outcome.end, RequestEnd::kError) << where << ", request " << i;
         continue;

@@ -12,14 +12,16 @@
 #include <thread>
 #include <vector>
 
-#include "support/engine_rig.h"
+#include "support/engine_harness.h"
 
 namespace kvvm::engine {
 namespace {
 
 using testing::EngineRig;
 using testing::FixtureModel;
+using testing::load_fixture;
 using testing::Outcome;
+using testing::record;
 using testing::rig_prompt;
 using testing::solo_tokens;
 
@@ -51,6 +53,10 @@ EngineRequest request_of(std::uint64_t i) {
   return request;
 }
 
+std::unique_ptr<FixtureModel> small_step_llama() {
+  return load_fixture("llama-tiny", testing::kSmallStepLimits);
+}
+
 bool mentions_overloaded(const Status& status) {
   return status.message().find("overloaded") != std::string::npos;
 }
@@ -59,7 +65,7 @@ bool mentions_overloaded(const Status& status) {
 // at submit, the rest run four at a time where only one and a half fit to the end, so growth
 // is refused and the newest sequences are preempted and recomputed.
 TEST(EnginePressure, EveryRequestCompletesAsAloneOrIsRefusedAsOverloaded) {
-  auto model = FixtureModel::load("llama-tiny");
+  auto model = small_step_llama();
   ASSERT_NE(model, nullptr);
   for (const bool prefix_cache : {true, false}) {
     const std::string where = prefix_cache ? "prefix cache on" : "prefix cache off";
@@ -86,10 +92,10 @@ TEST(EnginePressure, EveryRequestCompletesAsAloneOrIsRefusedAsOverloaded) {
         EXPECT_TRUE(mentions_overloaded(outcome.submit_status))
             << which << ": " << outcome.submit_status.to_string();
         EXPECT_GE(outcome.submit_retry_after, 1.0) << which;
-        EXPECT_EQ(outcome.finish_events, 0) << which << ": a refused submit ran its callback";
+        EXPECT_EQ(outcome.finished_events, 0) << which << ": a refused submit ran its callback";
         continue;
       }
-      ASSERT_EQ(outcome.finish_events, 1) << which << ": every request ends exactly once";
+      ASSERT_EQ(outcome.finished_events, 1) << which << ": every request ends exactly once";
       if (outcome.overloaded_in_queue()) {
         ++refused_in_queue;
         EXPECT_TRUE(outcome.tokens.empty()) << which << ": refused after producing tokens";
@@ -130,7 +136,7 @@ TEST(EnginePressure, EveryRequestCompletesAsAloneOrIsRefusedAsOverloaded) {
 // it left waiting longer: they are refused as overloaded with a retry estimate, the running
 // one is untouched, and the engine takes new work afterwards.
 TEST(EnginePressure, QueueWaitBoundRefusesAsOverloaded) {
-  auto model = FixtureModel::load("llama-tiny");
+  auto model = small_step_llama();
   ASSERT_NE(model, nullptr);
   EngineOptions options;
   options.max_running = 1;
@@ -156,7 +162,7 @@ TEST(EnginePressure, QueueWaitBoundRefusesAsOverloaded) {
     const Outcome& outcome = rig->outcome(i);
     const std::string which = "late request " + std::to_string(i);
     ASSERT_TRUE(outcome.submit_status.ok()) << which << ": " << outcome.submit_status.to_string();
-    ASSERT_EQ(outcome.finish_events, 1) << which;
+    ASSERT_EQ(outcome.finished_events, 1) << which;
     EXPECT_EQ(outcome.end, RequestEnd::kError) << which;
     EXPECT_FALSE(outcome.error.ok()) << which;
     EXPECT_TRUE(mentions_overloaded(outcome.error)) << which << ": " << outcome.error.to_string();
@@ -181,37 +187,28 @@ TEST(EnginePressure, QueueWaitBoundRefusesAsOverloaded) {
 // takes 2 ms, so a step with four takes longer than the bound): the wait bound never refuses
 // one whose answer has started; only requests never admitted may be refused.
 TEST(EnginePressure, APreemptedRequestIsNeverRefusedForItsWait) {
-  auto model = FixtureModel::load("llama-tiny");
+  auto model = small_step_llama();
   ASSERT_NE(model, nullptr);
   EngineOptions options;
   options.max_running = 4;
   options.max_queue_wait = std::chrono::milliseconds(10);
   const KvSpaceOptions space = tight_space(6);
-  auto kv = KvSpace::create(model->config, space);
-  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
-  auto engine = Engine::create(*model->model, **kv, options);
-  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto rig = EngineRig::make(*model, space, options);
+  ASSERT_NE(rig, nullptr);
   constexpr std::uint64_t kRequests = 4;
   std::vector<Outcome> seen(kRequests);
   for (std::uint64_t i = 0; i < kRequests; ++i) {
-    auto id = (*engine)->submit(request_of(i), [&seen, i](const RequestEvent& event) {
+    auto id = rig->engine().submit(request_of(i), [&seen, i](const RequestEvent& event) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      Outcome& o = seen[i];
-      o.tokens.insert(o.tokens.end(), event.tokens.begin(), event.tokens.end());
-      if (!event.finished) return;
-      ++o.finish_events;
-      o.end = event.end;
-      o.error = event.error;
-      o.retry_after_seconds = event.retry_after_seconds;
-      if (event.stats != nullptr) o.stats = *event.stats;
+      record(seen[i], event);
     });
     ASSERT_TRUE(id.ok()) << id.status().to_string();
   }
-  ASSERT_TRUE((*engine)->run_until_idle().ok());
+  ASSERT_TRUE(rig->run().ok());
   std::uint32_t preempted = 0;
   for (std::uint64_t i = 0; i < kRequests; ++i) {
     const Outcome& o = seen[i];
-    ASSERT_EQ(o.finish_events, 1) << i;
+    ASSERT_EQ(o.finished_events, 1) << i;
     if (o.end == RequestEnd::kError) {
       EXPECT_TRUE(o.tokens.empty()) << i << ": refused after its answer started";
       EXPECT_EQ(o.stats.preemptions, 0u) << i << ": refused after it was preempted";
@@ -223,14 +220,14 @@ TEST(EnginePressure, APreemptedRequestIsNeverRefusedForItsWait) {
     if (o.stats.preemptions > 0) ++preempted;
   }
   EXPECT_GE(preempted, 1u) << "nothing was preempted: the test proves nothing";
-  EXPECT_EQ((*kv)->arena().stats().active_slots, 0u);
+  EXPECT_EQ(rig->kv().arena().stats().active_slots, 0u);
 }
 
 // Cancelling everything once preemption started: running, preempted and never-admitted
 // requests alike end exactly once (cancelled, unless already finished) and every slot and
 // byte goes back.
 TEST(EnginePressure, CancellingDuringPreemptionFreesEverything) {
-  auto model = FixtureModel::load("llama-tiny");
+  auto model = small_step_llama();
   ASSERT_NE(model, nullptr);
   EngineOptions options;
   options.max_running = 4;
@@ -248,7 +245,7 @@ TEST(EnginePressure, CancellingDuringPreemptionFreesEverything) {
   std::uint64_t cancelled = 0;
   for (std::uint64_t i = 0; i < kRequests; ++i) {
     const Outcome& outcome = rig->outcome(i);
-    ASSERT_EQ(outcome.finish_events, 1) << i;
+    ASSERT_EQ(outcome.finished_events, 1) << i;
     if (outcome.end == RequestEnd::kCancelled) {
       ++cancelled;
     } else {
@@ -266,7 +263,7 @@ TEST(EnginePressure, CancellingDuringPreemptionFreesEverything) {
 // tokens it produced a prefix of its answer alone; the small ones complete as alone, and the
 // engine neither hangs nor leaks.
 TEST(EnginePressure, ARequestThatCannotFitAloneEndsWithAnErrorAndTheOthersFinish) {
-  auto model = FixtureModel::load("llama-tiny");
+  auto model = small_step_llama();
   ASSERT_NE(model, nullptr);
   EngineOptions options;
   options.max_running = 3;
@@ -293,7 +290,7 @@ TEST(EnginePressure, ARequestThatCannotFitAloneEndsWithAnErrorAndTheOthersFinish
   }
 
   const Outcome& failed = rig->outcome(big_index);
-  ASSERT_EQ(failed.finish_events, 1);
+  ASSERT_EQ(failed.finished_events, 1);
   EXPECT_EQ(failed.end, RequestEnd::kError);
   EXPECT_EQ(failed.error.code(), StatusCode::kResourceExhausted) << failed.error.to_string();
   const std::vector<std::int32_t> whole = solo_tokens(*model, space, options, big);
@@ -312,57 +309,45 @@ TEST(EnginePressure, ARequestThatCannotFitAloneEndsWithAnErrorAndTheOthersFinish
 // The engine's own thread under the same pressure, fed by two threads at once: the answers
 // are those of each request alone, whatever the interleaving (and TSan sees every access).
 TEST(EnginePressure, TwoSubmittingThreadsUnderPressureGetTheAnswersAlone) {
-  auto model = FixtureModel::load("llama-tiny");
+  auto model = small_step_llama();
   ASSERT_NE(model, nullptr);
   EngineOptions options;
   options.max_running = 4;
   const KvSpaceOptions space = tight_space(6);
-  auto kv = KvSpace::create(model->config, space);
-  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
-  auto engine = Engine::create(*model->model, **kv, options);
-  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  ASSERT_TRUE((*engine)->start().ok());
+  auto rig = EngineRig::make(*model, space, options);
+  ASSERT_NE(rig, nullptr);
+  ASSERT_TRUE(rig->engine().start().ok());
 
   constexpr std::uint64_t kPerThread = 3;
-  struct Seen {
-    std::vector<std::int32_t> tokens;
-    int finish_events = 0;
-    RequestEnd end = RequestEnd::kError;
-    Status submitted;
-  };
   std::mutex mutex;  // the callbacks run on the engine's thread, the checks on this one
-  std::vector<Seen> seen(2 * kPerThread);
+  std::vector<Outcome> seen(2 * kPerThread);
   auto feed = [&](std::uint64_t first) {
     for (std::uint64_t i = first; i < first + kPerThread; ++i) {
-      auto id = (*engine)->submit(request_of(i), [&, i](const RequestEvent& event) {
+      auto id = rig->engine().submit(request_of(i), [&, i](const RequestEvent& event) {
         std::lock_guard lock(mutex);
-        seen[i].tokens.insert(seen[i].tokens.end(), event.tokens.begin(), event.tokens.end());
-        if (event.finished) {
-          ++seen[i].finish_events;
-          seen[i].end = event.end;
-        }
+        record(seen[i], event);
       });
       std::lock_guard lock(mutex);
-      seen[i].submitted = id.status();
+      seen[i].submit_status = id.status();
     }
   };
   std::thread a(feed, 0), b(feed, kPerThread);
   a.join();
   b.join();
-  EXPECT_TRUE((*engine)->drain(std::chrono::seconds(60))) << "not drained in a minute";
-  const EngineStats stats = (*engine)->stats();
-  engine->reset();
+  EXPECT_TRUE(rig->engine().drain(std::chrono::seconds(60))) << "not drained in a minute";
+  const EngineStats stats = rig->engine().stats();
+  rig->end_engine();
 
   std::lock_guard lock(mutex);
   for (std::uint64_t i = 0; i < seen.size(); ++i) {
-    ASSERT_TRUE(seen[i].submitted.ok()) << i << ": " << seen[i].submitted.to_string();
-    ASSERT_EQ(seen[i].finish_events, 1) << i;
+    ASSERT_TRUE(seen[i].submit_status.ok()) << i << ": " << seen[i].submit_status.to_string();
+    ASSERT_EQ(seen[i].finished_events, 1) << i;
     EXPECT_EQ(seen[i].end, RequestEnd::kLength) << i;
     EXPECT_EQ(seen[i].tokens, solo_tokens(*model, space, options, request_of(i))) << i;
   }
   EXPECT_EQ(stats.finished, seen.size());
   EXPECT_GT(stats.preemptions, 0u) << "six requests in six windows never preempted";
-  EXPECT_EQ((*kv)->arena().stats().active_slots, 0u);
+  EXPECT_EQ(rig->kv().arena().stats().active_slots, 0u);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -20,14 +22,9 @@ using testing::expect_clean;
 using testing::greedy_request;
 using testing::llama;
 using testing::make_kv;
+using testing::no_cache;
 
 const std::vector<std::int32_t> kPrompt = {269, 293, 290, 288, 297, 268, 259, 287};
-
-EngineOptions no_cache() {
-  EngineOptions options;
-  options.prefix_cache = false;
-  return options;
-}
 
 // The greedy continuation of kPrompt, max_tokens long, with nothing to stop it.
 std::vector<std::int32_t> continuation(std::uint32_t max_tokens) {
@@ -297,28 +294,47 @@ TEST(EngineRefusals, ARequestWaitingTooLongIsRefusedWithARetryEstimate) {
   expect_clean(*kv);
 }
 
+// An engine over llama-tiny on `kv` with its thread started; null (after a failed
+// expectation) where it could not be made or started.
+std::unique_ptr<Engine> started_engine(KvSpace& kv) {
+  auto engine = Engine::create(*llama().model, kv, no_cache());
+  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+  if (!engine.ok()) return nullptr;
+  const Status started = (*engine)->start();
+  EXPECT_TRUE(started.ok()) << started.to_string();
+  if (!started.ok()) return nullptr;
+  return std::move(engine).value();
+}
+
+// Submits `n` greedy requests of `max_tokens` after kPrompt; false where one is refused.
+bool submit_all(Engine& engine, Collector& collector, int n, std::uint32_t max_tokens) {
+  for (int i = 0; i < n; ++i) {
+    auto id = engine.submit(greedy_request(kPrompt, max_tokens), collector.callback());
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    if (!id.ok()) return false;
+  }
+  return true;
+}
+
 TEST(EngineThread, StartServesAndDrainFinishes) {
   auto kv = make_kv(llama().config, 3);
   Collector collector;
   {
-    auto engine = Engine::create(*llama().model, *kv, no_cache());
-    ASSERT_TRUE(engine.ok());
-    ASSERT_TRUE((*engine)->start().ok());
-    EXPECT_EQ((*engine)->start().code(), StatusCode::kFailedPrecondition);
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE((*engine)->submit(greedy_request(kPrompt, 8), collector.callback()).ok());
-    }
+    auto engine = started_engine(*kv);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(engine->start().code(), StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(submit_all(*engine, collector, 3, 8));
     // stats() and retry_after() from another thread while the engine's thread steps.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while ((*engine)->stats().finished < 2 && std::chrono::steady_clock::now() < deadline) {
-      EXPECT_GE((*engine)->retry_after(), 1.0);
+    while (engine->stats().finished < 2 && std::chrono::steady_clock::now() < deadline) {
+      EXPECT_GE(engine->retry_after(), 1.0);
       std::this_thread::yield();
     }
-    EXPECT_TRUE((*engine)->drain(std::chrono::seconds(30)));
+    EXPECT_TRUE(engine->drain(std::chrono::seconds(30)));
     EXPECT_EQ(collector.finished_count(), 3u);
-    auto late = (*engine)->submit(greedy_request(kPrompt, 8), collector.callback());
+    auto late = engine->submit(greedy_request(kPrompt, 8), collector.callback());
     EXPECT_EQ(late.status().code(), StatusCode::kUnavailable);
-    EXPECT_EQ((*engine)->stats().finished, 3u);
+    EXPECT_EQ(engine->stats().finished, 3u);
   }
   expect_clean(*kv);
 }
@@ -327,15 +343,12 @@ TEST(EngineThread, DrainPastItsDeadlineCancelsTheRest) {
   auto kv = make_kv(llama().config, 3);
   Collector collector;
   {
-    auto engine = Engine::create(*llama().model, *kv, no_cache());
-    ASSERT_TRUE(engine.ok());
-    ASSERT_TRUE((*engine)->start().ok());
-    for (int i = 0; i < 4; ++i) {
-      ASSERT_TRUE((*engine)->submit(greedy_request(kPrompt, 100), collector.callback()).ok());
-    }
-    EXPECT_FALSE((*engine)->drain(std::chrono::milliseconds(0)));
+    auto engine = started_engine(*kv);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_TRUE(submit_all(*engine, collector, 4, 100));
+    EXPECT_FALSE(engine->drain(std::chrono::milliseconds(0)));
     EXPECT_EQ(collector.finished_count(), 4u);  // every request ended, once
-    EXPECT_GT((*engine)->stats().cancelled, 0u);
+    EXPECT_GT(engine->stats().cancelled, 0u);
   }
   expect_clean(*kv);
 }
@@ -344,12 +357,9 @@ TEST(EngineThread, DestroyingARunningEngineCancelsWhatIsLeft) {
   auto kv = make_kv(llama().config, 3);
   Collector collector;
   {
-    auto engine = Engine::create(*llama().model, *kv, no_cache());
-    ASSERT_TRUE(engine.ok());
-    ASSERT_TRUE((*engine)->start().ok());
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE((*engine)->submit(greedy_request(kPrompt, 100), collector.callback()).ok());
-    }
+    auto engine = started_engine(*kv);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_TRUE(submit_all(*engine, collector, 3, 100));
   }
   EXPECT_EQ(collector.finished_count(), 3u);
   expect_clean(*kv);

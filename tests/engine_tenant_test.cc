@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "support/engine_rig.h"
+#include "support/engine_harness.h"
 
 namespace kvvm::engine {
 namespace {
@@ -63,7 +63,7 @@ Served serve(EngineRig& rig, const EngineRequest& request) {
 }
 
 TEST(EngineTenant, TenantsNeverShareCachedPrefixes) {
-  auto model = FixtureModel::load("llama-tiny");
+  auto model = testing::load_fixture("llama-tiny", testing::kSmallStepLimits);
   ASSERT_NE(model, nullptr);
   for (const bool seeded : {false, true}) {
     const std::string where = seeded ? "seeded sampling" : "greedy";

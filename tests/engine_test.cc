@@ -22,6 +22,7 @@ using testing::expect_clean;
 using testing::greedy_request;
 using testing::llama;
 using testing::make_kv;
+using testing::no_cache;
 
 std::vector<std::int32_t> random_prompt(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 random(seed);
@@ -83,16 +84,15 @@ std::vector<EngineRequest> fixture_requests(const nlohmann::json& expected,
 class EngineFixture : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(EngineFixture, GreedyTokensAloneEqualABatchAndTheReference) {
-  const std::unique_ptr<testing::LoadedModel> loaded = testing::load_fixture(GetParam());
+  const std::unique_ptr<testing::FixtureModel> loaded = testing::load_fixture(GetParam());
   ASSERT_NE(loaded, nullptr);
-  testing::LoadedModel& m = *loaded;
+  testing::FixtureModel& m = *loaded;
   constexpr std::uint32_t kTokens = 24;
   const std::vector<EngineRequest> requests = fixture_requests(m.expected, kTokens);
   ASSERT_GE(requests.size(), 3u);
   auto kv = make_kv(m.config, 4);
   ASSERT_NE(kv, nullptr);
-  EngineOptions options;
-  options.prefix_cache = false;
+  EngineOptions options = no_cache();
 
   std::vector<std::vector<std::int32_t>> alone;
   for (const EngineRequest& request : requests) {
@@ -136,17 +136,15 @@ INSTANTIATE_TEST_SUITE_P(Models, EngineFixture, ::testing::Values("llama-tiny", 
 
 // Chunked prefill (chunks of 3 in steps of 4 tokens) gives the same tokens as whole prompts.
 TEST(Engine, ChunkedPrefillGivesTheSameTokens) {
-  testing::LoadedModel& m = llama();
+  testing::FixtureModel& m = llama();
   const std::vector<EngineRequest> requests = {greedy_request(random_prompt(21, 1), 12),
                                                greedy_request(random_prompt(9, 2), 12),
                                                greedy_request(random_prompt(14, 3), 12)};
   auto kv = make_kv(m.config, 4);
   ASSERT_NE(kv, nullptr);
-  EngineOptions whole;
-  whole.prefix_cache = false;
-  const auto expected = run_engine(*m.model, *kv, whole, requests);
+  const auto expected = run_engine(*m.model, *kv, no_cache(), requests);
   ASSERT_EQ(expected.size(), 3u);
-  EngineOptions chunked = whole;
+  EngineOptions chunked = no_cache();
   chunked.step_tokens = 4;
   chunked.prefill_chunk = 3;
   EngineStats stats;
@@ -158,7 +156,7 @@ TEST(Engine, ChunkedPrefillGivesTheSameTokens) {
 // The prefix cache changes no token; a request sharing a long prefix with a finished one
 // computes only what is not cached.
 TEST(Engine, PrefixCacheOnAndOffGiveTheSameTokens) {
-  testing::LoadedModel& m = llama();
+  testing::FixtureModel& m = llama();
   const std::vector<std::int32_t> shared = random_prompt(40, 4);
   std::vector<EngineRequest> requests;
   for (std::uint64_t i = 0; i < 2; ++i) {
@@ -169,8 +167,7 @@ TEST(Engine, PrefixCacheOnAndOffGiveTheSameTokens) {
   }
   auto kv = make_kv(m.config, 3);
   ASSERT_NE(kv, nullptr);
-  EngineOptions off;
-  off.prefix_cache = false;
+  EngineOptions off = no_cache();
   const auto expected = run_engine(*m.model, *kv, off, requests);
   ASSERT_EQ(expected.size(), 2u);
 
@@ -203,7 +200,7 @@ TEST(Engine, PrefixCacheOnAndOffGiveTheSameTokens) {
 
 // A seed gives the same draws alone and beside other requests; another seed other tokens.
 TEST(Engine, SeededSamplingIsTheSameAloneAndInABatch) {
-  testing::LoadedModel& m = llama();
+  testing::FixtureModel& m = llama();
   auto sampled = [](std::vector<std::int32_t> prompt, std::uint64_t seed) {
     EngineRequest request = greedy_request(std::move(prompt), 20);
     request.sampling =
@@ -215,8 +212,7 @@ TEST(Engine, SeededSamplingIsTheSameAloneAndInABatch) {
                                                sampled(random_prompt(7, 5), 3)};
   auto kv = make_kv(m.config, 4);
   ASSERT_NE(kv, nullptr);
-  EngineOptions options;
-  options.prefix_cache = false;
+  EngineOptions options = no_cache();
   const auto alone = run_engine(*m.model, *kv, options, {requests[0]});
   const auto batch = run_engine(*m.model, *kv, options, requests, 1);
   ASSERT_EQ(batch.size(), 3u);
@@ -228,7 +224,7 @@ TEST(Engine, SeededSamplingIsTheSameAloneAndInABatch) {
 // A budget too small for every sequence to grow: the newest is preempted and recomputed,
 // and every answer is the one it gets alone.
 TEST(Engine, PreemptedRequestsGiveTheSameTokens) {
-  testing::LoadedModel& m = llama();
+  testing::FixtureModel& m = llama();
   std::vector<EngineRequest> requests;
   for (std::uint64_t i = 0; i < 4; ++i)
     requests.push_back(greedy_request(random_prompt(6, 20 + i), 30));
@@ -236,8 +232,7 @@ TEST(Engine, PreemptedRequestsGiveTheSameTokens) {
   {
     auto kv = make_kv(m.config, 5);
     ASSERT_NE(kv, nullptr);
-    EngineOptions options;
-    options.prefix_cache = false;
+    EngineOptions options = no_cache();
     for (const EngineRequest& request : requests) {
       alone.push_back(run_engine(*m.model, *kv, options, {request})[0]);
     }
@@ -264,11 +259,10 @@ TEST(Engine, PreemptedRequestsGiveTheSameTokens) {
 // Decode tokens go first: a running answer gains a token every step while a long prompt
 // beside it is prefilled a few tokens at a time.
 TEST(Engine, DecodesAreNotDelayedByAPrefill) {
-  testing::LoadedModel& m = llama();
+  testing::FixtureModel& m = llama();
   auto kv = make_kv(m.config, 3);
   ASSERT_NE(kv, nullptr);
-  EngineOptions options;
-  options.prefix_cache = false;
+  EngineOptions options = no_cache();
   options.step_tokens = 4;
   Collector collector;
   {
@@ -295,13 +289,12 @@ TEST(Engine, DecodesAreNotDelayedByAPrefill) {
 // The preallocated baseline commits a whole context per sequence at admission and gives
 // the same tokens.
 TEST(Engine, PreallocatedKvGivesTheSameTokens) {
-  testing::LoadedModel& m = llama();
+  testing::FixtureModel& m = llama();
   const std::vector<EngineRequest> requests = {greedy_request(random_prompt(11, 30), 8),
                                                greedy_request(random_prompt(6, 31), 8)};
   auto kv = make_kv(m.config, 3);
   ASSERT_NE(kv, nullptr);
-  EngineOptions options;
-  options.prefix_cache = false;
+  EngineOptions options = no_cache();
   const auto expected = run_engine(*m.model, *kv, options, requests);
   options.preallocate = true;
   Collector collector;
@@ -333,11 +326,10 @@ TEST(Engine, PreallocatedKvGivesTheSameTokens) {
 
 // Callbacks run without the engine's lock: one may submit a follow-up and cancel another.
 TEST(Engine, CallbacksMaySubmitAndCancel) {
-  testing::LoadedModel& m = llama();
+  testing::FixtureModel& m = llama();
   auto kv = make_kv(m.config, 3);
   ASSERT_NE(kv, nullptr);
-  EngineOptions options;
-  options.prefix_cache = false;
+  EngineOptions options = no_cache();
   auto engine = Engine::create(*m.model, *kv, options);
   ASSERT_TRUE(engine.ok());
   Collector collector;
