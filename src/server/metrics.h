@@ -1,0 +1,85 @@
+// GET /metrics: Prometheus text exposition (format 0.0.4).
+//
+// vLLM's names where vLLM has the metric, so dashboards built for it read kvvm:
+//   gauges      vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc
+//               (0..1, as vLLM reports it)
+//   counters    vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total (tokens),
+//               vllm:prompt_tokens_total, vllm:generation_tokens_total,
+//               vllm:num_preemptions_total, vllm:request_success_total{finished_reason}
+//   histograms  vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds,
+//               vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds,
+//               vllm:request_prompt_tokens, vllm:request_generation_tokens
+// and kvvm's own: kvvm_driver_calls_total{op}, kvvm_kv_committed_bytes,
+// kvvm_kv_physical_bytes, kvvm_kv_budget_bytes, kvvm_kv_commits_total,
+// kvvm_kv_reclaimed_bytes_total, kvvm_requests_refused_total{reason} (overloaded = the 429s),
+// kvvm_http_responses_total{endpoint,status}, kvvm_draining.
+// Every vLLM-named sample carries model_name="..." as vLLM's do. A counter's family name ends
+// in _total (the TYPE line names the sample), as prometheus_client writes them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvvm/driver.h"
+#include "kvvm/engine/engine.h"
+#include "kvvm/governor.h"
+
+namespace kvvm::server {
+
+// A Prometheus histogram: fixed upper bounds, cumulative when rendered. Thread-safe.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);  // ascending; +Inf is implied
+  void observe(double value);
+  struct Snapshot {
+    std::vector<double> upper_bounds;
+    std::vector<std::uint64_t> counts;  // per bucket (not cumulative), +Inf last
+    double sum = 0;
+    std::uint64_t count = 0;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  mutable std::mutex mutex_;
+  Snapshot data_;
+};
+
+// What the HTTP layer counts itself. Thread-safe.
+class ServerMetrics {
+ public:
+  ServerMetrics();
+  // One answered HTTP request: its route ("/v1/completions", ...; anything else "other") and
+  // status.
+  void count_response(std::string_view endpoint, int status);
+  // A request the engine finished (stop or length): the latency and token histograms and
+  // vllm:request_success_total{finished_reason}.
+  void observe_finished(const engine::RequestStats& stats, engine::RequestEnd end);
+  // A refusal: reason "overloaded" (429), "draining" (503), "unauthorized" (401),
+  // "too_large" (413), "invalid" (400 / 404).
+  void count_refusal(std::string_view reason);
+
+  struct Inputs {
+    std::string model_name;
+    engine::EngineStats engine;
+    DriverCallCounts driver;
+    TierStats tier;  // the KV tier's governor view (limit = the budget)
+    bool draining = false;
+  };
+  // The whole exposition text.
+  std::string render(const Inputs& inputs) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, std::uint64_t> responses_;
+  std::map<std::string, std::uint64_t> refusals_;
+  std::map<std::string, std::uint64_t> successes_;  // by finished_reason
+  Histogram ttft_, tpot_, e2e_, queue_, prompt_tokens_, generation_tokens_;
+};
+
+}  // namespace kvvm::server

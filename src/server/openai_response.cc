@@ -1,0 +1,1 @@
+// Placeholder: written by its helper.

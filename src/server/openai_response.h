@@ -1,0 +1,59 @@
+// The OpenAI response bodies: a whole completion, the streamed chunks (Server-Sent Events),
+// the usage record and the model list. Text is dumped with invalid UTF-8 replaced (U+FFFD),
+// never thrown on.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kvvm/engine/engine.h"
+#include "openai_request.h"
+
+namespace kvvm::server {
+
+struct Usage {
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t completion_tokens = 0;
+  std::uint64_t cached_tokens = 0;  // prompt_tokens_details.cached_tokens
+};
+Usage usage_of(const engine::RequestStats& stats);
+
+// "stop" (an end token or a stop string) or "length"; cancelled / error are not answered.
+std::string_view finish_reason(engine::RequestEnd end);
+
+struct ResponseHead {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;            // "cmpl-..." / "chatcmpl-..."
+  std::int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+// A fresh response id for `endpoint`: its prefix and 24 random hex digits.
+std::string response_id(Endpoint endpoint);
+
+// The whole answer: object "text_completion" (choices[0].text) or "chat.completion"
+// (choices[0].message {role: assistant, content}), finish_reason, usage.
+nlohmann::json completion_body(const ResponseHead& head, std::string_view text,
+                               std::string_view finish, const Usage& usage);
+// One streamed chunk: "text_completion" (choices[0].text) or "chat.completion.chunk"
+// (choices[0].delta: {role: assistant} on the first, {content} after); finish_reason null
+// until the last.
+nlohmann::json stream_chunk(const ResponseHead& head, std::string_view text, bool first,
+                            std::optional<std::string_view> finish);
+// The last chunk before [DONE] when usage is asked for: choices [] and usage.
+nlohmann::json usage_chunk(const ResponseHead& head, const Usage& usage);
+// GET /v1/models: {object: list, data: [{id, object: model, created, owned_by: kvvm,
+// max_model_len}]}.
+nlohmann::json models_body(std::string_view model, std::int64_t created,
+                           std::uint64_t max_model_len);
+
+// "data: JSON\n\n", and the stream's end "data: [DONE]\n\n".
+std::string sse_event(const nlohmann::json& value);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// nlohmann's dump that replaces invalid UTF-8 instead of throwing.
+std::string dump_json(const nlohmann::json& value);
+
+}  // namespace kvvm::server
