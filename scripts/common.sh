@@ -3,7 +3,7 @@
 
 KVVM_DEBIAN_PACKAGES=(cmake g++ make ccache libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev librapidcheck-dev libxxhash-dev libssl-dev clang-format
-  libopenblas-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev)
+  libopenblas-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev curl)
 
 kvvm_install_dependencies() {
   local missing=()

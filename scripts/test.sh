@@ -2,9 +2,10 @@
 # Installs what is missing, checks formatting, builds and runs every test:
 #   1. release build (CUDA driver and kernels compiled when the toolkit is here; their tests
 #      skip, and are reported as skipped, without a GPU) + the installed-package consumer check;
-#   2. the README's first command, scripts/run.sh, on a short setting in a fresh build directory
-#      (tests and benchmarks off, as a newcomer builds it), and the library alone with tests,
-#      benchmarks and tools all off;
+#   2. the README's first command, scripts/run.sh --demo-only (the demo model served, one chat
+#      exchange checked) in a fresh build directory (tests and benchmarks off, as a newcomer
+#      builds it), run.sh's simulation on the suite's directory, and the library alone with
+#      tests, benchmarks and tools all off;
 #   3. the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   4. the CPU suite under ThreadSanitizer.
 # Warnings are errors under CI (CI=true: the ci-* presets), not on a user's newer compiler.
@@ -82,20 +83,28 @@ consumer() {
 }
 check "consumer: find_package(kvvm) from the installed tree" consumer || overall=1
 
-# Both README commands on one tree, in either order: run.sh first in a fresh directory, then
+# Both README commands on one tree, in either order: run.sh first in a fresh directory (its
+# main job: serve the demo model, one chat exchange, whose answer must be the right sum), then
 # this script's configuration there must bring the test target back (building it would only
 # repeat the suite's build); and run.sh after this script's suite must build and run on the
-# directory the suite used.
+# directory the suite used (its simulation mode).
 newcomer() {
   rm -rf build/newcomer
-  KVVM_BUILD_DIR=build/newcomer bash scripts/run.sh --requests 300 --rate 30 &&
+  local exchange
+  exchange=$(KVVM_BUILD_DIR=build/newcomer bash scripts/run.sh --demo-only) || {
+    echo "$exchange"
+    return 1
+  }
+  echo "$exchange"
+  grep -qx 'assistant: 521' <<<"$exchange" &&
     kvvm_configure "${presets[0]}" build/newcomer &&
     # grep reads the whole list (no -q): quitting at the first match would end make's write
     # with SIGPIPE, which pipefail reports as a failure.
     cmake --build build/newcomer --target help | grep '\<kvvm_tests\>' >/dev/null &&
     grep -q '^KVVM_BUILD_TESTS:BOOL=ON$' build/newcomer/CMakeCache.txt &&
     echo "after run.sh, the test configuration builds kvvm_tests again" &&
-    KVVM_BUILD_DIR="build/${presets[0]}" bash scripts/run.sh --requests 300 --rate 30 >/dev/null
+    KVVM_BUILD_DIR="build/${presets[0]}" bash scripts/run.sh simulate --requests 300 --rate 30 \
+      >/dev/null
 }
 check "the README's commands in either order: run.sh, then test.sh's build, then run.sh" \
   newcomer || overall=1
