@@ -236,12 +236,13 @@ class Server::Impl {
 
     // What httplib answers by itself (a malformed request, a body over the limit, an unknown
     // method) gets OpenAI's shape too; answers that already have a body keep it.
-    http_.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
-      if (!res.body.empty() || res.content_provider_)
-        return httplib::Server::HandlerResponse::Unhandled;
-      reply_error(res, library_error(res.status));
-      return httplib::Server::HandlerResponse::Handled;
-    });
+    http_.set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request&, httplib::Response& res) {
+          if (!res.body.empty() || res.content_provider_)
+            return httplib::Server::HandlerResponse::Unhandled;
+          reply_error(res, library_error(res.status));
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     http_.set_exception_handler(
         [](const httplib::Request&, httplib::Response& res, std::exception_ptr thrown) {
           std::string what = "unknown exception";

@@ -84,12 +84,20 @@ class ServerRig {
     return rig;
   }
 
-  ~ServerRig() { shut_down(); }
+  ~ServerRig() { end_engine(); }
+
+  // Shuts down, then ends the server and the engine (its prefix cache lets go of every
+  // entry); the KV space stays for the ledger's check.
+  void end_engine() {
+    shut_down();
+    server_.reset();
+    engine_.reset();
+  }
 
   // The drain of `kvvm serve`: 503 from now on, the engine finishes (or cancels) what it has,
   // the server stops. Idempotent.
   bool shut_down(std::chrono::milliseconds drain = std::chrono::seconds(5)) {
-    if (!serving_.joinable()) return true;
+    if (!serving_.joinable() || !server_) return true;
     server_->begin_drain();
     const bool drained = engine_->drain(drain);
     server_->stop();
@@ -193,6 +201,13 @@ class RawSocket {
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
+  }
+  // Closes with a reset (SO_LINGER 0): the peer's next write fails at once.
+  void reset() {
+    if (fd_ < 0) return;
+    linger off{1, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &off, sizeof off);
+    close();
   }
 
  private:
