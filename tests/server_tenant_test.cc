@@ -40,7 +40,7 @@ class ServerTenantTest : public ::testing::Test {
     options.api_keys = *keys;
     rig_ = ServerRig::make(test::model_fixture_dir("llama-tiny"), options);
     ASSERT_NE(rig_, nullptr);
-    for (int i = 0; i < 40; ++i) system_prompt_ += "You are a careful assistant. ";
+    for (int i = 0; i < 12; ++i) system_prompt_ += "You are a careful assistant. ";
   }
 
   // One completion of the shared prompt as `key`; returns its usage.

@@ -1,6 +1,7 @@
 // Server::Impl: the routes over cpp-httplib's server, the key check, the drain flag and the
 // listening lifecycle.
 #include <httplib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,9 +71,16 @@ std::string bearer_key(const httplib::Request& req) {
   return std::string(key);
 }
 
-// httplib's server, with a way to close a socket bound but never served.
+// httplib's server, with a longer accept queue and a way to close a socket bound but never
+// served.
 class HttpServer : public httplib::Server {
  public:
+  // httplib listens with a backlog of 5: a burst of clients beyond it would see their
+  // connections dropped and retried a second later. Listening again sets the kernel's queue.
+  void lengthen_accept_queue() {
+    const socket_t sock = svr_sock_.load();
+    if (sock != INVALID_SOCKET) ::listen(sock, SOMAXCONN);
+  }
   void close_unserved_socket() {
     socket_t sock = svr_sock_.exchange(INVALID_SOCKET);
     if (sock != INVALID_SOCKET) ::close(sock);
@@ -118,6 +126,7 @@ class Server::Impl {
                                  "machine)");
     }
     port_ = static_cast<std::uint16_t>(port);
+    http_.lengthen_accept_queue();
     std::lock_guard lock(mutex_);
     bound_ = true;
     return port_.load();

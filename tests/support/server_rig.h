@@ -198,6 +198,17 @@ class RawSocket {
     }
     return got;
   }
+  // Reads until what arrived holds `part` (or the peer closed, or `timeout` passed).
+  std::string read_until(const std::string& part, std::chrono::milliseconds timeout) {
+    std::string got;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (got.find(part) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      bool closed = false;
+      got += read_until_closed(std::chrono::milliseconds(10), &closed);
+      if (closed) break;
+    }
+    return got;
+  }
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;

@@ -1,8 +1,11 @@
 #include "serve_command.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <limits>
@@ -67,6 +70,17 @@ Result<std::optional<tokenizer::ChatTemplate>> chat_template_of(const ServeOptio
     return std::optional<tokenizer::ChatTemplate>();
   }
   return std::optional<tokenizer::ChatTemplate>(*detected);
+}
+
+// The pipe the signal handler writes to (a handler can reach only globals).
+int g_signal_pipe[2] = {-1, -1};
+
+void forward_signal(int signal) {
+  const int saved = errno;
+  const auto byte = static_cast<unsigned char>(signal);
+  if (g_signal_pipe[1] >= 0) [[maybe_unused]]
+    auto n = ::write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
 }
 
 }  // namespace
@@ -265,33 +279,54 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
 }
 
 int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err) {
-  // Blocked before any thread exists, so every thread inherits the mask and only the waiting
-  // thread below ever takes the signals. A client that leaves must not kill the process.
+  // Threads may exist before main (a BLAS library starts its pool when it loads), so blocking
+  // the signals alone would leave them to one of those, and their default action would kill
+  // the process. Instead: a handler that only writes the signal to a pipe (async-signal-safe),
+  // the signals blocked in every thread this command starts, and one waiting thread that
+  // takes them and reads the pipe.
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
+    err << kCommand << ": cannot create the signal pipe\n";
+    return kExitFailure;
+  }
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  sigset_t previous;
-  pthread_sigmask(SIG_BLOCK, &signals, &previous);
+  sigset_t previous_mask;
+  pthread_sigmask(SIG_BLOCK, &signals, &previous_mask);
+  struct sigaction action {};
+  action.sa_handler = forward_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  struct sigaction previous_term {
+  }, previous_int{};
+  sigaction(SIGTERM, &action, &previous_term);
+  sigaction(SIGINT, &action, &previous_int);
+  // A client that leaves must not kill the process (writes to its socket fail instead).
   std::signal(SIGPIPE, SIG_IGN);
 
   ShutdownRequest shutdown;
-  std::atomic<bool> finished{false};
   std::thread waiter([&] {
+    pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
     while (true) {
-      int signal = 0;
-      if (sigwait(&signals, &signal) != 0) continue;
-      if (finished) return;
-      if (!shutdown.requested()) {
-        shutdown.request(signal == SIGINT ? "SIGINT" : "SIGTERM");
-      }
+      unsigned char signal = 0;
+      const ssize_t n = ::read(g_signal_pipe[0], &signal, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || signal == 0) return;  // 0: the command is over
+      shutdown.request(signal == SIGINT ? "SIGINT" : "SIGTERM");
     }
   });
   const int code = run_serve(options, out, err, shutdown);
-  finished = true;
-  pthread_kill(waiter.native_handle(), SIGTERM);  // blocked there: its sigwait takes it
+  const unsigned char over = 0;
+  while (::write(g_signal_pipe[1], &over, 1) < 0 && errno == EINTR) {
+  }
   waiter.join();
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  sigaction(SIGTERM, &previous_term, nullptr);
+  sigaction(SIGINT, &previous_int, nullptr);
+  pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
+  ::close(g_signal_pipe[0]);
+  ::close(g_signal_pipe[1]);
+  g_signal_pipe[0] = g_signal_pipe[1] = -1;
   return code;
 }
 

@@ -75,8 +75,8 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options);
 int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
               ShutdownRequest& shutdown);
 
-// The command line's: SIGTERM and SIGINT (blocked in every thread, waited for by one)
-// request the shutdown.
+// The command line's: SIGTERM or SIGINT requests the shutdown (taken by one thread of its
+// own; the others block them). SIGPIPE is ignored.
 int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace kvvm::cli
