@@ -4,9 +4,10 @@
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 #include <string>
 
+#include "support/prometheus_text.h"
 #include "support/server_rig.h"
 #include "support/test_data.h"
 
@@ -15,20 +16,6 @@ namespace {
 
 using testing::post_json;
 using testing::ServerRig;
-
-// The sum of a metric family's samples in Prometheus text ("NAME{...} VALUE" or "NAME VALUE").
-double metric_sum(const std::string& text, const std::string& name) {
-  double sum = 0;
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name, 0) != 0) continue;
-    const char next = line.size() > name.size() ? line[name.size()] : '\0';
-    if (next != ' ' && next != '{') continue;
-    sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
 
 class ServerTenantTest : public ::testing::Test {
  protected:
@@ -61,8 +48,12 @@ class ServerTenantTest : public ::testing::Test {
     auto metrics = client.Get("/metrics");
     EXPECT_TRUE(metrics);
     if (!metrics) return -1;
-    EXPECT_NE(metrics->body.find("vllm:prefix_cache_hits_total"), std::string::npos);
-    return metric_sum(metrics->body, "vllm:prefix_cache_hits_total");
+    const test::PromParse parsed = test::parse_prometheus_text(metrics->body);
+    EXPECT_TRUE(parsed.ok()) << parsed.error;
+    const std::optional<double> hits = test::value(parsed.families, "vllm:prefix_cache_hits_total",
+                                                   {{"model_name", "llama-tiny"}});
+    EXPECT_TRUE(hits.has_value()) << metrics->body;
+    return hits.value_or(-1);
   }
 
   std::unique_ptr<ServerRig> rig_;
