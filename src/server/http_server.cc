@@ -147,12 +147,14 @@ class Server::Impl {
       running_ = true;
     }
     const bool listened = http_.listen_after_bind();
+    bool stopped = false;
     {
       std::lock_guard lock(mutex_);
       running_ = false;
+      stopped = stop_requested_;
     }
     run_ended_.notify_all();
-    if (!listened && !stop_requested_) {
+    if (!listened && !stopped) {
       return Status::Unavailable("serving " + options_.host + ":" + std::to_string(port_) +
                                  " failed");
     }
