@@ -41,9 +41,12 @@ class LongStream {
       request.body =
           R"({"model": "llama-tiny", "prompt": "The quick brown fox", "max_tokens": 490, )"
           R"("stream": true})";
-      request.content_receiver = [this](const char*, std::size_t, std::uint64_t, std::uint64_t) {
-        started_ = true;
-        return true;
+      request.content_receiver = [this](const char* data, std::size_t size, std::uint64_t,
+                                        std::uint64_t) {
+        if (std::string_view(data, size).find("data: ") != std::string_view::npos) {
+          started_ = true;
+        }
+        return !stop_;  // false: the client leaves, and the server cancels the request
       };
       client.send(request);
     });
@@ -119,6 +122,9 @@ TEST(ServerOverload, AFullQueueRefusesAtSubmit) {
     running.stop();
     queued.join();
     EXPECT_EQ(queued_status, 200);  // admitted once the long one left
+    const engine::EngineStats stats = rig->engine().stats();
+    EXPECT_EQ(stats.cancelled, 1u);
+    EXPECT_EQ(stats.finished, 1u);
   }
   EXPECT_EQ(refused_overloaded(*rig), 1);
 }
