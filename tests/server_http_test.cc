@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "generate_command.h"
 #include "support/server_rig.h"
@@ -186,6 +189,43 @@ TEST_F(ServerHttpTest, DrainingAnswers503) {
   ASSERT_TRUE(request);
   EXPECT_EQ(request->status, 503);
   EXPECT_EQ(body_of(request)["error"]["type"], "unavailable_error") << request->body;
+}
+
+TEST_F(ServerHttpTest, ADrainThatCancelsEndsAStreamWithAnErrorEvent) {
+  std::string body;
+  std::atomic<bool> started{false};
+  int status = 0;
+  std::thread client_thread([&] {
+    auto client = rig_->client();
+    httplib::Request request;
+    request.method = "POST";
+    request.path = "/v1/completions";
+    request.set_header("Content-Type", "application/json");
+    request.body = R"({"model": "llama-tiny", "prompt": "The quick brown fox", )"
+                   R"("max_tokens": 490, "stream": true})";
+    request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
+                                   std::uint64_t) {
+      body.append(data, size);
+      if (body.find("data: ") != std::string::npos) started = true;
+      return true;
+    };
+    auto result = client.send(request);
+    status = result ? result->status : -1;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!started && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // No time to finish: the drain cancels it, and the server's stop lets its end be written.
+  EXPECT_FALSE(rig_->shut_down(std::chrono::milliseconds(0)));
+  client_thread.join();
+  EXPECT_EQ(status, 200);
+  bool done = false;
+  const auto events = sse_events(body, &done);
+  EXPECT_TRUE(done) << body;
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["error"]["type"], "unavailable_error") << body;
+  EXPECT_EQ(rig_->engine().stats().cancelled, 1u);
 }
 
 TEST_F(ServerHttpTest, ATakenPortIsRefused) {

@@ -91,8 +91,25 @@ ResponseHead head_of(const ApiRequest& request) {
   return head;
 }
 
+// Counts a streamed answer in flight for as long as it lives.
+class InFlight {
+ public:
+  explicit InFlight(std::atomic<int>* count) : count_(count) {
+    if (count_ != nullptr) ++*count_;
+  }
+  ~InFlight() {
+    if (count_ != nullptr) --*count_;
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  std::atomic<int>* count_;
+};
+
 // What the SSE provider carries from one call to the next.
 struct StreamState {
+  std::unique_ptr<InFlight> in_flight;  // until the provider is destroyed with the response
   CompletionContext context;
   std::shared_ptr<RequestStream> stream;
   engine::RequestId id = 0;
@@ -127,6 +144,7 @@ std::string sse_text(StreamState& state, const StreamUpdate& update) {
 void stream_answer(const CompletionContext& context, const ApiRequest& request,
                    std::shared_ptr<RequestStream> stream, engine::RequestId id,
                    httplib::Response& res) {
+  auto in_flight = std::make_unique<InFlight>(context.streams_in_flight);
   // Wait for the first event before any status is sent: a refusal in the queue must still be
   // an HTTP error.
   StreamUpdate first;
@@ -136,6 +154,7 @@ void stream_answer(const CompletionContext& context, const ApiRequest& request,
     return;
   }
   auto state = std::make_shared<StreamState>();
+  state->in_flight = std::move(in_flight);
   state->context = context;
   state->stream = std::move(stream);
   state->id = id;

@@ -5,6 +5,8 @@
 
 #include <httplib.h>
 
+#include <atomic>
+
 #include "kvvm/engine/engine.h"
 #include "metrics.h"
 #include "openai_request.h"
@@ -14,6 +16,9 @@ namespace kvvm::server {
 struct CompletionContext {
   engine::Engine* engine = nullptr;
   ServerMetrics* metrics = nullptr;
+  // Streamed answers not yet fully written (httplib cuts a stream at its next write once the
+  // server stops, so stop() waits for this to reach zero).
+  std::atomic<int>* streams_in_flight = nullptr;
 };
 
 // Answers `request` into `res`: a JSON body, an error in OpenAI's shape, or a chunked SSE

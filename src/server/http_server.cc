@@ -169,6 +169,14 @@ class Server::Impl {
       std::lock_guard lock(mutex_);
       stop_requested_ = true;
     }
+    // httplib's stop() cuts every stream at its next write: let the streams in flight end
+    // first. The caller has drained the engine, so they end as soon as their last chunks are
+    // written, or when a client that does not read reaches the write timeout.
+    const auto deadline =
+        std::chrono::steady_clock::now() + options_.write_timeout + std::chrono::seconds(1);
+    while (streams_in_flight_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
     // run() may be between its check and httplib's accept loop, where httplib's stop() does
     // nothing yet: wait until the loop runs (then stop it) or run() has returned.
     while (true) {
@@ -359,7 +367,8 @@ class Server::Impl {
     }
     ApiRequest& request = std::get<ApiRequest>(parsed);
     request.engine.tenant = *tenant;
-    answer_completion(CompletionContext{deps_.engine, &metrics_}, std::move(request), res);
+    answer_completion(CompletionContext{deps_.engine, &metrics_, &streams_in_flight_},
+                      std::move(request), res);
   }
 
   ServerDeps deps_;
@@ -370,6 +379,7 @@ class Server::Impl {
   ServerMetrics metrics_;
   HttpServer http_;
   std::atomic<bool> draining_{false};
+  std::atomic<int> streams_in_flight_{0};
   std::atomic<std::uint16_t> port_{0};
 
   std::mutex mutex_;
