@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "bench_serve_client.h"
 #include "bench_serve_driver.h"
 #include "bench_serve_report.h"
+#include "bench_serve_request.h"
 #include "support/cli_run.h"
 
 namespace kvvm::cli {
@@ -357,6 +359,23 @@ TEST(CliBenchServe, UnreachableServerIsAClearError) {
   const test::CliRun bad = run(serve_args("ftp://127.0.0.1:1", {}));
   EXPECT_EQ(bad.code, 2);
   EXPECT_TRUE(contains(bad.err, "must start with http:// or https://")) << bad.err;
+}
+
+TEST(BenchServeClient, PromptIdsComeFromTheSeedWithTheTenantsPrefixShared) {
+  TraceGeneratorOptions generator;
+  generator.requests = 3;
+  generator.tenants = 1;
+  generator.system_prompt_tokens = 6;
+  const Trace trace = *generate_trace(generator);
+  const std::vector<TokenId> a = prompt_ids(trace, 0, 1, 100);
+  const std::vector<TokenId> b = prompt_ids(trace, 1, 1, 100);
+  ASSERT_EQ(a.size(), trace.requests[0].prompt_tokens);
+  EXPECT_EQ(a, prompt_ids(trace, 0, 1, 100));  // deterministic
+  EXPECT_NE(a, prompt_ids(trace, 0, 2, 100));  // the seed changes them
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 6, b.begin()));
+  EXPECT_NE(std::vector<TokenId>(a.begin() + 6, a.end()),
+            std::vector<TokenId>(b.begin() + 6, b.begin() + static_cast<long>(a.size())));
+  for (TokenId id : a) EXPECT_LT(id, 100u);
 }
 
 TEST(BenchServeClient, SseParserFramesEventsAcrossChunks) {

@@ -51,13 +51,14 @@ std::vector<TokenId> prompt_ids(const Trace& trace, std::size_t index, std::uint
   std::vector<TokenId> ids;
   ids.reserve(request.prompt_tokens);
   const std::uint64_t seeded = mix(seed);
+  const std::uint64_t range = vocab == 0 ? 1 : vocab;  // a vocabulary has at least one id
   for (std::uint64_t i = 0; i < request.prompt_tokens; ++i) {
     const bool shared = request.prefix_group != kNoPrefixGroup && i < request.prefix_tokens;
     // Groups and requests draw from disjoint owner numbers, so a request's own ids never
     // repeat a group's prefix by construction.
     const std::uint64_t owner = shared ? static_cast<std::uint64_t>(request.prefix_group)
                                        : (std::uint64_t{1} << 40) + index;
-    ids.push_back(static_cast<TokenId>(mix(seeded ^ mix(owner) ^ mix(i + 1)) % vocab));
+    ids.push_back(static_cast<TokenId>(mix(seeded ^ mix(owner) ^ mix(i + 1)) % range));
   }
   return ids;
 }
