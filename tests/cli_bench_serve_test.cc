@@ -120,27 +120,36 @@ class FakeOpenAi {
       return;
     }
     const std::size_t prompt = chat ? 0 : bodies()[n]["prompt"].size();
-    auto step = std::make_shared<int>(options_.role_chunk && chat ? -1 : 0);
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, chat, step, prompt](std::size_t, httplib::DataSink& sink) {
-          std::string event;
-          if (*step < 0) {
-            event = R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})";
-          } else if (*step < options_.tokens) {
-            if (!pause(options_.token_delay)) return false;
-            event = chat ? R"({"choices":[{"index":0,"delta":{"content":" hi"}}]})"
-                         : R"({"choices":[{"index":0,"text":" hi","finish_reason":null}]})";
-          } else {
-            event = R"({"choices":[],"usage":{"prompt_tokens":)" + std::to_string(prompt) +
-                    R"(,"completion_tokens":)" + std::to_string(options_.tokens) +
-                    R"(,"total_tokens":0}})";
-            event = "data: " + event + "\n\ndata: [DONE]\n\n";
-            sink.write(event.data(), event.size());
-            sink.done();
-            return true;
-          }
-          ++*step;
-          event = "data: " + event + "\n\n";
+    // The whole stream is known up front, so it goes out with a Content-Length rather than
+    // chunked: cpp-httplib's chunked writer keeps its end marker in a function-local static,
+    // which ThreadSanitizer (not seeing inside the uninstrumented library's guard) reports as
+    // a race between two streams ending at once.
+    auto events = std::make_shared<std::vector<std::string>>();
+    if (chat && options_.role_chunk) {
+      events->push_back(R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})");
+    }
+    for (int i = 0; i < options_.tokens; ++i) {
+      events->push_back(chat ? R"({"choices":[{"index":0,"delta":{"content":" hi"}}]})"
+                             : R"({"choices":[{"index":0,"text":" hi","finish_reason":null}]})");
+    }
+    events->push_back(R"({"choices":[],"usage":{"prompt_tokens":)" + std::to_string(prompt) +
+                      R"(,"completion_tokens":)" + std::to_string(options_.tokens) +
+                      R"(,"total_tokens":0}})");
+    events->push_back("[DONE]");
+    std::size_t length = 0;
+    for (std::string& event : *events) {
+      event = "data: " + event + "\n\n";
+      length += event.size();
+    }
+    auto next = std::make_shared<std::size_t>(0);
+    const bool has_role = chat && options_.role_chunk;
+    res.set_content_provider(
+        length, "text/event-stream",
+        [this, events, next, has_role](std::size_t, std::size_t, httplib::DataSink& sink) {
+          if (*next >= events->size()) return false;
+          const bool content = *next + 2 < events->size() && !(has_role && *next == 0);
+          if (content && !pause(options_.token_delay)) return false;
+          const std::string& event = (*events)[(*next)++];
           return sink.write(event.data(), event.size());
         });
   }
