@@ -281,7 +281,7 @@ TEST(CliBenchServe, IssuesAtArrivalTimesWhileEarlierRequestsStream) {
     ASSERT_TRUE(request.sent);
     EXPECT_EQ(request.outcome.kind, OutcomeKind::kCompleted) << request.outcome.error;
     EXPECT_GE(request.issued_s, plan[i].arrival_s);
-    EXPECT_LT(request.issued_s, plan[i].arrival_s + 0.08) << "request " << i;
+    EXPECT_LT(request.issued_s, plan[i].arrival_s + 0.15) << "request " << i;
     ASSERT_TRUE(request.ttft_s && request.last_token_s);
     EXPECT_GE(*request.ttft_s, 0.09);  // the first token's delay
     EXPECT_EQ(request.outcome.output_tokens, 3u);
@@ -290,7 +290,9 @@ TEST(CliBenchServe, IssuesAtArrivalTimesWhileEarlierRequestsStream) {
   EXPECT_LT(result.requests[3].issued_s, result.requests[0].ended_s);
   const std::vector<double> arrivals = server.arrivals();
   ASSERT_EQ(arrivals.size(), 4u);
-  EXPECT_GT(arrivals[3], 0.25);
+  // 0.3 s after the first at the server (its connection may take longer to open under a
+  // sanitizer), not 0.9 s as a closed loop would send it.
+  EXPECT_GT(arrivals[3], 0.2);
   EXPECT_LT(arrivals[3], 0.4);
 }
 
@@ -381,9 +383,10 @@ TEST(BenchServeClient, PromptIdsComeFromTheSeedWithTheTenantsPrefixShared) {
   ASSERT_EQ(a.size(), trace.requests[0].prompt_tokens);
   EXPECT_EQ(a, prompt_ids(trace, 0, 1, 100));  // deterministic
   EXPECT_NE(a, prompt_ids(trace, 0, 2, 100));  // the seed changes them
-  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 6, b.begin()));
+  ASSERT_GT(b.size(), 6u);
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 6, b.begin()));  // the tenant's system prompt
   EXPECT_NE(std::vector<TokenId>(a.begin() + 6, a.end()),
-            std::vector<TokenId>(b.begin() + 6, b.begin() + static_cast<long>(a.size())));
+            std::vector<TokenId>(b.begin() + 6, b.end()));  // each request's own ids
   for (TokenId id : a) EXPECT_LT(id, 100u);
 }
 
