@@ -1,1 +1,325 @@
-// Placeholder: written by its helper.
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <system_error>
+
+namespace kvvm::server {
+namespace {
+
+// vLLM's bucket bounds (vllm/v1/metrics/loggers.py), so its dashboards' quantiles read the
+// same here.
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,  0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160., 640., 2560.};
+}
+std::vector<double> tpot_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> latency_buckets() {
+  return {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120., 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+std::vector<double> token_buckets() {
+  return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
+}
+
+// The refusal reasons the HTTP layer reports; each is rendered (at 0 too) so a rate() over
+// them has a series from the first scrape on.
+constexpr std::string_view kRefusalReasons[] = {"overloaded", "draining", "unauthorized",
+                                                "too_large", "invalid"};
+constexpr std::string_view kFinishedReasons[] = {"stop", "length"};
+
+// Bounds the (endpoint, status) series: the route comes from the HTTP layer, but a bug there
+// must not let clients grow the exposition without limit.
+constexpr std::size_t kMaxResponseSeries = 256;
+
+std::string format_double(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buffer[64];
+  // Shortest text that reads back as the same double; whole numbers below 2^53 without an
+  // exponent (le="100000", not le="1e+05"), as people read them.
+  const bool whole = std::fabs(value) < 9007199254740992.0 && value == std::trunc(value);
+  auto [end, ec] =
+      whole ? std::to_chars(buffer, buffer + sizeof(buffer), value, std::chars_format::fixed)
+            : std::to_chars(buffer, buffer + sizeof(buffer), value);
+  if (ec != std::errc()) return "NaN";  // cannot happen with 64 bytes
+  return std::string(buffer, end);
+}
+
+std::string format_uint(std::uint64_t value) { return std::to_string(value); }
+
+// Label values escape backslash, double quote and newline (format 0.0.4).
+void append_escaped(std::string& out, std::string_view value) {
+  for (char c : value) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
+    }
+  }
+}
+
+// HELP text escapes backslash and newline only.
+void append_help(std::string& out, std::string_view text) {
+  for (char c : text) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+}
+
+using Labels = std::vector<std::pair<std::string_view, std::string_view>>;
+
+class Writer {
+ public:
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += ' ';
+    append_help(out_, help);
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+  }
+
+  void sample(std::string_view name, const Labels& labels, std::string_view value) {
+    out_ += name;
+    if (!labels.empty()) {
+      out_ += '{';
+      bool first = true;
+      for (const auto& [key, label_value] : labels) {
+        if (!first) out_ += ',';
+        first = false;
+        out_ += key;
+        out_ += "=\"";
+        append_escaped(out_, label_value);
+        out_ += '"';
+      }
+      out_ += '}';
+    }
+    out_ += ' ';
+    out_ += value;
+    out_ += '\n';
+  }
+
+  void sample(std::string_view name, const Labels& labels, std::uint64_t value) {
+    sample(name, labels, format_uint(value));
+  }
+  void sample(std::string_view name, const Labels& labels, double value) {
+    sample(name, labels, format_double(value));
+  }
+
+  // A one-sample family.
+  void single(std::string_view name, std::string_view type, std::string_view help,
+              const Labels& labels, std::uint64_t value) {
+    family(name, type, help);
+    sample(name, labels, value);
+  }
+  void single(std::string_view name, std::string_view type, std::string_view help,
+              const Labels& labels, double value) {
+    family(name, type, help);
+    sample(name, labels, value);
+  }
+
+  void histogram(std::string_view name, std::string_view help, const Labels& labels,
+                 const Histogram::Snapshot& snapshot) {
+    family(name, "histogram", help);
+    const std::string bucket_name = std::string(name) + "_bucket";
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < snapshot.counts.size(); ++i) {
+      cumulative += snapshot.counts[i];
+      const std::string le = i < snapshot.upper_bounds.size()
+                                 ? format_double(snapshot.upper_bounds[i])
+                                 : std::string("+Inf");
+      Labels with_le = labels;
+      with_le.emplace_back("le", le);
+      sample(bucket_name, with_le, cumulative);
+    }
+    sample(std::string(name) + "_sum", labels, snapshot.sum);
+    sample(std::string(name) + "_count", labels, snapshot.count);
+  }
+
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds) {
+  data_.upper_bounds = std::move(upper_bounds);
+  data_.counts.assign(data_.upper_bounds.size() + 1, 0);
+}
+
+void Histogram::observe(double value) {
+  // A NaN would make _sum NaN for good; it is no measurement, so it is dropped.
+  if (std::isnan(value)) return;
+  // Prometheus buckets are "less than or equal": the first bound >= value.
+  const auto it = std::lower_bound(data_.upper_bounds.begin(), data_.upper_bounds.end(), value);
+  const auto index = static_cast<std::size_t>(it - data_.upper_bounds.begin());
+  std::lock_guard lock(mutex_);
+  ++data_.counts[index];
+  data_.sum += value;
+  ++data_.count;
+}
+
+Histogram::Snapshot Histogram::snapshot() const {
+  std::lock_guard lock(mutex_);
+  return data_;
+}
+
+ServerMetrics::ServerMetrics()
+    : ttft_(ttft_buckets()),
+      tpot_(tpot_buckets()),
+      e2e_(latency_buckets()),
+      queue_(latency_buckets()),
+      prompt_tokens_(token_buckets()),
+      generation_tokens_(token_buckets()) {}
+
+void ServerMetrics::count_response(std::string_view endpoint, int status) {
+  std::lock_guard lock(mutex_);
+  std::pair<std::string, int> key(std::string(endpoint), status);
+  auto it = responses_.find(key);
+  if (it == responses_.end() && responses_.size() >= kMaxResponseSeries) {
+    key.first = "other";
+    it = responses_.find(key);
+  }
+  if (it == responses_.end()) {
+    responses_.emplace(std::move(key), 1);
+  } else {
+    ++it->second;
+  }
+}
+
+void ServerMetrics::observe_finished(const engine::RequestStats& stats, engine::RequestEnd end) {
+  // vLLM's histograms and request_success_total cover finished requests only.
+  if (end != engine::RequestEnd::kStop && end != engine::RequestEnd::kLength) return;
+  {
+    std::lock_guard lock(mutex_);
+    ++successes_[std::string(engine::to_string(end))];
+  }
+  if (stats.generated_tokens > 0) ttft_.observe(stats.time_to_first_token);
+  // One token has no gap after it: the engine reports 0, which is no measurement.
+  if (stats.generated_tokens > 1) tpot_.observe(stats.time_per_output_token);
+  e2e_.observe(stats.total_seconds);
+  queue_.observe(stats.queue_seconds);
+  prompt_tokens_.observe(static_cast<double>(stats.prompt_tokens));
+  generation_tokens_.observe(static_cast<double>(stats.generated_tokens));
+}
+
+void ServerMetrics::count_refusal(std::string_view reason) {
+  std::lock_guard lock(mutex_);
+  ++refusals_[std::string(reason)];
+}
+
+std::string ServerMetrics::render(const Inputs& inputs) const {
+  std::map<std::pair<std::string, int>, std::uint64_t> responses;
+  std::map<std::string, std::uint64_t> refusals;
+  std::map<std::string, std::uint64_t> successes;
+  {
+    std::lock_guard lock(mutex_);
+    responses = responses_;
+    refusals = refusals_;
+    successes = successes_;
+  }
+  for (std::string_view reason : kRefusalReasons) refusals.try_emplace(std::string(reason), 0);
+  for (std::string_view reason : kFinishedReasons) successes.try_emplace(std::string(reason), 0);
+
+  const engine::EngineStats& engine = inputs.engine;
+  const ArenaStats& arena = engine.arena;
+  const Labels model = {{"model_name", inputs.model_name}};
+  Writer w;
+
+  w.single("vllm:num_requests_running", "gauge", "Requests in the running batch.", model,
+           std::uint64_t{engine.running});
+  w.single("vllm:num_requests_waiting", "gauge", "Requests waiting to be admitted.", model,
+           std::uint64_t{engine.waiting});
+  w.single("vllm:kv_cache_usage_perc", "gauge",
+           "KV cache usage as a fraction of the KV budget (1 = full).", model, engine.kv_usage);
+  w.single("vllm:prefix_cache_queries_total", "counter",
+           "Prompt tokens looked up in the prefix cache.", model, engine.prefix.queries);
+  w.single("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+           model, engine.prefix.hits);
+  w.single("vllm:prompt_tokens_total", "counter", "Prompt tokens processed.", model,
+           engine.prompt_tokens);
+  w.single("vllm:generation_tokens_total", "counter", "Tokens generated.", model,
+           engine.generated_tokens);
+  w.single("vllm:num_preemptions_total", "counter", "Requests preempted by the engine.", model,
+           engine.preemptions);
+
+  w.family("vllm:request_success_total", "counter",
+           "Requests finished, by finished_reason (stop or length).");
+  for (const auto& [reason, count] : successes) {
+    w.sample("vllm:request_success_total",
+             {{"model_name", inputs.model_name}, {"finished_reason", reason}}, count);
+  }
+
+  w.histogram("vllm:time_to_first_token_seconds",
+              "Time from submit to the first generated token, seconds.", model, ttft_.snapshot());
+  w.histogram("vllm:time_per_output_token_seconds",
+              "Mean gap between output tokens after the first, seconds.", model, tpot_.snapshot());
+  w.histogram("vllm:e2e_request_latency_seconds",
+              "Time from submit to finish of finished requests, seconds.", model, e2e_.snapshot());
+  w.histogram("vllm:request_queue_time_seconds", "Time from submit to first admission, seconds.",
+              model, queue_.snapshot());
+  w.histogram("vllm:request_prompt_tokens", "Prompt tokens of finished requests.", model,
+              prompt_tokens_.snapshot());
+  w.histogram("vllm:request_generation_tokens", "Generated tokens of finished requests.", model,
+              generation_tokens_.snapshot());
+
+  w.family("kvvm_driver_calls_total", "counter", "Memory driver calls, by operation.");
+  for (std::size_t i = 0; i < kDriverOpCount; ++i) {
+    const auto op = static_cast<DriverOp>(i);
+    w.sample("kvvm_driver_calls_total", {{"op", to_string(op)}}, inputs.driver.of(op));
+  }
+  w.single("kvvm_kv_committed_bytes", "gauge",
+           "KV bytes mapped under the arena, every mapping counted.", {}, arena.committed_bytes);
+  w.single("kvvm_kv_physical_bytes", "gauge",
+           "KV bytes of physical memory mapped, each shared handle counted once.", {},
+           arena.physical_bytes);
+  w.single("kvvm_kv_budget_bytes", "gauge", "The KV tier's byte budget.", {}, inputs.tier.limit);
+  // Not the driver's map count: that also counts the mappings of shared prefixes, copy-on-write
+  // and the dummy tail page, which commit nothing new.
+  w.single("kvvm_kv_commits_total", "counter",
+           "KV commits: arena ensure calls that had to map memory plus the commit-ahead "
+           "worker's commits (not driver map calls).",
+           {}, arena.ensures_committing + arena.ahead_commits);
+  w.single("kvvm_kv_reclaimed_bytes_total", "counter",
+           "KV bytes reclaimed from finished sequences by the arena.", {}, arena.reclaimed_bytes);
+
+  w.family("kvvm_requests_refused_total", "counter",
+           "Requests refused by the server, by reason (overloaded = the 429s).");
+  for (const auto& [reason, count] : refusals) {
+    w.sample("kvvm_requests_refused_total", {{"reason", reason}}, count);
+  }
+  w.family("kvvm_http_responses_total", "counter", "HTTP responses, by endpoint and status.");
+  for (const auto& [key, count] : responses) {
+    const std::string status = std::to_string(key.second);
+    w.sample("kvvm_http_responses_total", {{"endpoint", key.first}, {"status", status}}, count);
+  }
+  w.single("kvvm_draining", "gauge", "1 while the server drains (refusing new requests).", {},
+           std::uint64_t{inputs.draining ? 1u : 0u});
+  return w.take();
+}
+
+}  // namespace kvvm::server

@@ -1,1 +1,126 @@
-// Placeholder: written by its helper.
+#include "openai_response.h"
+
+#include <array>
+#include <random>
+#include <string>
+
+namespace kvvm::server {
+namespace {
+
+using nlohmann::json;
+
+json usage_json(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+}
+
+json head_json(const ResponseHead& head, std::string_view object) {
+  return {{"id", head.id}, {"object", object}, {"created", head.created}, {"model", head.model}};
+}
+
+json finish_json(std::optional<std::string_view> finish) {
+  return finish ? json(std::string(*finish)) : json(nullptr);
+}
+
+}  // namespace
+
+Usage usage_of(const engine::RequestStats& stats) {
+  Usage usage;
+  usage.prompt_tokens = stats.prompt_tokens;
+  usage.completion_tokens = stats.generated_tokens;
+  usage.cached_tokens = stats.cached_tokens;
+  return usage;
+}
+
+std::string_view finish_reason(engine::RequestEnd end) {
+  switch (end) {
+    case engine::RequestEnd::kStop:
+      return "stop";
+    case engine::RequestEnd::kLength:
+      return "length";
+    case engine::RequestEnd::kCancelled:
+    case engine::RequestEnd::kError:
+      break;
+  }
+  // Never sent to a client (such requests get no answer); the engine's name, for logs.
+  return engine::to_string(end);
+}
+
+std::string response_id(Endpoint endpoint) {
+  // Ids only need to be unlikely to repeat, not secret: one seeded generator per thread.
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  constexpr std::string_view kHex = "0123456789abcdef";
+  constexpr int kDigits = 24;
+  std::string id = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  std::uint64_t bits = 0;
+  for (int i = 0; i < kDigits; ++i) {
+    if (i % 16 == 0) bits = generator();
+    id += kHex[bits & 0xF];
+    bits >>= 4;
+  }
+  return id;
+}
+
+json completion_body(const ResponseHead& head, std::string_view text, std::string_view finish,
+                     const Usage& usage) {
+  const bool chat = head.endpoint == Endpoint::kChat;
+  json choice = {{"index", 0}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", std::string(text)}};
+  } else {
+    choice["text"] = std::string(text);
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = std::string(finish);
+  json body = head_json(head, chat ? "chat.completion" : "text_completion");
+  body["choices"] = json::array({std::move(choice)});
+  body["usage"] = usage_json(usage);
+  return body;
+}
+
+json stream_chunk(const ResponseHead& head, std::string_view text, bool first,
+                  std::optional<std::string_view> finish) {
+  const bool chat = head.endpoint == Endpoint::kChat;
+  json choice = {{"index", 0}};
+  if (chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    // The last chunk may carry only the finish reason: its delta is then {} (as OpenAI's).
+    if (first || !text.empty()) delta["content"] = std::string(text);
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = std::string(text);
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_json(finish);
+  json body = head_json(head, chat ? "chat.completion.chunk" : "text_completion");
+  body["choices"] = json::array({std::move(choice)});
+  return body;
+}
+
+json usage_chunk(const ResponseHead& head, const Usage& usage) {
+  json body = head_json(
+      head, head.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
+  body["choices"] = json::array();
+  body["usage"] = usage_json(usage);
+  return body;
+}
+
+json models_body(std::string_view model, std::int64_t created, std::uint64_t max_model_len) {
+  const json entry = {{"id", std::string(model)},
+                      {"object", "model"},
+                      {"created", created},
+                      {"owned_by", "kvvm"},
+                      {"max_model_len", max_model_len}};
+  return {{"object", "list"}, {"data", json::array({entry})}};
+}
+
+std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }
+
+std::string dump_json(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace kvvm::server

@@ -1,1 +1,51 @@
-// Placeholder: written by its helper.
+#include "request_stream.h"
+
+#include <utility>
+
+namespace kvvm::server {
+
+std::shared_ptr<RequestStream> RequestStream::make() {
+  return std::shared_ptr<RequestStream>(new RequestStream());
+}
+
+engine::RequestCallback RequestStream::callback() {
+  // The engine keeps the callback until the request's last event; the handler may have gone
+  // (a client that left), so the callback owns a reference.
+  std::shared_ptr<RequestStream> self = shared_from_this();
+  return [self](const engine::RequestEvent& event) { self->push(event); };
+}
+
+void RequestStream::push(const engine::RequestEvent& event) {
+  {
+    std::lock_guard lock(mutex_);
+    if (finish_seen_) return;  // nothing follows a finish
+    pending_.text.append(event.text);
+    pending_.tokens += event.tokens.size();
+    if (event.finished) {
+      finish_seen_ = true;
+      pending_.finished = true;
+      pending_.end = event.end;
+      pending_.error = event.error;
+      pending_.retry_after_seconds = event.retry_after_seconds;
+      if (event.stats != nullptr) pending_.stats = *event.stats;
+    }
+  }
+  arrived_.notify_all();
+}
+
+StreamUpdate RequestStream::take(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (finish_taken_) return {};
+  arrived_.wait_for(lock, timeout, [this] { return !pending_.empty(); });
+  StreamUpdate taken = std::move(pending_);
+  pending_ = StreamUpdate{};
+  if (taken.finished) finish_taken_ = true;
+  return taken;
+}
+
+bool RequestStream::finished() const {
+  std::lock_guard lock(mutex_);
+  return finish_seen_;
+}
+
+}  // namespace kvvm::server

@@ -13,6 +13,7 @@
 #include "generate_command.h"
 #include "info_command.h"
 #include "plan_command.h"
+#include "serve_command.h"
 #include "simulate_command.h"
 
 namespace kvvm::cli {
@@ -56,6 +57,8 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   CLI::App* simulate = add_simulate_command(app, simulate_options);
   GenerateOptions generate_options;
   CLI::App* generate = add_generate_command(app, generate_options);
+  ServeOptions serve_options;
+  CLI::App* serve = add_serve_command(app, serve_options);
 
   // CLI11 answers a misspelt subcommand with "A subcommand is required", which does not say
   // what was wrong: name the word and the subcommands it could have been.
@@ -77,6 +80,7 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
     if (plan->parsed()) return run_plan(plan_options, out, err);
     if (simulate->parsed()) return run_simulate(simulate_options, out, err);
     if (generate->parsed()) return run_generate(generate_options, out, err);
+    if (serve->parsed()) return run_serve(serve_options, out, err);
     if (bench_share->parsed()) return run_bench_share(bench_share_options, out, err);
     if (bench_decode->parsed()) return run_bench_decode(bench_decode_options, out, err);
     if (bench_engine->parsed()) return run_bench_engine(bench_engine_options, out, err);

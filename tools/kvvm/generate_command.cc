@@ -2,7 +2,6 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
-#include <filesystem>
 #include <limits>
 #include <memory>
 #include <ostream>
@@ -12,22 +11,19 @@
 #include <vector>
 
 #include "cli_common.h"
-#include "kvvm/cuda_driver.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
-#include "kvvm/model/safetensors.h"
-#include "kvvm/model/weights.h"
 #include "kvvm/tokenizer/chat_template.h"
 #include "kvvm/tokenizer/tokenizer.h"
+#include "model_loading.h"
 
 namespace kvvm::cli {
 namespace {
 
 constexpr const char* kCommand = "kvvm generate";
 using Clock = std::chrono::steady_clock;
-namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -38,33 +34,6 @@ int exit_code(const Status& status) {
   return status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kUnavailable
              ? kExitUsage
              : kExitFailure;
-}
-
-// Each file the command needs, looked for before any is parsed so the missing one is named.
-Status check_model_dir(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec))
-    return Status::InvalidArgument("--model " + dir + ": no such directory");
-  if (!fs::is_directory(dir, ec)) {
-    return Status::InvalidArgument("--model " + dir + ": not a directory");
-  }
-  const fs::path root(dir);
-  const char* kLooksLike =
-      " (a Hugging Face checkpoint directory holds config.json, tokenizer.json and "
-      "model.safetensors)";
-  for (const char* name : {"config.json", "tokenizer.json"}) {
-    if (!fs::exists(root / name, ec)) {
-      return Status::InvalidArgument("--model " + dir + ": " + (root / name).string() +
-                                     " not found" + kLooksLike);
-    }
-  }
-  if (!fs::exists(root / "model.safetensors", ec) &&
-      !fs::exists(root / "model.safetensors.index.json", ec)) {
-    return Status::InvalidArgument("--model " + dir + ": no weights: neither " +
-                                   (root / "model.safetensors").string() + " nor " +
-                                   (root / "model.safetensors.index.json").string() + " exists");
-  }
-  return Status::Ok();
 }
 
 // "1,2,3" as token ids below the vocabulary.
@@ -111,54 +80,6 @@ Result<std::vector<std::int32_t>> prompt_tokens(const GenerateOptions& options,
   }
   if (ids.empty()) return Status::InvalidArgument("the prompt encodes to no tokens");
   return ids;
-}
-
-// auto: CUDA when a device is usable and the CUDA model can be made, else the CPU (with a
-// note saying why when a GPU was there).
-Result<std::unique_ptr<model::Model>> make_model(const GenerateOptions& options,
-                                                 const model::ModelConfig& config,
-                                                 const model::ModelWeights& weights,
-                                                 std::ostream& err) {
-  if (options.backend == "cuda" || (options.backend == "auto" && cuda_available())) {
-    Result<std::unique_ptr<model::Model>> cuda =
-        model::make_cuda_model(config, weights, model::CudaModelOptions{});
-    if (cuda.ok()) return cuda;
-    if (options.backend == "cuda") return cuda.status().with_context("--backend cuda");
-    err << kCommand << ": note: a GPU is present but the CUDA model could not be made ("
-        << cuda.status().to_string() << "); running on the CPU\n";
-  }
-  return model::make_cpu_model(config, weights, model::CpuModelOptions{});
-}
-
-struct Loaded {
-  model::ModelConfig config;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::unique_ptr<model::Model> model;
-};
-
-Result<Loaded> load(const GenerateOptions& options, std::ostream& err) {
-  KVVM_RETURN_IF_ERROR(check_model_dir(options.model_dir));
-  const fs::path root(options.model_dir);
-  Loaded loaded;
-  Result<model::ModelConfig> config = model::load_model_config(options.model_dir);
-  if (!config.ok()) return config.status();
-  loaded.config = std::move(config).value();
-
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok =
-      tokenizer::Tokenizer::load((root / "tokenizer.json").string());
-  if (!tok.ok()) return tok.status();
-  loaded.tokenizer = std::move(tok).value();
-
-  // The weights are mapped only while the model copies (CPU: converts) them.
-  Result<std::unique_ptr<model::WeightFiles>> files =
-      model::WeightFiles::open_dir(options.model_dir);
-  if (!files.ok()) return files.status();
-  Result<model::ModelWeights> weights = model::bind_weights(loaded.config, **files);
-  if (!weights.ok()) return weights.status();
-  Result<std::unique_ptr<model::Model>> made = make_model(options, loaded.config, *weights, err);
-  if (!made.ok()) return made.status();
-  loaded.model = std::move(made).value();
-  return loaded;
 }
 
 // The length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no overlong form, no
@@ -294,7 +215,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   if (!layout.ok()) return fail(layout.status().with_context("--layout"));
 
   const Clock::time_point load_start = Clock::now();
-  Result<Loaded> loaded = load(options, err);
+  Result<LoadedModel> loaded = load_model(options.model_dir, options.backend, kCommand, err);
   if (!loaded.ok()) return fail(loaded.status());
   const model::ModelConfig& config = loaded->config;
   model::Model& model = *loaded->model;

@@ -1,0 +1,58 @@
+// The bridge from the engine's callbacks (its stepping thread, which must never wait on a
+// client) to the HTTP handler thread that answers the request: a per-request channel of text
+// pieces, token counts and the finish, under a mutex and a condition variable.
+//
+// The callback copies what the event holds (its spans and views are valid during the callback
+// only) and returns at once; the handler takes what arrived with a bounded wait.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "kvvm/engine/engine.h"
+#include "kvvm/status.h"
+
+namespace kvvm::server {
+
+// What arrived since the last take().
+struct StreamUpdate {
+  std::string text;          // new text, in order
+  std::uint64_t tokens = 0;  // new tokens
+  bool finished = false;     // the request ended (the fields below are set)
+  engine::RequestEnd end = engine::RequestEnd::kLength;
+  Status error;                    // end == kError
+  double retry_after_seconds = 0;  // refused as overloaded in the queue
+  engine::RequestStats stats;      // when finished
+  bool empty() const { return text.empty() && tokens == 0 && !finished; }
+};
+
+class RequestStream : public std::enable_shared_from_this<RequestStream> {
+ public:
+  // A stream and the engine callback that feeds it (the callback holds the stream alive).
+  static std::shared_ptr<RequestStream> make();
+  engine::RequestCallback callback();
+
+  // Engine side: appends the event. Never waits for the reader.
+  void push(const engine::RequestEvent& event);
+
+  // Handler side: waits until something arrived or `timeout` passed, then takes everything
+  // that arrived since the last take (empty when the wait timed out). Once the finish has been
+  // taken, later takes return at once with an empty update.
+  StreamUpdate take(std::chrono::milliseconds timeout);
+  // Whether the finish has arrived (taken or not).
+  bool finished() const;
+
+ private:
+  RequestStream() = default;
+  mutable std::mutex mutex_;
+  std::condition_variable arrived_;
+  StreamUpdate pending_;
+  bool finish_seen_ = false;
+  bool finish_taken_ = false;
+};
+
+}  // namespace kvvm::server

@@ -1,0 +1,290 @@
+// The server's endpoints end to end over loopback HTTP, on fixture checkpoints on the CPU: the
+// answers equal `kvvm generate`'s for the same prompt and sampling, streamed or not.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "generate_command.h"
+#include "support/server_rig.h"
+#include "support/test_data.h"
+
+namespace kvvm::server {
+namespace {
+
+using testing::post_json;
+using testing::ServerRig;
+using testing::sse_events;
+
+// `kvvm generate --json` in-process: the reference answer.
+nlohmann::json generate_json(cli::GenerateOptions options) {
+  options.backend = "cpu";
+  options.json = true;
+  std::ostringstream out, err;
+  const int code = cli::run_generate(options, out, err);
+  EXPECT_EQ(code, 0) << err.str();
+  return nlohmann::json::parse(out.str(), nullptr, /*allow_exceptions=*/false);
+}
+
+nlohmann::json body_of(const httplib::Result& result) {
+  if (!result) return nullptr;
+  return nlohmann::json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+}
+
+class ServerHttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.model_name = "llama-tiny";
+    rig_ = ServerRig::make(test::model_fixture_dir("llama-tiny"), options);
+    ASSERT_NE(rig_, nullptr);
+  }
+  std::unique_ptr<ServerRig> rig_;
+};
+
+TEST_F(ServerHttpTest, CompletionEqualsGenerate) {
+  cli::GenerateOptions options;
+  options.model_dir = test::model_fixture_dir("llama-tiny");
+  options.prompt = "The quick brown fox";
+  options.max_tokens = 12;
+  const nlohmann::json expected = generate_json(options);
+  ASSERT_TRUE(expected.is_object());
+
+  auto client = rig_->client();
+  auto result = post_json(client, "/v1/completions",
+                          R"({"model": "llama-tiny", "prompt": "The quick brown fox", )"
+                          R"("max_tokens": 12})");
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  EXPECT_EQ(result->get_header_value("Content-Type"), "application/json");
+  const nlohmann::json body = body_of(result);
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], "llama-tiny");
+  EXPECT_EQ(body["choices"][0]["text"], expected["text"]);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], expected["finish_reason"]);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], expected["prompt_ids"].size());
+  EXPECT_EQ(body["usage"]["completion_tokens"], expected["token_ids"].size());
+  EXPECT_EQ(body["usage"]["total_tokens"],
+            expected["prompt_ids"].size() + expected["token_ids"].size());
+}
+
+TEST_F(ServerHttpTest, SampledCompletionEqualsGenerateWithTheSameSeed) {
+  cli::GenerateOptions options;
+  options.model_dir = test::model_fixture_dir("llama-tiny");
+  options.prompt = "one two three";
+  options.max_tokens = 10;
+  options.temperature = 0.9;
+  options.top_p = 0.95;
+  options.seed = 7;
+  const nlohmann::json expected = generate_json(options);
+
+  auto client = rig_->client();
+  auto result = post_json(client, "/v1/completions",
+                          R"({"model": "llama-tiny", "prompt": "one two three", "max_tokens": 10,)"
+                          R"( "temperature": 0.9, "top_p": 0.95, "seed": 7})");
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  EXPECT_EQ(body_of(result)["choices"][0]["text"], expected["text"]);
+}
+
+TEST_F(ServerHttpTest, StreamedChunksConcatenateToTheWholeAnswer) {
+  auto client = rig_->client();
+  const std::string request = R"({"model": "llama-tiny", "prompt": "Number 41 is followed by",)"
+                              R"( "max_tokens": 14)";
+  auto whole = post_json(client, "/v1/completions", request + "}");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const nlohmann::json expected = body_of(whole);
+
+  auto streamed = post_json(client, "/v1/completions", request + R"(, "stream": true})");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
+  bool done = false;
+  const std::vector<nlohmann::json> events = sse_events(streamed->body, &done);
+  EXPECT_TRUE(done) << streamed->body;
+  ASSERT_GE(events.size(), 3u) << streamed->body;
+  EXPECT_EQ(streamed->body.substr(streamed->body.size() - 14), "data: [DONE]\n\n");
+  std::string text;
+  std::string finish;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    ASSERT_TRUE(events[i].is_object()) << streamed->body;
+    EXPECT_EQ(events[i]["object"], "text_completion");
+    EXPECT_EQ(events[i]["id"], events[0]["id"]);
+    text += events[i]["choices"][0]["text"].get<std::string>();
+    if (!events[i]["choices"][0]["finish_reason"].is_null()) {
+      finish = events[i]["choices"][0]["finish_reason"];
+    }
+  }
+  EXPECT_EQ(text, expected["choices"][0]["text"]);
+  EXPECT_EQ(finish, expected["choices"][0]["finish_reason"]);
+  // The usage chunk comes last, before [DONE].
+  const nlohmann::json& usage = events.back();
+  EXPECT_TRUE(usage["choices"].empty()) << usage.dump();
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], expected["usage"]["prompt_tokens"]);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], expected["usage"]["completion_tokens"]);
+  EXPECT_EQ(usage["usage"]["total_tokens"], expected["usage"]["total_tokens"]);
+  // The same prompt a second time: its prefix came from the cache.
+  EXPECT_EQ(expected["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_GT(usage["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+}
+
+TEST_F(ServerHttpTest, ModelsHealthAndMetrics) {
+  auto client = rig_->client();
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  ASSERT_EQ(models->status, 200);
+  const nlohmann::json list = body_of(models);
+  ASSERT_EQ(list["data"].size(), 1u) << models->body;
+  EXPECT_EQ(list["data"][0]["id"], "llama-tiny");
+  EXPECT_EQ(list["data"][0]["max_model_len"], 512);
+
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(body_of(health), nlohmann::json({{"status", "ok"}}));
+
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_EQ(metrics->get_header_value("Content-Type").rfind("text/plain; version=0.0.4", 0), 0u);
+  EXPECT_NE(metrics->body.find("vllm:num_requests_running"), std::string::npos);
+  // The two answers above are counted.
+  EXPECT_NE(metrics->body.find(R"(endpoint="/v1/models")"), std::string::npos) << metrics->body;
+}
+
+TEST_F(ServerHttpTest, UnknownPathModelAndMethodAnswerInOpenAIShape) {
+  auto client = rig_->client();
+  auto path = client.Get("/v1/nothing");
+  ASSERT_TRUE(path);
+  EXPECT_EQ(path->status, 404);
+  EXPECT_EQ(body_of(path)["error"]["type"], "not_found_error") << path->body;
+  EXPECT_EQ(path->get_header_value("Content-Type"), "application/json");
+
+  auto model = post_json(client, "/v1/completions", R"({"model": "gpt-4", "prompt": "hi"})");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->status, 404) << model->body;
+  EXPECT_TRUE(body_of(model)["error"].contains("message"));
+
+  auto method = client.Get("/v1/completions");
+  ASSERT_TRUE(method);
+  EXPECT_EQ(method->status, 405);
+  EXPECT_EQ(method->get_header_value("Allow"), "POST");
+  EXPECT_TRUE(body_of(method)["error"]["message"].is_string()) << method->body;
+}
+
+TEST_F(ServerHttpTest, DrainingAnswers503) {
+  rig_->server().begin_drain();
+  auto client = rig_->client();
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(body_of(health)["status"], "draining");
+  auto request = post_json(client, "/v1/completions", R"({"model": "llama-tiny", "prompt": "a"})");
+  ASSERT_TRUE(request);
+  EXPECT_EQ(request->status, 503);
+  EXPECT_EQ(body_of(request)["error"]["type"], "unavailable_error") << request->body;
+}
+
+TEST(ServerHttpChat, AdderAnswersAndEqualsGenerate) {
+  ServerOptions options;
+  options.model_name = "kvvm-adder";
+  options.chat_template = tokenizer::ChatTemplate::kChatML;
+  auto rig = ServerRig::make(test::demo_model_dir(), options);
+  ASSERT_NE(rig, nullptr);
+
+  cli::GenerateOptions generate;
+  generate.model_dir = test::demo_model_dir();
+  generate.chat = "What is 482 + 39?";
+  generate.max_tokens = 8;
+  const nlohmann::json expected = generate_json(generate);
+
+  auto client = rig->client();
+  const std::string request =
+      R"({"model": "kvvm-adder", "messages": [{"role": "user", "content": "What is 482 + 39?"}],)"
+      R"( "max_tokens": 8)";
+  auto whole = post_json(client, "/v1/chat/completions", request + "}");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const nlohmann::json body = body_of(whole);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], expected["text"]);
+  EXPECT_NE(body["choices"][0]["message"]["content"].get<std::string>().find("521"),
+            std::string::npos);
+
+  auto streamed = post_json(client, "/v1/chat/completions", request + R"(, "stream": true})");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  bool done = false;
+  const auto events = sse_events(streamed->body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (const auto& event : events) {
+    if (event["choices"].empty()) continue;
+    const auto& delta = event["choices"][0]["delta"];
+    if (delta.contains("content") && delta["content"].is_string()) text += delta["content"];
+  }
+  EXPECT_EQ(text, expected["text"]);
+  EXPECT_EQ(events.back()["usage"]["prompt_tokens"], body["usage"]["prompt_tokens"]);
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], body["usage"]["completion_tokens"]);
+}
+
+TEST(ServerHttpChat, NoTemplateAnswers400) {
+  ServerOptions options;
+  options.model_name = "llama-tiny";
+  auto rig = ServerRig::make(test::model_fixture_dir("llama-tiny"), options);
+  ASSERT_NE(rig, nullptr);
+  auto client = rig->client();
+  auto result =
+      post_json(client, "/v1/chat/completions",
+                R"({"model": "llama-tiny", "messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 400) << result->body;
+}
+
+TEST(ServerHttpKeys, KeysNameTenantsAndGuardGeneration) {
+  ServerOptions options;
+  options.model_name = "llama-tiny";
+  auto keys = ApiKeys::parse("key-aaaa-1111 alpha\nkey-bbbb-2222 beta\n", "test keys");
+  ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+  options.api_keys = *keys;
+  auto rig = ServerRig::make(test::model_fixture_dir("llama-tiny"), options);
+  ASSERT_NE(rig, nullptr);
+  auto client = rig->client();
+  const std::string request = R"({"model": "llama-tiny", "prompt": "hi", "max_tokens": 2})";
+
+  auto missing = post_json(client, "/v1/completions", request);
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 401);
+  EXPECT_EQ(body_of(missing)["error"]["type"], "authentication_error") << missing->body;
+
+  auto unknown =
+      post_json(client, "/v1/completions", request, {{"Authorization", "Bearer key-cccc-3333"}});
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 401);
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401);
+
+  auto good =
+      post_json(client, "/v1/completions", request, {{"Authorization", "Bearer key-bbbb-2222"}});
+  ASSERT_TRUE(good);
+  EXPECT_EQ(good->status, 200) << good->body;
+
+  // Probes need no key.
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+}
+
+}  // namespace
+}  // namespace kvvm::server

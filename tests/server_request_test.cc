@@ -1,0 +1,415 @@
+// The OpenAI request bodies: prompts become the ids `kvvm generate` would use, every field is
+// read with its range checked, and every refusal is a 400 naming the field at fault.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kvvm/tokenizer/chat_template.h"
+#include "kvvm/tokenizer/tokenizer.h"
+#include "server/openai_request.h"
+#include "support/test_data.h"
+
+namespace kvvm::server {
+namespace {
+
+using tokenizer::ChatMessage;
+using tokenizer::ChatTemplate;
+using tokenizer::Tokenizer;
+
+constexpr std::uint32_t kContext = 64;
+constexpr std::uint32_t kDefaultMaxTokens = 16;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
+  Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::load(dir + "/tokenizer.json");
+  EXPECT_TRUE(tok.ok()) << tok.status().to_string();
+  return tok.ok() ? std::move(tok).value() : nullptr;
+}
+
+// The demo model (ChatML, no BOS) and llama-tiny (a BOS added by its post-processor).
+class ServerRequest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    adder_ = load_tokenizer(test::demo_model_dir()).release();
+    llama_ = load_tokenizer(test::model_fixture_dir("llama-tiny")).release();
+  }
+  static void TearDownTestSuite() {
+    delete adder_;
+    delete llama_;
+  }
+
+  static ParseContext context(const Tokenizer* tok, ChatTemplate kind) {
+    ParseContext ctx;
+    ctx.tokenizer = tok;
+    ctx.chat_template = kind;
+    ctx.model_name = "m";
+    ctx.context_tokens = kContext;
+    ctx.vocab_size = static_cast<std::uint32_t>(tok->vocab_size());
+    ctx.default_max_tokens = kDefaultMaxTokens;
+    return ctx;
+  }
+  static ParseContext adder() { return context(adder_, ChatTemplate::kChatML); }
+  static ParseContext llama() { return context(llama_, ChatTemplate::kLlama3); }
+
+  static ApiRequest accept(Endpoint endpoint, const std::string& body, const ParseContext& ctx) {
+    std::variant<ApiRequest, ApiError> parsed = parse_request(endpoint, body, ctx);
+    if (const ApiError* error = std::get_if<ApiError>(&parsed)) {
+      ADD_FAILURE() << body << " -> " << error->message;
+      return {};
+    }
+    return std::get<ApiRequest>(std::move(parsed));
+  }
+  static ApiError refuse(Endpoint endpoint, const std::string& body, const ParseContext& ctx) {
+    std::variant<ApiRequest, ApiError> parsed = parse_request(endpoint, body, ctx);
+    if (!std::holds_alternative<ApiError>(parsed)) {
+      ADD_FAILURE() << body.substr(0, 200) << " was accepted";
+      return {};
+    }
+    return std::get<ApiError>(std::move(parsed));
+  }
+
+  static inline Tokenizer* adder_ = nullptr;
+  static inline Tokenizer* llama_ = nullptr;
+};
+
+TEST_F(ServerRequest, CompletionPromptIsEncodedAsGenerateDoes) {
+  const std::string text = "What is 482 + 39?";
+  const ApiRequest request =
+      accept(Endpoint::kCompletions, R"({"model": "m", "prompt": "What is 482 + 39?"})", llama());
+  EXPECT_EQ(request.endpoint, Endpoint::kCompletions);
+  EXPECT_EQ(request.model, "m");
+  // `kvvm generate --prompt` adds the special tokens: llama-tiny's BOS leads.
+  EXPECT_EQ(request.engine.prompt, llama_->encode(text, /*add_special_tokens=*/true));
+  EXPECT_NE(request.engine.prompt, llama_->encode(text, /*add_special_tokens=*/false));
+  EXPECT_EQ(
+      accept(Endpoint::kCompletions, R"({"model": "m", "prompt": "What is 482 + 39?"})", adder())
+          .engine.prompt,
+      adder_->encode(text, true));
+}
+
+TEST_F(ServerRequest, ChatIsRenderedByTheTemplateAndEncodedWithoutSpecialTokens) {
+  const std::string body = R"({"model": "m", "messages": [
+      {"role": "system", "content": "You add."},
+      {"role": "user", "content": "What is 482 + 39?"}]})";
+  const std::vector<ChatMessage> messages = {{"system", "You add."}, {"user", "What is 482 + 39?"}};
+  for (const auto& [ctx, tok] : {std::pair{adder(), adder_}, std::pair{llama(), llama_}}) {
+    Result<std::string> text = tokenizer::render_chat(*ctx.chat_template, messages);
+    ASSERT_TRUE(text.ok());
+    const ApiRequest request = accept(Endpoint::kChat, body, ctx);
+    EXPECT_EQ(request.endpoint, Endpoint::kChat);
+    // `kvvm generate --chat --system`: the template spells its tokens, none is added.
+    EXPECT_EQ(request.engine.prompt, tok->encode(*text, /*add_special_tokens=*/false));
+  }
+  // Llama-3's template begins with the BOS: encoding with special tokens would double it.
+  Result<std::string> text = tokenizer::render_chat(ChatTemplate::kLlama3, messages);
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(accept(Endpoint::kChat, body, llama()).engine.prompt, llama_->encode(*text, true));
+}
+
+TEST_F(ServerRequest, ChatContentPartsEqualTheirJoinedString) {
+  const ApiRequest parts = accept(Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user",
+      "content": [{"type": "text", "text": "What is "}, {"type": "text", "text": "1 + 2?"}]}]})",
+                                  adder());
+  const ApiRequest plain = accept(
+      Endpoint::kChat,
+      R"({"model": "m", "messages": [{"role": "user", "content": "What is 1 + 2?"}]})", adder());
+  EXPECT_FALSE(parts.engine.prompt.empty());
+  EXPECT_EQ(parts.engine.prompt, plain.engine.prompt);
+}
+
+TEST_F(ServerRequest, TokenIdPromptIsTakenAsIs) {
+  const ApiRequest request =
+      accept(Endpoint::kCompletions, R"({"model": "m", "prompt": [5, 0, 7.0, 12]})", adder());
+  EXPECT_EQ(request.engine.prompt, (std::vector<std::int32_t>{5, 0, 7, 12}));
+}
+
+TEST_F(ServerRequest, DefaultsFollowTheContract) {
+  const ApiRequest request =
+      accept(Endpoint::kCompletions, R"({"model": "m", "prompt": [1, 2, 3]})", adder());
+  EXPECT_EQ(request.engine.max_tokens, kDefaultMaxTokens);
+  EXPECT_EQ(request.engine.sampling.temperature, 0);
+  EXPECT_EQ(request.engine.sampling.top_p, 1);
+  EXPECT_EQ(request.engine.sampling.top_k, 0u);
+  EXPECT_EQ(request.engine.sampling.seed, 0u);
+  EXPECT_TRUE(request.engine.stop_strings.empty());
+  EXPECT_TRUE(request.engine.use_model_eos);
+  EXPECT_EQ(request.engine.tenant, 0u);
+  EXPECT_FALSE(request.stream);
+  EXPECT_TRUE(request.include_usage);
+  EXPECT_EQ(request.user, "");
+
+  // Near the context's end the default shrinks to what is left.
+  std::string ids = "[1";
+  for (std::uint32_t i = 1; i < kContext - 5; ++i) ids += ", 1";
+  ids += "]";
+  EXPECT_EQ(accept(Endpoint::kCompletions, R"({"model": "m", "prompt": )" + ids + "}", adder())
+                .engine.max_tokens,
+            5u);
+}
+
+TEST_F(ServerRequest, ReadsEveryField) {
+  const ApiRequest request = accept(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi",
+      "max_tokens": 7, "temperature": 1, "top_p": 0.5, "top_k": 5, "seed": 42,
+      "stop": ["a", "bc"], "stream": true, "stream_options": {"include_usage": false},
+      "user": "alice"})",
+                                    adder());
+  EXPECT_EQ(request.engine.max_tokens, 7u);
+  EXPECT_EQ(request.engine.sampling.temperature, 1.0f);
+  EXPECT_EQ(request.engine.sampling.top_p, 0.5f);
+  EXPECT_EQ(request.engine.sampling.top_k, 5u);
+  EXPECT_EQ(request.engine.sampling.seed, 42u);
+  EXPECT_EQ(request.engine.stop_strings, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_TRUE(request.stream);
+  EXPECT_FALSE(request.include_usage);
+  EXPECT_EQ(request.user, "alice");
+  EXPECT_TRUE(request.engine.use_model_eos);
+
+  const std::string head = R"({"model": "m", "prompt": "hi", )";
+  const auto read = [&](const std::string& fields) {
+    return accept(Endpoint::kCompletions, head + fields + "}", adder()).engine;
+  };
+  EXPECT_EQ(read(R"("temperature": 1.0)").sampling.temperature, 1.0f);
+  EXPECT_EQ(read(R"("temperature": 0)").sampling.temperature, 0.0f);  // greedy
+  EXPECT_EQ(read(R"("top_k": -1)").sampling.top_k, 0u);
+  EXPECT_EQ(read(R"("top_k": 0)").sampling.top_k, 0u);
+  EXPECT_EQ(read(R"("stop": "x")").stop_strings, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(read(R"("seed": -1)").sampling.seed, std::numeric_limits<std::uint64_t>::max());
+  EXPECT_EQ(read(R"("seed": 18446744073709551615)").sampling.seed,
+            std::numeric_limits<std::uint64_t>::max());
+  EXPECT_EQ(read(R"("seed": -9223372036854775808)").sampling.seed, std::uint64_t{1} << 63);
+  EXPECT_EQ(read(R"("max_tokens": 16.0)").max_tokens, 16u);
+
+  const ApiRequest chat = accept(Endpoint::kChat, R"({"model": "m", "max_completion_tokens": 3,
+      "messages": [{"role": "user", "content": "hi"}]})",
+                                 adder());
+  EXPECT_EQ(chat.engine.max_tokens, 3u);
+}
+
+TEST_F(ServerRequest, NeutralValuesOfUnsupportedFieldsAreAccepted) {
+  const std::string completion_head = R"({"model": "m", "prompt": "hi", )";
+  for (const char* fields :
+       {R"("n": 1)", R"("n": null)", R"("logprobs": false)", R"("logprobs": null)",
+        R"("presence_penalty": 0)", R"("frequency_penalty": 0.0)", R"("logit_bias": {})",
+        R"("best_of": 1)", R"("echo": false)", R"("suffix": null)", R"("suffix": "")",
+        R"("stream_options": {"include_usage": false})", R"("user": null)"}) {
+    SCOPED_TRACE(fields);
+    accept(Endpoint::kCompletions, completion_head + fields + "}", adder());
+  }
+  const std::string chat_head =
+      R"({"model": "m", "messages": [{"role": "user", "content": "a"}], )";
+  for (const char* fields :
+       {R"("n": 1)", R"("logprobs": false)", R"("top_logprobs": 0)", R"("tools": [])",
+        R"("tool_choice": "none")", R"("presence_penalty": 0)", R"("stream": false)"}) {
+    SCOPED_TRACE(fields);
+    accept(Endpoint::kChat, chat_head + fields + "}", adder());
+  }
+}
+
+struct Refusal {
+  Endpoint endpoint;
+  std::string body;
+  std::string param;    // "": null (the body itself is at fault)
+  std::string mention;  // a part of the message: the bad value or the limit
+};
+
+TEST_F(ServerRequest, EveryRefusalNamesItsField) {
+  const Endpoint kC = Endpoint::kCompletions;
+  const Endpoint kChat = Endpoint::kChat;
+  const std::string c = R"({"model": "m", "prompt": "hi", )";
+  const std::string ch = R"({"model": "m", "messages": [{"role": "user", "content": "a"}], )";
+  const std::vector<Refusal> refusals = {
+      {kC, R"({"model": "m", "prompt": )", "", "body"},
+      {kC, R"({"model": "m", "prompt": "hi"} x)", "", "body"},
+      {kC, "[1, 2]", "", "JSON object"},
+      {kC, "", "", "body"},
+      {kC, "{\"model\": \"m\", \"prompt\": \"a\xff\xfe\"}", "", "UTF-8"},
+      {kC, R"({"prompt": "hi"})", "model", "required"},
+      {kC, R"({"model": 5, "prompt": "hi"})", "model", "string"},
+      {kC, R"({"model": "m"})", "prompt", "required"},
+      {kC, R"({"model": "m", "prompt": ""})", "prompt", "empty"},
+      {kC, R"({"model": "m", "prompt": []})", "prompt", "empty"},
+      {kC, R"({"model": "m", "prompt": true})", "prompt", "boolean"},
+      {kC, R"({"model": "m", "prompt": ["a", "b"]})", "prompt[0]", "list of prompts"},
+      {kC, R"({"model": "m", "prompt": [[1], [2]]})", "prompt[0]", "list of prompts"},
+      {kC, R"({"model": "m", "prompt": [1, 100000]})", "prompt[1]", "100000"},
+      {kC, R"({"model": "m", "prompt": [1, -1]})", "prompt[1]", "-1"},
+      {kC, R"({"model": "m", "prompt": [1, 2.5]})", "prompt[1]", "2.5"},
+      {kC, c + R"("temprature": 1})", "temprature", "unknown field"},
+      {kC, c + R"("temprature": null})", "temprature", "unknown field"},
+      {kC, c + R"("messages": []})", "messages", "unknown field"},
+      {kChat, ch + R"("prompt": "hi"})", "prompt", "unknown field"},
+      {kC, c + R"("n": 2})", "n", "2"},
+      {kC, c + R"("n": "1"})", "n", "string"},
+      {kC, c + R"("best_of": 3})", "best_of", "3"},
+      {kC, c + R"("logprobs": 5})", "logprobs", "5"},
+      {kC, c + R"("logprobs": 0})", "logprobs", "0"},
+      {kChat, ch + R"("logprobs": true})", "logprobs", "true"},
+      {kChat, ch + R"("top_logprobs": 2})", "top_logprobs", "2"},
+      {kC, c + R"("echo": true})", "echo", "true"},
+      {kC, c + R"("suffix": "end"})", "suffix", "end"},
+      {kC, c + R"("presence_penalty": 0.5})", "presence_penalty", "0.5"},
+      {kC, c + R"("frequency_penalty": -1})", "frequency_penalty", "-1"},
+      {kC, c + R"("logit_bias": {"5": 100}})", "logit_bias", "100"},
+      {kChat, ch + R"("tools": [{"type": "function"}]})", "tools", "tools"},
+      {kChat, ch + R"("tool_choice": "auto"})", "tool_choice", "auto"},
+      {kC, c + R"("max_tokens": 1000000000000})", "max_tokens", "64"},
+      {kC, c + R"("max_tokens": 18446744073709551616})", "max_tokens", "64"},
+      {kC, c + R"("max_tokens": 18446744073709551615})", "max_tokens", "64"},
+      {kC, c + R"("max_tokens": -5})", "max_tokens", "-5"},
+      {kC, c + R"("max_tokens": 0})", "max_tokens", "[1, 64]"},
+      {kC, c + R"("max_tokens": 2.5})", "max_tokens", "2.5"},
+      {kC, c + R"("max_tokens": "8"})", "max_tokens", "string"},
+      {kC, c + R"("max_tokens": true})", "max_tokens", "boolean"},
+      {kChat, ch + R"("max_tokens": 4, "max_completion_tokens": 5})", "max_completion_tokens",
+       "differ"},
+      {kChat, ch + R"("max_completion_tokens": 65})", "max_completion_tokens", "65"},
+      {kC, c + R"("top_p": 0})", "top_p", "(0, 1]"},
+      {kC, c + R"("top_p": 1.5})", "top_p", "1.5"},
+      {kC, c + R"("temperature": -1})", "temperature", "[0, 2]"},
+      {kC, c + R"("temperature": 3})", "temperature", "3"},
+      {kC, c + R"("temperature": true})", "temperature", "boolean"},
+      {kC, c + R"("temperature": "1"})", "temperature", "string"},
+      {kC, c + R"("top_k": -2})", "top_k", "-2"},
+      {kC, c + R"("top_k": 1.5})", "top_k", "1.5"},
+      {kC, c + R"("top_k": 99999999999})", "top_k", "99999999999"},
+      {kC, c + R"("seed": 1.5})", "seed", "1.5"},
+      {kC, c + R"("seed": "7"})", "seed", "string"},
+      {kC, c + R"("seed": 1e30})", "seed", "range"},
+      {kC, c + R"("stop": ["a", "b", "c", "d", "e"]})", "stop", "at most 4"},
+      {kC, c + R"("stop": ["a", "b", ""]})", "stop[2]", "0 bytes"},
+      {kC, c + R"("stop": ""})", "stop", "0 bytes"},
+      {kC, c + R"("stop": ["a", 5]})", "stop[1]", "number"},
+      {kC, c + R"("stop": {"a": 1}})", "stop", "object"},
+      {kC, c + R"("stop": ")" + std::string(257, 'x') + "\"}", "stop", "257 bytes"},
+      {kC, c + R"("stream": "yes"})", "stream", "string"},
+      {kC, c + R"("stream_options": {"include_usage": 1}})", "stream_options.include_usage",
+       "number"},
+      {kC, c + R"("stream_options": {"continuous": true}})", "stream_options.continuous",
+       "unknown"},
+      {kC, c + R"("user": 5})", "user", "number"},
+      {kChat, R"({"model": "m"})", "messages", "required"},
+      {kChat, R"({"model": "m", "messages": []})", "messages", "empty"},
+      {kChat, R"({"model": "m", "messages": "hi"})", "messages", "string"},
+      {kChat, R"({"model": "m", "messages": [5]})", "messages[0]", "object"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "robot",
+          "content": "b"}]})",
+       "messages[1].role", "robot"},
+      {kChat, R"({"model": "m", "messages": [{"content": "a"}]})", "messages[0].role", "required"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user"}]})", "messages[0].content",
+       "required"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "user",
+          "content": 5}]})",
+       "messages[1].content", "number"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": null}]})",
+       "messages[0].content", "null"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": "a", "name": "x"}]})",
+       "messages[0].name", "unknown"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url",
+          "image_url": {}}]}]})",
+       "messages[0].content[0].type", "image_url"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]})",
+       "messages[0].content[0].text", "required"},
+  };
+  for (const Refusal& refusal : refusals) {
+    SCOPED_TRACE(refusal.body.substr(0, 200));
+    const ApiError error = refuse(refusal.endpoint, refusal.body, adder());
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.type, "invalid_request_error");
+    EXPECT_EQ(error.param, refusal.param);
+    if (!refusal.param.empty()) {
+      EXPECT_TRUE(error.message.starts_with(refusal.param + ": ")) << error.message;
+    }
+    EXPECT_TRUE(contains(error.message, refusal.mention)) << error.message;
+  }
+}
+
+TEST_F(ServerRequest, AnotherModelIsNotFound) {
+  const ApiError error =
+      refuse(Endpoint::kCompletions, R"({"model": "gpt-4", "prompt": "hi"})", adder());
+  EXPECT_EQ(error.status, 404);
+  EXPECT_EQ(error.type, "invalid_request_error");
+  EXPECT_EQ(error.code, "model_not_found");
+  EXPECT_EQ(error.param, "model");
+  EXPECT_TRUE(contains(error.message, "gpt-4")) << error.message;
+}
+
+TEST_F(ServerRequest, DeepNestingIsABadRequestNotACrash) {
+  constexpr int kDepth = 100000;
+  const std::string body =
+      R"({"model": "m", "prompt": )" + std::string(kDepth, '[') + std::string(kDepth, ']') + "}";
+  const ApiError error = refuse(Endpoint::kCompletions, body, adder());
+  EXPECT_EQ(error.status, 400);
+  EXPECT_TRUE(contains(error.message, "body")) << error.message;
+  EXPECT_TRUE(contains(error.message, "nested deeper")) << error.message;
+}
+
+TEST_F(ServerRequest, PromptPastTheContextNamesBothNumbers) {
+  std::string long_text;
+  for (int i = 0; i < 200; ++i) long_text += "12 + 34 ";
+  const std::size_t tokens = adder_->encode(long_text, true).size();
+  ASSERT_GT(tokens, kContext);
+  const ApiError completion =
+      refuse(Endpoint::kCompletions, R"({"model": "m", "prompt": ")" + long_text + "\"}", adder());
+  EXPECT_EQ(completion.param, "prompt");
+  EXPECT_TRUE(contains(completion.message, std::to_string(tokens))) << completion.message;
+  EXPECT_TRUE(contains(completion.message, std::to_string(kContext))) << completion.message;
+
+  const ApiError chat =
+      refuse(Endpoint::kChat,
+             R"({"model": "m", "messages": [{"role": "user", "content": ")" + long_text + "\"}]}",
+             adder());
+  EXPECT_EQ(chat.param, "messages");
+  EXPECT_TRUE(contains(chat.message, std::to_string(kContext))) << chat.message;
+
+  // A prompt that fills the context exactly leaves nothing to generate.
+  std::string ids = "[1";
+  for (std::uint32_t i = 1; i < kContext; ++i) ids += ", 1";
+  EXPECT_EQ(
+      refuse(Endpoint::kCompletions, R"({"model": "m", "prompt": )" + ids + "]}", adder()).param,
+      "prompt");
+}
+
+TEST_F(ServerRequest, PromptPlusMaxTokensPastTheContextNamesMaxTokens) {
+  const std::string body = R"({"model": "m", "prompt": [1, 2, 3, 4], "max_tokens": 61})";
+  const ApiError error = refuse(Endpoint::kCompletions, body, adder());
+  EXPECT_EQ(error.param, "max_tokens");
+  for (const char* number : {"61", "4", "64", "60"}) {
+    EXPECT_TRUE(contains(error.message, number)) << error.message;
+  }
+  EXPECT_EQ(accept(Endpoint::kCompletions,
+                   R"({"model": "m", "prompt": [1, 2, 3, 4], "max_tokens": 60})", adder())
+                .engine.max_tokens,
+            60u);
+}
+
+TEST_F(ServerRequest, ChatWithoutATemplateSaysHowToGiveOne) {
+  ParseContext ctx = adder();
+  ctx.chat_template.reset();
+  const ApiError error = refuse(
+      Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user", "content": "a"}]})", ctx);
+  EXPECT_EQ(error.param, "messages");
+  EXPECT_TRUE(contains(error.message, "--chat-template")) << error.message;
+  // Completions need no template.
+  accept(Endpoint::kCompletions, R"({"model": "m", "prompt": "a"})", ctx);
+}
+
+TEST_F(ServerRequest, DepthBoundIsTheContexts) {
+  ParseContext ctx = adder();
+  ctx.max_json_depth = 2;
+  const std::string body =
+      R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}]})";
+  EXPECT_TRUE(contains(refuse(Endpoint::kChat, body, ctx).message, "nested deeper"));
+  ctx.max_json_depth = 16;
+  accept(Endpoint::kChat, body, ctx);
+}
+
+}  // namespace
+}  // namespace kvvm::server

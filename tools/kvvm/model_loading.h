@@ -1,0 +1,36 @@
+// Loading a Hugging Face checkpoint directory for a kvvm command (`kvvm generate`, `kvvm
+// serve`): its config, tokenizer and a model on the backend asked for.
+//
+// Why the checks before the loaders: a user who mistyped a directory should hear which path
+// is missing, not a parser's complaint about the first file it tried, so the directory,
+// config.json, tokenizer.json and the weights are each looked for and named first.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kvvm/model/config.h"
+#include "kvvm/model/model.h"
+#include "kvvm/status.h"
+#include "kvvm/tokenizer/tokenizer.h"
+
+namespace kvvm::cli {
+
+// InvalidArgument naming the missing directory or file (config.json, tokenizer.json, the
+// weights).
+Status check_model_dir(const std::string& dir);
+
+struct LoadedModel {
+  model::ModelConfig config;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<model::Model> model;
+};
+
+// `backend`: auto (CUDA when a device is usable and the CUDA model can be made, else the CPU,
+// with a note on `err` naming `command` when a GPU was there), cpu or cuda.
+Result<LoadedModel> load_model(const std::string& dir, const std::string& backend,
+                               std::string_view command, std::ostream& err);
+
+}  // namespace kvvm::cli
