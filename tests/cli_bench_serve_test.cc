@@ -3,7 +3,8 @@
 // Retry-After to every third request and 503 to one. The report counts completions, 429s with
 // their Retry-After, the 503 by status and output tokens from usage; the driver issues
 // requests at their arrival times while earlier ones still stream; --duration bounds the run;
-// an unreachable server is a clear error. Plus the SSE framing, Retry-After and URL parsing.
+// an unreachable server is a clear error; the real `kvvm serve` completes what the bench sends.
+// Plus the SSE framing, Retry-After, prompt ids and URL parsing.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -15,6 +16,8 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,7 +26,9 @@
 #include "bench_serve_driver.h"
 #include "bench_serve_report.h"
 #include "bench_serve_request.h"
+#include "serve_command.h"
 #include "support/cli_run.h"
+#include "support/test_data.h"
 
 namespace kvvm::cli {
 namespace {
@@ -370,6 +375,44 @@ TEST(CliBenchServe, UnreachableServerIsAClearError) {
   const test::CliRun bad = run(serve_args("ftp://127.0.0.1:1", {}));
   EXPECT_EQ(bad.code, 2);
   EXPECT_TRUE(contains(bad.err, "must start with http:// or https://")) << bad.err;
+}
+
+// The real `kvvm serve` (in-process, the tiny Llama on the CPU) under the bench: every
+// request completes, streamed, with the tokens its usage reports.
+TEST(CliBenchServe, EndToEndAgainstKvvmServe) {
+  ServeOptions serve;
+  serve.model_dir = test::model_fixture_dir("llama-tiny");
+  serve.served_model_name = "tiny";
+  serve.backend = "cpu";
+  serve.port = 0;
+  serve.max_running = 4;
+  serve.http_threads = 16;
+  ShutdownRequest shutdown;
+  std::ostringstream serve_out, serve_err;
+  int serve_code = -1;
+  std::thread serving([&] { serve_code = run_serve(serve, serve_out, serve_err, shutdown); });
+  const std::optional<std::uint16_t> port = shutdown.wait_ready(std::chrono::seconds(30));
+  test::CliRun result;
+  if (port) {
+    result = run(serve_args("http://127.0.0.1:" + std::to_string(*port),
+                            {"--rate", "50", "--requests", "4", "--tenants", "1",
+                             "--system-prompt-tokens", "8", "--prompt-mean", "6", "--output-mean",
+                             "4", "--max-context", "64", "--timeout", "20", "--json"}));
+  }
+  shutdown.request("the test");
+  serving.join();
+  ASSERT_TRUE(port) << serve_err.str();
+  EXPECT_EQ(serve_code, 0) << serve_err.str();
+  ASSERT_EQ(result.code, 0) << result.err;
+  const json report = json::parse(result.out);
+  EXPECT_EQ(report["model"], "tiny");
+  const json& run = report["runs"][0];
+  EXPECT_EQ(run["sent"], 4);
+  EXPECT_EQ(run["completed"], 4) << run.dump();
+  EXPECT_EQ(run["without_usage"], 0);
+  EXPECT_GE(run["output_tokens"].get<int>(), 4);
+  EXPECT_GE(run["prompt_tokens"].get<int>(), 4 * 9);  // the system prompt and a user token each
+  EXPECT_EQ(run["ttft_ms"]["samples"], 4);
 }
 
 TEST(BenchServeClient, PromptIdsComeFromTheSeedWithTheTenantsPrefixShared) {
