@@ -84,6 +84,7 @@ DriverRun run_open_loop(const std::vector<PlannedRequest>& plan, const DriverSet
           ended.last_token_s = seconds_between(issue_time, *outcome.last_token);
         }
         ended.outcome = std::move(outcome);
+        calls[i].reset();  // its connection is closed: nothing left to cancel
         done[i] = true;
         finished.push_back(i);
         --in_flight;
