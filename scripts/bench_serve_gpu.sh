@@ -38,6 +38,8 @@ VOCAB="${VOCAB:-32000}"
 PORT="${PORT:-8000}"
 HF_PORT="${HF_PORT:-8001}"
 HF="${HF:-1}"
+BACKEND="${BACKEND:-cuda}"    # kvvm serve's --backend (cpu: a dry run of this script anywhere)
+HF_DEVICE="${HF_DEVICE:-cuda}"  # the HF wrapper's --device
 READY_TIMEOUT="${READY_TIMEOUT:-900}"  # seconds to load a model and listen
 STOP_TIMEOUT="${STOP_TIMEOUT:-120}"    # seconds a server gets to exit after SIGTERM
 SERVE_ARGS="${SERVE_ARGS:-}"           # more `kvvm serve` options
@@ -126,7 +128,7 @@ status=0
 echo "== kvvm serve on $MODEL"
 # shellcheck disable=SC2086  # SERVE_ARGS is a list of options
 if start_server "$OUT/serve.log" "^kvvm serve: .* on http://" \
-  "$CLI" serve --model "$MODEL" --backend cuda --port "$PORT" $SERVE_ARGS; then
+  "$CLI" serve --model "$MODEL" --backend "$BACKEND" --port "$PORT" $SERVE_ARGS; then
   bench kvvm "http://127.0.0.1:$PORT" || status=1
   stop_server
 else
@@ -137,7 +139,7 @@ if [[ "$HF" != 0 ]]; then
   echo "== HF transformers wrapper on $MODEL"
   if start_server "$OUT/hf.log" "^bench_serve_hf: ready on http://" \
     python3 "$ROOT/scripts/bench_serve_hf.py" --model "$MODEL" --port "$HF_PORT" \
-    --device cuda --dtype bfloat16; then
+    --device "$HF_DEVICE" --dtype bfloat16; then
     bench hf "http://127.0.0.1:$HF_PORT" || status=1
     stop_server
   else

@@ -24,12 +24,14 @@ max_position_embeddings is a 400.
 
 Usage: python3 scripts/bench_serve_hf.py --model DIR [--port 8001] [--host 127.0.0.1]
        [--device cuda] [--dtype bfloat16] [--name NAME]
-Prints "bench_serve_hf: ready on http://HOST:PORT" once the model is loaded and the port bound.
+Prints "bench_serve_hf: ready on http://HOST:PORT" once the model is loaded and the port bound;
+SIGTERM stops it (exit 0; requests still running are dropped).
 """
 
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -262,12 +264,17 @@ def main():
     gen = Generator(args.model, args.device, args.dtype, args.name)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(gen))
     server.daemon_threads = True
+    # SIGTERM (how bench_serve_gpu.sh stops it) ends serve_forever and exits 0; shutdown() must
+    # run on another thread than serve_forever's.
+    signal.signal(signal.SIGTERM,
+                  lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     print(f"bench_serve_hf: ready on http://{args.host}:{server.server_address[1]}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     server.server_close()
+    print("bench_serve_hf: stopped", flush=True)
     return 0
 
 
