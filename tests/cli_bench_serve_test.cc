@@ -3,12 +3,11 @@
 // Retry-After to every third request and 503 to one. The report counts completions, 429s with
 // their Retry-After, the 503 by status and output tokens from usage; the driver issues
 // requests at their arrival times while earlier ones still stream; --duration bounds the run;
-// an unreachable server is a clear error; the real `kvvm serve` completes what the bench sends.
-// Plus the SSE framing, Retry-After, prompt ids and URL parsing.
+// an unreachable server is a clear error; the real `kvvm serve` completes what the bench sends
+// and refuses a burst with 429s the report counts. (The pieces: cli_bench_serve_client_test.cc.)
 #include <gtest/gtest.h>
 #include <httplib.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -25,7 +24,6 @@
 #include "bench_serve_client.h"
 #include "bench_serve_driver.h"
 #include "bench_serve_report.h"
-#include "bench_serve_request.h"
 #include "serve_command.h"
 #include "support/cli_run.h"
 #include "support/test_data.h"
@@ -377,34 +375,45 @@ TEST(CliBenchServe, UnreachableServerIsAClearError) {
   EXPECT_TRUE(contains(bad.err, "must start with http:// or https://")) << bad.err;
 }
 
-// The real `kvvm serve` (in-process, the tiny Llama on the CPU) under the bench: every
-// request completes, streamed, with the tokens its usage reports.
+// The real `kvvm serve` (in-process, the tiny Llama on the CPU, one request running and one
+// waiting at most) under the bench: one at a time every request completes, streamed, with the
+// tokens its usage reports; a burst is partly refused with 429 + Retry-After, which the report
+// counts as rejections, not errors.
 TEST(CliBenchServe, EndToEndAgainstKvvmServe) {
   ServeOptions serve;
   serve.model_dir = test::model_fixture_dir("llama-tiny");
   serve.served_model_name = "tiny";
   serve.backend = "cpu";
   serve.port = 0;
-  serve.max_running = 4;
+  serve.max_running = 1;
+  serve.max_queue = 1;
   serve.http_threads = 16;
   ShutdownRequest shutdown;
   std::ostringstream serve_out, serve_err;
   int serve_code = -1;
   std::thread serving([&] { serve_code = run_serve(serve, serve_out, serve_err, shutdown); });
   const std::optional<std::uint16_t> port = shutdown.wait_ready(std::chrono::seconds(30));
-  test::CliRun result;
+  test::CliRun one_at_a_time, burst;
   if (port) {
-    result = run(serve_args("http://127.0.0.1:" + std::to_string(*port),
-                            {"--rate", "50", "--requests", "4", "--tenants", "1",
-                             "--system-prompt-tokens", "8", "--prompt-mean", "6", "--output-mean",
-                             "4", "--max-context", "64", "--timeout", "20", "--json"}));
+    const std::string url = "http://127.0.0.1:" + std::to_string(*port);
+    // Short prompts and outputs behind one tenant's 8-token system prompt.
+    const auto bench = [&url](std::vector<std::string> args) {
+      for (const char* common : {"--tenants=1", "--system-prompt-tokens=8", "--prompt-mean=6",
+                                 "--max-context=64", "--timeout=20", "--json"}) {
+        args.push_back(common);
+      }
+      return run(serve_args(url, args));
+    };
+    one_at_a_time =
+        bench({"--rate=50", "--requests=4", "--output-mean=4", "--concurrency-limit=1"});
+    burst = bench({"--rate=1000", "--requests=8", "--output-mean=16"});
   }
   shutdown.request("the test");
   serving.join();
   ASSERT_TRUE(port) << serve_err.str();
   EXPECT_EQ(serve_code, 0) << serve_err.str();
-  ASSERT_EQ(result.code, 0) << result.err;
-  const json report = json::parse(result.out);
+  ASSERT_EQ(one_at_a_time.code, 0) << one_at_a_time.err;
+  const json report = json::parse(one_at_a_time.out);
   EXPECT_EQ(report["model"], "tiny");
   const json& run = report["runs"][0];
   EXPECT_EQ(run["sent"], 4);
@@ -413,74 +422,14 @@ TEST(CliBenchServe, EndToEndAgainstKvvmServe) {
   EXPECT_GE(run["output_tokens"].get<int>(), 4);
   EXPECT_GE(run["prompt_tokens"].get<int>(), 4 * 9);  // the system prompt and a user token each
   EXPECT_EQ(run["ttft_ms"]["samples"], 4);
-}
 
-TEST(BenchServeClient, PromptIdsComeFromTheSeedWithTheTenantsPrefixShared) {
-  TraceGeneratorOptions generator;
-  generator.requests = 3;
-  generator.tenants = 1;
-  generator.system_prompt_tokens = 6;
-  const Trace trace = *generate_trace(generator);
-  const std::vector<TokenId> a = prompt_ids(trace, 0, 1, 100);
-  const std::vector<TokenId> b = prompt_ids(trace, 1, 1, 100);
-  ASSERT_EQ(a.size(), trace.requests[0].prompt_tokens);
-  EXPECT_EQ(a, prompt_ids(trace, 0, 1, 100));  // deterministic
-  EXPECT_NE(a, prompt_ids(trace, 0, 2, 100));  // the seed changes them
-  ASSERT_GT(b.size(), 6u);
-  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 6, b.begin()));  // the tenant's system prompt
-  EXPECT_NE(std::vector<TokenId>(a.begin() + 6, a.end()),
-            std::vector<TokenId>(b.begin() + 6, b.end()));  // each request's own ids
-  for (TokenId id : a) EXPECT_LT(id, 100u);
-}
-
-TEST(BenchServeClient, SseParserFramesEventsAcrossChunks) {
-  std::vector<std::string> events;
-  SseParser parser([&](const std::string& data) {
-    events.push_back(data);
-    return true;
-  });
-  for (std::string_view piece : {"data: {\"a\"", ":1}\r\n\r\n: keep-alive\n\nevent: x\nda",
-                                 "ta: one\ndata: two\n\ndata: [DONE]\n"}) {
-    ASSERT_TRUE(parser.feed(piece));
-  }
-  ASSERT_TRUE(parser.finish());  // the last event had no blank line
-  EXPECT_EQ(events, (std::vector<std::string>{"{\"a\":1}", "one\ntwo", "[DONE]"}));
-
-  SseParser bounded([](const std::string&) { return true; });
-  EXPECT_FALSE(bounded.feed(std::string(kMaxSseLineBytes + 1, 'x')));
-  EXPECT_FALSE(bounded.feed("\n\n"));  // stays failed
-}
-
-TEST(BenchServeClient, RetryAfterIsDelaySeconds) {
-  EXPECT_EQ(parse_retry_after("2"), 2.0);
-  EXPECT_EQ(parse_retry_after(" 1.5 "), 1.5);
-  EXPECT_EQ(parse_retry_after("0"), 0.0);
-  EXPECT_FALSE(parse_retry_after(""));
-  EXPECT_FALSE(parse_retry_after("-1"));
-  EXPECT_FALSE(parse_retry_after("1e3"));
-  EXPECT_FALSE(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"));
-  EXPECT_FALSE(parse_retry_after("100000"));  // past a day
-}
-
-TEST(BenchServeClient, UrlParsing) {
-  Result<ServeUrl> url = parse_serve_url("http://localhost:8000/v1/");
-  ASSERT_TRUE(url.ok());
-  EXPECT_EQ(url->host, "localhost");
-  EXPECT_EQ(url->port, 8000);
-  EXPECT_EQ(url->prefix, "");
-  url = parse_serve_url("http://10.0.0.1/proxy");
-  ASSERT_TRUE(url.ok());
-  EXPECT_EQ(url->port, 80);
-  EXPECT_EQ(url->prefix, "/proxy");
-  url = parse_serve_url("https://example.com");
-  ASSERT_TRUE(url.ok());
-  EXPECT_EQ(url->scheme, "https");
-  EXPECT_EQ(url->port, 443);
-  EXPECT_FALSE(parse_serve_url("ftp://example.com").ok());
-  EXPECT_FALSE(parse_serve_url("http://host:0").ok());
-  EXPECT_FALSE(parse_serve_url("http://host:99999").ok());
-  EXPECT_FALSE(parse_serve_url("http://:80").ok());
-  EXPECT_TRUE(contains(parse_serve_url("http://h:x1").status().message(), "'x1'"));
+  ASSERT_EQ(burst.code, 0) << burst.err;
+  const json burst_run = json::parse(burst.out)["runs"][0];
+  EXPECT_EQ(burst_run["sent"], 8);
+  EXPECT_GE(burst_run["rejected_429"].get<int>(), 1) << burst_run.dump();
+  EXPECT_FALSE(burst_run["retry_after_s"].is_null());
+  EXPECT_EQ(burst_run["errors"]["total"], 0) << burst_run.dump();
+  EXPECT_EQ(burst_run["completed"].get<int>() + burst_run["rejected_429"].get<int>(), 8);
 }
 
 }  // namespace
