@@ -180,8 +180,8 @@ TEST_F(ServeProcess, SigtermDrainsStreamsInFlight) {
   const int port = std::stoi(match[1]);
 
   // Streams long enough to be running when the signal comes.
-  constexpr int kStreams = 3;
-  constexpr int kMaxTokens = 480;
+  constexpr int kStreams = 2;
+  constexpr int kMaxTokens = 300;
   std::atomic<int> started{0};
   std::vector<std::string> bodies(kStreams);
   std::vector<int> statuses(kStreams, 0);

@@ -188,6 +188,22 @@ TEST_F(ServerHttpTest, DrainingAnswers503) {
   EXPECT_EQ(body_of(request)["error"]["type"], "unavailable_error") << request->body;
 }
 
+TEST_F(ServerHttpTest, ATakenPortIsRefused) {
+  ServerOptions options;
+  options.model_name = "llama-tiny";
+  options.port = rig_->port();
+  const cli::LoadedModel& model = rig_->model();
+  ServerDeps deps{&rig_->engine(), &rig_->kv(), &model.config, model.tokenizer.get()};
+  auto second = Server::create(deps, options);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  auto port = (*second)->bind();
+  ASSERT_FALSE(port.ok());
+  EXPECT_EQ(port.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(port.status().message().find("127.0.0.1:" + std::to_string(rig_->port())),
+            std::string::npos)
+      << port.status().message();
+}
+
 TEST(ServerHttpChat, AdderAnswersAndEqualsGenerate) {
   ServerOptions options;
   options.model_name = "kvvm-adder";

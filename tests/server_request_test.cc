@@ -317,6 +317,14 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
        "messages[0].content[0].type", "image_url"},
       {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]})",
        "messages[0].content[0].text", "required"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"text": "a"}]}]})",
+       "messages[0].content[0].type", "required"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text",
+          "text": "a", "cache": 1}]}]})",
+       "messages[0].content[0].cache", "unknown"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text",
+          "text": 7}]}]})",
+       "messages[0].content[0].text", "number"},
   };
   for (const Refusal& refusal : refusals) {
     SCOPED_TRACE(refusal.body.substr(0, 200));
@@ -367,6 +375,11 @@ TEST_F(ServerRequest, PromptPastTheContextNamesBothNumbers) {
              R"({"model": "m", "messages": [{"role": "user", "content": ")" + long_text + "\"}]}",
              adder());
   EXPECT_EQ(chat.param, "messages");
+  const std::vector<ChatMessage> messages = {{"user", long_text}};
+  Result<std::string> rendered = tokenizer::render_chat(ChatTemplate::kChatML, messages);
+  ASSERT_TRUE(rendered.ok());
+  const std::size_t chat_tokens = adder_->encode(*rendered, false).size();
+  EXPECT_TRUE(contains(chat.message, std::to_string(chat_tokens))) << chat.message;
   EXPECT_TRUE(contains(chat.message, std::to_string(kContext))) << chat.message;
 
   // A prompt that fills the context exactly leaves nothing to generate.

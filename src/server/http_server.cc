@@ -147,12 +147,14 @@ class Server::Impl {
       running_ = true;
     }
     const bool listened = http_.listen_after_bind();
+    bool stopped = false;
     {
       std::lock_guard lock(mutex_);
       running_ = false;
+      stopped = stop_requested_;
     }
     run_ended_.notify_all();
-    if (!listened && !stop_requested_) {
+    if (!listened && !stopped) {
       return Status::Unavailable("serving " + options_.host + ":" + std::to_string(port_) +
                                  " failed");
     }
@@ -187,6 +189,13 @@ class Server::Impl {
     const std::uint32_t threads = options_.http_threads;
     http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http_.set_payload_max_length(options_.max_body_bytes);
+    // httplib's default sets SO_REUSEPORT: a second server on a taken port would bind and
+    // silently take half its connections. SO_REUSEADDR alone lets a restart bind at once
+    // while the old connections linger, and a taken port fails the bind.
+    http_.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     http_.set_read_timeout(options_.read_timeout);
     http_.set_write_timeout(options_.write_timeout);
     // httplib counts this one in whole seconds; at least one, or a fresh connection whose

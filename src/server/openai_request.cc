@@ -220,20 +220,19 @@ Check read_content(const json& value, const std::string& param, std::string* out
     const json& part = value[i];
     const std::string part_param = param + "[" + std::to_string(i) + "]";
     if (!part.is_object()) return bad_field(part_param, wrong_type(part, "an object"));
-    for (const auto& [key, item] : part.items()) {
-      if (key == "type") {
-        if (item != "text") {
-          return bad_field(part_param + ".type", shown(item) + " is not supported; only \"text\"");
-        }
-      } else if (key == "text") {
-        if (!item.is_string()) return bad_field(part_param + ".text", wrong_type(item, "a string"));
-        *out += item.get_ref<const std::string&>();
-      } else {
-        return bad_field(part_param + "." + key, "unknown field");
-      }
+    // The type first: an image part is refused for its type, not for its other keys.
+    const auto type = part.find("type");
+    if (type == part.end()) return bad_field(part_param + ".type", "is required");
+    if (*type != "text") {
+      return bad_field(part_param + ".type", shown(*type) + " is not supported; only \"text\"");
     }
-    if (!part.contains("type")) return bad_field(part_param + ".type", "is required");
-    if (!part.contains("text")) return bad_field(part_param + ".text", "is required");
+    for (const auto& [key, item] : part.items()) {
+      if (key != "type" && key != "text") return bad_field(part_param + "." + key, "unknown field");
+    }
+    const auto text = part.find("text");
+    if (text == part.end()) return bad_field(part_param + ".text", "is required");
+    if (!text->is_string()) return bad_field(part_param + ".text", wrong_type(*text, "a string"));
+    *out += text->get_ref<const std::string&>();
   }
   return std::nullopt;
 }
@@ -308,7 +307,8 @@ Check read_fields(Endpoint endpoint, const json& body, const ParseContext& conte
         return error;
       }
       if (fields->max_tokens && *fields->max_tokens != max_tokens) {
-        return bad_field(key, "max_tokens and max_completion_tokens differ; send one");
+        return bad_field("max_completion_tokens",
+                         "max_tokens and max_completion_tokens differ; send one");
       }
       fields->max_tokens = max_tokens;
       fields->max_tokens_param = key;

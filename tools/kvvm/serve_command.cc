@@ -260,10 +260,11 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
 
   while (!shutdown.wait(std::chrono::seconds(1))) {
   }
-  out << kCommand << ": draining (" << shutdown.reason() << "): new requests get 503; "
-      << "running ones get " << options.drain_timeout << " s to finish" << std::endl;
   server.begin_drain();
   const engine::EngineStats before = (*engine)->stats();
+  out << kCommand << ": draining (" << shutdown.reason() << "): " << before.running
+      << " running and " << before.waiting << " waiting get " << options.drain_timeout
+      << " s to finish; new requests get 503" << std::endl;
   const bool drained = (*engine)->drain(millis(options.drain_timeout));
   server.stop();
   serving.join();

@@ -1,0 +1,103 @@
+// The channel from the engine's callbacks to an HTTP handler: it copies what an event holds
+// (views valid during the callback only), merges what arrives between takes, and every wait
+// on it is bounded.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/request_stream.h"
+
+namespace kvvm::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+TEST(ServerRequestStream, CopiesAndMergesEventsUntilTheFinish) {
+  auto stream = RequestStream::make();
+  engine::RequestCallback callback = stream->callback();
+  {
+    std::string text = "Hel";
+    std::vector<std::int32_t> tokens = {1, 2};
+    engine::RequestEvent event;
+    event.text = text;
+    event.tokens = tokens;
+    callback(event);
+    text = "XXX";  // the event's view is gone after the callback
+  }
+  {
+    std::string text = "lo";
+    engine::RequestEvent event;
+    event.text = text;
+    std::vector<std::int32_t> tokens = {3};
+    event.tokens = tokens;
+    callback(event);
+  }
+  StreamUpdate first = stream->take(std::chrono::milliseconds(0));
+  EXPECT_EQ(first.text, "Hello");
+  EXPECT_EQ(first.tokens, 3u);
+  EXPECT_FALSE(first.finished);
+
+  engine::RequestStats stats;
+  stats.prompt_tokens = 7;
+  stats.generated_tokens = 3;
+  engine::RequestEvent last;
+  last.finished = true;
+  last.end = engine::RequestEnd::kError;
+  last.error = Status::ResourceExhausted("overloaded", {});
+  last.retry_after_seconds = 2.5;
+  last.stats = &stats;
+  callback(last);
+  callback(engine::RequestEvent{});  // nothing follows a finish
+
+  StreamUpdate end = stream->take(std::chrono::milliseconds(0));
+  EXPECT_TRUE(end.finished);
+  EXPECT_EQ(end.end, engine::RequestEnd::kError);
+  EXPECT_EQ(end.error.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(end.retry_after_seconds, 2.5);
+  EXPECT_EQ(end.stats.prompt_tokens, 7u);
+  EXPECT_TRUE(stream->finished());
+  // Taken once: later takes return at once, empty.
+  const auto start = Clock::now();
+  EXPECT_TRUE(stream->take(std::chrono::seconds(5)).empty());
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST(ServerRequestStream, WaitsAreBoundedAndWokenByAnEvent) {
+  auto stream = RequestStream::make();
+  auto start = Clock::now();
+  EXPECT_TRUE(stream->take(std::chrono::milliseconds(30)).empty());
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(30));
+
+  engine::RequestCallback callback = stream->callback();
+  std::thread engine_thread([callback] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    engine::RequestEvent event;
+    event.text = "x";
+    callback(event);
+  });
+  start = Clock::now();
+  const StreamUpdate update = stream->take(std::chrono::seconds(10));
+  engine_thread.join();
+  EXPECT_EQ(update.text, "x");
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(ServerRequestStream, TheCallbackKeepsTheStreamAlive) {
+  engine::RequestCallback callback;
+  {
+    auto stream = RequestStream::make();
+    callback = stream->callback();
+  }
+  // The handler has gone (its client left); the engine's late events land safely.
+  engine::RequestEvent event;
+  event.finished = true;
+  callback(event);
+  SUCCEED();
+}
+
+}  // namespace
+}  // namespace kvvm::server
