@@ -7,6 +7,7 @@
 #include "bench_command.h"
 #include "bench_decode_attention.h"
 #include "bench_engine.h"
+#include "bench_serve.h"
 #include "bench_share.h"
 #include "cli_common.h"
 #include "generate_command.h"
@@ -49,6 +50,9 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   BenchEngineOptions bench_engine_options;
   CLI::App* bench_engine =
       add_bench_engine_command(*app.get_subcommand("bench"), bench_engine_options);
+  BenchServeOptions bench_serve_options;
+  CLI::App* bench_serve =
+      add_bench_serve_command(*app.get_subcommand("bench"), bench_serve_options);
   SimulateOptions simulate_options;
   CLI::App* simulate = add_simulate_command(app, simulate_options);
   GenerateOptions generate_options;
@@ -80,6 +84,7 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
     if (bench_share->parsed()) return run_bench_share(bench_share_options, out, err);
     if (bench_decode->parsed()) return run_bench_decode(bench_decode_options, out, err);
     if (bench_engine->parsed()) return run_bench_engine(bench_engine_options, out, err);
+    if (bench_serve->parsed()) return run_bench_serve(bench_serve_options, out, err);
     if (bench_growth->parsed()) return run_bench_growth(bench_growth_options, out, err);
   } catch (const std::exception& error) {
     err << "kvvm: internal error: " << error.what() << "\n";
