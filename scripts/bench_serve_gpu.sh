@@ -4,7 +4,8 @@
 # machine, at the same arrival rates and the same trace. Builds nothing: CLI is a built kvvm.
 #   serve.log / hf.log          the servers' output
 #   bench-kvvm.json / .txt      kvvm bench serve --json against kvvm serve (one object per rate)
-#   bench-hf.json / .txt        the same against the HF wrapper (HF=0 skips it)
+#   bench-hf.json / .txt        the same against the HF wrapper (HF=0 skips it; KVVM=0 runs
+#                               only it, the kvvm runs kept)
 #   summary.md                  a markdown table of both
 # Everything lands in $OUT (default ./out/serve).
 #
@@ -38,6 +39,7 @@ VOCAB="${VOCAB:-32000}"
 PORT="${PORT:-8000}"
 HF_PORT="${HF_PORT:-8001}"
 HF="${HF:-1}"
+KVVM="${KVVM:-1}"  # 0: only the HF wrapper (the kvvm runs already in $OUT)
 BACKEND="${BACKEND:-cuda}"    # kvvm serve's --backend (cpu: a dry run of this script anywhere)
 HF_DEVICE="${HF_DEVICE:-cuda}"  # the HF wrapper's --device
 READY_TIMEOUT="${READY_TIMEOUT:-900}"  # seconds to load a model and listen
@@ -125,14 +127,16 @@ bench() {
 }
 
 status=0
-echo "== kvvm serve on $MODEL"
-# shellcheck disable=SC2086  # SERVE_ARGS is a list of options
-if start_server "$OUT/serve.log" "^kvvm serve: .* on http://" \
-  "$CLI" serve --model "$MODEL" --backend "$BACKEND" --port "$PORT" $SERVE_ARGS; then
-  bench kvvm "http://127.0.0.1:$PORT" || status=1
-  stop_server
-else
-  status=1
+if [[ "$KVVM" != 0 ]]; then
+  echo "== kvvm serve on $MODEL"
+  # shellcheck disable=SC2086  # SERVE_ARGS is a list of options
+  if start_server "$OUT/serve.log" "^kvvm serve: .* on http://" \
+    "$CLI" serve --model "$MODEL" --backend "$BACKEND" --port "$PORT" $SERVE_ARGS; then
+    bench kvvm "http://127.0.0.1:$PORT" || status=1
+    stop_server
+  else
+    status=1
+  fi
 fi
 
 if [[ "$HF" != 0 ]]; then
