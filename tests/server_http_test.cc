@@ -118,11 +118,11 @@ TEST_F(ServerHttpTest, StreamedChunksConcatenateToTheWholeAnswer) {
     EXPECT_EQ(events[i]["id"], events[0]["id"]);
     text += events[i]["choices"][0]["text"].get<std::string>();
     if (!events[i]["choices"][0]["finish_reason"].is_null()) {
-      finish = events[i]["choices"][0]["finish_reason"];
+      finish = events[i]["choices"][0]["finish_reason"].get<std::string>();
     }
   }
-  EXPECT_EQ(text, expected["choices"][0]["text"]);
-  EXPECT_EQ(finish, expected["choices"][0]["finish_reason"]);
+  EXPECT_EQ(text, expected["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(finish, expected["choices"][0]["finish_reason"].get<std::string>());
   // The usage chunk comes last, before [DONE].
   const nlohmann::json& usage = events.back();
   EXPECT_TRUE(usage["choices"].empty()) << usage.dump();
@@ -284,9 +284,10 @@ TEST(ServerHttpChat, AdderAnswersAndEqualsGenerate) {
   for (const auto& event : events) {
     if (event["choices"].empty()) continue;
     const auto& delta = event["choices"][0]["delta"];
-    if (delta.contains("content") && delta["content"].is_string()) text += delta["content"];
+    if (delta.contains("content") && delta["content"].is_string())
+      text += delta["content"].get<std::string>();
   }
-  EXPECT_EQ(text, expected["text"]);
+  EXPECT_EQ(text, expected["text"].get<std::string>());
   EXPECT_EQ(events.back()["usage"]["prompt_tokens"], body["usage"]["prompt_tokens"]);
   EXPECT_EQ(events.back()["usage"]["completion_tokens"], body["usage"]["completion_tokens"]);
 }
