@@ -43,7 +43,8 @@ inline cli::LoadedModel& loaded_model(const std::string& dir) {
 
 struct RigOptions {
   std::uint32_t slots = 4;
-  std::uint64_t context = 0;  // 0: the config's
+  std::uint64_t context = 0;       // 0: the config's
+  std::uint64_t budget_bytes = 0;  // the KV tier's budget; 0: the host's default
   engine::EngineOptions engine;
 };
 
@@ -56,6 +57,7 @@ class ServerRig {
     engine::KvSpaceOptions kv_options;
     kv_options.max_slots = rig_options.slots;
     kv_options.max_context = rig_options.context;
+    kv_options.budget_bytes = rig_options.budget_bytes;
     auto kv = engine::KvSpace::create(rig->model_->config, kv_options);
     EXPECT_TRUE(kv.ok()) << kv.status().to_string();
     if (!kv.ok()) return nullptr;

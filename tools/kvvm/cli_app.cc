@@ -32,8 +32,10 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   app.set_version_flag("--version", "kvvm " + version);
   app.require_subcommand(1);
   app.footer(
-      "Main job: 'kvvm simulate' replays a request trace through kvvm beside the preallocate "
-      "and paged-16 baselines. Run 'kvvm SUBCOMMAND --help' for one.");
+      "Main job: 'kvvm serve --model DIR' serves a Hugging Face checkpoint with OpenAI's API "
+      "(scripts/run.sh serves the demo model models/kvvm-adder); 'kvvm simulate' replays a "
+      "request trace through kvvm beside the preallocate and paged-16 baselines. Run 'kvvm "
+      "SUBCOMMAND --help' for one.");
 
   InfoOptions info_options;
   CLI::App* info = add_info_command(app, info_options);
