@@ -3,8 +3,18 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 namespace kvvm::server {
+
+ApiError error_of(int status, std::string type, std::string message, std::string code) {
+  ApiError error;
+  error.status = status;
+  error.type = std::move(type);
+  error.message = std::move(message);
+  error.code = std::move(code);
+  return error;
+}
 
 ApiError bad_field(std::string_view param, std::string_view what) {
   ApiError error;

@@ -21,6 +21,9 @@ struct ApiError {
   double retry_after_seconds = 0;
 };
 
+// An error of any status; `code` empty: null.
+ApiError error_of(int status, std::string type, std::string message, std::string code = {});
+
 // 400 naming the field: message "FIELD: WHAT" (the caller writes WHAT).
 ApiError bad_field(std::string_view param, std::string_view what);
 

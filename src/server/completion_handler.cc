@@ -20,15 +20,6 @@ using engine::RequestEnd;
 // loops end.
 constexpr std::chrono::milliseconds kWaitSlice{200};
 
-ApiError error_of(int status, std::string type, std::string message, std::string code) {
-  ApiError error;
-  error.status = status;
-  error.type = std::move(type);
-  error.message = std::move(message);
-  error.code = std::move(code);
-  return error;
-}
-
 // A refused submit: the engine's status as an HTTP answer.
 ApiError submit_error(const Status& status, double retry_after) {
   switch (status.code()) {

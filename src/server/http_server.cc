@@ -48,15 +48,6 @@ std::string_view endpoint_label(const std::string& path) {
   return "other";
 }
 
-ApiError error_of(int status, std::string type, std::string message, std::string code) {
-  ApiError error;
-  error.status = status;
-  error.type = std::move(type);
-  error.message = std::move(message);
-  error.code = std::move(code);
-  return error;
-}
-
 // The key of "Authorization: Bearer KEY" (the scheme's case is free); empty when absent.
 std::string bearer_key(const httplib::Request& req) {
   const std::string value = req.get_header_value("Authorization");
