@@ -1,5 +1,7 @@
 // Server::Impl: the routes over cpp-httplib's server, the key check, the drain flag and the
 // listening lifecycle.
+#include "kvvm/server/server.h"
+
 #include <httplib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,7 +22,6 @@
 
 #include "api_error.h"
 #include "completion_handler.h"
-#include "kvvm/server/server.h"
 #include "metrics.h"
 #include "openai_request.h"
 #include "openai_response.h"
@@ -271,8 +272,10 @@ class Server::Impl {
           }
           reply_error(res, error_of(500, "server_error", "internal error: " + what, ""));
         });
-    http_.set_logger(
-        [this](const httplib::Request& req, const httplib::Response& res) { count(req, res); });
+    // Counted before the answer is written (httplib runs this handler just ahead of the status
+    // line), so a client that reads /metrics right after an answer sees it counted.
+    http_.set_post_routing_handler(
+        [this](const httplib::Request& req, httplib::Response& res) { count(req, res); });
   }
 
   ApiError library_error(int status) const {
