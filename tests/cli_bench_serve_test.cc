@@ -284,7 +284,9 @@ TEST(CliBenchServe, IssuesAtArrivalTimesWhileEarlierRequestsStream) {
     ASSERT_TRUE(request.sent);
     EXPECT_EQ(request.outcome.kind, OutcomeKind::kCompleted) << request.outcome.error;
     EXPECT_GE(request.issued_s, plan[i].arrival_s);
-    EXPECT_LT(request.issued_s, plan[i].arrival_s + 0.15) << "request " << i;
+    // Within 0.3 s of its arrival (thread start and connect are slow under ThreadSanitizer);
+    // a closed loop would send the last one only after three replies of 0.3 s each.
+    EXPECT_LT(request.issued_s, plan[i].arrival_s + 0.3) << "request " << i;
     ASSERT_TRUE(request.ttft_s && request.last_token_s);
     EXPECT_GE(*request.ttft_s, 0.09);  // the first token's delay
     EXPECT_EQ(request.outcome.output_tokens, 3u);
