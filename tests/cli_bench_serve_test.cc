@@ -295,10 +295,10 @@ TEST(CliBenchServe, IssuesAtArrivalTimesWhileEarlierRequestsStream) {
   EXPECT_LT(result.requests[3].issued_s, result.requests[0].ended_s);
   const std::vector<double> arrivals = server.arrivals();
   ASSERT_EQ(arrivals.size(), 4u);
-  // 0.3 s after the first at the server (its connection may take longer to open under a
-  // sanitizer), not 0.9 s as a closed loop would send it.
+  // 0.3 s after the first at the server (its connection may take 0.2 s longer to open under
+  // ThreadSanitizer), not 0.9 s as a closed loop would send it.
   EXPECT_GT(arrivals[3], 0.2);
-  EXPECT_LT(arrivals[3], 0.4);
+  EXPECT_LT(arrivals[3], 0.6);
 }
 
 TEST(CliBenchServe, ConcurrencyLimitHoldsIssueUntilASlotFrees) {
