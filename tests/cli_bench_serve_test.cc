@@ -264,16 +264,22 @@ TEST(CliBenchServe, ChatTimesTheFirstNonEmptyContent) {
   }
 }
 
-TEST(CliBenchServe, IssuesAtArrivalTimesWhileEarlierRequestsStream) {
-  FakeOptions options;
-  options.reject_every = 0;
-  options.token_delay = std::chrono::milliseconds(100);
-  FakeOpenAi server(options);
+// The open-loop driver's settings for streamed completions against `server`, every wait 5 s.
+DriverSettings completions_against(const FakeOpenAi& server) {
   DriverSettings settings;
   settings.client.url = *parse_serve_url(server.url());
   settings.client.timeout_s = 5;
   settings.path = "/v1/completions";
   settings.grace_s = 5;
+  return settings;
+}
+
+TEST(CliBenchServe, IssuesAtArrivalTimesWhileEarlierRequestsStream) {
+  FakeOptions options;
+  options.reject_every = 0;
+  options.token_delay = std::chrono::milliseconds(100);
+  FakeOpenAi server(options);
+  DriverSettings settings = completions_against(server);
   std::vector<PlannedRequest> plan;
   const std::string body = R"({"model":"m","prompt":[1,2],"max_tokens":3,"stream":true})";
   for (double arrival : {0.0, 0.1, 0.2, 0.3}) plan.push_back({arrival, body});
@@ -306,11 +312,7 @@ TEST(CliBenchServe, ConcurrencyLimitHoldsIssueUntilASlotFrees) {
   options.reject_every = 0;
   options.token_delay = std::chrono::milliseconds(30);
   FakeOpenAi server(options);
-  DriverSettings settings;
-  settings.client.url = *parse_serve_url(server.url());
-  settings.client.timeout_s = 5;
-  settings.path = "/v1/completions";
-  settings.grace_s = 5;
+  DriverSettings settings = completions_against(server);
   settings.concurrency_limit = 1;
   const std::string body = R"({"model":"m","prompt":[1],"max_tokens":3,"stream":true})";
   const std::vector<PlannedRequest> plan = {{0.0, body}, {0.0, body}, {0.0, body}};
