@@ -1,0 +1,140 @@
+// The decode kernel's host launcher: check, plan the split, dispatch run-time sizes to the
+// compiled templates, launch, and report the launch's error as a Status.
+//
+// Why the decode split is planned from max_length and the device, not from the lengths: the
+// lengths live in device memory and change between replays of a captured graph, whose grid is
+// fixed at capture. Chunks past a sequence's length are empty and weigh nothing in the merge.
+#include <algorithm>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/decode.cuh"
+#include "kernels/launch_support.cuh"
+#include "kvvm/attention.h"
+
+namespace kvvm {
+namespace {
+
+using kernels::check_cuda_view;
+using kernels::check_pointers;
+using kernels::cuda_status;
+using kernels::last_launch;
+using kernels::scale_log2;
+using kernels::str;
+
+constexpr std::uint32_t kMinChunkTokens = 256;  // below this a block's fixed costs dominate
+constexpr std::uint32_t kMaxChunks = 1024;
+
+// Picks the chunk count whose estimated time, waves x (chunk + block overhead), is least:
+// one wave of long chunks beats two of half-length ones only when it fills the device.
+DecodePlan choose_split(const DecodeParams& p, std::uint32_t units, std::uint32_t step,
+                        std::uint64_t slots) {
+  DecodePlan plan;
+  const std::uint32_t max_length = p.max_length;
+  auto chunks_for = [&](std::uint32_t chunk) { return (max_length + chunk - 1) / chunk; };
+  if (p.chunk_tokens != 0) {
+    plan.chunk_tokens = p.chunk_tokens;
+  } else {
+    const std::uint32_t most =
+        std::clamp<std::uint32_t>(max_length / kMinChunkTokens, 1, kMaxChunks);
+    double best = 0;
+    for (std::uint32_t c = 1; c <= most; ++c) {
+      std::uint32_t chunk = (max_length + c - 1) / c;
+      chunk = (chunk + step - 1) / step * step;
+      const std::uint64_t blocks = std::uint64_t{units} * chunks_for(chunk);
+      const std::uint64_t waves = (blocks + slots - 1) / slots;
+      const double cost = static_cast<double>(waves) * (chunk + 2.0 * step) +
+                          (chunks_for(chunk) > 1 ? 4.0 * step : 0.0);
+      if (plan.chunk_tokens == 0 || cost < best) {
+        best = cost;
+        plan.chunk_tokens = chunk;
+      }
+    }
+  }
+  plan.chunks = chunks_for(plan.chunk_tokens);  // <= kMaxChunks: checked by the caller
+  if (plan.chunks > 1) {
+    const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * plan.chunks;
+    const std::uint64_t out_bytes = rows * p.view.head_dim * sizeof(float);
+    plan.workspace_bytes = (out_bytes + 15) / 16 * 16 + rows * sizeof(float);
+  }
+  return plan;
+}
+
+}  // namespace
+
+Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
+  KVVM_RETURN_IF_ERROR(check_decode(p));
+  KVVM_RETURN_IF_ERROR(check_cuda_view(p.view, "decode"));
+  const std::uint32_t group = p.qo_heads / p.kv_heads;
+  DecodePlan planned;
+  KVVM_DISPATCH_ELEMENT(
+      p.view.element, T,
+      {KVVM_DISPATCH_HEAD_DIM(
+          p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
+            auto* kernel = &kernels::decode_kernel<T, D, G>;
+            constexpr std::uint32_t kShared = kernels::DecodeShape<D, G>::kSharedBytes;
+            Result<kernels::Residency> resident = kernels::prepare_kernel(
+                reinterpret_cast<const void*>(kernel), kernels::kDecodeThreads, kShared);
+            if (!resident.ok()) return resident.status();
+            const std::uint32_t tiles = (group + G - 1) / G;
+            planned = choose_split(
+                p, p.batch * p.kv_heads * tiles, kernels::DecodeShape<D, G>::kStep,
+                std::uint64_t(resident->multiprocessors) * resident->blocks_per_multiprocessor);
+          })})})
+  if (planned.chunks > kMaxChunks) {
+    return Status::InvalidArgument("decode: chunks of " + str(planned.chunk_tokens) +
+                                   " tokens split max_length " + str(p.max_length) + " into " +
+                                   str(planned.chunks) + " chunks, at most " + str(kMaxChunks));
+  }
+  return planned;
+}
+
+Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t workspace_bytes,
+                             void* stream) {
+  Result<DecodePlan> plan = plan_decode_cuda(p);
+  if (!plan.ok()) return plan.status();
+  KVVM_RETURN_IF_ERROR(check_pointers({{p.q, "q"}, {p.out, "out"}}, "decode"));
+  if (p.batch == 0) return Status::Ok();
+  if (p.batch > 65535) {
+    return Status::InvalidArgument("decode: batch of " + str(p.batch) +
+                                   " sequences, at most 65535 per launch");
+  }
+  if (plan->workspace_bytes > workspace_bytes || (plan->chunks > 1 && workspace == nullptr)) {
+    return Status::InvalidArgument("decode: the split into " + str(plan->chunks) + " chunks of " +
+                                   str(plan->chunk_tokens) + " tokens needs " +
+                                   str(plan->workspace_bytes) + " bytes of workspace, got " +
+                                   str(workspace_bytes));
+  }
+  const std::uint32_t group = p.qo_heads / p.kv_heads;
+  kernels::DecodeKernelParams kp(p);
+  kp.group = group;
+  kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim);
+  kp.chunk_tokens = plan->chunk_tokens;
+  kp.chunks = plan->chunks;
+  if (plan->chunks > 1) {
+    const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * plan->chunks;
+    const std::uint64_t out_bytes = (rows * p.view.head_dim * sizeof(float) + 15) / 16 * 16;
+    kp.partial_out = static_cast<float*>(workspace);
+    kp.partial_lse = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + out_bytes);
+  }
+  auto* cuda_stream = static_cast<cudaStream_t>(stream);
+  KVVM_DISPATCH_ELEMENT(
+      p.view.element, T,
+      {KVVM_DISPATCH_HEAD_DIM(
+          p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
+            kp.group_tiles = (group + G - 1) / G;
+            const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
+            kernels::decode_kernel<T, D, G>
+                <<<grid, kernels::kDecodeThreads, kernels::DecodeShape<D, G>::kSharedBytes,
+                   cuda_stream>>>(kp);
+            KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
+            if (plan->chunks > 1) {
+              kernels::decode_merge_kernel<T, D>
+                  <<<dim3(p.qo_heads, p.batch), D, plan->chunks * sizeof(float), cuda_stream>>>(kp);
+              KVVM_RETURN_IF_ERROR(last_launch("decode_merge_kernel<<<>>>"));
+            }
+          })})})
+  return Status::Ok();
+}
+
+}  // namespace kvvm
