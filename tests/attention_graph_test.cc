@@ -18,6 +18,7 @@
 #include "support/attention_support.h"
 #include "support/pattern.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
+#include "support/decode_workspace.h"
 #include "support/device_buffer.h"
 #endif
 
@@ -109,7 +110,8 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
   auto plan = plan_decode_cuda(decode);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   EXPECT_GT(plan->chunks, 1u) << "the split-K merge should be inside the graph too";
-  DeviceBuffer workspace(std::max<std::size_t>(plan->workspace_bytes, 16));
+  DeviceBuffer workspace(testing::decode_workspace_bytes(*plan));
+  testing::prepare_decode_workspace(workspace, *plan);
 
   cudaGraph_t graph = nullptr;
   {

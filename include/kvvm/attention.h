@@ -94,14 +94,20 @@ bool attention_kernels_built();
 Status append_kv_cuda(const AppendParams& params, void* stream);
 
 // How a decode is split over the sequence: `chunks` pieces of `chunk_tokens` per (sequence,
-// KV head), merged by a second kernel when chunks > 1.
+// KV head); when chunks > 1 the last piece of each to finish merges them (same launch).
 struct DecodePlan {
   std::uint32_t chunk_tokens = 0;
   std::uint32_t chunks = 0;
   std::size_t workspace_bytes = 0;  // what decode_attention_cuda needs; 0 when chunks == 1
+  // Of those, the bytes that count finished pieces. They sit at the END of the workspace as
+  // passed (its size rounded down to 4), so every plan that fits in one buffer shares them.
+  std::size_t counter_bytes = 0;
 };
 Result<DecodePlan> plan_decode_cuda(const DecodeParams& params);
-// `workspace`: device memory of at least plan_decode_cuda(params).workspace_bytes.
+// `workspace`: device memory of at least plan_decode_cuda(params).workspace_bytes, 16-byte
+// aligned. Its counters must be zero before its first use (zero the whole buffer once after
+// allocating it); every call leaves them zero again, so a buffer serves any number of calls
+// and graph replays with any plan that fits in it.
 Status decode_attention_cuda(const DecodeParams& params, void* workspace,
                              std::size_t workspace_bytes, void* stream);
 

@@ -1,320 +1,368 @@
-// Split-K decode attention over a KvView (FlashInfer-style: one parameter struct, a kernel
-// template over compile-time sizes, a merge kernel for the split).
+// Split-K decode attention over a KvView on the tensor cores, with the split's merge fused
+// into the kernel.
 //
-// Why this shape:
-//   - One block per (chunk of the sequence, KV head, group tile, sequence): the block loads
-//     each K and V row of its chunk once, with 16-byte loads, and uses it for every query
-//     head of the group tile (grouped-query attention reads the KV once per KV head).
-//   - A head row of D elements is read by D / 8 lanes (16 for D = 128); a block of 128
-//     threads holds 128 / (D / 8) rows in flight, each lane group kUnroll tokens deep, and
-//     the next step's loads are issued before the current step's arithmetic.
-//   - Scores live in the log2 domain (q is pre-scaled by sm_scale * log2 e) so the softmax
-//     uses exp2f. The online-softmax state (max m, sum d, accumulator) starts at
-//     (-inf, 0, 0); every rescale guards m == -inf, so a lane group, block or chunk that saw
-//     no token contributes nothing and never makes a NaN.
-//   - A token at or beyond min(length, max_length) is never loaded: the loads are predicated
-//     on the position, not masked after the fact, so unmapped windows and an earlier
-//     occupant's bytes (NaN included) are never touched.
+// Why this shape (the arithmetic is in docs/ARCHITECTURE.md, "Decode kernel"):
+//   - Decode reads every K and V byte once and does little arithmetic per byte, so the kernel
+//     must keep the memory system full and spend few instructions per token. The previous
+//     CUDA-core kernel spent ~100 warp instructions per (token, KV head) on FMAs, shuffles
+//     and conversions and held 128-209 registers per thread, which capped it at 8-16 warps per
+//     SM and 57-80 % of the copy bandwidth. Here the dot products are mma.m16n8k16: one
+//     instruction does a 16x8x16 tile, so a 16-key step of a D = 128 head costs 24 MMAs and 16
+//     ldmatrix for the warp (~4 instructions per token) and the thread holds ~90 registers.
+//   - S = Q K^T with the query heads of a group tile as the M rows (up to 8 of 16 used; the
+//     other rows of the A operand are zero registers), keys as N, head dims as K. The scores'
+//     C fragment (head = lane / 4, keys 2 (lane % 4) ..+1) is exactly the B operand of
+//     O^T = V^T P^T (keys as K, heads as N), so P goes to the second product without shared
+//     memory, and O^T's accumulator holds D x 8 floats: 32 per thread for D = 128.
+//   - One block per (chunk of the sequence, KV head, group tile of <= 8 heads, sequence), four
+//     warps. Each warp streams its own tiles (every 4th tile of the chunk) through a private
+//     3-stage cp.async pipeline (8 KiB per stage: 16 keys of K and V at D = 128, 32 at
+//     D = 64), so the loop has no block barrier; 96 KiB per block, 2 blocks = 8 warps per SM
+//     with 128 KiB of loads in flight per SM, several times the bandwidth-latency product.
+//   - Shared-memory rows are 128 or 256 bytes; the 16-byte chunk index is XORed with
+//     (key & 7) on the cp.async write and the ldmatrix read, so neither is bank-conflicted.
+//   - A key at or beyond min(length, max_length) is never loaded: the cp.async is predicated
+//     (source size 0 zero-fills) and its address is the chunk's first key, which is live, so
+//     unmapped windows and an earlier occupant's bytes (NaN included) are never touched; its
+//     score is then set to -inf. Scores are in the log2 domain (scaled by sm_scale * log2 e
+//     after the fp32 product); every online-softmax rescale guards m == -inf, so a warp,
+//     block or chunk that saw no key contributes nothing and never makes a NaN.
 //   - Split over the sequence (chunks > 1): each block writes its normalized partial output
-//     and log2-sum-exp to a workspace, and decode_merge combines them; a chunk past the length
-//     writes lse = -inf and weighs nothing.
+//     and log2-sum-exp to the workspace, then counts itself done on a counter of its
+//     (sequence, KV head, tile); the last block of the group merges all partials and sets the
+//     counter back to zero. No second launch, no tail between two kernels.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/mma.cuh"
 #include "kvvm/attention.h"
 
 namespace kvvm::kernels {
 
-constexpr std::uint32_t kDecodeThreads = 128;
-// Tokens per lane group per step: fewer for the largest group tile, whose query and
-// accumulator registers (2 x G x 8 floats) leave less room for the step's scores.
-template <std::uint32_t G>
-__host__ __device__ constexpr std::uint32_t decode_unroll() {
-  return G >= 8 ? 2 : 4;
-}
+constexpr std::uint32_t kDecodeWarps = 4;
+constexpr std::uint32_t kDecodeThreads = 32 * kDecodeWarps;
+constexpr std::uint32_t kDecodeHeads = 8;   // query heads of one group tile (the MMA's N)
+constexpr std::uint32_t kDecodeStages = 3;  // cp.async stages per warp
+constexpr std::uint32_t kDecodeStageBytes = 8192;
 
 // The caller's parameters (chunk_tokens replaced by the planned one), and what the launcher
 // derives from them.
 struct DecodeKernelParams : DecodeParams {
   explicit DecodeKernelParams(const DecodeParams& params) : DecodeParams(params) {}
   std::uint32_t group = 0;        // qo_heads / kv_heads
-  std::uint32_t group_tiles = 0;  // ceil(group / G)
+  std::uint32_t group_tiles = 0;  // ceil(group / kDecodeHeads)
   float scale_log2 = 0;           // sm_scale * log2(e)
   std::uint32_t chunks = 0;
-  float* partial_out = nullptr;  // [batch][qo_heads][chunks][D] when chunks > 1
-  float* partial_lse = nullptr;  // [batch][qo_heads][chunks]
+  float* partial_out = nullptr;       // [batch][qo_heads][chunks][D] when chunks > 1
+  float* partial_lse = nullptr;       // [batch][qo_heads][chunks]
+  std::uint32_t* counters = nullptr;  // one per (sequence, KV head, tile), counted backwards
+                                      // from the workspace's end; zero between calls
 };
 
-// Shared-memory pipeline depth: 48 KiB of stages per block (3 of 16 KiB, or 6 of 8 KiB for
-// the largest group tile), so a block with few resident neighbours keeps as many bytes in
-// flight as one of the smaller tiles.
-template <std::uint32_t G>
-__host__ __device__ constexpr std::uint32_t decode_stages() {
-  return 12 / decode_unroll<G>();
+template <std::uint32_t D>
+struct DecodeShape {
+  static constexpr std::uint32_t kRowBytes = D * 2;         // one key's K (or V) row
+  static constexpr std::uint32_t kChunks = kRowBytes / 16;  // 16-byte chunks per row
+  static constexpr std::uint32_t kTile = kDecodeStageBytes / 2 / kRowBytes;  // keys per stage
+  static constexpr std::uint32_t kStep = kTile * kDecodeWarps;  // keys per block per round
+  static constexpr std::uint32_t kKTiles = kTile / 8;           // n8 tiles of scores
+  static constexpr std::uint32_t kSharedBytes = kDecodeWarps * kDecodeStages * kDecodeStageBytes;
+  static constexpr std::uint32_t kOutPitch = D + 4;  // floats; spreads heads over banks
+  static_assert(kTile % 16 == 0, "a stage holds whole k16 steps of P V");
+  static_assert(kDecodeWarps * kDecodeHeads * kOutPitch * 4 <= kSharedBytes,
+                "the warps' outputs reuse the stage memory");
+};
+
+// Byte offset of (row, 16-byte chunk) in a stage's K or V tile, swizzled.
+template <std::uint32_t D>
+__device__ __forceinline__ std::uint32_t decode_tile_offset(std::uint32_t row,
+                                                            std::uint32_t chunk) {
+  return row * DecodeShape<D>::kRowBytes + ((chunk ^ (row & 7)) << 4);
 }
 
-template <std::uint32_t D, std::uint32_t G>
-struct DecodeShape {
-  static constexpr std::uint32_t kLanes = D / kVecElements;           // lanes per head row
-  static constexpr std::uint32_t kRows = kDecodeThreads / kLanes;     // rows in flight
-  static constexpr std::uint32_t kStep = kRows * decode_unroll<G>();  // tokens per step
-  // K and V of kStages steps: kStages x 2 x kU x kDecodeThreads x 16 bytes.
-  static constexpr std::uint32_t kSharedBytes =
-      decode_stages<G>() * 2 * decode_unroll<G>() * kDecodeThreads * 16;
-};
+template <typename T, std::uint32_t D>
+__global__ void __launch_bounds__(kDecodeThreads, 2) decode_kernel(const DecodeKernelParams p) {
+  using Shape = DecodeShape<D>;
+  constexpr std::uint32_t kTile = Shape::kTile;
+  constexpr std::uint32_t kChunks = Shape::kChunks;
+  constexpr std::uint32_t kKTiles = Shape::kKTiles;
+  constexpr std::uint32_t kCopies = kTile * kChunks / 32;  // 16-byte copies per lane, K or V
 
-template <typename T, std::uint32_t D, std::uint32_t G>
-__global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const DecodeKernelParams p) {
-  using Shape = DecodeShape<D, G>;
-  constexpr std::uint32_t kLanes = Shape::kLanes;
-  constexpr std::uint32_t kRows = Shape::kRows;
-  constexpr std::uint32_t kStep = Shape::kStep;
-  constexpr std::uint32_t kU = decode_unroll<G>();
-  constexpr std::uint32_t kStages = decode_stages<G>();
-
-  __shared__ float s_max[kRows][G];
-  __shared__ float s_sum[kRows][G];
-  __shared__ float s_acc[kRows][D];
+  extern __shared__ uint4 shared_raw[];
+  __shared__ float s_max[kDecodeWarps][kDecodeHeads];
+  __shared__ float s_sum[kDecodeWarps][kDecodeHeads];
+  __shared__ float s_lse[kDecodeHeads];
+  __shared__ bool s_last;
 
   const std::uint32_t chunk = blockIdx.x;
   const std::uint32_t kv_head = blockIdx.y / p.group_tiles;
   const std::uint32_t tile = blockIdx.y % p.group_tiles;
   const std::uint32_t b = blockIdx.z;
-  const std::uint32_t lane = threadIdx.x % kLanes;
-  const std::uint32_t row = threadIdx.x / kLanes;
-  const std::uint32_t first_head = kv_head * p.group + tile * G;
-  const std::uint32_t heads_here = min(G, p.group - tile * G);
+  const std::uint32_t warp = threadIdx.x / 32;
+  const std::uint32_t lane = threadIdx.x % 32;
+  const std::uint32_t group_row = lane / 4;  // MMA fragment row / column group
+  const std::uint32_t quad = lane % 4;
+  const std::uint32_t first_head = kv_head * p.group + tile * kDecodeHeads;
+  const std::uint32_t heads_here = min(kDecodeHeads, p.group - tile * kDecodeHeads);
 
   const std::uint32_t length = min(p.lengths[b], p.max_length);
   const std::uint32_t begin = chunk * p.chunk_tokens;
   const std::uint32_t end = min(begin + p.chunk_tokens, length);  // <= begin: empty chunk
 
-  float q[G][8];
+  // Q as the A operand, rows = heads: registers 1 and 3 (rows 8..15) stay zero.
+  std::uint32_t qa[D / 16][2];
   {
-    const T* q_base = static_cast<const T*>(p.q) +
-                      (static_cast<std::uint64_t>(b) * p.qo_heads + first_head) * D +
-                      lane * kVecElements;
+    const bool live = group_row < heads_here;
+    const T* q_row =
+        static_cast<const T*>(p.q) +
+        (static_cast<std::uint64_t>(b) * p.qo_heads + first_head + (live ? group_row : 0)) * D;
 #pragma unroll
-    for (std::uint32_t j = 0; j < G; ++j) {
-      if (j < heads_here) {
-        vec_to_float<T>(load_vec(reinterpret_cast<const unsigned char*>(q_base + j * D)), q[j]);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) q[j][e] *= p.scale_log2;
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) q[j][e] = 0.0f;
-      }
+    for (std::uint32_t ks = 0; ks < D / 16; ++ks) {
+      const std::uint32_t* pair =
+          reinterpret_cast<const std::uint32_t*>(q_row + ks * 16 + 2 * quad);
+      qa[ks][0] = live ? __ldg(pair) : 0u;
+      qa[ks][1] = live ? __ldg(pair + 4) : 0u;  // 8 elements further
     }
   }
 
-  float m[G], d[G], acc[G][8];
+  float m = kNegInf;   // running max of head group_row (log2 domain)
+  float l = 0.0f;      // this lane's share of the running sum of that head
+  float o[D / 16][4];  // O^T: (dim 16 mt + group_row (+8), heads 2 quad, 2 quad + 1)
 #pragma unroll
-  for (std::uint32_t j = 0; j < G; ++j) {
-    m[j] = kNegInf;
-    d[j] = 0.0f;
+  for (std::uint32_t mt = 0; mt < D / 16; ++mt) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc[j][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) o[mt][e] = 0.0f;
   }
 
   const KvView& v = p.view;
-  const std::uint32_t slot = p.slots[b];
   const unsigned char* k_base = reinterpret_cast<const unsigned char*>(v.base) +
-                                slot * v.slot_stride + p.layer * v.layer_stride +
-                                kv_head * v.head_stride + lane * 16u;
-  const unsigned char* v_base = k_base + v.kv_stride;
+                                p.slots[b] * v.slot_stride + p.layer * v.layer_stride +
+                                kv_head * v.head_stride;
+  const std::uint64_t kv_stride = v.kv_stride;
   const std::uint64_t token_stride = v.token_stride;
 
-  // Stage i of the chunk (kStep tokens of K and V) goes to shared-memory slot i % kStages by
-  // cp.async, kStages - 1 stages ahead of the arithmetic. Each thread copies exactly the
-  // 16-byte vectors it reads later (token u * kRows + row, part lane), so its own
-  // wait_group makes them visible and no barrier is needed inside the loop.
-  extern __shared__ uint4 stages[];  // [kStages][K, V][kU][kDecodeThreads]
-  const std::uint32_t steps = end > begin ? (end - begin + kStep - 1) / kStep : 0;
-  auto issue = [&](std::uint32_t step) {
-    uint4* stage = stages + (step % kStages) * 2 * kU * kDecodeThreads;
-    const std::uint32_t t0 = begin + step * kStep;
+  // This warp's tiles of the chunk: w, w + 4, ... of ceil((end - begin) / kTile).
+  const std::uint32_t tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
+  const std::uint32_t my_tiles =
+      tiles > warp ? (tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
+  unsigned char* my_stages =
+      reinterpret_cast<unsigned char*>(shared_raw) + warp * kDecodeStages * kDecodeStageBytes;
+  auto issue = [&](std::uint32_t i) {
+    unsigned char* stage = my_stages + (i % kDecodeStages) * kDecodeStageBytes;
+    const std::uint32_t key0 = begin + (warp + i * kDecodeWarps) * kTile;
 #pragma unroll
-    for (std::uint32_t u = 0; u < kU; ++u) {
-      const std::uint32_t t = t0 + u * kRows + row;
-      const bool live = t < end;
-      // A dead position copies nothing (source size 0 zero-fills); its address is the
-      // chunk's first token, which is live, so no unmapped address is ever formed either.
-      const std::uint64_t offset = static_cast<std::uint64_t>(live ? t : begin) * token_stride;
-      copy_async_16(stage + u * kDecodeThreads + threadIdx.x, k_base + offset, live);
-      copy_async_16(stage + (kU + u) * kDecodeThreads + threadIdx.x, v_base + offset, live);
+    for (std::uint32_t c = 0; c < kCopies; ++c) {
+      const std::uint32_t flat = c * 32 + lane;
+      const std::uint32_t row = flat / kChunks, part = flat % kChunks;
+      const bool live = key0 + row < end;
+      const unsigned char* source =
+          k_base + static_cast<std::uint64_t>(live ? key0 + row : begin) * token_stride + part * 16;
+      const std::uint32_t offset = decode_tile_offset<D>(row, part);
+      copy_async_16(stage + offset, source, live);
+      copy_async_16(stage + kDecodeStageBytes / 2 + offset, source + kv_stride, live);
     }
   };
 #pragma unroll
-  for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
-    if (i < steps) issue(i);
+  for (std::uint32_t i = 0; i + 1 < kDecodeStages; ++i) {
+    if (i < my_tiles) issue(i);
     copy_async_commit();
   }
 
-  for (std::uint32_t step = 0; step < steps; ++step) {
-    if (step + kStages - 1 < steps) issue(step + kStages - 1);
+  for (std::uint32_t i = 0; i < my_tiles; ++i) {
+    if (i + kDecodeStages - 1 < my_tiles) issue(i + kDecodeStages - 1);
     copy_async_commit();
-    copy_async_wait<kStages - 1>();
-    const uint4* stage = stages + (step % kStages) * 2 * kU * kDecodeThreads;
-    const std::uint32_t t0 = begin + step * kStep;
-    uint4 k_cur[kU], v_cur[kU];
+    copy_async_wait<kDecodeStages - 1>();
+    __syncwarp();  // every lane's copies of this stage are visible to the whole warp
+    const unsigned char* stage = my_stages + (i % kDecodeStages) * kDecodeStageBytes;
+    const std::uint32_t k_tile = shared_address(stage);
+    const std::uint32_t v_tile = k_tile + kDecodeStageBytes / 2;
+    const std::uint32_t key0 = begin + (warp + i * kDecodeWarps) * kTile;
+
+    // Scores of kTile keys: n8 tile j holds keys 8 j + 2 quad, +1 for head group_row.
+    float s[kKTiles][4];
 #pragma unroll
-    for (std::uint32_t u = 0; u < kU; ++u) {
-      k_cur[u] = stage[u * kDecodeThreads + threadIdx.x];
-      v_cur[u] = stage[(kU + u) * kDecodeThreads + threadIdx.x];
+    for (std::uint32_t j = 0; j < kKTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+    }
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < D / 32; ++kk) {  // two k16 steps per ldmatrix.x4
+#pragma unroll
+      for (std::uint32_t j = 0; j < kKTiles; ++j) {
+        // Matrix i = lanes 8i..8i+7: keys 8 j + (lane % 8), chunk 4 kk + i.
+        std::uint32_t kb[4];
+        ldmatrix_x4(kb, k_tile + decode_tile_offset<D>(8 * j + lane % 8, 4 * kk + lane / 8));
+        const std::uint32_t a0[4] = {qa[2 * kk][0], 0u, qa[2 * kk][1], 0u};
+        const std::uint32_t a1[4] = {qa[2 * kk + 1][0], 0u, qa[2 * kk + 1][1], 0u};
+        const std::uint32_t b0[2] = {kb[0], kb[1]};
+        const std::uint32_t b1[2] = {kb[2], kb[3]};
+        mma_m16n8k16<T>(s[j], a0, b0);
+        mma_m16n8k16<T>(s[j], a1, b1);
+      }
     }
 
-    float s[kU][G];
+    // Online softmax of head group_row over this tile (the quad's four lanes share it).
+    float tile_max = kNegInf;
 #pragma unroll
-    for (std::uint32_t u = 0; u < kU; ++u) {
-      float kf[8];
-      vec_to_float<T>(k_cur[u], kf);
+    for (std::uint32_t j = 0; j < kKTiles; ++j) {
 #pragma unroll
-      for (std::uint32_t j = 0; j < G; ++j) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) dot = fmaf(q[j][e], kf[e], dot);
-        s[u][j] = dot;
+      for (std::uint32_t e = 0; e < 2; ++e) {
+        const bool valid = key0 + 8 * j + 2 * quad + e < end;
+        s[j][e] = valid ? s[j][e] * p.scale_log2 : kNegInf;
+        tile_max = fmaxf(tile_max, s[j][e]);
       }
     }
-    // Sum over the lanes of a row (they are adjacent and aligned: xor stays inside the row).
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float new_max = fmaxf(m, tile_max);
+    // new_max == -inf: no valid key so far for this head; nothing to add or rescale.
+    const float correction = new_max == kNegInf ? 1.0f : exp2f(m - new_max);
+    std::uint32_t pb[kKTiles / 2][2];  // P^T as the B operand, one pair per k16 step
+    float added = 0.0f;
 #pragma unroll
-    for (std::uint32_t u = 0; u < kU; ++u) {
+    for (std::uint32_t j = 0; j < kKTiles; ++j) {
+      const float w0 = s[j][0] == kNegInf ? 0.0f : exp2f(s[j][0] - new_max);
+      const float w1 = s[j][1] == kNegInf ? 0.0f : exp2f(s[j][1] - new_max);
+      added += w0 + w1;
+      pb[j / 2][j % 2] = pack_float2<T>(w0, w1);
+    }
+    m = new_max;
+    l = l * correction + added;
+    // O^T's columns are heads 2 quad and 2 quad + 1: their corrections live in lanes 8 quad
+    // and 8 quad + 4 (group rows 2 quad, 2 quad + 1).
+    const float correction0 = __shfl_sync(0xffffffffu, correction, 8 * quad);
+    const float correction1 = __shfl_sync(0xffffffffu, correction, 8 * quad + 4);
 #pragma unroll
-      for (std::uint32_t j = 0; j < G; ++j) {
+    for (std::uint32_t mt = 0; mt < D / 16; ++mt) {
+      o[mt][0] *= correction0;
+      o[mt][1] *= correction1;
+      o[mt][2] *= correction0;
+      o[mt][3] *= correction1;
+    }
+    // O^T += V^T P^T: A = V^T (dims x keys) by ldmatrix.trans of V's [key][dim] rows.
 #pragma unroll
-        for (std::uint32_t offset = kLanes / 2; offset > 0; offset /= 2) {
-          s[u][j] += __shfl_xor_sync(0xffffffffu, s[u][j], offset);
-        }
+    for (std::uint32_t ks = 0; ks < kTile / 16; ++ks) {
+#pragma unroll
+      for (std::uint32_t mt = 0; mt < D / 16; ++mt) {
+        // Matrix i: keys 16 ks + 8 (i / 2) + (lane % 8), chunk 2 mt + i % 2.
+        const std::uint32_t matrix = lane / 8;
+        std::uint32_t va[4];
+        ldmatrix_x4_trans(va, v_tile + decode_tile_offset<D>(16 * ks + 8 * (matrix / 2) + lane % 8,
+                                                             2 * mt + matrix % 2));
+        mma_m16n8k16<T>(o[mt], va, pb[ks]);
       }
     }
-    bool valid[kU];
-#pragma unroll
-    for (std::uint32_t u = 0; u < kU; ++u) valid[u] = t0 + u * kRows + row < end;
-
-    float weight[kU][G];
-#pragma unroll
-    for (std::uint32_t j = 0; j < G; ++j) {
-      float new_max = m[j];
-#pragma unroll
-      for (std::uint32_t u = 0; u < kU; ++u) {
-        if (valid[u]) new_max = fmaxf(new_max, s[u][j]);
-      }
-      // new_max == -inf only when no token of this step is valid for this row: nothing to add.
-      const float correction = new_max == kNegInf ? 1.0f : exp2f(m[j] - new_max);
-      float added = 0.0f;
-#pragma unroll
-      for (std::uint32_t u = 0; u < kU; ++u) {
-        weight[u][j] = valid[u] ? exp2f(s[u][j] - new_max) : 0.0f;
-        added += weight[u][j];
-      }
-      m[j] = new_max;
-      d[j] = d[j] * correction + added;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[j][e] *= correction;
-    }
-#pragma unroll
-    for (std::uint32_t u = 0; u < kU; ++u) {
-      if (!valid[u]) continue;
-      float vf[8];
-      vec_to_float<T>(v_cur[u], vf);
-#pragma unroll
-      for (std::uint32_t j = 0; j < G; ++j) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[j][e] = fmaf(weight[u][j], vf[e], acc[j][e]);
-      }
-    }
+    __syncwarp();  // the stage is read before the next issue overwrites it
   }
+  copy_async_wait<0>();
 
-  // Combine the lane groups of the block: one max and sum per head, then the accumulators
-  // row by row, head by head (a fixed order: the same inputs give the same bits).
-  if (lane == 0) {
+  // Combine the four warps: one max and sum per head, then the accumulators.
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (quad == 0) {
+    s_max[warp][group_row] = m;
+    s_sum[warp][group_row] = l;
+  }
+  __syncthreads();  // also: every warp is done with its stages, which are reused below
+  float* s_out = reinterpret_cast<float*>(shared_raw);  // [warp][head][kOutPitch]
+  {
+    float factor[2];
 #pragma unroll
-    for (std::uint32_t j = 0; j < G; ++j) {
-      s_max[row][j] = m[j];
-      s_sum[row][j] = d[j];
+    for (std::uint32_t h = 0; h < 2; ++h) {
+      const std::uint32_t head = 2 * quad + h;
+      float block_max = kNegInf;
+#pragma unroll
+      for (std::uint32_t w = 0; w < kDecodeWarps; ++w) block_max = fmaxf(block_max, s_max[w][head]);
+      const float own = s_max[warp][head];
+      factor[h] = own == kNegInf ? 0.0f : exp2f(own - block_max);
+    }
+    float* mine = s_out + warp * kDecodeHeads * Shape::kOutPitch;
+#pragma unroll
+    for (std::uint32_t mt = 0; mt < D / 16; ++mt) {
+      const std::uint32_t dim = 16 * mt + group_row;
+      mine[(2 * quad) * Shape::kOutPitch + dim] = o[mt][0] * factor[0];
+      mine[(2 * quad + 1) * Shape::kOutPitch + dim] = o[mt][1] * factor[1];
+      mine[(2 * quad) * Shape::kOutPitch + dim + 8] = o[mt][2] * factor[0];
+      mine[(2 * quad + 1) * Shape::kOutPitch + dim + 8] = o[mt][3] * factor[1];
     }
   }
   __syncthreads();
-  float block_max[G], block_sum[G];
-#pragma unroll
-  for (std::uint32_t j = 0; j < G; ++j) {
-    block_max[j] = kNegInf;
-    for (std::uint32_t r = 0; r < kRows; ++r) block_max[j] = fmaxf(block_max[j], s_max[r][j]);
-    block_sum[j] = 0.0f;
-    if (block_max[j] != kNegInf) {
-      for (std::uint32_t r = 0; r < kRows; ++r) {
-        if (s_max[r][j] != kNegInf) block_sum[j] += s_sum[r][j] * exp2f(s_max[r][j] - block_max[j]);
-      }
-    }
-  }
   const std::uint64_t row_base = static_cast<std::uint64_t>(b) * p.qo_heads + first_head;
+  for (std::uint32_t index = threadIdx.x; index < kDecodeHeads * D; index += kDecodeThreads) {
+    const std::uint32_t head = index / D, dim = index % D;
+    float block_max = kNegInf;
 #pragma unroll
-  for (std::uint32_t j = 0; j < G; ++j) {
-    if (j >= heads_here) break;  // uniform across the block
-    const float own = m[j] == kNegInf ? 0.0f : exp2f(m[j] - block_max[j]);
+    for (std::uint32_t w = 0; w < kDecodeWarps; ++w) block_max = fmaxf(block_max, s_max[w][head]);
+    float total = 0.0f, sum = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) s_acc[row][lane * 8 + e] = acc[j][e] * own;
-    __syncthreads();
-    const float inverse = block_sum[j] > 0.0f ? 1.0f / block_sum[j] : 0.0f;
-    for (std::uint32_t col = threadIdx.x; col < D; col += kDecodeThreads) {
-      float total = 0.0f;
-      for (std::uint32_t r = 0; r < kRows; ++r) total += s_acc[r][col];
-      if (p.chunks == 1) {
-        static_cast<T*>(p.out)[(row_base + j) * D + col] = from_float<T>(total * inverse);
-      } else {
-        p.partial_out[((row_base + j) * p.chunks + chunk) * D + col] = total * inverse;
+    for (std::uint32_t w = 0; w < kDecodeWarps; ++w) {
+      total += s_out[(w * kDecodeHeads + head) * Shape::kOutPitch + dim];
+      if (s_max[w][head] != kNegInf) sum += s_sum[w][head] * exp2f(s_max[w][head] - block_max);
+    }
+    if (head >= heads_here) continue;
+    const float value = sum > 0.0f ? total / sum : 0.0f;
+    if (p.chunks == 1) {
+      static_cast<T*>(p.out)[(row_base + head) * D + dim] = from_float<T>(value);
+    } else {
+      p.partial_out[((row_base + head) * p.chunks + chunk) * D + dim] = value;
+      if (dim == 0) {
+        p.partial_lse[(row_base + head) * p.chunks + chunk] =
+            sum > 0.0f ? block_max + __log2f(sum) : kNegInf;
       }
     }
-    __syncthreads();
   }
-  if (p.chunks > 1 && threadIdx.x < heads_here) {
-    const std::uint32_t j = threadIdx.x;
-    float lse = kNegInf;
-#pragma unroll
-    for (std::uint32_t i = 0; i < G; ++i) {
-      if (i == j && block_sum[i] > 0.0f) lse = block_max[i] + __log2f(block_sum[i]);
-    }
-    p.partial_lse[(row_base + j) * p.chunks + chunk] = lse;
-  }
-}
+  if (p.chunks == 1) return;
 
-// One block per (query head, sequence); thread per output column. The chunks' weights
-// exp2(lse_c - max) are computed once into shared memory by the whole block, so the column
-// loop is a run of independent loads (unrolled: several in flight) instead of a chain.
-template <typename T, std::uint32_t D>
-__global__ void __launch_bounds__(D) decode_merge_kernel(const DecodeKernelParams p) {
-  extern __shared__ float weight_of_chunk[];  // [chunks]
-  __shared__ float warp_max[D / 32];
-  const std::uint64_t row = static_cast<std::uint64_t>(blockIdx.y) * p.qo_heads + blockIdx.x;
-  const float* lse = p.partial_lse + row * p.chunks;
-  float max_lse = kNegInf;
-  for (std::uint32_t c = threadIdx.x; c < p.chunks; c += D) max_lse = fmaxf(max_lse, lse[c]);
-#pragma unroll
-  for (std::uint32_t offset = 16; offset > 0; offset /= 2) {
-    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
-  }
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max_lse;
+  // The last block of this (sequence, KV head, tile) to finish merges every chunk's partial.
+  __threadfence();  // this block's partials are visible device-wide before it counts itself
   __syncthreads();
+  std::uint32_t* counter =
+      p.counters - 1 -
+      ((static_cast<std::uint64_t>(b) * p.kv_heads + kv_head) * p.group_tiles + tile);
+  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1u) == p.chunks - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();  // and the others' partials are seen by this one
+  // Weights exp2(lse_c - max) per (head, chunk) into shared memory, one warp per head.
+  float* s_weight = reinterpret_cast<float*>(shared_raw);  // [head][chunks]
+  for (std::uint32_t head = warp; head < heads_here; head += kDecodeWarps) {
+    const float* lse = p.partial_lse + (row_base + head) * p.chunks;
+    float most = kNegInf;
+    for (std::uint32_t c = lane; c < p.chunks; c += 32) most = fmaxf(most, __ldcg(lse + c));
 #pragma unroll
-  for (std::uint32_t w = 0; w < D / 32; ++w) max_lse = fmaxf(max_lse, warp_max[w]);
-  // An empty chunk (lse -inf) weighs 0; with no token at all every weight is 0.
-  for (std::uint32_t c = threadIdx.x; c < p.chunks; c += D) {
-    weight_of_chunk[c] = max_lse == kNegInf || lse[c] == kNegInf ? 0.0f : exp2f(lse[c] - max_lse);
+    for (std::uint32_t offset = 16; offset > 0; offset /= 2) {
+      most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
+    }
+    float sum = 0.0f;
+    for (std::uint32_t c = lane; c < p.chunks; c += 32) {
+      const float x = __ldcg(lse + c);
+      const float w = most == kNegInf || x == kNegInf ? 0.0f : exp2f(x - most);
+      s_weight[head * p.chunks + c] = w;
+      sum += w;
+    }
+#pragma unroll
+    for (std::uint32_t offset = 16; offset > 0; offset /= 2) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    }
+    if (lane == 0) s_lse[head] = sum;
   }
   __syncthreads();
-  // Every chunk's partial output was written by this launch (0 for an empty chunk).
-  const float* partial = p.partial_out + row * p.chunks * D + threadIdx.x;
-  float total = 0.0f, weights = 0.0f;
+  for (std::uint32_t index = threadIdx.x; index < heads_here * D; index += kDecodeThreads) {
+    const std::uint32_t head = index / D, dim = index % D;
+    const float* partial = p.partial_out + (row_base + head) * p.chunks * D + dim;
+    const float* weight = s_weight + head * p.chunks;
+    float total = 0.0f;
 #pragma unroll 8
-  for (std::uint32_t c = 0; c < p.chunks; ++c) {
-    const float w = weight_of_chunk[c];
-    weights += w;
-    total = fmaf(w, partial[static_cast<std::uint64_t>(c) * D], total);
+    for (std::uint32_t c = 0; c < p.chunks; ++c) {
+      total = fmaf(weight[c], __ldcg(partial + static_cast<std::uint64_t>(c) * D), total);
+    }
+    const float sum = s_lse[head];
+    static_cast<T*>(p.out)[(row_base + head) * D + dim] =
+        from_float<T>(sum > 0.0f ? total / sum : 0.0f);
   }
-  static_cast<T*>(p.out)[row * D + threadIdx.x] =
-      from_float<T>(weights > 0.0f ? total / weights : 0.0f);
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next call (or graph replay)
 }
 
 }  // namespace kvvm::kernels

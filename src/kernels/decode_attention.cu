@@ -52,11 +52,6 @@ DecodePlan choose_split(const DecodeParams& p, std::uint32_t units, std::uint32_
     }
   }
   plan.chunks = chunks_for(plan.chunk_tokens);  // <= kMaxChunks: checked by the caller
-  if (plan.chunks > 1) {
-    const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * plan.chunks;
-    const std::uint64_t out_bytes = rows * p.view.head_dim * sizeof(float);
-    plan.workspace_bytes = (out_bytes + 15) / 16 * 16 + rows * sizeof(float);
-  }
   return plan;
 }
 
@@ -66,25 +61,30 @@ Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
   KVVM_RETURN_IF_ERROR(check_decode(p));
   KVVM_RETURN_IF_ERROR(check_cuda_view(p.view, "decode"));
   const std::uint32_t group = p.qo_heads / p.kv_heads;
+  const std::uint32_t tiles = (group + kernels::kDecodeHeads - 1) / kernels::kDecodeHeads;
   DecodePlan planned;
   KVVM_DISPATCH_ELEMENT(
-      p.view.element, T,
-      {KVVM_DISPATCH_HEAD_DIM(
-          p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
-            auto* kernel = &kernels::decode_kernel<T, D, G>;
-            constexpr std::uint32_t kShared = kernels::DecodeShape<D, G>::kSharedBytes;
-            Result<kernels::Residency> resident = kernels::prepare_kernel(
-                reinterpret_cast<const void*>(kernel), kernels::kDecodeThreads, kShared);
-            if (!resident.ok()) return resident.status();
-            const std::uint32_t tiles = (group + G - 1) / G;
-            planned = choose_split(
-                p, p.batch * p.kv_heads * tiles, kernels::DecodeShape<D, G>::kStep,
-                std::uint64_t(resident->multiprocessors) * resident->blocks_per_multiprocessor);
-          })})})
+      p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
+        constexpr std::uint32_t kShared = kernels::DecodeShape<D>::kSharedBytes;
+        Result<kernels::Residency> resident =
+            kernels::prepare_kernel(reinterpret_cast<const void*>(&kernels::decode_kernel<T, D>),
+                                    kernels::kDecodeThreads, kShared);
+        if (!resident.ok()) return resident.status();
+        planned = choose_split(
+            p, p.batch * p.kv_heads * tiles, kernels::DecodeShape<D>::kStep,
+            std::uint64_t(resident->multiprocessors) * resident->blocks_per_multiprocessor);
+      })})
   if (planned.chunks > kMaxChunks) {
     return Status::InvalidArgument("decode: chunks of " + str(planned.chunk_tokens) +
                                    " tokens split max_length " + str(p.max_length) + " into " +
                                    str(planned.chunks) + " chunks, at most " + str(kMaxChunks));
+  }
+  if (planned.chunks > 1) {
+    const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * planned.chunks;
+    const std::uint64_t out_bytes = (rows * p.view.head_dim * sizeof(float) + 15) / 16 * 16;
+    const std::uint64_t lse_bytes = (rows * sizeof(float) + 15) / 16 * 16;
+    planned.counter_bytes = (std::uint64_t{p.batch} * p.kv_heads * tiles * 4 + 15) / 16 * 16;
+    planned.workspace_bytes = out_bytes + lse_bytes + planned.counter_bytes;
   }
   return planned;
 }
@@ -105,35 +105,33 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
                                    str(plan->workspace_bytes) + " bytes of workspace, got " +
                                    str(workspace_bytes));
   }
+  if (plan->chunks > 1) KVVM_RETURN_IF_ERROR(check_pointers({{workspace, "workspace"}}, "decode"));
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   kernels::DecodeKernelParams kp(p);
   kp.group = group;
+  kp.group_tiles = (group + kernels::kDecodeHeads - 1) / kernels::kDecodeHeads;
   kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim);
   kp.chunk_tokens = plan->chunk_tokens;
   kp.chunks = plan->chunks;
   if (plan->chunks > 1) {
     const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * plan->chunks;
     const std::uint64_t out_bytes = (rows * p.view.head_dim * sizeof(float) + 15) / 16 * 16;
-    kp.partial_out = static_cast<float*>(workspace);
-    kp.partial_lse = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + out_bytes);
+    auto* bytes = static_cast<unsigned char*>(workspace);
+    kp.partial_out = reinterpret_cast<float*>(bytes);
+    kp.partial_lse = reinterpret_cast<float*>(bytes + out_bytes);
+    // The counters sit at the end of the buffer as given, so every plan that fits in it uses
+    // the same counter addresses, which no plan's partials reach.
+    kp.counters = reinterpret_cast<std::uint32_t*>(bytes + workspace_bytes / 4 * 4);
   }
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
   KVVM_DISPATCH_ELEMENT(
-      p.view.element, T,
-      {KVVM_DISPATCH_HEAD_DIM(
-          p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
-            kp.group_tiles = (group + G - 1) / G;
-            const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
-            kernels::decode_kernel<T, D, G>
-                <<<grid, kernels::kDecodeThreads, kernels::DecodeShape<D, G>::kSharedBytes,
-                   cuda_stream>>>(kp);
-            KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
-            if (plan->chunks > 1) {
-              kernels::decode_merge_kernel<T, D>
-                  <<<dim3(p.qo_heads, p.batch), D, plan->chunks * sizeof(float), cuda_stream>>>(kp);
-              KVVM_RETURN_IF_ERROR(last_launch("decode_merge_kernel<<<>>>"));
-            }
-          })})})
+      p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
+        const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
+        kernels::decode_kernel<T, D>
+            <<<grid, kernels::kDecodeThreads, kernels::DecodeShape<D>::kSharedBytes, cuda_stream>>>(
+                kp);
+        KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
+      })})
   return Status::Ok();
 }
 
