@@ -41,11 +41,7 @@
 
 namespace kvvm::kernels {
 
-constexpr std::uint32_t kDecodeWarps = 4;
-constexpr std::uint32_t kDecodeThreads = 32 * kDecodeWarps;
-constexpr std::uint32_t kDecodeHeads = 8;   // query heads of one group tile (the MMA's N)
-constexpr std::uint32_t kDecodeStages = 3;  // cp.async stages per warp
-constexpr std::uint32_t kDecodeStageBytes = 8192;
+constexpr std::uint32_t kDecodeHeads = 8;  // query heads of one group tile (the MMA's N)
 
 // The caller's parameters (chunk_tokens replaced by the planned one), and what the launcher
 // derives from them.
@@ -61,30 +57,44 @@ struct DecodeKernelParams : DecodeParams {
                                       // from the workspace's end; zero between calls
 };
 
-template <std::uint32_t D>
+// Head dim, warps per block, bytes of one warp's stage (K and V of kTile keys), stages.
+template <std::uint32_t D, std::uint32_t Warps = 4, std::uint32_t StageBytes = 8192,
+          std::uint32_t Stages = 3>
 struct DecodeShape {
-  static constexpr std::uint32_t kRowBytes = D * 2;         // one key's K (or V) row
-  static constexpr std::uint32_t kChunks = kRowBytes / 16;  // 16-byte chunks per row
-  static constexpr std::uint32_t kTile = kDecodeStageBytes / 2 / kRowBytes;  // keys per stage
-  static constexpr std::uint32_t kStep = kTile * kDecodeWarps;  // keys per block per round
-  static constexpr std::uint32_t kKTiles = kTile / 8;           // n8 tiles of scores
-  static constexpr std::uint32_t kSharedBytes = kDecodeWarps * kDecodeStages * kDecodeStageBytes;
+  static constexpr std::uint32_t kHeadDim = D;
+  static constexpr std::uint32_t kWarps = Warps;
+  static constexpr std::uint32_t kThreads = 32 * Warps;
+  static constexpr std::uint32_t kStages = Stages;
+  static constexpr std::uint32_t kStageBytes = StageBytes;
+  static constexpr std::uint32_t kRowBytes = D * 2;                   // one key's K (or V) row
+  static constexpr std::uint32_t kChunks = kRowBytes / 16;            // 16-byte chunks per row
+  static constexpr std::uint32_t kTile = StageBytes / 2 / kRowBytes;  // keys per stage
+  static constexpr std::uint32_t kStep = kTile * Warps;               // keys per block per round
+  static constexpr std::uint32_t kKTiles = kTile / 8;                 // n8 tiles of scores
+  static constexpr std::uint32_t kSharedBytes = Warps * Stages * StageBytes;
   static constexpr std::uint32_t kOutPitch = D + 4;  // floats; spreads heads over banks
+  // Float4 outputs of one block's group tile per thread, for the merge.
+  static constexpr std::uint32_t kMergeVectors = (kDecodeHeads * D / 4 + kThreads - 1) / kThreads;
   static_assert(kTile % 16 == 0, "a stage holds whole k16 steps of P V");
-  static_assert(kDecodeWarps * kDecodeHeads * kOutPitch * 4 <= kSharedBytes,
+  static_assert(Warps * kDecodeHeads * kOutPitch * 4 <= kSharedBytes,
                 "the warps' outputs reuse the stage memory");
+  static_assert(kDecodeHeads * 1024 * 4 <= kSharedBytes, "so do the merge's weights");
 };
 
 // Byte offset of (row, 16-byte chunk) in a stage's K or V tile, swizzled.
 template <std::uint32_t D>
 __device__ __forceinline__ std::uint32_t decode_tile_offset(std::uint32_t row,
                                                             std::uint32_t chunk) {
-  return row * DecodeShape<D>::kRowBytes + ((chunk ^ (row & 7)) << 4);
+  return row * (D * 2) + ((chunk ^ (row & 7)) << 4);
 }
 
-template <typename T, std::uint32_t D>
-__global__ void __launch_bounds__(kDecodeThreads, 2) decode_kernel(const DecodeKernelParams p) {
-  using Shape = DecodeShape<D>;
+template <typename T, typename Shape>
+__global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKernelParams p) {
+  constexpr std::uint32_t D = Shape::kHeadDim;
+  constexpr std::uint32_t kDecodeWarps = Shape::kWarps;
+  constexpr std::uint32_t kDecodeThreads = Shape::kThreads;
+  constexpr std::uint32_t kDecodeStages = Shape::kStages;
+  constexpr std::uint32_t kDecodeStageBytes = Shape::kStageBytes;
   constexpr std::uint32_t kTile = Shape::kTile;
   constexpr std::uint32_t kChunks = Shape::kChunks;
   constexpr std::uint32_t kKTiles = Shape::kKTiles;
@@ -325,21 +335,26 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_kernel(const DecodeK
   __syncthreads();
   if (!s_last) return;
   __threadfence();  // and the others' partials are seen by this one
-  // Weights exp2(lse_c - max) per (head, chunk) into shared memory, one warp per head.
+  // Every chunk's log2-sum-exp into shared memory (one read each), then per head the weights
+  // exp2(lse_c - max), one warp per head.
   float* s_weight = reinterpret_cast<float*>(shared_raw);  // [head][chunks]
+  for (std::uint32_t index = threadIdx.x; index < heads_here * p.chunks; index += kDecodeThreads) {
+    s_weight[index] = __ldcg(p.partial_lse + row_base * p.chunks + index);
+  }
+  __syncthreads();
   for (std::uint32_t head = warp; head < heads_here; head += kDecodeWarps) {
-    const float* lse = p.partial_lse + (row_base + head) * p.chunks;
+    float* weight = s_weight + head * p.chunks;
     float most = kNegInf;
-    for (std::uint32_t c = lane; c < p.chunks; c += 32) most = fmaxf(most, __ldcg(lse + c));
+    for (std::uint32_t c = lane; c < p.chunks; c += 32) most = fmaxf(most, weight[c]);
 #pragma unroll
     for (std::uint32_t offset = 16; offset > 0; offset /= 2) {
       most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
     }
     float sum = 0.0f;
     for (std::uint32_t c = lane; c < p.chunks; c += 32) {
-      const float x = __ldcg(lse + c);
+      const float x = weight[c];
       const float w = most == kNegInf || x == kNegInf ? 0.0f : exp2f(x - most);
-      s_weight[head * p.chunks + c] = w;
+      weight[c] = w;
       sum += w;
     }
 #pragma unroll
@@ -349,18 +364,60 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_kernel(const DecodeK
     if (lane == 0) s_lse[head] = sum;
   }
   __syncthreads();
-  for (std::uint32_t index = threadIdx.x; index < heads_here * D; index += kDecodeThreads) {
-    const std::uint32_t head = index / D, dim = index % D;
-    const float* partial = p.partial_out + (row_base + head) * p.chunks * D + dim;
-    const float* weight = s_weight + head * p.chunks;
-    float total = 0.0f;
-#pragma unroll 8
-    for (std::uint32_t c = 0; c < p.chunks; ++c) {
-      total = fmaf(weight[c], __ldcg(partial + static_cast<std::uint64_t>(c) * D), total);
+  // Each thread merges up to kMergeVectors float4s of the output; the chunk loop is unrolled
+  // so that many independent loads are in flight (the merge is on the launch's critical path).
+  constexpr std::uint32_t kVectors = Shape::kMergeVectors;
+  constexpr std::uint32_t kPerHead = D / 4;
+  float4 total[kVectors];
+  const float4* source[kVectors];
+  const float* weights[kVectors];
+  bool live[kVectors];
+#pragma unroll
+  for (std::uint32_t i = 0; i < kVectors; ++i) {
+    const std::uint32_t index = threadIdx.x + i * kDecodeThreads;
+    live[i] = index < heads_here * kPerHead;
+    const std::uint32_t head = live[i] ? index / kPerHead : 0, part = index % kPerHead;
+    source[i] =
+        reinterpret_cast<const float4*>(p.partial_out + (row_base + head) * p.chunks * D) + part;
+    weights[i] = s_weight + head * p.chunks;
+    total[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  constexpr std::uint32_t kUnroll = 8;
+  for (std::uint32_t c0 = 0; c0 < p.chunks; c0 += kUnroll) {
+    float4 x[kVectors][kUnroll];
+#pragma unroll
+    for (std::uint32_t i = 0; i < kVectors; ++i) {
+#pragma unroll
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        x[i][u] = live[i] && c0 + u < p.chunks
+                      ? __ldcg(source[i] + static_cast<std::uint64_t>(c0 + u) * kPerHead)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
     }
+#pragma unroll
+    for (std::uint32_t i = 0; i < kVectors; ++i) {
+#pragma unroll
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        const float w = c0 + u < p.chunks ? weights[i][c0 + u] : 0.0f;
+        total[i].x = fmaf(w, x[i][u].x, total[i].x);
+        total[i].y = fmaf(w, x[i][u].y, total[i].y);
+        total[i].z = fmaf(w, x[i][u].z, total[i].z);
+        total[i].w = fmaf(w, x[i][u].w, total[i].w);
+      }
+    }
+  }
+#pragma unroll
+  for (std::uint32_t i = 0; i < kVectors; ++i) {
+    if (!live[i]) continue;
+    const std::uint32_t index = threadIdx.x + i * kDecodeThreads;
+    const std::uint32_t head = index / kPerHead, part = index % kPerHead;
     const float sum = s_lse[head];
-    static_cast<T*>(p.out)[(row_base + head) * D + dim] =
-        from_float<T>(sum > 0.0f ? total / sum : 0.0f);
+    const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+    T* out = static_cast<T*>(p.out) + (row_base + head) * D + part * 4;
+    out[0] = from_float<T>(total[i].x * inverse);
+    out[1] = from_float<T>(total[i].y * inverse);
+    out[2] = from_float<T>(total[i].z * inverse);
+    out[3] = from_float<T>(total[i].w * inverse);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next call (or graph replay)
 }

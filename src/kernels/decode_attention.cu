@@ -5,6 +5,7 @@
 // lengths live in device memory and change between replays of a captured graph, whose grid is
 // fixed at capture. Chunks past a sequence's length are empty and weigh nothing in the merge.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/common.cuh"
@@ -57,23 +58,66 @@ DecodePlan choose_split(const DecodeParams& p, std::uint32_t units, std::uint32_
 
 }  // namespace
 
+// Runs the statements with Shape the decode configuration for (D, variant).
+// TODO(experiment): the variant comes from KVVM_DECODE_VARIANT while the shapes are measured.
+int decode_variant() {
+  static const int variant = [] {
+    const char* text = std::getenv("KVVM_DECODE_VARIANT");
+    return text == nullptr ? 0 : std::atoi(text);
+  }();
+  return variant;
+}
+#define KVVM_DISPATCH_DECODE_SHAPE(D, Shape, ...)         \
+  switch (decode_variant()) {                             \
+    case 1: {                                             \
+      using Shape = kernels::DecodeShape<D, 4, 16384, 3>; \
+      __VA_ARGS__                                         \
+      break;                                              \
+    }                                                     \
+    case 2: {                                             \
+      using Shape = kernels::DecodeShape<D, 8, 8192, 3>;  \
+      __VA_ARGS__                                         \
+      break;                                              \
+    }                                                     \
+    case 3: {                                             \
+      using Shape = kernels::DecodeShape<D, 4, 8192, 4>;  \
+      __VA_ARGS__                                         \
+      break;                                              \
+    }                                                     \
+    case 4: {                                             \
+      using Shape = kernels::DecodeShape<D, 4, 16384, 2>; \
+      __VA_ARGS__                                         \
+      break;                                              \
+    }                                                     \
+    case 5: {                                             \
+      using Shape = kernels::DecodeShape<D, 2, 8192, 4>;  \
+      __VA_ARGS__                                         \
+      break;                                              \
+    }                                                     \
+    default: {                                            \
+      using Shape = kernels::DecodeShape<D>;              \
+      __VA_ARGS__                                         \
+      break;                                              \
+    }                                                     \
+  }
+
 Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
   KVVM_RETURN_IF_ERROR(check_decode(p));
   KVVM_RETURN_IF_ERROR(check_cuda_view(p.view, "decode"));
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   const std::uint32_t tiles = (group + kernels::kDecodeHeads - 1) / kernels::kDecodeHeads;
   DecodePlan planned;
-  KVVM_DISPATCH_ELEMENT(
-      p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
-        constexpr std::uint32_t kShared = kernels::DecodeShape<D>::kSharedBytes;
-        Result<kernels::Residency> resident =
-            kernels::prepare_kernel(reinterpret_cast<const void*>(&kernels::decode_kernel<T, D>),
-                                    kernels::kDecodeThreads, kShared);
-        if (!resident.ok()) return resident.status();
-        planned = choose_split(
-            p, p.batch * p.kv_heads * tiles, kernels::DecodeShape<D>::kStep,
-            std::uint64_t(resident->multiprocessors) * resident->blocks_per_multiprocessor);
-      })})
+  KVVM_DISPATCH_ELEMENT(p.view.element, T,
+                        {KVVM_DISPATCH_HEAD_DIM(
+                            p.view.head_dim, D, {KVVM_DISPATCH_DECODE_SHAPE(D, Shape, {
+                              Result<kernels::Residency> resident = kernels::prepare_kernel(
+                                  reinterpret_cast<const void*>(&kernels::decode_kernel<T, Shape>),
+                                  Shape::kThreads, Shape::kSharedBytes);
+                              if (!resident.ok()) return resident.status();
+                              planned = choose_split(p, p.batch * p.kv_heads * tiles, Shape::kStep,
+                                                     std::uint64_t(resident->multiprocessors) *
+                                                         resident->blocks_per_multiprocessor);
+                            })})})
   if (planned.chunks > kMaxChunks) {
     return Status::InvalidArgument("decode: chunks of " + str(planned.chunk_tokens) +
                                    " tokens split max_length " + str(p.max_length) + " into " +
@@ -124,14 +168,14 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
     kp.counters = reinterpret_cast<std::uint32_t*>(bytes + workspace_bytes / 4 * 4);
   }
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
-  KVVM_DISPATCH_ELEMENT(
-      p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
-        const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
-        kernels::decode_kernel<T, D>
-            <<<grid, kernels::kDecodeThreads, kernels::DecodeShape<D>::kSharedBytes, cuda_stream>>>(
-                kp);
-        KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
-      })})
+  KVVM_DISPATCH_ELEMENT(p.view.element, T,
+                        {KVVM_DISPATCH_HEAD_DIM(
+                            p.view.head_dim, D, {KVVM_DISPATCH_DECODE_SHAPE(D, Shape, {
+                              const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
+                              kernels::decode_kernel<T, Shape>
+                                  <<<grid, Shape::kThreads, Shape::kSharedBytes, cuda_stream>>>(kp);
+                              KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
+                            })})})
   return Status::Ok();
 }
 
