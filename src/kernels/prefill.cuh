@@ -186,6 +186,9 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
   const std::uint32_t k_lane =
       shared_address(k_s) + (((lane >> 4) << 3) + (lane & 7)) * kRowBytes + k_x;
   const std::uint32_t v_lane = shared_address(v_s) + (lane & 15) * kRowBytes + qv_x;
+  // The XOR form above needs the dynamic shared memory 1 KiB aligned, as declared; a
+  // misplaced window would read wrong rows silently, so it stops the kernel instead.
+  if ((shared_address(shared_raw) & 1023u) != 0) __trap();
   const std::uint32_t tiles = (key_end + kPrefillKeys - 1) / kPrefillKeys;
   load_tile(0, 0);
   copy_async_commit();  // with Q
