@@ -272,6 +272,8 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
       }
 
       // Online softmax: s becomes P; O and the running sum are rescaled.
+      float corrections[2][2];
+      bool rescale = false;
 #pragma unroll
       for (std::uint32_t mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -297,10 +299,18 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
             }
           }
           l[mt][h] = l[mt][h] * correction + added;
+          corrections[mt][h] = correction;
+          rescale |= correction != 1.0f;
+        }
+      }
+      // Once the row maxima settle (most tiles), no row of the warp moves and O is left as is.
+      if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+        for (std::uint32_t mt = 0; mt < 2; ++mt) {
 #pragma unroll
           for (std::uint32_t n = 0; n < kDimTiles; ++n) {
-            o[mt][n][2 * h] *= correction;
-            o[mt][n][2 * h + 1] *= correction;
+#pragma unroll
+            for (std::uint32_t e = 0; e < 4; ++e) o[mt][n][e] *= corrections[mt][e / 2];
           }
         }
       }
