@@ -11,22 +11,32 @@
 //
 // Warps. 4 warps x 32 rows: each warp owns two m16 tiles, so every K / V fragment it loads
 // from shared memory feeds two MMAs (16 rows per warp is shared-memory-bandwidth bound).
-// Per key tile of 64 and warp: S = Q K^T is 2 x 8 accumulator tiles (64 fp32 registers per
-// thread); P is rebuilt from them in registers as the A operand of P V (the C fragments of
-// two adjacent n8 tiles are one k16 A fragment); O is 2 x D/8 tiles (D = 128: 128
-// registers). Q is read from shared memory by ldmatrix at every k-step (holding it costs 64
-// more registers at D = 128). Online softmax in fp32 on exp2 (the scale carries log2 e): a
-// row lives in the 4 lanes of a quad (reductions: xor 1, 2; the running sum stays per lane
-// and is reduced once at the end). State starts at (-inf, 0, 0) and exp2 is taken against 0
-// while the max is still -inf, so a fully masked row gives 0, never NaN.
+// K / V are staged 64 keys at a time; the softmax steps over them 64 keys at a time at D = 64
+// and 32 at D = 128. Per step and warp: S = Q K^T is 2 x (keys / 8) accumulator tiles (32
+// fp32 registers per thread at D = 128, 64 at D = 64); P is rebuilt from them in registers
+// as the A operand of P V (the C fragments of two adjacent n8 tiles are one k16 A fragment);
+// O is 2 x D/8 tiles (128 registers at D = 128). S of 64 keys on top of O spills at D = 128
+// (ptxas at the 255 cap), hence its 32-key steps. Q is read from shared memory by ldmatrix
+// at every k-step (holding it would cost 64 more registers at D = 128). Online softmax in
+// fp32 on exp2 (the scale carries log2 e): a row lives in the 4 lanes of a quad (reductions:
+// xor 1, 2; the running sum stays per lane and is reduced once at the end); O is rescaled
+// only when some row maximum of the warp moved. State starts at (-inf, 0, 0) and exp2 is
+// taken against 0 while the max is still -inf, so a fully masked row gives 0, never NaN.
 //
-// Shared memory (bytes): Q 128 x D x 2, K and V 64 x D x 2 each, double-buffered:
-//   D = 128: 32 KiB + 2 x 2 x 16 KiB = 96 KiB -> 2 blocks (8 warps) per SM of 227 KiB;
-//   D =  64: 16 KiB + 2 x 2 x  8 KiB = 48 KiB -> 3 blocks (12 warps) per SM.
-// Registers: __launch_bounds__(128, 2) at D = 128 (<= 255 per thread: 256 threads x 255 fit
-// the 64 Ki register file), (128, 3) at D = 64 (<= 168). Rows are 128 / 256 bytes: the
-// 16-byte chunk index is XOR-swizzled with (row & 7) on the cp.async write and the ldmatrix
-// read alike, so the 8 row addresses of one 8x8 matrix fall in 8 distinct bank groups.
+// Shared memory: Q 128 x D x 2 bytes, K and V 64 x D x 2 bytes each, double-buffered:
+//   D = 128: 32 KiB + 2 x 2 x 16 KiB = 96 KiB per block;
+//   D =  64: 16 KiB + 2 x 2 x  8 KiB = 48 KiB per block.
+// Registers (sm_90, ptxas -v): 243 per thread at D = 128, 219 at D = 64, no spill, no stack.
+// So 2 blocks (8 warps, 256 threads x <= 255 registers = the 64 Ki register file) per SM at
+// either D: __launch_bounds__(128, 2). Three blocks at D = 64 would need <= 168 registers and
+// spill. Shared-memory traffic per warp and 32 keys at D = 128: 16 ldmatrix.x4 of Q, 16 of K,
+// 16 of V (512 bytes each) against 128 MMAs, plus the cp.async fill; at 128 bytes per clock
+// per SM that is about as many clocks as the MMAs take, so a larger key step (Q read once per
+// 64 keys) is the next lever if registers allow.
+//
+// Rows are 128 / 256 bytes: the 16-byte chunk index is XOR-swizzled with (row & 7) on the
+// cp.async write and the ldmatrix read alike, so the 8 row addresses of one 8x8 matrix fall
+// in 8 distinct bank groups.
 //
 // Pipeline. Q and K / V tile 0 are one cp.async group; while tile j is computed, tile j + 1
 // is in flight into the other buffer.
