@@ -1,17 +1,19 @@
 // The CUDA attention kernels against the float64 reference, on fresh random data each run:
 // every layout x fp16 / bf16 x head dim 64 / 128 x group sizes 1, 4, 7, 8, decode over
 // lengths 1, 2, granule boundary +- 1, 4097 and 32768 in one batch (split planned, forced
-// small, and off), causal prefill in two chunks, append checked byte for byte, and a slot
-// whose tail holds NaN from an earlier occupant. Outputs are poisoned (NaN) before each run,
-// so an unwritten element fails like a wrong one. The KV lives in a CUDA-driver arena with
-// only the live windows committed: a read past a length faults. Skipped (and reported
-// skipped) without the CUDA compiler or a GPU.
+// small, and off), causal prefill in two chunks (also at groups 12 and 16), a 70-token chunk
+// after long cached prefixes (granule boundary +- 1, 4097) and first chunks of 1 and 2 tokens,
+// append checked byte for byte, and a slot whose tail holds NaN from an earlier occupant. Outputs
+// are poisoned (NaN) before each run, so an unwritten element fails like a wrong one. The KV lives
+// in a CUDA-driver arena with only the live windows committed: a read past a length faults. Skipped
+// (and reported skipped) without the CUDA compiler or a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvvm/attention.h"
@@ -131,6 +133,64 @@ class AttentionCudaTest : public testing::AttentionFixture {
       }
     }
   }
+
+  // Causal prefill of query rows [start, start + tokens) of a sequence whose tokens
+  // [0, start + tokens) are already in the mirror and the device slot: the CUDA output has no
+  // NaN and matches the float64 reference on fresh random queries.
+  void expect_prefill_matches(const Mirror& mirror, std::uint32_t mirror_slot,
+                              const KvView& device_view, std::uint32_t device_slot,
+                              std::uint32_t start, std::uint32_t tokens) {
+    const Config& c = GetParam();
+    const std::uint32_t qo_heads = kKvHeads * c.group;
+    const std::size_t elements = std::size_t{tokens} * qo_heads * c.head_dim;
+    auto q = testing::random_elements(c.element, elements, random_, 2.0f);
+    PrefillParams params;
+    params.view = mirror.view;
+    params.layer = kLayer;
+    params.qo_heads = qo_heads;
+    params.kv_heads = kKvHeads;
+    params.slot = mirror_slot;
+    params.start = start;
+    params.tokens = tokens;
+    params.q = q.data();
+    std::vector<double> reference(elements);
+    {
+      Status referenced = prefill_attention_reference(params, reference.data());
+      ASSERT_TRUE(referenced.ok()) << referenced.to_string();
+    }
+    DeviceBuffer dq(q), dout(elements * 2);
+    dout.poison();
+    params.view = device_view;
+    params.slot = device_slot;
+    params.q = dq.get();
+    params.out = dout.get();
+    Status done = prefill_attention_cuda(params, nullptr);
+    ASSERT_TRUE(done.ok()) << done.to_string();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "the kernel faulted";
+    const auto out = dout.download();
+    EXPECT_EQ(testing::count_nan(c.element, out), 0u)
+        << "chunk [" << start << ", " << start + tokens << ")";
+    EXPECT_LT(testing::relative_error(c.element, out, reference), testing::tolerance(c.element))
+        << "chunk [" << start << ", " << start + tokens << "), seed " << seed_;
+  }
+
+  // Two chunks of a 300-token prompt (129, then 171: neither a multiple of a tile).
+  void prefill_in_two_chunks() {
+    const Config& c = GetParam();
+    const Geometry geometry = this->geometry();
+    constexpr std::uint32_t kFirst = 129, kTotal = 300;
+    auto kv = KvArena::make(*driver_, geometry, c.layout, 1024, 1);
+    ASSERT_TRUE(kv);
+    auto slot = kv->arena->admit(kTotal);
+    ASSERT_TRUE(slot.ok()) << slot.status().to_string();
+    Mirror mirror(geometry, c.layout, 1024, 1);
+    for (auto [start, end] : {std::pair{0u, kFirst}, std::pair{kFirst, kTotal}}) {
+      fill(mirror, 0, kv->arena->view(), *slot, start, end);
+      if (HasFatalFailure()) return;
+      expect_prefill_matches(mirror, 0, kv->arena->view(), *slot, start, end - start);
+      if (HasFatalFailure()) return;
+    }
+  }
 };
 
 TEST_P(AttentionCudaTest, DecodeMatchesTheFloat64ReferenceAtEveryLength) {
@@ -220,50 +280,7 @@ TEST_P(AttentionCudaTest, DecodeMatchesTheFloat64ReferenceAtEveryLength) {
   }
 }
 
-TEST_P(AttentionCudaTest, CausalPrefillInTwoChunksMatchesTheReference) {
-  const Config& c = GetParam();
-  const Geometry geometry = this->geometry();
-  constexpr std::uint32_t kFirst = 129, kTotal = 300;  // neither a multiple of a tile
-  auto kv = KvArena::make(*driver_, geometry, c.layout, 1024, 1);
-  ASSERT_TRUE(kv);
-  auto slot = kv->arena->admit(kTotal);
-  ASSERT_TRUE(slot.ok()) << slot.status().to_string();
-  Mirror mirror(geometry, c.layout, 1024, 1);
-  const std::uint32_t qo_heads = kKvHeads * c.group;
-  for (auto [start, end] : {std::pair{0u, kFirst}, std::pair{kFirst, kTotal}}) {
-    fill(mirror, 0, kv->arena->view(), *slot, start, end);
-    if (HasFatalFailure()) return;
-    const std::size_t elements = std::size_t{end - start} * qo_heads * c.head_dim;
-    auto q = testing::random_elements(c.element, elements, random_, 2.0f);
-    PrefillParams params;
-    params.view = mirror.view;
-    params.layer = kLayer;
-    params.qo_heads = qo_heads;
-    params.kv_heads = kKvHeads;
-    params.slot = 0;
-    params.start = start;
-    params.tokens = end - start;
-    params.q = q.data();
-    std::vector<double> reference(elements);
-    {
-      Status referenced = prefill_attention_reference(params, reference.data());
-      ASSERT_TRUE(referenced.ok()) << referenced.to_string();
-    }
-    DeviceBuffer dq(q), dout(elements * 2);
-    dout.poison();
-    params.view = kv->arena->view();
-    params.slot = *slot;
-    params.q = dq.get();
-    params.out = dout.get();
-    Status done = prefill_attention_cuda(params, nullptr);
-    ASSERT_TRUE(done.ok()) << done.to_string();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "the kernel faulted";
-    const auto out = dout.download();
-    EXPECT_EQ(testing::count_nan(c.element, out), 0u);
-    EXPECT_LT(testing::relative_error(c.element, out, reference), testing::tolerance(c.element))
-        << "chunk [" << start << ", " << end << "), seed " << seed_;
-  }
-}
+TEST_P(AttentionCudaTest, CausalPrefillInTwoChunksMatchesTheReference) { prefill_in_two_chunks(); }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaTest,
                          ::testing::ValuesIn(testing::all_attention_configs()),
@@ -283,6 +300,57 @@ std::vector<testing::AttentionConfig> wide_group_configs() {
   return configs;
 }
 INSTANTIATE_TEST_SUITE_P(WideGroups, AttentionCudaTest, ::testing::ValuesIn(wide_group_configs()),
+                         testing::attention_config_name);
+
+// Chunked prefill over a long cached prefix: a chunk of 70 tokens (not a multiple of any tile)
+// after prefixes that end just before and just after the first granule boundary and at 4097,
+// and first chunks of 1 and 2 tokens. Each sequence has its own slot with exactly its live
+// windows committed, so a key read past the chunk faults. Few configurations: the float64
+// reference costs tokens x keys x heads x head dim.
+class AttentionCudaChunkedPrefillTest : public AttentionCudaTest {};
+
+TEST_P(AttentionCudaChunkedPrefillTest, ChunkAfterALongCachedPrefixMatchesTheReference) {
+  const Config& c = GetParam();
+  const Geometry geometry = this->geometry();
+  constexpr std::uint32_t kMaxContext = 32768;
+  constexpr std::uint32_t kChunk = 70;
+  auto kv = KvArena::make(*driver_, geometry, c.layout, kMaxContext, 5);
+  ASSERT_TRUE(kv);
+  const std::uint64_t boundary =
+      std::max<std::uint64_t>(2, driver_->granule() / kv->arena->plan().contiguous_bytes_per_token);
+  ASSERT_LE(boundary + 1 + kChunk, kMaxContext);
+  // (start, tokens) of each sequence's last chunk; the prefix [0, start) is cached.
+  const std::vector<std::pair<std::uint32_t, std::uint32_t>> chunks = {
+      {0, 1},
+      {0, 2},
+      {static_cast<std::uint32_t>(boundary - 1), kChunk},
+      {static_cast<std::uint32_t>(boundary + 1), kChunk},
+      {4097, kChunk}};
+  Mirror mirror(geometry, c.layout, kMaxContext, static_cast<std::uint32_t>(chunks.size()));
+  const KvView view = kv->arena->view();
+  for (std::uint32_t b = 0; b < chunks.size(); ++b) {
+    const auto [start, tokens] = chunks[b];
+    auto slot = kv->arena->admit(start + tokens);  // commits exactly the live windows
+    ASSERT_TRUE(slot.ok()) << slot.status().to_string();
+    fill(mirror, b, view, *slot, 0, start + tokens);
+    if (HasFatalFailure()) return;
+    expect_prefill_matches(mirror, b, view, *slot, start, tokens);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Every layout, at group sizes 1 and 4 (one block holds 128 positions / 32 positions).
+std::vector<Config> chunked_prefill_configs() {
+  std::vector<Config> configs;
+  for (Layout layout : all_layouts()) {
+    configs.push_back({layout, DType::kFp16, 128, 1});
+    configs.push_back({layout, DType::kBf16, 64, 4});
+  }
+  return configs;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaChunkedPrefillTest,
+                         ::testing::ValuesIn(chunked_prefill_configs()),
                          testing::attention_config_name);
 
 // A slot whose tail holds NaN from an earlier occupant gives the same bits as a clean slot.

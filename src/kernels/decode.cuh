@@ -59,8 +59,9 @@ struct DecodeKernelParams : DecodeParams {
 
 // Head dim, warps per block, bytes of one warp's stage (K and V of kTile keys), stages.
 template <std::uint32_t D, std::uint32_t Warps = 4, std::uint32_t StageBytes = 8192,
-          std::uint32_t Stages = 3>
+          std::uint32_t Stages = 3, int L2Prefetch = 0>
 struct DecodeShape {
+  static constexpr int kL2Prefetch = L2Prefetch;
   static constexpr std::uint32_t kHeadDim = D;
   static constexpr std::uint32_t kWarps = Warps;
   static constexpr std::uint32_t kThreads = 32 * Warps;
@@ -170,8 +171,9 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
       const unsigned char* source =
           k_base + static_cast<std::uint64_t>(live ? key0 + row : begin) * token_stride + part * 16;
       const std::uint32_t offset = decode_tile_offset<D>(row, part);
-      copy_async_16(stage + offset, source, live);
-      copy_async_16(stage + kDecodeStageBytes / 2 + offset, source + kv_stride, live);
+      copy_async_16<Shape::kL2Prefetch>(stage + offset, source, live);
+      copy_async_16<Shape::kL2Prefetch>(stage + kDecodeStageBytes / 2 + offset, source + kv_stride,
+                                        live);
     }
   };
 #pragma unroll

@@ -67,38 +67,38 @@ int decode_variant() {
   }();
   return variant;
 }
-#define KVVM_DISPATCH_DECODE_SHAPE(D, Shape, ...)         \
-  switch (decode_variant()) {                             \
-    case 1: {                                             \
-      using Shape = kernels::DecodeShape<D, 4, 16384, 3>; \
-      __VA_ARGS__                                         \
-      break;                                              \
-    }                                                     \
-    case 2: {                                             \
-      using Shape = kernels::DecodeShape<D, 8, 8192, 3>;  \
-      __VA_ARGS__                                         \
-      break;                                              \
-    }                                                     \
-    case 3: {                                             \
-      using Shape = kernels::DecodeShape<D, 4, 8192, 4>;  \
-      __VA_ARGS__                                         \
-      break;                                              \
-    }                                                     \
-    case 4: {                                             \
-      using Shape = kernels::DecodeShape<D, 4, 16384, 2>; \
-      __VA_ARGS__                                         \
-      break;                                              \
-    }                                                     \
-    case 5: {                                             \
-      using Shape = kernels::DecodeShape<D, 2, 8192, 4>;  \
-      __VA_ARGS__                                         \
-      break;                                              \
-    }                                                     \
-    default: {                                            \
-      using Shape = kernels::DecodeShape<D>;              \
-      __VA_ARGS__                                         \
-      break;                                              \
-    }                                                     \
+#define KVVM_DISPATCH_DECODE_SHAPE(D, Shape, ...)              \
+  switch (decode_variant()) {                                  \
+    case 1: {                                                  \
+      using Shape = kernels::DecodeShape<D, 4, 8192, 3, 128>;  \
+      __VA_ARGS__                                              \
+      break;                                                   \
+    }                                                          \
+    case 2: {                                                  \
+      using Shape = kernels::DecodeShape<D, 4, 8192, 3, 256>;  \
+      __VA_ARGS__                                              \
+      break;                                                   \
+    }                                                          \
+    case 3: {                                                  \
+      using Shape = kernels::DecodeShape<D, 8, 8192, 3, 256>;  \
+      __VA_ARGS__                                              \
+      break;                                                   \
+    }                                                          \
+    case 4: {                                                  \
+      using Shape = kernels::DecodeShape<D, 4, 16384, 2, 256>; \
+      __VA_ARGS__                                              \
+      break;                                                   \
+    }                                                          \
+    case 5: {                                                  \
+      using Shape = kernels::DecodeShape<D, 8, 8192, 3, 128>;  \
+      __VA_ARGS__                                              \
+      break;                                                   \
+    }                                                          \
+    default: {                                                 \
+      using Shape = kernels::DecodeShape<D>;                   \
+      __VA_ARGS__                                              \
+      break;                                                   \
+    }                                                          \
   }
 
 Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {

@@ -1,201 +1,393 @@
-// Causal prefill attention over a KvView: a tiled flash-attention (online softmax over key
-// tiles) on the CUDA cores, correct first; its speed is recorded in docs/PERFORMANCE.md.
+// Causal prefill attention over a KvView on the tensor cores: FlashAttention-2 on
+// mma.sync.m16n8k16 (fp32 accumulation), ldmatrix and cp.async.
 //
-// Why this shape: a block takes 64 query rows that share one KV head: kQ = 64 / G query
-// positions times the G query heads of a group tile, so every K and V tile it stages in shared
-// memory serves the whole group. 256 threads; thread (ty, tx) owns rows 4ty..4ty+3 and, for
-// scores, key columns tx + 16c; for the output, dims tx + 16c. Rows of one thread group of 16
-// lanes form half a warp, so row reductions are four xor-shuffles.
+// Rows. A block takes 128 query rows that share one KV head. Rows are the (position, head)
+// pairs of the KV head's group laid out position-major: row R of the KV head is query
+// position R / group, query head kv_head * group + R % group, so every K / V tile staged in
+// shared memory serves the whole group, any group size works without padding (the last
+// block of a chunk is the only partial one) and a block of group g spans about 128 / g
+// positions. Grid: one block per (128-row tile, KV head), 1-D, heaviest (last) tiles first
+// so the causal tail of light blocks is short.
 //
-// Causality and length: the block reads keys [0, start + last query position of the block]
-// only; a key past a row's own position is masked to -inf (and never loaded past the block's
-// last position), and rows past the chunk are neither computed into nor written.
+// Warps. 4 warps x 32 rows: each warp owns two m16 tiles, so every K / V fragment it loads
+// from shared memory feeds two MMAs (16 rows per warp is shared-memory-bandwidth bound).
+// K / V are staged 64 keys at a time; the softmax steps over them 64 keys at a time at D = 64
+// and 32 at D = 128. Per step and warp: S = Q K^T is 2 x (keys / 8) accumulator tiles (32
+// fp32 registers per thread at D = 128, 64 at D = 64); P is rebuilt from them in registers
+// as the A operand of P V (the C fragments of two adjacent n8 tiles are one k16 A fragment);
+// O is 2 x D/8 tiles (128 registers at D = 128). S of 64 keys on top of O spills at D = 128
+// (ptxas at the 255 cap), hence its 32-key steps. Q is read from shared memory by ldmatrix
+// at every k-step (holding it would cost 64 more registers at D = 128). Online softmax in
+// fp32 on exp2 (the scale carries log2 e): a row lives in the 4 lanes of a quad (reductions:
+// xor 1, 2; the running sum stays per lane and is reduced once at the end); O is rescaled
+// only when some row maximum of the warp moved. State starts at (-inf, 0, 0) and exp2 is
+// taken against 0 while the max is still -inf, so a fully masked row gives 0, never NaN.
+//
+// Shared memory: Q 128 x D x 2 bytes, K and V 64 x D x 2 bytes each, double-buffered:
+//   D = 128: 32 KiB + 2 x 2 x 16 KiB = 96 KiB per block;
+//   D =  64: 16 KiB + 2 x 2 x  8 KiB = 48 KiB per block.
+// Registers (sm_90, ptxas -v): 243 per thread at D = 128, 219 at D = 64, no spill, no stack.
+// So 2 blocks (8 warps, 256 threads x <= 255 registers = the 64 Ki register file) per SM at
+// either D: __launch_bounds__(128, 2). Three blocks at D = 64 would need <= 168 registers and
+// spill. Shared-memory traffic per warp and 32 keys at D = 128: 16 ldmatrix.x4 of Q, 16 of K,
+// 16 of V (512 bytes each) against 128 MMAs, plus the cp.async fill; at 128 bytes per clock
+// per SM that is about as many clocks as the MMAs take, so a larger key step (Q read once per
+// 64 keys) is the next lever if registers allow.
+//
+// Rows are 128 / 256 bytes: the 16-byte chunk index is XOR-swizzled with (row & 7) on the
+// cp.async write and the ldmatrix read alike, so the 8 row addresses of one 8x8 matrix fall
+// in 8 distinct bank groups.
+//
+// Pipeline. Q and K / V tile 0 are one cp.async group; while tile j is computed, tile j + 1
+// is in flight into the other buffer.
+//
+// Causality and length: a block reads keys [0, start + its last row's position] only; a
+// dead copy (a key past that end, a row past the chunk) has source size 0 (zero-fill) and
+// the address of a live row. Only key tiles that reach past the block's first position
+// apply the per-element mask (key > row position -> -inf). Rows past the chunk are computed
+// on zeros and never written. The output goes through the warp's own Q rows in shared memory
+// (only that warp reads them) so global stores are 16 bytes.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/mma.cuh"
 #include "kvvm/attention.h"
 
 namespace kvvm::kernels {
 
-constexpr std::uint32_t kPrefillThreads = 256;
-constexpr std::uint32_t kPrefillRows = 64;  // query rows (position x head) per block
-constexpr std::uint32_t kPrefillKeys = 64;  // keys per tile
+constexpr std::uint32_t kPrefillThreads = 128;
+constexpr std::uint32_t kPrefillRows = 128;     // query rows (position x head) per block
+constexpr std::uint32_t kPrefillWarpRows = 32;  // two m16 tiles per warp
+constexpr std::uint32_t kPrefillKeys = 64;      // keys per tile
 
 // The caller's parameters as given, and what the launcher derives from them.
 struct PrefillKernelParams : PrefillParams {
   explicit PrefillKernelParams(const PrefillParams& params) : PrefillParams(params) {}
-  std::uint32_t group = 0;
-  std::uint32_t group_tiles = 0;
+  std::uint32_t group = 0;        // query heads per KV head
+  std::uint32_t query_tiles = 0;  // blocks per KV head: ceil(tokens * group / 128)
   float scale_log2 = 0;
 };
 
 template <std::uint32_t D>
 __host__ __device__ constexpr std::uint32_t prefill_shared_bytes() {
-  // Qt[D][64], Kt[D][64 + 1], V[64][D], Pt[64][64 + 4] floats.
-  return (D * kPrefillRows + D * (kPrefillKeys + 1) + kPrefillKeys * D +
-          kPrefillKeys * (kPrefillRows + 4)) *
-         4;
+  return (kPrefillRows + 2 * 2 * kPrefillKeys) * D * 2;  // Q, 2 x K, 2 x V tiles
 }
 
-template <typename T, std::uint32_t D, std::uint32_t G>
-__global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillKernelParams p) {
-  constexpr std::uint32_t kQ = kPrefillRows / G;  // query positions per block
-  constexpr std::uint32_t kKeyPitch = kPrefillKeys + 1;
-  constexpr std::uint32_t kPPitch = kPrefillRows + 4;
-  constexpr std::uint32_t kCols = D / 16;  // output dims per thread
+// Keys of one softmax step: the staged tile of 64 in halves at D = 128, where S of 64 keys
+// (64 registers) on top of O (128) would spill.
+template <std::uint32_t D>
+__host__ __device__ constexpr std::uint32_t prefill_sub_keys() {
+  return D <= 64 ? 64 : 32;
+}
 
-  extern __shared__ float4 shared_raw[];
-  float* q_t = reinterpret_cast<float*>(shared_raw);  // [D][64]
-  float* k_t = q_t + D * kPrefillRows;                // [D][65]
-  float* v_s = k_t + D * kKeyPitch;                   // [64][D]
-  float* p_t = v_s + kPrefillKeys * D;                // [64 keys][68]
+template <std::uint32_t D>
+__host__ __device__ constexpr int prefill_blocks_per_sm() {
+  return 2;
+}
 
-  const std::uint32_t kv_head = blockIdx.y / p.group_tiles;
-  const std::uint32_t tile = blockIdx.y % p.group_tiles;
-  const std::uint32_t heads_here = min(G, p.group - tile * G);
-  const std::uint32_t q_first = blockIdx.x * kQ;  // first query row of the chunk
-  const std::uint32_t q_count = min(kQ, p.tokens - q_first);
-  const std::uint32_t tid = threadIdx.x;
-  const std::uint32_t tx = tid % 16, ty = tid / 16;
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of D-element rows.
+template <std::uint32_t D>
+__device__ __forceinline__ std::uint32_t swizzled(std::uint32_t row, std::uint32_t chunk) {
+  return row * (D * 2) + ((chunk ^ (row & 7)) << 4);
+}
 
-  // Stage q (pre-scaled) transposed: row r = query (r / G), head (r % G).
-  for (std::uint32_t i = tid; i < kPrefillRows * (D / 8); i += kPrefillThreads) {
-    const std::uint32_t r = i / (D / 8), part = i % (D / 8);
-    const std::uint32_t qi = r / G, j = r % G;
-    float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (qi < q_count && j < heads_here) {
-      const std::uint64_t q_row =
-          static_cast<std::uint64_t>(q_first + qi) * p.qo_heads + kv_head * p.group + tile * G + j;
-      vec_to_float<T>(
-          load_vec(reinterpret_cast<const unsigned char*>(static_cast<const T*>(p.q) + q_row * D) +
-                   part * 16),
-          f);
+// 2^x on the special-function unit; 2^-inf = +0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <typename T, std::uint32_t D>
+__global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
+    prefill_kernel(const PrefillKernelParams p) {
+  constexpr std::uint32_t kChunks = D / 8;  // 16-byte chunks in a row
+  constexpr std::uint32_t kRowBytes = D * 2;
+  constexpr std::uint32_t kTileBytes = kPrefillKeys * kRowBytes;
+  constexpr std::uint32_t kDimSteps = D / 16;  // k16 steps of Q K^T
+  constexpr std::uint32_t kSubKeys = prefill_sub_keys<D>();
+  constexpr std::uint32_t kKeySteps = kSubKeys / 16;  // k16 steps of P V
+  constexpr std::uint32_t kKeyTiles = kSubKeys / 8;   // n8 tiles of S
+  constexpr std::uint32_t kDimTiles = D / 8;          // n8 tiles of O
+
+  // 1 KiB aligned: the swizzle below XORs absolute shared addresses (bits 4-7 free).
+  extern __shared__ __align__(1024) uint4 shared_raw[];
+  unsigned char* q_s = reinterpret_cast<unsigned char*>(shared_raw);  // [128][D]
+  unsigned char* k_s = q_s + kPrefillRows * kRowBytes;                // [2][64][D]
+  unsigned char* v_s = k_s + 2 * kTileBytes;                          // [2][64][D]
+
+  const std::uint32_t kv_head = blockIdx.x % p.kv_heads;
+  const std::uint32_t query_tile = p.query_tiles - 1 - blockIdx.x / p.kv_heads;
+  const std::uint32_t group = p.group;
+  const std::uint32_t row0 = query_tile * kPrefillRows;  // first row of the KV head's rows
+  const std::uint32_t last_row = min(row0 + kPrefillRows, p.tokens * group) - 1;
+  const std::uint32_t first_position = p.start + row0 / group;
+  const std::uint32_t key_end = p.start + last_row / group + 1;  // keys [0, key_end)
+  const std::uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const std::uint64_t head0 = std::uint64_t{kv_head} * group;
+
+  // Q rows (a row past the chunk copies nothing from the block's first row).
+  {
+    const unsigned char* q = static_cast<const unsigned char*>(p.q);
+#pragma unroll
+    for (std::uint32_t it = 0; it < kPrefillRows * kChunks / kPrefillThreads; ++it) {
+      const std::uint32_t i = it * kPrefillThreads + tid;
+      const std::uint32_t r = i / kChunks, c = i % kChunks;
+      const bool live = row0 + r <= last_row;
+      const std::uint32_t row = live ? row0 + r : row0;
+      const std::uint64_t q_row = std::uint64_t{row / group} * p.qo_heads + head0 + row % group;
+      copy_async_16(q_s + swizzled<D>(r, c), q + q_row * kRowBytes + c * 16, live);
+    }
+  }
+
+  // K and V of keys [64 tile, 64 tile + 64) into buffer `buffer`. A thread's chunk column is
+  // the same in every pass; a key at or past key_end copies nothing from the tile's first
+  // key (always live). V is K's address plus kv_stride, added at the copy (one pointer held).
+  const KvView& view = p.view;
+  const std::uint32_t my_chunk = tid % kChunks;
+  const std::uint32_t my_key = tid / kChunks;
+  const std::uint32_t my_at = swizzled<D>(my_key, my_chunk);
+  const unsigned char* k_thread = reinterpret_cast<const unsigned char*>(view.base) +
+                                  p.slot * view.slot_stride + p.layer * view.layer_stride +
+                                  kv_head * view.head_stride + my_chunk * 16;
+  auto load_tile = [&](std::uint32_t tile, std::uint32_t buffer) {
+    const std::uint32_t key0 = tile * kPrefillKeys;
+#pragma unroll
+    for (std::uint32_t it = 0; it < kPrefillKeys * kChunks / kPrefillThreads; ++it) {
+      // Rows it * 128 / kChunks apart keep (row & 7), so the swizzle of my_at holds.
+      const std::uint32_t key = key0 + my_key + it * (kPrefillThreads / kChunks);
+      const bool live = key < key_end;
+      const unsigned char* k_row = k_thread + std::uint64_t{live ? key : key0} * view.token_stride;
+      const std::uint32_t at =
+          buffer * kTileBytes + my_at + it * (kPrefillThreads / kChunks) * kRowBytes;
+      copy_async_16(k_s + at, k_row, live);
+      copy_async_16(v_s + at, k_row + view.kv_stride, live);
+    }
+  };
+
+  float o[2][kDimTiles][4];
+  float m[2][2], l[2][2];
+#pragma unroll
+  for (std::uint32_t mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (std::uint32_t h = 0; h < 2; ++h) {
+      m[mt][h] = kNegInf;
+      l[mt][h] = 0.0f;
     }
 #pragma unroll
-    for (int e = 0; e < 8; ++e) q_t[(part * 8 + e) * kPrefillRows + r] = f[e] * p.scale_log2;
-  }
-
-  float o[4][kCols];
-  float m[4], l[4];
+    for (std::uint32_t n = 0; n < kDimTiles; ++n) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    m[i] = kNegInf;
-    l[i] = 0.0f;
-#pragma unroll
-    for (std::uint32_t c = 0; c < kCols; ++c) o[i][c] = 0.0f;
-  }
-  // Query position of each of my rows (rows past the chunk get none: masked everywhere).
-  std::uint32_t my_pos[4];
-  bool my_valid[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::uint32_t r = ty * 4 + i;
-    my_valid[i] = r / G < q_count && r % G < heads_here;
-    my_pos[i] = p.start + q_first + r / G;
-  }
-
-  const KvView& v = p.view;
-  const unsigned char* k_base = reinterpret_cast<const unsigned char*>(v.base) +
-                                p.slot * v.slot_stride + p.layer * v.layer_stride +
-                                kv_head * v.head_stride;
-  const unsigned char* v_base = k_base + v.kv_stride;
-  const std::uint32_t key_end = p.start + q_first + q_count;  // keys [0, key_end)
-
-  for (std::uint32_t key0 = 0; key0 < key_end; key0 += kPrefillKeys) {
-    __syncthreads();  // the previous tile's readers are done
-    for (std::uint32_t i = tid; i < kPrefillKeys * (D / 8); i += kPrefillThreads) {
-      const std::uint32_t t = i / (D / 8), part = i % (D / 8);
-      float kf[8] = {0, 0, 0, 0, 0, 0, 0, 0}, vf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (key0 + t < key_end) {
-        const std::uint64_t offset = (key0 + t) * v.token_stride + part * 16;
-        vec_to_float<T>(load_vec(k_base + offset), kf);
-        vec_to_float<T>(load_vec(v_base + offset), vf);
-      }
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        k_t[(part * 8 + e) * kKeyPitch + t] = kf[e];
-        v_s[t * D + part * 8 + e] = vf[e];
-      }
+      for (std::uint32_t e = 0; e < 4; ++e) o[mt][n][e] = 0.0f;
     }
+  }
+
+  // ldmatrix row addresses of this lane. Q and V: row lane & 15 of a 16-row step, chunk
+  // 2 step + lane / 16; K: row 8 (lane / 16) + lane % 8, chunk 2 step + (lane / 8) % 2. Every
+  // row is (lane & 7) mod 8, so the swizzled chunk of k16 step `step` is (2 step) ^ x, x the
+  // lane's 3-bit term: as a byte address, (row address + 16 x) ^ (32 step), since a row
+  // address has bits 4-7 clear. One XOR per ldmatrix, and nothing per step to hold in
+  // registers across the key loop.
+  const std::uint32_t qv_x = ((lane >> 4) ^ (lane & 7)) << 4;
+  const std::uint32_t k_x = (((lane >> 3) & 1) ^ (lane & 7)) << 4;
+  const std::uint32_t q_lane =
+      shared_address(q_s) + (warp * kPrefillWarpRows + (lane & 15)) * kRowBytes + qv_x;
+  const std::uint32_t k_lane =
+      shared_address(k_s) + (((lane >> 4) << 3) + (lane & 7)) * kRowBytes + k_x;
+  const std::uint32_t v_lane = shared_address(v_s) + (lane & 15) * kRowBytes + qv_x;
+  // The XOR form above needs the dynamic shared memory 1 KiB aligned, as declared; a
+  // misplaced window would read wrong rows silently, so it stops the kernel instead.
+  if ((shared_address(shared_raw) & 1023u) != 0) __trap();
+  const std::uint32_t tiles = (key_end + kPrefillKeys - 1) / kPrefillKeys;
+  load_tile(0, 0);
+  copy_async_commit();  // with Q
+  for (std::uint32_t j = 0; j < tiles; ++j) {
+    if (j + 1 < tiles) load_tile(j + 1, (j + 1) & 1);
+    copy_async_commit();  // possibly empty: tile j is then always all but the newest group
+    copy_async_wait<1>();
     __syncthreads();
+#pragma unroll 1
+    for (std::uint32_t half = 0; half < kPrefillKeys / kSubKeys; ++half) {
+      const std::uint32_t key0 = j * kPrefillKeys + half * kSubKeys;
+      if (key0 >= key_end) break;  // block-uniform; no barrier inside
+      // Q's address made opaque per step: else the compiler hoists the 8 XORed Q addresses out
+      // of the key loop into registers that O and S need.
+      std::uint32_t q_step;
+      asm volatile("mov.b32 %0, %1;\n" : "=r"(q_step) : "r"(q_lane));
+      const std::uint32_t k_tile = k_lane + (j & 1) * kTileBytes + half * kSubKeys * kRowBytes;
+      const std::uint32_t v_tile = v_lane + (j & 1) * kTileBytes + half * kSubKeys * kRowBytes;
 
-    float s[4][4];
+      // S = Q K^T (unscaled).
+      float s[2][kKeyTiles][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+      for (std::uint32_t mt = 0; mt < 2; ++mt) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) s[i][c] = 0.0f;
-    }
-    for (std::uint32_t dd = 0; dd < D; ++dd) {
-      const float4 qv = *reinterpret_cast<const float4*>(&q_t[dd * kPrefillRows + ty * 4]);
-      float kv[4];
+        for (std::uint32_t n = 0; n < kKeyTiles; ++n) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) kv[c] = k_t[dd * kKeyPitch + tx + 16 * c];
+          for (std::uint32_t e = 0; e < 4; ++e) s[mt][n][e] = 0.0f;
+        }
+      }
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        s[0][c] = fmaf(qv.x, kv[c], s[0][c]);
-        s[1][c] = fmaf(qv.y, kv[c], s[1][c]);
-        s[2][c] = fmaf(qv.z, kv[c], s[2][c]);
-        s[3][c] = fmaf(qv.w, kv[c], s[3][c]);
+      for (std::uint32_t kk = 0; kk < kDimSteps; ++kk) {
+        std::uint32_t a[2][4];
+#pragma unroll
+        for (std::uint32_t mt = 0; mt < 2; ++mt) {
+          // Matrices: rows 0-7 / 8-15 (lane bit 3) x dims 0-7 / 8-15 (lane bit 4).
+          ldmatrix_x4(a[mt], (q_step ^ (kk * 32)) + mt * 16 * kRowBytes);
+        }
+#pragma unroll
+        for (std::uint32_t n2 = 0; n2 < kKeyTiles / 2; ++n2) {
+          // Matrices: keys 0-7 / 8-15 (lane bit 4) x dims 0-7 / 8-15 (lane bit 3).
+          std::uint32_t b[4];
+          ldmatrix_x4(b, (k_tile ^ (kk * 32)) + n2 * 16 * kRowBytes);
+          const std::uint32_t b_low[2] = {b[0], b[1]}, b_high[2] = {b[2], b[3]};
+#pragma unroll
+          for (std::uint32_t mt = 0; mt < 2; ++mt) {
+            mma_m16n8k16<T>(s[mt][2 * n2], a[mt], b_low);
+            mma_m16n8k16<T>(s[mt][2 * n2 + 1], a[mt], b_high);
+          }
+        }
+      }
+
+      // Scale into the log2 domain; mask only on tiles that reach past the first position.
+      const bool diagonal = key0 + kSubKeys - 1 > first_position;
+#pragma unroll
+      for (std::uint32_t mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (std::uint32_t n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+          for (std::uint32_t e = 0; e < 4; ++e) s[mt][n][e] *= p.scale_log2;
+        }
+      }
+      if (diagonal) {
+#pragma unroll
+        for (std::uint32_t mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (std::uint32_t h = 0; h < 2; ++h) {
+            // This thread's row (m tile mt, half h) is warp row 16 mt + 8 h + lane / 4;
+            // derived here, on the few diagonal tiles, rather than held in registers.
+            const std::uint32_t row = row0 + warp * kPrefillWarpRows + mt * 16 + h * 8 + lane / 4;
+            const std::uint32_t position = p.start + row / group;
+#pragma unroll
+            for (std::uint32_t n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+              for (std::uint32_t e = 2 * h; e < 2 * h + 2; ++e) {
+                const std::uint32_t key = key0 + n * 8 + 2 * (lane & 3) + (e & 1);
+                if (key > position) s[mt][n][e] = kNegInf;
+              }
+            }
+          }
+        }
+      }
+
+      // Online softmax: s becomes P; O and the running sum are rescaled.
+      float corrections[2][2];
+      bool rescale = false;
+#pragma unroll
+      for (std::uint32_t mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (std::uint32_t h = 0; h < 2; ++h) {
+          float tile_max = kNegInf;
+#pragma unroll
+          for (std::uint32_t n = 0; n < kKeyTiles; ++n) {
+            tile_max = fmaxf(tile_max, fmaxf(s[mt][n][2 * h], s[mt][n][2 * h + 1]));
+          }
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+          const float new_max = fmaxf(m[mt][h], tile_max);
+          const float base = new_max == kNegInf ? 0.0f : new_max;
+          const float correction = fast_exp2(m[mt][h] - base);
+          m[mt][h] = new_max;
+          float added = 0.0f;
+#pragma unroll
+          for (std::uint32_t n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+            for (std::uint32_t e = 2 * h; e < 2 * h + 2; ++e) {
+              s[mt][n][e] = fast_exp2(s[mt][n][e] - base);
+              added += s[mt][n][e];
+            }
+          }
+          l[mt][h] = l[mt][h] * correction + added;
+          corrections[mt][h] = correction;
+          rescale |= correction != 1.0f;
+        }
+      }
+      // Once the row maxima settle (most tiles), no row of the warp moves and O is left as is.
+      if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+        for (std::uint32_t mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (std::uint32_t n = 0; n < kDimTiles; ++n) {
+#pragma unroll
+            for (std::uint32_t e = 0; e < 4; ++e) o[mt][n][e] *= corrections[mt][e / 2];
+          }
+        }
+      }
+
+      // O += P V: P packed from the S accumulators (the A fragments of every k16 step), V by
+      // ldmatrix.trans; dims outer so each V address serves every key step.
+      std::uint32_t a[kKeySteps][2][4];
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < kKeySteps; ++kk) {
+#pragma unroll
+        for (std::uint32_t mt = 0; mt < 2; ++mt) {
+          a[kk][mt][0] = pack_float2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          a[kk][mt][1] = pack_float2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          a[kk][mt][2] = pack_float2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          a[kk][mt][3] = pack_float2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+      }
+#pragma unroll
+      for (std::uint32_t d2 = 0; d2 < kDimTiles / 2; ++d2) {
+        const std::uint32_t v_dims = v_tile ^ (d2 * 32);
+#pragma unroll
+        for (std::uint32_t kk = 0; kk < kKeySteps; ++kk) {
+          // Matrices: keys 0-7 / 8-15 (lane bit 3) x dims 0-7 / 8-15 (lane bit 4), transposed.
+          std::uint32_t b[4];
+          ldmatrix_x4_trans(b, v_dims + kk * 16 * kRowBytes);
+          const std::uint32_t b_low[2] = {b[0], b[1]}, b_high[2] = {b[2], b[3]};
+#pragma unroll
+          for (std::uint32_t mt = 0; mt < 2; ++mt) {
+            mma_m16n8k16<T>(o[mt][2 * d2], a[kk][mt], b_low);
+            mma_m16n8k16<T>(o[mt][2 * d2 + 1], a[kk][mt], b_high);
+          }
+        }
       }
     }
+    __syncthreads();  // every warp is done with this buffer before tile j + 2 lands in it
+  }
+  copy_async_wait<0>();
+
+  // Normalize and stage O as T in this warp's Q rows, then 16-byte stores of whole rows.
+  unsigned char* o_warp = q_s + warp * kPrefillWarpRows * kRowBytes;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float tile_max = kNegInf;
+  for (std::uint32_t mt = 0; mt < 2; ++mt) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const std::uint32_t key = key0 + tx + 16 * c;
-        if (!my_valid[i] || key > my_pos[i]) s[i][c] = kNegInf;
-        tile_max = fmaxf(tile_max, s[i][c]);
-      }
+    for (std::uint32_t h = 0; h < 2; ++h) {
+      float sum = l[mt][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const std::uint32_t r = mt * 16 + h * 8 + lane / 4;
 #pragma unroll
-      for (std::uint32_t offset = 8; offset > 0; offset /= 2) {
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
-      }
-      const float new_max = fmaxf(m[i], tile_max);
-      const float correction = new_max == kNegInf ? 1.0f : exp2f(m[i] - new_max);
-      float added = 0.0f;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float w = s[i][c] == kNegInf ? 0.0f : exp2f(s[i][c] - new_max);
-        p_t[(tx + 16 * c) * kPPitch + ty * 4 + i] = w;
-        added += w;
-      }
-#pragma unroll
-      for (std::uint32_t offset = 8; offset > 0; offset /= 2) {
-        added += __shfl_xor_sync(0xffffffffu, added, offset);
-      }
-      m[i] = new_max;
-      l[i] = l[i] * correction + added;
-#pragma unroll
-      for (std::uint32_t c = 0; c < kCols; ++c) o[i][c] *= correction;
-    }
-    __syncthreads();
-    for (std::uint32_t t = 0; t < kPrefillKeys; ++t) {
-      const float4 w = *reinterpret_cast<const float4*>(&p_t[t * kPPitch + ty * 4]);
-#pragma unroll
-      for (std::uint32_t c = 0; c < kCols; ++c) {
-        const float vv = v_s[t * D + tx + 16 * c];
-        o[0][c] = fmaf(w.x, vv, o[0][c]);
-        o[1][c] = fmaf(w.y, vv, o[1][c]);
-        o[2][c] = fmaf(w.z, vv, o[2][c]);
-        o[3][c] = fmaf(w.w, vv, o[3][c]);
+      for (std::uint32_t n = 0; n < kDimTiles; ++n) {
+        *reinterpret_cast<std::uint32_t*>(o_warp + swizzled<D>(r, n) + (lane & 3) * 4) =
+            pack_float2<T>(o[mt][n][2 * h] * inverse, o[mt][n][2 * h + 1] * inverse);
       }
     }
   }
-
+  __syncwarp();
+  unsigned char* out = static_cast<unsigned char*>(p.out);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (!my_valid[i]) continue;
-    const std::uint32_t r = ty * 4 + i;
-    const std::uint64_t out_row = static_cast<std::uint64_t>(q_first + r / G) * p.qo_heads +
-                                  kv_head * p.group + tile * G + r % G;
-    const float inverse = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-#pragma unroll
-    for (std::uint32_t c = 0; c < kCols; ++c) {
-      static_cast<T*>(p.out)[out_row * D + tx + 16 * c] = from_float<T>(o[i][c] * inverse);
-    }
+  for (std::uint32_t it = 0; it < kChunks; ++it) {
+    const std::uint32_t i = it * 32 + lane;
+    const std::uint32_t r = i / kChunks, c = i % kChunks;
+    const std::uint32_t row = row0 + warp * kPrefillWarpRows + r;
+    if (row > last_row) continue;
+    const std::uint64_t out_row = std::uint64_t{row / group} * p.qo_heads + head0 + row % group;
+    *reinterpret_cast<uint4*>(out + out_row * kRowBytes + c * 16) =
+        *reinterpret_cast<const uint4*>(o_warp + swizzled<D>(r, c));
   }
 }
 

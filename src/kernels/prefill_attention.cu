@@ -1,4 +1,5 @@
 // The causal prefill kernel's host launcher.
+#include <cstdint>
 #include <string>
 
 #include "kernels/common.cuh"
@@ -10,9 +11,9 @@ namespace kvvm {
 
 using kernels::check_cuda_view;
 using kernels::check_pointers;
-using kernels::cuda_status;
 using kernels::last_launch;
 using kernels::scale_log2;
+using kernels::str;
 
 Status prefill_attention_cuda(const PrefillParams& p, void* stream) {
   KVVM_RETURN_IF_ERROR(check_prefill(p));
@@ -20,25 +21,30 @@ Status prefill_attention_cuda(const PrefillParams& p, void* stream) {
   KVVM_RETURN_IF_ERROR(check_pointers({{p.q, "q"}, {p.out, "out"}}, "prefill"));
   if (p.tokens == 0) return Status::Ok();
   const std::uint32_t group = p.qo_heads / p.kv_heads;
+  // Rows of one KV head (position x group head) are counted in 32 bits by the kernel, and
+  // the 1-D grid holds at most 2^31 - 1 blocks.
+  const std::uint64_t rows = std::uint64_t{p.tokens} * group;
+  const std::uint64_t query_tiles = (rows + kernels::kPrefillRows - 1) / kernels::kPrefillRows;
+  if (rows + kernels::kPrefillRows > UINT32_MAX || query_tiles * p.kv_heads > INT32_MAX) {
+    return Status::InvalidArgument("prefill: " + str(p.tokens) + " tokens x " + str(group) +
+                                   " query heads per KV head exceed 2^32 - 128 rows");
+  }
   kernels::PrefillKernelParams kp(p);
   kp.group = group;
+  kp.query_tiles = static_cast<std::uint32_t>(query_tiles);
   kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim);
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
-  KVVM_DISPATCH_ELEMENT(
-      p.view.element, T,
-      {KVVM_DISPATCH_HEAD_DIM(
-          p.view.head_dim, D, {KVVM_DISPATCH_GROUP_TILE(group, G, {
-            kp.group_tiles = (group + G - 1) / G;
-            constexpr std::uint32_t kQ = kernels::kPrefillRows / G;
-            constexpr std::uint32_t kBytes = kernels::prefill_shared_bytes<D>();
-            auto* kernel = &kernels::prefill_kernel<T, D, G>;
-            KVVM_RETURN_IF_ERROR(cuda_status(
-                "cudaFuncSetAttribute",
-                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes)));
-            const dim3 grid((p.tokens + kQ - 1) / kQ, p.kv_heads * kp.group_tiles);
-            kernel<<<grid, kernels::kPrefillThreads, kBytes, cuda_stream>>>(kp);
-            KVVM_RETURN_IF_ERROR(last_launch("prefill_kernel<<<>>>"));
-          })})})
+  const dim3 grid(static_cast<std::uint32_t>(query_tiles * p.kv_heads));
+  KVVM_DISPATCH_ELEMENT(p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
+                          constexpr std::uint32_t kBytes = kernels::prefill_shared_bytes<D>();
+                          auto* kernel = &kernels::prefill_kernel<T, D>;
+                          auto residency =
+                              kernels::prepare_kernel(reinterpret_cast<const void*>(kernel),
+                                                      kernels::kPrefillThreads, kBytes);
+                          KVVM_RETURN_IF_ERROR(residency.status());
+                          kernel<<<grid, kernels::kPrefillThreads, kBytes, cuda_stream>>>(kp);
+                          KVVM_RETURN_IF_ERROR(last_launch("prefill_kernel<<<>>>"));
+                        })})
   return Status::Ok();
 }
 
