@@ -126,7 +126,9 @@ CLI::App* add_bench_decode_command(CLI::App& bench, BenchDecodeOptions& options)
                      "64,2048,64/8,128 32,8192,14/2,64 128,1024,14/2,64)");
   decode->add_option("--layout", options.layout,
                      "head-major, seq-major, token-major or all (default all)");
-  decode->add_option("--element", options.element, "K, V, query and output type (default fp16)")
+  decode
+      ->add_option("--element", options.element,
+                   "K, V, query and output type (default fp16; the PyTorch baseline is fp16)")
       ->check(CLI::IsMember({"fp16", "bf16"}));
   decode->add_option("--layers", options.layers, "Layers in the cache; layer 1 is read (default 2)")
       ->transform(count_validator(1, 256));

@@ -171,7 +171,9 @@ CLI::App* add_bench_prefill_command(CLI::App& bench, BenchPrefillOptions& option
       ->transform(count_validator(1, 1024));
   prefill->add_option("--layout", options.layout,
                       "head-major, seq-major, token-major or all (default token-major)");
-  prefill->add_option("--element", options.element, "K, V, query and output type (default fp16)")
+  prefill
+      ->add_option("--element", options.element,
+                   "K, V, query and output type (default fp16; the PyTorch baseline is fp16)")
       ->check(CLI::IsMember({"fp16", "bf16"}));
   prefill
       ->add_option("--layers", options.layers, "Layers in the cache; layer 1 is read (default 2)")
