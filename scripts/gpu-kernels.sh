@@ -3,21 +3,35 @@
 #
 # Needs a configured and built tree (BUILD, default build/gpu, with kvvm_tests and kvvm):
 #   1. the attention tests (CUDA kernels against the float64 reference, graph replay across
-#      growth), XML to $OUT/kernels-tests.xml;
-#   2. bench/sdpa_baseline.py (PyTorch SDPA, flash backend, enable_gqa) -> $OUT/sdpa.json;
-#   3. kvvm bench decode --baseline sdpa.json -> $OUT/decode.txt and decode.json;
-#   4. compute-sanitizer memcheck on the kernel tests and racecheck on the split-K decode and
+#      growth), XML to kernels-tests.xml;
+#   2. RUNS (default 3) repetitions, each into $OUT/runN/, of: bench/sdpa_baseline.py (PyTorch
+#      SDPA, flash, decode shapes and prefill rows) -> sdpa.json, kvvm bench decode --baseline
+#      -> decode.txt / decode.json, kvvm bench prefill --baseline -> prefill.txt / prefill.json;
+#      then bench/attention_summary.py over the runs: medians, spreads and the acceptance goals
+#      -> $OUT/attention-summary.md (printed last); the last run's decode table also goes to
+#      $OUT/decode.txt (gpu-check.sh shows it);
+#   3. compute-sanitizer memcheck on the kernel tests and racecheck on the split-K decode and
 #      prefill tests, when compute-sanitizer is installed and the device supports it
-#      (Firecracker machines; gVisor answers "Device not supported").
-# Logs go to $OUT/kernels-*.log. Exit status: non-zero when a step failed.
+#      (Firecracker machines; gVisor answers "Device not supported");
+#   4. Nsight Compute (when ncu is installed; NCU=0 skips): DRAM throughput, occupancy and its
+#      limits, registers and time of the decode kernels at 1,32768,32/8,128 token-major ->
+#      $OUT/ncu-decode.txt, and of the 4K prefill -> $OUT/ncu-prefill.txt.
+# The device tool returns few files: with PACK=1 (default) the runs and the logs are packed
+# into $OUT/attention-runs.tgz and removed, leaving attention-summary.md, decode.txt,
+# ncu-*.txt and the archive. Exit status: non-zero when a step failed (a failed ncu step is
+# reported, not counted: counters may be off limits to the user).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 1
 OUT="${OUT:-$ROOT/out}"
 BUILD="${BUILD:-build/gpu}"
 SANITIZE="${SANITIZE:-1}"
 TESTS_TOO="${TESTS_TOO:-1}"  # 0: skip step 1 (gpu-check.sh already ran the whole suite)
+RUNS="${RUNS:-3}"
+NCU="${NCU:-1}"
+PACK="${PACK:-1}"
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
 status=0
 TESTS="$BUILD/tests/kvvm_tests"
 CLI="$BUILD/tools/kvvm/kvvm"
@@ -29,13 +43,29 @@ if [[ "$TESTS_TOO" == 1 ]]; then
   grep -E '^\[  (PASSED|FAILED) \]|Failure|seed' "$OUT/kernels-tests.log" | head -40
 fi
 
-echo "==> kernels: PyTorch baseline"
-PYTHONUNBUFFERED=1 python3 bench/sdpa_baseline.py --json "$OUT/sdpa.json" 2>&1 |
-  tee "$OUT/kernels-sdpa.log" || status=1
-
-echo "==> kernels: kvvm bench decode"
-"$CLI" bench decode --baseline "$OUT/sdpa.json" --json "$OUT/decode.json" 2>&1 |
-  tee "$OUT/decode.txt" || status=1
+# PyTorch and kvvm one after the other in each run, so both see the same machine state.
+runs=()
+for ((r = 1; r <= RUNS; ++r)); do
+  dir="$OUT/run$r"
+  mkdir -p "$dir"
+  runs+=("$dir")
+  echo "==> kernels: run $r/$RUNS: PyTorch baseline"
+  PYTHONUNBUFFERED=1 python3 bench/sdpa_baseline.py --json "$dir/sdpa.json" >"$dir/sdpa.txt" 2>&1 ||
+    status=1
+  tail -n 20 "$dir/sdpa.txt"
+  echo "==> kernels: run $r/$RUNS: kvvm bench decode"
+  "$CLI" bench decode --baseline "$dir/sdpa.json" --json "$dir/decode.json" >"$dir/decode.txt" 2>&1 ||
+    status=1
+  cat "$dir/decode.txt"
+  echo "==> kernels: run $r/$RUNS: kvvm bench prefill"
+  "$CLI" bench prefill --baseline "$dir/sdpa.json" --json "$dir/prefill.json" \
+    >"$dir/prefill.txt" 2>&1 || status=1
+  cat "$dir/prefill.txt"
+done
+cp "$OUT/run$RUNS/decode.txt" "$OUT/decode.txt" 2>/dev/null || true
+echo "==> kernels: summary of $RUNS run(s) -> $OUT/attention-summary.md (printed at the end)"
+python3 bench/attention_summary.py "${runs[@]}" --out "$OUT/attention-summary.md" >/dev/null ||
+  status=1
 
 if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   # A subset of the suite: the masking tests (stale tail; planned, forced and no split), two
@@ -59,4 +89,35 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
     >"$OUT/kernels-racecheck.log" 2>&1 || status=1
   tail -n 5 "$OUT/kernels-racecheck.log"
 fi
+
+if [[ "$NCU" == 1 ]] && command -v ncu >/dev/null 2>&1; then
+  # --clock-control none: the clocks the benchmarks ran at, not ncu's locked base clock.
+  metrics=dram__bytes_read.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,sm__maximum_warps_per_active_cycle_pct
+  metrics+=,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem
+  metrics+=,launch__registers_per_thread,gpu__time_duration.sum
+  echo "==> kernels: ncu, decode 1,32768,32/8,128 token-major"
+  timeout 300 ncu --clock-control none --metrics "$metrics" -k regex:decode \
+    "$CLI" bench decode --shape 1,32768,32/8,128 --layout token-major --iterations 1 --samples 1 \
+    >"$OUT/ncu-decode.txt" 2>&1 || echo "ncu decode FAILED (see ncu-decode.txt)"
+  grep -E 'decode|dram__|sm__|launch__|gpu__time|ERR' "$OUT/ncu-decode.txt" | head -40
+  echo "==> kernels: ncu, prefill 4096 token-major"
+  timeout 300 ncu --clock-control none --metrics "$metrics" -k regex:prefill \
+    "$CLI" bench prefill --case 4096 --layout token-major --iterations 1 --samples 1 \
+    >"$OUT/ncu-prefill.txt" 2>&1 || echo "ncu prefill FAILED (see ncu-prefill.txt)"
+  grep -E 'prefill|dram__|sm__|launch__|gpu__time|ERR' "$OUT/ncu-prefill.txt" | head -40
+fi
+
+if [[ "$PACK" == 1 ]]; then
+  packed=()
+  for item in "${runs[@]}" "$OUT"/kernels-*.log "$OUT"/kernels-*.xml; do
+    [[ -e "$item" ]] && packed+=("$(basename "$item")")
+  done
+  if ((${#packed[@]})) && tar -czf "$OUT/attention-runs.tgz" -C "$OUT" "${packed[@]}"; then
+    (cd "$OUT" && rm -rf -- "${packed[@]}")
+  fi
+fi
+
+echo "==> kernels: attention summary ($OUT/attention-summary.md)"
+cat "$OUT/attention-summary.md" 2>/dev/null || echo "no summary (see the runs above)"
 exit $status

@@ -92,17 +92,19 @@ TEST(CliBadInput, NumbersAreDecimalAndNeverWrap) {
 
   // Every command's numeric options refuse a sign, a base prefix and a fraction.
   const std::vector<std::vector<std::string>> options = {
-      {"info", "--granules"},          {"info", "--device"},
-      {"plan", "--concurrency"},       {"bench", "growth", "--sequences"},
-      {"bench", "growth", "--ahead"},  {"bench", "growth", "--steps"},
-      {"bench", "growth", "--device"}, {"bench", "share", "--sequences"},
-      {"bench", "share", "--device"},  {"bench", "decode", "--layers"},
-      {"bench", "decode", "--device"}, {"bench", "decode", "--prefill-tokens"},
-      {"simulate", "--requests"},      {"simulate", "--tenants"},
-      {"simulate", "--seed"},          {"simulate", "--conversations"},
-      {"simulate", "--commit-ahead"},  {"simulate", "--max-slots"},
-      {"simulate", "--device"},        {"simulate", "--rate"},
-      {"simulate", "--step-ms"},       {"simulate", "--max-queue-wait"},
+      {"info", "--granules"},           {"info", "--device"},
+      {"plan", "--concurrency"},        {"bench", "growth", "--sequences"},
+      {"bench", "growth", "--ahead"},   {"bench", "growth", "--steps"},
+      {"bench", "growth", "--device"},  {"bench", "share", "--sequences"},
+      {"bench", "share", "--device"},   {"bench", "decode", "--layers"},
+      {"bench", "decode", "--device"},  {"bench", "decode", "--chunk"},
+      {"bench", "prefill", "--case"},   {"bench", "prefill", "--head-dim"},
+      {"bench", "prefill", "--device"}, {"simulate", "--requests"},
+      {"simulate", "--tenants"},        {"simulate", "--seed"},
+      {"simulate", "--conversations"},  {"simulate", "--commit-ahead"},
+      {"simulate", "--max-slots"},      {"simulate", "--device"},
+      {"simulate", "--rate"},           {"simulate", "--step-ms"},
+      {"simulate", "--max-queue-wait"},
   };
   for (const std::vector<std::string>& option : options) {
     for (const std::string value : {"-1", "0x10", "1.5x", "nan"}) {

@@ -1,8 +1,12 @@
-// `kvvm bench decode`: the CUDA decode attention kernel over an arena on the CUDA
-// driver, for five shapes from batch 1 at 32K to batch 256 at 2K, in every layout; a 4K-token
-// causal prefill; and the device-to-device copy bandwidth of the same run as the ceiling.
+// `kvvm bench decode`: the CUDA decode attention kernel over an arena on the CUDA driver
+// (bench_cuda_support.h), for eight shapes an engine meets, in every layout, and the
+// device-to-device copy bandwidth of the same run as the ceiling. Default shapes (batch,
+// context, query heads / KV heads, head dim): 1,32768,32/8,128  16,4096,32/8,128
+// 8,16384,32/8,128  64,4096,32/8,128  256,2048,32/8,128  64,2048,64/8,128  32,8192,14/2,64
+// 128,1024,14/2,64 (one long sequence; Llama-3-8B-like batches; a 64-query-head model; Qwen-
+// like 14/2 heads of 64 dims).
 //
-// Per shape (batch, context, query heads / KV heads, head dim), fp16: median time of one
+// Per shape, fp16 (or --element bf16): median time of one
 // decode launch (events around back-to-back launches, after a warm-up), the effective KV
 // bytes read per second (batch x context x 2 x KV heads x head dim x 2 bytes over that time),
 // its share of the copy bandwidth, and, when a PyTorch baseline is given
@@ -35,10 +39,10 @@ struct BenchDecodeOptions {
   std::uint32_t layers = 2;         // the cache holds this many layers; layer 1 is read
   std::uint32_t iterations = 20;    // launches per timed sample
   std::uint32_t samples = 15;
-  std::uint32_t prefill_tokens = 4096;  // 0: no prefill row
-  std::uint32_t chunk_tokens = 0;       // decode split size; 0: planned
-  std::string baseline;                 // JSON from bench/sdpa_baseline.py
-  std::string json_out;                 // write the results here as JSON too
+  std::uint32_t chunk_tokens = 0;  // decode split size; 0: planned
+  std::string element = "fp16";    // fp16 or bf16
+  std::string baseline;            // JSON from bench/sdpa_baseline.py
+  std::string json_out;            // write the results here as JSON too
 };
 
 // Adds `decode` under the existing `bench` subcommand.

@@ -7,6 +7,7 @@
 #include "bench_command.h"
 #include "bench_decode_attention.h"
 #include "bench_engine.h"
+#include "bench_prefill_attention.h"
 #include "bench_serve.h"
 #include "bench_share.h"
 #include "cli_common.h"
@@ -49,6 +50,9 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   BenchDecodeOptions bench_decode_options;
   CLI::App* bench_decode =
       add_bench_decode_command(*app.get_subcommand("bench"), bench_decode_options);
+  BenchPrefillOptions bench_prefill_options;
+  CLI::App* bench_prefill =
+      add_bench_prefill_command(*app.get_subcommand("bench"), bench_prefill_options);
   BenchEngineOptions bench_engine_options;
   CLI::App* bench_engine =
       add_bench_engine_command(*app.get_subcommand("bench"), bench_engine_options);
@@ -85,6 +89,7 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
     if (serve->parsed()) return run_serve(serve_options, out, err);
     if (bench_share->parsed()) return run_bench_share(bench_share_options, out, err);
     if (bench_decode->parsed()) return run_bench_decode(bench_decode_options, out, err);
+    if (bench_prefill->parsed()) return run_bench_prefill(bench_prefill_options, out, err);
     if (bench_engine->parsed()) return run_bench_engine(bench_engine_options, out, err);
     if (bench_serve->parsed()) return run_bench_serve(bench_serve_options, out, err);
     if (bench_growth->parsed()) return run_bench_growth(bench_growth_options, out, err);
