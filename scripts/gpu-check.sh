@@ -215,7 +215,8 @@ if ((built)) && [[ -x "$CLI" ]]; then
   step kernels "$OUT/kernels.log" env OUT="$OUT/kernels" BUILD="$BUILD" TESTS_TOO=0 \
     "$ROOT/scripts/gpu-kernels.sh"
   cp "$OUT/kernels/decode.txt" "$OUT/decode.txt" 2>/dev/null || true
-  kernels_state="ran ($OUT/decode.txt; kernels/ in logs.tgz)"
+  cp "$OUT/kernels/attention-summary.md" "$OUT/attention-summary.md" 2>/dev/null || true
+  kernels_state="ran ($OUT/attention-summary.md, decode.txt; kernels/ in logs.tgz)"
   step_failed kernels && kernels_state="FAILED ($OUT/kernels.log)"
 fi
 
@@ -245,6 +246,10 @@ fi
     sed 's/^/  /' "$OUT/simulate.txt"
   fi
   printf '%-10s %s\n' "kernels" "$kernels_state"
+  if [[ -s "$OUT/attention-summary.md" ]]; then
+    echo "attention kernels beside PyTorch SDPA (medians of the runs; bench/attention_summary.py):"
+    cat "$OUT/attention-summary.md"
+  fi
   if [[ -s "$OUT/info.txt" ]]; then
     echo "info (kvvm info --backend cuda):"
     sed 's/^/  /' "$OUT/info.txt"

@@ -69,11 +69,12 @@ python3 bench/attention_summary.py "${runs[@]}" --out "$OUT/attention-summary.md
 
 if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   # A subset of the suite: the masking tests (stale tail; planned, forced and no split), two
-  # decode configurations at every length up to 32768 (group tiles 4 and 8), prefill and the
+  # decode configurations at every length up to 32768, prefill (whole and chunked), and the
   # graph test under memcheck; then racecheck on the shared-memory reductions of decode
   # (split-K partials and merge) and prefill.
   filter='*Masking*:*CausalPrefill*d128_g4:*CausalPrefill*d64_g7:*Graph*tokenmajor'
   filter+=':*DecodeMatches*tokenmajor_fp16_d128_g4:*DecodeMatches*headmajor_bf16_d64_g7'
+  filter+=':*ChunkedPrefill*:WideGroups*bf16_d128_g12*'
   # The model's own kernels (embedding, RMSNorm, RoPE, SiLU-mul, bias, argmax, sampling), one
   # step of the CUDA model through them, and its decode graphs (capture, padded replays).
   filter+=':ModelKernelsCuda*:ModelCudaTest*:ModelKernelsSampling*Small*:ModelKernelsSampling*Tiny*'
@@ -83,6 +84,7 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
     >"$OUT/kernels-memcheck.log" 2>&1 || status=1
   tail -n 5 "$OUT/kernels-memcheck.log"
   filter='*Masking*:*CausalPrefill*tokenmajor_fp16_d128_g4:ModelKernelsCuda*'
+  filter+=':*DecodeMatches*tokenmajor_bf16_d128_g4:*ChunkedPrefill*tokenmajor_bf16_d64_g4'
   filter+=':ModelKernelsSampling*TinyVocabularies*'
   echo "==> kernels: compute-sanitizer racecheck ($filter)"
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \

@@ -5,7 +5,6 @@
 // lengths live in device memory and change between replays of a captured graph, whose grid is
 // fixed at capture. Chunks past a sequence's length are empty and weigh nothing in the merge.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "kernels/common.cuh"
@@ -56,68 +55,41 @@ DecodePlan choose_split(const DecodeParams& p, std::uint32_t units, std::uint32_
   return plan;
 }
 
-}  // namespace
-
-// Runs the statements with Shape the decode configuration for (D, variant).
-// TODO(experiment): the variant comes from KVVM_DECODE_VARIANT while the shapes are measured.
-int decode_variant() {
-  static const int variant = [] {
-    const char* text = std::getenv("KVVM_DECODE_VARIANT");
-    return text == nullptr ? 0 : std::atoi(text);
-  }();
-  return variant;
+// The split for one compiled kernel: units of work over the device's resident blocks.
+template <typename T, std::uint32_t D>
+Result<DecodePlan> plan_for(const DecodeParams& p, std::uint32_t units) {
+  using Shape = kernels::DecodeShape<D>;
+  Result<kernels::Residency> resident =
+      kernels::prepare_kernel(reinterpret_cast<const void*>(&kernels::decode_kernel<T, Shape>),
+                              Shape::kThreads, Shape::kSharedBytes);
+  if (!resident.ok()) return resident.status();
+  return choose_split(
+      p, units, Shape::kStep,
+      std::uint64_t(resident->multiprocessors) * resident->blocks_per_multiprocessor);
 }
-#define KVVM_DISPATCH_DECODE_SHAPE(D, Shape, ...)              \
-  switch (decode_variant()) {                                  \
-    case 1: {                                                  \
-      using Shape = kernels::DecodeShape<D, 4, 8192, 3, 128>;  \
-      __VA_ARGS__                                              \
-      break;                                                   \
-    }                                                          \
-    case 2: {                                                  \
-      using Shape = kernels::DecodeShape<D, 4, 8192, 3, 256>;  \
-      __VA_ARGS__                                              \
-      break;                                                   \
-    }                                                          \
-    case 3: {                                                  \
-      using Shape = kernels::DecodeShape<D, 8, 8192, 3, 256>;  \
-      __VA_ARGS__                                              \
-      break;                                                   \
-    }                                                          \
-    case 4: {                                                  \
-      using Shape = kernels::DecodeShape<D, 4, 16384, 2, 256>; \
-      __VA_ARGS__                                              \
-      break;                                                   \
-    }                                                          \
-    case 5: {                                                  \
-      using Shape = kernels::DecodeShape<D, 8, 8192, 3, 128>;  \
-      __VA_ARGS__                                              \
-      break;                                                   \
-    }                                                          \
-    default: {                                                 \
-      using Shape = kernels::DecodeShape<D>;                   \
-      __VA_ARGS__                                              \
-      break;                                                   \
-    }                                                          \
-  }
+
+template <typename T, std::uint32_t D>
+Status launch_for(const kernels::DecodeKernelParams& kp, cudaStream_t stream) {
+  using Shape = kernels::DecodeShape<D>;
+  const dim3 grid(kp.chunks, kp.kv_heads * kp.group_tiles, kp.batch);
+  kernels::decode_kernel<T, Shape><<<grid, Shape::kThreads, Shape::kSharedBytes, stream>>>(kp);
+  return last_launch("decode_kernel<<<>>>");
+}
+
+}  // namespace
 
 Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
   KVVM_RETURN_IF_ERROR(check_decode(p));
   KVVM_RETURN_IF_ERROR(check_cuda_view(p.view, "decode"));
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   const std::uint32_t tiles = (group + kernels::kDecodeHeads - 1) / kernels::kDecodeHeads;
+  const std::uint32_t units = p.batch * p.kv_heads * tiles;
   DecodePlan planned;
-  KVVM_DISPATCH_ELEMENT(p.view.element, T,
-                        {KVVM_DISPATCH_HEAD_DIM(
-                            p.view.head_dim, D, {KVVM_DISPATCH_DECODE_SHAPE(D, Shape, {
-                              Result<kernels::Residency> resident = kernels::prepare_kernel(
-                                  reinterpret_cast<const void*>(&kernels::decode_kernel<T, Shape>),
-                                  Shape::kThreads, Shape::kSharedBytes);
-                              if (!resident.ok()) return resident.status();
-                              planned = choose_split(p, p.batch * p.kv_heads * tiles, Shape::kStep,
-                                                     std::uint64_t(resident->multiprocessors) *
-                                                         resident->blocks_per_multiprocessor);
-                            })})})
+  KVVM_DISPATCH_ELEMENT(p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
+                          Result<DecodePlan> made = plan_for<T, D>(p, units);
+                          if (!made.ok()) return made.status();
+                          planned = *made;
+                        })})
   if (planned.chunks > kMaxChunks) {
     return Status::InvalidArgument("decode: chunks of " + str(planned.chunk_tokens) +
                                    " tokens split max_length " + str(p.max_length) + " into " +
@@ -127,7 +99,7 @@ Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
     const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * planned.chunks;
     const std::uint64_t out_bytes = (rows * p.view.head_dim * sizeof(float) + 15) / 16 * 16;
     const std::uint64_t lse_bytes = (rows * sizeof(float) + 15) / 16 * 16;
-    planned.counter_bytes = (std::uint64_t{p.batch} * p.kv_heads * tiles * 4 + 15) / 16 * 16;
+    planned.counter_bytes = (std::uint64_t{units} * 4 + 15) / 16 * 16;
     planned.workspace_bytes = out_bytes + lse_bytes + planned.counter_bytes;
   }
   return planned;
@@ -168,14 +140,9 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
     kp.counters = reinterpret_cast<std::uint32_t*>(bytes + workspace_bytes / 4 * 4);
   }
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
-  KVVM_DISPATCH_ELEMENT(p.view.element, T,
-                        {KVVM_DISPATCH_HEAD_DIM(
-                            p.view.head_dim, D, {KVVM_DISPATCH_DECODE_SHAPE(D, Shape, {
-                              const dim3 grid(plan->chunks, p.kv_heads * kp.group_tiles, p.batch);
-                              kernels::decode_kernel<T, Shape>
-                                  <<<grid, Shape::kThreads, Shape::kSharedBytes, cuda_stream>>>(kp);
-                              KVVM_RETURN_IF_ERROR(last_launch("decode_kernel<<<>>>"));
-                            })})})
+  KVVM_DISPATCH_ELEMENT(p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
+                          KVVM_RETURN_IF_ERROR((launch_for<T, D>(kp, cuda_stream)));
+                        })})
   return Status::Ok();
 }
 

@@ -82,6 +82,13 @@ Result<void*> Device::alloc(std::size_t bytes) {
   return pointer;
 }
 
+Result<void*> Device::alloc_zeroed(std::size_t bytes) {
+  Result<void*> pointer = alloc(bytes);
+  if (!pointer.ok()) return pointer;
+  BENCH_CHECK(cudaMemset(*pointer, 0, std::max<std::size_t>(bytes, 16)));
+  return pointer;
+}
+
 Result<void*> Device::upload(const void* host, std::size_t bytes) {
   Result<void*> pointer = alloc(bytes);
   if (!pointer.ok()) return pointer;

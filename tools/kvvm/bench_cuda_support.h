@@ -69,6 +69,8 @@ class Device {
   Device& operator=(const Device&) = delete;
   ~Device();
   Result<void*> alloc(std::size_t bytes);
+  // Zeroed: a decode workspace's counters must start at zero (attention.h).
+  Result<void*> alloc_zeroed(std::size_t bytes);
   Result<void*> upload(const void* host, std::size_t bytes);
   template <typename T>
   Result<void*> upload(const std::vector<T>& host) {

@@ -82,9 +82,8 @@ Result<DecodeRow> bench_decode(Driver& driver, const DecodeShape& s, Layout layo
   auto plan = plan_decode_cuda(params);
   if (!plan.ok()) return plan.status();
   row.plan = *plan;
-  Result<void*> workspace = device.alloc(plan->workspace_bytes);
+  Result<void*> workspace = device.alloc_zeroed(plan->workspace_bytes);
   if (!workspace.ok()) return workspace.status();
-  BENCH_CHECK(cudaMemset(*workspace, 0, std::max<std::size_t>(plan->workspace_bytes, 16)));
   Result<double> ms = time_ms(
       [&] { return decode_attention_cuda(params, *workspace, plan->workspace_bytes, nullptr); },
       TimingOptions{options.iterations, options.samples});
