@@ -153,6 +153,9 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
     dpositions.upload(positions);
     dlengths.upload(lengths);
     dout.poison();
+    // The uploads and the poison went to the legacy stream, which a non-blocking stream does
+    // not wait for (a copy from pageable memory may return before its DMA lands).
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << "replay " << step << " faulted";
 

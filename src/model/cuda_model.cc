@@ -249,8 +249,10 @@ Status CudaModel::plan_decode_workspace() {
     Result<void*> workspace = device_alloc(most);
     if (!workspace.ok()) return workspace.status();
     decode_workspace_ = *workspace;
-    // The split's counters must start at zero; every decode leaves them zero.
-    KVVM_RETURN_IF_ERROR(cuda_call("cudaMemset", cudaMemset(decode_workspace_, 0, most)));
+    // The split's counters must start at zero (every decode leaves them zero); on the model's
+    // stream, so the first decode is ordered after it.
+    KVVM_RETURN_IF_ERROR(
+        cuda_call("cudaMemsetAsync", cudaMemsetAsync(decode_workspace_, 0, most, stream_)));
   }
   return Status::Ok();
 }
