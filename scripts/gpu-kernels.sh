@@ -99,12 +99,12 @@ if [[ "$NCU" == 1 ]] && command -v ncu >/dev/null 2>&1; then
   metrics+=,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem
   metrics+=,launch__registers_per_thread,gpu__time_duration.sum
   echo "==> kernels: ncu, decode 1,32768,32/8,128 token-major"
-  timeout 300 ncu --clock-control none --metrics "$metrics" -k regex:decode \
+  timeout 300 ncu --clock-control none --metrics "$metrics" -k regex:decode -s 3 -c 1 \
     "$CLI" bench decode --shape 1,32768,32/8,128 --layout token-major --iterations 1 --samples 1 \
     >"$OUT/ncu-decode.txt" 2>&1 || echo "ncu decode FAILED (see ncu-decode.txt)"
   grep -E 'decode|dram__|sm__|launch__|gpu__time|ERR' "$OUT/ncu-decode.txt" | head -40
   echo "==> kernels: ncu, prefill 4096 token-major"
-  timeout 300 ncu --clock-control none --metrics "$metrics" -k regex:prefill \
+  timeout 300 ncu --clock-control none --metrics "$metrics" -k regex:prefill -s 3 -c 1 \
     "$CLI" bench prefill --case 4096 --layout token-major --iterations 1 --samples 1 \
     >"$OUT/ncu-prefill.txt" 2>&1 || echo "ncu prefill FAILED (see ncu-prefill.txt)"
   grep -E 'prefill|dram__|sm__|launch__|gpu__time|ERR' "$OUT/ncu-prefill.txt" | head -40
