@@ -71,6 +71,9 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
     append.start = from;
     ASSERT_TRUE(append_kv_cpu(append).ok());
     DeviceBuffer dk(rows.k), dv(rows.v);
+    // A copy from pageable memory may return before its DMA lands, and `stream` does not wait
+    // for the legacy stream.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     append.view = view;
     append.k = dk.get();
     append.v = dv.get();

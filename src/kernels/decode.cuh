@@ -8,20 +8,17 @@
 //     and conversions and held 128-209 registers per thread, which capped it at 8-16 warps per
 //     SM and 57-80 % of the copy bandwidth. Here the dot products are mma.m16n8k16: one
 //     instruction does a 16x8x16 tile, so a 16-key step of a D = 128 head costs 24 MMAs and 16
-//     ldmatrix for the warp (~4 instructions per token) and the thread holds 99-127 registers.
+//     ldmatrix for the warp (~4 instructions per token) and the thread holds 103-135 registers.
 //   - S = Q K^T with the query heads of a group tile as the M rows (up to 8 of 16 used; the
 //     other rows of the A operand are zero registers), keys as N, head dims as K. The scores'
 //     C fragment (head = lane / 4, keys 2 (lane % 4) ..+1) is exactly the B operand of
 //     O^T = V^T P^T (keys as K, heads as N), so P goes to the second product without shared
 //     memory, and O^T's accumulator holds D x 8 floats: 32 per thread for D = 128.
-//   - One block per (chunk of the sequence, KV head, group tile of <= 8 heads, sequence), eight
-//     warps. Each warp streams its own tiles (every 8th tile of the chunk) through a private
+//   - One block per (chunk of the sequence, KV head, group tile of <= 8 heads, sequence), four
+//     warps. Each warp streams its own tiles (every 4th tile of the chunk) through a private
 //     3-stage cp.async pipeline (8 KiB per stage: 16 keys of K and V at D = 128, 32 at
-//     D = 64), so the loop has no block barrier: 192 KiB per block, one block (8 warps) per
-//     SM, 128 KiB of loads in flight per SM, several times the bandwidth-latency product. The
-//     copies carry the L2::128B prefetch hint: fewer, larger DRAM requests (measured: +7 % on
-//     the large batches; 256B was slower, and 4-warp blocks two per SM lost 5-10 % at small
-//     batches — docs/PERFORMANCE.md).
+//     D = 64), so the loop has no block barrier: 96 KiB per block, two blocks (8 warps) per
+//     SM, 128 KiB of loads in flight per SM, several times the bandwidth-latency product.
 //   - Shared-memory rows are 128 or 256 bytes; the 16-byte chunk index is XORed with
 //     (key & 7) on the cp.async write and the ldmatrix read, so neither is bank-conflicted.
 //   - A key at or beyond min(length, max_length) is never loaded: the cp.async is predicated
@@ -61,10 +58,11 @@ struct DecodeKernelParams : DecodeParams {
 };
 
 // Head dim, warps per block, bytes of one warp's stage (K and V of kTile keys), stages, and
-// the L2 prefetch hint of the copies. The defaults are the measured best of the variants in
-// docs/PERFORMANCE.md ("Decode kernel: variants").
-template <std::uint32_t D, std::uint32_t Warps = 8, std::uint32_t StageBytes = 8192,
-          std::uint32_t Stages = 3, int L2Prefetch = 128>
+// the L2 prefetch hint of the copies. The defaults are the configuration that passed every
+// GPU test; eight warps with the L2::128B hint measured faster but failed one (the seq-major
+// graph replay): docs/PERFORMANCE.md, "Decode kernel: variants".
+template <std::uint32_t D, std::uint32_t Warps = 4, std::uint32_t StageBytes = 8192,
+          std::uint32_t Stages = 3, int L2Prefetch = 0>
 struct DecodeShape {
   static constexpr int kL2Prefetch = L2Prefetch;
   static constexpr std::uint32_t kHeadDim = D;
@@ -84,6 +82,7 @@ struct DecodeShape {
   static_assert(kTile % 16 == 0, "a stage holds whole k16 steps of P V");
   static_assert(Warps * kDecodeHeads * kOutPitch * 4 <= kSharedBytes,
                 "the warps' outputs reuse the stage memory");
+  static_assert(kDecodeHeads * 1024 * 4 <= kSharedBytes, "so do the merge's weights");
 };
 
 // Byte offset of (row, 16-byte chunk) in a stage's K or V tile, swizzled.
@@ -108,6 +107,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   extern __shared__ uint4 shared_raw[];
   __shared__ float s_max[kDecodeWarps][kDecodeHeads];
   __shared__ float s_sum[kDecodeWarps][kDecodeHeads];
+  __shared__ float s_lse[kDecodeHeads];
   __shared__ bool s_last;
 
   const std::uint32_t chunk = blockIdx.x;
@@ -340,61 +340,89 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   __syncthreads();
   if (!s_last) return;
   __threadfence();  // and the others' partials are seen by this one
-  // Each thread merges up to kMergeVectors float4s of the output with an online softmax over
-  // the chunks, kMergeBatch chunks at a time: every log2-sum-exp and partial of a batch is
-  // loaded before any is used, so one round trip to L2 serves kMergeBatch chunks (the merge
-  // is on the launch's critical path).
+  // Every chunk's log2-sum-exp into shared memory (one read each), then per head the weights
+  // exp2(lse_c - max), one warp per head.
+  float* s_weight = reinterpret_cast<float*>(shared_raw);  // [head][chunks]
+  for (std::uint32_t index = threadIdx.x; index < heads_here * p.chunks; index += kDecodeThreads) {
+    s_weight[index] = __ldcg(p.partial_lse + row_base * p.chunks + index);
+  }
+  __syncthreads();
+  for (std::uint32_t head = warp; head < heads_here; head += kDecodeWarps) {
+    float* weight = s_weight + head * p.chunks;
+    float most = kNegInf;
+    for (std::uint32_t c = lane; c < p.chunks; c += 32) most = fmaxf(most, weight[c]);
+#pragma unroll
+    for (std::uint32_t offset = 16; offset > 0; offset /= 2) {
+      most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
+    }
+    float sum = 0.0f;
+    for (std::uint32_t c = lane; c < p.chunks; c += 32) {
+      const float x = weight[c];
+      const float w = most == kNegInf || x == kNegInf ? 0.0f : exp2f(x - most);
+      weight[c] = w;
+      sum += w;
+    }
+#pragma unroll
+    for (std::uint32_t offset = 16; offset > 0; offset /= 2) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    }
+    if (lane == 0) s_lse[head] = sum;
+  }
+  __syncthreads();
+  // Each thread merges up to kMergeVectors float4s of the output; the chunk loop is unrolled
+  // so that many independent loads are in flight (the merge is on the launch's critical path).
   constexpr std::uint32_t kVectors = Shape::kMergeVectors;
   constexpr std::uint32_t kPerHead = D / 4;
-  constexpr std::uint32_t kBatch = 8;
+  float4 total[kVectors];
+  const float4* source[kVectors];
+  const float* weights[kVectors];
+  bool live[kVectors];
 #pragma unroll
   for (std::uint32_t i = 0; i < kVectors; ++i) {
     const std::uint32_t index = threadIdx.x + i * kDecodeThreads;
-    if (index >= heads_here * kPerHead) break;
-    const std::uint32_t head = index / kPerHead, part = index % kPerHead;
-    const float* lse = p.partial_lse + (row_base + head) * p.chunks;
-    const float4* partial =
+    live[i] = index < heads_here * kPerHead;
+    const std::uint32_t head = live[i] ? index / kPerHead : 0, part = index % kPerHead;
+    source[i] =
         reinterpret_cast<const float4*>(p.partial_out + (row_base + head) * p.chunks * D) + part;
-    float most = kNegInf, sum = 0.0f;
-    float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (std::uint32_t c0 = 0; c0 < p.chunks; c0 += kBatch) {
-      float x[kBatch];
-      float4 y[kBatch];
+    weights[i] = s_weight + head * p.chunks;
+    total[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  constexpr std::uint32_t kUnroll = 8;
+  for (std::uint32_t c0 = 0; c0 < p.chunks; c0 += kUnroll) {
+    float4 x[kVectors][kUnroll];
 #pragma unroll
-      for (std::uint32_t u = 0; u < kBatch; ++u) {
-        const bool here = c0 + u < p.chunks;
-        x[u] = here ? __ldcg(lse + c0 + u) : kNegInf;
-        y[u] = here ? __ldcg(partial + static_cast<std::uint64_t>(c0 + u) * kPerHead)
-                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (std::uint32_t i = 0; i < kVectors; ++i) {
+#pragma unroll
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        x[i][u] = live[i] && c0 + u < p.chunks
+                      ? __ldcg(source[i] + static_cast<std::uint64_t>(c0 + u) * kPerHead)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
-      float batch_max = kNegInf;
-#pragma unroll
-      for (std::uint32_t u = 0; u < kBatch; ++u) batch_max = fmaxf(batch_max, x[u]);
-      const float new_max = fmaxf(most, batch_max);
-      if (new_max == kNegInf) continue;           // no chunk so far saw a token
-      const float scale = exp2f(most - new_max);  // 0 when most is -inf
-      sum *= scale;
-      total.x *= scale;
-      total.y *= scale;
-      total.z *= scale;
-      total.w *= scale;
-#pragma unroll
-      for (std::uint32_t u = 0; u < kBatch; ++u) {
-        const float w = x[u] == kNegInf ? 0.0f : exp2f(x[u] - new_max);
-        sum += w;
-        total.x = fmaf(w, y[u].x, total.x);
-        total.y = fmaf(w, y[u].y, total.y);
-        total.z = fmaf(w, y[u].z, total.z);
-        total.w = fmaf(w, y[u].w, total.w);
-      }
-      most = new_max;
     }
+#pragma unroll
+    for (std::uint32_t i = 0; i < kVectors; ++i) {
+#pragma unroll
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        const float w = c0 + u < p.chunks ? weights[i][c0 + u] : 0.0f;
+        total[i].x = fmaf(w, x[i][u].x, total[i].x);
+        total[i].y = fmaf(w, x[i][u].y, total[i].y);
+        total[i].z = fmaf(w, x[i][u].z, total[i].z);
+        total[i].w = fmaf(w, x[i][u].w, total[i].w);
+      }
+    }
+  }
+#pragma unroll
+  for (std::uint32_t i = 0; i < kVectors; ++i) {
+    if (!live[i]) continue;
+    const std::uint32_t index = threadIdx.x + i * kDecodeThreads;
+    const std::uint32_t head = index / kPerHead, part = index % kPerHead;
+    const float sum = s_lse[head];
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
     T* out = static_cast<T*>(p.out) + (row_base + head) * D + part * 4;
-    out[0] = from_float<T>(total.x * inverse);
-    out[1] = from_float<T>(total.y * inverse);
-    out[2] = from_float<T>(total.z * inverse);
-    out[3] = from_float<T>(total.w * inverse);
+    out[0] = from_float<T>(total[i].x * inverse);
+    out[1] = from_float<T>(total[i].y * inverse);
+    out[2] = from_float<T>(total[i].z * inverse);
+    out[3] = from_float<T>(total[i].w * inverse);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next call (or graph replay)
 }
