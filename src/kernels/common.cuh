@@ -1,8 +1,8 @@
-// Pieces every attention kernel uses: 16-byte vectors of 8 elements, their conversion to and
-// from float, and the dispatch macros that turn run-time sizes into compile-time constants.
+// Pieces every attention kernel uses: conversion from float, 16-byte cp.async copies, and the
+// dispatch macros that turn run-time sizes into compile-time constants.
 //
-// Why 16-byte vectors: HOPPER.md's first habit for memory-bound code; one LDG.128 per thread
-// moves 8 fp16 / bf16 elements, and a warp reads 512 contiguous bytes of a head row.
+// Why 16-byte copies: HOPPER.md's first habit for memory-bound code; one copy per lane moves
+// 8 fp16 / bf16 elements, and a warp moves 512 contiguous bytes of head rows.
 // Compiled as C++17 (CMake 3.25 has no CUDA 20 flag).
 #pragma once
 
@@ -17,33 +17,7 @@
 
 namespace kvvm::kernels {
 
-constexpr std::uint32_t kVecElements = 8;  // elements in one 16-byte vector
 constexpr float kNegInf = -__builtin_huge_valf();
-
-template <typename T>
-__device__ __forceinline__ void vec_to_float(const uint4& raw, float (&out)[8]);
-
-template <>
-__device__ __forceinline__ void vec_to_float<__half>(const uint4& raw, float (&out)[8]) {
-  const __half2* pairs = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(pairs[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
-template <>
-__device__ __forceinline__ void vec_to_float<__nv_bfloat16>(const uint4& raw, float (&out)[8]) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float value);
@@ -54,12 +28,6 @@ __device__ __forceinline__ __half from_float<__half>(float value) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
   return __float2bfloat16_rn(value);
-}
-
-// A 16-byte load through the read-only path; the KV a kernel reads is not written while it
-// runs (append is an earlier kernel on the stream).
-__device__ __forceinline__ uint4 load_vec(const unsigned char* at) {
-  return __ldg(reinterpret_cast<const uint4*>(at));
 }
 
 // cp.async (sm_80+): a 16-byte global-to-shared copy that does not hold registers while in
@@ -138,21 +106,4 @@ inline Status cuda_status(const char* call, cudaError_t error) {
       return ::kvvm::Status::InvalidArgument(                                     \
           "element type " + std::to_string(static_cast<std::uint32_t>(element)) + \
           " is not supported by the CUDA attention kernels (fp16 and bf16)");     \
-  }
-
-// Query heads handled together by one block (sharing each K / V row it loads): the group
-// size rounded up to 1, 2, 4 or 8; larger groups take several blocks of 8.
-#define KVVM_DISPATCH_GROUP_TILE(group, GROUP_TILE, ...) \
-  if ((group) <= 1) {                                    \
-    constexpr std::uint32_t GROUP_TILE = 1;              \
-    __VA_ARGS__                                          \
-  } else if ((group) <= 2) {                             \
-    constexpr std::uint32_t GROUP_TILE = 2;              \
-    __VA_ARGS__                                          \
-  } else if ((group) <= 4) {                             \
-    constexpr std::uint32_t GROUP_TILE = 4;              \
-    __VA_ARGS__                                          \
-  } else {                                               \
-    constexpr std::uint32_t GROUP_TILE = 8;              \
-    __VA_ARGS__                                          \
   }
