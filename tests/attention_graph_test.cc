@@ -161,6 +161,8 @@ TEST_P(AttentionGraphTest, CapturedDecodeStepSurvivesGrowthAcrossGranules) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << "replay " << step << " faulted";
+    EXPECT_EQ(testing::nonzero_counters(workspace, *plan), 0u)
+        << "replay " << step << " left the split's counters non-zero";
 
     // The reference: the same token appended on the host, then float64 decode.
     std::vector<std::uint32_t> mirror_slots(kBatch);

@@ -107,7 +107,8 @@ Result<DecodePlan> plan_decode_cuda(const DecodeParams& params);
 // `workspace`: device memory of at least plan_decode_cuda(params).workspace_bytes, 16-byte
 // aligned. Its counters must be zero before its first use (zero the whole buffer once after
 // allocating it); every call leaves them zero again, so a buffer serves any number of calls
-// and graph replays with any plan that fits in it.
+// and graph replays with any plan that fits in it, one at a time (calls sharing a buffer
+// must be ordered, e.g. on one stream).
 Status decode_attention_cuda(const DecodeParams& params, void* workspace,
                              std::size_t workspace_bytes, void* stream);
 
