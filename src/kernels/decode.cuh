@@ -1,7 +1,7 @@
 // Split-K decode attention over a KvView on the tensor cores, with the split's merge fused
 // into the kernel.
 //
-// Why this shape (the arithmetic is in docs/ARCHITECTURE.md, "Decode kernel"):
+// Why this shape (the arithmetic is also in docs/ARCHITECTURE.md, "Kernels", Decode):
 //   - Decode reads every K and V byte once and does little arithmetic per byte, so the kernel
 //     must keep the memory system full and spend few instructions per token. The previous
 //     CUDA-core kernel spent ~100 warp instructions per (token, KV head) on FMAs, shuffles
