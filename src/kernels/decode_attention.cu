@@ -17,7 +17,6 @@ namespace {
 
 using kernels::check_cuda_view;
 using kernels::check_pointers;
-using kernels::cuda_status;
 using kernels::last_launch;
 using kernels::scale_log2;
 using kernels::str;
