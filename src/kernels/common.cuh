@@ -32,17 +32,15 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) 
 
 // cp.async (sm_80+): a 16-byte global-to-shared copy that does not hold registers while in
 // flight; `live` false copies nothing and zero-fills the destination.
-// kL2Prefetch (0, 128 or 256): the L2 fetches that many bytes around the line from DRAM, so a
-// stream of rows costs fewer, larger DRAM requests.
+// kL2Prefetch (0 or 128): with 128 the L2 fetches the whole 128-byte block around the copy
+// from DRAM, so a stream of rows costs fewer, larger DRAM requests (256 measured slower:
+// docs/PERFORMANCE.md, "Decode kernel: variants").
 template <int kL2Prefetch = 0>
 __device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool live) {
+  static_assert(kL2Prefetch == 0 || kL2Prefetch == 128, "prefetch hint: 0 or 128 bytes");
   const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   const int source_bytes = live ? 16 : 0;
-  if constexpr (kL2Prefetch == 256) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(destination),
-                 "l"(global), "r"(source_bytes)
-                 : "memory");
-  } else if constexpr (kL2Prefetch == 128) {
+  if constexpr (kL2Prefetch == 128) {
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(destination),
                  "l"(global), "r"(source_bytes)
                  : "memory");
