@@ -3,38 +3,45 @@
 //
 // Why this shape (the arithmetic is also in docs/ARCHITECTURE.md, "Kernels", Decode):
 //   - Decode reads every K and V byte once and does little arithmetic per byte, so the kernel
-//     must keep the memory system full and spend few instructions per token. The previous
-//     CUDA-core kernel spent ~100 warp instructions per (token, KV head) on FMAs, shuffles
-//     and conversions and held 128-209 registers per thread, which capped it at 8-16 warps per
-//     SM and 57-80 % of the copy bandwidth. Here the dot products are mma.m16n8k16: one
-//     instruction does a 16x8x16 tile, so a 16-key step of a D = 128 head costs 24 MMAs and 16
-//     ldmatrix for the warp (~4 instructions per token) and the thread holds 103-135 registers.
+//     must keep the memory system full and spend few instructions per token. The dot products
+//     are mma.m16n8k16: one instruction does a 16x8x16 tile, so a 16-key step of a D = 128
+//     head costs 24 MMAs and 16 ldmatrix for the warp (~4 instructions per token), and the
+//     thread holds ~110-130 registers.
 //   - S = Q K^T with the query heads of a group tile as the M rows (up to 8 of 16 used; the
 //     other rows of the A operand are zero registers), keys as N, head dims as K. The scores'
 //     C fragment (head = lane / 4, keys 2 (lane % 4) ..+1) is exactly the B operand of
 //     O^T = V^T P^T (keys as K, heads as N), so P goes to the second product without shared
 //     memory, and O^T's accumulator holds D x 8 floats: 32 per thread for D = 128.
-//   - One block per (chunk of the sequence, KV head, group tile of <= 8 heads, sequence), four
-//     warps. Each warp streams its own tiles (every 4th tile of the chunk) through a private
-//     3-stage cp.async pipeline (8 KiB per stage: 16 keys of K and V at D = 128, 32 at
-//     D = 64), so the loop has no block barrier: 96 KiB per block, two blocks (8 warps) per
-//     SM, 128 KiB of loads in flight per SM, several times the bandwidth-latency product.
-//   - Shared-memory rows are 128 or 256 bytes; the 16-byte chunk index is XORed with
-//     (key & 7) on the cp.async write and the ldmatrix read, so neither is bank-conflicted.
-//   - A key at or beyond min(length, max_length) is never loaded: the cp.async is predicated
-//     (source size 0 zero-fills) and its address is the chunk's first key, which is live, so
-//     unmapped windows and an earlier occupant's bytes (NaN included) are never touched; its
-//     score is then set to -inf. Scores are in the log2 domain (scaled by sm_scale * log2 e
-//     after the fp32 product); every online-softmax rescale guards m == -inf, so a warp,
-//     block or chunk that saw no key contributes nothing and never makes a NaN.
+//   - One block per (chunk of the sequence, KV head, group tile of <= 8 heads, sequence): eight
+//     warps and one block per SM at D = 128, four warps and two blocks per SM at D = 64. Each
+//     warp streams its own tiles (every 8th, or 4th, tile of the chunk) through a private
+//     3-stage pipeline (16 keys of K and V per stage at D = 128, 32 at D = 64), so the loop
+//     has no block barrier.
+//   - The copies: at D = 128 on sm_90, one bulk copy (cp.async.bulk, the copy engine) per head
+//     row of K or V, counted in on a per-stage mbarrier, L2 evict-first; otherwise 16-byte
+//     cp.async with the L2::128B prefetch hint. Measured (docs/PERFORMANCE.md, "Decode: bulk
+//     row copies"): bulk rows reach 4.0-4.1 TB/s where 16-byte copies reach 3.6-3.7 at
+//     D = 128; at D = 64 (128-byte rows) they lose, so that size keeps cp.async.
+//   - Shared-memory rows are padded by 16 bytes (a bulk copy writes a row as it is, so the
+//     tile cannot be swizzled): ldmatrix's eight rows then start in eight different bank
+//     groups, with no conflict.
+//   - A key at or beyond min(length, max_length) is never loaded: its copy reads the chunk's
+//     first key instead (live, so unmapped windows and an earlier occupant's bytes, NaN
+//     included, are never touched; cp.async zero-fills instead), and its score is set to -inf,
+//     so its V row weighs exactly 0. Scores are in the log2 domain (scaled by
+//     sm_scale * log2 e after the fp32 product); every online-softmax rescale guards
+//     m == -inf, so a warp, block or chunk that saw no key contributes nothing and never
+//     makes a NaN.
 //   - Split over the sequence (chunks > 1): each block writes its normalized partial output
 //     and log2-sum-exp to the workspace, then counts itself done on a counter of its
-//     (sequence, KV head, tile); the last block of the group merges all partials and sets the
-//     counter back to zero. No second launch, no tail between two kernels.
+//     (sequence, KV head, tile); the last block of the group merges all partials, loading
+//     every chunk's partial and log2-sum-exp before using any (one round trip to L2 for up
+//     to 16 chunks), and sets the counter back to zero. No second launch.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/bulk_copy.cuh"
 #include "kernels/common.cuh"
 #include "kernels/mma.cuh"
 #include "kvvm/attention.h"
@@ -57,39 +64,42 @@ struct DecodeKernelParams : DecodeParams {
                                       // from the workspace's end; zero between calls
 };
 
-// Head dim, warps per block, bytes of one warp's stage (K and V of kTile keys), stages, and
-// the L2 prefetch hint of the copies. The defaults are the configuration that passed every
-// GPU test; eight warps with the L2::128B hint measured faster but failed one (the seq-major
-// graph replay): docs/PERFORMANCE.md, "Decode kernel: variants".
-template <std::uint32_t D, std::uint32_t Warps = 4, std::uint32_t StageBytes = 8192,
-          std::uint32_t Stages = 3, int L2Prefetch = 0>
+// Head dim, warps per block, bytes of one warp's stage (K and V of kTile keys) and stages.
+// The defaults are the measured best (docs/PERFORMANCE.md, "Decode: bulk row copies"): at
+// D = 128 eight warps, one block per SM (fewer, longer chunks); at D = 64 four warps, two
+// blocks per SM, so a batch of short sequences (many blocks of little work) fits one wave.
+template <std::uint32_t D, std::uint32_t Warps = (D >= 128 ? 8 : 4),
+          std::uint32_t StageBytes = 8192, std::uint32_t Stages = 3>
 struct DecodeShape {
-  static constexpr int kL2Prefetch = L2Prefetch;
   static constexpr std::uint32_t kHeadDim = D;
   static constexpr std::uint32_t kWarps = Warps;
   static constexpr std::uint32_t kThreads = 32 * Warps;
   static constexpr std::uint32_t kStages = Stages;
-  static constexpr std::uint32_t kStageBytes = StageBytes;
   static constexpr std::uint32_t kRowBytes = D * 2;                   // one key's K (or V) row
   static constexpr std::uint32_t kChunks = kRowBytes / 16;            // 16-byte chunks per row
+  static constexpr std::uint32_t kPitch = kRowBytes + 16;             // a row in shared memory
   static constexpr std::uint32_t kTile = StageBytes / 2 / kRowBytes;  // keys per stage
-  static constexpr std::uint32_t kStep = kTile * Warps;               // keys per block per round
-  static constexpr std::uint32_t kKTiles = kTile / 8;                 // n8 tiles of scores
-  static constexpr std::uint32_t kSharedBytes = Warps * Stages * StageBytes;
+  static constexpr std::uint32_t kHalf = kTile * kPitch;              // K tile, then V tile
+  static constexpr std::uint32_t kStagePitch = 2 * kHalf;
+  static constexpr std::uint32_t kStep = kTile * Warps;  // keys per block per round
+  static constexpr std::uint32_t kKTiles = kTile / 8;    // n8 tiles of scores
+  static constexpr std::uint32_t kSharedBytes = Warps * Stages * kStagePitch;
   static constexpr std::uint32_t kOutPitch = D + 4;  // floats; spreads heads over banks
+  // Bulk row copies where they measured faster (rows of 256 bytes, not 128).
+  static constexpr bool kBulkRows = kRowBytes >= 256;
   // Float4 outputs of one block's group tile per thread, for the merge.
   static constexpr std::uint32_t kMergeVectors = (kDecodeHeads * D / 4 + kThreads - 1) / kThreads;
   static_assert(kTile % 16 == 0, "a stage holds whole k16 steps of P V");
   static_assert(Warps * kDecodeHeads * kOutPitch * 4 <= kSharedBytes,
                 "the warps' outputs reuse the stage memory");
-  static_assert(kDecodeHeads * 1024 * 4 <= kSharedBytes, "so do the merge's weights");
 };
 
-// Byte offset of (row, 16-byte chunk) in a stage's K or V tile, swizzled.
-template <std::uint32_t D>
+// Byte offset of (row, 16-byte chunk) in a stage's K or V tile: rows padded by 16 bytes, so
+// the eight rows of an ldmatrix start in eight different bank groups.
+template <typename Shape>
 __device__ __forceinline__ std::uint32_t decode_tile_offset(std::uint32_t row,
                                                             std::uint32_t chunk) {
-  return row * (D * 2) + ((chunk ^ (row & 7)) << 4);
+  return row * Shape::kPitch + (chunk << 4);
 }
 
 template <typename T, typename Shape>
@@ -98,7 +108,13 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   constexpr std::uint32_t kDecodeWarps = Shape::kWarps;
   constexpr std::uint32_t kDecodeThreads = Shape::kThreads;
   constexpr std::uint32_t kDecodeStages = Shape::kStages;
-  constexpr std::uint32_t kDecodeStageBytes = Shape::kStageBytes;
+  constexpr std::uint32_t kDecodeStageBytes = Shape::kStagePitch;
+  constexpr std::uint32_t kHalf = Shape::kHalf;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kBulk = Shape::kBulkRows;
+#else
+  constexpr bool kBulk = false;  // no bulk copies before sm_90
+#endif
   constexpr std::uint32_t kTile = Shape::kTile;
   constexpr std::uint32_t kChunks = Shape::kChunks;
   constexpr std::uint32_t kKTiles = Shape::kKTiles;
@@ -107,7 +123,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   extern __shared__ uint4 shared_raw[];
   __shared__ float s_max[kDecodeWarps][kDecodeHeads];
   __shared__ float s_sum[kDecodeWarps][kDecodeHeads];
-  __shared__ float s_lse[kDecodeHeads];
+  __shared__ alignas(8) std::uint64_t s_barriers[kDecodeWarps][kDecodeStages];
   __shared__ bool s_last;
 
   const std::uint32_t chunk = blockIdx.x;
@@ -163,20 +179,43 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
       tiles > warp ? (tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
   unsigned char* my_stages =
       reinterpret_cast<unsigned char*>(shared_raw) + warp * kDecodeStages * kDecodeStageBytes;
+  const std::uint32_t barriers = shared_address(&s_barriers[warp][0]);  // 8 bytes each
+  if constexpr (kBulk) {
+    if (lane < kDecodeStages) mbarrier_init(barriers + 8 * lane);
+    mbarrier_init_fence();
+    __syncwarp();
+  }
   auto issue = [&](std::uint32_t i) {
     unsigned char* stage = my_stages + (i % kDecodeStages) * kDecodeStageBytes;
     const std::uint32_t key0 = begin + (warp + i * kDecodeWarps) * kTile;
+    if constexpr (kBulk) {
+      // One row per copy: lane l copies rows l, l + 32, ... of the stage's K rows then V rows.
+      const std::uint32_t barrier = barriers + 8 * (i % kDecodeStages);
+      if (lane == 0) mbarrier_arrive_expect(barrier, 2 * kTile * Shape::kRowBytes);
+      __syncwarp();  // the bytes are announced before any copy can count them in
 #pragma unroll
-    for (std::uint32_t c = 0; c < kCopies; ++c) {
-      const std::uint32_t flat = c * 32 + lane;
-      const std::uint32_t row = flat / kChunks, part = flat % kChunks;
-      const bool live = key0 + row < end;
-      const unsigned char* source =
-          k_base + static_cast<std::uint64_t>(live ? key0 + row : begin) * token_stride + part * 16;
-      const std::uint32_t offset = decode_tile_offset<D>(row, part);
-      copy_async_16<Shape::kL2Prefetch>(stage + offset, source, live);
-      copy_async_16<Shape::kL2Prefetch>(stage + kDecodeStageBytes / 2 + offset, source + kv_stride,
-                                        live);
+      for (std::uint32_t c = 0; c < 2 * kTile / 32; ++c) {
+        const std::uint32_t flat = c * 32 + lane;
+        const std::uint32_t row = flat % kTile, kv = flat / kTile;
+        const std::uint32_t key = key0 + row < end ? key0 + row : begin;
+        bulk_copy_evict_first(
+            shared_address(stage + kv * kHalf + decode_tile_offset<Shape>(row, 0)),
+            k_base + static_cast<std::uint64_t>(key) * token_stride + kv * kv_stride,
+            Shape::kRowBytes, barrier);
+      }
+    } else {
+#pragma unroll
+      for (std::uint32_t c = 0; c < kCopies; ++c) {
+        const std::uint32_t flat = c * 32 + lane;
+        const std::uint32_t row = flat / kChunks, part = flat % kChunks;
+        const bool live = key0 + row < end;
+        const unsigned char* source =
+            k_base + static_cast<std::uint64_t>(live ? key0 + row : begin) * token_stride +
+            part * 16;
+        const std::uint32_t offset = decode_tile_offset<Shape>(row, part);
+        copy_async_16<128>(stage + offset, source, live);
+        copy_async_16<128>(stage + kHalf + offset, source + kv_stride, live);
+      }
     }
   };
 #pragma unroll
@@ -188,11 +227,15 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   for (std::uint32_t i = 0; i < my_tiles; ++i) {
     if (i + kDecodeStages - 1 < my_tiles) issue(i + kDecodeStages - 1);
     copy_async_commit();
-    copy_async_wait<kDecodeStages - 1>();
-    __syncwarp();  // every lane's copies of this stage are visible to the whole warp
+    if constexpr (kBulk) {
+      mbarrier_wait(barriers + 8 * (i % kDecodeStages), (i / kDecodeStages) & 1);
+    } else {
+      copy_async_wait<kDecodeStages - 1>();
+      __syncwarp();  // every lane's copies of this stage are visible to the whole warp
+    }
     const unsigned char* stage = my_stages + (i % kDecodeStages) * kDecodeStageBytes;
     const std::uint32_t k_tile = shared_address(stage);
-    const std::uint32_t v_tile = k_tile + kDecodeStageBytes / 2;
+    const std::uint32_t v_tile = k_tile + kHalf;
     const std::uint32_t key0 = begin + (warp + i * kDecodeWarps) * kTile;
 
     // Scores of kTile keys: n8 tile j holds keys 8 j + 2 quad, +1 for head group_row.
@@ -208,7 +251,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
       for (std::uint32_t j = 0; j < kKTiles; ++j) {
         // Matrix i = lanes 8i..8i+7: keys 8 j + (lane % 8), chunk 4 kk + i.
         std::uint32_t kb[4];
-        ldmatrix_x4(kb, k_tile + decode_tile_offset<D>(8 * j + lane % 8, 4 * kk + lane / 8));
+        ldmatrix_x4(kb, k_tile + decode_tile_offset<Shape>(8 * j + lane % 8, 4 * kk + lane / 8));
         const std::uint32_t a0[4] = {qa[2 * kk][0], 0u, qa[2 * kk][1], 0u};
         const std::uint32_t a1[4] = {qa[2 * kk + 1][0], 0u, qa[2 * kk + 1][1], 0u};
         const std::uint32_t b0[2] = {kb[0], kb[1]};
@@ -264,7 +307,8 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
         // Matrix i: keys 16 ks + 8 (i / 2) + (lane % 8), chunk 2 mt + i % 2.
         const std::uint32_t matrix = lane / 8;
         std::uint32_t va[4];
-        ldmatrix_x4_trans(va, v_tile + decode_tile_offset<D>(16 * ks + 8 * (matrix / 2) + lane % 8,
+        ldmatrix_x4_trans(va,
+                          v_tile + decode_tile_offset<Shape>(16 * ks + 8 * (matrix / 2) + lane % 8,
                                                              2 * mt + matrix % 2));
         mma_m16n8k16<T>(o[mt], va, pb[ks]);
       }
@@ -340,89 +384,60 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   __syncthreads();
   if (!s_last) return;
   __threadfence();  // and the others' partials are seen by this one
-  // Every chunk's log2-sum-exp into shared memory (one read each), then per head the weights
-  // exp2(lse_c - max), one warp per head.
-  float* s_weight = reinterpret_cast<float*>(shared_raw);  // [head][chunks]
-  for (std::uint32_t index = threadIdx.x; index < heads_here * p.chunks; index += kDecodeThreads) {
-    s_weight[index] = __ldcg(p.partial_lse + row_base * p.chunks + index);
-  }
-  __syncthreads();
-  for (std::uint32_t head = warp; head < heads_here; head += kDecodeWarps) {
-    float* weight = s_weight + head * p.chunks;
-    float most = kNegInf;
-    for (std::uint32_t c = lane; c < p.chunks; c += 32) most = fmaxf(most, weight[c]);
-#pragma unroll
-    for (std::uint32_t offset = 16; offset > 0; offset /= 2) {
-      most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
-    }
-    float sum = 0.0f;
-    for (std::uint32_t c = lane; c < p.chunks; c += 32) {
-      const float x = weight[c];
-      const float w = most == kNegInf || x == kNegInf ? 0.0f : exp2f(x - most);
-      weight[c] = w;
-      sum += w;
-    }
-#pragma unroll
-    for (std::uint32_t offset = 16; offset > 0; offset /= 2) {
-      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    }
-    if (lane == 0) s_lse[head] = sum;
-  }
-  __syncthreads();
-  // Each thread merges up to kMergeVectors float4s of the output; the chunk loop is unrolled
-  // so that many independent loads are in flight (the merge is on the launch's critical path).
-  constexpr std::uint32_t kVectors = Shape::kMergeVectors;
+  // Each thread merges up to kMergeVectors float4s of the output with an online softmax over
+  // the chunks, kMergeBatch at a time: every log2-sum-exp and partial of a batch is loaded
+  // before any is used, so up to kMergeBatch chunks cost one round trip to L2 (the merge is
+  // on the launch's critical path).
+  constexpr std::uint32_t kMergeBatch = 16;
   constexpr std::uint32_t kPerHead = D / 4;
-  float4 total[kVectors];
-  const float4* source[kVectors];
-  const float* weights[kVectors];
-  bool live[kVectors];
 #pragma unroll
-  for (std::uint32_t i = 0; i < kVectors; ++i) {
+  for (std::uint32_t i = 0; i < Shape::kMergeVectors; ++i) {
     const std::uint32_t index = threadIdx.x + i * kDecodeThreads;
-    live[i] = index < heads_here * kPerHead;
-    const std::uint32_t head = live[i] ? index / kPerHead : 0, part = index % kPerHead;
-    source[i] =
-        reinterpret_cast<const float4*>(p.partial_out + (row_base + head) * p.chunks * D) + part;
-    weights[i] = s_weight + head * p.chunks;
-    total[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-  constexpr std::uint32_t kUnroll = 8;
-  for (std::uint32_t c0 = 0; c0 < p.chunks; c0 += kUnroll) {
-    float4 x[kVectors][kUnroll];
-#pragma unroll
-    for (std::uint32_t i = 0; i < kVectors; ++i) {
-#pragma unroll
-      for (std::uint32_t u = 0; u < kUnroll; ++u) {
-        x[i][u] = live[i] && c0 + u < p.chunks
-                      ? __ldcg(source[i] + static_cast<std::uint64_t>(c0 + u) * kPerHead)
-                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    }
-#pragma unroll
-    for (std::uint32_t i = 0; i < kVectors; ++i) {
-#pragma unroll
-      for (std::uint32_t u = 0; u < kUnroll; ++u) {
-        const float w = c0 + u < p.chunks ? weights[i][c0 + u] : 0.0f;
-        total[i].x = fmaf(w, x[i][u].x, total[i].x);
-        total[i].y = fmaf(w, x[i][u].y, total[i].y);
-        total[i].z = fmaf(w, x[i][u].z, total[i].z);
-        total[i].w = fmaf(w, x[i][u].w, total[i].w);
-      }
-    }
-  }
-#pragma unroll
-  for (std::uint32_t i = 0; i < kVectors; ++i) {
-    if (!live[i]) continue;
-    const std::uint32_t index = threadIdx.x + i * kDecodeThreads;
+    if (index >= heads_here * kPerHead) break;
     const std::uint32_t head = index / kPerHead, part = index % kPerHead;
-    const float sum = s_lse[head];
+    const float* lse = p.partial_lse + (row_base + head) * p.chunks;
+    const float4* partial =
+        reinterpret_cast<const float4*>(p.partial_out + (row_base + head) * p.chunks * D) + part;
+    float most = kNegInf, sum = 0.0f;
+    float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (std::uint32_t c0 = 0; c0 < p.chunks; c0 += kMergeBatch) {
+      float x[kMergeBatch];
+      float4 y[kMergeBatch];
+#pragma unroll
+      for (std::uint32_t u = 0; u < kMergeBatch; ++u) {
+        const bool here = c0 + u < p.chunks;
+        x[u] = here ? __ldcg(lse + c0 + u) : kNegInf;
+        y[u] = here ? __ldcg(partial + static_cast<std::uint64_t>(c0 + u) * kPerHead)
+                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      float batch_max = kNegInf;
+#pragma unroll
+      for (std::uint32_t u = 0; u < kMergeBatch; ++u) batch_max = fmaxf(batch_max, x[u]);
+      const float new_max = fmaxf(most, batch_max);
+      if (new_max == kNegInf) continue;           // no chunk so far saw a token
+      const float scale = exp2f(most - new_max);  // 0 when most is -inf
+      sum *= scale;
+      total.x *= scale;
+      total.y *= scale;
+      total.z *= scale;
+      total.w *= scale;
+#pragma unroll
+      for (std::uint32_t u = 0; u < kMergeBatch; ++u) {
+        const float w = x[u] == kNegInf ? 0.0f : exp2f(x[u] - new_max);
+        sum += w;
+        total.x = fmaf(w, y[u].x, total.x);
+        total.y = fmaf(w, y[u].y, total.y);
+        total.z = fmaf(w, y[u].z, total.z);
+        total.w = fmaf(w, y[u].w, total.w);
+      }
+      most = new_max;
+    }
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
     T* out = static_cast<T*>(p.out) + (row_base + head) * D + part * 4;
-    out[0] = from_float<T>(total[i].x * inverse);
-    out[1] = from_float<T>(total[i].y * inverse);
-    out[2] = from_float<T>(total[i].z * inverse);
-    out[3] = from_float<T>(total[i].w * inverse);
+    out[0] = from_float<T>(total.x * inverse);
+    out[1] = from_float<T>(total.y * inverse);
+    out[2] = from_float<T>(total.z * inverse);
+    out[3] = from_float<T>(total.w * inverse);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next call (or graph replay)
 }

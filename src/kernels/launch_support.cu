@@ -72,6 +72,17 @@ Result<Residency> prepare_kernel(const void* kernel, int threads, std::size_t sh
   std::lock_guard lock(mutex);
   auto found = cache.find({device, kernel});
   if (found != cache.end()) return found->second;
+  // The kernels are sized for Hopper's 227 KiB per block; say so instead of the driver's
+  // "invalid argument" on a device with less.
+  int most = 0;
+  KVVM_RETURN_IF_ERROR(
+      cuda_status("cudaDeviceGetAttribute",
+                  cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)));
+  if (shared > static_cast<std::size_t>(most)) {
+    return Status::Unavailable("an attention kernel needs " + str(shared) +
+                               " bytes of shared memory per block; device " + str(device) +
+                               " allows " + str(most) + " (the kernels are sized for sm_90)");
+  }
   KVVM_RETURN_IF_ERROR(
       cuda_status("cudaFuncSetAttribute",
                   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
