@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kBulk = Shape::kBulkRows;
 #else
-  constexpr bool kBulk = false;  // no bulk copies before sm_90
+  constexpr bool kBulk = false;  // no bulk copies before sm_90 (compiled, not run: D = 128
+                                 // needs Hopper's shared memory, refused by name elsewhere)
 #endif
   constexpr std::uint32_t kTile = Shape::kTile;
   constexpr std::uint32_t kChunks = Shape::kChunks;
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   const std::uint64_t kv_stride = v.kv_stride;
   const std::uint64_t token_stride = v.token_stride;
 
-  // This warp's tiles of the chunk: w, w + 4, ... of ceil((end - begin) / kTile).
+  // This warp's tiles of the chunk: w, w + W, ... (W warps) of ceil((end - begin) / kTile).
   const std::uint32_t tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
   const std::uint32_t my_tiles =
       tiles > warp ? (tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   }
   copy_async_wait<0>();
 
-  // Combine the four warps: one max and sum per head, then the accumulators.
+  // Combine the block's warps: one max and sum per head, then the accumulators.
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
   if (quad == 0) {
