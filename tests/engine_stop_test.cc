@@ -294,6 +294,32 @@ TEST(EngineRefusals, ARequestWaitingTooLongIsRefusedWithARetryEstimate) {
   expect_clean(*kv);
 }
 
+// The wait bound answers a full engine, not a late step: a request the step can admit is
+// admitted however long ago it came, and only one left waiting behind it is refused.
+TEST(EngineRefusals, ARequestTheStepCanAdmitIsNeverRefusedForItsWait) {
+  auto kv = make_kv(llama().config, 2);
+  Collector collector;
+  {
+    EngineOptions options = no_cache();
+    options.max_running = 1;
+    options.max_queue_wait = std::chrono::milliseconds(5);
+    auto engine = Engine::create(*llama().model, *kv, options);
+    ASSERT_TRUE(engine.ok());
+    const RequestId first = *(*engine)->submit(greedy_request(kPrompt, 6), collector.callback());
+    const RequestId second = *(*engine)->submit(greedy_request(kPrompt, 6), collector.callback());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both past the bound
+    EXPECT_TRUE((*engine)->run_until_idle().ok());
+    EXPECT_EQ(collector.get(first).end, RequestEnd::kLength);
+    EXPECT_GE(collector.get(first).stats.queue_seconds, 0.005);
+    const testing::Outcome late = collector.get(second);
+    EXPECT_EQ(late.end, RequestEnd::kError);
+    EXPECT_NE(late.error.message().find("overloaded"), std::string::npos);
+    EXPECT_EQ((*engine)->stats().refused_overloaded, 1u);
+    EXPECT_EQ((*engine)->stats().finished, 1u);
+  }
+  expect_clean(*kv);
+}
+
 // An engine over llama-tiny on `kv` with its thread started; null (after a failed
 // expectation) where it could not be made or started.
 std::unique_ptr<Engine> started_engine(KvSpace& kv) {

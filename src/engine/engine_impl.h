@@ -63,9 +63,11 @@ class Engine::Impl {
   void worker();                                        // engine.cc
 
   // The step's phases (engine_step.cc).
-  // Takes the inbox and the cancellations; refuses requests that waited too long.
+  // Takes the inbox and the cancellations.
   void take_inbox(Clock::time_point now);
   void admit_waiting(Clock::time_point now);
+  // Refuses the requests still waiting, never admitted, past max_queue_wait.
+  void refuse_overdue(Clock::time_point now);
   // Plans the step's chunks and commits what they write; false when there is nothing to run.
   bool plan_step();
   void run_step(Clock::time_point now);

@@ -38,6 +38,7 @@ void sweep_finished(Container& from, std::vector<std::unique_ptr<RequestState>>&
 Result<bool> Engine::Impl::step() {
   take_inbox(Clock::now());
   admit_waiting(Clock::now());
+  refuse_overdue(Clock::now());
   if (plan_step()) run_step(Clock::now());
   deliver(Clock::now());
   std::lock_guard lock(mutex_);
@@ -73,24 +74,7 @@ void Engine::Impl::take_inbox(Clock::time_point now) {
       }
     }
   }
-  // A request that already ran (preempted since) is not refused: its answer has started.
-  // The others wait in submit order, so the first still in time ends the scan.
-  if (options_.max_queue_wait.count() > 0) {
-    for (auto& r : waiting_) {
-      if (r->finished || r->ever_admitted) continue;
-      if (now - r->submitted <= options_.max_queue_wait) break;
-      const double waited = std::chrono::duration<double>(now - r->submitted).count();
-      r->retry_after_seconds = retry_now_;
-      ++step_counters_.refused_in_queue;
-      end_request(
-          *r, RequestEnd::kError,
-          Status::ResourceExhausted("overloaded: waited " + std::to_string(waited) +
-                                        " s in the queue (max_queue_wait " +
-                                        std::to_string(options_.max_queue_wait.count()) + " ms)",
-                                    Exhaustion{}));
-    }
-  }
-  if (!touched_.empty()) {  // only ends so far: cancelled or refused
+  if (!touched_.empty()) {  // only ends so far: the cancelled
     sweep_finished(running_, done_);
     sweep_finished(waiting_, done_);
   }
@@ -151,6 +135,28 @@ void Engine::Impl::admit_waiting(Clock::time_point now) {
   }
   step_counters_.peak_running =
       std::max(step_counters_.peak_running, static_cast<std::uint32_t>(running_.size()));
+}
+
+// After admission, so that a request the step could admit is served however late the step
+// came (a busy or descheduled engine thread is not the queue being full).
+void Engine::Impl::refuse_overdue(Clock::time_point now) {
+  if (options_.max_queue_wait.count() == 0) return;
+  // A request that already ran (preempted since) is not refused: its answer has started.
+  // The others wait in submit order, so the first still in time ends the scan.
+  for (auto& r : waiting_) {
+    if (r->finished || r->ever_admitted) continue;
+    if (now - r->submitted <= options_.max_queue_wait) break;
+    const double waited = std::chrono::duration<double>(now - r->submitted).count();
+    r->retry_after_seconds = retry_now_;
+    ++step_counters_.refused_in_queue;
+    end_request(
+        *r, RequestEnd::kError,
+        Status::ResourceExhausted("overloaded: waited " + std::to_string(waited) +
+                                      " s in the queue (max_queue_wait " +
+                                      std::to_string(options_.max_queue_wait.count()) + " ms)",
+                                  Exhaustion{}));
+  }
+  if (!touched_.empty()) sweep_finished(waiting_, done_);
 }
 
 bool Engine::Impl::plan_step() {

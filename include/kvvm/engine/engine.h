@@ -91,7 +91,8 @@ struct EngineOptions {
   std::uint32_t step_tokens = 0;    // token budget of a step; 0: the model's max_step_tokens
   std::uint32_t prefill_chunk = 0;  // tokens of one prefill chunk at most; 0: step_tokens
   std::uint32_t max_queue = 256;    // waiting requests; a submit beyond is refused (overloaded)
-  // Waiting longer: refused (overloaded); 0: no limit. A preempted request is never refused.
+  // Still waiting longer once a step has admitted what it could: refused (overloaded); 0: no
+  // limit. A preempted request is never refused.
   std::chrono::milliseconds max_queue_wait{30000};
   bool prefix_cache = true;
   std::string model_identity;  // folded into cache keys; empty: the config's architecture
