@@ -268,14 +268,19 @@ TEST(EngineRefusals, AFullQueueIsRefusedAsOverloaded) {
   expect_clean(*kv);
 }
 
+// One running place and a 5 ms bound on the queue wait: the queue-wait tests' engine.
+EngineOptions one_place_waiting_5ms() {
+  EngineOptions options = no_cache();
+  options.max_running = 1;
+  options.max_queue_wait = std::chrono::milliseconds(5);
+  return options;
+}
+
 TEST(EngineRefusals, ARequestWaitingTooLongIsRefusedWithARetryEstimate) {
   auto kv = make_kv(llama().config, 2);
   Collector collector;
   {
-    EngineOptions options = no_cache();
-    options.max_running = 1;
-    options.max_queue_wait = std::chrono::milliseconds(5);
-    auto engine = Engine::create(*llama().model, *kv, options);
+    auto engine = Engine::create(*llama().model, *kv, one_place_waiting_5ms());
     ASSERT_TRUE(engine.ok());
     const RequestId first = *(*engine)->submit(greedy_request(kPrompt, 6), collector.callback());
     ASSERT_TRUE((*engine)->step().ok());  // admitted at once
@@ -300,10 +305,7 @@ TEST(EngineRefusals, ARequestTheStepCanAdmitIsNeverRefusedForItsWait) {
   auto kv = make_kv(llama().config, 2);
   Collector collector;
   {
-    EngineOptions options = no_cache();
-    options.max_running = 1;
-    options.max_queue_wait = std::chrono::milliseconds(5);
-    auto engine = Engine::create(*llama().model, *kv, options);
+    auto engine = Engine::create(*llama().model, *kv, one_place_waiting_5ms());
     ASSERT_TRUE(engine.ok());
     const RequestId first = *(*engine)->submit(greedy_request(kPrompt, 6), collector.callback());
     const RequestId second = *(*engine)->submit(greedy_request(kPrompt, 6), collector.callback());
