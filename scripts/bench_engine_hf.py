@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench_engine_hf.py: Hugging Face `generate` decode throughput on a checkpoint directory, the
-side `kvvm bench engine` is compared against (ENGINE.md "Anchors for speed").
+side `kvvm bench engine` is compared against (docs/ARCHITECTURE.md "Anchors for speed").
 
 For each batch size (--batches, default 1,32): B random prompts of --prompt-tokens ids (seeded),
 greedy, end tokens ignored, every sequence generating --decode-tokens tokens as in

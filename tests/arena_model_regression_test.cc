@@ -1,5 +1,5 @@
 // Deterministic arena tests found by the reference model (arena_reference_model_test.cc): the
-// threads of the Concurrency section of DESIGN.md at once (for ThreadSanitizer), and one test
+// threads of docs/ARCHITECTURE.md "Concurrency" at once (for ThreadSanitizer), and one test
 // per arena bug the model found, each lining its case up deterministically; all six are fixed
 // and these are regression tests.
 #include <gtest/gtest.h>

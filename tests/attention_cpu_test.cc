@@ -130,7 +130,8 @@ TEST_P(AttentionCpuPrefillTest, CausalPrefillInTwoChunksMatchesTheReference) {
 }
 
 // Byte offset of (layer, kv, head, token) from the slot's base, written out from the layout
-// definitions of DESIGN.md (not through KvView), with fragments granule-aligned.
+// definitions (docs/ARCHITECTURE.md "Layouts and their arithmetic"; not through KvView), with
+// fragments granule-aligned.
 std::uint64_t expected_offset(const LayoutPlan& plan, std::uint32_t layer, std::uint32_t kv,
                               std::uint32_t head, std::uint64_t token) {
   const Geometry& g = plan.geometry;

@@ -1,5 +1,6 @@
-// Fault sweeps (DESIGN.md "Tests") of Reservation::commit and commit_ranges: every driver call of
-// the operation is made to fail in turn, and the outcome checked against its contract.
+// Fault sweeps (docs/ARCHITECTURE.md "Tests") of Reservation::commit and commit_ranges: every
+// driver call of the operation is made to fail in turn, and the outcome checked against its
+// contract.
 //
 // How a sweep works and what it checks: tests/support/reservation_fault_sweep.h.
 #include <gtest/gtest.h>
@@ -157,8 +158,8 @@ void check_commit(Rig& rig, const Trial& t, const CommitCase& c, Outcome* outcom
     EXPECT_EQ(after.pool.handles_in_use, t.before.pool.handles_in_use)
         << where << ": a failed commit kept handles checked out";
     if (reservation.residual_bytes() == t.before.residual[0]) {
-      // The exact prior state: no block, and the grant rolled back (DESIGN.md: "grant: ...
-      // committed with the real byte count, or rolled back"), so the handles the commit
+      // The exact prior state: no block, and the grant rolled back (a grant is settled with the
+      // real byte count, or given back), so the handles the commit
       // created are gone again and the ledger is where it was.
       EXPECT_TRUE(in_ranges.empty()) << where << ": a rolled-back commit left " << show(in_ranges);
       EXPECT_FALSE(mentions(t.status, "poisoned")) << where << ": " << t.status.to_string();

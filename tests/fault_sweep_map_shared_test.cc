@@ -1,5 +1,5 @@
-// Fault sweeps (DESIGN.md "Tests") of Reservation::map_shared: every driver call of the operation
-// is made to fail in turn, and the outcome checked against its contract.
+// Fault sweeps (docs/ARCHITECTURE.md "Tests") of Reservation::map_shared: every driver call of the
+// operation is made to fail in turn, and the outcome checked against its contract.
 //
 // How a sweep works and what it checks: tests/support/reservation_fault_sweep.h.
 #include <gtest/gtest.h>

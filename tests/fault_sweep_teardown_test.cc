@@ -1,4 +1,4 @@
-// Fault sweeps (DESIGN.md "Tests") of a Reservation's teardown: every driver call of the
+// Fault sweeps (docs/ARCHITECTURE.md "Tests") of a Reservation's teardown: every driver call of the
 // operation is made to fail in turn, and the outcome checked against its contract.
 //
 // How a sweep works and what it checks: tests/support/reservation_fault_sweep.h.

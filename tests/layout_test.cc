@@ -403,7 +403,7 @@ TEST(Layout, ConcurrencyWithAndWithoutSharing) {
   EXPECT_EQ(c.private_bytes, 1152 * kMiB);
   EXPECT_EQ(c.without_sharing, 26u);  // floor(40 GiB / 1.5 GiB)
   EXPECT_EQ(c.with_sharing, 35u);     // 384 MiB + 35 x 1152 MiB = 40704 MiB <= 40960 MiB
-  // DESIGN.md's 1 + floor((B - prefix) / private) would say 36, which does not fit:
+  // The shorter 1 + floor((B - prefix) / private) would say 36, which does not fit:
   EXPECT_GT(c.prefix_bytes + 36 * c.private_bytes, 40 * kGiB);
 
   // An unshareable prefix changes nothing.

@@ -1,7 +1,7 @@
-// The parity oracle on the CPU path (ENGINE.md, "Proof"): every checkpoint of tests/data/models
-// (made by scripts/make_fixtures.py with Hugging Face transformers) loaded through the config
-// parser, the safetensors reader and the weight binder, run by the CPU model with a float32
-// cache, and compared with what transformers computed:
+// The parity oracle on the CPU path (docs/ARCHITECTURE.md, "Proof: the parity oracle"): every
+// checkpoint of tests/data/models (made by scripts/make_fixtures.py with Hugging Face transformers)
+// loaded through the config parser, the safetensors reader and the weight binder, run by the CPU
+// model with a float32 cache, and compared with what transformers computed:
 //   - last-position logits of each "logits" prompt, max |ours - theirs| / max |theirs|:
 //     within 1e-4 of `last_fp32` (the checkpoint's weights computed in float32 on CPU, what
 //     this path computes, for bf16 checkpoints too); and of `last` (computed in the

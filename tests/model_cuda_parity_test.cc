@@ -1,6 +1,6 @@
-// The parity oracle on the CUDA path (ENGINE.md, "Proof"): every bf16 checkpoint of
-// tests/data/models (made by scripts/make_fixtures.py with Hugging Face transformers) loaded
-// through the config parser, the safetensors reader and the weight binder, run by the CUDA
+// The parity oracle on the CUDA path (docs/ARCHITECTURE.md, "Proof: the parity oracle"): every bf16
+// checkpoint of tests/data/models (made by scripts/make_fixtures.py with Hugging Face transformers)
+// loaded through the config parser, the safetensors reader and the weight binder, run by the CUDA
 // model in bf16 with a bf16 cache in a CUDA-driver arena, and compared with what transformers
 // computed in bf16:
 //   - last-position logits of each "logits" prompt: max |ours - theirs| / max |theirs| within

@@ -1,4 +1,4 @@
-// Model-based random test of Reservation (DESIGN.md "Tests"): long random sequences of
+// Model-based random test of Reservation (docs/ARCHITECTURE.md "Tests"): long random sequences of
 // create, commit (and commit_ranges), release, map_shared, set_access and destroy on the host
 // driver, with a fault-injecting driver failing 5% of the map, set_access, unmap, create and
 // release calls, a governor whose limit is often hit and a pool bound small enough that

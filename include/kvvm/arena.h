@@ -1,9 +1,9 @@
 // Arena: the KV cache of up to max_slots sequences in one reservation.
 //
 // Each sequence gets a slot: a fixed-stride address range, so its base address is fixed from
-// admission to release (DESIGN.md invariant 4) and kernels address it through one KvView.
-// Physical memory is committed under a slot window by window as the sequence grows; every
-// fragment of the layout grows together, as one transaction under a governor grant.
+// admission to release (invariant 4, docs/ARCHITECTURE.md "Invariants") and kernels address it
+// through one KvView. Physical memory is committed under a slot window by window as the sequence
+// grows; every fragment of the layout grows together, as one transaction under a governor grant.
 //
 // Lifecycle of a slot: free -> active (admitted, growing) -> finished (reclaimable: its
 // windows stay mapped so the next sequence admitted there needs no driver call) -> reclaimed

@@ -1,10 +1,10 @@
 // Attention over the flat KV cache: append, decode and causal prefill.
 //
 // Why these functions see only a KvView, slot ids and lengths: the arena, its windows and its
-// driver live in other layers (DESIGN.md), and a KvView's strides address every layout, so
-// one kernel per operation serves head-major, seq-major and token-major alike. A kernel never
-// reads a token at or beyond its sequence's live length: the windows there may be unmapped
-// (a read would fault) or hold an earlier occupant's bytes.
+// driver live in other layers (docs/ARCHITECTURE.md "Layers"), and a KvView's strides address every
+// layout, so one kernel per operation serves head-major, seq-major and token-major alike. A kernel
+// never reads a token at or beyond its sequence's live length: the windows there may be unmapped (a
+// read would fault) or hold an earlier occupant's bytes.
 //
 // Three implementations of each operation, with one parameter struct:
 //   - CUDA (fp16, bf16; head dim 64 or 128; fp32 accumulation): pointers are device

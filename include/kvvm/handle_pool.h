@@ -1,7 +1,7 @@
 // HandlePool: owns every physical handle of one driver, and keeps unmapped ones for reuse
 // so the hot path (commit, release) normally makes no create or release call.
 //
-// Each handle is in exactly one state (DESIGN.md invariant 2):
+// Each handle is in exactly one state (invariant 2, docs/ARCHITECTURE.md "Invariants"):
 //   pooled      unmapped, ready for the next checkout
 //   in use      checked out; mapped at `mappings` places (0 only between checkout and map)
 //   quarantined its state cannot be trusted (a release or an unmap failed): never reused,

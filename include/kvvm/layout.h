@@ -1,5 +1,5 @@
-// Layouts and their arithmetic (DESIGN.md): pure functions of a geometry, a layout, the
-// granule and the maximum context. No driver.
+// Layouts and their arithmetic (docs/ARCHITECTURE.md "Layouts and their arithmetic"): pure
+// functions of a geometry, a layout, the granule and the maximum context. No driver.
 //
 // A fragment is a piece of one sequence's KV that is contiguous in memory; every fragment
 // starts on a granule boundary of its slot, so for n live tokens
@@ -60,7 +60,7 @@ struct LayoutPlan {
 Result<LayoutPlan> plan_layout(const Geometry& geometry, Layout layout, std::uint64_t granule,
                                std::uint64_t max_context);
 
-// Whether P prefix tokens can be shared by mapping whole windows (DESIGN.md):
+// Whether P prefix tokens can be shared by mapping whole windows:
 //   fragment_bytes = P * contiguous; shareable iff fragment_bytes >= granule;
 //   shareable granules per fragment = floor(fragment_bytes / granule);
 //   mapping operations = fragments * that;
@@ -85,7 +85,7 @@ PrefixShareability prefix_shareability(const LayoutPlan& plan, std::uint64_t pre
 //   without sharing floor(B / (prefix + private));
 //   with sharing the first sequence pays prefix + private and each further one private, so
 //   1 + floor((B - prefix - private) / private) when B >= prefix + private, else 0.
-// (DESIGN.md writes 1 + floor((B - prefix) / private), which counts one sequence too many.)
+// (The shorter 1 + floor((B - prefix) / private) would count one sequence too many.)
 struct Concurrency {
   std::uint64_t per_sequence_bytes = 0;  // commit_floor(context)
   std::uint64_t prefix_bytes = 0;        // shared once

@@ -5,10 +5,10 @@
 // commit maps handles under it, release unmaps them and keeps the addresses (so the same
 // window can be committed again without reserving), and only the destructor frees the range.
 //
-// commit(offset, len) is one transaction (DESIGN.md invariant 3): it takes every handle first
-// (from the pool, else created inside the caller's grant), then maps them and sets access
-// once over the range. On any failure it unmaps this transaction's mappings in reverse order
-// and gives their handles back; a block whose unmap fails stays recorded as mapped, is
+// commit(offset, len) is one transaction (invariant 3, docs/ARCHITECTURE.md "Invariants"): it takes
+// every handle first (from the pool, else created inside the caller's grant), then maps them and
+// sets access once over the range. On any failure it unmaps this transaction's mappings in reverse
+// order and gives their handles back; a block whose unmap fails stays recorded as mapped, is
 // poisoned (its handle quarantined: never reused, still charged) and is reported as residual.
 //
 // The destructor calls the teardown synchronizer first. If that fails, nothing is unmapped,
@@ -71,7 +71,8 @@ struct Block {
   bool poisoned = false;  // an unmap failed: state unknown; never reused
 };
 
-// Process-wide counts of deliberate leaks at teardown (DESIGN.md invariant 6).
+// Process-wide counts of deliberate leaks at teardown (invariant 6, docs/ARCHITECTURE.md
+// "Invariants").
 struct TeardownStats {
   std::uint64_t leaked_reservations = 0;  // teardown synchronization failed
   std::uint64_t leaked_blocks = 0;        // left mapped (poisoned, or their unmap failed)

@@ -1,6 +1,6 @@
 // SharedPrefix: the first P tokens of a sequence, published so that other sequences map its
-// whole windows read-only instead of holding their own copies (DESIGN.md "Lifecycles",
-// invariants 1 and 5).
+// whole windows read-only instead of holding their own copies (docs/ARCHITECTURE.md
+// "Lifecycles"; invariants 1 and 5 of "Invariants").
 //
 // Publishing turns the windows lying wholly inside the prefix read-only in the publisher's
 // slot and records their handles. A sequence admitted with the prefix maps those handles

@@ -1,4 +1,4 @@
-// Layouts and their arithmetic (DESIGN.md, "Layouts and their arithmetic").
+// Layouts and their arithmetic (docs/ARCHITECTURE.md, "Layouts and their arithmetic").
 //
 // Why everything derives from (fragments, contiguous bytes per token): each fragment starts
 // on a granule boundary of its slot and fills from there, so every figure here (commit floor,
@@ -270,7 +270,7 @@ Concurrency admissible_concurrency(const LayoutPlan& plan, std::uint64_t context
   result.private_bytes = result.per_sequence_bytes - result.prefix_bytes;
   result.without_sharing = budget_bytes / result.per_sequence_bytes;
   // The first sequence pays prefix + private (= per_sequence), each further one private only:
-  // n sequences need prefix + n * private. DESIGN.md's 1 + floor((B - prefix) / private)
+  // n sequences need prefix + n * private. The shorter 1 + floor((B - prefix) / private)
   // counts one too many (B = prefix + private would admit two); this is floor((B - prefix) /
   // private), written so that it cannot go below zero.
   result.with_sharing = budget_bytes >= result.per_sequence_bytes

@@ -2,12 +2,12 @@
 // float32 accumulation, the model kernels (model_kernels.h) and the attention kernels
 // (attention.h) on one stream.
 //
-// Why everything is sized at creation: a step allocates nothing (ENGINE.md), so a decode
-// step can be captured in a CUDA graph and replayed (cuda_graphs.cc). The step's per-token and
-// per-chunk arrays (ids, positions, slots, lengths, last rows, sampling parameters) live in one
-// block of 32-bit words that the host fills in pinned memory and copies with one
-// cudaMemcpyAsync, outside any graph; the decode workspace is planned for the largest batch at
-// max_position_embeddings.
+// Why everything is sized at creation: a step allocates nothing (docs/ARCHITECTURE.md "Model
+// runtime"), so a decode step can be captured in a CUDA graph and replayed (cuda_graphs.cc). The
+// step's per-token and per-chunk arrays (ids, positions, slots, lengths, last rows, sampling
+// parameters) live in one block of 32-bit words that the host fills in pinned memory and copies
+// with one cudaMemcpyAsync, outside any graph; the decode workspace is planned for the largest
+// batch at max_position_embeddings.
 //
 // Not thread-safe: one step at a time.
 #pragma once

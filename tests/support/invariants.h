@@ -1,4 +1,5 @@
-// The invariants of DESIGN.md, checked from outside after every public call in the tests.
+// The invariants of docs/ARCHITECTURE.md "Invariants", checked from outside after every public
+// call in the tests.
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
-// The runner of the Reservation fault sweeps (DESIGN.md "Tests"): the world of one trial, the
-// content patterns written into it, the state captured before and after an operation and the
-// sweep itself.
+// The runner of the Reservation fault sweeps (docs/ARCHITECTURE.md "Tests"): the world of one
+// trial, the content patterns written into it, the state captured before and after an operation and
+// the sweep itself.
 //
 // How a sweep works: the operation runs once without faults to count the N driver calls it
 // makes; then, for each position i in 1..N, a FRESH world (its own driver, fault driver,

@@ -1,5 +1,5 @@
 // API keys: `Authorization: Bearer KEY` names a tenant, and the tenant is the prefix cache's
-// salt, so two tenants never share KV (ENGINE.md "Server").
+// salt, so two tenants never share KV (docs/ARCHITECTURE.md "Server", Tenants).
 //
 // The key file (`kvvm serve --api-keys FILE`): one key per line, "KEY TENANT" separated by
 // spaces or tabs; blank lines and lines starting with '#' are skipped. Several keys may name

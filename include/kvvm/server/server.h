@@ -1,4 +1,4 @@
-// Server: the OpenAI-compatible HTTP front of one Engine (ENGINE.md "Server").
+// Server: the OpenAI-compatible HTTP front of one Engine (docs/ARCHITECTURE.md "Server").
 //
 // POST /v1/completions, POST /v1/chat/completions (stream: true answers Server-Sent Events
 // ending in `data: [DONE]`, after a usage chunk), GET /v1/models, GET /health, GET /metrics.
