@@ -1,5 +1,5 @@
-// Server::Impl: the routes over cpp-httplib's server, the key check, the drain flag and the
-// listening lifecycle.
+// Server::Impl: cpp-httplib's server configured (sockets, timeouts, the answers it makes by
+// itself) and its listening lifecycle; the routes are routes.h's.
 #include "kvvm/server/server.h"
 
 #include <httplib.h>
@@ -8,60 +8,20 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <utility>
-#include <variant>
 
 #include "api_error.h"
 #include "completion_handler.h"
-#include "metrics.h"
-#include "openai_request.h"
-#include "openai_response.h"
+#include "routes.h"
 
 namespace kvvm::server {
 namespace {
-
-constexpr const char* kJson = "application/json";
-
-struct Route {
-  const char* path;
-  const char* method;
-};
-constexpr Route kRoutes[] = {{"/v1/completions", "POST"},
-                             {"/v1/chat/completions", "POST"},
-                             {"/v1/models", "GET"},
-                             {"/health", "GET"},
-                             {"/metrics", "GET"}};
-
-// The metrics label of a path: a route, else "other" (a client must not grow the label set).
-std::string_view endpoint_label(const std::string& path) {
-  for (const Route& route : kRoutes) {
-    if (path == route.path) return route.path;
-  }
-  return "other";
-}
-
-// The key of "Authorization: Bearer KEY" (the scheme's case is free); empty when absent.
-std::string bearer_key(const httplib::Request& req) {
-  const std::string value = req.get_header_value("Authorization");
-  constexpr std::string_view kScheme = "bearer ";
-  if (value.size() <= kScheme.size()) return "";
-  for (std::size_t i = 0; i < kScheme.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(value[i])) != kScheme[i]) return "";
-  }
-  std::string_view key = std::string_view(value).substr(kScheme.size());
-  while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.remove_prefix(1);
-  while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.remove_suffix(1);
-  return std::string(key);
-}
 
 // httplib's server, with a longer accept queue and a way to close a socket bound but never
 // served.
@@ -83,17 +43,8 @@ class HttpServer : public httplib::Server {
 
 class Server::Impl {
  public:
-  Impl(ServerDeps deps, ServerOptions options) : deps_(deps), options_(std::move(options)) {
-    created_ = std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count();
-    context_tokens_ = static_cast<std::uint32_t>(deps_.kv->options().max_context);
-    parse_context_.tokenizer = deps_.tokenizer;
-    parse_context_.chat_template = options_.chat_template;
-    parse_context_.model_name = options_.model_name;
-    parse_context_.context_tokens = context_tokens_;
-    parse_context_.vocab_size = deps_.config->vocab_size;
-    parse_context_.default_max_tokens = options_.default_max_tokens;
+  Impl(ServerDeps deps, ServerOptions options)
+      : options_(std::move(options)), routes_(deps, options_) {
     configure();
   }
 
@@ -153,8 +104,8 @@ class Server::Impl {
     return Status::Ok();
   }
 
-  void begin_drain() { draining_ = true; }
-  bool draining() const { return draining_.load(); }
+  void begin_drain() { routes_.begin_drain(); }
+  bool draining() const { return routes_.draining(); }
 
   void stop() {
     {
@@ -166,7 +117,7 @@ class Server::Impl {
     // written, or when a client that does not read reaches the write timeout.
     const auto deadline =
         std::chrono::steady_clock::now() + options_.write_timeout + std::chrono::seconds(1);
-    while (streams_in_flight_ > 0 && std::chrono::steady_clock::now() < deadline) {
+    while (routes_.streams_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     // run() may be between its check and httplib's accept loop, where httplib's stop() does
@@ -203,54 +154,7 @@ class Server::Impl {
     const auto keep_alive = std::chrono::ceil<std::chrono::seconds>(options_.keep_alive_timeout);
     http_.set_keep_alive_timeout(std::max<time_t>(1, static_cast<time_t>(keep_alive.count())));
 
-    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      generate(Endpoint::kCompletions, req, res);
-    });
-    http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      generate(Endpoint::kChat, req, res);
-    });
-    http_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!authorized(req, res)) return;
-      const nlohmann::json body = models_body(options_.model_name, created_, context_tokens_);
-      res.set_content(dump_json(body), kJson);
-    });
-    http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      res.status = draining_ ? 503 : 200;
-      res.set_content(draining_ ? R"({"status":"draining"})" : R"({"status":"ok"})", kJson);
-    });
-    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      ServerMetrics::Inputs inputs;
-      inputs.model_name = options_.model_name;
-      inputs.engine = deps_.engine->stats();
-      inputs.driver = deps_.kv->driver().counts();
-      inputs.tier = deps_.kv->governor().stats(deps_.kv->arena().tier());
-      inputs.draining = draining_;
-      res.set_content(metrics_.render(inputs), "text/plain; version=0.0.4; charset=utf-8");
-    });
-    // Anything else: 405 on a known path, 404 on an unknown one, in OpenAI's shape.
-    const auto fallback = [](const httplib::Request& req, httplib::Response& res) {
-      for (const Route& route : kRoutes) {
-        if (req.path != route.path) continue;
-        res.set_header("Allow", route.method);
-        reply_error(res, error_of(405, "invalid_request_error",
-                                  "method " + req.method + " is not allowed on " + req.path +
-                                      " (use " + route.method + ")",
-                                  "method_not_allowed"));
-        return;
-      }
-      reply_error(res, error_of(404, "not_found_error",
-                                "no such path: " + req.path +
-                                    " (kvvm serves /v1/completions, "
-                                    "/v1/chat/completions, /v1/models, "
-                                    "/health and /metrics)",
-                                "not_found"));
-    };
-    http_.Get(".*", fallback);
-    http_.Post(".*", fallback);
-    http_.Put(".*", fallback);
-    http_.Patch(".*", fallback);
-    http_.Delete(".*", fallback);
-    http_.Options(".*", fallback);
+    routes_.install(http_);
 
     // What httplib answers by itself (a malformed request, a body over the limit, an unknown
     // method) gets OpenAI's shape too; answers that already have a body keep it.
@@ -272,10 +176,6 @@ class Server::Impl {
           }
           reply_error(res, error_of(500, "server_error", "internal error: " + what, ""));
         });
-    // Counted before the answer is written (httplib runs this handler just ahead of the status
-    // line), so a client that reads /metrics right after an answer sees it counted.
-    http_.set_post_routing_handler(
-        [this](const httplib::Request& req, httplib::Response& res) { count(req, res); });
   }
 
   ApiError library_error(int status) const {
@@ -298,82 +198,9 @@ class Server::Impl {
     }
   }
 
-  // Every answer, by route and status; refusals by reason.
-  void count(const httplib::Request& req, const httplib::Response& res) {
-    const std::string_view endpoint = endpoint_label(req.path);
-    metrics_.count_response(endpoint, res.status);
-    const bool generation = endpoint == "/v1/completions" || endpoint == "/v1/chat/completions";
-    switch (res.status) {
-      case 401:
-        metrics_.count_refusal("unauthorized");
-        break;
-      case 413:
-        metrics_.count_refusal("too_large");
-        break;
-      case 429:
-        metrics_.count_refusal("overloaded");
-        break;
-      case 503:
-        if (generation) metrics_.count_refusal("draining");
-        break;
-      default:
-        if (res.status >= 400 && res.status < 500) metrics_.count_refusal("invalid");
-    }
-  }
-
-  // The tenant of the request's key (0 when no keys are configured); nullopt: answered 401.
-  std::optional<std::uint64_t> tenant_of(const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_keys.empty()) return 0;
-    const std::string key = bearer_key(req);
-    if (key.empty()) {
-      reply_error(res, error_of(401, "authentication_error",
-                                "missing API key: send the header 'Authorization: Bearer KEY'",
-                                "invalid_api_key"));
-      return std::nullopt;
-    }
-    std::optional<std::uint64_t> tenant = options_.api_keys.tenant(key);
-    if (!tenant) {
-      reply_error(res, error_of(401, "authentication_error",
-                                "unknown API key (the key is not "
-                                "in the server's key file)",
-                                "invalid_api_key"));
-    }
-    return tenant;
-  }
-  bool authorized(const httplib::Request& req, httplib::Response& res) {
-    return tenant_of(req, res).has_value();
-  }
-
-  void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
-    if (draining_) {
-      reply_error(res, error_of(503, "unavailable_error",
-                                "the server is draining: it finishes the requests it has and "
-                                "takes no new ones",
-                                "draining"));
-      return;
-    }
-    const std::optional<std::uint64_t> tenant = tenant_of(req, res);
-    if (!tenant) return;
-    std::variant<ApiRequest, ApiError> parsed = parse_request(endpoint, req.body, parse_context_);
-    if (auto* error = std::get_if<ApiError>(&parsed)) {
-      reply_error(res, *error);
-      return;
-    }
-    ApiRequest& request = std::get<ApiRequest>(parsed);
-    request.engine.tenant = *tenant;
-    answer_completion(CompletionContext{deps_.engine, &metrics_, &streams_in_flight_},
-                      std::move(request), res);
-  }
-
-  ServerDeps deps_;
   ServerOptions options_;
-  ParseContext parse_context_;
-  std::uint32_t context_tokens_ = 0;
-  std::int64_t created_ = 0;
-  ServerMetrics metrics_;
+  Routes routes_;  // before http_: httplib's handlers and streams reach into it
   HttpServer http_;
-  std::atomic<bool> draining_{false};
-  std::atomic<int> streams_in_flight_{0};
   std::atomic<std::uint16_t> port_{0};
 
   std::mutex mutex_;

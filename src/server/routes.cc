@@ -1,0 +1,229 @@
+#include "routes.h"
+
+#include <cctype>
+#include <chrono>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "api_error.h"
+#include "completion_handler.h"
+#include "openai_response.h"
+
+namespace kvvm::server {
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+// The key of "Authorization: Bearer KEY" (the scheme's case is free); empty when absent.
+std::string bearer_key(const httplib::Request& req) {
+  const std::string value = req.get_header_value("Authorization");
+  constexpr std::string_view kScheme = "bearer ";
+  if (value.size() <= kScheme.size()) return "";
+  for (std::size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(value[i])) != kScheme[i]) return "";
+  }
+  std::string_view key = std::string_view(value).substr(kScheme.size());
+  while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.remove_prefix(1);
+  while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.remove_suffix(1);
+  return std::string(key);
+}
+
+// "/a, /b and /c": every path of the table, for the 404 answer.
+std::string served_paths() {
+  const std::span<const Route> routes = Routes::table();
+  std::string paths;
+  for (std::size_t i = 0; i < routes.size(); ++i) {
+    if (i > 0) paths += i + 1 == routes.size() ? " and " : ", ";
+    paths += routes[i].path;
+  }
+  return paths;
+}
+
+// Anything no route serves: 405 on a known path, 404 on an unknown one, in OpenAI's shape.
+void answer_unrouted(const httplib::Request& req, httplib::Response& res) {
+  if (const Route* route = Routes::find(req.path)) {
+    const std::string method(method_name(route->method));
+    res.set_header("Allow", method);
+    reply_error(res, error_of(405, "invalid_request_error",
+                              "method " + req.method + " is not allowed on " + req.path + " (use " +
+                                  method + ")",
+                              "method_not_allowed"));
+    return;
+  }
+  static const std::string kServed = served_paths();
+  reply_error(
+      res, error_of(404, "not_found_error",
+                    "no such path: " + req.path + " (kvvm serves " + kServed + ")", "not_found"));
+}
+
+}  // namespace
+
+std::string_view method_name(Method method) {
+  switch (method) {
+    case Method::kGet:
+      return "GET";
+    case Method::kPost:
+      return "POST";
+  }
+  return "GET";
+}
+
+std::span<const Route> Routes::table() {
+  static constexpr Route kRoutes[] = {
+      {"/v1/completions", Method::kPost, true, &Routes::completions},
+      {"/v1/chat/completions", Method::kPost, true, &Routes::chat_completions},
+      {"/v1/models", Method::kGet, false, &Routes::models},
+      {"/health", Method::kGet, false, &Routes::health},
+      {"/metrics", Method::kGet, false, &Routes::metrics},
+  };
+  return kRoutes;
+}
+
+const Route* Routes::find(std::string_view path) {
+  for (const Route& route : table()) {
+    if (path == route.path) return &route;
+  }
+  return nullptr;
+}
+
+Routes::Routes(ServerDeps deps, const ServerOptions& options) : deps_(deps), options_(options) {
+  created_ = std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  context_tokens_ = static_cast<std::uint32_t>(deps_.kv->options().max_context);
+  parse_context_.tokenizer = deps_.tokenizer;
+  parse_context_.chat_template = options_.chat_template;
+  parse_context_.model_name = options_.model_name;
+  parse_context_.context_tokens = context_tokens_;
+  parse_context_.vocab_size = deps_.config->vocab_size;
+  parse_context_.default_max_tokens = options_.default_max_tokens;
+}
+
+void Routes::install(httplib::Server& http) {
+  for (const Route& route : table()) {
+    auto handler = [this, &route](const httplib::Request& req, httplib::Response& res) {
+      if (route.generation && draining_) {
+        reply_error(res, error_of(503, "unavailable_error",
+                                  "the server is draining: it finishes the requests it has and "
+                                  "takes no new ones",
+                                  "draining"));
+        return;
+      }
+      (this->*route.handle)(req, res);
+    };
+    const std::string path(route.path);
+    switch (route.method) {
+      case Method::kGet:
+        http.Get(path, std::move(handler));
+        break;
+      case Method::kPost:
+        http.Post(path, std::move(handler));
+        break;
+    }
+  }
+  http.Get(".*", answer_unrouted);
+  http.Post(".*", answer_unrouted);
+  http.Put(".*", answer_unrouted);
+  http.Patch(".*", answer_unrouted);
+  http.Delete(".*", answer_unrouted);
+  http.Options(".*", answer_unrouted);
+  // Counted before the answer is written (httplib runs this handler just ahead of the status
+  // line), so a client that reads /metrics right after an answer sees it counted.
+  http.set_post_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) { count(req, res); });
+}
+
+void Routes::completions(const httplib::Request& req, httplib::Response& res) {
+  generate(Endpoint::kCompletions, req, res);
+}
+
+void Routes::chat_completions(const httplib::Request& req, httplib::Response& res) {
+  generate(Endpoint::kChat, req, res);
+}
+
+void Routes::models(const httplib::Request& req, httplib::Response& res) {
+  if (!authorized(req, res)) return;
+  const nlohmann::json body = models_body(options_.model_name, created_, context_tokens_);
+  res.set_content(dump_json(body), kJson);
+}
+
+// A probe: no key needed.
+void Routes::health(const httplib::Request&, httplib::Response& res) {
+  res.status = draining_ ? 503 : 200;
+  res.set_content(draining_ ? R"({"status":"draining"})" : R"({"status":"ok"})", kJson);
+}
+
+// A probe: no key needed.
+void Routes::metrics(const httplib::Request&, httplib::Response& res) {
+  ServerMetrics::Inputs inputs;
+  inputs.model_name = options_.model_name;
+  inputs.engine = deps_.engine->stats();
+  inputs.driver = deps_.kv->driver().counts();
+  inputs.tier = deps_.kv->governor().stats(deps_.kv->arena().tier());
+  inputs.draining = draining_;
+  res.set_content(metrics_.render(inputs), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void Routes::generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  const std::optional<std::uint64_t> tenant = tenant_of(req, res);
+  if (!tenant) return;
+  std::variant<ApiRequest, ApiError> parsed = parse_request(endpoint, req.body, parse_context_);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    reply_error(res, *error);
+    return;
+  }
+  ApiRequest& request = std::get<ApiRequest>(parsed);
+  request.engine.tenant = *tenant;
+  answer_completion(CompletionContext{deps_.engine, &metrics_, &streams_in_flight_},
+                    std::move(request), res);
+}
+
+std::optional<std::uint64_t> Routes::tenant_of(const httplib::Request& req,
+                                               httplib::Response& res) {
+  if (options_.api_keys.empty()) return 0;
+  const std::string key = bearer_key(req);
+  if (key.empty()) {
+    reply_error(res, error_of(401, "authentication_error",
+                              "missing API key: send the header 'Authorization: Bearer KEY'",
+                              "invalid_api_key"));
+    return std::nullopt;
+  }
+  std::optional<std::uint64_t> tenant = options_.api_keys.tenant(key);
+  if (!tenant) {
+    reply_error(res, error_of(401, "authentication_error",
+                              "unknown API key (the key is not "
+                              "in the server's key file)",
+                              "invalid_api_key"));
+  }
+  return tenant;
+}
+
+bool Routes::authorized(const httplib::Request& req, httplib::Response& res) {
+  return tenant_of(req, res).has_value();
+}
+
+// Every answer, by route and status; refusals by reason. A path no route serves is labelled
+// "other", so a client cannot grow the label set.
+void Routes::count(const httplib::Request& req, const httplib::Response& res) {
+  const Route* route = find(req.path);
+  metrics_.count_response(route != nullptr ? route->path : "other", res.status);
+  switch (res.status) {
+    case 401:
+      metrics_.count_refusal("unauthorized");
+      break;
+    case 413:
+      metrics_.count_refusal("too_large");
+      break;
+    case 429:
+      metrics_.count_refusal("overloaded");
+      break;
+    case 503:
+      if (route != nullptr && route->generation) metrics_.count_refusal("draining");
+      break;
+    default:
+      if (res.status >= 400 && res.status < 500) metrics_.count_refusal("invalid");
+  }
+}
+
+}  // namespace kvvm::server

@@ -1,0 +1,79 @@
+// The server's routes, written once: Routes::table() lists every path with its method, its
+// handler and whether it generates. The registrations, the 404 and 405 answers, the 503 while
+// draining and the metrics' endpoint labels are all read from it, so a route added there is
+// served, listed, counted and tested with nothing else to change.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kvvm/server/server.h"
+#include "metrics.h"
+#include "openai_request.h"
+
+namespace kvvm::server {
+
+class Routes;
+
+enum class Method : std::uint8_t { kGet, kPost };
+std::string_view method_name(Method method);  // "GET", "POST"
+
+struct Route {
+  std::string_view path;  // each path once: a wrong method's 405 names this route's method
+  Method method;
+  // Generation answers 503 while the server drains (a "draining" refusal in the metrics);
+  // the probes and the model list go on answering.
+  bool generation;
+  void (Routes::*handle)(const httplib::Request&, httplib::Response&);
+};
+
+// The handlers of the routes and what they share: the parse context, the metrics, the drain
+// flag and the count of streams in flight. Thread-safe once installed.
+class Routes {
+ public:
+  // `options` outlives the routes.
+  Routes(ServerDeps deps, const ServerOptions& options);
+
+  // Every route, in the order httplib tries them.
+  static std::span<const Route> table();
+  // The route serving `path` (any method); nullptr when none does.
+  static const Route* find(std::string_view path);
+
+  // Registers every route of table(), the 404 / 405 answer for anything else, and the count
+  // of every answer.
+  void install(httplib::Server& http);
+
+  void begin_drain() { draining_ = true; }
+  bool draining() const { return draining_.load(); }
+  int streams_in_flight() const { return streams_in_flight_.load(); }
+
+ private:
+  void completions(const httplib::Request& req, httplib::Response& res);
+  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void models(const httplib::Request& req, httplib::Response& res);
+  void health(const httplib::Request& req, httplib::Response& res);
+  void metrics(const httplib::Request& req, httplib::Response& res);
+
+  void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  // The tenant of the request's key (0 when no keys are configured); nullopt: answered 401.
+  std::optional<std::uint64_t> tenant_of(const httplib::Request& req, httplib::Response& res);
+  bool authorized(const httplib::Request& req, httplib::Response& res);
+  void count(const httplib::Request& req, const httplib::Response& res);
+
+  ServerDeps deps_;
+  const ServerOptions& options_;
+  ParseContext parse_context_;
+  std::uint32_t context_tokens_ = 0;
+  std::int64_t created_ = 0;
+  ServerMetrics metrics_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int> streams_in_flight_{0};
+};
+
+}  // namespace kvvm::server
