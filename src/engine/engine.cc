@@ -1,9 +1,10 @@
-// Engine: creation (options, prefix cache, decode graphs), the calls other threads make
+// Engine: creation (options, KV manager, decode graphs), the calls other threads make
 // (submit, cancel, stats, retry_after) and the engine's own stepping thread.
 #include "kvvm/engine/engine.h"
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -32,8 +33,9 @@ std::string_view to_string(RequestEnd end) {
   return "unknown";
 }
 
-Engine::Impl::Impl(model::Model& model, KvSpace& kv, EngineOptions options, std::uint64_t context)
-    : model_(model), kv_(kv), options_(std::move(options)), context_(context) {
+Engine::Impl::Impl(model::Model& model, std::unique_ptr<KvManager> kv, EngineOptions options,
+                   std::uint64_t context)
+    : model_(model), kv_(std::move(kv)), options_(std::move(options)), context_(context) {
   const std::size_t chunks = model.limits().max_chunks;
   plan_.reserve(chunks);
   chunks_.reserve(chunks);
@@ -46,34 +48,29 @@ Engine::Impl::Impl(model::Model& model, KvSpace& kv, EngineOptions options, std:
 }
 
 Status Engine::Impl::init() {
-  if (options_.prefix_cache) {
-    PrefixCacheOptions cache_options;
-    cache_options.model_identity = options_.model_identity;
-    Result<std::unique_ptr<PrefixCache>> cache =
-        PrefixCache::create(kv_.arena(), kv_.governor(), std::move(cache_options));
-    if (!cache.ok()) return cache.status().with_context("the engine's prefix cache");
-    cache_ = std::move(cache).value();
-  }
-  if (!pad_slot_) return Status::Ok();
+  const std::optional<SlotId> pad_slot = kv_->pad_slot();
+  if (!pad_slot) return Status::Ok();
   // Graphs are an optimisation: a failed capture leaves eager steps, never a failed engine.
   std::vector<std::uint32_t> buckets = options_.graph_batch_sizes.empty()
                                            ? default_buckets(options_.max_running)
                                            : options_.graph_batch_sizes;
+  KvSpace& space = kv_->space();
   Status captured;
   {
-    auto guard = kv_.arena().begin_capture();
+    auto guard = space.arena().begin_capture();
     captured = model_.capture_decode_graphs(
         model::DecodeGraphOptions{.batch_sizes = std::move(buckets),
-                                  .kv = kv_.view(),
-                                  .pad_slot = *pad_slot_,
+                                  .kv = space.view(),
+                                  .pad_slot = *pad_slot,
                                   .max_length = static_cast<std::uint32_t>(std::min<std::uint64_t>(
                                       context_, std::numeric_limits<std::uint32_t>::max()))});
   }
   if (!captured.ok()) {
     log(LogLevel::kWarning,
         "engine: decode graphs not captured, steps run eagerly: " + captured.to_string());
-    kv_.arena().release(*pad_slot_).ignore();
-    pad_slot_.reset();
+    kv_->release_pad_slot();
+  } else {
+    graphs_captured_ = true;
   }
   graphs_ = model_.graph_stats();
   return Status::Ok();
@@ -97,7 +94,7 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
                                    " x " + str(c.head_dim));
   }
   const bool want_graphs = options.graphs && model.backend() == model::Backend::kCuda;
-  bool pad = want_graphs && kv.options().max_slots >= 2;
+  bool pad = want_graphs && kv.options().max_slots > kPadSlots;
   if (want_graphs && !pad) {
     log(LogLevel::kWarning, "engine: decode graphs off: they need a padding slot (max_slots 1)");
   }
@@ -109,16 +106,20 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
       kv.options().max_context, model.config().max_position_embeddings == 0
                                     ? kv.options().max_context
                                     : model.config().max_position_embeddings);
-  auto impl = std::make_unique<Impl>(model, kv, std::move(options), context);
+  Result<std::unique_ptr<KvManager>> manager =
+      KvManager::create(kv, KvManagerOptions{.prefix_cache = options.prefix_cache,
+                                             .model_identity = options.model_identity,
+                                             .preallocate = options.preallocate});
+  if (!manager.ok()) return manager.status();
   if (pad) {
-    Result<SlotId> slot = kv.arena().admit(1);
-    if (slot.ok()) {
-      impl->set_pad_slot(*slot);
-    } else {
+    // Before any sequence: the padding slot is the first the arena hands out.
+    if (Status reserved = (*manager)->reserve_pad_slot(); !reserved.ok()) {
       log(LogLevel::kWarning,
-          "engine: decode graphs off: no padding slot: " + slot.status().to_string());
+          "engine: decode graphs off: no padding slot: " + reserved.to_string());
     }
   }
+  auto impl =
+      std::make_unique<Impl>(model, std::move(manager).value(), std::move(options), context);
   KVVM_RETURN_IF_ERROR(impl->init());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -144,11 +145,8 @@ Engine::Impl::~Impl() {
     Result<bool> more = step();
     if (!more.ok() || !*more) break;
   }
-  if (pad_slot_) {
-    model_.release_decode_graphs();
-    kv_.arena().release(*pad_slot_).ignore();
-  }
-  cache_.reset();  // the entries' holds go back before the arena is used by anyone else
+  if (graphs_captured_) model_.release_decode_graphs();
+  kv_->release_pad_slot();  // nothing replays the graphs any more
 }
 
 Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback callback) {
@@ -294,12 +292,10 @@ EngineStats Engine::Impl::stats() const {
     s.peak_running = published_.peak_running;
     s.graphs = graphs_;
   }
-  Arena& arena = kv_.arena();
-  const TierStats tier = kv_.governor().stats(arena.tier());
-  s.kv_usage =
-      tier.limit == 0 ? 0 : static_cast<double>(tier.used) / static_cast<double>(tier.limit);
-  if (cache_) s.prefix = cache_->stats();
-  s.arena = arena.stats();
+  KvManagerStats kv = kv_->stats();
+  s.kv_usage = kv.usage;
+  s.prefix = kv.prefix;
+  s.arena = std::move(kv.arena);
   return s;
 }
 

@@ -12,12 +12,11 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <vector>
 
 #include "kvvm/engine/engine.h"
-#include "kvvm/prefix_cache.h"
+#include "kvvm/engine/kv_manager.h"
 #include "request_state.h"
 #include "retry_estimate.h"
 
@@ -25,13 +24,13 @@ namespace kvvm::engine {
 
 class Engine::Impl {
  public:
-  Impl(model::Model& model, KvSpace& kv, EngineOptions options, std::uint64_t context);
+  Impl(model::Model& model, std::unique_ptr<KvManager> kv, EngineOptions options,
+       std::uint64_t context);
   ~Impl();
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
-  // The prefix cache and the decode graphs (engine.cc).
-  void set_pad_slot(SlotId slot) { pad_slot_ = slot; }
+  // The decode graphs, over the KV manager's padding slot when it has one (engine.cc).
   Status init();
 
   Result<RequestId> submit(EngineRequest request, RequestCallback callback);
@@ -73,7 +72,8 @@ class Engine::Impl {
   void run_step(Clock::time_point now);
   // The token sampled after the request's last missing one.
   void on_sampled(RequestState& r, std::int32_t token, Clock::time_point now);
-  void after_step_cache(RequestState& r);
+  // Tells the KV manager the ids and the written tokens, so later requests may share them.
+  void publish_written(RequestState& r);
   // Moves finished requests out of the queue and the running set, runs the callbacks.
   void deliver(Clock::time_point now);
 
@@ -90,11 +90,11 @@ class Engine::Impl {
   void fill_event(const RequestState& r, RequestEvent& event) const;
 
   model::Model& model_;
-  KvSpace& kv_;
+  // Every sequence's KV goes through it, caching on or off (docs/ARCHITECTURE.md, "The KV seam").
+  const std::unique_ptr<KvManager> kv_;
   EngineOptions options_;
   const std::uint64_t context_;  // prompt + max_tokens limit
-  std::unique_ptr<PrefixCache> cache_;
-  std::optional<SlotId> pad_slot_;  // the decode graphs' padding rows write here
+  bool graphs_captured_ = false;
 
   // The stepping thread's own.
   std::deque<std::unique_ptr<RequestState>> waiting_;

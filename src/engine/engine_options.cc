@@ -37,7 +37,10 @@ Status check_buckets(const std::vector<std::uint32_t>& buckets, std::uint32_t ma
 
 Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, EngineOptions& o) {
   const model::ModelLimits& limits = model.limits();
-  const std::uint32_t slots = kv.options().max_slots - (pad ? 1 : 0);
+  const std::uint32_t slots = kv.options().max_slots - (pad ? kPadSlots : 0);
+  // A space sized for its sequences runs that many (its padding slot stays idle without graphs).
+  const std::uint32_t sequences =
+      kv.options().sequences == 0 ? slots : std::min(kv.options().sequences, slots);
   if (o.step_tokens == 0) o.step_tokens = limits.max_step_tokens;
   if (o.step_tokens == 0 || o.step_tokens > limits.max_step_tokens) {
     return Status::InvalidArgument("step_tokens " + str(o.step_tokens) +
@@ -45,7 +48,7 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
                                    str(limits.max_step_tokens) + "]");
   }
   // Every running sequence's decode token must fit a step, or the newest would starve.
-  if (o.max_running == 0) o.max_running = std::min({limits.max_chunks, slots, o.step_tokens});
+  if (o.max_running == 0) o.max_running = std::min({limits.max_chunks, sequences, o.step_tokens});
   if (o.max_running == 0) {
     return Status::InvalidArgument("max_running 0: no slot left for a sequence (max_slots " +
                                    str(kv.options().max_slots) + ")");

@@ -24,7 +24,7 @@ void Engine::Impl::end_request(RequestState& r, RequestEnd end, Status error) {
 
 void Engine::Impl::release_slot(RequestState& r) {
   if (!r.slot) return;
-  const Status released = cache_ ? cache_->release(*r.slot) : kv_.arena().release(*r.slot);
+  const Status released = kv_->release(*r.slot);
   // The request's own outcome stands. A failed release changed nothing (a fence that could
   // not be recorded leaves the slot active, holding its bytes): it is tried again after the
   // step rather than forgotten, or the slot and its budget would be lost to every later request.
@@ -38,7 +38,7 @@ void Engine::Impl::release_slot(RequestState& r) {
 
 bool Engine::Impl::retry_releases() {
   return std::erase_if(unreleased_, [&](SlotId slot) {
-           const Status released = cache_ ? cache_->release(slot) : kv_.arena().release(slot);
+           const Status released = kv_->release(slot);
            // FailedPrecondition: no active sequence there any more (quarantined): nothing to do.
            return released.ok() || released.code() == StatusCode::kFailedPrecondition;
          }) > 0;

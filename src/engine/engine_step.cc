@@ -13,11 +13,6 @@ std::string str(std::uint64_t v) { return std::to_string(v); }
 // Generated tokens a sequence gathers before their ids go to the prefix cache.
 constexpr std::uint32_t kPublishEvery = 16;
 
-// The prompt as the prefix cache spells ids (the same bits: ids are never negative).
-std::span<const TokenId> as_cache_ids(const std::int32_t* ids, std::size_t n) {
-  return {reinterpret_cast<const TokenId*>(ids), n};
-}
-
 // Moves the finished requests of `from` into `done`, keeping the order of the rest.
 template <typename Container>
 void sweep_finished(Container& from, std::vector<std::unique_ptr<RequestState>>& done) {
@@ -82,31 +77,11 @@ void Engine::Impl::take_inbox(Clock::time_point now) {
 
 void Engine::Impl::admit_waiting(Clock::time_point now) {
   admitted_this_step_ = 0;
-  Arena& arena = kv_.arena();
   while (!waiting_.empty() && running_.size() < options_.max_running) {
     RequestState& r = *waiting_.front();
-    Result<SlotId> slot = Status::Internal("not admitted");
-    std::uint64_t cached = 0;
-    if (cache_) {
-      Result<CacheAdmission> a =
-          cache_->admit(as_cache_ids(r.tokens.data(), r.tokens.size()), r.request.tenant);
-      if (a.ok()) {
-        slot = a->slot;
-        cached = a->cached_tokens;
-      } else {
-        slot = a.status();
-      }
-    } else {
-      slot = arena.admit(r.tokens.size());
-    }
-    Status refused = slot.status();
-    if (slot.ok() && options_.preallocate) {
-      refused = arena.ensure(*slot, kv_.options().max_context);
-      if (!refused.ok()) {
-        (cache_ ? cache_->release(*slot) : arena.release(*slot)).ignore();
-      }
-    }
-    if (!refused.ok()) {
+    Result<KvAdmission> admitted = kv_->admit(r.tokens, r.request.tenant);
+    if (!admitted.ok()) {
+      const Status& refused = admitted.status();
       const bool later = refused.code() == StatusCode::kResourceExhausted ||
                          refused.code() == StatusCode::kUnavailable;
       // Refused for now: it stays first in line, unless nothing running could ever make room.
@@ -119,7 +94,8 @@ void Engine::Impl::admit_waiting(Clock::time_point now) {
       waiting_.pop_front();
       continue;
     }
-    r.slot = *slot;
+    const std::uint64_t cached = admitted->cached_tokens;
+    r.slot = admitted->slot;
     r.computed = static_cast<std::uint32_t>(cached);
     r.cache_known = static_cast<std::uint32_t>(r.tokens.size());
     r.admission = ++admissions_;
@@ -179,14 +155,11 @@ bool Engine::Impl::plan_step() {
   }
   // Commit what each chunk writes. Growth refused after reclaim preempts the newest sequence
   // (possibly this one) and tries again; one that cannot fit alone fails.
-  Arena& arena = kv_.arena();
+  // (Preallocated slots grow through nothing: the KV manager answers OK at once.)
   for (Planned& p : plan_) {
-    // Preallocated slots were committed through max_context at admission, and their live
-    // length stays there: an ensure would lower it and let reclaim take the preallocation.
-    if (options_.preallocate) continue;
     while (p.request != nullptr) {
       RequestState& r = *p.request;
-      Status grown = arena.ensure(*r.slot, std::uint64_t{p.start} + p.tokens);
+      Status grown = kv_->ensure(*r.slot, std::uint64_t{p.start} + p.tokens);
       if (grown.ok()) break;
       if (grown.code() != StatusCode::kResourceExhausted) {
         end_request(r, RequestEnd::kError,
@@ -230,7 +203,7 @@ void Engine::Impl::run_step(Clock::time_point now) {
   }
   if (chunks_.empty()) return;
   const model::StepBatch batch{
-      .token_ids = ids_, .chunks = chunks_, .kv = kv_.view(), .sampling = sampling_};
+      .token_ids = ids_, .chunks = chunks_, .kv = kv_->space().view(), .sampling = sampling_};
   model::StepOutput out;
   out.sampled = sampled_.data();
   const Status ran = model_.forward(batch, out);
@@ -248,20 +221,20 @@ void Engine::Impl::run_step(Clock::time_point now) {
     r.computed += chunks_[i].tokens;
     // Prompt chunks publish at once; generated tokens a few at a time, which keeps the
     // cache's lock and key hashing off most decode steps (a window holds several tokens).
-    if (cache_ && (chunks_[i].tokens > 1 || r.computed <= r.cache_known ||
-                   r.computed - r.cache_known >= kPublishEvery)) {
-      after_step_cache(r);
+    if (chunks_[i].tokens > 1 || r.computed <= r.cache_known ||
+        r.computed - r.cache_known >= kPublishEvery) {
+      publish_written(r);
     }
     // Only a chunk that completes the known tokens samples; a mid-prompt chunk's draw is moot.
     if (r.missing() == 0) on_sampled(r, sampled_[i], now);
   }
 }
 
-void Engine::Impl::after_step_cache(RequestState& r) {
+void Engine::Impl::publish_written(RequestState& r) {
   // Generated tokens fed this step become known ids, so their windows can publish too.
   if (r.computed > r.cache_known) {
-    const Status extended = cache_->extend(
-        *r.slot, as_cache_ids(r.tokens.data() + r.cache_known, r.computed - r.cache_known));
+    const Status extended = kv_->extend(*r.slot, std::span<const std::int32_t>(r.tokens).subspan(
+                                                     r.cache_known, r.computed - r.cache_known));
     if (!extended.ok()) {
       log(LogLevel::kWarning, "engine: prefix cache extend: " + extended.to_string());
       return;
@@ -269,7 +242,7 @@ void Engine::Impl::after_step_cache(RequestState& r) {
     r.cache_known = r.computed;
   }
   // Publishing is an optimisation for later requests, never this one's failure.
-  const Status published = cache_->written(*r.slot, r.computed);
+  const Status published = kv_->written(*r.slot, r.computed);
   if (!published.ok()) {
     log(LogLevel::kWarning, "engine: prefix cache publish: " + published.to_string());
   }

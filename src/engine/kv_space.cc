@@ -3,6 +3,7 @@
 #include "kvvm/engine/kv_space.h"
 
 #include <chrono>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -75,6 +76,13 @@ Result<std::unique_ptr<KvSpace>> KvSpace::create(const model::ModelConfig& confi
     return Status::InvalidArgument(
         "max_context 0: neither the options nor the config (max_position_embeddings) give a "
         "context length");
+  }
+  if (o.sequences != 0) {
+    if (o.sequences > std::numeric_limits<std::uint32_t>::max() - kPadSlots) {
+      return Status::InvalidArgument("sequences " + std::to_string(o.sequences) +
+                                     ": no room for the padding slot in 32-bit slot ids");
+    }
+    o.max_slots = o.sequences + kPadSlots;
   }
   if (o.max_slots == 0) return Status::InvalidArgument("max_slots 0: at least one slot is needed");
 

@@ -34,7 +34,7 @@ struct RequestState {
   std::uint32_t computed = 0;        // tokens whose K/V is in the slot
   std::optional<SlotId> slot;        // while running
   std::uint64_t admission = 0;       // admission number: the highest is the newest
-  std::uint32_t cache_known = 0;     // tokens the prefix cache knows the ids of
+  std::uint32_t cache_known = 0;     // tokens the KV manager knows the ids of
   std::unique_ptr<TextStream> text;  // with a tokenizer
   bool touched = false;              // has an event this step
 

@@ -125,7 +125,7 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
     return run;
   }
   engine::KvSpaceOptions kv_options = kv;
-  kv_options.max_slots = params.batch + 1;  // one spare: the graphs' padding slot
+  kv_options.sequences = params.batch;  // the space adds the graphs' padding slot
   Result<std::unique_ptr<engine::KvSpace>> space =
       engine::KvSpace::create(model.config(), kv_options);
   if (!space.ok()) return space.status().with_context("KV space");

@@ -56,7 +56,7 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
     }
   }
   engine::KvSpaceOptions kv_options = kv;
-  kv_options.max_slots = params.max_running + 1;  // one spare: the graphs' padding slot
+  kv_options.sequences = params.max_running;  // the space adds the graphs' padding slot
   Result<std::unique_ptr<engine::KvSpace>> space =
       engine::KvSpace::create(model.config(), kv_options);
   if (!space.ok()) return space.status().with_context("KV space");

@@ -210,7 +210,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   const auto running = static_cast<std::uint32_t>(options.max_running);
   engine::KvSpaceOptions kv_options;
   kv_options.backend = model.backend();
-  kv_options.max_slots = running + 1;  // one spare: the decode graphs' padding slot
+  kv_options.sequences = running;  // the space adds the decode graphs' padding slot
   kv_options.max_context = options.max_context;
   kv_options.budget_bytes = options.kv_budget;
   Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(loaded->config, kv_options);

@@ -2,12 +2,12 @@
 //
 // Continuous batching: every step packs the decode tokens of running sequences first, then
 // prefill chunks of admitted ones, up to a token budget, and runs them as one model step.
-// Admission goes through the prefix cache (per-tenant salt: only the prompt tokens not
-// already cached are computed) and the arena under the governor; a refusal leaves the
-// request queued. The queue is bounded by count and by wait: past either, a request is
-// refused as overloaded with an estimate of when to retry. When a running sequence cannot
-// grow even after reclaim, the newest running sequence is preempted: its KV is released
-// and it is requeued to be recomputed from its prompt and the tokens it already produced
+// Admission goes through the KV manager (kv_manager.h): the prefix cache when on (per-tenant
+// salt: only the prompt tokens not already cached are computed) and the arena under the
+// governor; a refusal leaves the request queued. The queue is bounded by count and by wait: past
+// either, a request is refused as overloaded with an estimate of when to retry. When a running
+// sequence cannot grow even after reclaim, the newest running sequence is preempted: its KV is
+// released and it is requeued to be recomputed from its prompt and the tokens it already produced
 // (the counter-based sampler draws the same numbers again), so no answer is ever cut short.
 //
 // Decode-only steps replay CUDA graphs (one per batch-size bucket, captured at start under
@@ -85,8 +85,9 @@ struct RequestEvent {
 using RequestCallback = std::function<void(const RequestEvent&)>;
 
 struct EngineOptions {
-  // Sequences in a step; 0: min(model max_chunks, step_tokens, slots), less the decode graphs'
-  // padding slot when they are captured.
+  // Sequences in a step; 0: min(model max_chunks, step_tokens, the space's sequences): its
+  // KvSpaceOptions::sequences when set, else its slots less the decode graphs' padding slot
+  // when they are captured.
   std::uint32_t max_running = 0;
   std::uint32_t step_tokens = 0;    // token budget of a step; 0: the model's max_step_tokens
   std::uint32_t prefill_chunk = 0;  // tokens of one prefill chunk at most; 0: step_tokens

@@ -15,13 +15,22 @@
 
 namespace kvvm::engine {
 
+// Slots beyond the sequences: the CUDA decode graphs' padding rows write to one of their own
+// (KvManager::reserve_pad_slot). Added on every backend, so a space's slot count does not
+// depend on where it runs; a slot nobody admits into costs addresses only.
+inline constexpr std::uint32_t kPadSlots = 1;
+
 struct KvSpaceOptions {
   model::Backend backend = model::Backend::kCpu;  // kCpu: the host driver; kCuda: the CUDA one
   int device = 0;                                 // CUDA device ordinal
   DType kv_dtype = DType::kUnset;  // kUnset: fp32 on CPU, the model's compute type on CUDA
   Layout layout = Layout::kTokenMajor;
   std::uint64_t host_granule = 0;  // host driver's granule in bytes; 0: its default (a page)
+  // Slots of the arena, the padding slot included. Ignored when `sequences` is set.
   std::uint32_t max_slots = 8;
+  // Sequences meant to run at once; non-zero: the space sizes itself, max_slots becomes
+  // sequences + kPadSlots (and options() reports that).
+  std::uint32_t sequences = 0;
   std::uint64_t max_context = 0;   // tokens per slot; 0: the config's max_position_embeddings
   std::uint64_t budget_bytes = 0;  // governor budget of the tier; 0: the device's (host: 1 GiB)
   // A driver to use instead of opening one (not owned; outlives the space): a fault-injecting

@@ -1,0 +1,91 @@
+// KvManager: the one seam between the engine's scheduler and its KV, as vLLM's scheduler sees
+// one KVCacheManager and llama.cpp's context one llama_memory_i. Every sequence is admitted,
+// grown, published and released through it; whether the prefix cache shares prompts, and
+// whether slots are preallocated, is decided inside (docs/ARCHITECTURE.md, "The KV seam").
+//
+// Prefix cache on: admit() maps the longest cached chain for (prompt, tenant) and
+// extend() / written() publish finished windows for later requests. Off: admit() is the
+// arena's, nothing is ever cached, and extend() / written() do nothing. Preallocated: every
+// admission commits the space's max_context at once and ensure() does nothing after it.
+//
+// The decode graphs' padding slot is the manager's too: KvSpaceOptions::sequences sizes the
+// arena with it (kPadSlots), reserve_pad_slot() takes it before any sequence is admitted.
+//
+// Thread-safety: one scheduling thread calls everything but stats(), which any thread may call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "kvvm/arena.h"
+#include "kvvm/engine/kv_space.h"
+#include "kvvm/prefix_cache.h"
+#include "kvvm/status.h"
+
+namespace kvvm::engine {
+
+struct KvManagerOptions {
+  bool prefix_cache = true;
+  std::string model_identity;  // folded into the cache's keys
+  // Every admission commits max_context tokens and keeps them: the preallocated-KV baseline.
+  // Needs prefix_cache off (a shared window is read-only and would need an ensure to write).
+  bool preallocate = false;
+};
+
+struct KvAdmission {
+  SlotId slot = 0;
+  std::uint64_t cached_tokens = 0;  // already present: the caller computes from here on
+};
+
+struct KvManagerStats {
+  double usage = 0;         // committed KV bytes / the tier's budget
+  PrefixCacheStats prefix;  // all zero with the prefix cache off
+  ArenaStats arena;
+};
+
+class KvManager {
+ public:
+  // InvalidArgument for preallocate with the prefix cache on; the prefix cache's errors.
+  // REQUIRES: `space` outlives the manager; nothing else admits into its arena.
+  static Result<std::unique_ptr<KvManager>> create(KvSpace& space, KvManagerOptions options);
+  // Lets go of the padding slot and of every cached entry's hold.
+  ~KvManager();
+  KvManager(const KvManager&) = delete;
+  KvManager& operator=(const KvManager&) = delete;
+
+  // A sequence for `prompt` (non-empty) under tenant `salt`, with what is already cached.
+  // The arena's ResourceExhausted / Unavailable when it does not fit now; InvalidArgument for
+  // an empty prompt or one beyond the max context. Nothing is held on failure.
+  Result<KvAdmission> admit(std::span<const std::int32_t> prompt, std::uint64_t salt);
+  // The slot's first `tokens` tokens committed (growth); the arena's errors.
+  Status ensure(SlotId slot, std::uint64_t tokens);
+  // Ids of tokens generated after the prompt, so their windows can be published too.
+  Status extend(SlotId slot, std::span<const std::int32_t> ids);
+  // The sequence has written its first `tokens` tokens: completed windows are published.
+  Status written(SlotId slot, std::uint64_t tokens);
+  // The sequence is done. A failed release changed nothing: the caller may try again.
+  Status release(SlotId slot);
+
+  // The decode graphs' padding rows write to a slot of their own: one token, taken before
+  // any sequence. The arena's error when none is free.
+  Status reserve_pad_slot();
+  std::optional<SlotId> pad_slot() const { return pad_slot_; }
+  void release_pad_slot();  // once nothing replays the graphs any more
+
+  bool caching() const { return cache_ != nullptr; }
+  KvManagerStats stats() const;
+  KvSpace& space() const { return space_; }
+
+ private:
+  KvManager(KvSpace& space, KvManagerOptions options);
+
+  KvSpace& space_;
+  const KvManagerOptions options_;
+  std::unique_ptr<PrefixCache> cache_;  // null: caching off
+  std::optional<SlotId> pad_slot_;
+};
+
+}  // namespace kvvm::engine

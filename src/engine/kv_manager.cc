@@ -1,0 +1,107 @@
+// KvManager: the engine's KV seam, the arena with or without the prefix cache in front.
+#include "kvvm/engine/kv_manager.h"
+
+#include <utility>
+
+namespace kvvm::engine {
+namespace {
+
+// The prefix cache's spelling of the engine's ids (the same bits: ids are never negative).
+std::span<const TokenId> as_cache_ids(std::span<const std::int32_t> ids) {
+  return {reinterpret_cast<const TokenId*>(ids.data()), ids.size()};
+}
+
+}  // namespace
+
+KvManager::KvManager(KvSpace& space, KvManagerOptions options)
+    : space_(space), options_(std::move(options)) {}
+
+KvManager::~KvManager() {
+  release_pad_slot();
+  cache_.reset();  // the entries' holds go back before the arena is used by anyone else
+}
+
+Result<std::unique_ptr<KvManager>> KvManager::create(KvSpace& space, KvManagerOptions options) {
+  if (options.preallocate && options.prefix_cache) {
+    return Status::InvalidArgument(
+        "prefix_cache: on with preallocate (a preallocated slot never grows, so it never shares)");
+  }
+  std::unique_ptr<KvManager> manager(new KvManager(space, std::move(options)));
+  if (manager->options_.prefix_cache) {
+    PrefixCacheOptions cache_options;
+    cache_options.model_identity = manager->options_.model_identity;
+    Result<std::unique_ptr<PrefixCache>> cache =
+        PrefixCache::create(space.arena(), space.governor(), std::move(cache_options));
+    if (!cache.ok()) return cache.status().with_context("the engine's prefix cache");
+    manager->cache_ = std::move(cache).value();
+  }
+  return manager;
+}
+
+Result<KvAdmission> KvManager::admit(std::span<const std::int32_t> prompt, std::uint64_t salt) {
+  Arena& arena = space_.arena();
+  KvAdmission admission;
+  if (cache_) {
+    Result<CacheAdmission> a = cache_->admit(as_cache_ids(prompt), salt);
+    if (!a.ok()) return a.status();
+    admission.slot = a->slot;
+    admission.cached_tokens = a->cached_tokens;
+  } else {
+    Result<SlotId> slot = arena.admit(prompt.size());
+    if (!slot.ok()) return slot.status();
+    admission.slot = *slot;
+  }
+  if (options_.preallocate) {
+    const Status committed = arena.ensure(admission.slot, space_.options().max_context);
+    if (!committed.ok()) {
+      release(admission.slot).ignore();
+      return committed;
+    }
+  }
+  return admission;
+}
+
+Status KvManager::ensure(SlotId slot, std::uint64_t tokens) {
+  // Preallocated slots were committed through max_context at admission, and their live
+  // length stays there: an ensure would lower it and let reclaim take the preallocation.
+  if (options_.preallocate) return Status::Ok();
+  return space_.arena().ensure(slot, tokens);
+}
+
+Status KvManager::extend(SlotId slot, std::span<const std::int32_t> ids) {
+  return cache_ ? cache_->extend(slot, as_cache_ids(ids)) : Status::Ok();
+}
+
+Status KvManager::written(SlotId slot, std::uint64_t tokens) {
+  return cache_ ? cache_->written(slot, tokens) : Status::Ok();
+}
+
+Status KvManager::release(SlotId slot) {
+  return cache_ ? cache_->release(slot) : space_.arena().release(slot);
+}
+
+Status KvManager::reserve_pad_slot() {
+  if (pad_slot_) return Status::FailedPrecondition("reserve_pad_slot: already reserved");
+  Result<SlotId> slot = space_.arena().admit(1);
+  if (!slot.ok()) return slot.status();
+  pad_slot_ = *slot;
+  return Status::Ok();
+}
+
+void KvManager::release_pad_slot() {
+  if (!pad_slot_) return;
+  space_.arena().release(*pad_slot_).ignore();
+  pad_slot_.reset();
+}
+
+KvManagerStats KvManager::stats() const {
+  KvManagerStats s;
+  Arena& arena = space_.arena();
+  const TierStats tier = space_.governor().stats(arena.tier());
+  s.usage = tier.limit == 0 ? 0 : static_cast<double>(tier.used) / static_cast<double>(tier.limit);
+  if (cache_) s.prefix = cache_->stats();
+  s.arena = arena.stats();
+  return s;
+}
+
+}  // namespace kvvm::engine
