@@ -1,7 +1,9 @@
 // Prefix-cache lookup cost per prompt token on the host, beside hashing the same tokens with
 // SHA-256 in 16-token blocks chained through the parent digest (what vLLM recommends for
 // multi-tenant deployments) and with the bare chained XXH3-128 kvvm uses. items_per_second
-// is prompt tokens per second; docs/PERFORMANCE.md has the figures and the command.
+// is prompt tokens per second. And the cost of one eviction victim at 1k, 10k and 100k
+// cached windows: a full cache reclaims on every admission, so it must not grow with the
+// cache. docs/PERFORMANCE.md has the figures and the commands.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -96,6 +98,80 @@ void BM_Xxh3ChainHash(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * tokens));
 }
 BENCHMARK(BM_Xxh3ChainHash)->Arg(1024)->Arg(8192);
+
+// A cache of `windows` unpinned windows in chains of 64 (one 1,024-token prompt each), on a
+// one-layer, one-head, 64-wide fp16 geometry over 4 KiB host pages: 16 tokens per window, no
+// byte populated, so 100k windows cost no memory. Every slot is reclaimed afterwards, so the
+// handles are held by the cache alone and each victim gives its window back.
+struct EvictionRig {
+  static constexpr std::size_t kChainWindows = 64;
+  static constexpr std::size_t kWindowTokens = 16;
+  std::unique_ptr<Driver> driver;
+  Governor governor;
+  std::unique_ptr<HandlePool> pool;
+  std::unique_ptr<Arena> arena;
+  std::unique_ptr<PrefixCache> cache;
+
+  Status make(std::size_t windows) {
+    auto made = make_host_driver({.granule = 4096, .populate = false});
+    if (!made.ok()) return made.status();
+    driver = std::move(made).value();
+    const TierId tier = governor.add_tier("bench", 64ull << 30);
+    pool = std::make_unique<HandlePool>(*driver, PoolOptions{}, &governor, tier);
+    const Geometry geometry{.name = "one-head", .layers = 1, .kv_heads = 1, .head_dim = 64};
+    const std::size_t tokens = kChainWindows * kWindowTokens;
+    auto plan = plan_layout(geometry, Layout::kTokenMajor, driver->granule(), tokens + 16);
+    if (!plan.ok()) return plan.status();
+    auto created = Arena::create(*pool, governor, ArenaOptions{*plan, 4, tier});
+    if (!created.ok()) return created.status();
+    arena = std::move(created).value();
+    PrefixCacheOptions options;
+    options.model_identity = "one-head";
+    auto cached = PrefixCache::create(*arena, governor, options);
+    if (!cached.ok()) return cached.status();
+    cache = std::move(cached).value();
+    std::vector<TokenId> prompt(tokens + 1);
+    for (std::size_t chain = 0; chain * kChainWindows < windows; ++chain) {
+      for (std::size_t t = 0; t < prompt.size(); ++t) {
+        prompt[t] = static_cast<TokenId>(chain * prompt.size() + t);
+      }
+      auto admitted = cache->admit(prompt, 1);
+      if (!admitted.ok()) return admitted.status();
+      if (Status w = cache->written(admitted->slot, tokens); !w.ok()) return w;
+      if (Status r = cache->release(admitted->slot); !r.ok()) return r;
+    }
+    (void)arena->reclaim(~std::uint64_t{0});
+    return Status::Ok();
+  }
+};
+
+// One victim per iteration (the least recently used leaf: its window unheld, its handle given
+// back to the driver); 500 victims at every size, so the smallest cache keeps half.
+void BM_PrefixCacheEvictVictim(benchmark::State& state) {
+  const auto windows = static_cast<std::size_t>(state.range(0));
+  EvictionRig rig;
+  if (Status made = rig.make(windows); !made.ok()) {
+    return state.SkipWithError(made.message().c_str());
+  }
+  const std::uint64_t window = rig.arena->plan().fragments * rig.arena->plan().granule;
+  const std::uint64_t before = rig.cache->stats().entries;
+  for (auto _ : state) {
+    const std::uint64_t given = rig.cache->evict(window);
+    benchmark::DoNotOptimize(given);
+  }
+  const std::uint64_t evicted = before - rig.cache->stats().entries;
+  if (evicted != static_cast<std::uint64_t>(state.iterations())) {
+    return state.SkipWithError("a victim per call was not evicted");
+  }
+  state.counters["cached_windows"] = static_cast<double>(before);
+  state.SetItemsProcessed(static_cast<std::int64_t>(evicted));
+}
+BENCHMARK(BM_PrefixCacheEvictVictim)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(100000)
+    ->Iterations(500)
+    ->Unit(benchmark::kMicrosecond);
 
 #if defined(KVVM_HAS_OPENSSL)
 // SHA-256 over (parent digest, 16 token ids) per block, as vLLM's sha256 block hashing.

@@ -196,6 +196,43 @@ TYPED_TEST(PrefixCacheTest, EvictionTakesLeastRecentlyUsedLeavesFirstAndNeverPin
   EXPECT_EQ(testing::check_invariants(this->world()), "");
 }
 
+// The order is by last use, not by when an entry became evictable: the chain used first goes
+// first even when it was released last, and a parent becomes a leaf when its last child goes.
+TYPED_TEST(PrefixCacheTest, EvictionFollowsLastUseNotReleaseOrder) {
+  this->make_budget(4096, 0);
+  PrefixCache& cache = this->make_cache(8, 16);
+  const std::uint64_t pw = this->per_window();
+  const std::uint64_t g = this->arena_->plan().granule;
+  const auto first_ids = this->prompt(4 * pw, 51);
+  const auto second_ids = this->prompt(4 * pw, 52);
+  const CacheAdmission first = this->run_prompt(first_ids, 0);
+  const CacheAdmission second = this->run_prompt(second_ids, 0);
+  ASSERT_TRUE(cache.release(second.slot).ok());
+  ASSERT_TRUE(cache.release(first.slot).ok());
+  ASSERT_EQ(cache.stats().entries, 8u);
+  ASSERT_EQ(cache.stats().pinned_bytes, 0u);
+
+  // Two windows: the first chain's leaf, then its parent (older than every second-chain entry).
+  EXPECT_EQ(cache.evict(2 * g), 2 * g);
+  auto probe_first = first_ids;
+  probe_first.push_back(1);
+  auto probe_second = second_ids;
+  probe_second.push_back(1);
+  EXPECT_EQ(cache.lookup(probe_first, 0), 2 * pw);
+  EXPECT_EQ(cache.lookup(probe_second, 0), 4 * pw);
+
+  // A hit makes the first chain's remaining windows the newest: the second chain goes next.
+  const CacheAdmission again = this->run_prompt(probe_first, 0);
+  EXPECT_EQ(again.cached_tokens, 2 * pw);
+  ASSERT_TRUE(cache.release(again.slot).ok());
+  const std::uint64_t entries = cache.stats().entries;
+  EXPECT_EQ(cache.evict(g), g);
+  EXPECT_EQ(cache.stats().entries, entries - 1);
+  EXPECT_EQ(cache.lookup(probe_second, 0), 3 * pw);
+  EXPECT_EQ(cache.lookup(probe_first, 0), 4 * pw) << "republished by the hit, then kept";
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
 TYPED_TEST(PrefixCacheTest, BudgetPressureEvictsBeforeAnAdmissionIsRefused) {
   this->make_budget(24, 0);  // 24 windows in all
   PrefixCache& cache = this->make_cache(8, 20);

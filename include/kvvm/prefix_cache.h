@@ -1,7 +1,7 @@
-// PrefixCache: automatic prefix sharing over an Arena (DESIGN.md "Prefix cache keys",
-// "Lifecycles"), as vLLM, SGLang and TensorRT-LLM do on paged blocks, but on virtual memory:
-// a hit maps the cached windows read-only at the start of the new sequence's slot, so its
-// KV stays one flat range and no byte is copied.
+// PrefixCache: automatic prefix sharing over an Arena (docs/ARCHITECTURE.md "Prefix cache
+// keys", "Lifecycles"), as vLLM, SGLang and TensorRT-LLM do on paged blocks, but on virtual
+// memory: a hit maps the cached windows read-only at the start of the new sequence's slot, so
+// its KV stays one flat range and no byte is copied.
 //
 // Keys: one per window of a sequence, chained: key_w = hash(key_{w-1}, the ids of the tokens
 // whose bytes fall in window w); the model identity and a tenant salt are folded into the root.
@@ -18,7 +18,11 @@
 // Eviction: entries mapped by active sequences are pinned. Unpinned entries stay cached and
 // are evicted least recently used first, leaves before their parents, when the governor's
 // reclaim hook asks for memory (registered on the arena's tier, so it runs before any
-// admission is refused) or when reset() drops them all (a weight update).
+// admission is refused) or when reset() drops them all (a weight update). The evictable
+// leaves (no pin, no child) are kept ordered by last use as entries are pinned, unpinned,
+// gain or lose children, so a victim costs O(log n) whatever the cache holds: once the cache
+// is full every admission reclaims, and a scan of every entry per reclaim made a server slow
+// down in proportion to its cache.
 //
 // Isolation: different salts never share (the salt is folded into the first key); with
 // `enabled` false nothing is published and every lookup misses. docs/SECURITY.md explains the
@@ -34,6 +38,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -126,7 +131,10 @@ class PrefixCache {
     std::uint32_t pins = 0;           // active sequences mapping it
     std::uint32_t children = 0;       // entries whose parent this is
     std::uint64_t last_used = 0;
+    bool evictable = false;  // in evictable_: no pin and no child
   };
+  // Evictable leaves, least recently used first (ticks are unique).
+  using LeafOrder = std::set<std::pair<std::uint64_t, Entry*>>;
   struct KeyHash {
     std::size_t operator()(const CacheKey& key) const { return key.low ^ (key.high * 31); }
   };
@@ -148,8 +156,12 @@ class PrefixCache {
   // The verified chain of entries for the sequence's windows, cut to the last-token rule and
   // a token boundary; `collided` says whether a key matched with other ids. REQUIRES mutex_.
   std::vector<Entry*> match_locked(const Sequence& sequence, bool* collided) const;
-  // REQUIRES mutex_ held.
+  // Every change of an entry's pins, children or last use goes through these, so evictable_
+  // holds exactly the entries with no pin and no child. REQUIRES mutex_ held.
+  void pin(Entry* entry);
   void unpin(Entry* entry);
+  void add_child(Entry* parent);
+  void update_evictable(Entry* entry);
   void drop_locked(Entry* entry, std::vector<HandleInfo>& unheld);
 
   Arena& arena_;
@@ -160,6 +172,8 @@ class PrefixCache {
   mutable std::mutex mutex_;
   std::unordered_map<CacheKey, std::unique_ptr<Entry>, KeyHash> entries_;
   std::unordered_map<SlotId, Sequence> sequences_;
+  LeafOrder evictable_;
+  std::uint64_t pinned_entries_ = 0;  // entries with at least one pin
   std::uint64_t tick_ = 0;
   PrefixCacheStats counters_;
   Governor::Registration reclaimer_;

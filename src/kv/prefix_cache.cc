@@ -154,10 +154,7 @@ Result<CacheAdmission> PrefixCache::admit(std::span<const TokenId> prompt, std::
     matched = match_locked(sequence, &collided);
     if (collided) ++counters_.collisions;
     cached_tokens = matched.size() * plan.granule / plan.contiguous_bytes_per_token;
-    for (Entry* entry : matched) {
-      ++entry->pins;
-      entry->last_used = ++tick_;
-    }
+    for (Entry* entry : matched) pin(entry);
   }
 
   Result<SlotId> slot = Status::Internal("unset");
@@ -262,9 +259,8 @@ Status PrefixCache::written(SlotId slot, std::uint64_t tokens) {
       entry->handles.push_back((*sealed)[f * count + (w - from)]);
       to_hold.push_back(entry->handles.back().handle);
     }
-    entry->pins = 1;
-    entry->last_used = ++tick_;
-    if (parent != nullptr) ++parent->children;
+    pin(entry.get());
+    if (parent != nullptr) add_child(parent);
     sequence.pinned.push_back(entry.get());
     entries_.emplace(key, std::move(entry));
     ++counters_.published_windows;
@@ -275,8 +271,35 @@ Status PrefixCache::written(SlotId slot, std::uint64_t tokens) {
   return Status::Ok();
 }
 
+void PrefixCache::pin(Entry* entry) {
+  if (entry->evictable) {
+    evictable_.erase({entry->last_used, entry});
+    entry->evictable = false;
+  }
+  if (entry->pins++ == 0) ++pinned_entries_;
+  entry->last_used = ++tick_;
+}
+
 void PrefixCache::unpin(Entry* entry) {
-  if (entry->pins > 0) --entry->pins;
+  if (entry->pins == 0) return;
+  if (--entry->pins == 0) --pinned_entries_;
+  update_evictable(entry);
+}
+
+void PrefixCache::add_child(Entry* parent) {
+  ++parent->children;
+  update_evictable(parent);
+}
+
+void PrefixCache::update_evictable(Entry* entry) {
+  const bool leaf = entry->pins == 0 && entry->children == 0;
+  if (leaf == entry->evictable) return;
+  if (leaf) {
+    evictable_.emplace(entry->last_used, entry);
+  } else {
+    evictable_.erase({entry->last_used, entry});
+  }
+  entry->evictable = leaf;
 }
 
 Status PrefixCache::release(SlotId slot, Stream stream) {
@@ -293,7 +316,12 @@ Status PrefixCache::release(SlotId slot, Stream stream) {
 
 void PrefixCache::drop_locked(Entry* entry, std::vector<HandleInfo>& unheld) {
   unheld.insert(unheld.end(), entry->handles.begin(), entry->handles.end());
-  if (entry->parent != nullptr) --entry->parent->children;
+  if (entry->evictable) evictable_.erase({entry->last_used, entry});
+  if (entry->pins > 0) --pinned_entries_;
+  if (Entry* parent = entry->parent; parent != nullptr) {
+    --parent->children;
+    update_evictable(parent);
+  }
   counters_.evicted_bytes += entry->handles.size() * arena_.plan().granule;
   ++counters_.evictions;
   entries_.erase(entry->key);
@@ -303,39 +331,15 @@ std::uint64_t PrefixCache::evict(std::uint64_t bytes) {
   HandlePool& pool = arena_.pool();
   const std::uint64_t released_before = pool.released_bytes();
   const auto given_back = [&] { return pool.released_bytes() - released_before; };
-  // The evictable leaves, least recently used on top, found once per call: a parent is used
-  // before its children on every hit (smaller tick), so when a leaf goes its parent, now a
-  // leaf, joins the heap and comes next if it is the oldest. Candidates are re-checked when
-  // popped (the lock is dropped between victims).
-  using Candidate = std::pair<std::uint64_t, CacheKey>;
-  const auto newer = [](const Candidate& a, const Candidate& b) { return a.first > b.first; };
-  std::vector<Candidate> heap;
-  {
-    std::lock_guard lock(mutex_);
-    for (const auto& [key, entry] : entries_) {
-      if (entry->pins == 0 && entry->children == 0) heap.emplace_back(entry->last_used, key);
-    }
-  }
-  std::make_heap(heap.begin(), heap.end(), newer);
-  while (given_back() < bytes && !heap.empty()) {
+  // One victim per lock: the scheduler's admissions wait on mutex_, and the pool's calls
+  // below reach the driver. A parent left childless joins evictable_ in drop_locked, by its
+  // own last use (a parent is used before its children on every hit, so it is older).
+  while (given_back() < bytes) {
     std::vector<HandleInfo> unheld;
     {
       std::lock_guard lock(mutex_);
-      std::pop_heap(heap.begin(), heap.end(), newer);
-      const Candidate candidate = heap.back();
-      heap.pop_back();
-      auto it = entries_.find(candidate.second);
-      if (it == entries_.end()) continue;
-      Entry* victim = it->second.get();
-      if (victim->pins > 0 || victim->children > 0 || victim->last_used != candidate.first) {
-        continue;  // used or given a child since: no longer the oldest leaf
-      }
-      Entry* parent = victim->parent;
-      drop_locked(victim, unheld);
-      if (parent != nullptr && parent->pins == 0 && parent->children == 0) {
-        heap.emplace_back(parent->last_used, parent->key);
-        std::push_heap(heap.begin(), heap.end(), newer);
-      }
+      if (evictable_.empty()) break;
+      drop_locked(evictable_.begin()->second, unheld);
     }
     for (const HandleInfo& handle : unheld) pool.unhold(handle.handle);
     if (given_back() < bytes) pool.trim(bytes - given_back());
@@ -348,16 +352,9 @@ std::uint64_t PrefixCache::reset() {
   std::uint64_t dropped = 0;
   {
     std::lock_guard lock(mutex_);
-    for (bool again = true; again;) {
-      again = false;
-      for (auto it = entries_.begin(); it != entries_.end();) {
-        Entry* entry = (it++)->second.get();
-        if (entry->pins == 0 && entry->children == 0) {
-          drop_locked(entry, unheld);
-          ++dropped;
-          again = true;
-        }
-      }
+    while (!evictable_.empty()) {
+      drop_locked(evictable_.begin()->second, unheld);
+      ++dropped;
     }
   }
   for (const HandleInfo& handle : unheld) arena_.pool().unhold(handle.handle);
@@ -369,10 +366,8 @@ PrefixCacheStats PrefixCache::stats() const {
   PrefixCacheStats stats = counters_;
   const std::uint64_t window_bytes = arena_.plan().fragments * arena_.plan().granule;
   stats.entries = entries_.size();
-  for (const auto& [key, entry] : entries_) {
-    stats.cached_bytes += window_bytes;
-    if (entry->pins > 0) stats.pinned_bytes += window_bytes;
-  }
+  stats.cached_bytes = stats.entries * window_bytes;
+  stats.pinned_bytes = pinned_entries_ * window_bytes;
   return stats;
 }
 
