@@ -33,17 +33,16 @@
 //
 // Thread-safety: admit / ensure / finish / reclaim may be called from any thread (one
 // scheduler owns the sequences; the governor may call reclaim from another); per-slot work is
-// serialized by the slot's busy flag, and no driver call is made while mutex_ is held.
+// serialized by the slot's busy flag, and no driver call is made while the arena's lock is
+// held.
+//
+// This header is the contract; the slot table and the parts behind it are in src/kv
+// (arena_state.h, prefix_sharing.h).
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <string_view>
 #include <vector>
 
 #include "kvvm/driver.h"
@@ -57,9 +56,7 @@
 
 namespace kvvm {
 
-class CommitAhead;
-class CopyOnWrite;
-class DummyTail;
+struct ArenaState;
 
 struct ArenaOptions {
   LayoutPlan plan;  // geometry, layout, granule (must equal the driver's), context
@@ -195,11 +192,11 @@ class Arena {
 
   Address slot_base(SlotId slot) const;
   std::uint64_t tokens(SlotId slot) const;
-  KvView view() const { return options_.plan.view(reservation_->base()); }
-  const LayoutPlan& plan() const { return options_.plan; }
-  HandlePool& pool() const { return pool_; }
-  TierId tier() const { return options_.tier; }
-  const Reservation& reservation() const { return *reservation_; }
+  KvView view() const;
+  const LayoutPlan& plan() const;
+  HandlePool& pool() const;
+  TierId tier() const;
+  const Reservation& reservation() const;
   // Every reservation the arena holds: the slots', the copy-on-write windows and the dummy's
   // home (if any) (for tests that account for every mapping).
   std::vector<const Reservation*> reservations() const;
@@ -209,183 +206,10 @@ class Arena {
   void wait_until_idle();
 
  private:
-  // kQuarantined: an unmap under the slot failed (poisoned windows): never admitted again.
-  enum class SlotState { kFree, kActive, kFinished, kQuarantined };
-  struct Slot {
-    SlotState state = SlotState::kFree;
-    std::uint64_t tokens = 0;      // live length
-    std::uint64_t windows = 0;     // committed windows per fragment, from the start
-    bool busy = false;             // a commit or unmap of this slot is in flight (a SlotClaim)
-    bool shrinking = false;        // ... and it is an unmap (reclaim), which may take windows
-                                   // the live length needs; a commit only ever adds windows
-    std::uint64_t last_used = 0;   // tick of the last admit / ensure / finish
-    Fence fence = 0;               // recorded at finish; 0: none pending
-    bool ahead_stalled = false;    // the worker could not commit ahead; retried on growth
-    std::uint64_t dummy_from = 0;  // windows [dummy_from, dummy_to) of every fragment are
-    std::uint64_t dummy_to = 0;    // mapped to the dummy tail page
-    std::uint64_t occupancy = 0;   // admission number of the sequence here (0: none yet)
-    // readonly[w]: window w is mapped read-only in some fragment (shared or published); a
-    // write there must go through make_writable(). Empty when the slot has none.
-    std::vector<bool> readonly;
-    // Prefixes whose boundary bytes this sequence holds intact (a source for new sharers).
-    std::vector<std::weak_ptr<const SharedPrefix>> sourcing;
-  };
-  // Holds a slot's busy flag and gives it back on every path (src/kv/slot_claim.h).
-  class SlotClaim;
-  // What stats() reports about the slots, kept as they change so stats() does no per-slot or
-  // per-block work. Windows are per fragment.
-  struct SlotTotals {
-    std::uint64_t committed_windows = 0;  // every slot
-    std::uint64_t active_windows = 0;
-    std::uint64_t finished_windows = 0;
-    std::uint64_t live_tokens = 0;       // active slots
-    std::uint64_t readonly_windows = 0;  // active slots
-    std::uint64_t dummy_windows = 0;     // every slot
-    std::uint64_t active = 0;
-    std::uint64_t finished = 0;
-    std::uint64_t quarantined = 0;
-    // Adds (sign > 0) or takes out (sign < 0) one slot's share.
-    void add(const Slot& slot, int sign);
-  };
-  // Every change to a slot's state, tokens, windows, read-only flags or dummy range happens
-  // while one lives: it takes the slot out of the totals and puts it back as it is when the
-  // edit ends. Never nested for one slot. REQUIRES mutex_ held for its whole life.
-  class SlotEdit {
-   public:
-    SlotEdit(Arena& arena, Slot& slot) : totals_(arena.totals_), slot_(slot) {
-      totals_.add(slot_, -1);
-    }
-    SlotEdit(const SlotEdit&) = delete;
-    SlotEdit& operator=(const SlotEdit&) = delete;
-    ~SlotEdit() { totals_.add(slot_, +1); }
+  explicit Arena(std::unique_ptr<ArenaState> state);
 
-   private:
-    SlotTotals& totals_;
-    Slot& slot_;
-  };
-
-  Arena(HandlePool& pool, Governor& governor, ArenaOptions options,
-        std::unique_ptr<Reservation> reservation, std::unique_ptr<DummyTail> dummy,
-        std::unique_ptr<CopyOnWrite> cow);
-
-  // Admission and growth (arena.cc).
-  // InvalidArgument "WHAT of slot N: the arena has M slots" for a slot beyond the table.
-  Status check_slot(std::string_view what, SlotId slot) const;
-  // The slot admit() fills: the finished slot whose mapped windows best fit `needed`, else a
-  // free one; nullopt when neither is idle. REQUIRES mutex_ held.
-  std::optional<SlotId> best_admission_slot(std::uint64_t needed) const;
-  // Commits what a slot claimed for admission lacks and covers its padded tail; on failure
-  // records what the failure left (quarantine, or mapped windows of a finished slot).
-  // REQUIRES the slot claimed and mutex_ not held.
-  Status fill_admitted(SlotId slot, SlotState previous, std::uint64_t have, std::uint64_t needed,
-                       std::uint64_t tokens);
-  // A new sequence of `tokens` starts in the slot. REQUIRES mutex_ held, inside a SlotEdit.
-  void start_sequence(Slot& slot, std::uint64_t tokens);
-  // The slot's live length becomes `tokens` (its windows are mapped). REQUIRES mutex_ held,
-  // inside a SlotEdit.
-  void note_growth(Slot& slot, std::uint64_t tokens);
-  // ensure()'s slow path with the slot claimed and `lock` released: copy-on-write of `shared`,
-  // windows [have, needed), then the outcome published; ends the claim before dropping the
-  // boundary sources the rewritten windows invalidate.
-  Status grow_claimed(SlotClaim& claim, std::unique_lock<std::mutex>& lock, SlotId slot,
-                      std::uint64_t tokens, std::uint64_t have, std::uint64_t needed,
-                      const std::vector<std::uint64_t>& shared, Stream stream);
-  // Copy-on-write of `shared`, then windows [have, needed). `made_writable` receives the
-  // windows made writable.
-  Status write_and_grow(SlotId slot, const std::vector<std::uint64_t>& shared, std::uint64_t have,
-                        std::uint64_t needed, Stream stream,
-                        std::vector<std::uint64_t>& made_writable);
-  // After a failed write_and_grow: whether the slot can no longer be trusted (a poisoned block,
-  // or the window whose copy-on-write failed left unmapped). REQUIRES mutex_ not held.
-  bool broken_after(SlotId slot, const std::vector<std::uint64_t>& shared,
-                    std::size_t made_writable) const;
-
-  // Mapping under the slots (arena.cc).
-  // Ranges of windows [from, to) of every fragment of the slot.
-  std::vector<Range> window_ranges(SlotId slot, std::uint64_t from, std::uint64_t to) const;
-  // Commits windows [from, to) of the slot under a fresh grant, replacing dummy windows in the
-  // way (mapped back on failure). REQUIRES the slot claimed and mutex_ not held.
-  Status commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
-                        std::chrono::milliseconds wait);
-  // Unmaps windows [from, to) of a claimed slot; REQUIRES mutex_ not held.
-  Status release_windows(SlotId slot, std::uint64_t from, std::uint64_t to);
-  // True when a block under the slot is poisoned. REQUIRES mutex_ not held.
-  bool has_poison(SlotId slot) const;
-  void note_latency(std::chrono::steady_clock::duration elapsed);
-
-  // Dummy tail (arena_tail.cc).
-  std::uint64_t padded_windows() const;
-  // Maps the dummy over the slot's uncovered windows from `from` up to the padded length and
-  // records the dummy range. REQUIRES the slot claimed and mutex_ not held.
-  Status cover_tail(SlotId slot, std::uint64_t from);
-
-  // Reclamation (arena_reclaim.cc).
-  // Unmaps what the slot does not need (all of a finished slot once its fence completed;
-  // the commit-ahead windows of an active one); returns the bytes unmapped (0 when the slot
-  // is busy, during capture, or its fence is pending). REQUIRES mutex_ not held.
-  std::uint64_t unmap_slot(SlotId slot);
-  // Whether the slot's fence (if any) completed; destroys it once it has. REQUIRES the slot
-  // claimed and mutex_ not held.
-  bool fence_completed(SlotId slot);
-
-  // Commit-ahead (arena_ahead.cc).
-  // The windows per fragment the worker wants for a slot. REQUIRES mutex_ held.
-  std::uint64_t ahead_target(const Slot& slot) const;
-  // The worker, with hooks that pick the slot furthest behind its target, commit its lead
-  // without waiting for budget, and publish the outcome.
-  std::unique_ptr<CommitAhead> start_commit_ahead();
-
-  // Sharing (arena_share.cc).
-  friend class SharedPrefix;
-  // Whether the slot still holds the sequence admitted as `occupancy` (a boundary source).
-  bool source_valid(SlotId slot, std::uint64_t occupancy) const;
-  Status check_compatible(const SharedPrefix& prefix, std::string_view what) const;
-  // Read-only windows [0, floor(tokens * contiguous / granule)) of an active slot become a
-  // prefix (possibly of no whole window, for fork). `newly` receives the windows this call
-  // turned read-only.
-  Result<std::shared_ptr<SharedPrefix>> publish_windows(SlotId slot, std::uint64_t tokens,
-                                                        std::vector<std::uint64_t>* newly);
-  // Makes windows read-write again in every fragment (undoing a publish no one used).
-  void restore_writable(SlotId slot, const std::vector<std::uint64_t>& windows);
-  // Claims an empty slot (free, or a finished one unmapped for the purpose): its busy flag is
-  // set for the caller to adopt into a SlotClaim.
-  Result<SlotId> take_empty_slot(std::string_view what);
-  // Maps the prefix, commits windows up to `tokens`, copies the boundary; all or nothing.
-  // REQUIRES the slot claimed and empty, mutex_ not held.
-  Status install_prefix(SlotId slot, const SharedPrefix& prefix, std::uint64_t tokens,
-                        Stream stream);
-  // Copies the prefix's boundary bytes into the slot from a sequence that holds them intact.
-  Status copy_boundary(SlotId slot, const SharedPrefix& prefix, Stream stream);
-  // Window w of every fragment becomes read-write: copied into a private handle when others
-  // map it, switched in place when this is the only mapping. REQUIRES the slot claimed.
-  Status make_writable(SlotId slot, std::uint64_t window, Stream stream);
-  // The read-only windows that writing tokens [from, to) of the slot would touch.
-  // REQUIRES mutex_ held.
-  std::vector<std::uint64_t> readonly_written(const Slot& slot, std::uint64_t from,
-                                              std::uint64_t to) const;
-  // Drops the slot from the prefixes it is a boundary source for (those of more than
-  // `keep_below` tokens). REQUIRES mutex_ not held.
-  void drop_sources(SlotId slot, std::uint64_t keep_below);
-
-  HandlePool& pool_;
-  Governor& governor_;
-  const ArenaOptions options_;
-  std::unique_ptr<Reservation> reservation_;
-  std::unique_ptr<DummyTail> dummy_;  // null: no dummy tail page
-  std::unique_ptr<CopyOnWrite> cow_;  // one scratch lane per slot
-
-  mutable std::mutex mutex_;  // guards slots_, counters, capture_depth_; leaf with respect to
-                              // the driver (never held across a driver call)
-  std::condition_variable changed_;
-  std::vector<Slot> slots_;
-  std::uint64_t tick_ = 0;
-  std::uint64_t occupancies_ = 0;
-  int capture_depth_ = 0;
-  ArenaStats counters_;  // the counters; the slot figures come from totals_
-  SlotTotals totals_;
-
-  Governor::Registration reclaimer_;
-  std::unique_ptr<CommitAhead> ahead_;  // null without commit-ahead; stopped first
+  // Everything the arena holds and does behind this contract (src/kv/arena_state.h).
+  std::unique_ptr<ArenaState> state_;
 };
 
 }  // namespace kvvm

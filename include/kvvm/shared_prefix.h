@@ -14,6 +14,10 @@
 // one of its windows is still mapped somewhere with the content it had when published; once
 // all users have gone (or a window was rewritten in place by its last user) admission with it
 // is refused with FailedPrecondition, never served from memory that was reused since.
+//
+// It knows nothing of arenas: what it needs from the ones that hold its boundary bytes is one
+// question (BoundaryHolder::holds), so the arena's sharing and the prefix depend on each other
+// only through this header.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +25,11 @@
 #include <mutex>
 #include <vector>
 
+#include "kvvm/driver.h"
 #include "kvvm/handle_pool.h"
 #include "kvvm/layout.h"
 
 namespace kvvm {
-
-class Arena;
 
 struct SharedPrefixInfo {
   std::uint64_t tokens = 0;                // P
@@ -36,8 +39,26 @@ struct SharedPrefixInfo {
   std::uint64_t boundary_bytes = 0;        // what each sharer copies privately, all fragments
 };
 
+// What keeps sequences that may hold a prefix's boundary bytes (an arena's slot table). It
+// must drop itself from every prefix it was added to before it goes.
+class BoundaryHolder {
+ public:
+  // Whether `slot` still holds, active, the sequence admitted there as `occupancy`.
+  virtual bool holds(std::uint32_t slot, std::uint64_t occupancy) const = 0;
+
+ protected:
+  ~BoundaryHolder() = default;
+};
+
 class SharedPrefix : public std::enable_shared_from_this<SharedPrefix> {
  public:
+  // The prefix whose windows are `handles` ([fragment * windows_per_fragment + window], each
+  // with the pool epoch it had when sealed) in a layout `plan` of `pool`. With boundary bytes
+  // it is usable only once a source is added.
+  static std::shared_ptr<SharedPrefix> create(const HandlePool& pool, LayoutPlan plan,
+                                              SharedPrefixInfo info,
+                                              std::vector<HandleInfo> handles);
+
   const SharedPrefixInfo& info() const { return info_; }
   const LayoutPlan& plan() const { return plan_; }
   // True while every shared window's handle is still mapped with its published content (the
@@ -45,24 +66,26 @@ class SharedPrefix : public std::enable_shared_from_this<SharedPrefix> {
   // still holds them intact to copy from.
   bool usable() const;
 
- private:
-  friend class Arena;
-  friend class PrefixCache;  // builds a prefix from cached windows (no boundary bytes)
+  // What an arena mapping the prefix uses.
+  const HandlePool& pool() const { return *pool_; }
+  const std::vector<HandleInfo>& handles() const { return handles_; }
   // Where sharers copy the boundary bytes from: an active sequence whose first P tokens are
   // intact (the publisher, or a sharer that has not rewound below P since).
   struct Source {
-    const Arena* arena = nullptr;
+    const BoundaryHolder* holder = nullptr;
     std::uint32_t slot = 0;
     std::uint64_t occupancy = 0;  // the slot's admission number: a later sequence there differs
+    Address base = 0;             // the slot's first byte
   };
+  void add_source(Source source) const;
+  void drop_source(const BoundaryHolder* holder, std::uint32_t slot) const;
+  std::vector<Source> sources() const;
 
+ private:
   SharedPrefix(const HandlePool& pool, LayoutPlan plan, SharedPrefixInfo info,
                std::vector<HandleInfo> handles)
       : pool_(&pool), plan_(std::move(plan)), info_(info), handles_(std::move(handles)) {}
   bool windows_intact() const;
-  void add_source(Source source) const;
-  void drop_source(const Arena* arena, std::uint32_t slot) const;
-  std::vector<Source> sources() const;
 
   const HandlePool* pool_;
   const LayoutPlan plan_;

@@ -173,8 +173,8 @@ Result<CacheAdmission> PrefixCache::admit(std::span<const TokenId> prompt, std::
     info.fragments = plan.fragments;
     info.windows_per_fragment = k;
     info.shared_bytes = plan.fragments * k * plan.granule;
-    std::shared_ptr<SharedPrefix> prefix(
-        new SharedPrefix(arena_.pool(), plan, info, std::move(handles)));
+    std::shared_ptr<SharedPrefix> prefix =
+        SharedPrefix::create(arena_.pool(), plan, info, std::move(handles));
     slot = arena_.admit_shared(*prefix, prompt.size(), stream);
   }
   std::lock_guard lock(mutex_);

@@ -6,9 +6,15 @@
 
 #include <algorithm>
 
-#include "kvvm/arena.h"
-
 namespace kvvm {
+
+std::shared_ptr<SharedPrefix> SharedPrefix::create(const HandlePool& pool, LayoutPlan plan,
+                                                   SharedPrefixInfo info,
+                                                   std::vector<HandleInfo> handles) {
+  // The constructor is private (a prefix lives in a shared_ptr: enable_shared_from_this).
+  return std::shared_ptr<SharedPrefix>(
+      new SharedPrefix(pool, std::move(plan), info, std::move(handles)));
+}
 
 bool SharedPrefix::windows_intact() const {
   for (const HandleInfo& recorded : handles_) {
@@ -26,7 +32,7 @@ bool SharedPrefix::usable() const {
   if (info_.boundary_bytes == 0) return true;
   const std::vector<Source> list = sources();
   return std::any_of(list.begin(), list.end(), [](const Source& source) {
-    return source.arena->source_valid(source.slot, source.occupancy);
+    return source.holder->holds(source.slot, source.occupancy);
   });
 }
 
@@ -35,9 +41,9 @@ void SharedPrefix::add_source(Source source) const {
   sources_.push_back(source);
 }
 
-void SharedPrefix::drop_source(const Arena* arena, std::uint32_t slot) const {
+void SharedPrefix::drop_source(const BoundaryHolder* holder, std::uint32_t slot) const {
   std::lock_guard lock(mutex_);
-  std::erase_if(sources_, [&](const Source& s) { return s.arena == arena && s.slot == slot; });
+  std::erase_if(sources_, [&](const Source& s) { return s.holder == holder && s.slot == slot; });
 }
 
 std::vector<SharedPrefix::Source> SharedPrefix::sources() const {

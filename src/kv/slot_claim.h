@@ -1,4 +1,4 @@
-// Arena::SlotClaim: a slot's busy flag held for the length of one operation, given back on
+// SlotClaim: an arena slot's busy flag held for the length of one operation, given back on
 // every path (early returns included), so no branch clears it by hand.
 //
 // A claim remembers the lock it was taken under: it ends under that lock if the lock is held
@@ -8,22 +8,22 @@
 
 #include <mutex>
 
-#include "kvvm/arena.h"
+#include "kv/arena_state.h"
 
 namespace kvvm {
 
-class Arena::SlotClaim {
+class SlotClaim {
  public:
   // Waits while another call holds the slot, then claims it. REQUIRES `lock` held (on
   // arena.mutex_).
-  static SlotClaim take(Arena& arena, SlotId slot, std::unique_lock<std::mutex>& lock) {
-    Slot& s = arena.slots_[slot];
+  static SlotClaim take(ArenaState& arena, SlotId slot, std::unique_lock<std::mutex>& lock) {
+    ArenaState::Slot& s = arena.slots_[slot];
     arena.changed_.wait(lock, [&] { return !s.busy; });
     s.busy = true;
     return SlotClaim(arena, slot, lock);
   }
   // Adopts a claim already made (busy set under `lock`), e.g. by take_empty_slot().
-  static SlotClaim adopt(Arena& arena, SlotId slot, std::unique_lock<std::mutex>& lock) {
+  static SlotClaim adopt(ArenaState& arena, SlotId slot, std::unique_lock<std::mutex>& lock) {
     return SlotClaim(arena, slot, lock);
   }
 
@@ -41,7 +41,7 @@ class Arena::SlotClaim {
     if (arena_ == nullptr) return;
     const bool held = lock_->owns_lock();
     if (!held) lock_->lock();
-    Slot& s = arena_->slots_[slot_];
+    ArenaState::Slot& s = arena_->slots_[slot_];
     s.busy = false;
     s.shrinking = false;
     if (!held) lock_->unlock();
@@ -50,10 +50,10 @@ class Arena::SlotClaim {
   }
 
  private:
-  SlotClaim(Arena& arena, SlotId slot, std::unique_lock<std::mutex>& lock)
+  SlotClaim(ArenaState& arena, SlotId slot, std::unique_lock<std::mutex>& lock)
       : arena_(&arena), slot_(slot), lock_(&lock) {}
 
-  Arena* arena_;
+  ArenaState* arena_;
   SlotId slot_;
   std::unique_lock<std::mutex>* lock_;
 };

@@ -1,5 +1,4 @@
-// Arena sharing (see arena.h and shared_prefix.h): publish, admission with a shared prefix,
-// fork, rewind, and copy-on-write.
+// PrefixSharing: see prefix_sharing.h.
 //
 // Why windows and not tokens: the hardware protects whole granules, so only the windows lying
 // wholly inside a prefix can be mapped read-only into several slots; the bytes of the prefix in
@@ -9,30 +8,33 @@
 //
 // Copy-on-write of one granule (in place, or through a scratch window) is CopyOnWrite's; this
 // file decides which windows need it and keeps the slots' read-only flags.
+#include "kv/prefix_sharing.h"
+
 #include <algorithm>
 #include <optional>
 #include <string>
 
-#include "kv/arena_detail.h"
 #include "kv/copy_on_write.h"
 #include "kv/slot_claim.h"
-#include "kvvm/arena.h"
 
 namespace kvvm {
 namespace {
 
 using detail::slot_text;
+using Slot = ArenaState::Slot;
+using SlotEdit = ArenaState::SlotEdit;
+using SlotState = ArenaState::SlotState;
 
 }  // namespace
 
-bool Arena::source_valid(SlotId slot, std::uint64_t occupancy) const {
-  std::lock_guard lock(mutex_);
-  return slot < slots_.size() && slots_[slot].state == SlotState::kActive &&
-         slots_[slot].occupancy == occupancy;
+bool PrefixSharing::holds(std::uint32_t slot, std::uint64_t occupancy) const {
+  std::lock_guard lock(state_.mutex_);
+  return slot < state_.slots_.size() && state_.slots_[slot].state == SlotState::kActive &&
+         state_.slots_[slot].occupancy == occupancy;
 }
 
-Status Arena::check_compatible(const SharedPrefix& prefix, std::string_view what) const {
-  const LayoutPlan& mine = options_.plan;
+Status PrefixSharing::check_compatible(const SharedPrefix& prefix, std::string_view what) const {
+  const LayoutPlan& mine = state_.options_.plan;
   const LayoutPlan& theirs = prefix.plan();
   const std::string head = std::string(what) + ": the prefix was published by an arena with ";
   if (theirs.granule != mine.granule) {
@@ -52,7 +54,7 @@ Status Arena::check_compatible(const SharedPrefix& prefix, std::string_view what
         " bytes per token, " + std::to_string(mine.fragments) + " fragment(s) of " +
         std::to_string(mine.fragment_stride) + " bytes)");
   }
-  if (prefix.pool_ != &pool_) {
+  if (&prefix.pool() != &state_.pool_) {
     return Status::InvalidArgument(head +
                                    "another handle pool (another driver or device): its "
                                    "handles cannot be mapped here");
@@ -60,11 +62,11 @@ Status Arena::check_compatible(const SharedPrefix& prefix, std::string_view what
   return Status::Ok();
 }
 
-std::vector<std::uint64_t> Arena::readonly_written(const Slot& slot, std::uint64_t from,
-                                                   std::uint64_t to) const {
+std::vector<std::uint64_t> PrefixSharing::readonly_written(const Slot& slot, std::uint64_t from,
+                                                           std::uint64_t to) const {
   std::vector<std::uint64_t> windows;
   if (slot.readonly.empty() || to <= from) return windows;
-  const LayoutPlan& plan = options_.plan;
+  const LayoutPlan& plan = state_.options_.plan;
   const std::uint64_t first = from * plan.contiguous_bytes_per_token / plan.granule;
   const std::uint64_t end =
       std::min<std::uint64_t>(plan.windows_per_fragment(to), slot.readonly.size());
@@ -74,11 +76,11 @@ std::vector<std::uint64_t> Arena::readonly_written(const Slot& slot, std::uint64
   return windows;
 }
 
-void Arena::drop_sources(SlotId slot, std::uint64_t keep_below) {
+void PrefixSharing::drop_sources(SlotId slot, std::uint64_t keep_below) {
   std::vector<std::shared_ptr<const SharedPrefix>> dropped;
   {
-    std::lock_guard lock(mutex_);
-    auto& list = slots_[slot].sourcing;
+    std::lock_guard lock(state_.mutex_);
+    auto& list = state_.slots_[slot].sourcing;
     for (auto it = list.begin(); it != list.end();) {
       std::shared_ptr<const SharedPrefix> prefix = it->lock();
       if (!prefix || prefix->info().tokens > keep_below) {
@@ -92,49 +94,27 @@ void Arena::drop_sources(SlotId slot, std::uint64_t keep_below) {
   for (const auto& prefix : dropped) prefix->drop_source(this, slot);
 }
 
-Status Arena::rewind(SlotId id, std::uint64_t tokens) {
-  KVVM_RETURN_IF_ERROR(check_slot("rewind", id));
-  {
-    std::lock_guard lock(mutex_);
-    Slot& slot = slots_[id];
-    if (slot.state != SlotState::kActive) {
-      return Status::FailedPrecondition("rewind of " + slot_text(id) +
-                                        ": no active sequence there");
-    }
-    if (tokens > slot.tokens) {
-      return Status::InvalidArgument("rewind of " + slot_text(id) + " to " +
-                                     std::to_string(tokens) + " tokens: it holds only " +
-                                     std::to_string(slot.tokens));
-    }
-    SlotEdit edit(*this, slot);
-    slot.tokens = tokens;
-    slot.last_used = ++tick_;
-  }
-  // Tokens below a prefix's length will be rewritten: this sequence no longer holds that
-  // prefix's boundary bytes for new sharers.
-  drop_sources(id, tokens);
-  return Status::Ok();
-}
-
-Result<std::shared_ptr<SharedPrefix>> Arena::publish(SlotId id, std::uint64_t prefix_tokens) {
-  KVVM_RETURN_IF_ERROR(check_slot("publish", id));
-  const PrefixShareability share = prefix_shareability(options_.plan, prefix_tokens);
-  if (prefix_tokens > 0 && prefix_tokens <= options_.plan.max_context && !share.shareable) {
+Result<std::shared_ptr<SharedPrefix>> PrefixSharing::publish(SlotId id,
+                                                             std::uint64_t prefix_tokens) {
+  KVVM_RETURN_IF_ERROR(state_.check_slot("publish", id));
+  const PrefixShareability share = prefix_shareability(state_.options_.plan, prefix_tokens);
+  if (prefix_tokens > 0 && prefix_tokens <= state_.options_.plan.max_context && !share.shareable) {
     return Status::FailedPrecondition("publish of " + std::to_string(prefix_tokens) +
                                       " tokens of " + slot_text(id) + ": " + share.refusal_reason);
   }
   return publish_windows(id, prefix_tokens, nullptr);
 }
 
-Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t from, std::uint64_t to,
-                                                    std::vector<std::uint64_t>* newly) {
+Result<std::vector<HandleInfo>> PrefixSharing::seal_windows(SlotId id, std::uint64_t from,
+                                                            std::uint64_t to,
+                                                            std::vector<std::uint64_t>* newly) {
   const std::string what = "sealing windows [" + std::to_string(from) + ", " + std::to_string(to) +
                            ") of " + slot_text(id);
-  if (id >= slots_.size() || from > to) {
+  if (id >= state_.slots_.size() || from > to) {
     return Status::InvalidArgument(what + ": no such slot or range");
   }
-  std::unique_lock lock(mutex_);
-  Slot& slot = slots_[id];
+  std::unique_lock lock(state_.mutex_);
+  Slot& slot = state_.slots_[id];
   if (slot.state != SlotState::kActive) {
     return Status::FailedPrecondition(what + ": no active sequence there");
   }
@@ -142,8 +122,8 @@ Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t fro
     return Status::InvalidArgument(what + ": only " + std::to_string(slot.windows) +
                                    " window(s) per fragment are committed");
   }
-  if (capture_depth_ > 0) return Status::Unavailable(what + " refused during graph capture");
-  SlotClaim claim = SlotClaim::take(*this, id, lock);
+  if (state_.capture_depth_ > 0) return Status::Unavailable(what + " refused during graph capture");
+  SlotClaim claim = SlotClaim::take(state_, id, lock);
   if (slot.state != SlotState::kActive) {
     return Status::FailedPrecondition(what + ": the slot was quarantined meanwhile");
   }
@@ -155,13 +135,13 @@ Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t fro
 
   Status made = Status::Ok();
   std::vector<HandleInfo> handles;
-  handles.reserve(options_.plan.fragments * (to - from));
+  handles.reserve(state_.options_.plan.fragments * (to - from));
   if (to > from) {
-    for (const Range& range : window_ranges(id, from, to)) {
-      made = reservation_->set_access(range.offset, range.len, Access::kReadOnly);
+    for (const Range& range : state_.window_ranges(id, from, to)) {
+      made = state_.reservation_->set_access(range.offset, range.len, Access::kReadOnly);
       if (!made.ok()) break;
-      for (const Block& block : reservation_->blocks_in(range.offset, range.len)) {
-        Result<HandleInfo> info = pool_.describe(block.handle);
+      for (const Block& block : state_.reservation_->blocks_in(range.offset, range.len)) {
+        Result<HandleInfo> info = state_.pool_.describe(block.handle);
         if (!info.ok()) {
           made = info.status();
           break;
@@ -176,20 +156,20 @@ Result<std::vector<HandleInfo>> Arena::seal_windows(SlotId id, std::uint64_t fro
     return made.with_context(what);
   }
   lock.lock();
-  SlotEdit edit(*this, slot);
+  SlotEdit edit(state_, slot);
   if (slot.readonly.size() < to) slot.readonly.resize(to, false);
   for (std::uint64_t w = from; w < to; ++w) slot.readonly[w] = true;
   if (newly != nullptr) *newly = std::move(turned);
   return handles;
 }
 
-Result<std::shared_ptr<SharedPrefix>> Arena::publish_windows(SlotId id, std::uint64_t tokens,
-                                                             std::vector<std::uint64_t>* newly) {
-  const LayoutPlan& plan = options_.plan;
+Result<std::shared_ptr<SharedPrefix>> PrefixSharing::publish_windows(
+    SlotId id, std::uint64_t tokens, std::vector<std::uint64_t>* newly) {
+  const LayoutPlan& plan = state_.options_.plan;
   const std::string what = "publish of " + std::to_string(tokens) + " tokens of " + slot_text(id);
   {
-    std::lock_guard lock(mutex_);
-    const Slot& slot = slots_[id];
+    std::lock_guard lock(state_.mutex_);
+    const Slot& slot = state_.slots_[id];
     if (slot.state != SlotState::kActive) {
       return Status::FailedPrecondition(what + ": no active sequence there");
     }
@@ -209,76 +189,44 @@ Result<std::shared_ptr<SharedPrefix>> Arena::publish_windows(SlotId id, std::uin
   info.shared_bytes = plan.fragments * windows * plan.granule;
   info.boundary_bytes =
       plan.fragments * (tokens * plan.contiguous_bytes_per_token - windows * plan.granule);
-  std::shared_ptr<SharedPrefix> prefix(
-      new SharedPrefix(pool_, plan, info, std::move(handles).value()));
-  std::lock_guard lock(mutex_);
-  Slot& slot = slots_[id];
-  prefix->add_source({this, id, slot.occupancy});
+  std::shared_ptr<SharedPrefix> prefix =
+      SharedPrefix::create(state_.pool_, plan, info, std::move(handles).value());
+  std::lock_guard lock(state_.mutex_);
+  Slot& slot = state_.slots_[id];
+  prefix->add_source({this, id, slot.occupancy, state_.slot_base(id)});
   slot.sourcing.push_back(prefix);
-  ++counters_.published_prefixes;
+  ++state_.counters_.published_prefixes;
   return prefix;
 }
 
-void Arena::restore_writable(SlotId id, const std::vector<std::uint64_t>& windows) {
+void PrefixSharing::restore_writable(SlotId id, const std::vector<std::uint64_t>& windows) {
   // Best effort: a window that stays read-only is still correct (a later write copies it or
   // switches it in place), so the flags follow what the table says afterwards.
-  const LayoutPlan& plan = options_.plan;
+  const LayoutPlan& plan = state_.options_.plan;
   for (std::uint64_t w : windows) {
-    for (const Range& range : window_ranges(id, w, w + 1)) {
-      const auto blocks = reservation_->blocks_in(range.offset, range.len);
+    for (const Range& range : state_.window_ranges(id, w, w + 1)) {
+      const auto blocks = state_.reservation_->blocks_in(range.offset, range.len);
       if (!blocks.empty() && blocks.front().access == Access::kReadOnly) {
-        (void)reservation_->set_access(range.offset, plan.granule, Access::kReadWrite);
+        (void)state_.reservation_->set_access(range.offset, plan.granule, Access::kReadWrite);
       }
     }
   }
-  std::lock_guard lock(mutex_);
-  Slot& slot = slots_[id];
-  SlotEdit edit(*this, slot);
+  std::lock_guard lock(state_.mutex_);
+  Slot& slot = state_.slots_[id];
+  SlotEdit edit(state_, slot);
   for (std::uint64_t w : windows) {
     bool readonly = false;
-    for (const Range& range : window_ranges(id, w, w + 1)) {
-      const auto blocks = reservation_->blocks_in(range.offset, range.len);
+    for (const Range& range : state_.window_ranges(id, w, w + 1)) {
+      const auto blocks = state_.reservation_->blocks_in(range.offset, range.len);
       readonly = readonly || (!blocks.empty() && blocks.front().access == Access::kReadOnly);
     }
     if (w < slot.readonly.size()) slot.readonly[w] = readonly;
   }
 }
 
-Result<SlotId> Arena::take_empty_slot(std::string_view what) {
-  std::unique_lock lock(mutex_);
-  if (capture_depth_ > 0) {
-    return Status::Unavailable(std::string(what) + " refused during graph capture");
-  }
-  for (SlotId id = 0; id < slots_.size(); ++id) {
-    if (slots_[id].state == SlotState::kFree && !slots_[id].busy) {
-      slots_[id].busy = true;
-      return id;
-    }
-  }
-  // No free slot: empty the least recently used finished one whose fence completed.
-  std::vector<SlotId> finished;
-  for (SlotId id = 0; id < slots_.size(); ++id) {
-    if (slots_[id].state == SlotState::kFinished && !slots_[id].busy) finished.push_back(id);
-  }
-  std::sort(finished.begin(), finished.end(),
-            [&](SlotId a, SlotId b) { return slots_[a].last_used < slots_[b].last_used; });
-  lock.unlock();
-  for (SlotId id : finished) {
-    (void)unmap_slot(id);
-    lock.lock();
-    if (slots_[id].state == SlotState::kFree && !slots_[id].busy) {
-      slots_[id].busy = true;
-      return id;
-    }
-    lock.unlock();
-  }
-  return Status::Unavailable(std::string(what) + ": all " + std::to_string(slots_.size()) +
-                             " slots hold sequences (or finished ones still being read)");
-}
-
-Status Arena::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_t tokens,
-                             Stream stream) {
-  const LayoutPlan& plan = options_.plan;
+Status PrefixSharing::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_t tokens,
+                                     Stream stream) {
+  const LayoutPlan& plan = state_.options_.plan;
   const SharedPrefixInfo& info = prefix.info();
   const std::uint64_t k = info.windows_per_fragment;
   const std::uint64_t needed = plan.windows_per_fragment(tokens);
@@ -288,12 +236,12 @@ Status Arena::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_
   for (std::uint64_t f = 0; f < plan.fragments && status.ok(); ++f) {
     for (std::uint64_t w = 0; w < k && status.ok(); ++w) {
       const std::size_t at = id * plan.slot_stride + f * plan.fragment_stride + w * plan.granule;
-      status = reservation_->map_shared(at, prefix.handles_[f * k + w], Access::kReadOnly);
+      status = state_.reservation_->map_shared(at, prefix.handles()[f * k + w], Access::kReadOnly);
       if (status.ok()) mapped.push_back(at);
     }
   }
   const auto unmap_shared = [&] {
-    for (std::size_t at : mapped) (void)reservation_->release(at, plan.granule);  // poisons
+    for (std::size_t at : mapped) (void)state_.reservation_->release(at, plan.granule);  // poisons
   };
   if (!status.ok()) {
     unmap_shared();
@@ -301,14 +249,14 @@ Status Arena::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_
   }
   // 2. Private windows for the rest, under a grant for those bytes only.
   if (needed > k) {
-    status = commit_windows(id, k, needed, options_.budget_wait);
+    status = state_.commit_windows(id, k, needed, state_.options_.budget_wait);
     if (!status.ok()) {
       unmap_shared();
       return status;
     }
   }
   const auto undo_all = [&] {
-    if (needed > k) (void)release_windows(id, k, needed);
+    if (needed > k) (void)state_.release_windows(id, k, needed);
     unmap_shared();
   };
   // 3. The boundary: the prefix's bytes in window k of each fragment.
@@ -320,8 +268,8 @@ Status Arena::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_
     }
   }
   // 4. The padded tail, as for any admission.
-  if (padded_windows() > 0) {
-    status = cover_tail(id, std::max(k, needed));
+  if (state_.padded_windows() > 0) {
+    status = state_.cover_tail(id, std::max(k, needed));
     if (!status.ok()) {
       undo_all();
       return status.with_context("mapping the dummy tail page");
@@ -330,16 +278,16 @@ Status Arena::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_
   return Status::Ok();
 }
 
-Status Arena::copy_boundary(SlotId id, const SharedPrefix& prefix, Stream stream) {
+Status PrefixSharing::copy_boundary(SlotId id, const SharedPrefix& prefix, Stream stream) {
   // From a sequence that holds the bytes intact, on the caller's stream; waited for, because
   // the source may leave as soon as this returns.
-  const LayoutPlan& plan = options_.plan;
+  const LayoutPlan& plan = state_.options_.plan;
   const SharedPrefixInfo& info = prefix.info();
   const std::uint64_t k = info.windows_per_fragment;
   const std::uint64_t boundary = info.boundary_bytes / plan.fragments;
   std::optional<SharedPrefix::Source> source;
   for (const SharedPrefix::Source& candidate : prefix.sources()) {
-    if (candidate.arena->source_valid(candidate.slot, candidate.occupancy)) {
+    if (candidate.holder->holds(candidate.slot, candidate.occupancy)) {
       source = candidate;
       break;
     }
@@ -350,30 +298,30 @@ Status Arena::copy_boundary(SlotId id, const SharedPrefix& prefix, Stream stream
         "rewound below " +
         std::to_string(info.tokens) + " tokens)");
   }
-  const Address from = source->arena->slot_base(source->slot);
-  const Address to = slot_base(id);
+  const Address from = source->base;
+  const Address to = state_.slot_base(id);
   Status status = Status::Ok();
   for (std::uint64_t f = 0; f < plan.fragments && status.ok(); ++f) {
     const std::uint64_t at = f * plan.fragment_stride + k * plan.granule;
-    status = pool_.driver().copy(to + at, from + at, boundary, stream);
+    status = state_.pool_.driver().copy(to + at, from + at, boundary, stream);
   }
   if (status.ok()) {
-    Result<Fence> fence = pool_.driver().record_fence(stream);
+    Result<Fence> fence = state_.pool_.driver().record_fence(stream);
     status = fence.status();
     if (fence.ok()) {
-      status = pool_.driver().wait_fence(*fence);
-      (void)pool_.driver().destroy_fence(*fence);
+      status = state_.pool_.driver().wait_fence(*fence);
+      (void)state_.pool_.driver().destroy_fence(*fence);
     }
   }
   if (!status.ok()) return status.with_context("copying the prefix's boundary bytes");
-  std::lock_guard lock(mutex_);
-  counters_.boundary_copy_bytes += info.boundary_bytes;
+  std::lock_guard lock(state_.mutex_);
+  state_.counters_.boundary_copy_bytes += info.boundary_bytes;
   return Status::Ok();
 }
 
-Result<SlotId> Arena::admit_shared(const SharedPrefix& prefix, std::uint64_t tokens,
-                                   Stream stream) {
-  const LayoutPlan& plan = options_.plan;
+Result<SlotId> PrefixSharing::admit_shared(const SharedPrefix& prefix, std::uint64_t tokens,
+                                           Stream stream) {
+  const LayoutPlan& plan = state_.options_.plan;
   const std::uint64_t p = prefix.info().tokens;
   const std::string what =
       "admit of " + std::to_string(tokens) + " tokens sharing a prefix of " + std::to_string(p);
@@ -388,34 +336,34 @@ Result<SlotId> Arena::admit_shared(const SharedPrefix& prefix, std::uint64_t tok
                                       ": the prefix is no longer usable (every sequence that "
                                       "mapped it has gone, or none holds its boundary bytes)");
   }
-  Result<SlotId> taken = take_empty_slot(what);
+  Result<SlotId> taken = state_.take_empty_slot(what);
   if (!taken.ok()) return taken.status();
   const SlotId id = *taken;
-  std::unique_lock lock(mutex_, std::defer_lock);
-  SlotClaim claim = SlotClaim::adopt(*this, id, lock);
+  std::unique_lock lock(state_.mutex_, std::defer_lock);
+  SlotClaim claim = SlotClaim::adopt(state_, id, lock);
   Status installed = install_prefix(id, prefix, tokens, stream);
-  const bool poisoned = !installed.ok() && has_poison(id);
+  const bool poisoned = !installed.ok() && state_.has_poison(id);
   lock.lock();
-  Slot& slot = slots_[id];
-  SlotEdit edit(*this, slot);
+  Slot& slot = state_.slots_[id];
+  SlotEdit edit(state_, slot);
   if (!installed.ok()) {
-    if (installed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
+    if (installed.code() == StatusCode::kResourceExhausted) ++state_.counters_.refusals;
     if (poisoned) slot.state = SlotState::kQuarantined;
     return installed.with_context(what + " into " + slot_text(id));
   }
   const std::uint64_t k = prefix.info().windows_per_fragment;
   slot.windows = std::max(k, plan.windows_per_fragment(tokens));
-  start_sequence(slot, tokens);
+  state_.start_sequence(slot, tokens);
   slot.readonly.assign(k, true);
   slot.sourcing.push_back(prefix.weak_from_this());
-  prefix.add_source({this, id, slot.occupancy});
-  ++counters_.admissions;
-  ++counters_.shared_admissions;
+  prefix.add_source({this, id, slot.occupancy, state_.slot_base(id)});
+  ++state_.counters_.admissions;
+  ++state_.counters_.shared_admissions;
   return id;
 }
 
-Result<SlotId> Arena::fork(SlotId parent, std::uint64_t position, Stream stream) {
-  KVVM_RETURN_IF_ERROR(check_slot("fork", parent));
+Result<SlotId> PrefixSharing::fork(SlotId parent, std::uint64_t position, Stream stream) {
+  KVVM_RETURN_IF_ERROR(state_.check_slot("fork", parent));
   const std::string what =
       "fork of " + slot_text(parent) + " at position " + std::to_string(position);
   std::vector<std::uint64_t> turned;
@@ -425,25 +373,25 @@ Result<SlotId> Arena::fork(SlotId parent, std::uint64_t position, Stream stream)
   if (!child.ok()) {
     // Nothing changed: the parent's windows that this fork made read-only become writable.
     restore_writable(parent, turned);
-    std::lock_guard lock(mutex_);
-    --counters_.published_prefixes;
+    std::lock_guard lock(state_.mutex_);
+    --state_.counters_.published_prefixes;
     return child.status().with_context(what);
   }
-  std::lock_guard lock(mutex_);
-  --counters_.published_prefixes;  // a fork's prefix is not a published one
-  ++counters_.forks;
+  std::lock_guard lock(state_.mutex_);
+  --state_.counters_.published_prefixes;  // a fork's prefix is not a published one
+  ++state_.counters_.forks;
   return child;
 }
 
-Status Arena::make_writable(SlotId id, std::uint64_t window, Stream stream) {
-  for (const Range& range : window_ranges(id, window, window + 1)) {
+Status PrefixSharing::make_writable(SlotId id, std::uint64_t window, Stream stream) {
+  for (const Range& range : state_.window_ranges(id, window, window + 1)) {
     Result<CopyOnWrite::Outcome> made =
-        cow_->make_writable(*reservation_, range.offset, id, stream);
+        state_.cow_->make_writable(*state_.reservation_, range.offset, id, stream);
     if (!made.ok())
       return made.status().with_context(slot_text(id) + ": window " + std::to_string(window));
-    std::lock_guard lock(mutex_);
-    if (*made == CopyOnWrite::Outcome::kInPlace) ++counters_.cow_in_place;
-    if (*made == CopyOnWrite::Outcome::kCopied) ++counters_.cow_copies;
+    std::lock_guard lock(state_.mutex_);
+    if (*made == CopyOnWrite::Outcome::kInPlace) ++state_.counters_.cow_in_place;
+    if (*made == CopyOnWrite::Outcome::kCopied) ++state_.counters_.cow_copies;
   }
   return Status::Ok();
 }

@@ -1,0 +1,70 @@
+// PrefixSharing: an arena's sharing decisions (see arena.h and shared_prefix.h): which windows
+// of a prefix can be shared, sealing them read-only and publishing them as a SharedPrefix,
+// mapping a prefix read-only into a slot with the boundary copy, fork, and copy-on-write of the
+// read-only windows a write touches. It keeps the slots' read-only flags and which sequences
+// hold which prefixes' boundary bytes (it is the BoundaryHolder the prefixes ask).
+//
+// It works on its arena's slot table (ArenaState, which owns it) under the same pattern and
+// locks as the rest of the arena: sharing is bound up with the slots, but what it decides is
+// its own. A SharedPrefix sees it only through BoundaryHolder.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "kv/arena_state.h"
+#include "kvvm/shared_prefix.h"
+#include "kvvm/status.h"
+
+namespace kvvm {
+
+class PrefixSharing final : public BoundaryHolder {
+ public:
+  explicit PrefixSharing(ArenaState& state) : state_(state) {}
+  PrefixSharing(const PrefixSharing&) = delete;
+  PrefixSharing& operator=(const PrefixSharing&) = delete;
+
+  // Whether the slot still holds, active, the sequence admitted as `occupancy` (a boundary
+  // source).
+  bool holds(std::uint32_t slot, std::uint64_t occupancy) const override;
+
+  // The public operations, as Arena describes them.
+  Result<std::shared_ptr<SharedPrefix>> publish(SlotId slot, std::uint64_t prefix_tokens);
+  Result<std::vector<HandleInfo>> seal_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
+                                               std::vector<std::uint64_t>* newly);
+  Result<SlotId> admit_shared(const SharedPrefix& prefix, std::uint64_t tokens, Stream stream);
+  Result<SlotId> fork(SlotId parent, std::uint64_t position, Stream stream);
+
+  // Copy-on-write, for growth. The read-only windows that writing tokens [from, to) of the
+  // slot would touch. REQUIRES the arena's mutex_ held.
+  std::vector<std::uint64_t> readonly_written(const ArenaState::Slot& slot, std::uint64_t from,
+                                              std::uint64_t to) const;
+  // Window w of every fragment becomes read-write: copied into a private handle when others
+  // map it, switched in place when this is the only mapping. REQUIRES the slot claimed.
+  Status make_writable(SlotId slot, std::uint64_t window, Stream stream);
+  // Drops the slot from the prefixes it is a boundary source for (those of more than
+  // `keep_below` tokens). REQUIRES the arena's mutex_ not held.
+  void drop_sources(SlotId slot, std::uint64_t keep_below);
+
+ private:
+  Status check_compatible(const SharedPrefix& prefix, std::string_view what) const;
+  // Read-only windows [0, floor(tokens * contiguous / granule)) of an active slot become a
+  // prefix (possibly of no whole window, for fork). `newly` receives the windows this call
+  // turned read-only.
+  Result<std::shared_ptr<SharedPrefix>> publish_windows(SlotId slot, std::uint64_t tokens,
+                                                        std::vector<std::uint64_t>* newly);
+  // Makes windows read-write again in every fragment (undoing a publish no one used).
+  void restore_writable(SlotId slot, const std::vector<std::uint64_t>& windows);
+  // Maps the prefix, commits windows up to `tokens`, copies the boundary; all or nothing.
+  // REQUIRES the slot claimed and empty, the arena's mutex_ not held.
+  Status install_prefix(SlotId slot, const SharedPrefix& prefix, std::uint64_t tokens,
+                        Stream stream);
+  // Copies the prefix's boundary bytes into the slot from a sequence that holds them intact.
+  Status copy_boundary(SlotId slot, const SharedPrefix& prefix, Stream stream);
+
+  ArenaState& state_;
+};
+
+}  // namespace kvvm
