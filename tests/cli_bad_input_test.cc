@@ -2,12 +2,15 @@
 // crash, a wrapped number or a silent exit 0. One test per class of bad input, each through
 // run_cli (the same code path as the binary) or the option parser.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -18,6 +21,7 @@
 #include "info_command.h"
 #include "simulate_command.h"
 #include "support/cli_run.h"
+#include "support/test_data.h"
 #include "text_table.h"
 
 namespace kvvm::cli {
@@ -220,6 +224,183 @@ TEST(CliBadInput, NonUtf8FileNameInJson) {
   ASSERT_FALSE(json.is_discarded()) << result.out;
   EXPECT_TRUE(contains(json.dump(), "trace-\xef\xbf\xbd")) << result.out;  // U+FFFD
   std::filesystem::remove_all(trace.parent_path());
+}
+
+// --- refused at once: exit 2, the option, the value and the limit named, nothing written ---
+
+// What every refusal below must show: exit 2, no internal error, each of `named` in the
+// message and no file at `written` (an output the command would have made first).
+void expect_refused(const std::vector<std::string>& args, const std::vector<std::string>& named,
+                    const std::filesystem::path& written = {}) {
+  const CliRun result = run(args);
+  const std::string shown = ::testing::PrintToString(args);
+  EXPECT_EQ(result.code, kExitUsage) << shown << "\n" << result.err;
+  EXPECT_FALSE(contains(result.err, "internal error")) << shown << "\n" << result.err;
+  for (const std::string& part : named) {
+    EXPECT_TRUE(contains(result.err, part)) << shown << ": no '" << part << "' in\n" << result.err;
+  }
+  if (!written.empty()) {
+    EXPECT_FALSE(std::filesystem::exists(written)) << shown << " wrote " << written;
+  }
+}
+
+TEST(CliBadInput, ByteSizesPastWhatTheOptionCanUseAreRefused) {
+  const std::filesystem::path dir = scratch_dir();
+  const std::string saved = (dir / "saved.jsonl").string();
+  // 17179869183G fits in 64 bits (16 EiB less 1 GiB) and used to end in std::bad_alloc.
+  expect_refused(small_simulation({"--budget", "17179869183G", "--save-trace", saved}),
+                 {"--budget", "'17179869183G'", "the limit is 17592186044416 bytes (16 TiB)"},
+                 saved);
+  expect_refused(small_simulation({"--budget", "99999999999999999T", "--save-trace", saved}),
+                 {"--budget", "'99999999999999999T'", "64 bits", "the limit is"}, saved);
+  expect_refused(small_simulation({"--pool", "17179869183G", "--save-trace", saved}),
+                 {"--pool", "'17179869183G'", "16 TiB"}, saved);
+  expect_refused({"bench", "engine", "--kv-budget", "17179869183G"},
+                 {"--kv-budget", "'17179869183G'", "16 TiB"});
+  expect_refused({"info", "--backend", "host", "--host-granule", "2G"},
+                 {"--host-granule", "'2G'", "1073741824 bytes (1 GiB)"});
+  // Under the flat limit but more paged blocks than the baseline's table may hold for this
+  // model (12 KiB per token): refused before the trace is made or saved.
+  expect_refused({"simulate", "--backend", "host", "--model", "qwen2.5-0.5b", "--budget", "2T",
+                  "--save-trace", saved},
+                 {"--budget", "2199023255552", "the limit is 8388608 blocks"}, saved);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliBadInput, ResourceCountsPastTheProcessLimitsAreRefusedAtOnce) {
+  // Every sample of the host timing table is a mapping of its own; past vm.max_map_count
+  // mmap fails sample after sample instead.
+  std::ifstream max_map_count("/proc/sys/vm/max_map_count");
+  std::uint64_t max_maps = 0;
+  ASSERT_TRUE(max_map_count >> max_maps);
+  if (max_maps < 1'000'000) {
+    expect_refused({"info", "--backend", "host", "--granules", "1000000"},
+                   {"--granules 1000000", "vm.max_map_count is " + std::to_string(max_maps),
+                    "the limit is --granules"});
+  }
+  // Address space and open files, each lowered for this process (soft limits only, so they
+  // can be put back).
+  const auto with_limit = [](int resource, rlim_t soft, const std::function<void()>& body) {
+    rlimit saved{};
+    ASSERT_EQ(::getrlimit(resource, &saved), 0);
+    rlimit lowered = saved;
+    lowered.rlim_cur = std::min(soft, saved.rlim_max);
+    ASSERT_EQ(::setrlimit(resource, &lowered), 0);
+    body();
+    ASSERT_EQ(::setrlimit(resource, &saved), 0);
+  };
+  std::uint64_t vm_kib = 0;
+  {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("VmSize:")) vm_kib = std::stoull(line.substr(7));
+    }
+  }
+  ASSERT_GT(vm_kib, 0u);
+  const rlim_t address_space = vm_kib * 1024 + (std::uint64_t{1} << 30);  // 1 GiB to spare
+  with_limit(RLIMIT_AS, address_space, [] {
+    expect_refused({"info", "--backend", "host", "--host-granule", "1G", "--granules", "2"},
+                   {"--granules 2", "RLIMIT_AS", "the limit is --granules"});
+  });
+  std::uint64_t open_files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++open_files;
+  }
+  with_limit(RLIMIT_NOFILE, open_files + 1, [] {
+    expect_refused({"info", "--backend", "host", "--host-granule", "1G", "--granules", "2"},
+                   {"--granules 2", "2 memory files", "RLIMIT_NOFILE", "the limit is --granules"});
+  });
+}
+
+TEST(CliBadInput, TraceThatIsNoReadableFileIsNamed) {
+  const std::filesystem::path dir = scratch_dir();
+  const std::string saved = (dir / "saved.jsonl").string();
+  const std::string folder = (dir / "folder").string();
+  std::filesystem::create_directories(folder);
+  // A directory opened, then failed its first read deep in the reader: an internal error.
+  expect_refused(small_simulation({"--trace", folder, "--save-trace", saved}),
+                 {"--trace", "'" + folder + "'", "directory"}, saved);
+  const std::string missing = (dir / "missing.jsonl").string();
+  expect_refused(small_simulation({"--trace", missing, "--save-trace", saved}),
+                 {"--trace", "'" + missing + "'", "no such file"}, saved);
+  // Refused before the server is contacted (nothing listens there).
+  expect_refused({"bench", "serve", "--url", "http://127.0.0.1:1", "--trace", folder},
+                 {"--trace", "'" + folder + "'", "directory"});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliBadInput, DuplicateJsonKeysAreRefusedNamingTheKey) {
+  const std::filesystem::path dir = scratch_dir();
+  const std::string saved = (dir / "saved.jsonl").string();
+  // A config.json that says two things: refused with the key and its line, before any output.
+  const std::filesystem::path model = dir / "model";
+  std::filesystem::create_directories(model);
+  std::ofstream(model / "config.json") << "{\n  \"num_hidden_layers\": 4,\n"
+                                          "  \"num_attention_heads\": 4,\n"
+                                          "  \"num_key_value_heads\": 2,\n"
+                                          "  \"hidden_size\": 256,\n"
+                                          "  \"num_hidden_layers\": 40\n}\n";
+  expect_refused(small_simulation({"--model", model.string(), "--save-trace", saved}),
+                 {"--model", "duplicate key \"num_hidden_layers\"", "line 6"}, saved);
+  // A trace line that does: reported as FILE:LINE with the key and skipped, as every malformed
+  // line is (exit 3), not replayed with the last value.
+  const std::string trace = (dir / "dup.jsonl").string();
+  std::ofstream(trace) << R"({"arrival": 0, "prompt_tokens": 16, "output_tokens": 4})"
+                       << "\n"
+                       << R"({"arrival": 1, "prompt_tokens": 16, "output_tokens": 4, )"
+                       << R"("output_tokens": 400})"
+                       << "\n";
+  const CliRun result = run(small_simulation({"--trace", trace, "--json"}));
+  EXPECT_EQ(result.code, kExitSkippedLines) << result.err;
+  EXPECT_TRUE(contains(result.err, trace + ":2: duplicate key \"output_tokens\"")) << result.err;
+  const nlohmann::json json = nlohmann::json::parse(result.out, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << result.out;
+  EXPECT_TRUE(contains(json.dump(), "\"requests\":1")) << result.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliBadInput, HostGranuleOffThePageIsRefusedWhateverTheBackend) {
+  const std::filesystem::path dir = scratch_dir();
+  const std::string saved = (dir / "saved.jsonl").string();
+  const std::string page = std::to_string(::sysconf(_SC_PAGESIZE));
+  const std::vector<std::string> named = {"--host-granule", "'3000'", "page size " + page};
+  // With a GPU, auto and cuda never open the host driver, which was the only check.
+  for (const std::string backend : {"auto", "cuda", "host"}) {
+    expect_refused({"info", "--backend", backend, "--host-granule", "3000"}, named);
+    expect_refused({"bench", "growth", "--backend", backend, "--host-granule", "3000"}, named);
+    // The trace used to be saved before the driver refused the granule.
+    expect_refused({"simulate", "--backend", backend, "--host-granule", "3000", "--requests", "5",
+                    "--save-trace", saved},
+                   named, saved);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Runs `body` in `dir`, then returns to where the test was.
+void in_directory(const std::filesystem::path& dir, const std::function<void()>& body) {
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  body();
+  std::filesystem::current_path(before);
+}
+
+TEST(CliBadInput, ModelFolderNamedWithoutASlashIsLoaded) {
+  const std::filesystem::path dir = scratch_dir();
+  std::filesystem::create_directories(dir / "my-model");
+  std::filesystem::copy_file(std::filesystem::path(test::demo_model_dir()) / "config.json",
+                             dir / "my-model" / "config.json");
+  in_directory(dir, [&] {
+    // Used to be "unknown model 'my-model'": a name without a slash was a built-in's only.
+    const CliRun found = run(small_simulation({"--model", "my-model", "--requests", "5"}));
+    EXPECT_EQ(found.code, kExitOk) << found.err;
+    EXPECT_TRUE(contains(found.out, "my-model/config.json")) << found.out;
+    // Neither a built-in nor a folder: both are said.
+    expect_refused(small_simulation({"--model", "no-model", "--save-trace", "saved.jsonl"}),
+                   {"--model", "'no-model'", "llama-3-8b", "no folder"}, dir / "saved.jsonl");
+    expect_refused({"generate", "--model", "no-model", "--prompt", "x"},
+                   {"--model", "no-model", "llama-3-8b", "no folder"});
+  });
+  std::filesystem::remove_all(dir);
 }
 
 // --- the shared table renders by displayed width ------------------------------------------

@@ -116,6 +116,34 @@ TEST(JsonReader, ParseErrorsSayWhere) {
   EXPECT_FALSE(read_json("").ok());
 }
 
+TEST(JsonReader, DuplicateKeysAreRefusedNamingTheKeyAndWhere) {
+  // nlohmann keeps the last value of a repeated key; the reader refuses the document.
+  Result<nlohmann::json> flat = read_json(R"({"a": 1, "b": [{"a": 2}], "a": 3})", {}, "t.json");
+  ASSERT_FALSE(flat.ok());
+  EXPECT_EQ(flat.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      contains(flat.status().message(), "t.json: duplicate key \"a\" at byte 26 (column 27)"))
+      << flat.status().message();
+  // Nested, on a later line, and spelt with an escape: the same key all the same.
+  Result<nlohmann::json> nested = read_json("{\"x\": {\n  \"k\": 1,\n  \"\\u006b\": 2}}");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_TRUE(
+      contains(nested.status().message(), "duplicate key \"k\" at byte 20 (line 3, column 3)"))
+      << nested.status().message();
+  // A key in another object, or a value equal to a key, is no duplicate.
+  Result<nlohmann::json> fine =
+      read_json(R"({"a": {"a": "a"}, "b": [{"a": 1}, {"a": 2}], "c": "a"})");
+  ASSERT_TRUE(fine.ok()) << fine.status().to_string();
+  EXPECT_EQ((*fine)["b"][1]["a"], 2);
+  const std::string path = temp_file("dup.json", "{\n\"a\": 1,\n\"a\": 1\n}\n");
+  Result<nlohmann::json> from_file = read_json_file(path);
+  fs::remove(path);
+  ASSERT_FALSE(from_file.ok());
+  EXPECT_TRUE(contains(from_file.status().message(), path)) << from_file.status().message();
+  EXPECT_TRUE(contains(from_file.status().message(), "duplicate key \"a\" at byte 10 (line 3"))
+      << from_file.status().message();
+}
+
 TEST(JsonReader, MissingFilesAreNamed) {
   const std::string path = (fs::temp_directory_path() / "kvvm_json_reader_absent.json").string();
   Result<nlohmann::json> json = read_json_file(path);

@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <system_error>
+#include <vector>
 
 namespace kvvm {
 namespace {
@@ -109,6 +111,32 @@ std::optional<std::string> scan(std::string_view text, const JsonLimits& limits)
   return std::nullopt;
 }
 
+// Thrown from the parser's callback to stop at a key seen twice in one object: `index` counts
+// the keys of the whole document read so far, from 0, so the key can be found in the text.
+struct DuplicateKey {
+  std::string key;
+  std::size_t index = 0;
+};
+
+// The byte offset of the `index`-th key (from 0) of a document the parser has read up to it:
+// a key is a string followed, after blanks, by ':'.
+std::size_t key_offset(std::string_view text, std::size_t index) {
+  std::size_t keys = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '"') continue;
+    const std::size_t start = i;
+    for (++i; i < text.size() && text[i] != '"'; ++i) {
+      if (text[i] == '\\') ++i;
+    }
+    std::size_t next = i + 1;
+    while (next < text.size() && std::string_view(" \t\r\n").find(text[next]) != text.npos) {
+      ++next;
+    }
+    if (next < text.size() && text[next] == ':' && keys++ == index) return start;
+  }
+  return text.size();
+}
+
 // nlohmann's messages start "[json.exception.parse_error.101] parse error at line 1, column 5: ";
 // the offset is reported by us, so only what follows is kept.
 std::string reason(const std::string& what) {
@@ -129,8 +157,32 @@ Result<nlohmann::json> read_json(std::string_view text, const JsonLimits& limits
                                    " bytes");
   }
   if (auto why = scan(text, limits)) return Status::InvalidArgument(label(name) + *why);
+  // nlohmann keeps the last of a key given twice; a file that says two things is refused
+  // instead of read as one of them.
+  std::vector<std::set<std::string>> open_objects;
+  std::size_t keys = 0;
+  const nlohmann::json::parser_callback_t refuse_duplicates =
+      [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        using Event = nlohmann::json::parse_event_t;
+        if (event == Event::object_start) {
+          open_objects.emplace_back();
+        } else if (event == Event::object_end) {
+          open_objects.pop_back();
+        } else if (event == Event::key) {
+          std::string key = parsed.get<std::string>();
+          if (!open_objects.back().insert(key).second) throw DuplicateKey{std::move(key), keys};
+          ++keys;
+        }
+        return true;
+      };
   try {
-    return nlohmann::json::parse(text.begin(), text.end());
+    return nlohmann::json::parse(text.begin(), text.end(), refuse_duplicates);
+  } catch (const DuplicateKey& duplicate) {
+    const std::string quoted = nlohmann::json(duplicate.key)
+                                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return Status::InvalidArgument(label(name) + "duplicate key " + quoted + " at " +
+                                   where_in(text, key_offset(text, duplicate.index)) +
+                                   ": a key may appear once in an object");
   } catch (const nlohmann::json::parse_error& error) {
     // error.byte counts from 1 (0: unknown); past the end means the input stopped early.
     const std::size_t offset = error.byte == 0 ? 0 : error.byte - 1;

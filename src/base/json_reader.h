@@ -30,8 +30,9 @@ struct JsonLimits {
 
 // Parses `text` as one JSON document. InvalidArgument, starting with `name` + ": " (nothing
 // when empty, for callers that say where themselves), when it is over max_bytes, nests deeper than
-// max_depth, holds invalid UTF-8, or is not valid JSON (truncated, trailing garbage, a number out
-// of range); the message gives the byte offset (from 0) and the line and column (from 1) where the
+// max_depth, holds invalid UTF-8, is not valid JSON (truncated, trailing garbage, a number out
+// of range) or gives a key twice in one object (named; nlohmann would keep the last silently);
+// the message gives the byte offset (from 0) and the line and column (from 1) where the
 // reading stopped.
 Result<nlohmann::json> read_json(std::string_view text, const JsonLimits& limits = {},
                                  std::string_view name = {});

@@ -17,6 +17,7 @@
 #include "kvvm/governor.h"
 #include "kvvm/handle_pool.h"
 #include "kvvm/host_driver.h"
+#include "model_loading.h"  // resolve_model_geometry
 #include "op_timing.h"
 #include "plan_command.h"  // token_count_validator
 #include "text_table.h"
@@ -76,7 +77,7 @@ Result<Request> resolve_request(const BenchGrowthOptions& options) {
   const bool all = wants_all_models(options.models);
   const std::vector<std::string> names = all ? builtin_geometry_names() : options.models;
   for (const std::string& name : names) {
-    Result<Geometry> geometry = resolve_geometry(name, std::nullopt);
+    Result<Geometry> geometry = resolve_model_geometry(name, std::nullopt);
     if (!geometry.ok()) return geometry.status().with_context("--model (or 'all')");
     request.models.push_back(*geometry);
   }

@@ -171,7 +171,7 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "KV memory budget of every engine, e.g. 40GiB (default: the KV space's, 9/10 "
                   "of the GPU's free memory once the model is loaded, on the host 1 GiB; "
                   "resolved once, so every engine gets the same)")
-      ->transform(byte_size_validator());
+      ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   cmd->add_option("--batches", options.batches,
                   "Decode batch sizes, comma-separated (default 1,32)");
   cmd->add_option("--prompt-tokens", options.prompt_tokens,

@@ -52,6 +52,7 @@ Result<std::vector<std::pair<std::optional<double>, Trace>>> make_traces(
     const BenchServeOptions& options, std::ostream& err) {
   std::vector<std::pair<std::optional<double>, Trace>> traces;
   if (!options.trace_file.empty()) {
+    KVVM_RETURN_IF_ERROR(check_input_file("--trace", options.trace_file));
     std::ifstream in(options.trace_file);
     if (!in) {
       return Status::InvalidArgument("--trace " + options.trace_file + ": cannot open the file");

@@ -18,6 +18,7 @@
 #include "kvvm/governor.h"
 #include "kvvm/handle_pool.h"
 #include "kvvm/layout.h"
+#include "model_loading.h"  // resolve_model_geometry
 #include "plan_command.h"
 #include "text_table.h"
 
@@ -304,7 +305,7 @@ void print_bench_share(const ShareReport& report, std::ostream& out) {
 }
 
 int run_bench_share(const BenchShareOptions& options, std::ostream& out, std::ostream& err) {
-  Result<Geometry> geometry = resolve_geometry(options.model, std::nullopt);
+  Result<Geometry> geometry = resolve_model_geometry(options.model, std::nullopt);
   Result<Layout> layout = parse_layout(options.layout);
   if (!geometry.ok() || !layout.ok()) {
     err << "kvvm bench share: " << (geometry.ok() ? layout.status() : geometry.status()).to_string()

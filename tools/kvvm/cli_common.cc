@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <ostream>
 #include <sstream>
@@ -63,7 +64,7 @@ void add_backend_options(CLI::App& command, BackendChoice& backend, int& device,
   command.add_option("--device", device, "CUDA device ordinal (cuda backend; default 0)")
       ->transform(count_validator(0, kMaxDeviceOrdinal));
   command.add_option("--host-granule", host_granule, host_granule_help)
-      ->transform(byte_size_validator());
+      ->transform(host_granule_validator());
 }
 
 Result<std::uint64_t> parse_count(std::string_view text, std::uint64_t min, std::uint64_t max) {
@@ -145,6 +146,25 @@ Status check_written(std::ostream& out, std::string_view name) {
   if (!out) {
     return Status::Unavailable("writing " + std::string(name) + " failed" +
                                (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
+  }
+  return Status::Ok();
+}
+
+Status check_input_file(std::string_view option, const std::string& path) {
+  const std::string named = std::string(option) + ": cannot open '" + path + "': ";
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (status.type() == std::filesystem::file_type::not_found) {
+    return Status::InvalidArgument(named + "no such file");
+  }
+  if (error) return Status::InvalidArgument(named + error.message());
+  // A directory opens like a file and fails on the first read, deep in the parser.
+  if (status.type() == std::filesystem::file_type::directory) {
+    return Status::InvalidArgument(named + "it is a directory, not a file");
+  }
+  errno = 0;
+  if (!std::ifstream(path, std::ios::binary)) {
+    return Status::InvalidArgument(named + (errno != 0 ? std::strerror(errno) : "not readable"));
   }
   return Status::Ok();
 }

@@ -47,8 +47,9 @@ Result<std::unique_ptr<Driver>> open_driver(BackendChoice backend, int device,
                                             std::size_t host_granule, std::string_view command,
                                             std::ostream& err, bool populate = true);
 
-// Adds --backend (auto, cuda or host), --device and --host-granule to `command`, bound to the
-// given fields; `host_granule_help` says what the granule is and defaults to for this command.
+// Adds --backend (auto, cuda or host), --device and --host-granule (a multiple of the page size
+// whatever the backend, at most kMaxHostGranuleBytes) to `command`, bound to the given fields;
+// `host_granule_help` says what the granule is and defaults to for this command.
 void add_backend_options(CLI::App& command, BackendChoice& backend, int& device,
                          std::uint64_t& host_granule, const std::string& host_granule_help);
 
@@ -80,6 +81,10 @@ Status check_written(std::ostream& out, std::string_view name);
 // disk).
 Status write_file(const std::string& path, std::string_view option,
                   const std::function<void(std::ostream&)>& write);
+
+// A file to read that `option` names: InvalidArgument naming both and why (no such file, a
+// directory, no permission) when it cannot be read, so the command stops before its first step.
+Status check_input_file(std::string_view option, const std::string& path);
 
 // When `args` (the command line without the program name) names a subcommand `app` does not
 // have, where one is expected: "unknown subcommand 'simulat' of kvvm; expected one of: info,

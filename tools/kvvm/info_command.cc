@@ -1,14 +1,22 @@
 #include "info_command.h"
 
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <ostream>
+#include <string>
 #include <utility>
 
 #include "kvvm/handle_pool.h"
+#include "kvvm/host_driver.h"
 #include "kvvm/reservation.h"
 #include "text_table.h"
 
@@ -261,6 +269,77 @@ const TimingRow* find_row(const TimingReport& report, std::string_view name) {
   return nullptr;
 }
 
+// The first number in `path` (a /proc file), or nullopt when it cannot be read.
+std::optional<std::uint64_t> read_number(const char* path, std::string_view after = {}) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with(after)) continue;
+    const std::size_t digit = line.find_first_of("0123456789");
+    if (digit == std::string::npos) return std::nullopt;
+    return std::strtoull(line.c_str() + digit, nullptr, 10);
+  }
+  return std::nullopt;
+}
+
+std::uint64_t count_lines(const char* path) {
+  std::ifstream in(path);
+  std::uint64_t lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  return lines;
+}
+
+// The host driver's timing table holds every sample at once: their addresses, a mapping each
+// (Linux does not merge them: each is mapped and protected apart) and the memory files they
+// live in. Each is checked against what this process may have, so a count past a limit is
+// refused before the first driver call, not at the sample where mmap starts failing.
+Status check_host_limits(std::size_t samples, std::size_t granule) {
+  const std::string asked = "--granules " + std::to_string(samples) + " (of " +
+                            std::to_string(granule) + "-byte host granules) ";
+  const std::uint64_t bytes = std::uint64_t{samples} * granule;
+  constexpr std::uint64_t kSpareMappings = 64;  // the reservation's pieces, the pool's, malloc's
+  const std::optional<std::uint64_t> max_maps = read_number("/proc/sys/vm/max_map_count");
+  const std::uint64_t maps_in_use = count_lines("/proc/self/maps");
+  if (max_maps && maps_in_use + samples + kSpareMappings > *max_maps) {
+    const std::uint64_t room =
+        *max_maps > maps_in_use + kSpareMappings ? *max_maps - maps_in_use - kSpareMappings : 0;
+    return Status::InvalidArgument(
+        asked + "needs " + std::to_string(samples) + " mappings at once, but vm.max_map_count is " +
+        std::to_string(*max_maps) + " with " + std::to_string(maps_in_use) +
+        " in use: the limit is --granules " + std::to_string(room) +
+        " (or raise /proc/sys/vm/max_map_count)");
+  }
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    const std::uint64_t in_use = read_number("/proc/self/status", "VmSize:").value_or(0) * 1024;
+    if (in_use + bytes > limit.rlim_cur) {
+      return Status::InvalidArgument(
+          asked + "reserves " + std::to_string(bytes) + " bytes of addresses, but RLIMIT_AS " +
+          "(ulimit -v) is " + std::to_string(limit.rlim_cur) + " bytes with " +
+          std::to_string(in_use) + " in use: the limit is --granules " +
+          std::to_string(limit.rlim_cur > in_use ? (limit.rlim_cur - in_use) / granule : 0));
+    }
+  }
+  // One memory file per chunk of handles (host_driver.h), not per handle.
+  const std::uint64_t chunk = std::max<std::uint64_t>(kDefaultHostChunkBytes, granule);
+  const std::uint64_t files = (bytes + chunk - 1) / chunk;
+  std::error_code error;
+  std::uint64_t open = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", error);
+       !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
+    ++open;
+  }
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+      open + files > limit.rlim_cur) {
+    return Status::InvalidArgument(
+        asked + "needs " + std::to_string(files) + " memory files of " + format_bytes(chunk) +
+        ", but RLIMIT_NOFILE (ulimit -n) is " + std::to_string(limit.rlim_cur) + " with " +
+        std::to_string(open) + " open: the limit is --granules " +
+        std::to_string(limit.rlim_cur > open ? (limit.rlim_cur - open) * chunk / granule : 0));
+  }
+  return Status::Ok();
+}
+
 // The request checks that make a bad command line exit 2 before anything is measured.
 Status check_request(const InfoOptions& options, const DriverInfo& info,
                      const Granularity& granularity) {
@@ -284,6 +363,7 @@ Status check_request(const InfoOptions& options, const DriverInfo& info,
                                    " driver reports " + std::to_string(info.free_bytes) +
                                    " bytes free; lower --granules or use --no-timing");
   }
+  if (info.backend == "host") return check_host_limits(options.granules, granule);
   return Status::Ok();
 }
 

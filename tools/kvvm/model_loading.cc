@@ -28,10 +28,35 @@ Result<std::unique_ptr<model::Model>> make_model(const std::string& backend,
   return model::make_cpu_model(config, weights, model::CpuModelOptions{});
 }
 
+// A --model value without a slash or ".json": what resolve_geometry takes for a built-in name.
+bool bare_name(std::string_view model) {
+  return !model.empty() && model.find('/') == model.npos && !model.ends_with(".json");
+}
+
+std::string builtin_names() {
+  std::string names;
+  for (const std::string& name : builtin_geometry_names()) {
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  return names;
+}
+
+std::string here() {
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  return ec ? std::string("the working directory") : "'" + cwd.string() + "'";
+}
+
 }  // namespace
 
 Status check_model_dir(const std::string& dir) {
   std::error_code ec;
+  if (!fs::exists(dir, ec) && bare_name(dir)) {
+    return Status::InvalidArgument("--model " + dir + ": no folder '" + dir + "' in " + here() +
+                                   "; the built-in models (" + builtin_names() +
+                                   ") are KV shapes for plan and simulate, without weights to "
+                                   "load: give a checkpoint folder");
+  }
   if (!fs::exists(dir, ec))
     return Status::InvalidArgument("--model " + dir + ": no such directory");
   if (!fs::is_directory(dir, ec)) {
@@ -54,6 +79,18 @@ Status check_model_dir(const std::string& dir) {
                                    (root / "model.safetensors.index.json").string() + " exists");
   }
   return Status::Ok();
+}
+
+Result<Geometry> resolve_model_geometry(const std::string& model, std::optional<DType> dtype) {
+  if (!bare_name(model)) return resolve_geometry(model, dtype);
+  std::error_code ec;
+  if (fs::is_directory(model, ec)) return resolve_geometry("./" + model, dtype);
+  Result<Geometry> builtin = resolve_geometry(model, dtype);
+  if (builtin.ok()) return builtin;
+  return Status::InvalidArgument("'" + model + "' is neither a built-in model (" + builtin_names() +
+                                 ") nor a folder in " + here() +
+                                 " (no folder of that name); give a built-in name, a model "
+                                 "folder or its config.json");
 }
 
 Result<LoadedModel> load_model(const std::string& dir, const std::string& backend,

@@ -8,9 +8,11 @@
 
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "kvvm/geometry.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
 #include "kvvm/status.h"
@@ -19,8 +21,15 @@
 namespace kvvm::cli {
 
 // InvalidArgument naming the missing directory or file (config.json, tokenizer.json, the
-// weights).
+// weights). A bare name that is no folder here is told apart from a built-in model's name,
+// which generate and serve cannot load (the built-ins are KV shapes, without weights).
 Status check_model_dir(const std::string& dir);
+
+// kvvm::resolve_geometry for a --model value, where a bare name ("kvvm-adder") that is a folder
+// in the working directory is that folder (resolve_geometry reads a name without a slash as a
+// built-in model's); a name that is neither is refused naming the built-in names and the folder
+// that does not exist.
+Result<Geometry> resolve_model_geometry(const std::string& model, std::optional<DType> dtype);
 
 struct LoadedModel {
   model::ModelConfig config;

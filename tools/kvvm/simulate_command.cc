@@ -23,7 +23,8 @@
 #include "kvvm/cuda_driver.h"
 #include "kvvm/geometry.h"
 #include "kvvm/host_driver.h"
-#include "plan_command.h"  // token_count_validator
+#include "model_loading.h"  // resolve_model_geometry
+#include "plan_command.h"   // token_count_validator
 #include "text_table.h"
 
 namespace kvvm::cli {
@@ -44,6 +45,7 @@ constexpr double kMaxStepMs = 3'600'000;         // an hour per decode step
 constexpr double kMaxLogNormalMu = 30;           // e^30 tokens: clamped to the context anyway
 constexpr double kMaxLogNormalSigma = 10;
 constexpr std::uint64_t kMaxCommitAhead = std::uint64_t{1} << 20;
+constexpr std::uint64_t kMaxPagedBlocks = std::uint64_t{1} << 23;  // llama-3-8b: 16 TiB
 
 // Like open_driver, but the host driver does not populate its handles (see the header).
 Result<std::unique_ptr<Driver>> open_simulation_driver(const SimulateOptions& options,
@@ -166,7 +168,7 @@ Status check_options(const SimulateOptions& options) {
     return Status::InvalidArgument("--device must be >= 0, got " + std::to_string(options.device));
   }
   if (options.trace.empty()) return check_generator(options);
-  return Status::Ok();
+  return check_input_file("--trace", options.trace);
 }
 
 // The progress line of a system's run, from its second second of wall time on (a short run
@@ -325,7 +327,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
   sim->add_option("--budget", options.budget,
                   "KV memory budget for every system, e.g. 40G (default 40G; on a GPU capped to "
                   "its free memory, with a note)")
-      ->transform(byte_size_validator());
+      ->transform(byte_size_validator(kMaxBudgetBytes, "the addresses kvvm's arena reserves"));
   sim->add_option("--max-context", options.max_context,
                   "Max tokens per sequence: the slot size, and what preallocate reserves per "
                   "request (default 8192; K = 1024)")
@@ -431,7 +433,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
   sim->add_option("--pool", options.pool_bytes,
                   "Unmapped handles kvvm's pool keeps for reuse (charged to the budget, given "
                   "back under pressure; default 256M)")
-      ->transform(byte_size_validator());
+      ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   sim->add_option("--max-slots", options.max_slots,
                   "kvvm's slots (default 0: one per request, up to 16 TiB of addresses)")
       ->transform(count_validator(0, std::numeric_limits<std::uint32_t>::max()));
@@ -475,8 +477,17 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
   }
   Result<Layout> layout = parse_layout(options.layout);
   if (!layout.ok()) return layout.status().with_context("--layout");
-  Result<Geometry> geometry = resolve_geometry(options.model, dtype);
+  Result<Geometry> geometry = resolve_model_geometry(options.model, dtype);
   if (!geometry.ok()) return geometry.status().with_context("--model");
+  // paged-16+cache keeps a record per block of the budget, so the blocks are bounded here.
+  const std::uint64_t block_bytes = kPagedBlockTokens * geometry->bytes_per_token();
+  if (options.budget / block_bytes > kMaxPagedBlocks) {
+    return Status::InvalidArgument(
+        "--budget " + str(options.budget) + " bytes (" + format_bytes(options.budget) + ") is " +
+        str(options.budget / block_bytes) + " paged blocks of " + format_bytes(block_bytes) +
+        " for " + geometry->name + "; the limit is " + str(kMaxPagedBlocks) + " blocks (" +
+        format_bytes(kMaxPagedBlocks * block_bytes) + ")");
+  }
   Result<Trace> trace = load_trace(options, err);
   if (!trace.ok()) return trace.status();
   if (std::ranges::any_of(kSystems, [&](const SystemRow& row) {

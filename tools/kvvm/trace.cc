@@ -1,8 +1,10 @@
 #include "trace.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <istream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -444,8 +446,20 @@ Result<Trace> read_jsonl_trace(std::istream& in, const std::string& name,
   bool too_long = false;
   double previous_arrival = 0;
   std::uint64_t previous_line = 0;
-  for (std::uint64_t number = 1; read_bounded_line(in, line, kMaxTraceLineBytes, too_long);
-       ++number) {
+  // libstdc++ throws from a read that failed (EISDIR, EIO) rather than setting badbit.
+  const auto read_line = [&](std::uint64_t number) -> Result<bool> {
+    try {
+      errno = 0;
+      return read_bounded_line(in, line, kMaxTraceLineBytes, too_long);
+    } catch (const std::ios_base::failure&) {
+      return Status::InvalidArgument(name + ":" + str(number) + ": reading failed" +
+                                     (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
+    }
+  };
+  for (std::uint64_t number = 1;; ++number) {
+    Result<bool> more = read_line(number);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
     const std::string at = name + ":" + str(number) + ": ";
     if (too_long) {
       ++trace.lines_read;
