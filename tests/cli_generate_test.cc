@@ -276,7 +276,7 @@ TEST(CliGenerate, HelpExplainsEveryOption) {
   for (const char* option :
        {"--model", "--prompt", "--chat", "--system", "--chat-template", "--max-tokens",
         "--temperature", "--top-k", "--top-p", "--seed", "--backend", "--layout", "--max-context",
-        "--json", "--prompt-ids", "--ignore-eos"}) {
+        "--json", "--prompt-ids", "--ignore-eos", "--no-graphs"}) {
     EXPECT_TRUE(contains(r.out, option)) << option;
   }
 }
@@ -298,6 +298,30 @@ TEST(CliGenerate, IgnoreEosGeneratesExactlyMaxTokens) {
   EXPECT_EQ(ran.at("token_ids").size(), 6u);
   EXPECT_EQ(ran.at("finish_reason"), "length");
   EXPECT_EQ(ran.at("timings").at("decode_steps"), 5);
+}
+
+// Graphs are the CUDA engine's; --no-graphs is accepted everywhere and changes no token.
+TEST(CliGenerate, NoGraphsGivesTheSameAnswer) {
+  const std::string dir = test::demo_model_dir();
+  const std::vector<std::string> args = {"generate",          "--model",      dir, "--chat",
+                                         "What is 482 + 39?", "--max-tokens", "6", "--json"};
+  CliRun with = run(args);
+  ASSERT_EQ(with.code, kExitOk) << with.err;
+  std::vector<std::string> without = args;
+  without.push_back("--no-graphs");
+  CliRun eager = run(without);
+  ASSERT_EQ(eager.code, kExitOk) << eager.err;
+  EXPECT_EQ(json::parse(eager.out).at("token_ids"), json::parse(with.out).at("token_ids"));
+  EXPECT_EQ(json::parse(eager.out).at("text"), "521");
+}
+
+// Prefill only is the library's (generate() with its prompt logits); zero tokens to print is
+// refused with the engine's own words.
+TEST(CliGenerate, ZeroMaxTokensIsRefusedByTheEnginesCheck) {
+  CliRun r = run({"generate", "--model", test::demo_model_dir(), "--backend", "cpu", "--prompt",
+                  "1 + 1", "--max-tokens", "0"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_TRUE(contains(r.err, "max_tokens: 0")) << r.err;
 }
 
 // The committed fixtures: transformers' greedy continuation for each "greedy"

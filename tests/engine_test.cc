@@ -357,5 +357,66 @@ TEST(Engine, CallbacksMaySubmitAndCancel) {
   expect_clean(*kv);
 }
 
+// keep_prompt_logits: the logits of the prompt's last position come with the request's last
+// event, from the step that ends its prompt however it was chunked and whatever ran beside it,
+// equal to generate()'s prefill-only answer; asking for them changes no token. max_tokens 0
+// with them is a prefill only (length, nothing generated).
+TEST(EnginePromptLogits, KeptInABatchEqualGeneratesPrefillOnly) {
+  testing::FixtureModel& m = llama();
+  auto kv = make_kv(m.config, 4);
+  ASSERT_NE(kv, nullptr);
+  const std::vector<std::int32_t> prompt = random_prompt(11, 5);
+  GenerateRequest prefill;
+  prefill.prompt = prompt;
+  prefill.max_tokens = 0;
+  prefill.keep_prompt_logits = true;
+  auto alone = generate(*m.model, *kv, prefill);
+  ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+  ASSERT_EQ(alone->prompt_logits.size(), m.config.vocab_size);
+  EXPECT_TRUE(alone->tokens.empty());
+  EXPECT_EQ(alone->finish, FinishReason::kLength);
+
+  EngineOptions options = no_cache();
+  options.prefill_chunk = 3;
+  const EngineRequest plain = greedy_request(prompt, 6);
+  const std::vector<std::int32_t> want = run_engine(*m.model, *kv, options, {plain})[0];
+  EngineRequest keeping = plain;
+  keeping.keep_prompt_logits = true;
+  EngineRequest prefill_only = keeping;
+  prefill_only.max_tokens = 0;
+
+  std::vector<std::vector<float>> logits(3);
+  std::vector<std::vector<std::int32_t>> tokens(3);
+  std::vector<RequestEnd> ends(3, RequestEnd::kError);
+  {
+    auto engine = Engine::create(*m.model, *kv, options);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    const std::vector<EngineRequest> requests = {greedy_request(random_prompt(9, 8), 6), keeping,
+                                                 prefill_only};
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      auto id = (*engine)->submit(requests[i], [&, i](const RequestEvent& event) {
+        tokens[i].insert(tokens[i].end(), event.tokens.begin(), event.tokens.end());
+        if (!event.finished) return;
+        logits[i].assign(event.prompt_logits.begin(), event.prompt_logits.end());
+        ends[i] = event.end;
+      });
+      ASSERT_TRUE(id.ok()) << id.status().to_string();
+      ASSERT_TRUE((*engine)->step().ok());  // staggered: prefill beside decode
+    }
+    ASSERT_TRUE((*engine)->run_until_idle().ok());
+  }
+  expect_clean(*kv);
+  EXPECT_TRUE(logits[0].empty());  // not asked
+  EXPECT_EQ(tokens[1], want);
+  EXPECT_EQ(ends[2], RequestEnd::kLength);
+  EXPECT_TRUE(tokens[2].empty());
+  for (const std::size_t i : {std::size_t{1}, std::size_t{2}}) {
+    ASSERT_EQ(logits[i].size(), alone->prompt_logits.size()) << i;
+    for (std::size_t v = 0; v < logits[i].size(); ++v) {
+      ASSERT_NEAR(logits[i][v], alone->prompt_logits[v], 1e-4) << "request " << i << ", id " << v;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvvm::engine

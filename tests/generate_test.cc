@@ -31,6 +31,7 @@ struct SeenChunk {
   model::Chunk chunk;
   std::vector<std::int32_t> ids;
   bool wanted_logits = false;
+  bool wanted_sampled = false;
   std::uint64_t committed_tokens = 0;  // the slot's live length in the arena when it ran
 };
 
@@ -51,12 +52,19 @@ class FakeModel : public model::Model {
     seen_.push_back(SeenChunk{chunk,
                               {batch.token_ids.begin(), batch.token_ids.end()},
                               out.logits != nullptr,
+                              out.sampled != nullptr,
                               arena_.tokens(chunk.slot)});
-    if (out.logits != nullptr) {
-      const std::int32_t next = (batch.token_ids.back() + 1) % static_cast<std::int32_t>(kVocab);
-      for (std::uint32_t i = 0; i < kVocab; ++i) {
-        out.logits[i] = flat_ ? 1.0f : (static_cast<std::int32_t>(i) == next ? 5.0f : 0.0f);
-      }
+    std::vector<float> row(kVocab);
+    const std::int32_t next = (batch.token_ids.back() + 1) % static_cast<std::int32_t>(kVocab);
+    for (std::uint32_t i = 0; i < kVocab; ++i) {
+      row[i] = flat_ ? 1.0f : (static_cast<std::int32_t>(i) == next ? 5.0f : 0.0f);
+    }
+    if (out.logits != nullptr) std::copy(row.begin(), row.end(), out.logits);
+    // The engine draws in the step, as the real models do: the request's parameters and its
+    // output index as the counter.
+    if (out.sampled != nullptr) {
+      EXPECT_EQ(batch.sampling.size(), 1u);
+      out.sampled[0] = sample_token(row, batch.sampling[0].params, batch.sampling[0].counter);
     }
     return Status::Ok();
   }
@@ -126,10 +134,12 @@ TEST_F(GenerateTest, PrefillsInChunksThenDecodesAtTheNextPositions) {
   EXPECT_EQ(model_->seen_[3].ids, (std::vector<std::int32_t>{9}));
   EXPECT_EQ(model_->seen_[4].ids, (std::vector<std::int32_t>{10}));
   EXPECT_EQ(model_->seen_[6].ids, (std::vector<std::int32_t>{12}));
-  // Only the chunk holding the prompt's last token needs logits.
-  EXPECT_FALSE(model_->seen_[0].wanted_logits);
-  EXPECT_FALSE(model_->seen_[2].wanted_logits);
-  EXPECT_TRUE(model_->seen_[3].wanted_logits);
+  // The engine draws inside every step (a mid-prompt chunk's draw is dropped) and asks for
+  // no logits unless the prompt's are kept.
+  for (const SeenChunk& seen : model_->seen_) {
+    EXPECT_TRUE(seen.wanted_sampled);
+    EXPECT_FALSE(seen.wanted_logits);
+  }
   EXPECT_EQ(result->timings.decode_steps, 3u);
   EXPECT_GE(result->timings.prefill_seconds, 0.0);
 }
@@ -190,12 +200,34 @@ TEST_F(GenerateTest, ZeroMaxTokensPrefillsOnlyAndKeepsThePromptLogits) {
   EXPECT_EQ(result->prompt_logits[5], 5.0f);
   EXPECT_EQ(result->prompt_logits[4], 0.0f);
   EXPECT_EQ(model_->seen_.size(), 2u);  // two prefill chunks, no decode
+  EXPECT_FALSE(model_->seen_[0].wanted_logits);
+  EXPECT_TRUE(model_->seen_[1].wanted_logits);  // only the step that ends the prompt
   EXPECT_EQ(result->timings.decode_steps, 0u);
-  // Not asked: not kept.
+  EXPECT_EQ(result->finish, FinishReason::kLength);
+  // Zero tokens without the logits would answer nothing: refused, naming max_tokens.
   request.keep_prompt_logits = false;
   result = generate(*model_, *space_, request);
-  ASSERT_TRUE(result.ok());
-  EXPECT_TRUE(result->prompt_logits.empty());
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("max_tokens: 0"), std::string::npos)
+      << result.status().message();
+}
+
+TEST_F(GenerateTest, PromptLogitsAreKeptBesideGeneratedTokens) {
+  GenerateRequest request;
+  request.prompt = iota(6);
+  request.max_tokens = 3;
+  request.keep_prompt_logits = true;
+  auto result = generate(*model_, *space_, request);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  EXPECT_EQ(result->tokens, (std::vector<std::int32_t>{6, 7, 8}));
+  ASSERT_EQ(result->prompt_logits.size(), kVocab);
+  EXPECT_EQ(result->prompt_logits[6], 5.0f);
+  // The decode steps ask for none.
+  ASSERT_EQ(model_->seen_.size(), 4u);
+  EXPECT_TRUE(model_->seen_[1].wanted_logits);
+  EXPECT_FALSE(model_->seen_[2].wanted_logits);
+  EXPECT_FALSE(model_->seen_[3].wanted_logits);
 }
 
 TEST_F(GenerateTest, TheNthTokenIsDrawnWithCounterN) {
@@ -223,7 +255,8 @@ TEST_F(GenerateTest, SlotIsReleasedWhenForwardFailsMidPrefill) {
   auto result = generate(*model_, *space_, request);
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), StatusCode::kInternal);
-  EXPECT_NE(result.status().message().find("[3, 6)"), std::string::npos)
+  // The engine names the failed step (its second prompt chunk of 3 tokens).
+  EXPECT_NE(result.status().message().find("model step of 1 chunks, 3 tokens"), std::string::npos)
       << result.status().message();
   expect_released();
   // And the arena admits again: nothing is left held.
@@ -242,7 +275,7 @@ TEST_F(GenerateTest, SlotIsReleasedWhenForwardFailsMidDecode) {
     return true;
   });
   ASSERT_FALSE(result.ok());
-  EXPECT_NE(result.status().message().find("decode step at position 5"), std::string::npos)
+  EXPECT_NE(result.status().message().find("model step of 1 chunks, 1 tokens"), std::string::npos)
       << result.status().message();
   EXPECT_EQ(streamed, (std::vector<std::int32_t>{4, 5}));
   expect_released();

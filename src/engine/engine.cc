@@ -102,10 +102,7 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
     KVVM_RETURN_IF_ERROR(check_buckets(options.graph_batch_sizes, model.limits().max_chunks));
   }
   KVVM_RETURN_IF_ERROR(resolve_options(model, kv, pad, options));
-  const std::uint64_t context = std::min<std::uint64_t>(
-      kv.options().max_context, model.config().max_position_embeddings == 0
-                                    ? kv.options().max_context
-                                    : model.config().max_position_embeddings);
+  const std::uint64_t context = request_limits(model, kv).context;
   Result<std::unique_ptr<KvManager>> manager =
       KvManager::create(kv, KvManagerOptions{.prefix_cache = options.prefix_cache,
                                              .model_identity = options.model_identity,

@@ -82,30 +82,51 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
   return Status::Ok();
 }
 
-Status Engine::Impl::validate(const EngineRequest& r) const {
-  const std::uint32_t vocab = model_.config().vocab_size;
+RequestLimits request_limits(const model::Model& model, const KvSpace& kv) {
+  const std::uint64_t space = kv.options().max_context;
+  const std::uint64_t positions = model.config().max_position_embeddings;
+  return RequestLimits{.context = positions == 0 ? space : std::min(space, positions),
+                       .vocab_size = model.config().vocab_size};
+}
+
+Status check_request_limits(const EngineRequest& r, const RequestLimits& limits) {
+  const std::uint32_t vocab = limits.vocab_size;
+  const auto check_ids = [vocab](const std::vector<std::int32_t>& ids,
+                                 const char* field) -> Status {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || static_cast<std::uint32_t>(ids[i]) >= vocab) {
+        return Status::InvalidArgument(std::string(field) + "[" + str(i) + "]: id " +
+                                       std::to_string(ids[i]) + " outside the vocabulary of " +
+                                       str(vocab));
+      }
+    }
+    return Status::Ok();
+  };
   if (r.prompt.empty()) return Status::InvalidArgument("prompt: empty (at least one token)");
-  for (std::size_t i = 0; i < r.prompt.size(); ++i) {
-    if (r.prompt[i] < 0 || static_cast<std::uint32_t>(r.prompt[i]) >= vocab) {
-      return Status::InvalidArgument("prompt[" + str(i) + "]: id " + std::to_string(r.prompt[i]) +
-                                     " outside the vocabulary of " + str(vocab));
-    }
-  }
-  if (r.max_tokens == 0) return Status::InvalidArgument("max_tokens: 0 (at least 1)");
-  const std::uint64_t needed = r.prompt.size() + std::uint64_t{r.max_tokens};
-  if (needed > context_) {
-    return Status::InvalidArgument("max_tokens: a prompt of " + str(r.prompt.size()) +
-                                   " tokens + max_tokens " + str(r.max_tokens) + " = " +
-                                   str(needed) + " tokens exceed the context of " + str(context_));
-  }
+  KVVM_RETURN_IF_ERROR(check_ids(r.prompt, "prompt"));
   KVVM_RETURN_IF_ERROR(check_sampling(r.sampling));
-  for (std::size_t i = 0; i < r.stop_ids.size(); ++i) {
-    if (r.stop_ids[i] < 0 || static_cast<std::uint32_t>(r.stop_ids[i]) >= vocab) {
-      return Status::InvalidArgument("stop_ids[" + str(i) + "]: id " +
-                                     std::to_string(r.stop_ids[i]) + " outside the vocabulary of " +
-                                     str(vocab));
-    }
+  // Zero tokens is an answer only when the prompt's logits are the answer.
+  if (r.max_tokens == 0 && !r.keep_prompt_logits) {
+    return Status::InvalidArgument(
+        "max_tokens: 0 (at least 1; 0 only to prefill with keep_prompt_logits)");
   }
+  const std::uint64_t prompt = r.prompt.size();
+  const std::uint64_t needed = prompt + std::uint64_t{r.max_tokens};
+  if (needed > limits.context) {
+    const std::string room = prompt >= limits.context
+                                 ? "the prompt alone fills it"
+                                 : "at most " + str(limits.context - prompt) + " after this prompt";
+    return Status::InvalidArgument("max_tokens: " + str(r.max_tokens) + " + the prompt's " +
+                                   str(prompt) + " tokens = " + str(needed) +
+                                   " tokens exceed the context of " + str(limits.context) +
+                                   " tokens (" + room + ")");
+  }
+  return check_ids(r.stop_ids, "stop_ids");
+}
+
+Status Engine::Impl::validate(const EngineRequest& r) const {
+  KVVM_RETURN_IF_ERROR(check_request_limits(
+      r, RequestLimits{.context = context_, .vocab_size = model_.config().vocab_size}));
   if (!r.stop_strings.empty() && options_.tokenizer == nullptr) {
     return Status::InvalidArgument(
         "stop_strings: the engine has no tokenizer (EngineOptions::tokenizer) to read text with");

@@ -109,6 +109,7 @@ void Engine::Impl::fill_event(const RequestState& r, RequestEvent& event) const 
     event.error = r.error;
     event.retry_after_seconds = r.retry_after_seconds;
     event.stats = &r.stats;
+    event.prompt_logits = r.prompt_logits;
   }
 }
 

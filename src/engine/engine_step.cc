@@ -28,6 +28,13 @@ void sweep_finished(Container& from, std::vector<std::unique_ptr<RequestState>>&
   from.erase(keep, from.end());
 }
 
+// Whether the chunk of `r` ending at token `end` is the one whose logits it keeps: the end of
+// its prompt, before any output (a recomputation after preemption keeps the first).
+bool wants_prompt_logits(const RequestState& r, std::uint32_t end) {
+  return r.request.keep_prompt_logits && r.generated == 0 && r.prompt_logits.empty() &&
+         end == r.prompt_size;
+}
+
 }  // namespace
 
 Result<bool> Engine::Impl::step() {
@@ -192,6 +199,7 @@ void Engine::Impl::run_step(Clock::time_point now) {
   sampling_.clear();
   owners_.clear();
   bool decode_only = true;
+  bool want_logits = false;
   for (const Planned& p : plan_) {
     if (p.request == nullptr || p.request->finished) continue;
     RequestState& r = *p.request;
@@ -200,12 +208,20 @@ void Engine::Impl::run_step(Clock::time_point now) {
     sampling_.push_back(model::ChunkSampling{.params = r.request.sampling, .counter = r.generated});
     owners_.push_back(&r);
     decode_only = decode_only && p.tokens == 1;
+    want_logits = want_logits || wants_prompt_logits(r, p.start + p.tokens);
   }
   if (chunks_.empty()) return;
   const model::StepBatch batch{
       .token_ids = ids_, .chunks = chunks_, .kv = kv_->space().view(), .sampling = sampling_};
   model::StepOutput out;
   out.sampled = sampled_.data();
+  // Rare (a request asking for its prompt's logits): the step's rows only then.
+  const std::size_t vocab = model_.config().vocab_size;
+  std::vector<float> logits;
+  if (want_logits) {
+    logits.resize(chunks_.size() * vocab);
+    out.logits = logits.data();
+  }
   const Status ran = model_.forward(batch, out);
   ++step_counters_.steps;
   if (decode_only) ++step_counters_.decode_only_steps;
@@ -225,8 +241,16 @@ void Engine::Impl::run_step(Clock::time_point now) {
         r.computed - r.cache_known >= kPublishEvery) {
       publish_written(r);
     }
-    // Only a chunk that completes the known tokens samples; a mid-prompt chunk's draw is moot.
-    if (r.missing() == 0) on_sampled(r, sampled_[i], now);
+    if (want_logits && wants_prompt_logits(r, r.computed)) {
+      r.prompt_logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                             logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+    }
+    if (r.missing() != 0) continue;  // a mid-prompt chunk's draw is moot
+    if (r.request.max_tokens == 0) {
+      end_request(r, RequestEnd::kLength);  // prefill only: the logits are the answer
+    } else {
+      on_sampled(r, sampled_[i], now);
+    }
   }
 }
 

@@ -37,6 +37,7 @@ struct RequestState {
   std::uint32_t cache_known = 0;     // tokens the KV manager knows the ids of
   std::unique_ptr<TextStream> text;  // with a tokenizer
   bool touched = false;              // has an event this step
+  std::vector<float> prompt_logits;  // kept when asked, from the step that ends the prompt
 
   Clock::time_point submitted{};
   Clock::time_point admitted{};  // first admission

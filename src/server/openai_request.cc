@@ -408,15 +408,22 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
   }
   const std::uint64_t room = context_tokens - prompt_tokens;
   if (fields.max_tokens) {
-    const auto max_tokens = static_cast<std::uint64_t>(*fields.max_tokens);
-    if (max_tokens > room) {
-      return bad_field(fields.max_tokens_param,
-                       std::to_string(max_tokens) + " plus the prompt's " +
-                           std::to_string(prompt_tokens) + " tokens is past the context of " +
-                           std::to_string(context_tokens) + " tokens (at most " +
-                           std::to_string(room) + ")");
+    request.engine.max_tokens = static_cast<std::uint32_t>(*fields.max_tokens);
+    // The engine's own check and words, so a client reads what Engine::submit would say.
+    const Status checked = engine::check_request_limits(
+        request.engine,
+        engine::RequestLimits{.context = context_tokens, .vocab_size = context.vocab_size});
+    if (!checked.ok()) {
+      // The message names its field first; max_tokens goes under the name the client used.
+      const std::string& message = checked.message();
+      constexpr std::string_view kMaxTokens = "max_tokens: ";
+      if (message.starts_with(kMaxTokens)) {
+        return bad_field(fields.max_tokens_param, message.substr(kMaxTokens.size()));
+      }
+      ApiError refused = bad_field(message.substr(0, message.find_first_of(" :[")), "");
+      refused.message = message;
+      return refused;
     }
-    request.engine.max_tokens = static_cast<std::uint32_t>(max_tokens);
   } else {
     const std::uint64_t wanted = std::max<std::uint64_t>(context.default_max_tokens, 1);
     request.engine.max_tokens = static_cast<std::uint32_t>(std::min(wanted, room));

@@ -1,5 +1,5 @@
 // `kvvm bench engine`: the batched engine on one Hugging Face checkpoint, the anchors of
-// ENGINE.md "Anchors for speed" measured in one run:
+// docs/ARCHITECTURE.md "Anchors for speed" measured in one run:
 //   (a) decode throughput at each --batches size for three engine modes: kvvm with CUDA graphs,
 //       kvvm without them, and kvvm with preallocated KV (max context per sequence, same
 //       engine and kernels). Prefill is left out: the clock starts when every sequence has its

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "kvvm/engine/engine.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/config.h"
@@ -195,6 +196,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
   cmd->add_flag("--ignore-eos", options.ignore_eos,
                 "Do not stop at the model's end tokens: generate exactly --max-tokens tokens "
                 "(for benchmarks)");
+  cmd->add_flag("--no-graphs", options.no_graphs,
+                "Do not replay CUDA graphs for decode steps (the CUDA backend captures them by "
+                "default; the same tokens either way, only slower without)");
   cmd->add_flag("--json", options.json,
                 "Print one JSON object at the end instead of streaming: prompt_ids, token_ids, "
                 "text, finish_reason (stop: an end token; length: --max-tokens), timings "
@@ -224,7 +228,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   engine::KvSpaceOptions kv_options;
   kv_options.backend = model.backend();
   kv_options.layout = *layout;
-  kv_options.max_slots = 1;
+  kv_options.sequences = 1;  // the space adds the decode graphs' padding slot
   kv_options.max_context = options.max_context;
   Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(config, kv_options);
   if (!kv.ok()) return fail(kv.status());
@@ -240,7 +244,8 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   request.sampling.top_k = static_cast<std::uint32_t>(options.top_k);
   request.sampling.top_p = static_cast<float>(options.top_p);
   request.sampling.seed = options.seed;
-  const std::uint64_t context = (*kv)->options().max_context;
+  request.graphs = !options.no_graphs;
+  const std::uint64_t context = engine::request_limits(model, **kv).context;
   if (options.max_tokens) {
     request.max_tokens = static_cast<std::uint32_t>(*options.max_tokens);
   } else {

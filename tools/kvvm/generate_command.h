@@ -1,5 +1,6 @@
 // `kvvm generate`: one prompt through a Hugging Face checkpoint on the CPU or a GPU, the text
-// streamed to stdout as tokens arrive (or one JSON object at the end with --json).
+// streamed to stdout as tokens arrive (or one JSON object at the end with --json). It runs the
+// batched engine (through engine::generate) like `kvvm serve`: CUDA graphs, the same checks.
 //
 // Why the checks before the loaders: a user who mistyped a directory should hear which path
 // is missing, not a parser's complaint about the first file it tried, so the directory,
@@ -34,6 +35,7 @@ struct GenerateOptions {
   std::uint64_t max_context = 0;  // 0: the config's max_position_embeddings
   bool json = false;
   bool ignore_eos = false;  // benchmarks: generate exactly --max-tokens tokens
+  bool no_graphs = false;   // CUDA: decode steps run kernel by kernel (graphs are the default)
 };
 
 inline constexpr std::uint64_t kDefaultMaxTokens = 128;

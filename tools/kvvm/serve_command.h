@@ -1,4 +1,4 @@
-// `kvvm serve`: an OpenAI-compatible HTTP server over one model (ENGINE.md "Server").
+// `kvvm serve`: an OpenAI-compatible HTTP server over one model (docs/ARCHITECTURE.md "Server").
 //
 // It loads the checkpoint as `kvvm generate` does, builds the KV space, the engine (its own
 // stepping thread) and the server, prints one line when it listens (scripts wait for it), and

@@ -1,4 +1,5 @@
-// Engine: many requests through one model and one KV space at once (ENGINE.md "Engine").
+// Engine: many requests through one model and one KV space at once (docs/ARCHITECTURE.md
+// "Batched engine").
 //
 // Continuous batching: every step packs the decode tokens of running sequences first, then
 // prefill chunks of admitted ones, up to a token budget, and runs them as one model step.
@@ -42,7 +43,7 @@ using RequestId = std::uint64_t;
 
 struct EngineRequest {
   std::vector<std::int32_t> prompt;  // non-empty, ids inside the vocabulary
-  std::uint32_t max_tokens = 128;    // >= 1
+  std::uint32_t max_tokens = 128;    // >= 1; 0 only with keep_prompt_logits: prefill only
   SamplingParams sampling;
   // End tokens (not emitted). Empty with use_model_eos: the config's eos ids.
   std::vector<std::int32_t> stop_ids;
@@ -51,7 +52,26 @@ struct EngineRequest {
   // after it). Needs EngineOptions::tokenizer.
   std::vector<std::string> stop_strings;
   std::uint64_t tenant = 0;  // the prefix cache's salt: tenants never share KV
+  // The logits at the prompt's last position, in the last event (RequestEvent::prompt_logits):
+  // scoring a prompt, and generate()'s prefill-only requests.
+  bool keep_prompt_logits = false;
 };
+
+// What a request may ask of one model over one KV space.
+struct RequestLimits {
+  std::uint64_t context = 0;     // prompt + max_tokens at most
+  std::uint32_t vocab_size = 0;  // every id below it
+};
+// The context is the smaller of the space's max_context and the model's
+// max_position_embeddings (when the config gives one): never a truncation.
+RequestLimits request_limits(const model::Model& model, const KvSpace& kv);
+
+// The one check of a request's limits, for every front end (Engine::submit, generate(), the
+// server's parsing), so the same mistake gets the same message: a non-empty prompt, ids
+// inside the vocabulary (prompt and stop_ids), max_tokens >= 1 (0 only with
+// keep_prompt_logits), prompt + max_tokens within the context, the sampling parameters.
+// InvalidArgument naming the field first, then the value and the limit.
+Status check_request_limits(const EngineRequest& request, const RequestLimits& limits);
 
 // kError covers refusals after submit (overloaded in the queue, a fault); kCancelled, cancel().
 enum class RequestEnd : std::uint8_t { kStop, kLength, kCancelled, kError };
@@ -81,6 +101,8 @@ struct RequestEvent {
   Status error;                          // when end == kError
   double retry_after_seconds = 0;        // when refused as overloaded
   const RequestStats* stats = nullptr;   // when finished
+  // When finished and asked (keep_prompt_logits): [vocab_size] at the prompt's last position.
+  std::span<const float> prompt_logits;
 };
 using RequestCallback = std::function<void(const RequestEvent&)>;
 
@@ -132,10 +154,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Queues a request. InvalidArgument naming the field (empty prompt, id outside the
-  // vocabulary, prompt + max_tokens beyond the context, bad sampling, stop strings without a
-  // tokenizer); ResourceExhausted "overloaded" with retry_after() filled when the queue is
-  // full; Unavailable while draining. The callback is not called for a refused submit.
+  // Queues a request. InvalidArgument naming the field: check_request_limits, and stop
+  // strings without a tokenizer; ResourceExhausted "overloaded" with retry_after() filled when
+  // the queue is full; Unavailable while draining. The callback is not called for a refused
+  // submit.
   Result<RequestId> submit(EngineRequest request, RequestCallback callback);
   // The request ends (RequestEnd::kCancelled) at the next step; unknown or finished ids are
   // ignored.

@@ -1,7 +1,7 @@
-// generate(): one sequence through a model on a KvSpace: admit a slot, prefill the prompt in
-// chunks, decode token by token until an end token or max_tokens, release the slot. The
-// single-sequence path of `kvvm generate` and of the parity tests; the batched engine
-// schedules many sequences with the same model and arena calls.
+// generate(): one request through a model on a KvSpace, start to finish, on the caller's
+// thread: the path of `kvvm generate` and of the parity tests. A thin wrapper over Engine (one
+// running sequence, no prefix cache): the same scheduler, checks, sampling and CUDA graphs as
+// every batched request, returned in one piece.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +23,14 @@ using model::SamplingParams;
 
 struct GenerateRequest {
   std::vector<std::int32_t> prompt;  // non-empty
-  std::uint32_t max_tokens = 128;    // 0: prefill only (prompt_logits filled)
+  std::uint32_t max_tokens = 128;    // 0 only with keep_prompt_logits: prefill only
   SamplingParams sampling;
   std::vector<std::int32_t> stop_ids;  // end tokens (the config's eos ids, say); not emitted
   std::uint32_t prefill_chunk = 0;     // tokens per prefill step; 0: the model's step limit
   bool keep_prompt_logits = false;     // fill GenerateResult::prompt_logits
+  // CUDA: capture the engine's decode graphs for this call. Off by default: a capture costs
+  // more than a short answer's decode saves; `kvvm generate` turns it on.
+  bool graphs = false;
 };
 
 struct GenerateTimings {
@@ -46,9 +49,10 @@ struct GenerateResult {
 };
 
 // Called with each generated token as soon as it is known; returning false stops generation
-// (finish kStop). InvalidArgument for an empty prompt, prompt + max_tokens beyond the
-// KvSpace's context, or bad sampling parameters; the arena's error (ResourceExhausted, ...)
-// when the KV cannot grow. The slot is released on every path.
+// (finish kStop). InvalidArgument from check_request_limits (engine.h: the same message as
+// Engine::submit gives) against request_limits(model, kv); the arena's or the model's error
+// when the KV cannot grow or a step fails. The slot is released on every path.
+// REQUIRES: nothing else uses the kv's arena during the call (an Engine owns it meanwhile).
 using TokenCallback = std::function<bool(std::int32_t token)>;
 Result<GenerateResult> generate(model::Model& model, KvSpace& kv, const GenerateRequest& request,
                                 const TokenCallback& on_token = {});
