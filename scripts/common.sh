@@ -2,7 +2,7 @@
 # configure a build directory with every option stated. Sourced, not run.
 
 KVVM_DEBIAN_PACKAGES=(cmake g++ make ccache libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev librapidcheck-dev libxxhash-dev libssl-dev clang-format
+  libcli11-dev nlohmann-json3-dev librapidcheck-dev libxxhash-dev libssl-dev clang-format clang
   libopenblas-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev curl)
 
 kvvm_install_dependencies() {

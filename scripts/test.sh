@@ -7,7 +7,8 @@
 #      builds it), run.sh's simulation on the suite's directory, and the library alone with
 #      tests, benchmarks and tools all off;
 #   3. the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   4. the CPU suite under ThreadSanitizer.
+#   4. the CPU suite under ThreadSanitizer;
+# and, first, the lock annotations checked by Clang's thread-safety analysis.
 # Warnings are errors under CI (CI=true: the ci-* presets), not on a user's newer compiler.
 # Ends with one line "N passed, N failed, N skipped" over all of it.
 set -euo pipefail
@@ -25,6 +26,17 @@ if ((${#sources[@]} > 0)); then
 fi
 
 passed=0 failed=0 skipped=0
+
+# Lock requirements are annotations (include/kvvm/mutex.h) that only Clang checks: every source
+# that takes a kvvm::Mutex or states a lock requirement is compiled by clang++ with
+# -Wthread-safety as an error (syntax only: GCC builds the binaries).
+thread_safety() {
+  local sources
+  mapfile -t sources < <(git grep -l 'MutexLock\|KVVM_REQUIRES\|KVVM_EXCLUDES' -- '*.cc')
+  ((${#sources[@]} > 0)) || return 1
+  printf '%s\n' "${sources[@]}" | xargs -P "$jobs" -I{} clang++ -std=c++20 -fsyntax-only \
+    -Wthread-safety -Werror=thread-safety -Iinclude -Isrc -Itools/kvvm {}
+}
 run_suite() {  # preset
   local preset=$1 log
   log=$(mktemp)
@@ -71,6 +83,7 @@ check() {  # name command...: one more passed or failed check
 }
 
 overall=0
+check "lock requirements (clang -Wthread-safety)" thread_safety || overall=1
 run_suite "${presets[0]}" || overall=1
 
 consumer() {

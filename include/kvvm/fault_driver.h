@@ -9,11 +9,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 
 #include "kvvm/driver.h"
+#include "kvvm/mutex.h"
 
 namespace kvvm {
 
@@ -66,10 +66,10 @@ class FaultDriver final : public Driver {
   };
 
   Driver& inner_;
-  mutable std::mutex mutex_;
-  std::array<Plan, kDriverOpCount> plans_{};
-  std::uint64_t any_countdown_ = 0;
-  std::uint64_t injected_ = 0;
+  mutable Mutex mutex_;
+  std::array<Plan, kDriverOpCount> plans_ KVVM_GUARDED_BY(mutex_){};
+  std::uint64_t any_countdown_ KVVM_GUARDED_BY(mutex_) = 0;
+  std::uint64_t injected_ KVVM_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace kvvm

@@ -22,11 +22,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kvvm/mutex.h"
 #include "kvvm/status.h"
 
 namespace kvvm {
@@ -153,22 +153,24 @@ class Governor {
     std::thread::id runner;  // the thread inside this reclaimer now; default: none
   };
 
-  void settle(TierId tier, std::uint64_t prepared, std::uint64_t charged, std::uint64_t actual);
+  void settle(TierId tier, std::uint64_t prepared, std::uint64_t charged, std::uint64_t actual)
+      KVVM_EXCLUDES(mutex_);
   Status charge(TierId tier, std::uint64_t bytes);  // from a grant: reserved -> used
   // Tests only (through testing::GovernorTestAccess): takes ownership of bytes without a
   // grant, so a test can fill a tier in one call. REQUIRES used + reserved + bytes <= limit,
   // else ResourceExhausted and nothing changes.
   Status charge_direct(TierId tier, std::uint64_t bytes);
   void remove_reclaimer(std::uint64_t id);
-  std::uint64_t run_reclaimers(TierId tier, std::uint64_t wanted);
-  Status check_tier(TierId tier) const;
+  // Only the head of the tier's queue calls it, with the lock let go: reclaimers take it.
+  std::uint64_t run_reclaimers(TierId tier, std::uint64_t wanted) KVVM_EXCLUDES(mutex_);
+  Status check_tier(TierId tier) const KVVM_REQUIRES(mutex_);
 
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable changed_;
-  std::vector<Tier> tiers_;
-  std::vector<ReclaimerEntry> reclaimers_;
-  std::uint64_t next_ticket_ = 1;
-  std::uint64_t next_reclaimer_ = 1;
+  std::vector<Tier> tiers_ KVVM_GUARDED_BY(mutex_);
+  std::vector<ReclaimerEntry> reclaimers_ KVVM_GUARDED_BY(mutex_);
+  std::uint64_t next_ticket_ KVVM_GUARDED_BY(mutex_) = 1;
+  std::uint64_t next_reclaimer_ KVVM_GUARDED_BY(mutex_) = 1;
 };
 
 }  // namespace kvvm

@@ -17,7 +17,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -25,6 +24,7 @@
 
 #include "kvvm/driver.h"
 #include "kvvm/governor.h"
+#include "kvvm/mutex.h"
 #include "kvvm/status.h"
 
 namespace kvvm {
@@ -137,11 +137,11 @@ class HandlePool {
     std::uint32_t holds = 0;
   };
   // Releases `handle` (no longer in the table); on failure puts it back quarantined and
-  // returns false.
-  bool release_now(Handle handle, std::size_t bytes);
-  // REQUIRES: mutex_ held. Moves an in-use handle with no mappings back to the pool; returns
-  // true when it should be released instead (kRelease, or the pool above its bound).
-  bool return_locked(Handle handle, Entry& entry, Disposition disposition);
+  // returns false. The driver call is made without the lock.
+  bool release_now(Handle handle, std::size_t bytes) KVVM_EXCLUDES(mutex_);
+  // Moves an in-use handle with no mappings back to the pool; returns true when it should be
+  // released instead (kRelease, or the pool above its bound).
+  bool return_locked(Handle handle, Entry& entry, Disposition disposition) KVVM_REQUIRES(mutex_);
 
   Driver& driver_;
   const PoolOptions options_;
@@ -150,11 +150,13 @@ class HandlePool {
   const std::size_t granule_;
   Governor::Registration reclaimer_;
 
-  mutable std::mutex mutex_;
-  std::unordered_map<Handle, Entry> entries_;
-  std::unordered_map<std::size_t, std::vector<Handle>> pooled_;  // by size, LIFO
-  std::uint64_t next_epoch_ = 0;
-  PoolSnapshot counters_;  // creates, releases, hits, failures; bytes derived on snapshot
+  mutable Mutex mutex_;
+  std::unordered_map<Handle, Entry> entries_ KVVM_GUARDED_BY(mutex_);
+  // By size, LIFO.
+  std::unordered_map<std::size_t, std::vector<Handle>> pooled_ KVVM_GUARDED_BY(mutex_);
+  std::uint64_t next_epoch_ KVVM_GUARDED_BY(mutex_) = 0;
+  // Creates, releases, hits, failures; bytes derived on snapshot.
+  PoolSnapshot counters_ KVVM_GUARDED_BY(mutex_);
 };
 
 }  // namespace kvvm

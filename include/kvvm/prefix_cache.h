@@ -37,7 +37,6 @@
 #include <functional>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <span>
 #include <string>
@@ -46,6 +45,7 @@
 
 #include "kvvm/arena.h"
 #include "kvvm/governor.h"
+#include "kvvm/mutex.h"
 #include "kvvm/status.h"
 
 namespace kvvm {
@@ -154,28 +154,29 @@ class PrefixCache {
   // Computes keys for the sequence's windows whose ids are all known.
   void extend_keys(Sequence& sequence) const;
   // The verified chain of entries for the sequence's windows, cut to the last-token rule and
-  // a token boundary; `collided` says whether a key matched with other ids. REQUIRES mutex_.
-  std::vector<Entry*> match_locked(const Sequence& sequence, bool* collided) const;
+  // a token boundary; `collided` says whether a key matched with other ids.
+  std::vector<Entry*> match_locked(const Sequence& sequence, bool* collided) const
+      KVVM_REQUIRES(mutex_);
   // Every change of an entry's pins, children or last use goes through these, so evictable_
-  // holds exactly the entries with no pin and no child. REQUIRES mutex_ held.
-  void pin(Entry* entry);
-  void unpin(Entry* entry);
-  void add_child(Entry* parent);
-  void update_evictable(Entry* entry);
-  void drop_locked(Entry* entry, std::vector<HandleInfo>& unheld);
+  // holds exactly the entries with no pin and no child.
+  void pin(Entry* entry) KVVM_REQUIRES(mutex_);
+  void unpin(Entry* entry) KVVM_REQUIRES(mutex_);
+  void add_child(Entry* parent) KVVM_REQUIRES(mutex_);
+  void update_evictable(Entry* entry) KVVM_REQUIRES(mutex_);
+  void drop_locked(Entry* entry, std::vector<HandleInfo>& unheld) KVVM_REQUIRES(mutex_);
 
   Arena& arena_;
   Governor& governor_;
   const PrefixCacheOptions options_;
   const CacheHash hash_;
 
-  mutable std::mutex mutex_;
-  std::unordered_map<CacheKey, std::unique_ptr<Entry>, KeyHash> entries_;
-  std::unordered_map<SlotId, Sequence> sequences_;
-  LeafOrder evictable_;
-  std::uint64_t pinned_entries_ = 0;  // entries with at least one pin
-  std::uint64_t tick_ = 0;
-  PrefixCacheStats counters_;
+  mutable Mutex mutex_;
+  std::unordered_map<CacheKey, std::unique_ptr<Entry>, KeyHash> entries_ KVVM_GUARDED_BY(mutex_);
+  std::unordered_map<SlotId, Sequence> sequences_ KVVM_GUARDED_BY(mutex_);
+  LeafOrder evictable_ KVVM_GUARDED_BY(mutex_);
+  std::uint64_t pinned_entries_ KVVM_GUARDED_BY(mutex_) = 0;  // entries with at least one pin
+  std::uint64_t tick_ KVVM_GUARDED_BY(mutex_) = 0;
+  PrefixCacheStats counters_ KVVM_GUARDED_BY(mutex_);
   Governor::Registration reclaimer_;
 };
 

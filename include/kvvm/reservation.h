@@ -28,7 +28,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -37,6 +36,7 @@
 #include "kvvm/driver.h"
 #include "kvvm/governor.h"
 #include "kvvm/handle_pool.h"
+#include "kvvm/mutex.h"
 #include "kvvm/status.h"
 
 namespace kvvm {
@@ -150,15 +150,16 @@ class Reservation {
   // InvalidArgument unless [offset, offset + len) is a non-empty granule-aligned range
   // inside the reservation.
   Status check_range(std::string_view what, std::size_t offset, std::size_t len) const;
-  // REQUIRES: mutex_ held. InvalidArgument when any window of the range is already mapped;
-  // Unavailable when it overlaps a range in flight.
-  Status check_unmapped(std::string_view what, std::size_t offset, std::size_t len) const;
-  // REQUIRES: mutex_ held. InvalidArgument (FailedPrecondition for poisoned blocks) unless
-  // every window of the range is mapped by blocks lying wholly inside it; Unavailable when it
+  // InvalidArgument when any window of the range is already mapped; Unavailable when it
   // overlaps a range in flight.
-  Status check_covered(std::string_view what, std::size_t offset, std::size_t len) const;
-  // REQUIRES: mutex_ held.
-  Status check_not_pending(std::string_view what, std::size_t offset, std::size_t len) const;
+  Status check_unmapped(std::string_view what, std::size_t offset, std::size_t len) const
+      KVVM_REQUIRES(mutex_);
+  // InvalidArgument (FailedPrecondition for poisoned blocks) unless every window of the range
+  // is mapped by blocks lying wholly inside it; Unavailable when it overlaps a range in flight.
+  Status check_covered(std::string_view what, std::size_t offset, std::size_t len) const
+      KVVM_REQUIRES(mutex_);
+  Status check_not_pending(std::string_view what, std::size_t offset, std::size_t len) const
+      KVVM_REQUIRES(mutex_);
   // Claims the ranges (no longer pending once unclaim() ran).
   void unclaim(const std::vector<Range>& ranges);
   // One handle a transaction took, and whether the transaction created it.
@@ -177,11 +178,11 @@ class Reservation {
   std::string unmap_covered(std::size_t offset, std::size_t len,
                             Disposition disposition = Disposition::kKeep);
   // Records `block` as mapped in an unknown state and quarantines its handle.
-  // REQUIRES: mutex_ not held.
-  void poison(Block block);
-  // The only ways blocks_ changes, so the running totals below stay true. REQUIRES: mutex_ held.
-  void put_block(const Block& block);  // inserts, or overwrites the block at its offset
-  void erase_block(std::size_t offset);
+  void poison(Block block) KVVM_EXCLUDES(mutex_);
+  // The only ways blocks_ changes, so the running totals below stay true.
+  // Inserts, or overwrites the block at its offset.
+  void put_block(const Block& block) KVVM_REQUIRES(mutex_);
+  void erase_block(std::size_t offset) KVVM_REQUIRES(mutex_);
 
   // Per handle mapped here: how many blocks map it and the bytes it counts for.
   struct HandleUse {
@@ -195,13 +196,14 @@ class Reservation {
   const std::size_t size_;
   const std::size_t granule_;
   ReservationOptions options_;
-  mutable std::mutex mutex_;                          // guards blocks_ and pending_
-  std::map<std::size_t, Block> blocks_;               // by offset
-  std::map<std::size_t, std::size_t> pending_;        // ranges claimed by calls in flight
-  std::unordered_map<Handle, HandleUse> handle_use_;  // guarded by mutex_, as blocks_
-  std::uint64_t mapped_bytes_ = 0;
-  std::uint64_t residual_bytes_ = 0;
-  std::uint64_t distinct_bytes_ = 0;
+  mutable Mutex mutex_;
+  std::map<std::size_t, Block> blocks_ KVVM_GUARDED_BY(mutex_);  // by offset
+  // Ranges claimed by calls in flight.
+  std::map<std::size_t, std::size_t> pending_ KVVM_GUARDED_BY(mutex_);
+  std::unordered_map<Handle, HandleUse> handle_use_ KVVM_GUARDED_BY(mutex_);
+  std::uint64_t mapped_bytes_ KVVM_GUARDED_BY(mutex_) = 0;
+  std::uint64_t residual_bytes_ KVVM_GUARDED_BY(mutex_) = 0;
+  std::uint64_t distinct_bytes_ KVVM_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace kvvm

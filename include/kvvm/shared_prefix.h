@@ -22,12 +22,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "kvvm/driver.h"
 #include "kvvm/handle_pool.h"
 #include "kvvm/layout.h"
+#include "kvvm/mutex.h"
 
 namespace kvvm {
 
@@ -92,8 +92,8 @@ class SharedPrefix : public std::enable_shared_from_this<SharedPrefix> {
   const SharedPrefixInfo info_;
   const std::vector<HandleInfo> handles_;  // [fragment * windows_per_fragment + window]
 
-  mutable std::mutex mutex_;  // guards sources_; a leaf lock
-  mutable std::vector<Source> sources_;
+  mutable Mutex mutex_;  // a leaf lock
+  mutable std::vector<Source> sources_ KVVM_GUARDED_BY(mutex_);
 };
 
 }  // namespace kvvm

@@ -138,7 +138,7 @@ Governor::Registration::~Registration() {
 // Governor
 
 TierId Governor::add_tier(std::string name, std::uint64_t limit) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   Tier tier;
   tier.stats.name = std::move(name);
   tier.stats.limit = limit;
@@ -147,11 +147,10 @@ TierId Governor::add_tier(std::string name, std::uint64_t limit) {
 }
 
 std::size_t Governor::tier_count() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return tiers_.size();
 }
 
-// REQUIRES: mutex_ held.
 Status Governor::check_tier(TierId tier) const {
   if (tier < tiers_.size()) return Status::Ok();
   return Status::InvalidArgument("unknown tier " + std::to_string(tier) + ": the governor has " +
@@ -159,7 +158,7 @@ Status Governor::check_tier(TierId tier) const {
 }
 
 TierStats Governor::stats(TierId tier) const {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   if (Status s = check_tier(tier); !s.ok()) {
     lock.unlock();
     log(LogLevel::kWarning, "governor: stats(): " + s.message());
@@ -174,7 +173,7 @@ Result<Grant> Governor::prepare(TierId tier, std::uint64_t bytes, std::chrono::m
   wait = std::clamp(wait, std::chrono::milliseconds(0), kMaxWait);
   const auto deadline = std::chrono::steady_clock::now() + wait;
 
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   KVVM_RETURN_IF_ERROR(check_tier(tier));
   {
     TierStats& s = tiers_[tier].stats;
@@ -241,7 +240,7 @@ Result<Grant> Governor::prepare(TierId tier, std::uint64_t bytes, std::chrono::m
       }
     }
     if (expired) break;
-    changed_.wait_until(lock, deadline);
+    changed_.wait_until(lock.native(), deadline);
   }
 
   // Timed out (or wait == 0 after reclaiming): leave the queue and refuse.
@@ -260,7 +259,6 @@ Result<Grant> Governor::prepare(TierId tier, std::uint64_t bytes, std::chrono::m
 }
 
 // Runs `tier`'s reclaimers in registration order until they report `wanted` bytes.
-// REQUIRES: mutex_ not held; only the head of the tier's queue calls this.
 std::uint64_t Governor::run_reclaimers(TierId tier, std::uint64_t wanted) {
   std::uint64_t got = 0;
   std::uint64_t last_id = 0;
@@ -269,7 +267,7 @@ std::uint64_t Governor::run_reclaimers(TierId tier, std::uint64_t wanted) {
     std::uint64_t id = 0;
     {
       // Look the next one up afresh each time, so one deregistered meanwhile is skipped.
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       const auto it = std::find_if(reclaimers_.begin(), reclaimers_.end(),
                                    [&](const auto& e) { return e.tier == tier && e.id > last_id; });
       if (it == reclaimers_.end()) break;
@@ -279,7 +277,7 @@ std::uint64_t Governor::run_reclaimers(TierId tier, std::uint64_t wanted) {
     }
     std::uint64_t reported = 0;
     auto finish = [&] {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       const auto it = std::find_if(reclaimers_.begin(), reclaimers_.end(),
                                    [&](const auto& e) { return e.id == id; });
       if (it != reclaimers_.end()) it->runner = std::thread::id();
@@ -299,7 +297,7 @@ std::uint64_t Governor::run_reclaimers(TierId tier, std::uint64_t wanted) {
 }
 
 Status Governor::charge(TierId tier, std::uint64_t bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   KVVM_RETURN_IF_ERROR(check_tier(tier));
   TierStats& s = tiers_[tier].stats;
   if (bytes > s.reserved) {
@@ -314,7 +312,7 @@ Status Governor::charge(TierId tier, std::uint64_t bytes) {
 
 void Governor::settle(TierId tier, std::uint64_t prepared, std::uint64_t charged,
                       std::uint64_t actual) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   TierStats& s = tiers_[tier].stats;
   // Grant guarantees charged <= actual <= prepared, and its uncharged bytes are reserved.
   s.reserved -= prepared - charged;
@@ -325,7 +323,7 @@ void Governor::settle(TierId tier, std::uint64_t prepared, std::uint64_t charged
 void Governor::return_bytes(TierId tier, std::uint64_t bytes) {
   std::string complaint;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (Status st = check_tier(tier); !st.ok()) {
       complaint = "return_bytes(" + std::to_string(bytes) + "): " + st.message();
     } else {
@@ -346,7 +344,7 @@ void Governor::return_bytes(TierId tier, std::uint64_t bytes) {
 }
 
 Status Governor::charge_direct(TierId tier, std::uint64_t bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   KVVM_RETURN_IF_ERROR(check_tier(tier));
   TierStats& s = tiers_[tier].stats;
   if (!fits(s, bytes)) return refusal(s, bytes, "; charge_direct() does not fit");
@@ -358,7 +356,7 @@ Status Governor::charge_direct(TierId tier, std::uint64_t bytes) {
 Governor::Registration Governor::add_reclaimer(TierId tier, Reclaimer reclaimer) {
   std::string complaint;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (Status st = check_tier(tier); !st.ok()) {
       complaint = "add_reclaimer(): " + st.message() + "; not registered";
     } else if (!reclaimer) {
@@ -376,15 +374,15 @@ Governor::Registration Governor::add_reclaimer(TierId tier, Reclaimer reclaimer)
 }
 
 void Governor::remove_reclaimer(std::uint64_t id) {
-  std::unique_lock lock(mutex_);
-  const auto find = [&] {
+  MutexLock lock(mutex_);
+  const auto find = [&]() KVVM_REQUIRES(mutex_) {
     return std::find_if(reclaimers_.begin(), reclaimers_.end(),
                         [&](const ReclaimerEntry& e) { return e.id == id; });
   };
   // Wait for a run on another thread to end, so that once the token is gone the reclaimer is
   // never inside its owner (which is typically being destroyed). A reclaimer deregistering
   // itself from inside its own run must not wait for itself.
-  changed_.wait(lock, [&] {
+  changed_.wait(lock.native(), [&]() KVVM_REQUIRES(mutex_) {
     const auto it = find();
     return it == reclaimers_.end() || it->runner == std::thread::id() ||
            it->runner == std::this_thread::get_id();

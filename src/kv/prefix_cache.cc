@@ -51,7 +51,7 @@ PrefixCache::~PrefixCache() {
   reclaimer_ = Governor::Registration();  // waits for an eviction in progress
   std::vector<HandleInfo> unheld;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (auto& [key, entry] : entries_) {
       unheld.insert(unheld.end(), entry->handles.begin(), entry->handles.end());
     }
@@ -125,7 +125,7 @@ std::uint64_t PrefixCache::lookup(std::span<const TokenId> prompt, std::uint64_t
   sequence.salt = salt;
   sequence.ids.assign(prompt.begin(), prompt.end());
   extend_keys(sequence);
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   bool collided = false;
   const std::size_t windows = match_locked(sequence, &collided).size();
   return windows * arena_.plan().granule / arena_.plan().contiguous_bytes_per_token;
@@ -148,7 +148,7 @@ Result<CacheAdmission> PrefixCache::admit(std::span<const TokenId> prompt, std::
   std::vector<Entry*> matched;
   std::uint64_t cached_tokens = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     counters_.queries += prompt.size();
     bool collided = false;
     matched = match_locked(sequence, &collided);
@@ -177,7 +177,7 @@ Result<CacheAdmission> PrefixCache::admit(std::span<const TokenId> prompt, std::
         SharedPrefix::create(arena_.pool(), plan, info, std::move(handles));
     slot = arena_.admit_shared(*prefix, prompt.size(), stream);
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (!slot.ok()) {
     for (Entry* entry : matched) unpin(entry);
     return slot.status().with_context("prefix-cache admission");
@@ -190,7 +190,7 @@ Result<CacheAdmission> PrefixCache::admit(std::span<const TokenId> prompt, std::
 }
 
 Status PrefixCache::extend(SlotId slot, std::span<const TokenId> ids) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = sequences_.find(slot);
   if (it == sequences_.end()) {
     return Status::FailedPrecondition("extend of slot " + std::to_string(slot) +
@@ -205,7 +205,7 @@ Status PrefixCache::written(SlotId slot, std::uint64_t tokens) {
   std::uint64_t from = 0;
   std::uint64_t to = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = sequences_.find(slot);
     if (it == sequences_.end()) {
       return Status::FailedPrecondition("written of slot " + std::to_string(slot) +
@@ -232,7 +232,7 @@ Status PrefixCache::written(SlotId slot, std::uint64_t tokens) {
   const LayoutPlan& plan = arena_.plan();
   const std::uint64_t count = to - from;
   std::vector<Handle> to_hold;
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = sequences_.find(slot);
   if (it == sequences_.end()) return Status::Ok();  // released meanwhile
   Sequence& sequence = it->second;
@@ -304,7 +304,7 @@ void PrefixCache::update_evictable(Entry* entry) {
 
 Status PrefixCache::release(SlotId slot, Stream stream) {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = sequences_.find(slot);
     if (it != sequences_.end()) {
       for (Entry* entry : it->second.pinned) unpin(entry);
@@ -337,7 +337,7 @@ std::uint64_t PrefixCache::evict(std::uint64_t bytes) {
   while (given_back() < bytes) {
     std::vector<HandleInfo> unheld;
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (evictable_.empty()) break;
       drop_locked(evictable_.begin()->second, unheld);
     }
@@ -351,7 +351,7 @@ std::uint64_t PrefixCache::reset() {
   std::vector<HandleInfo> unheld;
   std::uint64_t dropped = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     while (!evictable_.empty()) {
       drop_locked(evictable_.begin()->second, unheld);
       ++dropped;
@@ -362,7 +362,7 @@ std::uint64_t PrefixCache::reset() {
 }
 
 PrefixCacheStats PrefixCache::stats() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   PrefixCacheStats stats = counters_;
   const std::uint64_t window_bytes = arena_.plan().fragments * arena_.plan().granule;
   stats.entries = entries_.size();

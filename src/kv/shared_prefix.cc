@@ -37,17 +37,17 @@ bool SharedPrefix::usable() const {
 }
 
 void SharedPrefix::add_source(Source source) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   sources_.push_back(source);
 }
 
 void SharedPrefix::drop_source(const BoundaryHolder* holder, std::uint32_t slot) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::erase_if(sources_, [&](const Source& s) { return s.holder == holder && s.slot == slot; });
 }
 
 std::vector<SharedPrefix::Source> SharedPrefix::sources() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return sources_;
 }
 

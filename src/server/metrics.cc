@@ -174,17 +174,17 @@ Histogram::Histogram(std::vector<double> upper_bounds) {
 void Histogram::observe(double value) {
   // A NaN would make _sum NaN for good; it is no measurement, so it is dropped.
   if (std::isnan(value)) return;
+  MutexLock lock(mutex_);
   // Prometheus buckets are "less than or equal": the first bound >= value.
   const auto it = std::lower_bound(data_.upper_bounds.begin(), data_.upper_bounds.end(), value);
   const auto index = static_cast<std::size_t>(it - data_.upper_bounds.begin());
-  std::lock_guard lock(mutex_);
   ++data_.counts[index];
   data_.sum += value;
   ++data_.count;
 }
 
 Histogram::Snapshot Histogram::snapshot() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return data_;
 }
 
@@ -197,7 +197,7 @@ ServerMetrics::ServerMetrics()
       generation_tokens_(token_buckets()) {}
 
 void ServerMetrics::count_response(std::string_view endpoint, int status) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::pair<std::string, int> key(std::string(endpoint), status);
   auto it = responses_.find(key);
   if (it == responses_.end() && responses_.size() >= kMaxResponseSeries) {
@@ -215,7 +215,7 @@ void ServerMetrics::observe_finished(const engine::RequestStats& stats, engine::
   // vLLM's histograms and request_success_total cover finished requests only.
   if (end != engine::RequestEnd::kStop && end != engine::RequestEnd::kLength) return;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     ++successes_[std::string(engine::to_string(end))];
   }
   if (stats.generated_tokens > 0) ttft_.observe(stats.time_to_first_token);
@@ -228,7 +228,7 @@ void ServerMetrics::observe_finished(const engine::RequestStats& stats, engine::
 }
 
 void ServerMetrics::count_refusal(std::string_view reason) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   ++refusals_[std::string(reason)];
 }
 
@@ -237,7 +237,7 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   std::map<std::string, std::uint64_t> refusals;
   std::map<std::string, std::uint64_t> successes;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     responses = responses_;
     refusals = refusals_;
     successes = successes_;

@@ -20,7 +20,6 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +28,7 @@
 #include "kvvm/driver.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/governor.h"
+#include "kvvm/mutex.h"
 
 namespace kvvm::server {
 
@@ -46,8 +46,8 @@ class Histogram {
   Snapshot snapshot() const;
 
  private:
-  mutable std::mutex mutex_;
-  Snapshot data_;
+  mutable Mutex mutex_;
+  Snapshot data_ KVVM_GUARDED_BY(mutex_);
 };
 
 // What the HTTP layer counts itself. Thread-safe.
@@ -75,10 +75,12 @@ class ServerMetrics {
   std::string render(const Inputs& inputs) const;
 
  private:
-  mutable std::mutex mutex_;
-  std::map<std::pair<std::string, int>, std::uint64_t> responses_;
-  std::map<std::string, std::uint64_t> refusals_;
-  std::map<std::string, std::uint64_t> successes_;  // by finished_reason
+  mutable Mutex mutex_;
+  std::map<std::pair<std::string, int>, std::uint64_t> responses_ KVVM_GUARDED_BY(mutex_);
+  std::map<std::string, std::uint64_t> refusals_ KVVM_GUARDED_BY(mutex_);
+  // By finished_reason.
+  std::map<std::string, std::uint64_t> successes_ KVVM_GUARDED_BY(mutex_);
+  // Each has its own lock.
   Histogram ttft_, tpot_, e2e_, queue_, prompt_tokens_, generation_tokens_;
 };
 

@@ -17,7 +17,7 @@ engine::RequestCallback RequestStream::callback() {
 
 void RequestStream::push(const engine::RequestEvent& event) {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (finish_seen_) return;  // nothing follows a finish
     pending_.text.append(event.text);
     pending_.tokens += event.tokens.size();
@@ -34,9 +34,10 @@ void RequestStream::push(const engine::RequestEvent& event) {
 }
 
 StreamUpdate RequestStream::take(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   if (finish_taken_) return {};
-  arrived_.wait_for(lock, timeout, [this] { return !pending_.empty(); });
+  arrived_.wait_for(lock.native(), timeout,
+                    [this]() KVVM_REQUIRES(mutex_) { return !pending_.empty(); });
   StreamUpdate taken = std::move(pending_);
   pending_ = StreamUpdate{};
   if (taken.finished) finish_taken_ = true;
@@ -44,7 +45,7 @@ StreamUpdate RequestStream::take(std::chrono::milliseconds timeout) {
 }
 
 bool RequestStream::finished() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return finish_seen_;
 }
 

@@ -10,10 +10,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "kvvm/engine/engine.h"
+#include "kvvm/mutex.h"
 #include "kvvm/status.h"
 
 namespace kvvm::server {
@@ -48,11 +48,11 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
 
  private:
   RequestStream() = default;
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable arrived_;
-  StreamUpdate pending_;
-  bool finish_seen_ = false;
-  bool finish_taken_ = false;
+  StreamUpdate pending_ KVVM_GUARDED_BY(mutex_);
+  bool finish_seen_ KVVM_GUARDED_BY(mutex_) = false;
+  bool finish_taken_ KVVM_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace kvvm::server

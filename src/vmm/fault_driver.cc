@@ -5,24 +5,24 @@
 namespace kvvm {
 
 void FaultDriver::fail_nth(DriverOp op, std::uint64_t k) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   plans_[static_cast<std::size_t>(op)].countdown = k;
 }
 
 void FaultDriver::fail_nth_call(std::uint64_t k) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   any_countdown_ = k;
 }
 
 void FaultDriver::fail_fraction(DriverOp op, double fraction, std::uint64_t seed) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   Plan& plan = plans_[static_cast<std::size_t>(op)];
   plan.fraction = fraction;
   plan.random.seed(seed);
 }
 
 void FaultDriver::clear() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (Plan& plan : plans_) {
     plan.countdown = 0;
     plan.fraction = 0.0;
@@ -31,12 +31,12 @@ void FaultDriver::clear() {
 }
 
 std::uint64_t FaultDriver::injected() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return injected_;
 }
 
 Status FaultDriver::maybe_fail(DriverOp op) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   Plan& plan = plans_[static_cast<std::size_t>(op)];
   bool fail = false;
   // Every countdown advances on every call, so "the k-th call" means exactly that even when

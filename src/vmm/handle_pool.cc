@@ -58,7 +58,7 @@ Result<Handle> HandlePool::checkout(std::size_t bytes, Grant* grant, bool* creat
                                    std::to_string(granule_));
   }
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto bucket = pooled_.find(bytes);
     if (bucket != pooled_.end() && !bucket->second.empty()) {
       const Handle handle = bucket->second.back();
@@ -102,7 +102,7 @@ Result<Handle> HandlePool::checkout(std::size_t bytes, Grant* grant, bool* creat
       return charged;
     }
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   entries_.emplace(*created, Entry{bytes, HandleState::kInUse, 0, ++next_epoch_});
   ++counters_.creates;
   if (created_now != nullptr) *created_now = true;
@@ -110,7 +110,7 @@ Result<Handle> HandlePool::checkout(std::size_t bytes, Grant* grant, bool* creat
 }
 
 Status HandlePool::share(Handle handle, std::size_t bytes, std::uint64_t epoch) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = entries_.find(handle);
   if (it == entries_.end() || it->second.state != HandleState::kInUse ||
       it->second.bytes != bytes) {
@@ -132,7 +132,7 @@ Status HandlePool::share(Handle handle, std::size_t bytes, std::uint64_t epoch) 
 }
 
 void HandlePool::hold(Handle handle) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = entries_.find(handle);
   KVVM_CHECK(it != entries_.end() && it->second.state == HandleState::kInUse,
              "hold of handle " + std::to_string(handle) + " that is not in use");
@@ -142,7 +142,7 @@ void HandlePool::hold(Handle handle) {
 void HandlePool::unhold(Handle handle, Disposition disposition) {
   std::size_t release_bytes = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = entries_.find(handle);
     KVVM_CHECK(it != entries_.end() && it->second.holds > 0,
                "unhold of handle " + std::to_string(handle) + " with no hold");
@@ -157,7 +157,7 @@ void HandlePool::unhold(Handle handle, Disposition disposition) {
 }
 
 void HandlePool::reissue(Handle handle) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = entries_.find(handle);
   KVVM_CHECK(it != entries_.end() && it->second.state == HandleState::kInUse,
              "reissue of handle " + std::to_string(handle) + " that is not in use");
@@ -165,7 +165,7 @@ void HandlePool::reissue(Handle handle) {
 }
 
 void HandlePool::note_mapped(Handle handle) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = entries_.find(handle);
   KVVM_CHECK(it != entries_.end() && it->second.state != HandleState::kPooled,
              "note_mapped on handle " + std::to_string(handle) + " that is not in use");
@@ -185,7 +185,7 @@ bool HandlePool::return_locked(Handle handle, Entry& entry, Disposition disposit
 void HandlePool::note_unmapped(Handle handle, Disposition disposition) {
   std::size_t release_bytes = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = entries_.find(handle);
     KVVM_CHECK(it != entries_.end() && it->second.mappings > 0,
                "note_unmapped on handle " + std::to_string(handle) + " with no mapping");
@@ -202,7 +202,7 @@ void HandlePool::note_unmapped(Handle handle, Disposition disposition) {
 void HandlePool::give_back(Handle handle, Disposition disposition) {
   std::size_t release_bytes = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = entries_.find(handle);
     KVVM_CHECK(it != entries_.end() && it->second.state == HandleState::kInUse &&
                    it->second.mappings == 0 && it->second.holds == 0,
@@ -216,7 +216,7 @@ void HandlePool::give_back(Handle handle, Disposition disposition) {
 }
 
 void HandlePool::quarantine(Handle handle, std::string_view why) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = entries_.find(handle);
   if (it == entries_.end()) return;
   Entry& entry = it->second;
@@ -233,7 +233,7 @@ void HandlePool::quarantine(Handle handle, std::string_view why) {
 
 bool HandlePool::release_now(Handle handle, std::size_t bytes) {
   Status released = driver_.release(handle);
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (released.ok()) {
     ++counters_.releases;
     counters_.released_bytes += bytes;
@@ -254,7 +254,7 @@ std::uint64_t HandlePool::trim(std::uint64_t bytes) {
     Handle handle = kNoHandle;
     std::size_t size = 0;
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       for (auto& [bucket_size, list] : pooled_) {
         if (!list.empty()) {
           handle = list.back();
@@ -272,12 +272,12 @@ std::uint64_t HandlePool::trim(std::uint64_t bytes) {
 }
 
 std::uint64_t HandlePool::released_bytes() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return counters_.released_bytes;
 }
 
 Result<HandleInfo> HandlePool::describe(Handle handle) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = entries_.find(handle);
   if (it == entries_.end()) {
     return Status::InvalidArgument("handle " + std::to_string(handle) +
@@ -289,7 +289,7 @@ Result<HandleInfo> HandlePool::describe(Handle handle) const {
 }
 
 PoolSnapshot HandlePool::snapshot() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   PoolSnapshot snapshot = counters_;
   for (const auto& [handle, entry] : entries_) {
     switch (entry.state) {
@@ -314,7 +314,7 @@ PoolSnapshot HandlePool::snapshot() const {
 }
 
 std::vector<HandleInfo> HandlePool::handles() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<HandleInfo> list;
   list.reserve(entries_.size());
   for (const auto& [handle, entry] : entries_) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/format.h"
+#include "kvvm/mutex.h"
 #include "vmm/host_chunks.h"
 
 namespace kvvm {
@@ -79,7 +80,7 @@ class HostDriver final : public Driver {
   bool maps_handle_subranges() const override { return true; }  // mmap takes any page offset
 
   HostDriverTables tables() const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     HostDriverTables tables{reservations_.size(), 0, mappings_.size(), 0};
     for (const auto& [id, handle] : handles_) {
       if (handle.released) continue;  // gone for the caller; its bytes wait for an unmap
@@ -113,9 +114,10 @@ class HostDriver final : public Driver {
                                DriverFailure{std::string(call), "EINVAL", EINVAL});
   }
 
-  // REQUIRES: mutex_ held. The reservation holding [address, address + bytes), or end().
+  // The reservation holding [address, address + bytes), or end().
   std::map<Address, std::size_t>::const_iterator find_reservation(Address address,
-                                                                  std::size_t bytes) const {
+                                                                  std::size_t bytes) const
+      KVVM_REQUIRES(mutex_) {
     auto it = reservations_.upper_bound(address);
     if (it == reservations_.begin()) return reservations_.end();
     --it;
@@ -123,9 +125,8 @@ class HostDriver final : public Driver {
     return it;
   }
 
-  // REQUIRES: mutex_ held. True when [address, address + bytes) is exactly a run of whole
-  // adjacent mappings.
-  bool covered_by_whole_mappings(Address address, std::size_t bytes) const {
+  // True when [address, address + bytes) is exactly a run of whole adjacent mappings.
+  bool covered_by_whole_mappings(Address address, std::size_t bytes) const KVVM_REQUIRES(mutex_) {
     Address cursor = address;
     auto it = mappings_.find(address);
     while (cursor < address + bytes) {
@@ -155,14 +156,14 @@ class HostDriver final : public Driver {
     if (base > start) ::munmap(raw, base - start);
     const Address end = start + span;
     if (end > base + bytes) ::munmap(reinterpret_cast<void*>(base + bytes), end - base - bytes);
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     reservations_.emplace(base, bytes);
     return base;
   }
 
   Status do_free(Address base, std::size_t bytes) override {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       auto it = reservations_.find(base);
       if (it == reservations_.end() || it->second != bytes) {
         return invalid("munmap", "free(" + hex(base) + ", " + std::to_string(bytes) +
@@ -187,7 +188,7 @@ class HostDriver final : public Driver {
                                          std::to_string(granule_));
     }
     Result<ChunkRange> range = [&] {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       return chunks_.take(bytes);
     }();
     if (!range.ok())
@@ -207,7 +208,7 @@ class HostDriver final : public Driver {
       }
       return errno_status("fallocate", "create(" + std::to_string(bytes) + " bytes)", error);
     }
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const Handle id = next_handle_++;
     handles_.emplace(id, HostHandle{*range});
     return id;
@@ -216,7 +217,7 @@ class HostDriver final : public Driver {
   Status do_release(Handle handle) override {
     ChunkRange range;
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       auto it = handles_.find(handle);
       if (it == handles_.end() || it->second.released) {
         return invalid("fallocate",
@@ -244,14 +245,14 @@ class HostDriver final : public Driver {
                           "punching " + std::to_string(range.bytes) + " bytes out of a memory file",
                           errno);
     }
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     chunks_.give_back(range);
     return Status::Ok();
   }
 
   Status do_map(Address address, std::size_t bytes, Handle handle,
                 std::size_t handle_offset) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const std::string what = "map(" + hex(address) + ", " + std::to_string(bytes) +
                              " bytes, handle " + std::to_string(handle) + " offset " +
                              std::to_string(handle_offset) + ")";
@@ -291,7 +292,7 @@ class HostDriver final : public Driver {
   }
 
   Status do_set_access(Address address, std::size_t bytes, Access access) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const std::string what = "set_access(" + hex(address) + ", " + std::to_string(bytes) +
                              " bytes, " + std::string(to_string(access)) + ")";
     if (!covered_by_whole_mappings(address, bytes)) {
@@ -314,7 +315,7 @@ class HostDriver final : public Driver {
     const std::string what = "unmap(" + hex(address) + ", " + std::to_string(bytes) + " bytes)";
     std::vector<ChunkRange> orphans;  // released handles whose last mapping this was
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (!covered_by_whole_mappings(address, bytes)) {
         return invalid("mmap", what + ": not a run of whole mappings");
       }
@@ -346,35 +347,34 @@ class HostDriver final : public Driver {
   // Host work is synchronous, so a fence is complete when it is recorded; the ids are still
   // tracked so a fence used after it was destroyed is refused, as CUDA would.
   Result<Fence> do_record_fence(Stream) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const Fence fence = next_fence_++;
     fences_.insert(fence);
     return fence;
   }
   Result<bool> do_fence_done(Fence fence) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (!fences_.contains(fence)) {
       return invalid("fence", "fence_done(" + std::to_string(fence) + "): unknown fence");
     }
     return true;
   }
   Status do_wait_fence(Fence fence) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (!fences_.contains(fence)) {
       return invalid("fence", "wait_fence(" + std::to_string(fence) + "): unknown fence");
     }
     return Status::Ok();
   }
   Status do_destroy_fence(Fence fence) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (fences_.erase(fence) == 0) {
       return invalid("fence", "destroy_fence(" + std::to_string(fence) + "): unknown fence");
     }
     return Status::Ok();
   }
 
-  // REQUIRES: mutex_ held.
-  bool mapped(Address address, std::size_t bytes) const {
+  bool mapped(Address address, std::size_t bytes) const KVVM_REQUIRES(mutex_) {
     auto it = mappings_.upper_bound(address);
     if (it == mappings_.begin()) return false;
     --it;
@@ -388,7 +388,7 @@ class HostDriver final : public Driver {
 
   Status do_write(Address address, const void* source, std::size_t bytes) override {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (!mapped(address, bytes)) {
         return invalid("memcpy", "write(" + hex(address) + ", " + std::to_string(bytes) +
                                      " bytes): not mapped");
@@ -401,7 +401,7 @@ class HostDriver final : public Driver {
 
   Status do_copy(Address destination, Address source, std::size_t bytes, Stream) override {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (!mapped(destination, bytes) || !mapped(source, bytes)) {
         return invalid("memcpy", "copy(" + hex(destination) + " <- " + hex(source) + ", " +
                                      std::to_string(bytes) + " bytes): not mapped");
@@ -415,7 +415,7 @@ class HostDriver final : public Driver {
 
   Status do_read(void* destination, Address address, std::size_t bytes) override {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (!mapped(address, bytes)) {
         return invalid("memcpy", "read(" + hex(address) + ", " + std::to_string(bytes) +
                                      " bytes): not mapped");
@@ -427,14 +427,14 @@ class HostDriver final : public Driver {
 
   const std::size_t granule_;
   const bool populate_;
-  mutable std::mutex mutex_;  // leaf lock: guards the tables below
-  HostChunks chunks_;         // where the handles' bytes live
-  std::map<Address, std::size_t> reservations_;
-  std::map<Handle, HostHandle> handles_;
-  std::map<Address, Mapping> mappings_;
-  Handle next_handle_ = 1;
-  std::set<Fence> fences_;
-  Fence next_fence_ = 1;
+  mutable Mutex mutex_;                        // a leaf lock
+  HostChunks chunks_ KVVM_GUARDED_BY(mutex_);  // where the handles' bytes live
+  std::map<Address, std::size_t> reservations_ KVVM_GUARDED_BY(mutex_);
+  std::map<Handle, HostHandle> handles_ KVVM_GUARDED_BY(mutex_);
+  std::map<Address, Mapping> mappings_ KVVM_GUARDED_BY(mutex_);
+  Handle next_handle_ KVVM_GUARDED_BY(mutex_) = 1;
+  std::set<Fence> fences_ KVVM_GUARDED_BY(mutex_);
+  Fence next_fence_ KVVM_GUARDED_BY(mutex_) = 1;
 };
 
 }  // namespace

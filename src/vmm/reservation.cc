@@ -153,7 +153,7 @@ Status Reservation::check_not_pending(std::string_view what, std::size_t offset,
 }
 
 void Reservation::unclaim(const std::vector<Range>& ranges) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (const Range& range : ranges) pending_.erase(range.offset);
 }
 
@@ -191,7 +191,7 @@ Status Reservation::check_covered(std::string_view what, std::size_t offset,
 void Reservation::poison(Block block) {
   block.poisoned = true;
   pool_.quarantine(block.handle, "unmap at offset " + std::to_string(block.offset) + " failed");
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   put_block(block);
 }
 
@@ -261,7 +261,7 @@ Status Reservation::commit_ranges(const std::vector<Range>& ranges, Grant* grant
     }
   }
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (std::size_t i = 0; i < ranges.size(); ++i) {
       KVVM_RETURN_IF_ERROR(check_unmapped("commit", ranges[i].offset, ranges[i].len));
       for (std::size_t j = 0; j < i; ++j) {
@@ -328,7 +328,7 @@ Status Reservation::commit_ranges(const std::vector<Range>& ranges, Grant* grant
     failure = driver_.set_access(base_ + ranges[r].offset, ranges[r].len, options.access);
   }
   if (failure.ok()) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (Block& block : mapped) {
       block.access = options.access;
       put_block(block);
@@ -353,13 +353,13 @@ std::string Reservation::unmap_covered(std::size_t offset, std::size_t len,
   // driver calls below run without the lock.
   std::vector<Block> blocks;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (auto it = blocks_.lower_bound(offset); it != blocks_.lower_bound(offset + len); ++it) {
       blocks.push_back(it->second);
     }
   }
   const auto forget = [&](const Block& block) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     erase_block(block.offset);
   };
   if (driver_.unmap(base_ + offset, len).ok()) {
@@ -386,7 +386,7 @@ std::string Reservation::unmap_covered(std::size_t offset, std::size_t len,
 Status Reservation::release(std::size_t offset, std::size_t len, Disposition disposition) {
   KVVM_RETURN_IF_ERROR(check_range("release", offset, len));
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     KVVM_RETURN_IF_ERROR(check_covered("release", offset, len));
     pending_.emplace(offset, len);
   }
@@ -423,7 +423,7 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
   }
   KVVM_RETURN_IF_ERROR(check_range(what, offset, bytes));
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     KVVM_RETURN_IF_ERROR(check_unmapped(what, offset, bytes));
     pending_.emplace(offset, bytes);
   }
@@ -444,7 +444,7 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
   Status access_set = driver_.set_access(base_ + offset, bytes, access);
   if (access_set.ok()) {
     block.access = access;
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     put_block(block);
     pending_.erase(offset);
     return Status::Ok();
@@ -460,12 +460,12 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
 Status Reservation::set_access(std::size_t offset, std::size_t len, Access access) {
   KVVM_RETURN_IF_ERROR(check_range("set_access", offset, len));
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     KVVM_RETURN_IF_ERROR(check_covered("set_access", offset, len));
     pending_.emplace(offset, len);
   }
   Status changed = driver_.set_access(base_ + offset, len, access);
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   pending_.erase(offset);
   KVVM_RETURN_IF_ERROR(changed.with_context("set_access " + range_text(offset, len)));
   for (auto it = blocks_.lower_bound(offset); it != blocks_.lower_bound(offset + len); ++it) {
@@ -477,7 +477,7 @@ Status Reservation::set_access(std::size_t offset, std::size_t len, Access acces
 Status Reservation::replace(std::size_t offset, Handle fresh, Access access) {
   Block old;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = blocks_.find(offset);
     if (it == blocks_.end()) {
       return Status::InvalidArgument("replace at offset " + std::to_string(offset) +
@@ -512,7 +512,7 @@ Status Reservation::replace(std::size_t offset, Handle fresh, Access access) {
   if (failure.ok()) {
     pool_.note_mapped(fresh);
     pool_.note_unmapped(old.handle);
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     put_block(Block{offset, old.bytes, fresh, 0, access, false, false});
     pending_.erase(offset);
     return Status::Ok();
@@ -542,7 +542,7 @@ Status Reservation::replace(std::size_t offset, Handle fresh, Access access) {
   }
   pool_.note_unmapped(old.handle);
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     erase_block(offset);
     pending_.erase(offset);
   }
@@ -551,7 +551,7 @@ Status Reservation::replace(std::size_t offset, Handle fresh, Access access) {
 }
 
 std::vector<Block> Reservation::blocks_in(std::size_t offset, std::size_t len) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<Block> list;
   for (auto it = blocks_.lower_bound(offset); it != blocks_.end() && it->first < offset + len;
        ++it) {
@@ -561,7 +561,7 @@ std::vector<Block> Reservation::blocks_in(std::size_t offset, std::size_t len) c
 }
 
 std::vector<Block> Reservation::blocks() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<Block> list;
   list.reserve(blocks_.size());
   for (const auto& [offset, block] : blocks_) list.push_back(block);
@@ -569,6 +569,7 @@ std::vector<Block> Reservation::blocks() const {
 }
 
 const Block* Reservation::block_at(std::size_t offset) const {
+  MutexLock lock(mutex_);  // for the lookup; the pointer's contract is the caller's
   auto it = blocks_.upper_bound(offset);
   if (it == blocks_.begin()) return nullptr;
   --it;
@@ -576,23 +577,23 @@ const Block* Reservation::block_at(std::size_t offset) const {
 }
 
 std::uint64_t Reservation::mapped_bytes() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return mapped_bytes_;
 }
 
 std::uint64_t Reservation::residual_bytes() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return residual_bytes_;
 }
 
 std::uint64_t Reservation::distinct_handle_bytes(Handle excluded) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = excluded == kNoHandle ? handle_use_.end() : handle_use_.find(excluded);
   return distinct_bytes_ - (it == handle_use_.end() ? 0 : it->second.bytes);
 }
 
 std::uint64_t Reservation::mappings_of(Handle handle) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = handle_use_.find(handle);
   return it == handle_use_.end() ? 0 : it->second.blocks;
 }
