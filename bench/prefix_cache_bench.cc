@@ -11,6 +11,7 @@
 
 #include "kvvm/arena.h"
 #include "kvvm/host_driver.h"
+#include "kvvm/model/kv_geometry.h"
 #include "kvvm/prefix_cache.h"
 
 #if defined(KVVM_HAS_OPENSSL)
@@ -46,9 +47,10 @@ struct CacheRig {
     driver = std::move(made).value();
     const TierId tier = governor.add_tier("bench", 64ull << 30);
     pool = std::make_unique<HandlePool>(*driver, PoolOptions{}, &governor, tier);
-    auto geometry = builtin_geometry("llama-3-8b");
-    if (!geometry.ok()) return geometry.status();
-    auto plan = plan_layout(*geometry, Layout::kTokenMajor, driver->granule(), tokens + 16);
+    auto config = model::builtin_model_config("llama-3-8b");
+    if (!config.ok()) return config.status();
+    auto plan = plan_layout(model::kv_geometry(*config, DType::kFp16), Layout::kTokenMajor,
+                            driver->granule(), tokens + 16);
     if (!plan.ok()) return plan.status();
     auto created = Arena::create(*pool, governor, ArenaOptions{*plan, 4, tier});
     if (!created.ok()) return created.status();

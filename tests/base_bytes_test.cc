@@ -8,6 +8,7 @@
 #include "kvvm/dtype.h"
 #include "kvvm/geometry.h"
 #include "kvvm/layout.h"
+#include "kvvm/model/kv_geometry.h"
 
 namespace kvvm {
 namespace {
@@ -60,7 +61,7 @@ TEST(DType, OneSizeTableAndNames) {
 
 TEST(DType, TheViewCarriesTheGeometrysType) {
   for (DType d : {DType::kFp16, DType::kBf16, DType::kFp8, DType::kFp32}) {
-    Result<Geometry> g = builtin_geometry("qwen2.5-0.5b", d);
+    Result<Geometry> g = model::builtin_geometry("qwen2.5-0.5b", d);
     ASSERT_TRUE(g.ok());
     Result<LayoutPlan> plan = plan_layout(*g, Layout::kHeadMajor, 2 << 20, 1024);
     ASSERT_TRUE(plan.ok()) << plan.status().to_string();

@@ -23,6 +23,7 @@
 #include "kvvm/geometry.h"
 #include "kvvm/host_driver.h"
 #include "kvvm/layout.h"
+#include "kvvm/model/kv_geometry.h"
 #include "support/cli_run.h"
 
 namespace kvvm::cli {
@@ -170,7 +171,7 @@ TEST(CliBench, HostGrowthRowsMatchTheArithmetic) {
   EXPECT_EQ(json["sequences"], 2u);
   EXPECT_EQ(json["ahead_windows"], (nlohmann::json{0, 2}));
 
-  Result<Geometry> geometry = builtin_geometry("qwen2.5-0.5b");
+  Result<Geometry> geometry = model::builtin_geometry("qwen2.5-0.5b");
   ASSERT_TRUE(geometry.ok());
   const nlohmann::json& rows = json["growth"];
   ASSERT_EQ(rows.size(), 6u);
@@ -281,7 +282,7 @@ class SleepKernel {
 TEST(CliBench, DecodeLoopOnTheHostWithAStandInKernel) {
   Result<std::unique_ptr<Driver>> driver = make_host_driver(HostDriverOptions{.granule = 4096});
   ASSERT_TRUE(driver.ok()) << driver.status().to_string();
-  Result<Geometry> geometry = builtin_geometry("qwen2.5-0.5b");
+  Result<Geometry> geometry = model::builtin_geometry("qwen2.5-0.5b");
   ASSERT_TRUE(geometry.ok());
   BenchGrowthOptions options = tiny();
   options.steps = 40;
@@ -351,7 +352,7 @@ TEST(CliBench, DecodeLoopOnTheHostWithAStandInKernel) {
 TEST(CliBench, DecodeLoopFailureIsReturnedNotMeasured) {
   Result<std::unique_ptr<Driver>> driver = make_host_driver(HostDriverOptions{.granule = 4096});
   ASSERT_TRUE(driver.ok()) << driver.status().to_string();
-  Result<Geometry> geometry = builtin_geometry("qwen2.5-0.5b");
+  Result<Geometry> geometry = model::builtin_geometry("qwen2.5-0.5b");
   ASSERT_TRUE(geometry.ok());
   BenchGrowthOptions options = tiny();
   options.steps = 8;

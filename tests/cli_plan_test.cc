@@ -2,14 +2,18 @@
 // and the human form's units and formulas. The arithmetic itself is tested in layout_test.cc;
 // these tests check that the command reports it faithfully.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "info_command.h"
+#include "model_loading.h"
 #include "plan_command.h"
 #include "support/cli_run.h"
 #include "support/test_data.h"
@@ -248,6 +252,37 @@ TEST(CliPlanRun, ReadsAConfigJsonWithADtypeOverride) {
   EXPECT_EQ(json.at("model").at("head_dim"), 64);
   EXPECT_EQ(json.at("model").at("dtype"), "fp8");
   EXPECT_EQ(json.at("model").at("bytes_per_token"), 6144);
+}
+
+// One resolution of --model for plan, simulate and bench: a built-in name, a config.json, or a
+// folder holding one.
+TEST(CliPlanModel, ResolveTakesANameAPathOrAModelDirectory) {
+  Result<Geometry> named = resolve_model_geometry("llama-3-70b", std::nullopt);
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(named->layers, 80u);
+  EXPECT_EQ(resolve_model_geometry("llama-3-70b", DType::kFp8)->dtype, DType::kFp8);
+
+  const std::string file = (kvvm::test::data_dir() / "config_qwen2.5-0.5b.json").string();
+  Result<Geometry> from_file = resolve_model_geometry(file, std::nullopt);
+  ASSERT_TRUE(from_file.ok()) << from_file.status().to_string();
+  EXPECT_EQ(from_file->head_dim, 64u);
+
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("kvvm_cli_plan_resolve_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ifstream source(file);
+    std::ofstream(dir / "config.json") << std::string(std::istreambuf_iterator<char>(source), {});
+  }
+  Result<Geometry> from_dir = resolve_model_geometry(dir.string(), std::nullopt);
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status().to_string();
+  EXPECT_EQ(from_dir->layers, 24u);
+
+  Result<Geometry> unknown = resolve_model_geometry("mistral-7b", std::nullopt);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_TRUE(contains(unknown.status().message(), "qwen2.5-14b"));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "baselines.h"
 #include "kvvm/geometry.h"
 #include "kvvm/layout.h"
+#include "kvvm/model/kv_geometry.h"
 #include "simulate_command.h"
 #include "support/cli_run.h"
 
@@ -103,7 +104,7 @@ TEST_F(CliSimulate, SavingsEqualTheArithmeticsPrediction) {
   SimulateOptions options = tiny();
   options.trace = write("same.jsonl", same_requests(kPrompt, kPrefix));
   options.json = true;
-  const Geometry geometry = *builtin_geometry("qwen2.5-0.5b");
+  const Geometry geometry = *model::builtin_geometry("qwen2.5-0.5b");
   const LayoutPlan plan = *plan_layout(geometry, Layout::kTokenMajor, options.host_granule, 256);
   // 101 tokens still lie in the windows of 100: growth needs no memory, so the peak is set by
   // admission alone.

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "kvvm/model/kv_geometry.h"
+
 namespace kvvm {
 namespace {
 
@@ -24,9 +26,9 @@ constexpr std::uint64_t kMiB = 1024 * kKiB;
 constexpr std::uint64_t kGiB = 1024 * kMiB;
 
 Geometry model(const char* name, DType dtype = DType::kFp16) {
-  Result<Geometry> geometry = builtin_geometry(name, dtype);
-  if (!geometry.ok()) throw std::runtime_error(geometry.status().to_string());
-  return *geometry;
+  Result<kvvm::model::ModelConfig> config = kvvm::model::builtin_model_config(name);
+  if (!config.ok()) throw std::runtime_error(config.status().to_string());
+  return kvvm::model::kv_geometry(*config, dtype);
 }
 
 LayoutPlan plan(const Geometry& geometry, Layout layout, std::uint64_t granule = 2 * kMiB,
@@ -94,7 +96,7 @@ TEST(Layout, HeadMajorQwenHalfBCommits96GranulesForOneToken) {
 }
 
 TEST(Layout, TokenMajorFloorIsOneGranule) {
-  for (const std::string& name : builtin_geometry_names()) {
+  for (const std::string& name : kvvm::model::builtin_model_names()) {
     for (std::uint64_t granule : {2 * kMiB, 1 * kMiB, 512 * kKiB}) {
       const LayoutPlan token = plan(model(name.c_str()), Layout::kTokenMajor, granule);
       ASSERT_LE(token.contiguous_bytes_per_token, granule) << name;
@@ -115,7 +117,7 @@ TEST(Layout, HeadMajorCrossoverIsGranuleOverHeadDimTimesElementBytes) {
 }
 
 TEST(Layout, SeqMajorCrossoverDividesByKvHeadsAndFp8Doubles) {
-  for (const std::string& name : builtin_geometry_names()) {
+  for (const std::string& name : kvvm::model::builtin_model_names()) {
     const Geometry fp16 = model(name.c_str());
     const Geometry fp8 = model(name.c_str(), DType::kFp8);
     const double head = plan(fp16, Layout::kHeadMajor).crossover_tokens();
@@ -176,7 +178,7 @@ TEST(Layout, PrefixOf32TokensSharesAt4KiBButIsRefusedAt2MiB) {
 TEST(Layout, A4KiBGranuleSharesEveryModelAndLayoutOnceFragmentBytesReachIt) {
   // "Any prefix" at 4 KiB means: as soon as P x contiguous >= 4 KiB, which for these models is
   // at most 32 tokens (head-major, head dim 64, fp16) and one token in token-major.
-  for (const std::string& name : builtin_geometry_names()) {
+  for (const std::string& name : kvvm::model::builtin_model_names()) {
     for (Layout layout : all_layouts()) {
       const LayoutPlan p = plan(model(name.c_str()), layout, 4 * kKiB);
       const std::uint64_t needed =

@@ -14,6 +14,7 @@
 #include "kvvm/geometry.h"
 #include "kvvm/host_driver.h"
 #include "kvvm/layout.h"
+#include "kvvm/model/kv_geometry.h"
 #include "sim_scheduler.h"
 #include "trace.h"
 
@@ -222,7 +223,7 @@ TEST(SimulatePrefixCache, PagedCacheEvictsTheLeastRecentlyUsedTenantFirstAndNeve
 }
 
 TEST(SimulatePrefixCache, KvvmHitsMatchTheBaselineWithinAWindowAndSaltsIsolate) {
-  const Geometry geometry = *builtin_geometry("llama-3-8b");
+  const Geometry geometry = *model::builtin_geometry("llama-3-8b");
   ASSERT_EQ(geometry.bytes_per_token(), 128u * 1024);
   HostDriverOptions host;
   host.granule = 2 * kMiB;

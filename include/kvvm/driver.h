@@ -157,7 +157,7 @@ class Driver {
   Status count(DriverOp op, Status status);
   template <typename T>
   Result<T> count(DriverOp op, Result<T> result) {
-    (void)count(op, result.ok() ? Status::Ok() : result.status());
+    count(op, result.ok() ? Status::Ok() : result.status()).ignore();
     return result;
   }
 

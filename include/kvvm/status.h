@@ -69,7 +69,8 @@ class [[nodiscard]] Status {
   // Returns a copy whose message is prefixed with `context + ": "`; numbers are kept.
   Status with_context(std::string_view context) const;
 
-  // Explicitly discards a status where ignoring it is the decision (destructors).
+  // Explicitly discards a status where ignoring it is the decision (destructors, best-effort
+  // cleanup). The one way a Status is dropped; `(void)` is for other [[nodiscard]] values.
   void ignore() const {}
 
  private:

@@ -66,7 +66,7 @@ Status CopyOnWrite::copy(Reservation& target, std::size_t offset, std::uint32_t 
     status = fence.status();
     if (fence.ok()) {
       status = driver.wait_fence(*fence);
-      (void)driver.destroy_fence(*fence);
+      driver.destroy_fence(*fence).ignore();
     }
   }
   if (status.ok()) status = target.replace(offset, *fresh, Access::kReadWrite);

@@ -1,10 +1,10 @@
 // A Hugging Face config.json (and generation_config.json) read into a ModelConfig, field by
 // field, each error naming the file, the field and its value.
 //
-// Multimodal configs keep the language model's fields under "text_config" (as
-// src/kv/geometry.cc reads them too): they are read there when the top level has no layer
-// count, and the fields a wrapper may keep at its top level (architectures, model_type,
-// dtype, tie_word_embeddings, token ids) are looked for in text_config first, then at the top.
+// Multimodal configs keep the language model's fields under "text_config": they are read
+// there when the top level has no layer count, and the fields a wrapper may keep at its top level
+// (architectures, model_type, dtype, tie_word_embeddings, token ids) are looked for in text_config
+// first, then at the top.
 #include "kvvm/model/config.h"
 
 #include <filesystem>
@@ -22,19 +22,14 @@ namespace kvvm::model {
 namespace {
 
 using detail::ConfigFields;
-
-// Bounds on a config's numbers: several times the largest published models, low enough that
-// every weight's byte size and the KV layout's sizes stay far from 64-bit overflow. A number
-// past them is a corrupt or hostile file.
-constexpr std::uint32_t kMaxLayers = 1024;
-constexpr std::uint32_t kMaxHeads = 4096;  // query and KV heads alike
-constexpr std::uint32_t kMaxHeadDim = 4096;
-constexpr std::uint32_t kMaxHiddenSize = 1u << 20;
-constexpr std::uint32_t kMaxIntermediateSize = 1u << 22;
-constexpr std::uint32_t kMaxVocabSize = 1u << 22;
-constexpr std::uint32_t kMaxPositions = 1u << 24;
-// config.json files are a few KiB; 16 MiB leaves room for ones that carry label tables.
-constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+using detail::kMaxHeadDim;
+using detail::kMaxHeads;
+using detail::kMaxHiddenSize;
+using detail::kMaxIntermediateSize;
+using detail::kMaxLayers;
+using detail::kMaxPositions;
+using detail::kMaxVocabSize;
+using detail::Scopes;
 
 struct Family {
   const char* architecture;
@@ -46,15 +41,6 @@ constexpr Family kFamilies[] = {
     {"MistralForCausalLM", "mistral"},
 };
 constexpr const char* kFamilyList = "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM";
-
-// The two scopes fields are read from: text_config when the file nests one, and the top level.
-struct Scopes {
-  ConfigFields inner;
-  ConfigFields top;
-
-  // The first of inner, top that holds `field`.
-  const ConfigFields& holding(const char* field) const { return inner.has(field) ? inner : top; }
-};
 
 Result<const Family*> read_family(const Scopes& scopes) {
   const Family* family = nullptr;
@@ -202,23 +188,6 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
   return Status::Ok();
 }
 
-Status read_dtype(const Scopes& scopes, ModelConfig& config) {
-  // Newer transformers releases write "dtype" where older ones wrote "torch_dtype".
-  for (const ConfigFields* scope : {&scopes.inner, &scopes.top}) {
-    for (const char* field : {"torch_dtype", "dtype"}) {
-      const nlohmann::json* value = scope->find(field);
-      if (value == nullptr) continue;
-      const char* expected = "\"bfloat16\", \"float16\" or \"float32\"";
-      if (!value->is_string()) return scope->bad(field, *value, expected);
-      Result<DType> dtype = parse_dtype(value->get<std::string>());
-      if (!dtype.ok() || *dtype == DType::kFp8) return scope->bad(field, *value, expected);
-      config.dtype = *dtype;
-      return Status::Ok();
-    }
-  }
-  return Status::Ok();  // the tensors carry their own dtypes; the default stands
-}
-
 // bos / eos ids of `scopes` override those already in `config` where present.
 Status read_token_ids(const ConfigFields& fields, ModelConfig& config) {
   Result<std::optional<std::vector<std::int32_t>>> bos =
@@ -236,15 +205,7 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
   if (!parsed.is_object()) {
     return Status::InvalidArgument(origin + ": " + detail::show(parsed) + " is not a JSON object");
   }
-  const nlohmann::json* inner = &parsed;
-  std::string inner_where = origin;
-  const auto text_config = parsed.find("text_config");
-  if (!parsed.contains("num_hidden_layers") && text_config != parsed.end() &&
-      text_config->is_object()) {
-    inner = &*text_config;
-    inner_where += " (under 'text_config')";
-  }
-  const Scopes scopes{ConfigFields(*inner, inner_where), ConfigFields(parsed, origin)};
+  const Scopes scopes = detail::config_scopes(parsed, origin);
   const ConfigFields& fields = scopes.inner;
 
   Result<const Family*> family = read_family(scopes);
@@ -281,7 +242,10 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
   Result<std::optional<bool>> tie = tie_scope.boolean("tie_word_embeddings");
   if (!tie.ok()) return tie.status();
   config.tie_word_embeddings = tie->value_or(false);
-  KVVM_RETURN_IF_ERROR(read_dtype(scopes, config));
+  // Without one, the tensors carry their own dtypes and the default stands.
+  Result<std::optional<DType>> dtype = detail::read_dtype(scopes, /*allow_fp8=*/false);
+  if (!dtype.ok()) return dtype.status();
+  if (dtype->has_value()) config.dtype = **dtype;
   KVVM_RETURN_IF_ERROR(read_token_ids(scopes.top, config));
   if (&scopes.inner.object() != &scopes.top.object()) {
     KVVM_RETURN_IF_ERROR(read_token_ids(scopes.inner, config));
@@ -289,17 +253,11 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
   return config;
 }
 
-JsonLimits config_limits() {
-  JsonLimits limits;
-  limits.max_bytes = kMaxConfigBytes;
-  return limits;
-}
-
 }  // namespace
 
 Result<ModelConfig> parse_model_config(std::string_view config_json, std::string_view origin) {
   const std::string where(origin);
-  Result<nlohmann::json> parsed = read_json(config_json, config_limits(), where);
+  Result<nlohmann::json> parsed = read_json(config_json, detail::config_limits(), where);
   if (!parsed.ok()) return parsed.status();
   return parse_config_json(*parsed, where);
 }
@@ -311,7 +269,7 @@ Result<ModelConfig> load_model_config(const std::string& dir) {
   if (!std::filesystem::exists(path, error)) {
     return Status::NotFound("'" + path + "' not found: a model directory holds its config.json");
   }
-  Result<nlohmann::json> parsed = read_json_file(path, config_limits());
+  Result<nlohmann::json> parsed = read_json_file(path, detail::config_limits());
   if (!parsed.ok()) return parsed.status();
   Result<ModelConfig> config = parse_config_json(*parsed, path);
   if (!config.ok()) return config.status();
@@ -319,7 +277,7 @@ Result<ModelConfig> load_model_config(const std::string& dir) {
   // generation_config.json, when present, says what generate() stops at; its ids win.
   const std::string generation_path = (base / "generation_config.json").string();
   if (!std::filesystem::exists(generation_path, error)) return config;
-  Result<nlohmann::json> generation = read_json_file(generation_path, config_limits());
+  Result<nlohmann::json> generation = read_json_file(generation_path, detail::config_limits());
   if (!generation.ok()) return generation.status();
   if (!generation->is_object()) {
     return Status::InvalidArgument(generation_path + ": " + detail::show(*generation) +

@@ -5,6 +5,43 @@
 
 namespace kvvm::model::detail {
 
+JsonLimits config_limits() {
+  JsonLimits limits;
+  limits.max_bytes = std::size_t{16} << 20;
+  return limits;
+}
+
+Scopes config_scopes(const nlohmann::json& parsed, const std::string& origin) {
+  const nlohmann::json* inner = &parsed;
+  std::string inner_where = origin;
+  const auto text_config = parsed.find("text_config");
+  if (!parsed.contains("num_hidden_layers") && text_config != parsed.end() &&
+      text_config->is_object()) {
+    inner = &*text_config;
+    inner_where += " (under 'text_config')";
+  }
+  return Scopes{ConfigFields(*inner, inner_where), ConfigFields(parsed, origin)};
+}
+
+Result<std::optional<DType>> read_dtype(const Scopes& scopes, bool allow_fp8) {
+  for (const ConfigFields* scope : {&scopes.inner, &scopes.top}) {
+    for (const char* field : {"torch_dtype", "dtype"}) {
+      const nlohmann::json* value = scope->find(field);
+      if (value == nullptr) continue;
+      const char* expected = allow_fp8
+                                 ? "\"bfloat16\", \"float16\", \"float32\" or \"float8_e4m3fn\""
+                                 : "\"bfloat16\", \"float16\" or \"float32\"";
+      if (!value->is_string()) return scope->bad(field, *value, expected);
+      Result<DType> dtype = parse_dtype(value->get<std::string>());
+      if (!dtype.ok() || (*dtype == DType::kFp8 && !allow_fp8)) {
+        return scope->bad(field, *value, expected);
+      }
+      return std::optional<DType>(*dtype);
+    }
+  }
+  return std::optional<DType>();
+}
+
 const nlohmann::json* ConfigFields::find(const char* field) const {
   if (!object_.is_object()) return nullptr;
   const auto found = object_.find(field);

@@ -9,11 +9,28 @@
 #include <string>
 #include <vector>
 
+#include "base/json_reader.h"
+#include "kvvm/dtype.h"
 #include "kvvm/model/config.h"
 #include "kvvm/status.h"
 #include "model/json_show.h"
 
 namespace kvvm::model::detail {
+
+// Bounds on a config's numbers: several times the largest published models (126 layers, 128
+// query heads, head_dim 256, hidden size 25,600), low enough that every weight's byte size and
+// the KV layout's sizes stay far from 64-bit overflow. A number past them is a corrupt or
+// hostile file.
+inline constexpr std::uint32_t kMaxLayers = 1024;
+inline constexpr std::uint32_t kMaxHeads = 4096;  // query and KV heads alike
+inline constexpr std::uint32_t kMaxHeadDim = 4096;
+inline constexpr std::uint32_t kMaxHiddenSize = 1u << 20;
+inline constexpr std::uint32_t kMaxIntermediateSize = 1u << 22;
+inline constexpr std::uint32_t kMaxVocabSize = 1u << 22;
+inline constexpr std::uint32_t kMaxPositions = 1u << 24;
+
+// config.json files are a few KiB; 16 MiB leaves room for ones that carry label tables.
+JsonLimits config_limits();
 
 class ConfigFields {
  public:
@@ -61,5 +78,22 @@ class ConfigFields {
 // {type | rope_type, factor, ...}. A scaling this runtime does not implement (yarn, dynamic,
 // longrope, ...) is refused by name.
 Result<RopeConfig> parse_rope(const ConfigFields& fields);
+
+// The two scopes fields are read from: text_config when the file nests one (multimodal configs
+// keep the language model's fields there) and has no layer count at the top, and the top level.
+struct Scopes {
+  ConfigFields inner;
+  ConfigFields top;
+
+  // The first of inner, top that holds `field`.
+  const ConfigFields& holding(const char* field) const { return inner.has(field) ? inner : top; }
+};
+// `parsed` must be an object and outlive the result.
+Scopes config_scopes(const nlohmann::json& parsed, const std::string& origin);
+
+// torch_dtype, or "dtype" as newer transformers releases write it, from text_config first, then
+// the top level; std::nullopt when neither scope has one. fp8 is a KV element type but no
+// checkpoint's, so only `allow_fp8` takes it.
+Result<std::optional<DType>> read_dtype(const Scopes& scopes, bool allow_fp8);
 
 }  // namespace kvvm::model::detail

@@ -98,7 +98,7 @@ Result<Handle> HandlePool::checkout(std::size_t bytes, Grant* grant, bool* creat
   if (governor_ != nullptr) {
     Status charged = grant->charge(bytes);
     if (!charged.ok()) {  // only if the grant was shared against its contract
-      (void)driver_.release(*created);
+      driver_.release(*created).ignore();
       return charged;
     }
   }

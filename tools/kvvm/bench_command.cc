@@ -17,6 +17,7 @@
 #include "kvvm/governor.h"
 #include "kvvm/handle_pool.h"
 #include "kvvm/host_driver.h"
+#include "kvvm/model/kv_geometry.h"
 #include "model_loading.h"  // resolve_model_geometry
 #include "op_timing.h"
 #include "plan_command.h"  // token_count_validator
@@ -75,14 +76,14 @@ Result<Request> resolve_request(const BenchGrowthOptions& options) {
     request.decode_layout = *layout;
   }
   const bool all = wants_all_models(options.models);
-  const std::vector<std::string> names = all ? builtin_geometry_names() : options.models;
+  const std::vector<std::string> names = all ? model::builtin_model_names() : options.models;
   for (const std::string& name : names) {
     Result<Geometry> geometry = resolve_model_geometry(name, std::nullopt);
     if (!geometry.ok()) return geometry.status().with_context("--model (or 'all')");
     request.models.push_back(*geometry);
   }
   if (all) {
-    Result<Geometry> geometry = builtin_geometry("llama-3-8b");
+    Result<Geometry> geometry = resolve_model_geometry("llama-3-8b", std::nullopt);
     if (!geometry.ok()) return geometry.status().with_context("the decode loop's model");
     request.decode_model = *geometry;
   } else {

@@ -150,7 +150,7 @@ Result<ShareCosts> measure_costs(Arena& arena, Driver& driver, const BenchShareO
           Result<Fence> fence = driver.record_fence(nullptr);
           if (!fence.ok()) return fence.status();
           Status waited = driver.wait_fence(*fence);
-          (void)driver.destroy_fence(*fence);
+          driver.destroy_fence(*fence).ignore();
           return waited;
         });
     if (!copy.ok()) return copy.status();

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kvvm/cuda_driver.h"
+#include "kvvm/model/kv_geometry.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
 
@@ -28,14 +29,14 @@ Result<std::unique_ptr<model::Model>> make_model(const std::string& backend,
   return model::make_cpu_model(config, weights, model::CpuModelOptions{});
 }
 
-// A --model value without a slash or ".json": what resolve_geometry takes for a built-in name.
+// A --model value without a slash or ".json": a built-in model's name, or a folder here.
 bool bare_name(std::string_view model) {
   return !model.empty() && model.find('/') == model.npos && !model.ends_with(".json");
 }
 
 std::string builtin_names() {
   std::string names;
-  for (const std::string& name : builtin_geometry_names()) {
+  for (const std::string& name : model::builtin_model_names()) {
     names += (names.empty() ? "" : ", ") + name;
   }
   return names;
@@ -82,15 +83,24 @@ Status check_model_dir(const std::string& dir) {
 }
 
 Result<Geometry> resolve_model_geometry(const std::string& model, std::optional<DType> dtype) {
-  if (!bare_name(model)) return resolve_geometry(model, dtype);
   std::error_code ec;
-  if (fs::is_directory(model, ec)) return resolve_geometry("./" + model, dtype);
-  Result<Geometry> builtin = resolve_geometry(model, dtype);
-  if (builtin.ok()) return builtin;
-  return Status::InvalidArgument("'" + model + "' is neither a built-in model (" + builtin_names() +
-                                 ") nor a folder in " + here() +
-                                 " (no folder of that name); give a built-in name, a model "
-                                 "folder or its config.json");
+  const bool folder_here = bare_name(model) && fs::is_directory(model, ec);
+  if (model.empty() || (bare_name(model) && !folder_here)) {
+    Result<model::ModelConfig> builtin = model::builtin_model_config(model);
+    // The built-in shapes are sized at fp16 unless told otherwise, whatever the checkpoint's.
+    if (builtin.ok()) return model::kv_geometry(*builtin, dtype.value_or(DType::kFp16));
+    if (model.empty()) return builtin.status();
+    return Status::InvalidArgument("'" + model + "' is neither a built-in model (" +
+                                   builtin_names() + ") nor a folder in " + here() +
+                                   " (no folder of that name); give a built-in name, a model "
+                                   "folder or its config.json");
+  }
+  std::string path = folder_here ? "./" + model : model;
+  // A model folder as downloaded from the Hub holds its config.json.
+  if (fs::is_directory(path, ec)) path += "/config.json";
+  Result<model::ModelConfig> config = model::load_kv_config(path, dtype.has_value());
+  if (!config.ok()) return config.status();
+  return model::kv_geometry(*config, dtype);
 }
 
 Result<LoadedModel> load_model(const std::string& dir, const std::string& backend,

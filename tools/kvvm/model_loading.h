@@ -25,10 +25,12 @@ namespace kvvm::cli {
 // which generate and serve cannot load (the built-ins are KV shapes, without weights).
 Status check_model_dir(const std::string& dir);
 
-// kvvm::resolve_geometry for a --model value, where a bare name ("kvvm-adder") that is a folder
-// in the working directory is that folder (resolve_geometry reads a name without a slash as a
-// built-in model's); a name that is neither is refused naming the built-in names and the folder
-// that does not exist.
+// The KV geometry a --model value names, for plan, simulate and bench alike: a built-in model's
+// name (fp16 unless `dtype` says otherwise), a path to a config.json, or a folder holding one
+// (with a slash, or a bare name that is a folder in the working directory). A config.json is
+// read by the model layer's parser for its KV shape only (model::load_kv_config), so any
+// decoder's file will do; `dtype` overrides its torch_dtype. A bare name that is neither is
+// refused naming the built-in names and the folder that does not exist.
 Result<Geometry> resolve_model_geometry(const std::string& model, std::optional<DType> dtype);
 
 struct LoadedModel {

@@ -13,6 +13,8 @@
 
 #include "byte_size.h"
 #include "cli_common.h"
+#include "kvvm/model/kv_geometry.h"
+#include "model_loading.h"  // resolve_model_geometry
 #include "text_table.h"
 
 namespace kvvm::cli {
@@ -414,7 +416,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
   plan->add_option(
       "--model", options.model, "A built-in model (" + [] {
         std::string names;
-        for (const std::string& name : builtin_geometry_names()) {
+        for (const std::string& name : model::builtin_model_names()) {
           names += (names.empty() ? "" : ", ") + name;
         }
         return names;
@@ -434,7 +436,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
   plan->add_option("--prefix", options.prefix, "Tokens of prefix every sequence shares (default 0)")
       ->transform(token_count_validator());
   plan->add_option("--budget", options.budget, "Memory budget, e.g. 40G (default 40G)")
-      ->transform(byte_size_validator());
+      ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   plan->add_option_function<std::uint64_t>(
           "--concurrency",
           [&options](const std::uint64_t& sequences) { options.concurrency = sequences; },
@@ -477,7 +479,7 @@ Result<PlanReport> make_plan(const PlanOptions& options) {
   if (options.concurrency && *options.concurrency == 0) {
     return Status::InvalidArgument("--concurrency must be at least 1 sequence, got 0");
   }
-  Result<Geometry> geometry = resolve_geometry(options.model, dtype);
+  Result<Geometry> geometry = resolve_model_geometry(options.model, dtype);
   if (!geometry.ok()) return geometry.status().with_context("--model");
 
   PlanReport report;

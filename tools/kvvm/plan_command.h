@@ -1,4 +1,5 @@
-// `kvvm plan`: the layout arithmetic of DESIGN.md for one model, with no driver and no GPU.
+// `kvvm plan`: the layout arithmetic of docs/ARCHITECTURE.md for one model, with no driver and
+// no GPU.
 // For each layout it prints what a sequence commits (for one token and at the context), where
 // granule rounding stops mattering, whether a prefix can be shared and at what cost, how many
 // sequences a budget admits with and without sharing, and the KvView strides a kernel gets;

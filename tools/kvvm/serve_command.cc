@@ -154,7 +154,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   cmd->add_option("--kv-budget", options.kv_budget,
                   "KV memory budget, e.g. 8GiB (default: 9/10 of the GPU's free memory once the "
                   "model is loaded; on the host 1 GiB)")
-      ->transform(byte_size_validator());
+      ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   cmd->add_option("--max-context", options.max_context,
                   "Tokens one sequence may hold, prompt included (default: the config's "
                   "max_position_embeddings)")

@@ -25,6 +25,7 @@
 #include "kvvm/host_driver.h"
 #include "model_loading.h"  // resolve_model_geometry
 #include "plan_command.h"   // token_count_validator
+#include "sim_progress_line.h"
 #include "text_table.h"
 
 namespace kvvm::cli {
@@ -170,44 +171,6 @@ Status check_options(const SimulateOptions& options) {
   if (options.trace.empty()) return check_generator(options);
   return check_input_file("--trace", options.trace);
 }
-
-// The progress line of a system's run, from its second second of wall time on (a short run
-// prints nothing): rewritten in place twice a second on a terminal, else (--progress into a
-// log) one line every five seconds.
-class ProgressLine {
- public:
-  ProgressLine(std::ostream* err, std::string system, std::uint64_t requests, bool terminal)
-      : err_(err),
-        system_(std::move(system)),
-        requests_(requests),
-        terminal_(terminal),
-        last_(std::chrono::steady_clock::now()) {}
-  ~ProgressLine() {
-    if (err_ != nullptr && printed_ && terminal_) *err_ << "\r\033[K" << std::flush;
-  }
-  void operator()(std::uint64_t step, const RunSummary& so_far, double step_s) {
-    if (err_ == nullptr) return;
-    const auto now = std::chrono::steady_clock::now();
-    const std::chrono::milliseconds every(!printed_ ? 1000 : terminal_ ? 500 : 5000);
-    if (now - last_ < every) return;
-    last_ = now;
-    printed_ = true;
-    const StepSample& sample = so_far.series.back();
-    *err_ << (terminal_ ? "\r\033[K" : "") << kCommand << ": " << system_ << " at "
-          << fixed(static_cast<double>(step) * step_s, 1) << " s simulated: running "
-          << sample.running << ", queued " << sample.queued << ", admitted " << so_far.admitted
-          << "/" << requests_ << ", rejected " << so_far.rejected << (terminal_ ? "" : "\n")
-          << std::flush;
-  }
-
- private:
-  std::ostream* err_;
-  std::string system_;
-  std::uint64_t requests_;
-  bool terminal_;
-  bool printed_ = false;
-  std::chrono::steady_clock::time_point last_;
-};
 
 // What a system's builder needs of the run.
 struct SystemContext {
@@ -555,8 +518,8 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
                               (*model)->name());
     }
     Result<RunSummary> run = [&] {
-      ProgressLine line(progress_err, row.name, trace->requests.size(),
-                        ::isatty(STDERR_FILENO) == 1);
+      SimProgressLine line(progress_err, kCommand, row.name, trace->requests.size(),
+                           ::isatty(STDERR_FILENO) == 1);
       return run_schedule(
           *trace, **model, scheduler,
           [&](std::uint64_t step, const RunSummary& so_far) { line(step, so_far, report.step_s); });

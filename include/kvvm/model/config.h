@@ -34,6 +34,9 @@ struct RopeConfig {
 };
 
 struct ModelConfig {
+  // Where the config came from, for messages and the KV geometry's name: a built-in model's
+  // name or the config.json path (load_kv_config, builtin_model_config); empty otherwise.
+  std::string name;
   std::string architecture;  // "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"
   std::uint32_t hidden_size = 0;
   std::uint32_t intermediate_size = 0;
@@ -52,7 +55,8 @@ struct ModelConfig {
   std::vector<std::int32_t> bos_token_ids;
   std::vector<std::int32_t> eos_token_ids;  // generation_config.json's list, else config's
 
-  // The KV cache's geometry: layers, kv_heads, head_dim in `kv_dtype`.
+  // The KV cache's geometry: layers, kv_heads, head_dim in `kv_dtype`, named by the
+  // architecture (kv_geometry() in kvvm/model/kv_geometry.h names it by `name`).
   Geometry kv_geometry(DType kv_dtype) const;
 };
 
