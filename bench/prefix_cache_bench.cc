@@ -158,7 +158,7 @@ void BM_PrefixCacheEvictVictim(benchmark::State& state) {
   const std::uint64_t window = rig.arena->plan().fragments * rig.arena->plan().granule;
   const std::uint64_t before = rig.cache->stats().entries;
   for (auto _ : state) {
-    const std::uint64_t given = rig.cache->evict(window);
+    std::uint64_t given = rig.cache->evict(window);
     benchmark::DoNotOptimize(given);
   }
   const std::uint64_t evicted = before - rig.cache->stats().entries;
