@@ -8,24 +8,13 @@
 #include <memory>
 #include <vector>
 
+#include "support/fake_model_config.h"
+
 namespace kvvm::engine {
 namespace {
 
-constexpr std::uint32_t kVocab = 16;
-
-model::ModelConfig fake_config(std::uint32_t max_positions = 64) {
-  model::ModelConfig config;
-  config.architecture = "FakeForCausalLM";
-  config.hidden_size = 4;
-  config.intermediate_size = 8;
-  config.layers = 1;
-  config.heads = 1;
-  config.kv_heads = 1;
-  config.head_dim = 4;
-  config.vocab_size = kVocab;
-  config.max_position_embeddings = max_positions;
-  return config;
-}
+constexpr std::uint32_t kVocab = testing::kFakeVocab;
+using testing::fake_model_config;
 
 struct SeenChunk {
   model::Chunk chunk;
@@ -40,7 +29,7 @@ struct SeenChunk {
 class FakeModel : public model::Model {
  public:
   FakeModel(Arena& arena, model::ModelLimits limits)
-      : Model(fake_config(), limits), arena_(arena) {}
+      : Model(fake_model_config(), limits), arena_(arena) {}
   model::Backend backend() const override { return model::Backend::kCpu; }
 
   Status forward(const model::StepBatch& batch, const model::StepOutput& out) override {
@@ -87,7 +76,7 @@ class GenerateTest : public ::testing::Test {
     KvSpaceOptions options;
     options.max_context = max_context;
     options.max_slots = 2;
-    auto space = KvSpace::create(fake_config(), options);
+    auto space = KvSpace::create(fake_model_config(), options);
     ASSERT_TRUE(space.ok()) << space.status().to_string();
     space_ = std::move(space).value();
     model_ = std::make_unique<FakeModel>(space_->arena(), model::ModelLimits{4, 8});
@@ -314,7 +303,7 @@ TEST_F(GenerateTest, EmptyPromptAndBadSamplingAreRefused) {
 
 TEST(KvSpace, GeometryAndContextComeFromTheConfig) {
   KvSpaceOptions options;
-  auto space = KvSpace::create(fake_config(128), options);
+  auto space = KvSpace::create(fake_model_config(128), options);
   ASSERT_TRUE(space.ok()) << space.status().to_string();
   const LayoutPlan& plan = (*space)->arena().plan();
   EXPECT_EQ(plan.max_context, 128u);
@@ -327,11 +316,11 @@ TEST(KvSpace, GeometryAndContextComeFromTheConfig) {
 TEST(KvSpace, BadOptionsAreRefusedByName) {
   KvSpaceOptions options;
   options.host_granule = 12345;  // not a multiple of the page size
-  auto space = KvSpace::create(fake_config(), options);
+  auto space = KvSpace::create(fake_model_config(), options);
   ASSERT_FALSE(space.ok());
   EXPECT_NE(space.status().message().find("host_granule"), std::string::npos)
       << space.status().message();
-  auto no_context = KvSpace::create(fake_config(0), KvSpaceOptions{});
+  auto no_context = KvSpace::create(fake_model_config(0), KvSpaceOptions{});
   ASSERT_FALSE(no_context.ok());
   EXPECT_NE(no_context.status().message().find("max_context"), std::string::npos);
 }

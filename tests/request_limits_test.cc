@@ -12,32 +12,20 @@
 #include "kvvm/engine/generate.h"
 #include "kvvm/tokenizer/tokenizer.h"
 #include "server/openai_request.h"
+#include "support/fake_model_config.h"
 #include "support/test_data.h"
 
 namespace kvvm::engine {
 namespace {
 
-constexpr std::uint32_t kVocab = 16;
-
-model::ModelConfig fake_config(std::uint32_t max_positions) {
-  model::ModelConfig config;
-  config.architecture = "FakeForCausalLM";
-  config.hidden_size = 4;
-  config.intermediate_size = 8;
-  config.layers = 1;
-  config.heads = 1;
-  config.kv_heads = 1;
-  config.head_dim = 4;
-  config.vocab_size = kVocab;
-  config.max_position_embeddings = max_positions;
-  return config;
-}
+constexpr std::uint32_t kVocab = testing::kFakeVocab;
+using testing::fake_model_config;
 
 // Every logit equal: the sampler alone decides. A refused request never reaches it.
 class FlatModel : public model::Model {
  public:
   explicit FlatModel(std::uint32_t max_positions)
-      : Model(fake_config(max_positions), model::ModelLimits{8, 4}) {}
+      : Model(fake_model_config(max_positions), model::ModelLimits{8, 4}) {}
   model::Backend backend() const override { return model::Backend::kCpu; }
   Status forward(const model::StepBatch& batch, const model::StepOutput& out) override {
     ++steps_;
@@ -60,7 +48,7 @@ class RequestLimitsTest : public ::testing::Test {
     KvSpaceOptions options;
     options.max_context = max_context;
     options.max_slots = 2;
-    auto space = KvSpace::create(fake_config(max_positions), options);
+    auto space = KvSpace::create(fake_model_config(max_positions), options);
     ASSERT_TRUE(space.ok()) << space.status().to_string();
     space_ = std::move(space).value();
     model_ = std::make_unique<FlatModel>(max_positions);
