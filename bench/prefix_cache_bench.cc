@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvvm/arena.h"
+#include "kvvm/arena_stack.h"
 #include "kvvm/host_driver.h"
 #include "kvvm/model/kv_geometry.h"
 #include "kvvm/prefix_cache.h"
@@ -36,28 +37,27 @@ std::vector<TokenId> make_prompt(std::size_t tokens) {
 // llama-3-8b geometry on a 2 MiB host granule: a window is 16 tokens, as vLLM's block.
 struct CacheRig {
   std::unique_ptr<Driver> driver;
-  Governor governor;
-  std::unique_ptr<HandlePool> pool;
-  std::unique_ptr<Arena> arena;
+  std::unique_ptr<ArenaStack> stack;
   std::unique_ptr<PrefixCache> cache;
 
   Status make(std::size_t tokens) {
     auto made = make_host_driver({.granule = 2u << 20, .populate = false});
     if (!made.ok()) return made.status();
     driver = std::move(made).value();
-    const TierId tier = governor.add_tier("bench", 64ull << 30);
-    pool = std::make_unique<HandlePool>(*driver, PoolOptions{}, &governor, tier);
     auto config = model::builtin_model_config("llama-3-8b");
     if (!config.ok()) return config.status();
     auto plan = plan_layout(model::kv_geometry(*config, DType::kFp16), Layout::kTokenMajor,
                             driver->granule(), tokens + 16);
     if (!plan.ok()) return plan.status();
-    auto created = Arena::create(*pool, governor, ArenaOptions{*plan, 4, tier});
+    auto created = ArenaStack::create(
+        *driver, ArenaStackOptions{.tier_name = "bench",
+                                   .budget_bytes = 64ull << 30,
+                                   .arena = ArenaOptions{.plan = *plan, .max_slots = 4}});
     if (!created.ok()) return created.status();
-    arena = std::move(created).value();
+    stack = std::move(created).value();
     PrefixCacheOptions options;
     options.model_identity = "llama-3-8b";
-    auto cached = PrefixCache::create(*arena, governor, options);
+    auto cached = PrefixCache::create(stack->arena(), stack->governor(), options);
     if (!cached.ok()) return cached.status();
     cache = std::move(cached).value();
     return Status::Ok();
@@ -109,27 +109,26 @@ struct EvictionRig {
   static constexpr std::size_t kChainWindows = 64;
   static constexpr std::size_t kWindowTokens = 16;
   std::unique_ptr<Driver> driver;
-  Governor governor;
-  std::unique_ptr<HandlePool> pool;
-  std::unique_ptr<Arena> arena;
+  std::unique_ptr<ArenaStack> stack;
   std::unique_ptr<PrefixCache> cache;
 
   Status make(std::size_t windows) {
     auto made = make_host_driver({.granule = 4096, .populate = false});
     if (!made.ok()) return made.status();
     driver = std::move(made).value();
-    const TierId tier = governor.add_tier("bench", 64ull << 30);
-    pool = std::make_unique<HandlePool>(*driver, PoolOptions{}, &governor, tier);
     const Geometry geometry{.name = "one-head", .layers = 1, .kv_heads = 1, .head_dim = 64};
     const std::size_t tokens = kChainWindows * kWindowTokens;
     auto plan = plan_layout(geometry, Layout::kTokenMajor, driver->granule(), tokens + 16);
     if (!plan.ok()) return plan.status();
-    auto created = Arena::create(*pool, governor, ArenaOptions{*plan, 4, tier});
+    auto created = ArenaStack::create(
+        *driver, ArenaStackOptions{.tier_name = "bench",
+                                   .budget_bytes = 64ull << 30,
+                                   .arena = ArenaOptions{.plan = *plan, .max_slots = 4}});
     if (!created.ok()) return created.status();
-    arena = std::move(created).value();
+    stack = std::move(created).value();
     PrefixCacheOptions options;
     options.model_identity = "one-head";
-    auto cached = PrefixCache::create(*arena, governor, options);
+    auto cached = PrefixCache::create(stack->arena(), stack->governor(), options);
     if (!cached.ok()) return cached.status();
     cache = std::move(cached).value();
     std::vector<TokenId> prompt(tokens + 1);
@@ -142,7 +141,7 @@ struct EvictionRig {
       if (Status w = cache->written(admitted->slot, tokens); !w.ok()) return w;
       if (Status r = cache->release(admitted->slot); !r.ok()) return r;
     }
-    (void)arena->reclaim(~std::uint64_t{0});
+    (void)stack->arena().reclaim(~std::uint64_t{0});
     return Status::Ok();
   }
 };
@@ -155,7 +154,8 @@ void BM_PrefixCacheEvictVictim(benchmark::State& state) {
   if (Status made = rig.make(windows); !made.ok()) {
     return state.SkipWithError(made.message().c_str());
   }
-  const std::uint64_t window = rig.arena->plan().fragments * rig.arena->plan().granule;
+  const std::uint64_t window =
+      rig.stack->arena().plan().fragments * rig.stack->arena().plan().granule;
   const std::uint64_t before = rig.cache->stats().entries;
   for (auto _ : state) {
     std::uint64_t given = rig.cache->evict(window);

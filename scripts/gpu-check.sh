@@ -7,7 +7,7 @@
 # and result lands in $OUT (default ./out):
 #   build.log configure.log tests.log tests.xml info.txt info.json bench.log bench.json
 #   generate.txt (the demo model's answer on CUDA), generate.md / generate.json (kvvm
-#   generate beside HF transformers; scripts/bench_generate.py, BENCH_GENERATE=0 skips it)
+#   generate beside HF transformers; bench/generate_hf.py, BENCH_GENERATE=0 skips it)
 #   nvidia-smi.txt summary.txt, and the attention kernels' step (scripts/gpu-kernels.sh:
 #   kvvm bench decode against bench/sdpa_baseline.py, compute-sanitizer) in decode.txt and
 #   kernels/
@@ -197,7 +197,7 @@ if ((built)) && [[ -x "$CLI" ]] && "$CLI" generate --help >/dev/null 2>&1; then
   # `kvvm generate` beside HF transformers on Qwen2.5-0.5B- and Llama-3-8B-shaped random
   # checkpoints (minutes: the 8B one is written to disk first). BENCH_GENERATE=0 skips it.
   if [[ "${BENCH_GENERATE:-1}" != 0 ]] && python3 -c 'import transformers' 2>/dev/null; then
-    step bench_generate "$OUT/bench_generate.log" python3 "$ROOT/scripts/bench_generate.py" \
+    step bench_generate "$OUT/bench_generate.log" python3 "$ROOT/bench/generate_hf.py" \
       --kvvm "$CLI" --out "$OUT"
     generate_state="ran ($OUT/generate.txt, generate.md)"
   fi
@@ -233,7 +233,7 @@ fi
   printf '%-10s %s\n' "share" "$share_state"
   printf '%-10s %s\n' "generate" "$generate_state"
   if [[ -s "$OUT/generate.md" ]]; then
-    echo "generate (scripts/bench_generate.py, batch 1, bf16, 128 + 128 tokens):"
+    echo "generate (bench/generate_hf.py, batch 1, bf16, 128 + 128 tokens):"
     cat "$OUT/generate.md"
   fi
   if [[ -s "$OUT/share.txt" ]]; then

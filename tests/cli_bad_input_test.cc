@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "cli_app.h"
-#include "cli_common.h"
-#include "info_command.h"
-#include "simulate_command.h"
+#include "app.h"
+#include "commands/info_command.h"
+#include "commands/simulate_command.h"
+#include "kit/cli_common.h"
+#include "kit/text_table.h"
 #include "support/cli_run.h"
 #include "support/test_data.h"
-#include "text_table.h"
 
 namespace kvvm::cli {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "bench_prefill_attention.h"
-#include "cli_common.h"
+#include "bench/prefill_attention.h"
+#include "kit/cli_common.h"
 #include "kvvm/attention.h"
 #include "kvvm/cuda_driver.h"
 #include "support/cli_run.h"

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "bench_engine.h"
-#include "cli_app.h"
-#include "cli_common.h"
+#include "app.h"
+#include "bench/engine.h"
+#include "kit/cli_common.h"
+#include "kit/svg_plot.h"
 #include "support/cli_run.h"
 #include "support/test_data.h"
-#include "svg_plot.h"
 
 namespace kvvm::cli {
 namespace {

@@ -8,10 +8,10 @@
 #include <string_view>
 #include <vector>
 
-#include "bench_serve_client.h"
-#include "bench_serve_request.h"
+#include "bench/serve_client.h"
+#include "bench/serve_request.h"
+#include "sim/trace.h"
 #include "support/cli_run.h"
-#include "trace.h"
 
 namespace kvvm::cli {
 namespace {

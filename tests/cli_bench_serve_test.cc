@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "bench_serve_client.h"
-#include "bench_serve_driver.h"
-#include "bench_serve_report.h"
-#include "serve_command.h"
+#include "bench/serve_client.h"
+#include "bench/serve_driver.h"
+#include "bench/serve_report.h"
+#include "commands/serve_command.h"
 #include "support/cli_run.h"
 #include "support/test_data.h"
 

@@ -17,8 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "bench_command.h"
-#include "info_command.h"
+#include "bench/decode_loop.h"
+#include "bench/growth.h"
+#include "commands/info_command.h"
 #include "kvvm/cuda_driver.h"
 #include "kvvm/geometry.h"
 #include "kvvm/host_driver.h"

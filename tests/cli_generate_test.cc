@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "cli_app.h"
-#include "cli_common.h"
+#include "app.h"
+#include "kit/cli_common.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/safetensors.h"

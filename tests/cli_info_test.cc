@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "info_command.h"
+#include "commands/info_command.h"
+#include "kit/op_timing.h"
 #include "kvvm/cuda_driver.h"
 #include "kvvm/host_driver.h"
-#include "op_timing.h"
 
 namespace kvvm::cli {
 namespace {

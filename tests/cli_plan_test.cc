@@ -12,9 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "info_command.h"
-#include "model_loading.h"
-#include "plan_command.h"
+#include "commands/info_command.h"
+#include "commands/plan_command.h"
+#include "kit/model_loading.h"
+#include "kit/value_parsers.h"
 #include "support/cli_run.h"
 #include "support/test_data.h"
 

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "serve_command.h"
+#include "commands/serve_command.h"
 #include "support/cli_run.h"
 #include "support/server_rig.h"
 #include "support/test_data.h"

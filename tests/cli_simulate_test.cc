@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "baselines.h"
+#include "commands/simulate_command.h"
 #include "kvvm/geometry.h"
 #include "kvvm/layout.h"
 #include "kvvm/model/kv_geometry.h"
-#include "simulate_command.h"
+#include "sim/baselines.h"
 #include "support/cli_run.h"
 
 namespace kvvm::cli {

@@ -15,8 +15,7 @@ namespace {
 using testing::EngineRig;
 using testing::rig_prompt;
 
-constexpr std::uint64_t kGranule = 16 << 10;  // 8 llama-tiny tokens per window
-constexpr std::uint32_t kSystemTokens = 24;   // three whole windows
+constexpr std::uint32_t kSystemTokens = 24;  // three whole windows
 
 EngineRequest request_of(std::uint64_t question, bool seeded) {
   EngineRequest request;
@@ -33,14 +32,6 @@ EngineRequest request_of(std::uint64_t question, bool seeded) {
   return request;
 }
 
-KvSpaceOptions space_options() {
-  KvSpaceOptions options;
-  options.host_granule = kGranule;
-  options.max_slots = 4;
-  options.max_context = 64;
-  return options;
-}
-
 struct SeamRun {
   std::vector<std::vector<std::int32_t>> tokens;
   std::vector<std::uint32_t> cached;
@@ -53,7 +44,7 @@ SeamRun run_with(bool prefix_cache) {
   SeamRun run;
   EngineOptions options;
   options.prefix_cache = prefix_cache;
-  auto rig = EngineRig::make(testing::llama(), space_options(), options);
+  auto rig = EngineRig::make(testing::llama(), testing::small_space_options(), options);
   EXPECT_NE(rig, nullptr);
   if (rig == nullptr) return run;
   for (std::uint64_t q = 0; q < 2; ++q) {
@@ -106,7 +97,7 @@ TEST(EngineKvSeam, CachingOnAndOffGiveTheSameTokens) {
 }
 
 TEST(EngineKvSeam, SpaceSizedBySequencesAddsThePaddingSlotAndRunsThatMany) {
-  KvSpaceOptions kv_options = space_options();
+  KvSpaceOptions kv_options = testing::small_space_options();
   kv_options.sequences = 3;
   auto rig = EngineRig::make(testing::llama(), kv_options, EngineOptions{});
   ASSERT_NE(rig, nullptr);

@@ -18,8 +18,7 @@ using testing::Outcome;
 using testing::rig_prompt;
 using testing::solo_tokens;
 
-constexpr std::uint64_t kGranule = 16 << 10;  // 8 llama-tiny tokens per window
-constexpr std::uint32_t kSystemTokens = 32;   // four whole windows
+constexpr std::uint32_t kSystemTokens = 32;  // four whole windows
 
 EngineRequest request_of(std::uint64_t tenant, std::uint64_t question, bool seeded) {
   EngineRequest request;
@@ -35,14 +34,6 @@ EngineRequest request_of(std::uint64_t tenant, std::uint64_t question, bool seed
     request.sampling.seed = 404;
   }
   return request;
-}
-
-KvSpaceOptions space_options() {
-  KvSpaceOptions options;
-  options.host_granule = kGranule;
-  options.max_slots = 4;
-  options.max_context = 64;
-  return options;
 }
 
 // Runs one request alone on the rig's engine; returns its outcome and the prefix-cache hits
@@ -68,10 +59,10 @@ TEST(EngineTenant, TenantsNeverShareCachedPrefixes) {
   for (const bool seeded : {false, true}) {
     const std::string where = seeded ? "seeded sampling" : "greedy";
     const EngineOptions options;
-    auto rig = EngineRig::make(*model, space_options(), options);
+    auto rig = EngineRig::make(*model, testing::small_space_options(), options);
     ASSERT_NE(rig, nullptr);
     const std::vector<std::int32_t> alone =
-        solo_tokens(*model, space_options(), options, request_of(1, 0, seeded));
+        solo_tokens(*model, testing::small_space_options(), options, request_of(1, 0, seeded));
     ASSERT_EQ(alone.size(), 8u) << where;
 
     const Served first = serve(*rig, request_of(1, 0, seeded));
@@ -99,7 +90,8 @@ TEST(EngineTenant, TenantsNeverShareCachedPrefixes) {
     const EngineRequest question = request_of(1, 1, seeded);
     const Served asked = serve(*rig, question);
     EXPECT_EQ(asked.outcome.stats.cached_tokens, kSystemTokens) << where;
-    EXPECT_EQ(asked.outcome.tokens, solo_tokens(*model, space_options(), options, question))
+    EXPECT_EQ(asked.outcome.tokens,
+              solo_tokens(*model, testing::small_space_options(), options, question))
         << where;
 
     // A third tenant beside the first in one batch: still a miss for it.

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "generate_command.h"
+#include "commands/generate_command.h"
 #include "support/server_rig.h"
 #include "support/test_data.h"
 
@@ -36,16 +36,7 @@ nlohmann::json body_of(const httplib::Result& result) {
   return nlohmann::json::parse(result->body, nullptr, /*allow_exceptions=*/false);
 }
 
-class ServerHttpTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ServerOptions options;
-    options.model_name = "llama-tiny";
-    rig_ = ServerRig::make(test::model_fixture_dir("llama-tiny"), options);
-    ASSERT_NE(rig_, nullptr);
-  }
-  std::unique_ptr<ServerRig> rig_;
-};
+using ServerHttpTest = testing::LlamaTinyServerTest;
 
 TEST_F(ServerHttpTest, CompletionEqualsGenerate) {
   cli::GenerateOptions options;

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli_app.h"
+#include "app.h"
 #include "support/cli_run.h"
 #include "support/engine_harness.h"
 #include "support/prometheus_text.h"

@@ -42,16 +42,7 @@ std::string error_code(const httplib::Result& result) {
   return body["error"]["code"].get<std::string>();
 }
 
-class ServerRoutesTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ServerOptions options;
-    options.model_name = "llama-tiny";
-    rig_ = ServerRig::make(test::model_fixture_dir("llama-tiny"), options);
-    ASSERT_NE(rig_, nullptr);
-  }
-  std::unique_ptr<ServerRig> rig_;
-};
+using ServerRoutesTest = testing::LlamaTinyServerTest;
 
 TEST(ServerRoutesTable, EachPathIsRoutedOnce) {
   std::set<std::string_view> paths;

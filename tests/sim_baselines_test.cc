@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "baselines.h"
-#include "sim_scheduler.h"
-#include "trace.h"
+#include "sim/baselines.h"
+#include "sim/scheduler.h"
+#include "sim/trace.h"
 
 namespace kvvm::cli {
 namespace {

@@ -9,14 +9,14 @@
 #include <memory>
 #include <vector>
 
-#include "arena_model.h"
-#include "baselines.h"
 #include "kvvm/geometry.h"
 #include "kvvm/host_driver.h"
 #include "kvvm/layout.h"
 #include "kvvm/model/kv_geometry.h"
-#include "sim_scheduler.h"
-#include "trace.h"
+#include "sim/arena_model.h"
+#include "sim/baselines.h"
+#include "sim/scheduler.h"
+#include "sim/trace.h"
 
 namespace kvvm::cli {
 namespace {

@@ -1,7 +1,7 @@
 // The trace generator (seeded, ShareGPT-like log-normal lengths, Poisson arrivals, tenants,
 // clamping to the max context) and the JSONL reader (every malformed line reported with its
 // line number, the rest kept).
-#include "trace.h"
+#include "sim/trace.h"
 
 #include <gtest/gtest.h>
 

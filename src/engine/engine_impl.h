@@ -17,6 +17,7 @@
 
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_manager.h"
+#include "kvvm/mutex.h"
 #include "request_state.h"
 #include "retry_estimate.h"
 
@@ -115,24 +116,25 @@ class Engine::Impl {
   StepCounters step_counters_;
 
   // Shared, under mutex_.
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable wake_;  // the worker: work arrived or stop
   std::condition_variable idle_;  // drain: nothing left
-  std::vector<std::unique_ptr<RequestState>> inbox_;
-  std::vector<RequestId> cancels_;
-  bool cancel_all_ = false;
-  bool draining_ = false;
-  bool stop_ = false;
-  bool started_ = false;
-  bool work_left_ = false;  // as of the last step
-  RequestId next_id_ = 1;
-  std::uint64_t queued_ = 0;  // inbox and queue
-  std::uint64_t submitted_ = 0;
-  std::uint64_t refused_at_submit_ = 0;
-  std::uint32_t running_count_ = 0;
-  StepCounters published_;
-  model::GraphStats graphs_;
-  RetryEstimate retry_;
+  std::vector<std::unique_ptr<RequestState>> inbox_ KVVM_GUARDED_BY(mutex_);
+  std::vector<RequestId> cancels_ KVVM_GUARDED_BY(mutex_);
+  bool cancel_all_ KVVM_GUARDED_BY(mutex_) = false;
+  bool draining_ KVVM_GUARDED_BY(mutex_) = false;
+  bool stop_ KVVM_GUARDED_BY(mutex_) = false;
+  bool started_ KVVM_GUARDED_BY(mutex_) = false;
+  bool work_left_ KVVM_GUARDED_BY(mutex_) = false;  // as of the last step
+  RequestId next_id_ KVVM_GUARDED_BY(mutex_) = 1;
+  std::uint64_t queued_ KVVM_GUARDED_BY(mutex_) = 0;  // inbox and queue
+  std::uint64_t submitted_ KVVM_GUARDED_BY(mutex_) = 0;
+  std::uint64_t refused_at_submit_ KVVM_GUARDED_BY(mutex_) = 0;
+  std::uint32_t running_count_ KVVM_GUARDED_BY(mutex_) = 0;
+  StepCounters published_ KVVM_GUARDED_BY(mutex_);
+  model::GraphStats graphs_ KVVM_GUARDED_BY(mutex_);
+  RetryEstimate retry_ KVVM_GUARDED_BY(mutex_);
+  // Started under mutex_ (start()), joined by the thread that stops the engine.
   std::thread worker_;
 };
 

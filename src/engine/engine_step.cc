@@ -43,7 +43,7 @@ Result<bool> Engine::Impl::step() {
   refuse_overdue(Clock::now());
   if (plan_step()) run_step(Clock::now());
   deliver(Clock::now());
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return work_left_ || !inbox_.empty() || !cancels_.empty() || cancel_all_;
 }
 
@@ -51,7 +51,7 @@ void Engine::Impl::take_inbox(Clock::time_point now) {
   bool all = false;
   cancels_taken_.clear();
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     // Busy from here until deliver() says otherwise: drain() must not see the inbox empty
     // and the step's work not yet counted.
     work_left_ = work_left_ || !inbox_.empty() || !cancels_.empty() || cancel_all_;
@@ -309,7 +309,7 @@ void Engine::Impl::deliver(Clock::time_point now) {
     sweep_finished(waiting_, done_);
   }
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     published_ = step_counters_;
     running_count_ = static_cast<std::uint32_t>(running_.size());
     queued_ = inbox_.size() + waiting_.size();

@@ -1,5 +1,5 @@
-// KvSpace: the wiring every model user repeats (driver, governor tier, handle pool, arena),
-// in one place, with the geometry taken from the model's config.
+// KvSpace: a model's KV cache: the driver of its backend and an ArenaStack (governor tier,
+// handle pool, arena) planned from the model's config.
 #include "kvvm/engine/kv_space.h"
 
 #include <chrono>
@@ -57,11 +57,8 @@ Result<std::unique_ptr<Driver>> open_driver(const KvSpaceOptions& options) {
 }  // namespace
 
 KvSpace::~KvSpace() {
-  // The arena unmaps through the pool, the pool releases through the driver and returns
-  // bytes to the governor: tear down from the top.
-  arena_.reset();
-  pool_.reset();
-  governor_.reset();
+  // The stack releases through the driver: it goes first.
+  stack_.reset();
   owned_driver_.reset();
 }
 
@@ -110,19 +107,15 @@ Result<std::unique_ptr<KvSpace>> KvSpace::create(const model::ModelConfig& confi
     o.budget_bytes =
         o.backend == model::Backend::kCuda ? d.info().free_bytes / 10 * 9 : kHostBudgetBytes;
   }
-  space->governor_ = std::make_unique<Governor>();
-  const TierId tier =
-      space->governor_->add_tier(std::string(model::to_string(o.backend)) + " kv", o.budget_bytes);
-  space->pool_ = std::make_unique<HandlePool>(d, PoolOptions{}, space->governor_.get(), tier);
-  Result<std::unique_ptr<Arena>> arena =
-      Arena::create(*space->pool_, *space->governor_,
-                    ArenaOptions{.plan = *plan,
-                                 .max_slots = o.max_slots,
-                                 .tier = tier,
-                                 .commit_ahead_windows = 0,
-                                 .budget_wait = std::chrono::milliseconds(0)});
-  if (!arena.ok()) return arena.status().with_context("creating the KV space's arena");
-  space->arena_ = std::move(arena).value();
+  Result<std::unique_ptr<ArenaStack>> stack = ArenaStack::create(
+      d, ArenaStackOptions{.tier_name = std::string(model::to_string(o.backend)) + " kv",
+                           .budget_bytes = o.budget_bytes,
+                           .arena = ArenaOptions{.plan = *plan,
+                                                 .max_slots = o.max_slots,
+                                                 .commit_ahead_windows = 0,
+                                                 .budget_wait = std::chrono::milliseconds(0)}});
+  if (!stack.ok()) return stack.status().with_context("KV space");
+  space->stack_ = std::move(stack).value();
   return space;
 }
 

@@ -121,7 +121,7 @@ void Bpe::encode(std::string_view word, std::vector<TokenId>& out) const {
   }
   const bool cacheable = word.size() <= kCacheWordBytes;
   if (cacheable) {
-    std::lock_guard lock(cache_mutex_);
+    MutexLock lock(cache_mutex_);
     if (const auto found = cache_.find(word); found != cache_.end()) {
       out.insert(out.end(), found->second.begin(), found->second.end());
       return;
@@ -130,7 +130,7 @@ void Bpe::encode(std::string_view word, std::vector<TokenId>& out) const {
   const std::size_t first = out.size();
   merge(word, out);
   if (cacheable) {
-    std::lock_guard lock(cache_mutex_);
+    MutexLock lock(cache_mutex_);
     if (cache_.size() < kCacheEntries) {
       cache_.emplace(
           std::string(word),

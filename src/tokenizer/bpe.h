@@ -6,12 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "kvvm/mutex.h"
 #include "kvvm/status.h"
 #include "kvvm/tokenizer/tokenizer.h"
 #include "tokenizer/json_fields.h"
@@ -62,8 +62,9 @@ class Bpe {
   // Pre-tokens recur (" the", " and"): their ids are kept, up to a bound in count and length.
   static constexpr std::size_t kCacheEntries = 1 << 16;
   static constexpr std::size_t kCacheWordBytes = 256;
-  mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<TokenId>, StringHash, std::equal_to<>> cache_;
+  mutable Mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<TokenId>, StringHash, std::equal_to<>> cache_
+      KVVM_GUARDED_BY(cache_mutex_);
 };
 
 }  // namespace kvvm::tokenizer::detail

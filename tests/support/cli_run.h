@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_app.h"
+#include "app.h"
 
 namespace kvvm::test {
 

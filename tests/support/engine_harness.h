@@ -288,4 +288,14 @@ inline std::vector<std::int32_t> solo_tokens(FixtureModel& model, KvSpaceOptions
   return outcome.tokens;
 }
 
+// A small host KV space for engine tests on llama-tiny: 16 KiB windows (8 tokens), 4 slots of
+// 64 tokens.
+inline KvSpaceOptions small_space_options() {
+  KvSpaceOptions options;
+  options.host_granule = 16 << 10;
+  options.max_slots = 4;
+  options.max_context = 64;
+  return options;
+}
+
 }  // namespace kvvm::engine::testing

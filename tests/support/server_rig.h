@@ -20,10 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "kit/model_loading.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/server/server.h"
-#include "model_loading.h"
+#include "support/test_data.h"
 
 namespace kvvm::server::testing {
 
@@ -226,6 +227,19 @@ class RawSocket {
  private:
   int fd_ = -1;
   bool connected_ = false;
+};
+
+// A test whose every case talks to a fresh server on the llama-tiny fixture with default
+// options.
+class LlamaTinyServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.model_name = "llama-tiny";
+    rig_ = ServerRig::make(test::model_fixture_dir("llama-tiny"), options);
+    ASSERT_NE(rig_, nullptr);
+  }
+  std::unique_ptr<ServerRig> rig_;
 };
 
 }  // namespace kvvm::server::testing

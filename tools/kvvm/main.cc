@@ -1,12 +1,12 @@
-// kvvm: the command-line tool. Everything but stdout lives in cli_app.cc (built into
+// kvvm: the command-line tool. Everything but stdout lives in app.cc (built into
 // kvvm_cli_lib, so the test binary runs the same command lines).
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "cli_app.h"
-#include "cli_common.h"
+#include "app.h"
+#include "kit/cli_common.h"
 
 #ifndef KVVM_VERSION_STRING
 #define KVVM_VERSION_STRING "unknown"

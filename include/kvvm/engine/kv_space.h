@@ -6,9 +6,9 @@
 #include <memory>
 
 #include "kvvm/arena.h"
+#include "kvvm/arena_stack.h"
 #include "kvvm/driver.h"
 #include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
 #include "kvvm/layout.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
@@ -48,10 +48,10 @@ class KvSpace {
   KvSpace(const KvSpace&) = delete;
   KvSpace& operator=(const KvSpace&) = delete;
 
-  Arena& arena() { return *arena_; }
-  KvView view() const { return arena_->view(); }
+  Arena& arena() { return stack_->arena(); }
+  KvView view() const { return stack_->arena().view(); }
   Driver& driver() { return *driver_; }
-  Governor& governor() { return *governor_; }
+  Governor& governor() { return stack_->governor(); }
   const KvSpaceOptions& options() const { return options_; }
 
  private:
@@ -60,9 +60,7 @@ class KvSpace {
   // Declaration order is teardown order reversed: the arena goes first, the driver last.
   std::unique_ptr<Driver> owned_driver_;  // null when the caller lent one (options.driver)
   Driver* driver_ = nullptr;              // the one in use, owned or lent
-  std::unique_ptr<Governor> governor_;
-  std::unique_ptr<HandlePool> pool_;
-  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<ArenaStack> stack_;
 };
 
 }  // namespace kvvm::engine

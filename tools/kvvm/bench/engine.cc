@@ -1,0 +1,356 @@
+#include "bench/engine.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "bench/engine_decode.h"
+#include "bench/engine_trace.h"
+#include "kit/byte_size.h"
+#include "kit/cli_common.h"
+#include "kit/svg_plot.h"
+#include "kit/text_table.h"
+#include "kit/value_parsers.h"
+#include "kvvm/cuda_driver.h"
+#include "kvvm/dtype.h"
+#include "kvvm/engine/kv_space.h"
+#include "kvvm/model/config.h"
+#include "kvvm/model/model.h"
+#include "kvvm/model/safetensors.h"
+#include "kvvm/model/weights.h"
+#include "sim/trace.h"
+
+namespace kvvm::cli {
+namespace {
+
+constexpr const char* kCommand = "kvvm bench engine";
+constexpr std::uint64_t kMaxBatch = 4096;
+constexpr double kMaxRate = 1e6;
+constexpr std::uint64_t kMaxRequests = 1'000'000;
+constexpr double kMaxDurationLimit = 1e7;
+constexpr std::uint64_t kMaxTokens = std::numeric_limits<std::uint32_t>::max();
+
+Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& options,
+                                                 const model::ModelConfig& config,
+                                                 const model::ModelWeights& weights,
+                                                 const model::ModelLimits& limits,
+                                                 std::ostream* progress) {
+  if (options.backend == "cuda" || (options.backend == "auto" && cuda_available())) {
+    model::CudaModelOptions cuda_options;
+    cuda_options.limits = limits;
+    Result<std::unique_ptr<model::Model>> cuda =
+        model::make_cuda_model(config, weights, cuda_options);
+    if (cuda.ok() || options.backend == "cuda") {
+      return cuda.ok() ? std::move(cuda) : cuda.status().with_context("--backend cuda");
+    }
+    if (progress != nullptr) {
+      *progress << kCommand << ": note: a GPU is present but the CUDA model could not be made ("
+                << cuda.status().to_string() << "); running on the CPU\n";
+    }
+  }
+  model::CpuModelOptions cpu_options;
+  cpu_options.limits = limits;
+  return model::make_cpu_model(config, weights, cpu_options);
+}
+
+// A preallocated engine running more sequences than the budget holds at max context has
+// lost its commitments (the budget reclaimed them): its figures are not the baseline's.
+std::string over_capacity(std::uint32_t peak, std::uint64_t capacity) {
+  if (peak <= capacity) return {};
+  return "peak " + str(peak) + " is above the " + str(capacity) +
+         " max-context sequences the budget holds: preallocated KV was reclaimed";
+}
+
+std::string join_notes(const std::string& a, const std::string& b) {
+  return a.empty() ? b : b.empty() ? a : a + "; " + b;
+}
+
+// The parsed and checked options.
+struct Plan {
+  std::vector<std::uint32_t> batches;
+  std::vector<double> rates;
+  std::uint32_t max_running = 0;
+};
+
+Result<Plan> plan_options(const BenchEngineOptions& options) {
+  Plan plan;
+  if (!options.skip_decode) {
+    Result<std::vector<std::uint32_t>> batches =
+        parse_count_list(options.batches, "--batches", kMaxBatch);
+    if (!batches.ok()) return batches.status();
+    plan.batches = std::move(batches).value();
+    if (options.decode_tokens < 2) {
+      return Status::InvalidArgument(
+          "--decode-tokens must be at least 2 (one first token, then "
+          "decode steps), got " +
+          str(options.decode_tokens));
+    }
+  }
+  if (!options.skip_trace) {
+    Result<std::vector<double>> rates = parse_rate_list(options.rates, "--rates", kMaxRate);
+    if (!rates.ok()) return rates.status();
+    plan.rates = std::move(rates).value();
+  }
+  plan.max_running = options.max_running != 0 ? options.max_running : kDefaultMaxRunning;
+  return plan;
+}
+
+}  // namespace
+
+CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options) {
+  CLI::App* cmd = bench.add_subcommand(
+      "engine",
+      "Measure the batched engine on a Hugging Face checkpoint: (a) decode tokens/s and ms per "
+      "step at each --batches size (random prompts submitted together, greedy, end tokens "
+      "ignored, timed after every sequence has its first token) for kvvm with CUDA graphs, "
+      "without them, and with preallocated KV (max context per sequence, same engine and "
+      "kernels); (b) an open-loop replay of `kvvm simulate`'s generated trace (ShareGPT-like "
+      "lengths, tenants with system prompts) at each --rates value through the arena engine "
+      "and the preallocated one at the same KV budget: output tokens/s, time to first token "
+      "and per output token (p50, p99), peak concurrency, prefix-cache hits, refusals, "
+      "preemptions.");
+  cmd->add_option("--model", options.model_dir,
+                  "Checkpoint directory: config.json and model.safetensors (or "
+                  "model.safetensors.index.json and its shards); prompts are random token ids, "
+                  "so no tokenizer is needed")
+      ->required();
+  cmd->add_option("--backend", options.backend,
+                  "auto, cpu or cuda (default auto: cuda when a GPU is usable, else cpu; graphs "
+                  "are skipped on the cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--max-context", options.max_context,
+                  "Tokens per sequence: the slot size, and what the preallocated engine commits "
+                  "per sequence (default: the config's max_position_embeddings, at most 8192)")
+      ->transform(count_validator(2, kMaxTokens));
+  cmd->add_option("--max-running", options.max_running,
+                  "Sequences in one step for the trace replay (default 64); the decode runs use "
+                  "their batch size")
+      ->transform(count_validator(1, kMaxBatch));
+  cmd->add_option("--kv-budget", options.kv_budget,
+                  "KV memory budget of every engine, e.g. 40GiB (default: the KV space's, 9/10 "
+                  "of the GPU's free memory once the model is loaded, on the host 1 GiB; "
+                  "resolved once, so every engine gets the same)")
+      ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
+  cmd->add_option("--batches", options.batches,
+                  "Decode batch sizes, comma-separated (default 1,32)");
+  cmd->add_option("--prompt-tokens", options.prompt_tokens,
+                  "Prompt length of the decode runs (default 128)")
+      ->transform(count_validator(1, kMaxTokens));
+  cmd->add_option("--decode-tokens", options.decode_tokens,
+                  "Tokens each decode-run sequence generates, at least 2 (default 128)")
+      ->transform(count_validator(1, kMaxTokens));
+  cmd->add_option("--rates", options.rates,
+                  "Trace replay arrival rates, requests per second, comma-separated (default "
+                  "1,2,4,8)");
+  cmd->add_option("--requests", options.requests, "Requests of each rate's trace (default 100)")
+      ->transform(count_validator(1, kMaxRequests));
+  cmd->add_option("--duration-limit", options.duration_limit_s,
+                  "Seconds one replay may take: later arrivals are not submitted and requests "
+                  "still running at the limit are cancelled (default 0: none)")
+      ->transform(number_validator(0, kMaxDurationLimit));
+  cmd->add_option("--tenants", options.tenants,
+                  "Tenants of the trace; each request starts with its tenant's system prompt, "
+                  "shared through the prefix cache (default 4; 0: none)")
+      ->transform(count_validator(0, kMaxPrefixGroups));
+  cmd->add_option("--system-prompt-tokens", options.system_prompt_tokens,
+                  "Tokens of each tenant's system prompt (default 512)")
+      ->transform(count_validator(1, kMaxTokens));
+  cmd->add_option("--seed", options.seed, "Seed of the trace and of the random prompts (default 1)")
+      ->transform(count_validator(0, std::numeric_limits<std::uint64_t>::max()));
+  CLI::Option* no_decode =
+      cmd->add_flag("--no-decode", options.skip_decode, "Skip the decode part (a)");
+  CLI::Option* no_trace =
+      cmd->add_flag("--no-trace", options.skip_trace, "Skip the trace replay (b)");
+  no_decode->excludes(no_trace);
+  cmd->add_flag("--json", options.json, "Machine-readable report (JSON, ordered keys) on stdout");
+  cmd->add_option("--plot", options.plot,
+                  "Write an SVG line chart of output tokens/s against request rate, arena vs "
+                  "preallocated, to this file");
+  cmd->footer("Progress lines go to stderr. Exit status: 0 ok, 1 a run failed, 2 bad usage.");
+  return cmd;
+}
+
+Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
+                                            std::ostream* progress) {
+  const auto started = std::chrono::steady_clock::now();
+  Result<Plan> plan = plan_options(options);
+  if (!plan.ok()) return plan.status();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(options.model_dir, ec)) {
+    return Status::InvalidArgument("--model " + options.model_dir + ": no such directory");
+  }
+  Result<model::ModelConfig> config = model::load_model_config(options.model_dir);
+  if (!config.ok()) return config.status().with_context("--model " + options.model_dir);
+
+  BenchEngineReport report;
+  report.model_dir = options.model_dir;
+  report.architecture = config->architecture;
+  report.layers = config->layers;
+  report.vocab_size = config->vocab_size;
+  report.max_context =
+      options.max_context != 0
+          ? options.max_context
+          : std::min<std::uint64_t>(config->max_position_embeddings, kDefaultBenchContext);
+  if (report.max_context > config->max_position_embeddings) {
+    return Status::InvalidArgument("--max-context " + str(report.max_context) +
+                                   " is beyond the config's max_position_embeddings " +
+                                   str(config->max_position_embeddings));
+  }
+  if (!options.skip_decode && options.prompt_tokens + options.decode_tokens > report.max_context) {
+    return Status::InvalidArgument(
+        "--prompt-tokens " + str(options.prompt_tokens) + " + --decode-tokens " +
+        str(options.decode_tokens) + " = " + str(options.prompt_tokens + options.decode_tokens) +
+        " tokens do not fit in --max-context " + str(report.max_context));
+  }
+  report.max_running = plan->max_running;
+  report.prompt_tokens = options.prompt_tokens;
+  report.decode_tokens = options.decode_tokens;
+  report.trace_requests = options.requests;
+  report.tenants = options.tenants;
+  report.system_prompt_tokens = options.system_prompt_tokens;
+  report.seed = options.seed;
+  report.duration_limit_s = options.duration_limit_s;
+
+  // The traces first: a generator option that makes no sense is refused before the model loads.
+  std::vector<Trace> traces;
+  for (double rate : plan->rates) {
+    TraceGeneratorOptions generator;
+    generator.requests = options.requests;
+    generator.rate = rate;
+    generator.tenants = options.tenants;
+    generator.system_prompt_tokens = options.system_prompt_tokens;
+    generator.max_context = report.max_context;
+    generator.seed = options.seed;
+    Result<Trace> trace = generate_trace(generator);
+    if (!trace.ok()) {
+      return trace.status().with_context("the trace (--system-prompt-tokens " +
+                                         str(options.system_prompt_tokens) + ", --max-context " +
+                                         str(report.max_context) + ")");
+    }
+    synthesize_ids(*trace);
+    traces.push_back(std::move(trace).value());
+  }
+
+  // Each step holds every running sequence: the model's activations are sized for the most.
+  model::ModelLimits limits;
+  std::uint32_t chunks = plan->max_running;
+  for (std::uint32_t batch : plan->batches) chunks = std::max(chunks, batch);
+  limits.max_chunks = std::max(limits.max_chunks, chunks);
+  limits.max_step_tokens = std::max(limits.max_step_tokens, limits.max_chunks);
+  {
+    Result<std::unique_ptr<model::WeightFiles>> files =
+        model::WeightFiles::open_dir(options.model_dir);
+    if (!files.ok()) return files.status().with_context("--model " + options.model_dir);
+    Result<model::ModelWeights> weights = model::bind_weights(*config, **files);
+    if (!weights.ok()) return weights.status().with_context("--model " + options.model_dir);
+    Result<std::unique_ptr<model::Model>> made =
+        make_model(options, *config, *weights, limits, progress);
+    if (!made.ok()) return made.status();
+    // The weights' mapping closes here; the model holds its own copy.
+    report.backend = std::string(model::to_string((*made)->backend()));
+    std::unique_ptr<model::Model> model = std::move(made).value();
+
+    engine::KvSpaceOptions kv;
+    kv.backend = model->backend();
+    kv.max_context = report.max_context;
+    kv.budget_bytes = options.kv_budget;
+    {
+      // The budget and KV element type the space resolves, fixed once so every engine gets the
+      // same (a GPU's free memory, the default, moves as the runs allocate).
+      kv.max_slots = 1;
+      Result<std::unique_ptr<engine::KvSpace>> probe = engine::KvSpace::create(*config, kv);
+      if (!probe.ok()) return probe.status().with_context("KV space");
+      kv = (*probe)->options();
+      report.kv_budget = kv.budget_bytes;
+      report.kv_bytes_per_token = config->kv_geometry(kv.kv_dtype).bytes_per_token();
+      report.kv_dtype = std::string(to_string(kv.kv_dtype));
+      const std::uint64_t per_sequence = report.kv_bytes_per_token * report.max_context;
+      report.preallocated_capacity = per_sequence == 0 ? 0 : report.kv_budget / per_sequence;
+    }
+    for (std::uint32_t batch : plan->batches) {
+      for (DecodeMode mode : {DecodeMode::kGraphs, DecodeMode::kEager, DecodeMode::kPreallocated}) {
+        if (progress != nullptr) {
+          *progress << kCommand << ": decode, batch " << batch << ", " << to_string(mode) << "\n"
+                    << std::flush;
+        }
+        DecodeParams params{batch, options.prompt_tokens, options.decode_tokens, options.seed};
+        Result<DecodeRun> run = measure_decode(*model, kv, mode, params);
+        if (!run.ok()) {
+          return run.status().with_context(std::string("decode, batch ") + str(batch) + ", " +
+                                           to_string(mode));
+        }
+        if (mode == DecodeMode::kPreallocated) {
+          run->note =
+              join_notes(run->note, over_capacity(run->peak_running, report.preallocated_capacity));
+        }
+        report.decode.push_back(std::move(run).value());
+      }
+    }
+    for (std::size_t r = 0; r < plan->rates.size(); ++r) {
+      for (bool preallocate : {false, true}) {
+        if (progress != nullptr) {
+          *progress << kCommand << ": trace at " << fixed(plan->rates[r], 2) << " req/s, "
+                    << (preallocate ? "preallocated" : "arena") << " (" << traces[r].requests.size()
+                    << " requests)\n"
+                    << std::flush;
+        }
+        ReplayParams params{preallocate, plan->max_running, options.duration_limit_s, progress};
+        Result<TraceRun> run = replay_trace(*model, kv, traces[r], plan->rates[r], params);
+        if (!run.ok()) {
+          return run.status().with_context("trace at " + fixed(plan->rates[r], 2) + " req/s (" +
+                                           (preallocate ? "preallocated" : "arena") + ")");
+        }
+        if (preallocate) {
+          run->note = over_capacity(run->peak_running, report.preallocated_capacity);
+        }
+        report.trace.push_back(std::move(run).value());
+      }
+    }
+  }
+  report.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return report;
+}
+
+int run_bench_engine(const BenchEngineOptions& options, std::ostream& out, std::ostream& err) {
+  const auto fail = [&err](const Status& status, int code) {
+    err << kCommand << ": " << status.to_string() << "\n";
+    return code;
+  };
+  if (!options.plot.empty() && options.skip_trace) {
+    return fail(Status::InvalidArgument("--plot " + options.plot +
+                                        " draws the trace replay, which --no-trace skips"),
+                kExitUsage);
+  }
+  Result<BenchEngineReport> report = make_bench_engine(options, &err);
+  if (!report.ok()) {
+    const StatusCode code = report.status().code();
+    const bool usage = code == StatusCode::kInvalidArgument || code == StatusCode::kUnavailable ||
+                       code == StatusCode::kNotFound;
+    return fail(report.status(), usage ? kExitUsage : kExitFailure);
+  }
+  if (options.json) {
+    out << dump_json(bench_engine_json(*report)) << "\n";
+  } else {
+    print_bench_engine(*report, out);
+  }
+  if (!options.plot.empty()) {
+    Status written = write_file(options.plot, "--plot",
+                                [&report](std::ostream& svg) { svg << bench_engine_svg(*report); });
+    if (!written.ok()) {
+      return fail(written,
+                  written.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure);
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace kvvm::cli

@@ -1,0 +1,176 @@
+#include "bench/engine_decode.h"
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvvm/engine/engine.h"
+
+namespace kvvm::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::vector<std::int32_t> random_prompt(std::mt19937_64& rng, std::uint64_t tokens,
+                                        std::uint32_t vocab) {
+  std::vector<std::int32_t> ids(tokens);
+  for (std::int32_t& id : ids) id = static_cast<std::int32_t>(rng() % vocab);
+  return ids;
+}
+
+// What one batch through the engine gave.
+struct BatchTimes {
+  std::uint64_t generated = 0;
+  std::uint64_t decode_tokens = 0;
+  std::uint64_t decode_steps = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  bool all_first = false;
+};
+
+// Counters the callbacks write; they run on this thread, inside step().
+struct BatchProgress {
+  std::uint64_t tokens = 0;
+  std::uint32_t started = 0;  // sequences with their first token
+  std::uint32_t failed = 0;
+  Status first_error;
+};
+
+Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
+                             std::uint64_t prompt_tokens, std::uint64_t max_tokens,
+                             std::mt19937_64& rng, std::uint32_t vocab) {
+  BatchProgress progress;
+  const Clock::time_point start = Clock::now();
+  for (std::uint32_t i = 0; i < batch; ++i) {
+    engine::EngineRequest request;
+    request.prompt = random_prompt(rng, prompt_tokens, vocab);
+    request.max_tokens = static_cast<std::uint32_t>(max_tokens);
+    request.use_model_eos = false;  // exactly max_tokens tokens
+    auto seen = std::make_shared<bool>(false);
+    Result<engine::RequestId> id =
+        engine.submit(std::move(request), [&progress, seen](const engine::RequestEvent& event) {
+          progress.tokens += event.tokens.size();
+          if (!*seen && !event.tokens.empty()) {
+            *seen = true;
+            ++progress.started;
+          }
+          if (event.finished && event.end == engine::RequestEnd::kError) {
+            if (progress.failed++ == 0) progress.first_error = event.error;
+          }
+        });
+    if (!id.ok()) return id.status().with_context("submitting request " + std::to_string(i));
+  }
+  BatchTimes times;
+  Clock::time_point window_start = start;
+  std::uint64_t tokens_at_start = 0, steps = 0, steps_at_start = 0;
+  Clock::time_point last = start;
+  for (;;) {
+    const std::uint64_t tokens_before = progress.tokens;
+    Result<bool> more = engine.step();
+    if (!more.ok()) return more.status().with_context("engine step");
+    // Only steps that produced tokens count: a last step that only retires sequences (or a
+    // prefill chunk that ends no prompt) is no decode step.
+    if (progress.tokens > tokens_before) {
+      ++steps;
+      last = Clock::now();
+    }
+    if (!times.all_first && progress.started == batch) {
+      times.all_first = true;
+      window_start = last;
+      tokens_at_start = progress.tokens;
+      steps_at_start = steps;
+    }
+    if (!*more) break;
+  }
+  if (progress.failed > 0) {
+    return progress.first_error.with_context(std::to_string(progress.failed) + " of " +
+                                             std::to_string(batch) + " requests failed");
+  }
+  times.generated = progress.tokens;
+  if (times.all_first) {
+    times.prefill_seconds = seconds(window_start - start);
+    times.decode_seconds = seconds(last - window_start);
+    times.decode_tokens = progress.tokens - tokens_at_start;
+    times.decode_steps = steps - steps_at_start;
+  }
+  return times;
+}
+
+}  // namespace
+
+const char* to_string(DecodeMode mode) {
+  switch (mode) {
+    case DecodeMode::kGraphs:
+      return "graphs";
+    case DecodeMode::kEager:
+      return "eager";
+    case DecodeMode::kPreallocated:
+      return "preallocated";
+  }
+  return "?";
+}
+
+Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptions& kv,
+                                 DecodeMode mode, const DecodeParams& params) {
+  DecodeRun run;
+  run.mode = to_string(mode);
+  run.batch = params.batch;
+  if (mode == DecodeMode::kGraphs && model.backend() != model::Backend::kCuda) {
+    run.skipped = "CUDA graphs need the CUDA backend; this run is on the " +
+                  std::string(model::to_string(model.backend()));
+    return run;
+  }
+  engine::KvSpaceOptions kv_options = kv;
+  kv_options.sequences = params.batch;  // the space adds the graphs' padding slot
+  Result<std::unique_ptr<engine::KvSpace>> space =
+      engine::KvSpace::create(model.config(), kv_options);
+  if (!space.ok()) return space.status().with_context("KV space");
+  engine::EngineOptions options;
+  options.max_running = params.batch;
+  options.max_queue = std::max<std::uint32_t>(options.max_queue, params.batch);
+  options.graphs = mode == DecodeMode::kGraphs;
+  options.preallocate = mode == DecodeMode::kPreallocated;
+  Result<std::unique_ptr<engine::Engine>> made = engine::Engine::create(model, **space, options);
+  if (!made.ok()) return made.status().with_context(std::string("engine (") + run.mode + ")");
+  engine::Engine& engine = **made;
+  if (mode == DecodeMode::kGraphs && engine.stats().graphs.graphs == 0) {
+    run.note = "no decode graph was captured: the steps ran eagerly";
+  }
+
+  const std::uint32_t vocab = model.config().vocab_size;
+  std::mt19937_64 rng(params.seed);
+  Result<BatchTimes> warm = run_batch(engine, params.batch, params.prompt_tokens, 2, rng, vocab);
+  if (!warm.ok()) return warm.status().with_context("warm-up");
+  const engine::EngineStats before = engine.stats();
+  Result<BatchTimes> times =
+      run_batch(engine, params.batch, params.prompt_tokens, params.decode_tokens, rng, vocab);
+  if (!times.ok()) return times.status();
+  const engine::EngineStats after = engine.stats();
+
+  run.generated_tokens = times->generated;
+  run.decode_tokens = times->decode_tokens;
+  run.decode_steps = times->decode_steps;
+  run.prefill_seconds = times->prefill_seconds;
+  run.decode_seconds = times->decode_seconds;
+  if (times->decode_seconds > 0) {
+    run.decode_tokens_per_s = static_cast<double>(times->decode_tokens) / times->decode_seconds;
+  }
+  if (times->decode_steps > 0) {
+    run.ms_per_step = times->decode_seconds * 1000 / static_cast<double>(times->decode_steps);
+  }
+  run.peak_running = after.peak_running;
+  run.graph_replays = after.graphs.replays - before.graphs.replays;
+  run.eager_steps = after.graphs.eager_steps - before.graphs.eager_steps;
+  if (after.peak_running < params.batch) {
+    if (!run.note.empty()) run.note += "; ";
+    run.note += "at most " + std::to_string(after.peak_running) + " of " +
+                std::to_string(params.batch) + " sequences ran at once (the KV budget)";
+  }
+  return run;
+}
+
+}  // namespace kvvm::cli

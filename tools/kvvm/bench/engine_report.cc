@@ -1,0 +1,161 @@
+#include "bench/engine_report.h"
+
+#include <ostream>
+#include <string>
+
+#include "kit/byte_size.h"
+#include "kit/svg_plot.h"
+#include "kit/text_table.h"
+
+namespace kvvm::cli {
+namespace {
+
+nlohmann::ordered_json decode_json(const DecodeRun& run) {
+  nlohmann::ordered_json json;
+  json["mode"] = run.mode;
+  json["batch"] = run.batch;
+  if (!run.skipped.empty()) {
+    json["skipped"] = run.skipped;
+    return json;
+  }
+  json["decode_tokens_per_s"] = run.decode_tokens_per_s;
+  json["ms_per_step"] = run.ms_per_step;
+  json["decode_tokens"] = run.decode_tokens;
+  json["decode_steps"] = run.decode_steps;
+  json["decode_seconds"] = run.decode_seconds;
+  json["prefill_seconds"] = run.prefill_seconds;
+  json["generated_tokens"] = run.generated_tokens;
+  json["peak_running"] = run.peak_running;
+  json["graph_replays"] = run.graph_replays;
+  json["eager_steps"] = run.eager_steps;
+  if (!run.note.empty()) json["note"] = run.note;
+  return json;
+}
+
+nlohmann::ordered_json trace_json(const TraceRun& run) {
+  nlohmann::ordered_json json;
+  json["system"] = run.system;
+  json["rate"] = run.rate;
+  json["submitted"] = run.submitted;
+  json["completed"] = run.completed;
+  json["refused_overloaded"] = run.refused_overloaded;
+  json["cancelled"] = run.cancelled;
+  json["failed"] = run.failed;
+  json["not_submitted"] = run.not_submitted;
+  json["output_tokens"] = run.output_tokens;
+  json["wall_seconds"] = run.wall_seconds;
+  json["output_tokens_per_s"] = run.output_tokens_per_s;
+  json["ttft_p50_s"] = run.ttft_p50_s;
+  json["ttft_p99_s"] = run.ttft_p99_s;
+  json["tpot_p50_s"] = run.tpot_p50_s;
+  json["tpot_p99_s"] = run.tpot_p99_s;
+  json["peak_running"] = run.peak_running;
+  json["prefix_hit_tokens"] = run.prefix_hit_tokens;
+  json["preemptions"] = run.preemptions;
+  if (!run.first_error.empty()) json["first_error"] = run.first_error;
+  if (!run.note.empty()) json["note"] = run.note;
+  return json;
+}
+
+std::string ms(double seconds) { return fixed(seconds * 1000, 1); }
+
+}  // namespace
+
+nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
+  nlohmann::ordered_json json;
+  json["model"] = report.model_dir;
+  json["architecture"] = report.architecture;
+  json["backend"] = report.backend;
+  json["layers"] = report.layers;
+  json["vocab_size"] = report.vocab_size;
+  json["max_context"] = report.max_context;
+  json["kv_budget"] = report.kv_budget;
+  json["kv_dtype"] = report.kv_dtype;
+  json["kv_bytes_per_token"] = report.kv_bytes_per_token;
+  json["preallocated_capacity"] = report.preallocated_capacity;
+  json["max_running"] = report.max_running;
+  nlohmann::ordered_json decode;
+  decode["prompt_tokens"] = report.prompt_tokens;
+  decode["decode_tokens"] = report.decode_tokens;
+  decode["runs"] = nlohmann::ordered_json::array();
+  for (const DecodeRun& run : report.decode) decode["runs"].push_back(decode_json(run));
+  json["decode"] = std::move(decode);
+  nlohmann::ordered_json trace;
+  trace["requests"] = report.trace_requests;
+  trace["tenants"] = report.tenants;
+  trace["system_prompt_tokens"] = report.system_prompt_tokens;
+  trace["seed"] = report.seed;
+  trace["duration_limit_s"] = report.duration_limit_s;
+  trace["runs"] = nlohmann::ordered_json::array();
+  for (const TraceRun& run : report.trace) trace["runs"].push_back(trace_json(run));
+  json["trace"] = std::move(trace);
+  json["wall_seconds"] = report.wall_seconds;
+  return json;
+}
+
+void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
+  out << "kvvm bench engine: " << report.model_dir << " (" << report.architecture << ", "
+      << report.layers << " layers, vocab " << report.vocab_size << ") on " << report.backend
+      << "; max context " << report.max_context << ", max running " << report.max_running
+      << "\nKV: " << format_bytes(report.kv_budget) << " budget, " << report.kv_dtype << ", "
+      << format_bytes(report.kv_bytes_per_token) << " per token; preallocated holds "
+      << report.preallocated_capacity << " sequences of max context\n";
+  if (!report.decode.empty()) {
+    out << "\nDecode (" << report.prompt_tokens << "-token random prompts, " << report.decode_tokens
+        << " greedy tokens each, end tokens ignored; timed after every sequence has its first "
+           "token):\n";
+    TextTable table(
+        {"mode", "batch", "tokens/s", "ms/step", "steps", "prefill s", "peak", "graph replays"}, 1,
+        "note");
+    for (const DecodeRun& run : report.decode) {
+      if (!run.skipped.empty()) {
+        table.add({run.mode, str(run.batch)}, "skipped: " + run.skipped);
+        continue;
+      }
+      table.add({run.mode, str(run.batch), fixed(run.decode_tokens_per_s, 1),
+                 fixed(run.ms_per_step, 3), str(run.decode_steps), fixed(run.prefill_seconds, 3),
+                 str(run.peak_running), str(run.graph_replays)},
+                run.note);
+    }
+    table.print(out);
+  }
+  if (!report.trace.empty()) {
+    out << "\nTrace replay (open loop, " << report.trace_requests << " requests per rate, "
+        << report.tenants << " tenants with " << report.system_prompt_tokens
+        << "-token system prompts, seed " << report.seed;
+    if (report.duration_limit_s > 0) out << ", limit " << fixed(report.duration_limit_s, 1) << " s";
+    out << "):\n";
+    TextTable table({"system", "rate", "out tok/s", "TTFT p50 ms", "p99", "TPOT p50 ms", "p99",
+                     "peak", "hit tokens", "done", "429", "cancel", "fail", "preempt"},
+                    1, "note");
+    for (const TraceRun& run : report.trace) {
+      table.add(
+          {run.system, fixed(run.rate, 2), fixed(run.output_tokens_per_s, 1), ms(run.ttft_p50_s),
+           ms(run.ttft_p99_s), ms(run.tpot_p50_s), ms(run.tpot_p99_s), str(run.peak_running),
+           str(run.prefix_hit_tokens), str(run.completed) + "/" + str(run.submitted),
+           str(run.refused_overloaded), str(run.cancelled), str(run.failed), str(run.preemptions)},
+          run.first_error);
+    }
+    table.print(out);
+  }
+  out << "\nWall time " << fixed(report.wall_seconds, 1) << " s\n";
+}
+
+std::string bench_engine_svg(const BenchEngineReport& report) {
+  SvgChart chart;
+  chart.title = "kvvm bench engine: " + report.architecture + " on " + report.backend;
+  chart.x_label = "request rate (requests/s)";
+  chart.y_label = "output tokens/s";
+  const std::pair<const char*, const char*> systems[] = {{"arena", "#1f77b4"},
+                                                         {"preallocated", "#d62728"}};
+  for (const auto& [name, color] : systems) {
+    SvgSeries series{name, color, {}};
+    for (const TraceRun& run : report.trace) {
+      if (run.system == name) series.points.emplace_back(run.rate, run.output_tokens_per_s);
+    }
+    chart.series.push_back(std::move(series));
+  }
+  return render_svg_line_chart(chart);
+}
+
+}  // namespace kvvm::cli

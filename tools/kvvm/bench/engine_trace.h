@@ -1,0 +1,34 @@
+// The trace part of `kvvm bench engine`: the `kvvm simulate` generator's trace (sim/trace.h:
+// Poisson arrivals, ShareGPT-like log-normal lengths, tenants whose requests start with the
+// tenant's system prompt) replayed open loop through a real engine. The engine steps on its
+// own thread (Engine::start); a submitter thread submits each request at its arrival time,
+// whatever the engine's progress, with the token ids synthesize_ids() gives (the same ids for
+// a tenant's system prompt, so the prefix cache shares within the tenant, whose index is the
+// request's EngineRequest::tenant), folded into the vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+
+#include "bench/engine_report.h"
+#include "kvvm/engine/kv_space.h"
+#include "kvvm/model/model.h"
+#include "kvvm/status.h"
+#include "sim/trace.h"
+
+namespace kvvm::cli {
+
+struct ReplayParams {
+  bool preallocate = false;          // the preallocated-KV engine instead of the arena
+  std::uint32_t max_running = 0;     // > 0
+  double duration_limit_s = 0;       // 0: none; else later arrivals are not submitted and what
+                                     // is still running at the limit is cancelled
+  std::ostream* progress = nullptr;  // a line every few seconds (may be null)
+};
+
+// Builds a KV space (`kv` with max_running + 1 slots) and an engine, replays `trace` (its ids
+// synthesized, see synthesize_ids) and reports. `rate` is only recorded.
+Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions& kv,
+                              const Trace& trace, double rate, const ReplayParams& params);
+
+}  // namespace kvvm::cli

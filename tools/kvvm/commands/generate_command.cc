@@ -1,0 +1,300 @@
+#include "commands/generate_command.h"
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kit/cli_common.h"
+#include "kit/model_loading.h"
+#include "kvvm/engine/engine.h"
+#include "kvvm/engine/generate.h"
+#include "kvvm/engine/kv_space.h"
+#include "kvvm/model/config.h"
+#include "kvvm/model/model.h"
+#include "kvvm/tokenizer/chat_template.h"
+#include "kvvm/tokenizer/tokenizer.h"
+
+namespace kvvm::cli {
+namespace {
+
+constexpr const char* kCommand = "kvvm generate";
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// What the command line got wrong (exit 2) against what failed while running (exit 1).
+int exit_code(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kUnavailable
+             ? kExitUsage
+             : kExitFailure;
+}
+
+// "1,2,3" as token ids below the vocabulary.
+Result<std::vector<std::int32_t>> parse_ids(const std::string& text, std::uint32_t vocab) {
+  std::vector<std::int32_t> ids;
+  std::size_t from = 0;
+  while (from <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', from), text.size());
+    Result<std::uint64_t> id =
+        parse_count(std::string_view(text).substr(from, comma - from), 0, vocab - 1);
+    if (!id.ok())
+      return id.status().with_context("--prompt-ids (the vocabulary has " + std::to_string(vocab) +
+                                      " tokens)");
+    ids.push_back(static_cast<std::int32_t>(*id));
+    from = comma + 1;
+  }
+  return ids;
+}
+
+Result<std::vector<std::int32_t>> prompt_tokens(const GenerateOptions& options,
+                                                const model::ModelConfig& config,
+                                                const tokenizer::Tokenizer& tok) {
+  std::vector<std::int32_t> ids;
+  if (options.prompt_ids) {
+    Result<std::vector<std::int32_t>> parsed = parse_ids(*options.prompt_ids, config.vocab_size);
+    if (!parsed.ok()) return parsed.status();
+    ids = std::move(parsed).value();
+  } else if (options.prompt) {
+    ids = tok.encode(*options.prompt, /*add_special_tokens=*/true);
+  } else if (options.chat) {
+    Result<tokenizer::ChatTemplate> kind =
+        options.chat_template.empty() ? tokenizer::detect_chat_template(options.model_dir)
+                                      : tokenizer::parse_chat_template(options.chat_template);
+    if (!kind.ok()) return kind.status().with_context("--chat");
+    std::vector<tokenizer::ChatMessage> messages;
+    if (options.system) messages.push_back({"system", *options.system});
+    messages.push_back({"user", *options.chat});
+    Result<std::string> text = tokenizer::render_chat(*kind, messages);
+    if (!text.ok()) return text.status().with_context("--chat");
+    // The template spells the special tokens out: adding them again would double the BOS.
+    ids = tok.encode(*text, /*add_special_tokens=*/false);
+  } else {
+    return Status::InvalidArgument("one of --prompt or --chat is required");
+  }
+  if (ids.empty()) return Status::InvalidArgument("the prompt encodes to no tokens");
+  return ids;
+}
+
+// The length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no overlong form, no
+// surrogate, nothing past U+10FFFF), or 0.
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) return 0;
+  for (std::size_t k = 2; k < length; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  }
+  return length;
+}
+
+// A model may emit bytes that are no UTF-8 (a random one does): each such byte becomes U+FFFD,
+// in the stream and in the JSON alike, so both show the same text (JSON cannot hold the
+// bytes). Byte by byte, so cleaning the pieces equals cleaning their concatenation.
+std::string clean_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = utf8_sequence(text, i);
+    if (length == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+  return out;
+}
+
+const char* finish_name(engine::FinishReason reason) {
+  return reason == engine::FinishReason::kStop ? "stop" : "length";
+}
+
+}  // namespace
+
+CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
+  CLI::App* cmd = app.add_subcommand(
+      "generate",
+      "Generate text from a prompt with a Hugging Face checkpoint (Llama, Qwen2 or Mistral "
+      "family: config.json, tokenizer.json, model.safetensors), its KV cache in a kvvm arena. "
+      "The text streams to stdout as tokens arrive; notes go to stderr.");
+  cmd->add_option("--model", options.model_dir,
+                  "Checkpoint directory: config.json, tokenizer.json, model.safetensors (or "
+                  "model.safetensors.index.json and its shards); tokenizer_config.json for --chat")
+      ->required();
+  CLI::Option* prompt = cmd->add_option(
+      "--prompt", options.prompt,
+      "Raw prompt text, encoded as transformers' encode() does (with the tokenizer's special "
+      "tokens, a BOS say)");
+  CLI::Option* chat = cmd->add_option(
+      "--chat", options.chat,
+      "A user message, rendered through the model's chat template with the assistant's "
+      "header appended; one of --prompt or --chat is required");
+  CLI::Option* ids = cmd->add_option(
+      "--prompt-ids", options.prompt_ids,
+      "Exact prompt token ids, comma-separated, instead of --prompt or --chat (parity checks, "
+      "benchmarks on checkpoints without a real tokenizer)");
+  prompt->excludes(chat)->excludes(ids);
+  chat->excludes(ids);
+  cmd->add_option("--system", options.system, "A system message before the --chat message")
+      ->needs(chat);
+  cmd->add_option("--chat-template", options.chat_template,
+                  "chatml or llama3 (default: recognised from tokenizer_config.json)")
+      ->needs(chat)
+      ->check(CLI::IsMember({"chatml", "llama3"}));
+  cmd->add_option("--max-tokens", options.max_tokens,
+                  "Tokens to generate at most; generation also stops at the config's end tokens "
+                  "(default 128, cut to what the context leaves)")
+      ->transform(count_validator(0, std::numeric_limits<std::uint32_t>::max()));
+  cmd->add_option("--temperature", options.temperature,
+                  "Sampling temperature; 0 is greedy, the most likely token (default 0)")
+      ->transform(number_validator(0, 1000));
+  cmd->add_option("--top-k", options.top_k,
+                  "Sample among the K most likely tokens only; 0: no limit (default 0)")
+      ->transform(count_validator(0, std::numeric_limits<std::uint32_t>::max()));
+  cmd->add_option("--top-p", options.top_p,
+                  "Sample among the fewest most likely tokens whose probability reaches P, in "
+                  "(0, 1] (default 1: all)")
+      ->transform(number_validator(0, 1, /*min_exclusive=*/true));
+  cmd->add_option("--seed", options.seed,
+                  "Seed of the sampler: the same seed, the same tokens (default 0)")
+      ->transform(count_validator(0, std::numeric_limits<std::uint64_t>::max()));
+  cmd->add_option("--backend", options.backend,
+                  "auto, cpu or cuda (default auto: cuda when a GPU is usable, else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--layout", options.layout,
+                  "KV layout of the arena: token-major, seq-major or head-major (default "
+                  "token-major)");
+  cmd->add_option("--max-context", options.max_context,
+                  "Tokens the sequence may hold, prompt included (default: the config's "
+                  "max_position_embeddings)")
+      ->transform(count_validator(1, std::numeric_limits<std::uint32_t>::max()));
+  cmd->add_flag("--ignore-eos", options.ignore_eos,
+                "Do not stop at the model's end tokens: generate exactly --max-tokens tokens "
+                "(for benchmarks)");
+  cmd->add_flag("--no-graphs", options.no_graphs,
+                "Do not replay CUDA graphs for decode steps (the CUDA backend captures them by "
+                "default; the same tokens either way, only slower without)");
+  cmd->add_flag("--json", options.json,
+                "Print one JSON object at the end instead of streaming: prompt_ids, token_ids, "
+                "text, finish_reason (stop: an end token; length: --max-tokens), timings "
+                "(load_seconds, prefill_seconds, decode_seconds, decode_steps, "
+                "tokens_per_second = decode steps per second)");
+  return cmd;
+}
+
+int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream& err) {
+  const auto fail = [&err](const Status& status) {
+    err << kCommand << ": " << status.to_string() << "\n";
+    return exit_code(status);
+  };
+  if (!options.prompt && !options.chat && !options.prompt_ids) {
+    return fail(Status::InvalidArgument("one of --prompt or --chat is required"));
+  }
+  Result<Layout> layout = parse_layout(options.layout);
+  if (!layout.ok()) return fail(layout.status().with_context("--layout"));
+
+  const Clock::time_point load_start = Clock::now();
+  Result<LoadedModel> loaded = load_model(options.model_dir, options.backend, kCommand, err);
+  if (!loaded.ok()) return fail(loaded.status());
+  const model::ModelConfig& config = loaded->config;
+  model::Model& model = *loaded->model;
+  const tokenizer::Tokenizer& tok = *loaded->tokenizer;
+
+  engine::KvSpaceOptions kv_options;
+  kv_options.backend = model.backend();
+  kv_options.layout = *layout;
+  kv_options.sequences = 1;  // the space adds the decode graphs' padding slot
+  kv_options.max_context = options.max_context;
+  Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(config, kv_options);
+  if (!kv.ok()) return fail(kv.status());
+  const double load_seconds = seconds_since(load_start);
+
+  Result<std::vector<std::int32_t>> prompt = prompt_tokens(options, config, tok);
+  if (!prompt.ok()) return fail(prompt.status());
+
+  engine::GenerateRequest request;
+  request.prompt = *prompt;
+  if (!options.ignore_eos) request.stop_ids = config.eos_token_ids;
+  request.sampling.temperature = static_cast<float>(options.temperature);
+  request.sampling.top_k = static_cast<std::uint32_t>(options.top_k);
+  request.sampling.top_p = static_cast<float>(options.top_p);
+  request.sampling.seed = options.seed;
+  request.graphs = !options.no_graphs;
+  const std::uint64_t context = engine::request_limits(model, **kv).context;
+  if (options.max_tokens) {
+    request.max_tokens = static_cast<std::uint32_t>(*options.max_tokens);
+  } else {
+    request.max_tokens = kDefaultMaxTokens;
+    if (request.prompt.size() < context && request.prompt.size() + kDefaultMaxTokens > context) {
+      request.max_tokens = static_cast<std::uint32_t>(context - request.prompt.size());
+      err << kCommand << ": note: generating at most " << request.max_tokens
+          << " tokens, what the context of " << context << " tokens leaves after the prompt\n";
+    }
+  }
+  err << kCommand << ": " << config.architecture << " (" << config.layers << " layers, vocab "
+      << config.vocab_size << ") on " << model::to_string(model.backend()) << ", loaded in "
+      << load_seconds << " s; prompt of " << request.prompt.size() << " tokens\n";
+
+  tokenizer::StreamDecoder decoder(tok);
+  const auto on_token = [&](std::int32_t token) {
+    if (options.json) return true;
+    out << clean_utf8(decoder.push(token)) << std::flush;
+    return out.good();  // a closed stdout ends generation; run_cli reports it
+  };
+  Result<engine::GenerateResult> result = engine::generate(model, **kv, request, on_token);
+  if (!result.ok()) {
+    if (!options.json) out << clean_utf8(decoder.finish()) << std::endl;
+    return fail(result.status().code() == StatusCode::kInvalidArgument
+                    ? result.status().with_context("see --max-tokens and --max-context")
+                    : result.status());
+  }
+  const engine::GenerateTimings& t = result->timings;
+  const double tokens_per_second = t.decode_seconds > 0 ? t.decode_steps / t.decode_seconds : 0;
+  if (options.json) {
+    nlohmann::ordered_json json;
+    json["prompt_ids"] = request.prompt;
+    json["token_ids"] = result->tokens;
+    json["text"] = clean_utf8(tok.decode(result->tokens));
+    json["finish_reason"] = finish_name(result->finish);
+    json["backend"] = model::to_string(model.backend());
+    json["timings"] = {{"load_seconds", load_seconds},
+                       {"prefill_seconds", t.prefill_seconds},
+                       {"decode_seconds", t.decode_seconds},
+                       {"decode_steps", t.decode_steps},
+                       {"tokens_per_second", tokens_per_second}};
+    out << dump_json(json) << "\n";
+  } else {
+    out << clean_utf8(decoder.finish()) << "\n";
+    err << kCommand << ": " << result->tokens.size() << " tokens (" << finish_name(result->finish)
+        << "); prefill " << t.prefill_seconds << " s, decode " << tokens_per_second
+        << " tokens/s\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace kvvm::cli

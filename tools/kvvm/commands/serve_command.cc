@@ -1,0 +1,334 @@
+#include "commands/serve_command.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <csignal>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "kit/byte_size.h"
+#include "kit/cli_common.h"
+#include "kit/model_loading.h"
+#include "kvvm/engine/engine.h"
+#include "kvvm/engine/kv_space.h"
+#include "kvvm/server/api_keys.h"
+#include "kvvm/server/server.h"
+#include "kvvm/tokenizer/chat_template.h"
+
+namespace kvvm::cli {
+namespace {
+
+constexpr const char* kCommand = "kvvm serve";
+constexpr std::uint64_t kMaxSeconds = 1000000;
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+}
+
+// The directory's own name ("models/kvvm-adder/" -> "kvvm-adder").
+std::string dir_name(const std::string& dir) {
+  std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();
+  std::string name = path.filename().string();
+  return name.empty() || name == "." || name == ".." ? std::string("model") : name;
+}
+
+// What the command line got wrong (exit 2) against what failed while running (exit 1).
+int exit_code(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kUnavailable:
+    case StatusCode::kNotFound:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+// The chat template: the one asked for, else the directory's; none recognised is no error
+// (the chat endpoint then answers 400 saying so), only a note.
+Result<std::optional<tokenizer::ChatTemplate>> chat_template_of(const ServeOptions& options,
+                                                                std::ostream& err) {
+  if (!options.chat_template.empty()) {
+    Result<tokenizer::ChatTemplate> kind = tokenizer::parse_chat_template(options.chat_template);
+    if (!kind.ok()) return kind.status().with_context("--chat-template");
+    return std::optional<tokenizer::ChatTemplate>(*kind);
+  }
+  Result<tokenizer::ChatTemplate> detected = tokenizer::detect_chat_template(options.model_dir);
+  if (!detected.ok()) {
+    err << kCommand << ": note: " << detected.status().message()
+        << "; /v1/chat/completions answers 400 until the server is started with one\n";
+    return std::optional<tokenizer::ChatTemplate>();
+  }
+  return std::optional<tokenizer::ChatTemplate>(*detected);
+}
+
+// The pipe the signal handler writes to (a handler can reach only globals).
+int g_signal_pipe[2] = {-1, -1};
+
+void forward_signal(int signal) {
+  const int saved = errno;
+  const auto byte = static_cast<unsigned char>(signal);
+  if (g_signal_pipe[1] >= 0) [[maybe_unused]]
+    auto n = ::write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+}  // namespace
+
+void ShutdownRequest::request(const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (requested_) return;
+    requested_ = true;
+    reason_ = reason;
+  }
+  changed_.notify_all();
+}
+
+bool ShutdownRequest::requested() const {
+  std::lock_guard lock(mutex_);
+  return requested_;
+}
+
+std::string ShutdownRequest::reason() const {
+  std::lock_guard lock(mutex_);
+  return reason_;
+}
+
+bool ShutdownRequest::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [this] { return requested_; });
+}
+
+void ShutdownRequest::set_ready(std::uint16_t port) {
+  {
+    std::lock_guard lock(mutex_);
+    port_ = port;
+  }
+  changed_.notify_all();
+}
+
+std::optional<std::uint16_t> ShutdownRequest::wait_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [this] { return port_.has_value(); });
+  return port_;
+}
+
+CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
+  CLI::App* cmd = app.add_subcommand(
+      "serve",
+      "Serve a Hugging Face checkpoint over HTTP with OpenAI's API: POST /v1/completions, POST "
+      "/v1/chat/completions (stream: true as Server-Sent Events), GET /v1/models, GET /health, "
+      "GET /metrics (Prometheus). Prints one line when it listens; SIGTERM or SIGINT drain it: "
+      "new requests get 503, running ones finish within --drain-timeout, then it exits.");
+  cmd->add_option("--model", options.model_dir,
+                  "Checkpoint directory: config.json, tokenizer.json, model.safetensors (or "
+                  "model.safetensors.index.json and its shards)")
+      ->required();
+  cmd->add_option("--host", options.host, "Address to listen on (default 127.0.0.1)");
+  cmd->add_option("--port", options.port, "Port to listen on; 0: a free one (default 8000)")
+      ->transform(count_validator(0, 65535));
+  cmd->add_option("--served-model-name", options.served_model_name,
+                  "The model id requests name and /v1/models lists (default: the directory's "
+                  "name)");
+  cmd->add_option("--api-keys", options.api_keys_file,
+                  "Key file: one 'KEY TENANT' per line; requests then need 'Authorization: "
+                  "Bearer KEY', and tenants never share cached KV (default: no keys)");
+  cmd->add_option("--chat-template", options.chat_template,
+                  "chatml or llama3 (default: recognised from tokenizer_config.json; none "
+                  "recognised: /v1/chat/completions answers 400)")
+      ->check(CLI::IsMember({"chatml", "llama3"}));
+  cmd->add_option("--backend", options.backend,
+                  "auto, cpu or cuda (default auto: cuda when a GPU is usable, else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--kv-budget", options.kv_budget,
+                  "KV memory budget, e.g. 8GiB (default: 9/10 of the GPU's free memory once the "
+                  "model is loaded; on the host 1 GiB)")
+      ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
+  cmd->add_option("--max-context", options.max_context,
+                  "Tokens one sequence may hold, prompt included (default: the config's "
+                  "max_position_embeddings)")
+      ->transform(count_validator(2, std::numeric_limits<std::uint32_t>::max()));
+  cmd->add_option("--max-running", options.max_running, "Sequences generating at once (default 64)")
+      ->transform(count_validator(1, 4096));
+  cmd->add_option("--max-queue", options.max_queue,
+                  "Requests waiting at most; more are answered 429 (default 256)")
+      ->transform(count_validator(1, 1000000));
+  cmd->add_option("--max-queue-wait", options.max_queue_wait,
+                  "Seconds a request may wait to start before it is answered 429; 0: no limit "
+                  "(default 30)")
+      ->transform(number_validator(0, kMaxSeconds));
+  cmd->add_flag("--no-graphs", options.no_graphs, "Do not replay CUDA graphs for decode steps");
+  cmd->add_flag("--no-prefix-cache", options.no_prefix_cache,
+                "Do not share the KV of common prompt prefixes between requests");
+  cmd->add_option("--default-max-tokens", options.default_max_tokens,
+                  "max_tokens of a request that gives none (default 256, cut to the context)")
+      ->transform(count_validator(1, std::numeric_limits<std::uint32_t>::max()));
+  cmd->add_option("--max-body", options.max_body,
+                  "Largest request body, e.g. 8MiB; larger: 413 (default 8MiB)")
+      ->transform(byte_size_validator());
+  cmd->add_option("--drain-timeout", options.drain_timeout,
+                  "Seconds the running requests get to finish after SIGTERM before they are "
+                  "cancelled (default 30)")
+      ->transform(number_validator(0, kMaxSeconds));
+  cmd->add_option("--http-threads", options.http_threads,
+                  "Connections served at once; more wait to be accepted (default 512)")
+      ->transform(count_validator(1, 65536));
+  return cmd;
+}
+
+int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
+              ShutdownRequest& shutdown) {
+  const auto fail = [&err](const Status& status) {
+    err << kCommand << ": " << status.to_string() << "\n";
+    return exit_code(status);
+  };
+  if (options.max_body == 0) return fail(Status::InvalidArgument("--max-body: must be above 0"));
+  server::ApiKeys keys;
+  if (!options.api_keys_file.empty()) {
+    Result<server::ApiKeys> loaded = server::ApiKeys::load(options.api_keys_file);
+    if (!loaded.ok()) return fail(loaded.status().with_context("--api-keys"));
+    keys = std::move(loaded).value();
+  }
+  Result<std::optional<tokenizer::ChatTemplate>> chat = chat_template_of(options, err);
+  if (!chat.ok()) return fail(chat.status());
+
+  Result<LoadedModel> loaded = load_model(options.model_dir, options.backend, kCommand, err);
+  if (!loaded.ok()) return fail(loaded.status());
+  model::Model& model = *loaded->model;
+
+  const auto running = static_cast<std::uint32_t>(options.max_running);
+  engine::KvSpaceOptions kv_options;
+  kv_options.backend = model.backend();
+  kv_options.sequences = running;  // the space adds the decode graphs' padding slot
+  kv_options.max_context = options.max_context;
+  kv_options.budget_bytes = options.kv_budget;
+  Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(loaded->config, kv_options);
+  if (!kv.ok()) return fail(kv.status());
+
+  engine::EngineOptions engine_options;
+  engine_options.max_running = running;
+  engine_options.max_queue = static_cast<std::uint32_t>(options.max_queue);
+  engine_options.max_queue_wait = millis(options.max_queue_wait);
+  engine_options.graphs = !options.no_graphs;
+  engine_options.prefix_cache = !options.no_prefix_cache;
+  engine_options.tokenizer = loaded->tokenizer.get();
+  Result<std::unique_ptr<engine::Engine>> engine =
+      engine::Engine::create(model, **kv, engine_options);
+  if (!engine.ok()) return fail(engine.status());
+  if (Status started = (*engine)->start(); !started.ok()) return fail(started);
+
+  server::ServerOptions server_options;
+  server_options.host = options.host;
+  server_options.port = static_cast<std::uint16_t>(options.port);
+  server_options.model_name =
+      options.served_model_name.empty() ? dir_name(options.model_dir) : options.served_model_name;
+  server_options.api_keys = std::move(keys);
+  server_options.chat_template = *chat;
+  server_options.max_body_bytes = options.max_body;
+  server_options.default_max_tokens = static_cast<std::uint32_t>(options.default_max_tokens);
+  server_options.http_threads = static_cast<std::uint32_t>(options.http_threads);
+  const std::string model_name = server_options.model_name;
+  server::ServerDeps deps{engine->get(), kv->get(), &loaded->config, loaded->tokenizer.get()};
+  Result<std::unique_ptr<server::Server>> made = server::Server::create(deps, server_options);
+  if (!made.ok()) return fail(made.status());
+  server::Server& server = **made;
+  Result<std::uint16_t> port = server.bind();
+  if (!port.ok()) return fail(port.status().with_context("--host / --port"));
+
+  Status served = Status::Ok();
+  std::thread serving([&] {
+    served = server.run();
+    // A server that stopped by itself (an accept failure) ends the command too.
+    shutdown.request("the server stopped");
+  });
+  const TierStats tier = (*kv)->governor().stats((*kv)->arena().tier());
+  out << kCommand << ": " << model_name << " on http://" << options.host << ":" << *port << " ("
+      << model::to_string(model.backend()) << ", KV budget " << format_bytes(tier.limit) << ", "
+      << (*kv)->options().max_slots << " slots)" << std::endl;
+  shutdown.set_ready(*port);
+
+  while (!shutdown.wait(std::chrono::seconds(1))) {
+  }
+  server.begin_drain();
+  const engine::EngineStats before = (*engine)->stats();
+  out << kCommand << ": draining (" << shutdown.reason() << "): " << before.running
+      << " running and " << before.waiting << " waiting get " << options.drain_timeout
+      << " s to finish; new requests get 503" << std::endl;
+  const bool drained = (*engine)->drain(millis(options.drain_timeout));
+  server.stop();
+  serving.join();
+  if (!served.ok()) return fail(served);
+  if (!drained) {
+    const engine::EngineStats after = (*engine)->stats();
+    err << kCommand << ": the drain timed out after " << options.drain_timeout << " s: cancelled "
+        << (after.cancelled - before.cancelled) << " requests still running or queued\n";
+    return kExitFailure;
+  }
+  out << kCommand << ": stopped" << std::endl;
+  return kExitOk;
+}
+
+int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err) {
+  // Threads may exist before main (a BLAS library starts its pool when it loads), so blocking
+  // the signals alone would leave them to one of those, and their default action would kill
+  // the process. Instead: a handler that only writes the signal to a pipe (async-signal-safe),
+  // the signals blocked in every thread this command starts, and one waiting thread that
+  // takes them and reads the pipe.
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
+    err << kCommand << ": cannot create the signal pipe\n";
+    return kExitFailure;
+  }
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigset_t previous_mask;
+  pthread_sigmask(SIG_BLOCK, &signals, &previous_mask);
+  struct sigaction action {};
+  action.sa_handler = forward_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  struct sigaction previous_term {
+  }, previous_int{};
+  sigaction(SIGTERM, &action, &previous_term);
+  sigaction(SIGINT, &action, &previous_int);
+  // A client that leaves must not kill the process (writes to its socket fail instead).
+  std::signal(SIGPIPE, SIG_IGN);
+
+  ShutdownRequest shutdown;
+  std::thread waiter([&] {
+    pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+    while (true) {
+      unsigned char signal = 0;
+      const ssize_t n = ::read(g_signal_pipe[0], &signal, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || signal == 0) return;  // 0: the command is over
+      shutdown.request(signal == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+  });
+  const int code = run_serve(options, out, err, shutdown);
+  const unsigned char over = 0;
+  while (::write(g_signal_pipe[1], &over, 1) < 0 && errno == EINTR) {
+  }
+  waiter.join();
+  sigaction(SIGTERM, &previous_term, nullptr);
+  sigaction(SIGINT, &previous_int, nullptr);
+  pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
+  ::close(g_signal_pipe[0]);
+  ::close(g_signal_pipe[1]);
+  g_signal_pipe[0] = g_signal_pipe[1] = -1;
+  return code;
+}
+
+}  // namespace kvvm::cli

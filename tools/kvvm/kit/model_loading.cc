@@ -1,0 +1,132 @@
+#include "kit/model_loading.h"
+
+#include <filesystem>
+#include <ostream>
+#include <utility>
+
+#include "kvvm/cuda_driver.h"
+#include "kvvm/model/kv_geometry.h"
+#include "kvvm/model/safetensors.h"
+#include "kvvm/model/weights.h"
+
+namespace kvvm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+Result<std::unique_ptr<model::Model>> make_model(const std::string& backend,
+                                                 const model::ModelConfig& config,
+                                                 const model::ModelWeights& weights,
+                                                 std::string_view command, std::ostream& err) {
+  if (backend == "cuda" || (backend == "auto" && cuda_available())) {
+    Result<std::unique_ptr<model::Model>> cuda =
+        model::make_cuda_model(config, weights, model::CudaModelOptions{});
+    if (cuda.ok()) return cuda;
+    if (backend == "cuda") return cuda.status().with_context("--backend cuda");
+    err << command << ": note: a GPU is present but the CUDA model could not be made ("
+        << cuda.status().to_string() << "); running on the CPU\n";
+  }
+  return model::make_cpu_model(config, weights, model::CpuModelOptions{});
+}
+
+// A --model value without a slash or ".json": a built-in model's name, or a folder here.
+bool bare_name(std::string_view model) {
+  return !model.empty() && model.find('/') == model.npos && !model.ends_with(".json");
+}
+
+std::string builtin_names() {
+  std::string names;
+  for (const std::string& name : model::builtin_model_names()) {
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  return names;
+}
+
+std::string here() {
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  return ec ? std::string("the working directory") : "'" + cwd.string() + "'";
+}
+
+}  // namespace
+
+Status check_model_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec) && bare_name(dir)) {
+    return Status::InvalidArgument("--model " + dir + ": no folder '" + dir + "' in " + here() +
+                                   "; the built-in models (" + builtin_names() +
+                                   ") are KV shapes for plan and simulate, without weights to "
+                                   "load: give a checkpoint folder");
+  }
+  if (!fs::exists(dir, ec))
+    return Status::InvalidArgument("--model " + dir + ": no such directory");
+  if (!fs::is_directory(dir, ec)) {
+    return Status::InvalidArgument("--model " + dir + ": not a directory");
+  }
+  const fs::path root(dir);
+  const char* kLooksLike =
+      " (a Hugging Face checkpoint directory holds config.json, tokenizer.json and "
+      "model.safetensors)";
+  for (const char* name : {"config.json", "tokenizer.json"}) {
+    if (!fs::exists(root / name, ec)) {
+      return Status::InvalidArgument("--model " + dir + ": " + (root / name).string() +
+                                     " not found" + kLooksLike);
+    }
+  }
+  if (!fs::exists(root / "model.safetensors", ec) &&
+      !fs::exists(root / "model.safetensors.index.json", ec)) {
+    return Status::InvalidArgument("--model " + dir + ": no weights: neither " +
+                                   (root / "model.safetensors").string() + " nor " +
+                                   (root / "model.safetensors.index.json").string() + " exists");
+  }
+  return Status::Ok();
+}
+
+Result<Geometry> resolve_model_geometry(const std::string& model, std::optional<DType> dtype) {
+  std::error_code ec;
+  const bool folder_here = bare_name(model) && fs::is_directory(model, ec);
+  if (model.empty() || (bare_name(model) && !folder_here)) {
+    Result<model::ModelConfig> builtin = model::builtin_model_config(model);
+    // The built-in shapes are sized at fp16 unless told otherwise, whatever the checkpoint's.
+    if (builtin.ok()) return model::kv_geometry(*builtin, dtype.value_or(DType::kFp16));
+    if (model.empty()) return builtin.status();
+    return Status::InvalidArgument("'" + model + "' is neither a built-in model (" +
+                                   builtin_names() + ") nor a folder in " + here() +
+                                   " (no folder of that name); give a built-in name, a model "
+                                   "folder or its config.json");
+  }
+  std::string path = folder_here ? "./" + model : model;
+  // A model folder as downloaded from the Hub holds its config.json.
+  if (fs::is_directory(path, ec)) path += "/config.json";
+  Result<model::ModelConfig> config = model::load_kv_config(path, dtype.has_value());
+  if (!config.ok()) return config.status();
+  return model::kv_geometry(*config, dtype);
+}
+
+Result<LoadedModel> load_model(const std::string& dir, const std::string& backend,
+                               std::string_view command, std::ostream& err) {
+  KVVM_RETURN_IF_ERROR(check_model_dir(dir));
+  const fs::path root(dir);
+  LoadedModel loaded;
+  Result<model::ModelConfig> config = model::load_model_config(dir);
+  if (!config.ok()) return config.status();
+  loaded.config = std::move(config).value();
+
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok =
+      tokenizer::Tokenizer::load((root / "tokenizer.json").string());
+  if (!tok.ok()) return tok.status();
+  loaded.tokenizer = std::move(tok).value();
+
+  // The weights are mapped only while the model copies (CPU: converts) them.
+  Result<std::unique_ptr<model::WeightFiles>> files = model::WeightFiles::open_dir(dir);
+  if (!files.ok()) return files.status();
+  Result<model::ModelWeights> weights = model::bind_weights(loaded.config, **files);
+  if (!weights.ok()) return weights.status();
+  Result<std::unique_ptr<model::Model>> made =
+      make_model(backend, loaded.config, *weights, command, err);
+  if (!made.ok()) return made.status();
+  loaded.model = std::move(made).value();
+  return loaded;
+}
+
+}  // namespace kvvm::cli

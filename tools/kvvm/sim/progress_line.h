@@ -1,0 +1,61 @@
+// `kvvm simulate`'s progress line: which system it replays, how far, how many requests are
+// running, queued, admitted and rejected.
+//
+// Why its own header: it is the one part of the simulate command that writes to a terminal
+// while the run goes on; the command itself only builds and reports.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "kit/text_table.h"  // fixed
+#include "sim/scheduler.h"   // RunSummary, StepSample
+
+namespace kvvm::cli {
+
+// The progress line of a system's run, from its second second of wall time on (a short run
+// prints nothing): rewritten in place twice a second on a terminal, else (--progress into a
+// log) one line every five seconds.
+class SimProgressLine {
+ public:
+  SimProgressLine(std::ostream* err, std::string_view command, std::string system,
+                  std::uint64_t requests, bool terminal)
+      : err_(err),
+        command_(command),
+        system_(std::move(system)),
+        requests_(requests),
+        terminal_(terminal),
+        last_(std::chrono::steady_clock::now()) {}
+  ~SimProgressLine() {
+    if (err_ != nullptr && printed_ && terminal_) *err_ << "\r\033[K" << std::flush;
+  }
+  void operator()(std::uint64_t step, const RunSummary& so_far, double step_s) {
+    if (err_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    const std::chrono::milliseconds every(!printed_ ? 1000 : terminal_ ? 500 : 5000);
+    if (now - last_ < every) return;
+    last_ = now;
+    printed_ = true;
+    const StepSample& sample = so_far.series.back();
+    *err_ << (terminal_ ? "\r\033[K" : "") << command_ << ": " << system_ << " at "
+          << fixed(static_cast<double>(step) * step_s, 1) << " s simulated: running "
+          << sample.running << ", queued " << sample.queued << ", admitted " << so_far.admitted
+          << "/" << requests_ << ", rejected " << so_far.rejected << (terminal_ ? "" : "\n")
+          << std::flush;
+  }
+
+ private:
+  std::ostream* err_;
+  std::string_view command_;  // a literal: "kvvm simulate"
+  std::string system_;
+  std::uint64_t requests_;
+  bool terminal_;
+  bool printed_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
+}  // namespace kvvm::cli
