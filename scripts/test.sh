@@ -18,9 +18,8 @@ kvvm_install_dependencies
 jobs=$(kvvm_jobs)
 # ccache: the README-command check below builds with run.sh's preset, which differs from the
 # CI presets only by -Werror; left out of the hash, run.sh's build reuses the CI build's
-# objects (the CI build runs first, so nothing it compiled escaped -Werror). The test
-# binary's precompiled header is cacheable only with these two sloppinesses.
-export CCACHE_IGNOREOPTIONS="-Werror" CCACHE_SLOPPINESS="pch_defines,time_macros"
+# objects (the CI build runs first, so nothing it compiled escaped -Werror).
+export CCACHE_IGNOREOPTIONS="-Werror"
 presets=(release asan tsan)
 if [[ -n ${CI:-} ]]; then presets=(ci-release ci-asan ci-tsan); fi
 
@@ -45,10 +44,10 @@ thread_safety() {
 run_suite() {  # preset
   local preset=$1 log
   log=$(mktemp)
-  echo "== $preset: configure and build"
+  echo "== $preset: configure and build (at ${SECONDS} s)"
   kvvm_configure "$preset" "build/$preset"
   cmake --build --preset "$preset" -j "$jobs"
-  echo "== $preset: test"
+  echo "== $preset: test (at ${SECONDS} s)"
   local status=0
   # The property tests draw 100 random operation sequences in the release suite; under a
   # sanitizer (5-30x slower) 25 sequences exercise the same code paths for memory errors and
@@ -77,7 +76,7 @@ run_suite() {  # preset
 check() {  # name command...: one more passed or failed check
   local name=$1
   shift
-  echo "== $name"
+  echo "== $name (at ${SECONDS} s)"
   if "$@"; then
     passed=$((passed + 1))
   else
@@ -138,5 +137,6 @@ check "the library alone: tests, benchmarks and tools off" library_only || overa
 run_suite "${presets[1]}" || overall=1
 run_suite "${presets[2]}" || overall=1
 
+echo "== done (at ${SECONDS} s)"
 echo "$passed passed, $failed failed, $skipped skipped"
 exit $overall
