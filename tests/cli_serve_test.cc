@@ -195,7 +195,8 @@ TEST_F(ServeProcess, SigtermDrainsStreamsInFlight) {
       request.path = "/v1/completions";
       request.set_header("Content-Type", "application/json");
       request.body = R"({"model": "llama-tiny", "prompt": "The quick brown fox", "max_tokens": )" +
-                     std::to_string(kMaxTokens) + R"(, "stream": true})";
+                     std::to_string(kMaxTokens) +
+                     R"(, "stream": true, "stream_options": {"include_usage": true}})";
       bool counted = false;
       request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
                                      std::uint64_t) {
@@ -224,6 +225,7 @@ TEST_F(ServeProcess, SigtermDrainsStreamsInFlight) {
                            "application/json");
   if (refused) {
     EXPECT_EQ(refused->status, 503) << refused->body;
+    EXPECT_FALSE(refused->get_header_value("Retry-After").empty()) << refused->body;
   }
 
   for (std::thread& client : clients) client.join();

@@ -130,9 +130,11 @@ class Direct : public Kv {
   KvManagerStats stats() override {
     KvManagerStats s;
     const TierStats tier = space_.governor().stats(space_.arena().tier());
-    s.usage = static_cast<double>(tier.used) / static_cast<double>(tier.limit);
     if (cache_) s.prefix = cache_->stats();
     s.arena = space_.arena().stats();
+    // In use: what active sequences map, physically (finished slots' windows are reclaimable).
+    s.usage = static_cast<double>(s.arena.physical_bytes - s.arena.reclaimable_bytes) /
+              static_cast<double>(tier.limit);
     return s;
   }
 

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "commands/generate_command.h"
 #include "support/server_rig.h"
@@ -92,7 +94,9 @@ TEST_F(ServerHttpTest, StreamedChunksConcatenateToTheWholeAnswer) {
   ASSERT_EQ(whole->status, 200) << whole->body;
   const nlohmann::json expected = body_of(whole);
 
-  auto streamed = post_json(client, "/v1/completions", request + R"(, "stream": true})");
+  auto streamed =
+      post_json(client, "/v1/completions",
+                request + R"(, "stream": true, "stream_options": {"include_usage": true}})");
   ASSERT_TRUE(streamed);
   ASSERT_EQ(streamed->status, 200) << streamed->body;
   EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
@@ -114,7 +118,7 @@ TEST_F(ServerHttpTest, StreamedChunksConcatenateToTheWholeAnswer) {
   }
   EXPECT_EQ(text, expected["choices"][0]["text"].get<std::string>());
   EXPECT_EQ(finish, expected["choices"][0]["finish_reason"].get<std::string>());
-  // The usage chunk comes last, before [DONE].
+  // The usage chunk, asked for, comes last, before [DONE].
   const nlohmann::json& usage = events.back();
   EXPECT_TRUE(usage["choices"].empty()) << usage.dump();
   EXPECT_EQ(usage["usage"]["prompt_tokens"], expected["usage"]["prompt_tokens"]);
@@ -123,6 +127,54 @@ TEST_F(ServerHttpTest, StreamedChunksConcatenateToTheWholeAnswer) {
   // The same prompt a second time: its prefix came from the cache.
   EXPECT_EQ(expected["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_GT(usage["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+}
+
+// As OpenAI streams: no usage chunk unless stream_options asks (a chunk with no choices breaks
+// the common `chunk.choices[0]` loop), the role in the first chat chunk, the finish reason on
+// the last chunk only, [DONE] last.
+TEST_F(ServerHttpTest, StreamsCarryNoUsageChunkUnlessAskedAndFinishOnTheLastChunk) {
+  auto client = rig_->client();
+  for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/completions",
+            R"({"model": "llama-tiny", "prompt": "one two", "max_tokens": 6, "stream": true})"},
+           {"/v1/completions",
+            R"({"model": "llama-tiny", "prompt": "one two", "max_tokens": 6, "stream": true,)"
+            R"( "stream_options": {"include_usage": false}})"}}) {
+    SCOPED_TRACE(body);
+    auto streamed = post_json(client, path, body);
+    ASSERT_TRUE(streamed);
+    ASSERT_EQ(streamed->status, 200) << streamed->body;
+    bool done = false;
+    const std::vector<nlohmann::json> events = sse_events(streamed->body, &done);
+    EXPECT_TRUE(done);
+    ASSERT_FALSE(events.empty());
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      ASSERT_EQ(events[i]["choices"].size(), 1u) << streamed->body;
+      EXPECT_FALSE(events[i].contains("usage")) << streamed->body;
+      const bool finishes = !events[i]["choices"][0]["finish_reason"].is_null();
+      EXPECT_EQ(finishes, i + 1 == events.size()) << streamed->body;
+    }
+    EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+  }
+}
+
+TEST_F(ServerHttpTest, AModelIsRetrievedByIdAndAnUnknownOneIs404) {
+  auto client = rig_->client();
+  auto model = client.Get("/v1/models/llama-tiny");
+  ASSERT_TRUE(model);
+  ASSERT_EQ(model->status, 200) << model->body;
+  auto list = client.Get("/v1/models");
+  ASSERT_TRUE(list);
+  EXPECT_EQ(body_of(model), body_of(list)["data"][0]);
+
+  auto missing = client.Get("/v1/models/org/other-model");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404) << missing->body;
+  const nlohmann::json error = body_of(missing)["error"];
+  EXPECT_EQ(error["code"], "model_not_found");
+  EXPECT_EQ(error["param"], "model");
+  EXPECT_NE(error["message"].get<std::string>().find("'org/other-model'"), std::string::npos)
+      << missing->body;
 }
 
 TEST_F(ServerHttpTest, ModelsHealthAndMetrics) {
@@ -262,7 +314,9 @@ TEST(ServerHttpChat, AdderAnswersAndEqualsGenerate) {
   EXPECT_NE(body["choices"][0]["message"]["content"].get<std::string>().find("521"),
             std::string::npos);
 
-  auto streamed = post_json(client, "/v1/chat/completions", request + R"(, "stream": true})");
+  auto streamed =
+      post_json(client, "/v1/chat/completions",
+                request + R"(, "stream": true, "stream_options": {"include_usage": true}})");
   ASSERT_TRUE(streamed);
   ASSERT_EQ(streamed->status, 200) << streamed->body;
   bool done = false;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,7 +25,7 @@ ServerMetrics::Inputs made_up_inputs() {
   in.model_name = "tiny";
   in.engine.running = 3;
   in.engine.waiting = 5;
-  in.engine.kv_usage = 0.375;
+  in.engine.kv_usage = 0.9;  // not what the gauge shows: it is computed from the bytes below
   in.engine.prefix.queries = 1000;
   in.engine.prefix.hits = 640;
   in.engine.prompt_tokens = 12345;
@@ -32,6 +33,7 @@ ServerMetrics::Inputs made_up_inputs() {
   in.engine.preemptions = 7;
   in.engine.arena.committed_bytes = 3ull << 30;
   in.engine.arena.physical_bytes = 2ull << 30;
+  in.engine.arena.reclaimable_bytes = 1ull << 29;
   in.engine.arena.ensures_committing = 40;
   in.engine.arena.ahead_commits = 2;
   in.engine.arena.reclaimed_bytes = 9007199254740993ull;  // 2^53 + 1: not exact as a double
@@ -94,7 +96,9 @@ TEST(ServerMetrics, CountersAndGaugesEqualTheInputs) {
   const auto families = parsed(text);
   EXPECT_EQ(value(families, "vllm:num_requests_running", kModel), 3);
   EXPECT_EQ(value(families, "vllm:num_requests_waiting", kModel), 5);
-  EXPECT_EQ(value(families, "vllm:kv_cache_usage_perc", kModel), 0.375);
+  // (physical - reclaimable) / budget = (2 GiB - 0.5 GiB) / 8 GiB, from the byte gauges.
+  EXPECT_EQ(value(families, "vllm:kv_cache_usage_perc", kModel), 0.1875);
+  EXPECT_EQ(value(families, "kvvm_kv_reclaimable_bytes", {}), double(1ull << 29));
   EXPECT_EQ(value(families, "vllm:prefix_cache_queries_total", kModel), 1000);
   EXPECT_EQ(value(families, "vllm:prefix_cache_hits_total", kModel), 640);
   EXPECT_EQ(value(families, "vllm:prompt_tokens_total", kModel), 12345);
@@ -119,6 +123,43 @@ TEST(ServerMetrics, CountersAndGaugesEqualTheInputs) {
             0);
   EXPECT_EQ(value(families, "kvvm_requests_refused_total", {{"reason", "overloaded"}}), 0);
   EXPECT_EQ(value(families, "vllm:time_to_first_token_seconds_count", kModel), 0);
+}
+
+TEST(ServerMetrics, AnIdleCacheReadsZeroUsage) {
+  ServerMetrics metrics;
+  ServerMetrics::Inputs in = made_up_inputs();
+  in.engine.arena = ArenaStats{};  // nothing mapped (pooled handles are not the arena's)
+  const auto families = parsed(metrics.render(in));
+  EXPECT_EQ(value(families, "vllm:kv_cache_usage_perc", kModel), 0);
+  // Finished sequences' windows kept for reuse are not use either.
+  in.engine.arena.physical_bytes = 1ull << 20;
+  in.engine.arena.reclaimable_bytes = 1ull << 20;
+  EXPECT_EQ(value(parsed(metrics.render(in)), "vllm:kv_cache_usage_perc", kModel), 0);
+}
+
+TEST(ServerMetrics, IgnoredFieldsAreCountedByNameWithABoundedLabelSet) {
+  ServerMetrics metrics;
+  // Each name reported once, for the caller's one log line.
+  EXPECT_EQ(metrics.count_ignored_field("store_v2"), std::optional<std::string>("store_v2"));
+  EXPECT_EQ(metrics.count_ignored_field("store_v2"), std::nullopt);
+  EXPECT_EQ(metrics.count_ignored_field("messages.tool_calls"),
+            std::optional<std::string>("messages.tool_calls"));
+  // Names a client could use to break the exposition or grow it without end are "other".
+  EXPECT_EQ(metrics.count_ignored_field("a\"b\nc"), std::optional<std::string>("other"));
+  EXPECT_EQ(metrics.count_ignored_field(std::string(65, 'x')), std::nullopt);
+  EXPECT_EQ(metrics.count_ignored_field(""), std::nullopt);
+  for (std::size_t i = 0; i < 2 * ServerMetrics::kMaxIgnoredNames; ++i) {
+    metrics.count_ignored_field("field_" + std::to_string(i));
+  }
+  const auto families = parsed(metrics.render(made_up_inputs()));
+  const PromFamily* family = find_family(families, "kvvm_ignored_fields_total");
+  ASSERT_NE(family, nullptr);
+  EXPECT_EQ(family->type, "counter");
+  EXPECT_EQ(family->samples.size(), ServerMetrics::kMaxIgnoredNames);
+  EXPECT_EQ(value(families, "kvvm_ignored_fields_total", {{"field", "store_v2"}}), 2);
+  // 3 odd names, then the 2 x 64 fields past the 61 that found room.
+  EXPECT_EQ(value(families, "kvvm_ignored_fields_total", {{"field", "other"}}),
+            3 + 2 * ServerMetrics::kMaxIgnoredNames - 61);
 }
 
 TEST(ServerMetrics, ResponsesAndRefusalsAreCounted) {

@@ -143,8 +143,9 @@ TEST_F(ServerRequest, DefaultsFollowTheContract) {
   EXPECT_TRUE(request.engine.use_model_eos);
   EXPECT_EQ(request.engine.tenant, 0u);
   EXPECT_FALSE(request.stream);
-  EXPECT_TRUE(request.include_usage);
+  EXPECT_FALSE(request.include_usage);  // as OpenAI: only when stream_options asks
   EXPECT_EQ(request.user, "");
+  EXPECT_TRUE(request.ignored.empty());
 
   // Near the context's end the default shrinks to what is left.
   std::string ids = "[1";
@@ -158,7 +159,7 @@ TEST_F(ServerRequest, DefaultsFollowTheContract) {
 TEST_F(ServerRequest, ReadsEveryField) {
   const ApiRequest request = accept(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi",
       "max_tokens": 7, "temperature": 1, "top_p": 0.5, "top_k": 5, "seed": 42,
-      "stop": ["a", "bc"], "stream": true, "stream_options": {"include_usage": false},
+      "stop": ["a", "bc"], "stream": true, "stream_options": {"include_usage": true},
       "user": "alice"})",
                                     adder());
   EXPECT_EQ(request.engine.max_tokens, 7u);
@@ -168,7 +169,7 @@ TEST_F(ServerRequest, ReadsEveryField) {
   EXPECT_EQ(request.engine.sampling.seed, 42u);
   EXPECT_EQ(request.engine.stop_strings, (std::vector<std::string>{"a", "bc"}));
   EXPECT_TRUE(request.stream);
-  EXPECT_FALSE(request.include_usage);
+  EXPECT_TRUE(request.include_usage);
   EXPECT_EQ(request.user, "alice");
   EXPECT_TRUE(request.engine.use_model_eos);
 
@@ -199,7 +200,9 @@ TEST_F(ServerRequest, NeutralValuesOfUnsupportedFieldsAreAccepted) {
        {R"("n": 1)", R"("n": null)", R"("logprobs": false)", R"("logprobs": null)",
         R"("presence_penalty": 0)", R"("frequency_penalty": 0.0)", R"("logit_bias": {})",
         R"("best_of": 1)", R"("echo": false)", R"("suffix": null)", R"("suffix": "")",
-        R"("stream_options": {"include_usage": false})", R"("user": null)"}) {
+        R"("stream_options": {"include_usage": false})", R"("user": null)",
+        R"("repetition_penalty": 1)", R"("min_tokens": 0)", R"("store": true)",
+        R"("metadata": {"team": "a"})", R"("response_format": {"type": "text"})"}) {
     SCOPED_TRACE(fields);
     accept(Endpoint::kCompletions, completion_head + fields + "}", adder());
   }
@@ -207,7 +210,10 @@ TEST_F(ServerRequest, NeutralValuesOfUnsupportedFieldsAreAccepted) {
       R"({"model": "m", "messages": [{"role": "user", "content": "a"}], )";
   for (const char* fields :
        {R"("n": 1)", R"("logprobs": false)", R"("top_logprobs": 0)", R"("tools": [])",
-        R"("tool_choice": "none")", R"("presence_penalty": 0)", R"("stream": false)"}) {
+        R"("tool_choice": "none")", R"("presence_penalty": 0)", R"("stream": false)",
+        R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none")",
+        R"("parallel_tool_calls": false)", R"("modalities": ["text"])",
+        R"("tool_choice": "auto")"}) {  // a choice among no tools calls nothing
     SCOPED_TRACE(fields);
     accept(Endpoint::kChat, chat_head + fields + "}", adder());
   }
@@ -237,15 +243,18 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
       {kC, R"({"model": "m", "prompt": ""})", "prompt", "empty"},
       {kC, R"({"model": "m", "prompt": []})", "prompt", "empty"},
       {kC, R"({"model": "m", "prompt": true})", "prompt", "boolean"},
-      {kC, R"({"model": "m", "prompt": ["a", "b"]})", "prompt[0]", "list of prompts"},
-      {kC, R"({"model": "m", "prompt": [[1], [2]]})", "prompt[0]", "list of prompts"},
+      {kC, R"({"model": "m", "prompt": ["a", "b"]})", "prompt", "a list of 2 prompts"},
+      {kC, R"({"model": "m", "prompt": [[1], [2]]})", "prompt", "a list of 2 prompts"},
+      {kC, R"({"model": "m", "prompt": [""]})", "prompt[0]", "empty"},
+      {kC, R"({"model": "m", "prompt": [[1, -1]]})", "prompt[0][1]", "-1"},
+      {kC, R"({"model": "m", "prompt": [1, "a"]})", "prompt[1]", "string"},
+      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": "a", "name": 5}]})",
+       "messages[0].name", "number"},
+      {kC, c + R"("store": "yes"})", "store", "string"},
+      {kC, c + R"("metadata": [1]})", "metadata", "array"},
       {kC, R"({"model": "m", "prompt": [1, 100000]})", "prompt[1]", "100000"},
       {kC, R"({"model": "m", "prompt": [1, -1]})", "prompt[1]", "-1"},
       {kC, R"({"model": "m", "prompt": [1, 2.5]})", "prompt[1]", "2.5"},
-      {kC, c + R"("temprature": 1})", "temprature", "unknown field"},
-      {kC, c + R"("temprature": null})", "temprature", "unknown field"},
-      {kC, c + R"("messages": []})", "messages", "unknown field"},
-      {kChat, ch + R"("prompt": "hi"})", "prompt", "unknown field"},
       {kC, c + R"("n": 2})", "n", "2"},
       {kC, c + R"("n": "1"})", "n", "string"},
       {kC, c + R"("best_of": 3})", "best_of", "3"},
@@ -259,7 +268,6 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
       {kC, c + R"("frequency_penalty": -1})", "frequency_penalty", "-1"},
       {kC, c + R"("logit_bias": {"5": 100}})", "logit_bias", "100"},
       {kChat, ch + R"("tools": [{"type": "function"}]})", "tools", "tools"},
-      {kChat, ch + R"("tool_choice": "auto"})", "tool_choice", "auto"},
       {kC, c + R"("max_tokens": 1000000000000})", "max_tokens", "64"},
       {kC, c + R"("max_tokens": 18446744073709551616})", "max_tokens", "64"},
       {kC, c + R"("max_tokens": 18446744073709551615})", "max_tokens", "64"},
@@ -292,8 +300,6 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
       {kC, c + R"("stream": "yes"})", "stream", "string"},
       {kC, c + R"("stream_options": {"include_usage": 1}})", "stream_options.include_usage",
        "number"},
-      {kC, c + R"("stream_options": {"continuous": true}})", "stream_options.continuous",
-       "unknown"},
       {kC, c + R"("user": 5})", "user", "number"},
       {kChat, R"({"model": "m"})", "messages", "required"},
       {kChat, R"({"model": "m", "messages": []})", "messages", "empty"},
@@ -310,8 +316,6 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
        "messages[1].content", "number"},
       {kChat, R"({"model": "m", "messages": [{"role": "user", "content": null}]})",
        "messages[0].content", "null"},
-      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": "a", "name": "x"}]})",
-       "messages[0].name", "unknown"},
       {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url",
           "image_url": {}}]}]})",
        "messages[0].content[0].type", "image_url"},
@@ -319,9 +323,6 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
        "messages[0].content[0].text", "required"},
       {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"text": "a"}]}]})",
        "messages[0].content[0].type", "required"},
-      {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text",
-          "text": "a", "cache": 1}]}]})",
-       "messages[0].content[0].cache", "unknown"},
       {kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text",
           "text": 7}]}]})",
        "messages[0].content[0].text", "number"},
@@ -337,6 +338,93 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
     }
     EXPECT_TRUE(contains(error.message, refusal.mention)) << error.message;
   }
+}
+
+// What kvvm reads but cannot honour is refused in words that say so, never "unknown field".
+TEST_F(ServerRequest, WhatKvvmDoesNotDoIsNotSupportedByThisServer) {
+  const std::string c = R"({"model": "m", "prompt": "hi", )";
+  const std::string ch = R"({"model": "m", "messages": [{"role": "user", "content": "a"}], )";
+  const std::vector<Refusal> refusals = {
+      {Endpoint::kCompletions, c + R"("n": 2})", "n", "2"},
+      {Endpoint::kCompletions, c + R"("echo": true})", "echo", "true"},
+      {Endpoint::kCompletions, c + R"("repetition_penalty": 1.2})", "repetition_penalty", "1.2"},
+      {Endpoint::kCompletions, c + R"("min_tokens": 5})", "min_tokens", "5"},
+      {Endpoint::kCompletions, c + R"("response_format": {"type": "json_object"}})",
+       "response_format", "json_object"},
+      {Endpoint::kCompletions, R"({"model": "m", "prompt": ["a", "b", "c"]})", "prompt", "3"},
+      {Endpoint::kChat, ch + R"("logprobs": true})", "logprobs", "true"},
+      {Endpoint::kChat, ch + R"("tools": [{"type": "function"}]})", "tools", "auto"},
+      {Endpoint::kChat, ch + R"("tools": [{"type": "function"}], "tool_choice": "required"})",
+       "tools", "required"},
+      {Endpoint::kChat, ch + R"("functions": [{"name": "f"}]})", "functions", "function_call"},
+      {Endpoint::kChat, ch + R"("audio": {"voice": "alloy"}})", "audio", "text output only"},
+      {Endpoint::kChat, ch + R"("modalities": ["text", "audio"]})", "modalities", "audio"},
+      {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "tool", "content": "a"}]})",
+       "messages[0].role", "tool"},
+      {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type":
+          "image_url", "image_url": {}}]}]})",
+       "messages[0].content[0].type", "image_url"},
+  };
+  for (const Refusal& refusal : refusals) {
+    SCOPED_TRACE(refusal.body);
+    const ApiError error = refuse(refusal.endpoint, refusal.body, adder());
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, refusal.param);
+    EXPECT_TRUE(error.message.starts_with(refusal.param + ": ")) << error.message;
+    EXPECT_TRUE(contains(error.message, "is not supported by this server")) << error.message;
+    EXPECT_TRUE(contains(error.message, refusal.mention)) << error.message;
+  }
+}
+
+// Fields of newer API versions and of other servers are ignored, as OpenAI's and vLLM's
+// servers do, and reported so the server can log and count them.
+TEST_F(ServerRequest, UnknownFieldsAreIgnoredAndReported) {
+  const ApiRequest completion = accept(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi",
+      "temprature": 1, "messages": [], "stream_options": {"continuous_usage_stats": true},
+      "stream": true})",
+                                       adder());
+  EXPECT_EQ(completion.ignored,
+            (std::vector<std::string>{"messages", "stream_options.continuous_usage_stats",
+                                      "temprature"}));
+  // An ignored field changes nothing: the same request without it.
+  EXPECT_EQ(
+      completion.engine.prompt,
+      accept(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi"})", adder()).engine.prompt);
+  EXPECT_EQ(completion.engine.sampling.temperature, 0.0f);
+
+  const ApiRequest chat = accept(Endpoint::kChat, R"({"model": "m", "prompt": "x",
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "a",
+      "cache_control": {}}], "name": "alice", "tool_calls": []}]})",
+                                 adder());
+  EXPECT_EQ(chat.ignored, (std::vector<std::string>{"prompt", "messages.tool_calls",
+                                                    "messages.content.cache_control"}));
+  EXPECT_EQ(chat.engine.prompt,
+            accept(Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user",
+                "content": "a"}]})",
+                   adder())
+                .engine.prompt);
+}
+
+TEST_F(ServerRequest, DeveloperIsTheSystemRole) {
+  const auto ids = [&](const char* role) {
+    return accept(Endpoint::kChat,
+                  std::string(R"({"model": "m", "messages": [{"role": ")") + role +
+                      R"(", "content": "be brief"}, {"role": "user", "content": "1+2"}]})",
+                  adder())
+        .engine.prompt;
+  };
+  EXPECT_EQ(ids("developer"), ids("system"));
+  EXPECT_NE(ids("developer"), ids("user"));
+}
+
+TEST_F(ServerRequest, APromptListOfOneIsThatPrompt) {
+  const auto ids = [&](const std::string& prompt) {
+    return accept(Endpoint::kCompletions, R"({"model": "m", "prompt": )" + prompt + "}", adder())
+        .engine.prompt;
+  };
+  EXPECT_EQ(ids(R"(["one two"])"), ids(R"("one two")"));
+  EXPECT_EQ(ids("[[5, 0, 7]]"), ids("[5, 0, 7]"));
+  EXPECT_EQ(ids("[[5, 0, 7]]"), (std::vector<std::int32_t>{5, 0, 7}));
 }
 
 TEST_F(ServerRequest, AnotherModelIsNotFound) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -44,6 +45,15 @@ std::string error_code(const httplib::Result& result) {
 
 using ServerRoutesTest = testing::LlamaTinyServerTest;
 
+// A path that reaches the route's handler with a parameter it serves: the served model's name
+// for "{model}".
+std::string example_path(const Route& route) {
+  std::string path(route.path);
+  const std::size_t at = path.find("{model}");
+  if (at != std::string::npos) path.replace(at, 7, "llama-tiny");
+  return path;
+}
+
 TEST(ServerRoutesTable, EachPathIsRoutedOnce) {
   std::set<std::string_view> paths;
   for (const Route& route : Routes::table()) {
@@ -57,7 +67,7 @@ TEST(ServerRoutesTable, EachPathIsRoutedOnce) {
 TEST_F(ServerRoutesTest, EveryRouteAnswersItsMethod) {
   auto client = rig_->client();
   for (const Route& route : Routes::table()) {
-    const auto result = send(client, method_name(route.method), route.path);
+    const auto result = send(client, method_name(route.method), example_path(route));
     ASSERT_TRUE(result) << route.path;
     EXPECT_NE(result->status, 404) << route.path << ": " << result->body;
     EXPECT_NE(result->status, 405) << route.path << ": " << result->body;
@@ -108,7 +118,7 @@ TEST_F(ServerRoutesTest, The404NamesEveryRoute) {
 TEST_F(ServerRoutesTest, EveryRouteIsCountedUnderItsOwnPath) {
   auto client = rig_->client();
   for (const Route& route : Routes::table()) {
-    ASSERT_TRUE(send(client, method_name(route.method), route.path)) << route.path;
+    ASSERT_TRUE(send(client, method_name(route.method), example_path(route))) << route.path;
   }
   ASSERT_TRUE(send(client, "GET", "/v1/no-such-route"));
   const auto metrics = client.Get("/metrics");
@@ -130,11 +140,15 @@ TEST_F(ServerRoutesTest, WhileDrainingEveryGenerationRouteAnswers503) {
   auto client = rig_->client();
   int generation_routes = 0;
   for (const Route& route : Routes::table()) {
-    const auto result = send(client, method_name(route.method), route.path);
+    const auto result = send(client, method_name(route.method), example_path(route));
     ASSERT_TRUE(result) << route.path;
     if (route.generation) {
       ++generation_routes;
       EXPECT_EQ(result->status, 503) << route.path << ": " << result->body;
+      // When to look again, as a 429 says it.
+      const std::string retry = result->get_header_value("Retry-After");
+      EXPECT_FALSE(retry.empty()) << route.path;
+      EXPECT_GE(std::atoi(retry.c_str()), 1) << retry;
       EXPECT_EQ(body_of(result)["error"]["type"], "unavailable_error") << result->body;
       EXPECT_EQ(error_code(result), "draining") << result->body;
     } else {

@@ -1,6 +1,7 @@
 // KvManager: the engine's KV seam, the arena with or without the prefix cache in front.
 #include "kvvm/engine/kv_manager.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace kvvm::engine {
@@ -98,10 +99,17 @@ KvManagerStats KvManager::stats() const {
   KvManagerStats s;
   Arena& arena = space_.arena();
   const TierStats tier = space_.governor().stats(arena.tier());
-  s.usage = tier.limit == 0 ? 0 : static_cast<double>(tier.used) / static_cast<double>(tier.limit);
   if (cache_) s.prefix = cache_->stats();
   s.arena = arena.stats();
+  s.usage = kv_usage(s.arena, tier.limit);
   return s;
+}
+
+double kv_usage(const ArenaStats& arena, std::uint64_t budget_bytes) {
+  if (budget_bytes == 0) return 0;
+  const std::uint64_t in_use =
+      arena.physical_bytes - std::min(arena.physical_bytes, arena.reclaimable_bytes);
+  return static_cast<double>(in_use) / static_cast<double>(budget_bytes);
 }
 
 }  // namespace kvvm::engine

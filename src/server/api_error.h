@@ -17,7 +17,7 @@ struct ApiError {
   std::string message;
   std::string param;  // the request field at fault ("messages[1].role"); empty: null
   std::string code;   // a short machine-readable reason; empty: null
-  // 429 only: the Retry-After header, in whole seconds rounded up (at least 1).
+  // 429 and 503: the Retry-After header, in whole seconds rounded up (at least 1).
   double retry_after_seconds = 0;
 };
 

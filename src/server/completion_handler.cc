@@ -105,23 +105,31 @@ struct StreamState {
   std::shared_ptr<RequestStream> stream;
   engine::RequestId id = 0;
   ResponseHead head;
-  bool include_usage = true;
+  bool include_usage = false;
   bool first = true;
   bool done = false;
   StreamUpdate pending;  // taken before the status line was sent
 };
 
 // The SSE text for `update`; marks the state done at the finish.
+// As OpenAI's: the role in the first chunk, the finish reason in the last content chunk (or,
+// when the end brings no text, in a chunk of its own with an empty delta), the usage chunk
+// only when asked for, [DONE] last.
 std::string sse_text(StreamState& state, const StreamUpdate& update) {
   std::string out;
+  const bool finishes_here = update.finished && succeeded(update.end);
   if (!update.text.empty()) {
-    out += sse_event(stream_chunk(state.head, update.text, state.first, std::nullopt));
+    std::optional<std::string_view> finish;
+    if (finishes_here) finish = finish_reason(update.end);
+    out += sse_event(stream_chunk(state.head, update.text, state.first, finish));
     state.first = false;
   }
   if (!update.finished) return out;
   state.done = true;
-  if (succeeded(update.end)) {
-    out += sse_event(stream_chunk(state.head, "", state.first, finish_reason(update.end)));
+  if (finishes_here) {
+    if (update.text.empty()) {
+      out += sse_event(stream_chunk(state.head, "", state.first, finish_reason(update.end)));
+    }
     if (state.include_usage) out += sse_event(usage_chunk(state.head, usage_of(update.stats)));
     state.context.metrics->observe_finished(update.stats, update.end);
   } else {
@@ -200,7 +208,7 @@ void whole_answer(const CompletionContext& context, const ApiRequest& request,
 
 void reply_error(httplib::Response& res, const ApiError& error) {
   res.status = error.status;
-  if (error.status == 429) {
+  if (error.status == 429 || error.status == 503) {
     res.set_header("Retry-After", retry_after_header(error.retry_after_seconds));
   }
   res.set_content(error_body(error), "application/json");

@@ -1,10 +1,13 @@
 #include "server/metrics.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <string>
 #include <system_error>
+
+#include "kvvm/engine/kv_manager.h"
 
 namespace kvvm::server {
 namespace {
@@ -232,15 +235,33 @@ void ServerMetrics::count_refusal(std::string_view reason) {
   ++refusals_[std::string(reason)];
 }
 
+std::optional<std::string> ServerMetrics::count_ignored_field(std::string_view field) {
+  constexpr std::size_t kMaxName = 64;
+  const bool plain =
+      !field.empty() && field.size() <= kMaxName &&
+      std::all_of(field.begin(), field.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-';
+      });
+  MutexLock lock(mutex_);
+  std::string name(plain ? field : "other");
+  if (!ignored_.contains(name) && ignored_.size() >= kMaxIgnoredNames) name = "other";
+  const bool first = !ignored_.contains(name);
+  ++ignored_[name];
+  if (!first) return std::nullopt;
+  return name;
+}
+
 std::string ServerMetrics::render(const Inputs& inputs) const {
   std::map<std::pair<std::string, int>, std::uint64_t> responses;
   std::map<std::string, std::uint64_t> refusals;
   std::map<std::string, std::uint64_t> successes;
+  std::map<std::string, std::uint64_t> ignored;
   {
     MutexLock lock(mutex_);
     responses = responses_;
     refusals = refusals_;
     successes = successes_;
+    ignored = ignored_;
   }
   for (std::string_view reason : kRefusalReasons) refusals.try_emplace(std::string(reason), 0);
   for (std::string_view reason : kFinishedReasons) successes.try_emplace(std::string(reason), 0);
@@ -255,7 +276,9 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   w.single("vllm:num_requests_waiting", "gauge", "Requests waiting to be admitted.", model,
            std::uint64_t{engine.waiting});
   w.single("vllm:kv_cache_usage_perc", "gauge",
-           "KV cache usage as a fraction of the KV budget (1 = full).", model, engine.kv_usage);
+           "KV cache in use as a fraction of the KV budget (1 = full): physical bytes mapped "
+           "minus those finished sequences keep for reuse, over the budget.",
+           model, engine::kv_usage(arena, inputs.tier.limit));
   w.single("vllm:prefix_cache_queries_total", "counter",
            "Prompt tokens looked up in the prefix cache.", model, engine.prefix.queries);
   w.single("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
@@ -297,6 +320,9 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   w.single("kvvm_kv_physical_bytes", "gauge",
            "KV bytes of physical memory mapped, each shared handle counted once.", {},
            arena.physical_bytes);
+  w.single("kvvm_kv_reclaimable_bytes", "gauge",
+           "KV bytes finished sequences keep mapped for reuse (reclaimed when memory is short).",
+           {}, arena.reclaimable_bytes);
   w.single("kvvm_kv_budget_bytes", "gauge", "The KV tier's byte budget.", {}, inputs.tier.limit);
   // Not the driver's map count: that also counts the mappings of shared prefixes, copy-on-write
   // and the dummy tail page, which commit nothing new.
@@ -316,6 +342,12 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   for (const auto& [key, count] : responses) {
     const std::string status = std::to_string(key.second);
     w.sample("kvvm_http_responses_total", {{"endpoint", key.first}, {"status", status}}, count);
+  }
+  w.family("kvvm_ignored_fields_total", "counter",
+           "Request fields kvvm does not know and ignored, by name (at most 64 names; the "
+           "rest are \"other\").");
+  for (const auto& [field, count] : ignored) {
+    w.sample("kvvm_ignored_fields_total", {{"field", field}}, count);
   }
   w.single("kvvm_draining", "gauge", "1 while the server drains (refusing new requests).", {},
            std::uint64_t{inputs.draining ? 1u : 0u});

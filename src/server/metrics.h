@@ -2,7 +2,8 @@
 //
 // vLLM's names where vLLM has the metric, so dashboards built for it read kvvm:
 //   gauges      vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc
-//               (0..1, as vLLM reports it)
+//               (0..1, as vLLM reports it: (kvvm_kv_physical_bytes -
+//               kvvm_kv_reclaimable_bytes) / kvvm_kv_budget_bytes, engine::kv_usage)
 //   counters    vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total (tokens),
 //               vllm:prompt_tokens_total, vllm:generation_tokens_total,
 //               vllm:num_preemptions_total, vllm:request_success_total{finished_reason}
@@ -10,9 +11,9 @@
 //               vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds,
 //               vllm:request_prompt_tokens, vllm:request_generation_tokens
 // and kvvm's own: kvvm_driver_calls_total{op}, kvvm_kv_committed_bytes,
-// kvvm_kv_physical_bytes, kvvm_kv_budget_bytes, kvvm_kv_commits_total,
+// kvvm_kv_physical_bytes, kvvm_kv_reclaimable_bytes, kvvm_kv_budget_bytes, kvvm_kv_commits_total,
 // kvvm_kv_reclaimed_bytes_total, kvvm_requests_refused_total{reason} (overloaded = the 429s),
-// kvvm_http_responses_total{endpoint,status}, kvvm_draining.
+// kvvm_http_responses_total{endpoint,status}, kvvm_ignored_fields_total{field}, kvvm_draining.
 // Every vLLM-named sample carries model_name="..." as vLLM's do. A counter's family name ends
 // in _total (the TYPE line names the sample), as prometheus_client writes them.
 #pragma once
@@ -20,6 +21,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,6 +65,13 @@ class ServerMetrics {
   // A refusal: reason "overloaded" (429), "draining" (503), "unauthorized" (401),
   // "too_large" (413), "invalid" (400 / 404).
   void count_refusal(std::string_view reason);
+  // A request field kvvm ignored (ApiRequest::ignored): kvvm_ignored_fields_total{field}.
+  // The label set is bounded, since clients choose the names: a name that is not 1 to 64 of
+  // [A-Za-z0-9_.-], or any past the first kMaxIgnoredNames, is counted as "other". Returns
+  // the name counted the first time it is counted (the caller logs each name once), nullopt
+  // after.
+  std::optional<std::string> count_ignored_field(std::string_view field);
+  static constexpr std::size_t kMaxIgnoredNames = 64;
 
   struct Inputs {
     std::string model_name;
@@ -80,6 +89,7 @@ class ServerMetrics {
   std::map<std::string, std::uint64_t> refusals_ KVVM_GUARDED_BY(mutex_);
   // By finished_reason.
   std::map<std::string, std::uint64_t> successes_ KVVM_GUARDED_BY(mutex_);
+  std::map<std::string, std::uint64_t> ignored_ KVVM_GUARDED_BY(mutex_);  // by field name
   // Each has its own lock.
   Histogram ttft_, tpot_, e2e_, queue_, prompt_tokens_, generation_tokens_;
 };

@@ -23,18 +23,28 @@ using Check = std::optional<ApiError>;
 constexpr std::size_t kMaxStopStrings = 4;
 constexpr std::size_t kMaxStopBytes = 256;
 
-// The fields each endpoint knows, space-separated: anything else is refused by name.
+// The fields each endpoint reads, space-separated. Anything else is ignored (and reported in
+// ApiRequest::ignored), as OpenAI's and vLLM's servers do: SDKs and frameworks send fields of
+// newer API versions routinely.
 constexpr std::string_view kCompletionFields =
     " model prompt max_tokens temperature top_p top_k seed stop stream stream_options user n"
-    " best_of logprobs echo suffix presence_penalty frequency_penalty logit_bias ";
+    " best_of logprobs echo suffix presence_penalty frequency_penalty logit_bias"
+    " repetition_penalty min_tokens store metadata response_format ";
 constexpr std::string_view kChatFields =
     " model messages max_tokens max_completion_tokens temperature top_p top_k seed stop stream"
     " stream_options user n logprobs top_logprobs presence_penalty frequency_penalty logit_bias"
-    " tools tool_choice functions function_call ";
+    " repetition_penalty min_tokens store metadata response_format tools tool_choice functions"
+    " function_call parallel_tool_calls audio modalities ";
 
 bool known(std::string_view fields, const std::string& key) {
   return !key.empty() && key.find(' ') == std::string::npos &&
          fields.find(" " + key + " ") != std::string_view::npos;
+}
+
+// What kvvm does not do, refused by name: never an "unknown field", so a client knows the
+// server read the field and cannot honour it.
+ApiError unsupported(std::string_view param, std::string_view what) {
+  return bad_field(param, std::string(what) + " is not supported by this server");
 }
 
 // The value as the client wrote it, shortened: for messages that name a bad value.
@@ -114,34 +124,79 @@ Check read_bool(const json& value, std::string_view param, bool* out) {
   return std::nullopt;
 }
 
-// Fields kvvm does not implement: accepted only with the value that changes nothing.
+// Fields kvvm reads but does not implement: accepted with the value that changes nothing,
+// refused as not supported otherwise. Tools are decided in check_tools (they depend on the
+// tool choice).
 Check refuse_unless_neutral(const std::string& key, const json& value) {
   const auto refuse = [&](std::string_view why) {
-    return bad_field(key, shown(value) + " is not supported: " + std::string(why));
+    return unsupported(key, shown(value) + " (" + std::string(why) + ")");
   };
   if (key == "n" || key == "best_of") {
     if (!value.is_number()) return bad_field(key, wrong_type(value, "an integer"));
-    if (value != 1) return refuse("kvvm generates one choice per request; send 1 or omit it");
+    if (value != 1) return refuse("one choice per request; send 1 or omit it");
   } else if (key == "logprobs") {
-    if (value != false) return refuse("kvvm returns no log probabilities; send false or omit it");
+    if (value != false) return refuse("no log probabilities; send false or omit it");
   } else if (key == "top_logprobs") {
     if (!value.is_number()) return bad_field(key, wrong_type(value, "an integer"));
-    if (value != 0) return refuse("kvvm returns no log probabilities; send 0 or omit it");
+    if (value != 0) return refuse("no log probabilities; send 0 or omit it");
   } else if (key == "echo") {
-    if (value != false) return refuse("kvvm does not echo the prompt; send false or omit it");
+    if (value != false) return refuse("the prompt is not echoed; send false or omit it");
   } else if (key == "suffix") {
-    if (value != "") return refuse("kvvm does not insert text; omit it");
+    if (value != "") return refuse("no text insertion; omit it");
   } else if (key == "presence_penalty" || key == "frequency_penalty") {
     if (!value.is_number()) return bad_field(key, wrong_type(value, "a number"));
-    if (value.get<double>() != 0) return refuse("kvvm applies no penalties; send 0 or omit it");
+    if (value.get<double>() != 0) return refuse("no penalties; send 0 or omit it");
+  } else if (key == "repetition_penalty") {
+    if (!value.is_number()) return bad_field(key, wrong_type(value, "a number"));
+    if (value.get<double>() != 1) return refuse("no penalties; send 1 or omit it");
+  } else if (key == "min_tokens") {
+    if (!value.is_number()) return bad_field(key, wrong_type(value, "an integer"));
+    if (value != 0) return refuse("no minimum length; send 0 or omit it");
   } else if (key == "logit_bias") {
     if (!value.is_object()) return bad_field(key, wrong_type(value, "an object"));
-    if (!value.empty()) return refuse("kvvm applies no logit bias; send {} or omit it");
+    if (!value.empty()) return refuse("no logit bias; send {} or omit it");
+  } else if (key == "response_format") {
+    if (!value.is_object()) return bad_field(key, wrong_type(value, "an object"));
+    const auto type = value.find("type");
+    if (type == value.end() || *type != "text") {
+      return refuse("plain text only; send {\"type\": \"text\"} or omit it");
+    }
+  } else if (key == "store" || key == "parallel_tool_calls") {
+    bool ignored = false;
+    if (Check error = read_bool(value, key, &ignored)) return error;
+  } else if (key == "metadata") {
+    if (!value.is_object()) return bad_field(key, wrong_type(value, "an object"));
+  } else if (key == "audio") {
+    return refuse("text output only");
+  } else if (key == "modalities") {
+    if (!value.is_array()) return bad_field(key, wrong_type(value, "an array"));
+    for (const json& item : value) {
+      if (item != "text") return refuse("text output only; send [\"text\"] or omit it");
+    }
   } else if (key == "tools" || key == "functions") {
     if (!value.is_array()) return bad_field(key, wrong_type(value, "an array"));
-    if (!value.empty()) return refuse("kvvm does not call tools");
   } else if (key == "tool_choice" || key == "function_call") {
-    if (value != "none") return refuse("kvvm does not call tools; send \"none\" or omit it");
+    if (!value.is_string() && !value.is_object()) {
+      return bad_field(key, wrong_type(value, "a string or an object"));
+    }
+  }
+  return std::nullopt;
+}
+
+// Tools the client describes are fine while it asks for none to be called (LangChain binds
+// tools and then may say "none"); a call kvvm would have to make is refused.
+Check check_tools(const json& body) {
+  for (const auto& [tools, choice] : {std::pair<const char*, const char*>{"tools", "tool_choice"},
+                                      {"functions", "function_call"}}) {
+    const auto list = body.find(tools);
+    if (list == body.end() || list->is_null() || list->empty()) continue;
+    const auto chosen = body.find(choice);
+    if (chosen != body.end() && *chosen == "none") continue;
+    const std::string asked = chosen == body.end() || chosen->is_null()
+                                  ? std::string("\"auto\" (the default)")
+                                  : shown(*chosen);
+    return unsupported(tools, std::string("calling tools (") + choice + " " + asked + "; send " +
+                                  choice + " \"none\" or no " + tools + ")");
   }
   return std::nullopt;
 }
@@ -170,47 +225,64 @@ Check read_stop(const json& value, std::vector<std::string>* out) {
   return std::nullopt;
 }
 
-Check read_stream_options(const json& value, bool* include_usage) {
+Check read_stream_options(const json& value, bool* include_usage,
+                          std::vector<std::string>* ignored) {
   if (!value.is_object()) return bad_field("stream_options", wrong_type(value, "an object"));
   for (const auto& [key, item] : value.items()) {
     const std::string param = "stream_options." + key;
-    if (key != "include_usage") return bad_field(param, "unknown field");
+    if (key != "include_usage") {
+      ignored->push_back(param);
+      continue;
+    }
     if (item.is_null()) continue;
     if (Check error = read_bool(item, param, include_usage)) return error;
   }
   return std::nullopt;
 }
 
-// completions' prompt: one string (encoded as `kvvm generate --prompt` does) or token ids.
-Check read_prompt(const json& value, const ParseContext& context, std::vector<std::int32_t>* ids) {
+// One prompt: a string (encoded as `kvvm generate --prompt` does) or token ids.
+Check read_one_prompt(const json& value, const std::string& param, const ParseContext& context,
+                      std::vector<std::int32_t>* ids) {
   if (value.is_string()) {
     const std::string& text = value.get_ref<const std::string&>();
-    if (text.empty()) return bad_field("prompt", "is empty; send at least one character");
+    if (text.empty()) return bad_field(param, "is empty; send at least one character");
     *ids = context.tokenizer->encode(text, /*add_special_tokens=*/true);
-    if (ids->empty()) return bad_field("prompt", "encodes to no tokens");
+    if (ids->empty()) return bad_field(param, "encodes to no tokens");
     return std::nullopt;
   }
   if (!value.is_array()) {
-    return bad_field("prompt", wrong_type(value, "a string or an array of token ids"));
+    return bad_field(param, wrong_type(value, "a string or an array of token ids"));
   }
-  if (value.empty()) return bad_field("prompt", "is an empty array; send at least one token id");
+  if (value.empty()) return bad_field(param, "is an empty array; send at least one token id");
   const std::int64_t last_id = static_cast<std::int64_t>(context.vocab_size) - 1;
   const std::string vocab = " (the vocabulary's ids)";
   for (std::size_t i = 0; i < value.size(); ++i) {
     const json& item = value[i];
-    const std::string param = "prompt[" + std::to_string(i) + "]";
-    if (item.is_string() || item.is_array()) {
-      return bad_field(param, "a list of prompts is not supported; send one prompt per request");
-    }
+    const std::string item_param = param + "[" + std::to_string(i) + "]";
     std::int64_t id = 0;
-    if (Check error = read_integer(item, param, 0, last_id, vocab, &id)) return error;
+    if (Check error = read_integer(item, item_param, 0, last_id, vocab, &id)) return error;
     ids->push_back(static_cast<std::int32_t>(id));
   }
   return std::nullopt;
 }
 
+// completions' prompt: one prompt, or a list of prompts (strings or token-id arrays) holding
+// exactly one, as LangChain and other batching clients always send it.
+Check read_prompt(const json& value, const ParseContext& context, std::vector<std::int32_t>* ids) {
+  const bool list =
+      value.is_array() && !value.empty() && (value.front().is_string() || value.front().is_array());
+  if (!list) return read_one_prompt(value, "prompt", context, ids);
+  if (value.size() > 1) {
+    return unsupported("prompt", "a list of " + std::to_string(value.size()) +
+                                     " prompts (one prompt per request; send them as separate "
+                                     "requests)");
+  }
+  return read_one_prompt(value.front(), "prompt[0]", context, ids);
+}
+
 // One message's content: a string, or text parts joined.
-Check read_content(const json& value, const std::string& param, std::string* out) {
+Check read_content(const json& value, const std::string& param, std::string* out,
+                   std::vector<std::string>* ignored) {
   if (value.is_string()) {
     *out = value.get<std::string>();
     return std::nullopt;
@@ -224,10 +296,10 @@ Check read_content(const json& value, const std::string& param, std::string* out
     const auto type = part.find("type");
     if (type == part.end()) return bad_field(part_param + ".type", "is required");
     if (*type != "text") {
-      return bad_field(part_param + ".type", shown(*type) + " is not supported; only \"text\"");
+      return unsupported(part_param + ".type", shown(*type) + " content (text parts only)");
     }
     for (const auto& [key, item] : part.items()) {
-      if (key != "type" && key != "text") return bad_field(part_param + "." + key, "unknown field");
+      if (key != "type" && key != "text") ignored->push_back("messages.content." + key);
     }
     const auto text = part.find("text");
     if (text == part.end()) return bad_field(part_param + ".text", "is required");
@@ -238,8 +310,8 @@ Check read_content(const json& value, const std::string& param, std::string* out
 }
 
 // chat's messages through the model's template, encoded as `kvvm generate --chat` does.
-Check read_messages(const json& value, const ParseContext& context,
-                    std::vector<std::int32_t>* ids) {
+Check read_messages(const json& value, const ParseContext& context, std::vector<std::int32_t>* ids,
+                    std::vector<std::string>* ignored) {
   if (!value.is_array()) return bad_field("messages", wrong_type(value, "an array"));
   if (value.empty()) return bad_field("messages", "is empty; send at least one message");
   std::vector<tokenizer::ChatMessage> messages;
@@ -248,18 +320,29 @@ Check read_messages(const json& value, const ParseContext& context,
     const std::string param = "messages[" + std::to_string(i) + "]";
     if (!item.is_object()) return bad_field(param, wrong_type(item, "an object"));
     for (const auto& [key, field] : item.items()) {
-      if (key != "role" && key != "content") return bad_field(param + "." + key, "unknown field");
+      // A participant's name changes nothing kvvm's templates render: read, not used.
+      if (key == "name") {
+        if (!field.is_string()) return bad_field(param + ".name", wrong_type(field, "a string"));
+      } else if (key != "role" && key != "content") {
+        ignored->push_back("messages." + key);
+      }
     }
     tokenizer::ChatMessage message;
     if (!item.contains("role")) return bad_field(param + ".role", "is required");
     const json& role = item.at("role");
-    if (role != "system" && role != "user" && role != "assistant") {
-      return bad_field(param + ".role",
-                       shown(role) + " is not a role kvvm takes: system, user or assistant");
+    if (role == "tool" || role == "function") {
+      return unsupported(param + ".role", shown(role) + " (no tool calls)");
     }
-    message.role = role.get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant") {
+      return bad_field(param + ".role", shown(role) +
+                                            " is not a role kvvm takes: system, developer, user "
+                                            "or assistant");
+    }
+    // OpenAI's newer name for the system prompt.
+    message.role = role == "developer" ? "system" : role.get<std::string>();
     if (!item.contains("content")) return bad_field(param + ".content", "is required");
-    if (Check error = read_content(item.at("content"), param + ".content", &message.content)) {
+    if (Check error =
+            read_content(item.at("content"), param + ".content", &message.content, ignored)) {
       return error;
     }
     messages.push_back(std::move(message));
@@ -292,7 +375,8 @@ Check read_fields(Endpoint endpoint, const json& body, const ParseContext& conte
   model::SamplingParams& sampling = request->engine.sampling;
   for (const auto& [key, value] : body.items()) {
     if (!(chat ? known(kChatFields, key) : known(kCompletionFields, key))) {
-      return bad_field(key, "unknown field");
+      request->ignored.push_back(key);
+      continue;
     }
     if (value.is_null()) continue;  // null is the default, as OpenAI reads it
     if (key == prompt_field) {
@@ -336,7 +420,9 @@ Check read_fields(Endpoint endpoint, const json& body, const ParseContext& conte
     } else if (key == "stream") {
       if (Check error = read_bool(value, key, &request->stream)) return error;
     } else if (key == "stream_options") {
-      if (Check error = read_stream_options(value, &request->include_usage)) return error;
+      if (Check error = read_stream_options(value, &request->include_usage, &request->ignored)) {
+        return error;
+      }
     } else if (key == "user") {
       if (!value.is_string()) return bad_field(key, wrong_type(value, "a string"));
       request->user = value.get<std::string>();
@@ -390,11 +476,15 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
   if (Check error = read_fields(endpoint, root, context, &request, &fields, &prompt)) {
     return *error;
   }
+  if (endpoint == Endpoint::kChat) {
+    if (Check error = check_tools(root)) return *error;
+  }
   const std::string prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
   if (prompt == nullptr) return bad_field(prompt_field, "is required");
   std::vector<std::int32_t>& ids = request.engine.prompt;
-  Check error = endpoint == Endpoint::kChat ? read_messages(*prompt, context, &ids)
-                                            : read_prompt(*prompt, context, &ids);
+  Check error = endpoint == Endpoint::kChat
+                    ? read_messages(*prompt, context, &ids, &request.ignored)
+                    : read_prompt(*prompt, context, &ids);
   if (error) return *error;
 
   // At least one token must be left to generate.

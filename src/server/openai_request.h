@@ -1,20 +1,27 @@
 // The OpenAI request bodies kvvm serves, read into an EngineRequest: POST /v1/completions and
 // POST /v1/chat/completions.
 //
-// Every field is checked with the field named in the 400: type, range, and anything kvvm does
-// not do is refused by name rather than ignored (n > 1, best_of, logprobs, echo, suffix,
-// non-zero presence / frequency penalties, a non-empty logit_bias, tools, a list of prompts);
-// an unknown field is refused too (a typo must not silently change the output). Fields sent
-// with their neutral value by common clients (n: 1, logprobs: false / null, penalties 0,
-// stream_options) are accepted.
+// Lenient where OpenAI's and vLLM's servers are, strict where it matters:
+// - A field kvvm does not know (at the top level, in a message, in a content part, in
+//   stream_options) is ignored and its name reported in ApiRequest::ignored (the server logs
+//   each name once and counts it): SDKs and frameworks send newer API fields routinely.
+// - A field kvvm knows but does not implement is accepted with its neutral value (n: 1,
+//   logprobs: false, penalties 0, repetition_penalty 1, min_tokens 0, logit_bias {},
+//   response_format {type: text}, tools with tool_choice "none") and otherwise refused with a
+//   400 "<field>: ... is not supported by this server" (n > 1, best_of, logprobs, echo,
+//   suffix, penalties, logit_bias, JSON output, tool calls, audio, image parts, the tool role,
+//   a list of several prompts).
+// - Every field kvvm uses is checked (type, range) and a bad value is a 400 naming the field.
 //
 // Fields: model (required; must be the served model's name, else 404), prompt (completions:
-// a string, or an array of token ids), messages (chat: [{role: system|user|assistant,
-// content: string or [{type: "text", text}]}], through the model's chat template),
-// max_tokens (chat also max_completion_tokens; default: min(default_max_tokens, the context
-// left after the prompt)), temperature [0, 2], top_p (0, 1], top_k (-1 or 0: off, else
-// >= 1), seed (integer; default 0), stop (a string or up to 4 strings, each 1..256 bytes),
-// stream (bool), stream_options {include_usage: bool}, user (string, kept for logs).
+// a string, an array of token ids, or a list holding one of those), messages (chat: [{role:
+// system|developer|user|assistant, content: string or [{type: "text", text}], name}], through
+// the model's chat template; developer is rendered as system), max_tokens (chat also
+// max_completion_tokens; default: min(default_max_tokens, the context left after the
+// prompt)), temperature [0, 2], top_p (0, 1], top_k (-1 or 0: off, else >= 1), seed (integer;
+// default 0), stop (a string or up to 4 strings, each 1..256 bytes), stream (bool),
+// stream_options {include_usage: bool}, user (string, kept for logs), store (bool) and
+// metadata (object), read and not kept.
 // A prompt or messages past the context, or prompt + max_tokens past it, is a 400 naming the
 // field with both numbers.
 #pragma once
@@ -24,6 +31,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "api_error.h"
 #include "kvvm/engine/engine.h"
@@ -55,8 +63,13 @@ struct ApiRequest {
   engine::EngineRequest engine;
   std::string model;
   bool stream = false;
-  bool include_usage = true;  // streamed: a last chunk with usage before [DONE] (default on)
+  // Streamed: a last chunk with usage before [DONE]; only when stream_options asks, as OpenAI
+  // sends it (a chunk with no choices breaks clients that read choices[0]).
+  bool include_usage = false;
   std::string user;
+  // Fields the body held that kvvm does not know ("temprature", "messages.tool_calls",
+  // "stream_options.continuous_usage_stats"): ignored. Top-level names first, in key order.
+  std::vector<std::string> ignored;
 };
 
 // The body's JSON is read with kvvm's bounded reader (depth, UTF-8): a body nested deeper

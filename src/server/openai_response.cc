@@ -108,13 +108,16 @@ json usage_chunk(const ResponseHead& head, const Usage& usage) {
   return body;
 }
 
+json model_body(std::string_view model, std::int64_t created, std::uint64_t max_model_len) {
+  return {{"id", std::string(model)},
+          {"object", "model"},
+          {"created", created},
+          {"owned_by", "kvvm"},
+          {"max_model_len", max_model_len}};
+}
+
 json models_body(std::string_view model, std::int64_t created, std::uint64_t max_model_len) {
-  const json entry = {{"id", std::string(model)},
-                      {"object", "model"},
-                      {"created", created},
-                      {"owned_by", "kvvm"},
-                      {"max_model_len", max_model_len}};
-  return {{"object", "list"}, {"data", json::array({entry})}};
+  return {{"object", "list"}, {"data", json::array({model_body(model, created, max_model_len)})}};
 }
 
 std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }

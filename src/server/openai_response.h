@@ -44,8 +44,10 @@ nlohmann::json stream_chunk(const ResponseHead& head, std::string_view text, boo
                             std::optional<std::string_view> finish);
 // The last chunk before [DONE] when usage is asked for: choices [] and usage.
 nlohmann::json usage_chunk(const ResponseHead& head, const Usage& usage);
-// GET /v1/models: {object: list, data: [{id, object: model, created, owned_by: kvvm,
-// max_model_len}]}.
+// GET /v1/models/{model}: {id, object: model, created, owned_by: kvvm, max_model_len}.
+nlohmann::json model_body(std::string_view model, std::int64_t created,
+                          std::uint64_t max_model_len);
+// GET /v1/models: {object: list, data: [model_body]}.
 nlohmann::json models_body(std::string_view model, std::int64_t created,
                            std::uint64_t max_model_len);
 

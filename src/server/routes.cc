@@ -2,12 +2,14 @@
 
 #include <cctype>
 #include <chrono>
+#include <regex>
 #include <string>
 #include <utility>
 #include <variant>
 
 #include "api_error.h"
 #include "completion_handler.h"
+#include "kvvm/log.h"
 #include "openai_response.h"
 
 namespace kvvm::server {
@@ -74,6 +76,8 @@ std::span<const Route> Routes::table() {
       {"/v1/completions", Method::kPost, true, &Routes::completions},
       {"/v1/chat/completions", Method::kPost, true, &Routes::chat_completions},
       {"/v1/models", Method::kGet, false, &Routes::models},
+      // A model id may hold slashes ("Qwen/Qwen2.5-0.5B"): the rest of the path is the id.
+      {"/v1/models/{model}", Method::kGet, false, &Routes::model, R"(/v1/models/(.+))"},
       {"/health", Method::kGet, false, &Routes::health},
       {"/metrics", Method::kGet, false, &Routes::metrics},
   };
@@ -83,6 +87,11 @@ std::span<const Route> Routes::table() {
 const Route* Routes::find(std::string_view path) {
   for (const Route& route : table()) {
     if (path == route.path) return &route;
+  }
+  for (const Route& route : table()) {
+    if (route.pattern.empty()) continue;
+    const std::regex pattern{std::string(route.pattern)};
+    if (std::regex_match(path.begin(), path.end(), pattern)) return &route;
   }
   return nullptr;
 }
@@ -104,15 +113,19 @@ void Routes::install(httplib::Server& http) {
   for (const Route& route : table()) {
     auto handler = [this, &route](const httplib::Request& req, httplib::Response& res) {
       if (route.generation && draining_) {
-        reply_error(res, error_of(503, "unavailable_error",
-                                  "the server is draining: it finishes the requests it has and "
-                                  "takes no new ones",
-                                  "draining"));
+        // Retry-After: when the work in hand should be done (the engine's estimate), so a
+        // client or a balancer knows when to look again, here or at another replica.
+        ApiError draining = error_of(503, "unavailable_error",
+                                     "the server is draining: it finishes the requests it has "
+                                     "and takes no new ones",
+                                     "draining");
+        draining.retry_after_seconds = deps_.engine->retry_after();
+        reply_error(res, draining);
         return;
       }
       (this->*route.handle)(req, res);
     };
-    const std::string path(route.path);
+    const std::string path(route.pattern.empty() ? route.path : route.pattern);
     switch (route.method) {
       case Method::kGet:
         http.Get(path, std::move(handler));
@@ -148,6 +161,21 @@ void Routes::models(const httplib::Request& req, httplib::Response& res) {
   res.set_content(dump_json(body), kJson);
 }
 
+void Routes::model(const httplib::Request& req, httplib::Response& res) {
+  if (!authorized(req, res)) return;
+  const std::string id = req.matches.size() > 1 ? req.matches[1].str() : std::string();
+  if (id != options_.model_name) {
+    ApiError missing = error_of(
+        404, "invalid_request_error",
+        "model: '" + id + "' does not exist; this server serves '" + options_.model_name + "'",
+        "model_not_found");
+    missing.param = "model";
+    reply_error(res, missing);
+    return;
+  }
+  res.set_content(dump_json(model_body(options_.model_name, created_, context_tokens_)), kJson);
+}
+
 // A probe: no key needed.
 void Routes::health(const httplib::Request&, httplib::Response& res) {
   res.status = draining_ ? 503 : 200;
@@ -174,6 +202,13 @@ void Routes::generate(Endpoint endpoint, const httplib::Request& req, httplib::R
     return;
   }
   ApiRequest& request = std::get<ApiRequest>(parsed);
+  for (const std::string& field : request.ignored) {
+    if (const std::optional<std::string> first = metrics_.count_ignored_field(field)) {
+      log(LogLevel::kWarning, "server: ignored the request field '" + *first +
+                                  "', which kvvm does not know (said once per name; every "
+                                  "occurrence is counted in kvvm_ignored_fields_total)");
+    }
+  }
   request.engine.tenant = *tenant;
   answer_completion(CompletionContext{deps_.engine, &metrics_, &streams_in_flight_},
                     std::move(request), res);

@@ -25,12 +25,16 @@ enum class Method : std::uint8_t { kGet, kPost };
 std::string_view method_name(Method method);  // "GET", "POST"
 
 struct Route {
-  std::string_view path;  // each path once: a wrong method's 405 names this route's method
+  // Each path once: a wrong method's 405 names this route's method. A path with a
+  // parameter is written with braces ("/v1/models/{model}") and served by `pattern`.
+  std::string_view path;
   Method method;
   // Generation answers 503 while the server drains (a "draining" refusal in the metrics);
   // the probes and the model list go on answering.
   bool generation;
   void (Routes::*handle)(const httplib::Request&, httplib::Response&);
+  // The regular expression httplib matches (its first group is the parameter); empty: `path`.
+  std::string_view pattern = {};
 };
 
 // The handlers of the routes and what they share: the parse context, the metrics, the drain
@@ -57,6 +61,7 @@ class Routes {
   void completions(const httplib::Request& req, httplib::Response& res);
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void models(const httplib::Request& req, httplib::Response& res);
+  void model(const httplib::Request& req, httplib::Response& res);
   void health(const httplib::Request& req, httplib::Response& res);
   void metrics(const httplib::Request& req, httplib::Response& res);
 

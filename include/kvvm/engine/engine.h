@@ -138,7 +138,7 @@ struct EngineStats {
   std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   std::uint32_t running = 0, waiting = 0;
   std::uint32_t peak_running = 0;
-  double kv_usage = 0;  // committed KV bytes / the tier's budget
+  double kv_usage = 0;  // kv_usage() of kv_manager.h: the KV in use / the budget
   PrefixCacheStats prefix;
   model::GraphStats graphs;
   ArenaStats arena;

@@ -40,8 +40,14 @@ struct KvAdmission {
   std::uint64_t cached_tokens = 0;  // already present: the caller computes from here on
 };
 
+// The KV in use as a fraction of the budget: physical bytes mapped minus what finished slots
+// keep mapped for reuse (reclaimable, as vLLM's free cached blocks), over the budget; 0 on an
+// idle cache and with a budget of 0. Pooled handles, cached windows no slot maps and the
+// graphs' padding page are not use.
+double kv_usage(const ArenaStats& arena, std::uint64_t budget_bytes);
+
 struct KvManagerStats {
-  double usage = 0;         // committed KV bytes / the tier's budget
+  double usage = 0;         // kv_usage(arena, the tier's budget)
   PrefixCacheStats prefix;  // all zero with the prefix cache off
   ArenaStats arena;
 };
