@@ -177,6 +177,28 @@ TEST_F(ServerHttpTest, AModelIsRetrievedByIdAndAnUnknownOneIs404) {
       << missing->body;
 }
 
+TEST_F(ServerHttpTest, TokenizeAndDetokenizeRoundTrip) {
+  auto client = rig_->client();
+  auto tokenized = post_json(client, "/tokenize",
+                             R"({"model": "llama-tiny", "prompt": "one two three",)"
+                             R"( "add_special_tokens": false})");
+  ASSERT_TRUE(tokenized);
+  ASSERT_EQ(tokenized->status, 200) << tokenized->body;
+  const nlohmann::json ids = body_of(tokenized);
+  ASSERT_TRUE(ids["tokens"].is_array()) << tokenized->body;
+  EXPECT_EQ(ids["count"], ids["tokens"].size());
+  EXPECT_EQ(ids["max_model_len"], 512);
+  auto text = post_json(client, "/detokenize", nlohmann::json({{"tokens", ids["tokens"]}}).dump());
+  ASSERT_TRUE(text);
+  ASSERT_EQ(text->status, 200) << text->body;
+  EXPECT_EQ(body_of(text)["prompt"], "one two three");
+
+  auto bad = post_json(client, "/detokenize", R"({"tokens": [-1]})");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(body_of(bad)["error"]["param"], "tokens[0]");
+}
+
 TEST_F(ServerHttpTest, ModelsHealthAndMetrics) {
   auto client = rig_->client();
   auto models = client.Get("/v1/models");

@@ -68,6 +68,9 @@ TEST(ServerMetrics, EveryVllmNameIsPresentWithItsTypeAndModelName) {
       {"vllm:time_per_output_token_seconds", "histogram"},
       {"vllm:e2e_request_latency_seconds", "histogram"},
       {"vllm:request_queue_time_seconds", "histogram"},
+      {"vllm:request_prefill_time_seconds", "histogram"},
+      {"vllm:request_decode_time_seconds", "histogram"},
+      {"vllm:request_params_n", "histogram"},
       {"vllm:request_prompt_tokens", "histogram"},
       {"vllm:request_generation_tokens", "histogram"},
   };
@@ -247,6 +250,28 @@ TEST(ServerMetrics, ObserveFinishedMovesTheHistograms) {
   EXPECT_EQ(value(families, "vllm:request_generation_tokens_bucket", with(kModel, "le", "1")), 1);
   EXPECT_EQ(value(families, "vllm:request_generation_tokens_bucket", with(kModel, "le", "5")), 2);
   EXPECT_EQ(value(families, "vllm:request_prompt_tokens_bucket", with(kModel, "le", "+Inf")), 2);
+  // Decode: first token to finish, 0.7 - 0.03 s each. Prefill: admission to first token, here
+  // a queue longer than the first token's time (made-up figures) is clamped to 0, not negative.
+  EXPECT_EQ(value(families, "vllm:request_decode_time_seconds_count", kModel), 2);
+  EXPECT_NEAR(value(families, "vllm:request_decode_time_seconds_sum", kModel).value_or(-1), 1.34,
+              1e-12);
+  EXPECT_EQ(value(families, "vllm:request_prefill_time_seconds_count", kModel), 2);
+  EXPECT_EQ(value(families, "vllm:request_prefill_time_seconds_sum", kModel), 0);
+  EXPECT_EQ(value(families, "vllm:request_params_n_sum", kModel), 2);
+  EXPECT_EQ(value(families, "vllm:request_params_n_bucket", with(kModel, "le", "1")), 2);
+}
+
+TEST(ServerMetrics, PrefillIsFromAdmissionToTheFirstToken) {
+  ServerMetrics metrics;
+  engine::RequestStats stats;
+  stats.generated_tokens = 3;
+  stats.queue_seconds = 0.25;
+  stats.time_to_first_token = 1.0;
+  stats.total_seconds = 2.0;
+  metrics.observe_finished(stats, engine::RequestEnd::kStop);
+  const auto families = parsed(metrics.render(made_up_inputs()));
+  EXPECT_EQ(value(families, "vllm:request_prefill_time_seconds_sum", kModel), 0.75);
+  EXPECT_EQ(value(families, "vllm:request_decode_time_seconds_sum", kModel), 1.0);
 }
 
 TEST(ServerMetrics, HistogramBucketsAreVllms) {

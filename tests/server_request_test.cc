@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -425,6 +426,80 @@ TEST_F(ServerRequest, APromptListOfOneIsThatPrompt) {
   EXPECT_EQ(ids(R"(["one two"])"), ids(R"("one two")"));
   EXPECT_EQ(ids("[[5, 0, 7]]"), ids("[5, 0, 7]"));
   EXPECT_EQ(ids("[[5, 0, 7]]"), (std::vector<std::int32_t>{5, 0, 7}));
+}
+
+// /tokenize gives the ids the completion and chat endpoints would compute, as vLLM's does.
+TEST_F(ServerRequest, TokenizeGivesTheIdsTheGenerationEndpointsSee) {
+  const auto tokens = [](std::variant<TokenizeRequest, ApiError> parsed) {
+    if (const ApiError* error = std::get_if<ApiError>(&parsed)) {
+      ADD_FAILURE() << error->message;
+      return std::vector<std::int32_t>{};
+    }
+    return std::get<TokenizeRequest>(parsed).tokens;
+  };
+  EXPECT_EQ(tokens(parse_tokenize(R"({"prompt": "one two"})", llama())),
+            accept(Endpoint::kCompletions, R"({"model": "m", "prompt": "one two"})", llama())
+                .engine.prompt);
+  const std::string messages = R"("messages": [{"role": "user", "content": "1+2"}])";
+  EXPECT_EQ(tokens(parse_tokenize(R"({"model": "m", )" + messages + "}", adder())),
+            accept(Endpoint::kChat, R"({"model": "m", )" + messages + "}", adder()).engine.prompt);
+  // Without the generation prompt the chat ends before the assistant's header.
+  EXPECT_LT(tokens(parse_tokenize(R"({"add_generation_prompt": false, )" + messages + "}", adder()))
+                .size(),
+            tokens(parse_tokenize("{" + messages + "}", adder())).size());
+  // llama-tiny's tokenizer adds a BOS unless told not to.
+  EXPECT_EQ(
+      tokens(parse_tokenize(R"({"prompt": "one"})", llama())).size(),
+      tokens(parse_tokenize(R"({"prompt": "one", "add_special_tokens": false})", llama())).size() +
+          1);
+  std::variant<TokenizeRequest, ApiError> lenient =
+      parse_tokenize(R"({"prompt": "one", "return_token_strs": true})", llama());
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(lenient));
+  EXPECT_EQ(std::get<TokenizeRequest>(lenient).ignored,
+            (std::vector<std::string>{"return_token_strs"}));
+
+  const std::vector<Refusal> refusals = {
+      {Endpoint::kCompletions, R"({"prompt": "a", )" + messages + "}", "messages", "exactly one"},
+      {Endpoint::kCompletions, R"({})", "prompt", "exactly one"},
+      {Endpoint::kCompletions, R"({"prompt": [1, 2]})", "prompt", "array"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "add_special_tokens": "yes"})",
+       "add_special_tokens", "string"},
+      {Endpoint::kCompletions, R"({"add_special_tokens": true, )" + messages + "}",
+       "add_special_tokens", "not supported"},
+      {Endpoint::kCompletions, R"({"model": 3, "prompt": "a"})", "model", "string"},
+  };
+  for (const Refusal& refusal : refusals) {
+    SCOPED_TRACE(refusal.body);
+    std::variant<TokenizeRequest, ApiError> parsed = parse_tokenize(refusal.body, adder());
+    ASSERT_TRUE(std::holds_alternative<ApiError>(parsed));
+    const ApiError& error = std::get<ApiError>(parsed);
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, refusal.param);
+    EXPECT_TRUE(contains(error.message, refusal.mention)) << error.message;
+  }
+  std::variant<TokenizeRequest, ApiError> other =
+      parse_tokenize(R"({"model": "other", "prompt": "a"})", adder());
+  ASSERT_TRUE(std::holds_alternative<ApiError>(other));
+  EXPECT_EQ(std::get<ApiError>(other).status, 404);
+}
+
+TEST_F(ServerRequest, DetokenizeTakesVocabularyIdsOnly) {
+  std::variant<DetokenizeRequest, ApiError> parsed =
+      parse_detokenize(R"({"tokens": [5, 0, 7.0]})", adder());
+  ASSERT_TRUE(std::holds_alternative<DetokenizeRequest>(parsed));
+  EXPECT_EQ(std::get<DetokenizeRequest>(parsed).tokens, (std::vector<std::int32_t>{5, 0, 7}));
+  const std::string past = std::to_string(adder_->vocab_size());
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({})", "tokens"},
+           {R"({"tokens": "1 2"})", "tokens"},
+           {R"({"tokens": [1, -1]})", "tokens[1]"},
+           {R"({"tokens": [)" + past + "]}", "tokens[0]"},
+           {R"({"tokens": [1.5]})", "tokens[0]"}}) {
+    SCOPED_TRACE(body);
+    std::variant<DetokenizeRequest, ApiError> refused = parse_detokenize(body, adder());
+    ASSERT_TRUE(std::holds_alternative<ApiError>(refused));
+    EXPECT_EQ(std::get<ApiError>(refused).param, param);
+  }
 }
 
 TEST_F(ServerRequest, AnotherModelIsNotFound) {

@@ -26,6 +26,7 @@ std::vector<double> latency_buckets() {
   return {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
           30.0, 40.0, 50.0, 60.0, 120., 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
+std::vector<double> n_buckets() { return {1, 2, 5, 10, 20}; }
 std::vector<double> token_buckets() {
   return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
 }
@@ -196,8 +197,11 @@ ServerMetrics::ServerMetrics()
       tpot_(tpot_buckets()),
       e2e_(latency_buckets()),
       queue_(latency_buckets()),
+      prefill_(latency_buckets()),
+      decode_(latency_buckets()),
       prompt_tokens_(token_buckets()),
-      generation_tokens_(token_buckets()) {}
+      generation_tokens_(token_buckets()),
+      params_n_(n_buckets()) {}
 
 void ServerMetrics::count_response(std::string_view endpoint, int status) {
   MutexLock lock(mutex_);
@@ -226,6 +230,13 @@ void ServerMetrics::observe_finished(const engine::RequestStats& stats, engine::
   if (stats.generated_tokens > 1) tpot_.observe(stats.time_per_output_token);
   e2e_.observe(stats.total_seconds);
   queue_.observe(stats.queue_seconds);
+  // As vLLM splits a request's time: prefill from its (first) admission to its first token,
+  // decode from the first token to the finish.
+  if (stats.generated_tokens > 0) {
+    prefill_.observe(std::max(0.0, stats.time_to_first_token - stats.queue_seconds));
+    decode_.observe(std::max(0.0, stats.total_seconds - stats.time_to_first_token));
+  }
+  params_n_.observe(1);  // every request asks for one choice (n > 1 is refused)
   prompt_tokens_.observe(static_cast<double>(stats.prompt_tokens));
   generation_tokens_.observe(static_cast<double>(stats.generated_tokens));
 }
@@ -305,6 +316,14 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
               "Time from submit to finish of finished requests, seconds.", model, e2e_.snapshot());
   w.histogram("vllm:request_queue_time_seconds", "Time from submit to first admission, seconds.",
               model, queue_.snapshot());
+  w.histogram("vllm:request_prefill_time_seconds",
+              "Time from first admission to the first token of finished requests, seconds.", model,
+              prefill_.snapshot());
+  w.histogram("vllm:request_decode_time_seconds",
+              "Time from the first token to the finish of finished requests, seconds.", model,
+              decode_.snapshot());
+  w.histogram("vllm:request_params_n", "The n (choices) of finished requests.", model,
+              params_n_.snapshot());
   w.histogram("vllm:request_prompt_tokens", "Prompt tokens of finished requests.", model,
               prompt_tokens_.snapshot());
   w.histogram("vllm:request_generation_tokens", "Generated tokens of finished requests.", model,

@@ -9,7 +9,9 @@
 //               vllm:num_preemptions_total, vllm:request_success_total{finished_reason}
 //   histograms  vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds,
 //               vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds,
-//               vllm:request_prompt_tokens, vllm:request_generation_tokens
+//               vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds,
+//               vllm:request_params_n, vllm:request_prompt_tokens,
+//               vllm:request_generation_tokens
 // and kvvm's own: kvvm_driver_calls_total{op}, kvvm_kv_committed_bytes,
 // kvvm_kv_physical_bytes, kvvm_kv_reclaimable_bytes, kvvm_kv_budget_bytes, kvvm_kv_commits_total,
 // kvvm_kv_reclaimed_bytes_total, kvvm_requests_refused_total{reason} (overloaded = the 429s),
@@ -91,7 +93,8 @@ class ServerMetrics {
   std::map<std::string, std::uint64_t> successes_ KVVM_GUARDED_BY(mutex_);
   std::map<std::string, std::uint64_t> ignored_ KVVM_GUARDED_BY(mutex_);  // by field name
   // Each has its own lock.
-  Histogram ttft_, tpot_, e2e_, queue_, prompt_tokens_, generation_tokens_;
+  Histogram ttft_, tpot_, e2e_, queue_, prefill_, decode_, prompt_tokens_, generation_tokens_,
+      params_n_;
 };
 
 }  // namespace kvvm::server

@@ -311,7 +311,7 @@ Check read_content(const json& value, const std::string& param, std::string* out
 
 // chat's messages through the model's template, encoded as `kvvm generate --chat` does.
 Check read_messages(const json& value, const ParseContext& context, std::vector<std::int32_t>* ids,
-                    std::vector<std::string>* ignored) {
+                    std::vector<std::string>* ignored, bool add_generation_prompt = true) {
   if (!value.is_array()) return bad_field("messages", wrong_type(value, "an array"));
   if (value.empty()) return bad_field("messages", "is empty; send at least one message");
   std::vector<tokenizer::ChatMessage> messages;
@@ -352,7 +352,8 @@ Check read_messages(const json& value, const ParseContext& context, std::vector<
                      "this model has no chat template kvvm recognises; start the server with "
                      "--chat-template chatml|llama3, or use /v1/completions");
   }
-  Result<std::string> text = tokenizer::render_chat(*context.chat_template, messages);
+  Result<std::string> text =
+      tokenizer::render_chat(*context.chat_template, messages, add_generation_prompt);
   if (!text.ok()) return bad_field("messages", text.status().message());
   // The template spells the special tokens out: adding them again would double the BOS.
   *ids = context.tokenizer->encode(*text, /*add_special_tokens=*/false);
@@ -433,9 +434,12 @@ Check read_fields(Endpoint endpoint, const json& body, const ParseContext& conte
   return std::nullopt;
 }
 
-Check check_model(const json& body, const ParseContext& context) {
+Check check_model(const json& body, const ParseContext& context, bool required = true) {
   const auto it = body.find("model");
-  if (it == body.end() || it->is_null()) return bad_field("model", "is required");
+  if (it == body.end() || it->is_null()) {
+    if (!required) return std::nullopt;
+    return bad_field("model", "is required");
+  }
   if (!it->is_string()) return bad_field("model", wrong_type(*it, "a string"));
   if (it->get_ref<const std::string&>() != context.model_name) {
     ApiError error;
@@ -450,8 +454,8 @@ Check check_model(const json& body, const ParseContext& context) {
   return std::nullopt;
 }
 
-std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view body,
-                                         const ParseContext& context) {
+// The body as a JSON object, through the bounded reader; a 400 naming the body otherwise.
+std::variant<json, ApiError> read_body(std::string_view body, const ParseContext& context) {
   JsonLimits limits;
   limits.max_bytes = std::numeric_limits<std::size_t>::max();  // the HTTP layer bounds the body
   limits.max_depth = context.max_json_depth;
@@ -461,12 +465,39 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
     error.message = parsed.status().message();
     return error;
   }
-  const json& root = *parsed;
-  if (!root.is_object()) {
+  if (!parsed->is_object()) {
     ApiError error;
-    error.message = "body: must be a JSON object, not " + type_name(root);
+    error.message = "body: must be a JSON object, not " + type_name(*parsed);
     return error;
   }
+  return std::move(parsed).value();
+}
+
+// Runs `parse` with a tokenizer required and no exception escaping: every access is
+// type-checked first; this only keeps a missed case a 400.
+template <typename Parse>
+auto guarded(const ParseContext& context, Parse&& run) -> decltype(run()) {
+  if (context.tokenizer == nullptr) {
+    ApiError error;
+    error.status = 500;
+    error.type = "server_error";
+    error.message = "the server has no tokenizer";
+    return error;
+  }
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    ApiError error;
+    error.message = std::string("body: ") + e.what();
+    return error;
+  }
+}
+
+std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view body,
+                                         const ParseContext& context) {
+  std::variant<json, ApiError> read = read_body(body, context);
+  if (auto* error = std::get_if<ApiError>(&read)) return *error;
+  const json& root = std::get<json>(read);
   if (Check error = check_model(root, context)) return *error;
 
   ApiRequest request;
@@ -526,21 +557,102 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
 
 std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body,
                                                  const ParseContext& context) {
-  if (context.tokenizer == nullptr) {
-    ApiError error;
-    error.status = 500;
-    error.type = "server_error";
-    error.message = "the server has no tokenizer";
-    return error;
+  return guarded(context, [&] { return parse(endpoint, body, context); });
+}
+
+namespace {
+
+std::variant<TokenizeRequest, ApiError> tokenize(std::string_view body,
+                                                 const ParseContext& context) {
+  std::variant<json, ApiError> read = read_body(body, context);
+  if (auto* error = std::get_if<ApiError>(&read)) return *error;
+  const json& root = std::get<json>(read);
+  if (Check error = check_model(root, context, /*required=*/false)) return *error;
+  TokenizeRequest request;
+  const json* prompt = nullptr;
+  const json* messages = nullptr;
+  std::optional<bool> add_special;
+  bool add_generation_prompt = true;
+  for (const auto& [key, value] : root.items()) {
+    if (value.is_null()) continue;
+    if (key == "model") continue;
+    if (key == "prompt") {
+      prompt = &value;
+    } else if (key == "messages") {
+      messages = &value;
+    } else if (key == "add_special_tokens") {
+      bool v = false;
+      if (Check error = read_bool(value, key, &v)) return *error;
+      add_special = v;
+    } else if (key == "add_generation_prompt") {
+      if (Check error = read_bool(value, key, &add_generation_prompt)) return *error;
+    } else {
+      request.ignored.push_back(key);
+    }
   }
-  try {
-    return parse(endpoint, body, context);
-  } catch (const std::exception& e) {
-    // Every access above is type-checked first; this only keeps a missed case a 400.
-    ApiError error;
-    error.message = std::string("body: ") + e.what();
-    return error;
+  if ((prompt == nullptr) == (messages == nullptr)) {
+    return bad_field(prompt == nullptr ? "prompt" : "messages",
+                     "send exactly one of prompt (text) and messages (a chat)");
   }
+  if (prompt != nullptr) {
+    if (!prompt->is_string()) return bad_field("prompt", wrong_type(*prompt, "a string"));
+    // As vLLM: a text prompt gets the tokenizer's special tokens unless told otherwise, as the
+    // completions endpoint encodes it.
+    request.tokens = context.tokenizer->encode(prompt->get_ref<const std::string&>(),
+                                               add_special.value_or(true));
+    return request;
+  }
+  // The template spells its special tokens out: adding them again would double the BOS.
+  if (add_special.value_or(false)) {
+    return unsupported("add_special_tokens", "true with messages (the template writes them)");
+  }
+  if (Check error = read_messages(*messages, context, &request.tokens, &request.ignored,
+                                  add_generation_prompt)) {
+    return *error;
+  }
+  return request;
+}
+
+std::variant<DetokenizeRequest, ApiError> detokenize(std::string_view body,
+                                                     const ParseContext& context) {
+  std::variant<json, ApiError> read = read_body(body, context);
+  if (auto* error = std::get_if<ApiError>(&read)) return *error;
+  const json& root = std::get<json>(read);
+  if (Check error = check_model(root, context, /*required=*/false)) return *error;
+  DetokenizeRequest request;
+  const json* tokens = nullptr;
+  for (const auto& [key, value] : root.items()) {
+    if (key == "model" || value.is_null()) continue;
+    if (key == "tokens") {
+      tokens = &value;
+    } else {
+      request.ignored.push_back(key);
+    }
+  }
+  if (tokens == nullptr) return bad_field("tokens", "is required");
+  if (!tokens->is_array()) return bad_field("tokens", wrong_type(*tokens, "an array of token ids"));
+  const std::int64_t last_id = static_cast<std::int64_t>(context.vocab_size) - 1;
+  for (std::size_t i = 0; i < tokens->size(); ++i) {
+    std::int64_t id = 0;
+    if (Check error = read_integer((*tokens)[i], "tokens[" + std::to_string(i) + "]", 0, last_id,
+                                   " (the vocabulary's ids)", &id)) {
+      return *error;
+    }
+    request.tokens.push_back(static_cast<std::int32_t>(id));
+  }
+  return request;
+}
+
+}  // namespace
+
+std::variant<TokenizeRequest, ApiError> parse_tokenize(std::string_view body,
+                                                       const ParseContext& context) {
+  return guarded(context, [&] { return tokenize(body, context); });
+}
+
+std::variant<DetokenizeRequest, ApiError> parse_detokenize(std::string_view body,
+                                                           const ParseContext& context) {
+  return guarded(context, [&] { return detokenize(body, context); });
 }
 
 }  // namespace kvvm::server

@@ -72,6 +72,23 @@ struct ApiRequest {
   std::vector<std::string> ignored;
 };
 
+// POST /tokenize (vLLM's): {model (optional; the served one), prompt (text, special tokens
+// added unless add_special_tokens is false) or messages (a chat through the template, as the
+// chat endpoint renders it; add_generation_prompt, default true)}.
+struct TokenizeRequest {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::string> ignored;  // as ApiRequest::ignored
+};
+// POST /detokenize (vLLM's): {model (optional), tokens: [ids of the vocabulary]}.
+struct DetokenizeRequest {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::string> ignored;
+};
+std::variant<TokenizeRequest, ApiError> parse_tokenize(std::string_view body,
+                                                       const ParseContext& context);
+std::variant<DetokenizeRequest, ApiError> parse_detokenize(std::string_view body,
+                                                           const ParseContext& context);
+
 // The body's JSON is read with kvvm's bounded reader (depth, UTF-8): a body nested deeper
 // than max_json_depth, invalid JSON or invalid UTF-8 is a 400 naming the body.
 std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body,

@@ -78,6 +78,9 @@ std::span<const Route> Routes::table() {
       {"/v1/models", Method::kGet, false, &Routes::models},
       // A model id may hold slashes ("Qwen/Qwen2.5-0.5B"): the rest of the path is the id.
       {"/v1/models/{model}", Method::kGet, false, &Routes::model, R"(/v1/models/(.+))"},
+      // vLLM's: the prompt ids a completion would see, and text for ids.
+      {"/tokenize", Method::kPost, false, &Routes::tokenize},
+      {"/detokenize", Method::kPost, false, &Routes::detokenize},
       {"/health", Method::kGet, false, &Routes::health},
       {"/metrics", Method::kGet, false, &Routes::metrics},
   };
@@ -176,6 +179,45 @@ void Routes::model(const httplib::Request& req, httplib::Response& res) {
   res.set_content(dump_json(model_body(options_.model_name, created_, context_tokens_)), kJson);
 }
 
+void Routes::tokenize(const httplib::Request& req, httplib::Response& res) {
+  if (!authorized(req, res)) return;
+  std::variant<TokenizeRequest, ApiError> parsed = parse_tokenize(req.body, parse_context_);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    reply_error(res, *error);
+    return;
+  }
+  const TokenizeRequest& request = std::get<TokenizeRequest>(parsed);
+  note_ignored(request.ignored);
+  const nlohmann::json body = {{"count", request.tokens.size()},
+                               {"max_model_len", context_tokens_},
+                               {"tokens", request.tokens},
+                               {"token_strs", nullptr}};
+  res.set_content(dump_json(body), kJson);
+}
+
+void Routes::detokenize(const httplib::Request& req, httplib::Response& res) {
+  if (!authorized(req, res)) return;
+  std::variant<DetokenizeRequest, ApiError> parsed = parse_detokenize(req.body, parse_context_);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    reply_error(res, *error);
+    return;
+  }
+  const DetokenizeRequest& request = std::get<DetokenizeRequest>(parsed);
+  note_ignored(request.ignored);
+  const nlohmann::json body = {{"prompt", deps_.tokenizer->decode(request.tokens)}};
+  res.set_content(dump_json(body), kJson);
+}
+
+void Routes::note_ignored(const std::vector<std::string>& fields) {
+  for (const std::string& field : fields) {
+    if (const std::optional<std::string> first = metrics_.count_ignored_field(field)) {
+      log(LogLevel::kWarning, "server: ignored the request field '" + *first +
+                                  "', which kvvm does not know (said once per name; every "
+                                  "occurrence is counted in kvvm_ignored_fields_total)");
+    }
+  }
+}
+
 // A probe: no key needed.
 void Routes::health(const httplib::Request&, httplib::Response& res) {
   res.status = draining_ ? 503 : 200;
@@ -202,13 +244,7 @@ void Routes::generate(Endpoint endpoint, const httplib::Request& req, httplib::R
     return;
   }
   ApiRequest& request = std::get<ApiRequest>(parsed);
-  for (const std::string& field : request.ignored) {
-    if (const std::optional<std::string> first = metrics_.count_ignored_field(field)) {
-      log(LogLevel::kWarning, "server: ignored the request field '" + *first +
-                                  "', which kvvm does not know (said once per name; every "
-                                  "occurrence is counted in kvvm_ignored_fields_total)");
-    }
-  }
+  note_ignored(request.ignored);
   request.engine.tenant = *tenant;
   answer_completion(CompletionContext{deps_.engine, &metrics_, &streams_in_flight_},
                     std::move(request), res);

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvvm/server/server.h"
 #include "metrics.h"
@@ -62,6 +63,10 @@ class Routes {
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void models(const httplib::Request& req, httplib::Response& res);
   void model(const httplib::Request& req, httplib::Response& res);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  // Logs each ignored field name once and counts every one (kvvm_ignored_fields_total).
+  void note_ignored(const std::vector<std::string>& fields);
   void health(const httplib::Request& req, httplib::Response& res);
   void metrics(const httplib::Request& req, httplib::Response& res);
 
