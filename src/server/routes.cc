@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "api_error.h"
 #include "completion_handler.h"
@@ -91,10 +92,16 @@ const Route* Routes::find(std::string_view path) {
   for (const Route& route : table()) {
     if (path == route.path) return &route;
   }
-  for (const Route& route : table()) {
-    if (route.pattern.empty()) continue;
-    const std::regex pattern{std::string(route.pattern)};
-    if (std::regex_match(path.begin(), path.end(), pattern)) return &route;
+  // Compiled once: find() runs for every answer counted (a stream of unknown paths too).
+  static const std::vector<std::regex> patterns = [] {
+    std::vector<std::regex> compiled;
+    for (const Route& route : table()) compiled.emplace_back(std::string(route.pattern));
+    return compiled;
+  }();
+  const std::span<const Route> routes = table();
+  for (std::size_t i = 0; i < routes.size(); ++i) {
+    if (routes[i].pattern.empty()) continue;
+    if (std::regex_match(path.begin(), path.end(), patterns[i])) return &routes[i];
   }
   return nullptr;
 }
