@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "commands/generate_command.h"
+#include "support/prometheus_text.h"
 #include "support/server_rig.h"
 #include "support/test_data.h"
 
@@ -221,6 +222,43 @@ TEST_F(ServerHttpTest, ModelsHealthAndMetrics) {
   EXPECT_NE(metrics->body.find("vllm:num_requests_running"), std::string::npos);
   // The two answers above are counted.
   EXPECT_NE(metrics->body.find(R"(endpoint="/v1/models")"), std::string::npos) << metrics->body;
+}
+
+TEST_F(ServerHttpTest, MetricsTimeEachGapBetweenTokensAndDescribeTheCache) {
+  auto client = rig_->client();
+  auto answer = post_json(client, "/v1/completions",
+                          R"({"model": "llama-tiny", "prompt": "one two three", "max_tokens": 6,
+                              "temperature": 0})");
+  ASSERT_TRUE(answer);
+  ASSERT_EQ(answer->status, 200) << answer->body;
+  // Greedy and cut by max_tokens (not an end token, which is no output token): six tokens.
+  ASSERT_EQ(body_of(answer)["choices"][0]["finish_reason"], "length") << answer->body;
+  const int tokens = body_of(answer)["usage"]["completion_tokens"].get<int>();
+  ASSERT_EQ(tokens, 6) << answer->body;
+
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  const test::PromParse parsed = test::parse_prometheus_text(metrics->body);
+  ASSERT_TRUE(parsed.ok()) << parsed.error;
+  const test::PromLabels model = {{"model_name", "llama-tiny"}};
+  // One gap after each token but the first.
+  EXPECT_EQ(test::value(parsed.families, "vllm:inter_token_latency_seconds_count", model),
+            tokens - 1);
+  EXPECT_GT(test::value(parsed.families, "vllm:inter_token_latency_seconds_sum", model).value_or(0),
+            0);
+  // The cache as the rig made it: token-major fp32 on the host, 4 slots, the model's context,
+  // the host driver's granule, the tier's budget, prefixes cached.
+  const LayoutPlan& plan = rig_->kv().arena().plan();
+  const TierStats tier = rig_->kv().governor().stats(rig_->kv().arena().tier());
+  const test::PromLabels cache = {{"model_name", "llama-tiny"},
+                                  {"layout", "token-major"},
+                                  {"cache_dtype", "fp32"},
+                                  {"granule_bytes", std::to_string(plan.granule)},
+                                  {"num_slots", "4"},
+                                  {"max_context", "512"},
+                                  {"budget_bytes", std::to_string(tier.limit)},
+                                  {"enable_prefix_caching", "True"}};
+  EXPECT_EQ(test::value(parsed.families, "vllm:cache_config_info", cache), 1) << metrics->body;
 }
 
 TEST_F(ServerHttpTest, UnknownPathModelAndMethodAnswerInOpenAIShape) {

@@ -40,6 +40,13 @@ ServerMetrics::Inputs made_up_inputs() {
   in.tier.limit = 8ull << 30;
   for (std::size_t i = 0; i < kDriverOpCount; ++i) in.driver.calls[i] = 100 + i;
   in.draining = true;
+  in.cache.layout = "head-major";
+  in.cache.cache_dtype = "bf16";
+  in.cache.granule_bytes = 2ull << 20;
+  in.cache.num_slots = 65;
+  in.cache.max_context = 8192;
+  in.cache.budget_bytes = 8ull << 30;
+  in.cache.prefix_caching = true;
   return in;
 }
 
@@ -66,6 +73,8 @@ TEST(ServerMetrics, EveryVllmNameIsPresentWithItsTypeAndModelName) {
       {"vllm:request_success_total", "counter"},
       {"vllm:time_to_first_token_seconds", "histogram"},
       {"vllm:time_per_output_token_seconds", "histogram"},
+      {"vllm:inter_token_latency_seconds", "histogram"},
+      {"vllm:cache_config_info", "gauge"},
       {"vllm:e2e_request_latency_seconds", "histogram"},
       {"vllm:request_queue_time_seconds", "histogram"},
       {"vllm:request_prefill_time_seconds", "histogram"},
@@ -259,6 +268,49 @@ TEST(ServerMetrics, ObserveFinishedMovesTheHistograms) {
   EXPECT_EQ(value(families, "vllm:request_prefill_time_seconds_sum", kModel), 0);
   EXPECT_EQ(value(families, "vllm:request_params_n_sum", kModel), 2);
   EXPECT_EQ(value(families, "vllm:request_params_n_bucket", with(kModel, "le", "1")), 2);
+}
+
+TEST(ServerMetrics, CacheConfigInfoCarriesTheConfigurationInItsLabels) {
+  ServerMetrics metrics;
+  ServerMetrics::Inputs in = made_up_inputs();
+  auto families = parsed(metrics.render(in));
+  const PromLabels labels = {{"model_name", "tiny"},
+                             {"layout", "head-major"},
+                             {"cache_dtype", "bf16"},
+                             {"granule_bytes", "2097152"},
+                             {"num_slots", "65"},
+                             {"max_context", "8192"},
+                             {"budget_bytes", "8589934592"},
+                             {"enable_prefix_caching", "True"}};
+  EXPECT_EQ(value(families, "vllm:cache_config_info", labels), 1);
+  in.cache.prefix_caching = false;
+  families = parsed(metrics.render(in));
+  PromLabels off = labels;
+  off["enable_prefix_caching"] = "False";
+  EXPECT_EQ(value(families, "vllm:cache_config_info", off), 1);
+  EXPECT_EQ(find_family(families, "vllm:cache_config_info")->samples.size(), 1u);
+}
+
+TEST(ServerMetrics, InterTokenLatencyObservesEveryGapOfFinishedRequests) {
+  ServerMetrics metrics;
+  engine::RequestStats stats;
+  stats.generated_tokens = 4;
+  const std::vector<double> gaps = {0.02, 0.03, 0.2};
+  metrics.observe_finished(stats, engine::RequestEnd::kStop, gaps);
+  // Not finished: its gaps are counted nowhere, as its other figures.
+  metrics.observe_finished(stats, engine::RequestEnd::kCancelled, gaps);
+  const auto families = parsed(metrics.render(made_up_inputs()));
+  PromLabels le = kModel;
+  EXPECT_EQ(value(families, "vllm:inter_token_latency_seconds_count", kModel), 3);
+  EXPECT_NEAR(value(families, "vllm:inter_token_latency_seconds_sum", kModel).value_or(-1), 0.25,
+              1e-12);
+  // vLLM's time-per-output-token bounds: 0.02 and 0.03 in (0.01, 0.025] and (0.025, 0.05].
+  le["le"] = "0.025";
+  EXPECT_EQ(value(families, "vllm:inter_token_latency_seconds_bucket", le), 1);
+  le["le"] = "0.05";
+  EXPECT_EQ(value(families, "vllm:inter_token_latency_seconds_bucket", le), 2);
+  le["le"] = "0.2";
+  EXPECT_EQ(value(families, "vllm:inter_token_latency_seconds_bucket", le), 3);
 }
 
 TEST(ServerMetrics, PrefillIsFromAdmissionToTheFirstToken) {

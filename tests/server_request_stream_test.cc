@@ -66,6 +66,30 @@ TEST(ServerRequestStream, CopiesAndMergesEventsUntilTheFinish) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
 }
 
+TEST(ServerRequestStream, GapsAreTimedBetweenEventsThatBringTokens) {
+  auto stream = RequestStream::make();
+  engine::RequestCallback callback = stream->callback();
+  const std::vector<std::int32_t> token = {7};
+  engine::RequestEvent with_token;
+  with_token.tokens = token;
+  callback(with_token);  // the first token: no gap before it
+  EXPECT_TRUE(stream->inter_token_seconds().empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  callback(engine::RequestEvent{});  // nothing new (held-back text): no gap
+  callback(with_token);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  callback(with_token);
+  engine::RequestEvent finish;
+  finish.finished = true;
+  finish.end = engine::RequestEnd::kStop;
+  callback(finish);      // the finish brings no token: no gap
+  callback(with_token);  // nothing follows a finish
+  const std::vector<double> gaps = stream->inter_token_seconds();
+  ASSERT_EQ(gaps.size(), 2u);
+  EXPECT_GE(gaps[0], 0.02);
+  EXPECT_GE(gaps[1], 0.02);
+}
+
 TEST(ServerRequestStream, WaitsAreBoundedAndWokenByAnEvent) {
   auto stream = RequestStream::make();
   auto start = Clock::now();

@@ -131,7 +131,8 @@ std::string sse_text(StreamState& state, const StreamUpdate& update) {
       out += sse_event(stream_chunk(state.head, "", state.first, finish_reason(update.end)));
     }
     if (state.include_usage) out += sse_event(usage_chunk(state.head, usage_of(update.stats)));
-    state.context.metrics->observe_finished(update.stats, update.end);
+    state.context.metrics->observe_finished(update.stats, update.end,
+                                            state.stream->inter_token_seconds());
   } else {
     // The status line has gone: the failure travels as an error event, as vLLM sends one.
     out += "data: " + error_body(end_error(update)) + "\n\n";
@@ -197,7 +198,7 @@ void whole_answer(const CompletionContext& context, const ApiRequest& request,
     reply_error(res, end_error(all));
     return;
   }
-  context.metrics->observe_finished(all.stats, all.end);
+  context.metrics->observe_finished(all.stats, all.end, stream->inter_token_seconds());
   const nlohmann::json body =
       completion_body(head_of(request), all.text, finish_reason(all.end), usage_of(all.stats));
   res.status = 200;

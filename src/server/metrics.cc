@@ -195,6 +195,7 @@ Histogram::Snapshot Histogram::snapshot() const {
 ServerMetrics::ServerMetrics()
     : ttft_(ttft_buckets()),
       tpot_(tpot_buckets()),
+      itl_(tpot_buckets()),
       e2e_(latency_buckets()),
       queue_(latency_buckets()),
       prefill_(latency_buckets()),
@@ -218,7 +219,8 @@ void ServerMetrics::count_response(std::string_view endpoint, int status) {
   }
 }
 
-void ServerMetrics::observe_finished(const engine::RequestStats& stats, engine::RequestEnd end) {
+void ServerMetrics::observe_finished(const engine::RequestStats& stats, engine::RequestEnd end,
+                                     std::span<const double> inter_token_seconds) {
   // vLLM's histograms and request_success_total cover finished requests only.
   if (end != engine::RequestEnd::kStop && end != engine::RequestEnd::kLength) return;
   {
@@ -228,6 +230,7 @@ void ServerMetrics::observe_finished(const engine::RequestStats& stats, engine::
   if (stats.generated_tokens > 0) ttft_.observe(stats.time_to_first_token);
   // One token has no gap after it: the engine reports 0, which is no measurement.
   if (stats.generated_tokens > 1) tpot_.observe(stats.time_per_output_token);
+  for (const double gap : inter_token_seconds) itl_.observe(gap);
   e2e_.observe(stats.total_seconds);
   queue_.observe(stats.queue_seconds);
   // As vLLM splits a request's time: prefill from its (first) admission to its first token,
@@ -290,6 +293,23 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
            "KV cache in use as a fraction of the KV budget (1 = full): physical bytes mapped "
            "minus those finished sequences keep for reuse, over the budget.",
            model, engine::kv_usage(arena, inputs.tier.limit));
+  const ServerMetrics::CacheConfig& cache = inputs.cache;
+  const std::string granule = format_uint(cache.granule_bytes);
+  const std::string slots = format_uint(cache.num_slots);
+  const std::string context = format_uint(cache.max_context);
+  const std::string budget = format_uint(cache.budget_bytes);
+  w.single("vllm:cache_config_info", "gauge",
+           "The KV cache's configuration, in the labels (value 1): layout, element type, "
+           "granule, slots, tokens a slot holds, byte budget and whether prefixes are cached.",
+           {{"model_name", inputs.model_name},
+            {"layout", cache.layout},
+            {"cache_dtype", cache.cache_dtype},
+            {"granule_bytes", granule},
+            {"num_slots", slots},
+            {"max_context", context},
+            {"budget_bytes", budget},
+            {"enable_prefix_caching", cache.prefix_caching ? "True" : "False"}},
+           std::uint64_t{1});
   w.single("vllm:prefix_cache_queries_total", "counter",
            "Prompt tokens looked up in the prefix cache.", model, engine.prefix.queries);
   w.single("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
@@ -312,6 +332,9 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
               "Time from submit to the first generated token, seconds.", model, ttft_.snapshot());
   w.histogram("vllm:time_per_output_token_seconds",
               "Mean gap between output tokens after the first, seconds.", model, tpot_.snapshot());
+  w.histogram("vllm:inter_token_latency_seconds",
+              "Time between consecutive output tokens of finished requests, seconds.", model,
+              itl_.snapshot());
   w.histogram("vllm:e2e_request_latency_seconds",
               "Time from submit to finish of finished requests, seconds.", model, e2e_.snapshot());
   w.histogram("vllm:request_queue_time_seconds", "Time from submit to first admission, seconds.",

@@ -3,15 +3,17 @@
 // vLLM's names where vLLM has the metric, so dashboards built for it read kvvm:
 //   gauges      vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc
 //               (0..1, as vLLM reports it: (kvvm_kv_physical_bytes -
-//               kvvm_kv_reclaimable_bytes) / kvvm_kv_budget_bytes, engine::kv_usage)
+//               kvvm_kv_reclaimable_bytes) / kvvm_kv_budget_bytes, engine::kv_usage),
+//               vllm:cache_config_info (1, the KV cache's configuration in its labels: kvvm's
+//               own, as vLLM's are its cache config's fields)
 //   counters    vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total (tokens),
 //               vllm:prompt_tokens_total, vllm:generation_tokens_total,
 //               vllm:num_preemptions_total, vllm:request_success_total{finished_reason}
 //   histograms  vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds,
-//               vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds,
-//               vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds,
-//               vllm:request_params_n, vllm:request_prompt_tokens,
-//               vllm:request_generation_tokens
+//               vllm:inter_token_latency_seconds, vllm:e2e_request_latency_seconds,
+//               vllm:request_queue_time_seconds, vllm:request_prefill_time_seconds,
+//               vllm:request_decode_time_seconds, vllm:request_params_n,
+//               vllm:request_prompt_tokens, vllm:request_generation_tokens
 // and kvvm's own: kvvm_driver_calls_total{op}, kvvm_kv_committed_bytes,
 // kvvm_kv_physical_bytes, kvvm_kv_reclaimable_bytes, kvvm_kv_budget_bytes, kvvm_kv_commits_total,
 // kvvm_kv_reclaimed_bytes_total, kvvm_requests_refused_total{reason} (overloaded = the 429s),
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,9 +64,11 @@ class ServerMetrics {
   // One answered HTTP request: its route ("/v1/completions", ...; anything else "other") and
   // status.
   void count_response(std::string_view endpoint, int status);
-  // A request the engine finished (stop or length): the latency and token histograms and
+  // A request the engine finished (stop or length): the latency and token histograms, each of
+  // `inter_token_seconds` (RequestStream::inter_token_seconds) and
   // vllm:request_success_total{finished_reason}.
-  void observe_finished(const engine::RequestStats& stats, engine::RequestEnd end);
+  void observe_finished(const engine::RequestStats& stats, engine::RequestEnd end,
+                        std::span<const double> inter_token_seconds = {});
   // A refusal: reason "overloaded" (429), "draining" (503), "unauthorized" (401),
   // "too_large" (413), "invalid" (400 / 404).
   void count_refusal(std::string_view reason);
@@ -75,8 +80,19 @@ class ServerMetrics {
   std::optional<std::string> count_ignored_field(std::string_view field);
   static constexpr std::size_t kMaxIgnoredNames = 64;
 
+  // The KV cache as configured: vllm:cache_config_info's labels.
+  struct CacheConfig {
+    std::string layout;       // to_string(Layout)
+    std::string cache_dtype;  // to_string(DType) of the KV elements
+    std::uint64_t granule_bytes = 0;
+    std::uint64_t num_slots = 0;    // the arena's slots (the graphs' padding slot included)
+    std::uint64_t max_context = 0;  // tokens a slot holds
+    std::uint64_t budget_bytes = 0;
+    bool prefix_caching = false;
+  };
   struct Inputs {
     std::string model_name;
+    CacheConfig cache;
     engine::EngineStats engine;
     DriverCallCounts driver;
     TierStats tier;  // the KV tier's governor view (limit = the budget)
@@ -93,7 +109,7 @@ class ServerMetrics {
   std::map<std::string, std::uint64_t> successes_ KVVM_GUARDED_BY(mutex_);
   std::map<std::string, std::uint64_t> ignored_ KVVM_GUARDED_BY(mutex_);  // by field name
   // Each has its own lock.
-  Histogram ttft_, tpot_, e2e_, queue_, prefill_, decode_, prompt_tokens_, generation_tokens_,
+  Histogram ttft_, tpot_, itl_, e2e_, queue_, prefill_, decode_, prompt_tokens_, generation_tokens_,
       params_n_;
 };
 

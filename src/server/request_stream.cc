@@ -16,11 +16,19 @@ engine::RequestCallback RequestStream::callback() {
 }
 
 void RequestStream::push(const engine::RequestEvent& event) {
+  const auto now = std::chrono::steady_clock::now();
   {
     MutexLock lock(mutex_);
     if (finish_seen_) return;  // nothing follows a finish
     pending_.text.append(event.text);
     pending_.tokens += event.tokens.size();
+    if (!event.tokens.empty()) {
+      if (last_token_at_) {
+        inter_token_seconds_.push_back(
+            std::chrono::duration<double>(now - *last_token_at_).count());
+      }
+      last_token_at_ = now;
+    }
     if (event.finished) {
       finish_seen_ = true;
       pending_.finished = true;
@@ -47,6 +55,11 @@ StreamUpdate RequestStream::take(std::chrono::milliseconds timeout) {
 bool RequestStream::finished() const {
   MutexLock lock(mutex_);
   return finish_seen_;
+}
+
+std::vector<double> RequestStream::inter_token_seconds() const {
+  MutexLock lock(mutex_);
+  return inter_token_seconds_;
 }
 
 }  // namespace kvvm::server

@@ -10,7 +10,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "kvvm/engine/engine.h"
 #include "kvvm/mutex.h"
@@ -45,12 +47,18 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
   StreamUpdate take(std::chrono::milliseconds timeout);
   // Whether the finish has arrived (taken or not).
   bool finished() const;
+  // The gaps between consecutive events that brought tokens, seconds, timed as the engine
+  // handed them over (one per step after the first token's: vLLM's inter-token latency; the
+  // first token's wait is the time to first token, no gap).
+  std::vector<double> inter_token_seconds() const;
 
  private:
   RequestStream() = default;
   mutable Mutex mutex_;
   std::condition_variable arrived_;
   StreamUpdate pending_ KVVM_GUARDED_BY(mutex_);
+  std::optional<std::chrono::steady_clock::time_point> last_token_at_ KVVM_GUARDED_BY(mutex_);
+  std::vector<double> inter_token_seconds_ KVVM_GUARDED_BY(mutex_);
   bool finish_seen_ KVVM_GUARDED_BY(mutex_) = false;
   bool finish_taken_ KVVM_GUARDED_BY(mutex_) = false;
 };

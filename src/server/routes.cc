@@ -10,6 +10,8 @@
 
 #include "api_error.h"
 #include "completion_handler.h"
+#include "kvvm/dtype.h"
+#include "kvvm/layout.h"
 #include "kvvm/log.h"
 #include "openai_response.h"
 
@@ -239,6 +241,15 @@ void Routes::metrics(const httplib::Request&, httplib::Response& res) {
   inputs.driver = deps_.kv->driver().counts();
   inputs.tier = deps_.kv->governor().stats(deps_.kv->arena().tier());
   inputs.draining = draining_;
+  const LayoutPlan& plan = deps_.kv->arena().plan();
+  const engine::EngineOptions& engine_options = deps_.engine->options();
+  inputs.cache.layout = std::string(to_string(plan.layout));
+  inputs.cache.cache_dtype = std::string(to_string(plan.geometry.dtype));
+  inputs.cache.granule_bytes = plan.granule;
+  inputs.cache.num_slots = deps_.kv->options().max_slots;
+  inputs.cache.max_context = plan.max_context;
+  inputs.cache.budget_bytes = inputs.tier.limit;
+  inputs.cache.prefix_caching = engine_options.prefix_cache && !engine_options.preallocate;
   res.set_content(metrics_.render(inputs), "text/plain; version=0.0.4; charset=utf-8");
 }
 
