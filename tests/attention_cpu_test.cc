@@ -22,8 +22,8 @@ namespace {
 
 using testing::KvArena;
 using Config = testing::AttentionConfig;
-constexpr std::uint32_t kKvHeads = testing::kAttentionKvHeads;
-constexpr std::uint32_t kLayer = testing::kAttentionLayer;
+using testing::kAttentionKvHeads;
+using testing::kAttentionLayer;  // not 0: the layer stride is exercised
 
 class AttentionCpuTest : public testing::AttentionFixture {
  protected:
@@ -36,8 +36,8 @@ class AttentionCpuTest : public testing::AttentionFixture {
   // Appends random K and V for tokens [from, to) of `slot` with append_kv_cpu.
   void fill(const KvView& view, std::uint32_t slot, std::uint32_t from, std::uint32_t to) {
     const testing::KvRows rows = random_rows(to - from);
-    AppendParams append =
-        testing::append_rows(view, kLayer, kKvHeads, to - from, rows.k.data(), rows.v.data());
+    AppendParams append = testing::append_rows(view, kAttentionLayer, kAttentionKvHeads, to - from,
+                                               rows.k.data(), rows.v.data());
     append.slot = slot;
     append.start = from;
     ASSERT_TRUE(append_kv_cpu(append).ok());
@@ -64,15 +64,15 @@ TEST_P(AttentionCpuTest, DecodeMatchesTheFloat64Reference) {
     fill(kv->arena->view(), *slot, 0, length);
     if (HasFatalFailure()) return;
   }
-  const std::uint32_t qo_heads = kKvHeads * c.group;
+  const std::uint32_t qo_heads = kAttentionKvHeads * c.group;
   const std::size_t elements = std::size_t{batch} * qo_heads * c.head_dim;
   auto q = testing::random_elements(c.element, elements, random_, 2.0f);
   std::vector<std::uint8_t> out(elements * 2, 0xff);  // poisoned: NaN
   DecodeParams params;
   params.view = kv->arena->view();
-  params.layer = kLayer;
+  params.layer = kAttentionLayer;
   params.qo_heads = qo_heads;
-  params.kv_heads = kKvHeads;
+  params.kv_heads = kAttentionKvHeads;
   params.batch = batch;
   params.q = q.data();
   params.slots = slots.data();
@@ -100,7 +100,7 @@ TEST_P(AttentionCpuPrefillTest, CausalPrefillInTwoChunksMatchesTheReference) {
   ASSERT_TRUE(kv);
   auto slot = kv->arena->admit(kTotal);
   ASSERT_TRUE(slot.ok());
-  const std::uint32_t qo_heads = kKvHeads * c.group;
+  const std::uint32_t qo_heads = kAttentionKvHeads * c.group;
   for (auto [start, end] : {std::pair{0u, kFirst}, std::pair{kFirst, kTotal}}) {
     fill(kv->arena->view(), *slot, start, end);
     if (HasFatalFailure()) return;
@@ -109,9 +109,9 @@ TEST_P(AttentionCpuPrefillTest, CausalPrefillInTwoChunksMatchesTheReference) {
     std::vector<std::uint8_t> out(elements * 2, 0xff);
     PrefillParams params;
     params.view = kv->arena->view();
-    params.layer = kLayer;
+    params.layer = kAttentionLayer;
     params.qo_heads = qo_heads;
-    params.kv_heads = kKvHeads;
+    params.kv_heads = kAttentionKvHeads;
     params.slot = *slot;
     params.start = start;
     params.tokens = end - start;
@@ -165,10 +165,11 @@ TEST_P(AttentionCpuAppendTest, AppendWritesEveryRowWhereTheLayoutSays) {
   const std::size_t row_bytes = std::size_t{c.head_dim} * 2;
   // A prefill chunk into slot 1 at [5, 45), then a decode step of one token per sequence.
   const std::uint32_t chunk = 40;
-  auto k = testing::random_elements(c.element, std::size_t{chunk} * kKvHeads * c.head_dim, random_);
+  auto k = testing::random_elements(c.element, std::size_t{chunk} * kAttentionKvHeads * c.head_dim,
+                                    random_);
   auto v = testing::random_elements(c.element, k.size() / 2, random_);
-  AppendParams append =
-      testing::append_rows(kv->arena->view(), kLayer, kKvHeads, chunk, k.data(), v.data());
+  AppendParams append = testing::append_rows(kv->arena->view(), kAttentionLayer, kAttentionKvHeads,
+                                             chunk, k.data(), v.data());
   append.slot = slots[1];
   append.start = 5;
   ASSERT_TRUE(append_kv_cpu(append).ok());
@@ -176,20 +177,20 @@ TEST_P(AttentionCpuAppendTest, AppendWritesEveryRowWhereTheLayoutSays) {
                    const std::uint8_t* v_row, std::uint32_t head) {
     const Address base = kv->arena->slot_base(slot);
     const auto* at = reinterpret_cast<const std::uint8_t*>(
-        base + expected_offset(kv->arena->plan(), kLayer, 0, head, position));
+        base + expected_offset(kv->arena->plan(), kAttentionLayer, 0, head, position));
     EXPECT_EQ(std::memcmp(at, k_row, row_bytes), 0) << "K slot " << slot << " at " << position;
     at = reinterpret_cast<const std::uint8_t*>(
-        base + expected_offset(kv->arena->plan(), kLayer, 1, head, position));
+        base + expected_offset(kv->arena->plan(), kAttentionLayer, 1, head, position));
     EXPECT_EQ(std::memcmp(at, v_row, row_bytes), 0) << "V slot " << slot << " at " << position;
   };
   for (std::uint32_t i = 0; i < chunk; ++i) {
-    for (std::uint32_t h = 0; h < kKvHeads; ++h) {
-      const std::size_t from = (std::size_t{i} * kKvHeads + h) * row_bytes;
+    for (std::uint32_t h = 0; h < kAttentionKvHeads; ++h) {
+      const std::size_t from = (std::size_t{i} * kAttentionKvHeads + h) * row_bytes;
       check(slots[1], 5 + i, &k[from], &v[from], h);
     }
   }
   std::vector<std::uint32_t> positions = {63, 45, 0};
-  k = testing::random_elements(c.element, 3 * kKvHeads * c.head_dim, random_);
+  k = testing::random_elements(c.element, 3 * kAttentionKvHeads * c.head_dim, random_);
   v = testing::random_elements(c.element, k.size() / 2, random_);
   append.tokens = 3;
   append.k = k.data();
@@ -198,18 +199,21 @@ TEST_P(AttentionCpuAppendTest, AppendWritesEveryRowWhereTheLayoutSays) {
   append.row_positions = positions.data();
   ASSERT_TRUE(append_kv_cpu(append).ok());
   for (std::uint32_t b = 0; b < 3; ++b) {
-    for (std::uint32_t h = 0; h < kKvHeads; ++h) {
-      const std::size_t from = (std::size_t{b} * kKvHeads + h) * row_bytes;
+    for (std::uint32_t h = 0; h < kAttentionKvHeads; ++h) {
+      const std::size_t from = (std::size_t{b} * kAttentionKvHeads + h) * row_bytes;
       check(slots[b], positions[b], &k[from], &v[from], h);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, AttentionCpuTest,
-                         ::testing::ValuesIn(testing::all_attention_configs()),
-                         testing::attention_config_name);
+// Under ThreadSanitizer one configuration per layout (support/sanitizer.h says why).
+INSTANTIATE_TEST_SUITE_P(
+    Paths, AttentionCpuTest,
+    ::testing::ValuesIn(testing::sampled_under_thread_sanitizer(testing::all_attention_configs())),
+    testing::attention_config_name);
 INSTANTIATE_TEST_SUITE_P(Paths, AttentionCpuPrefillTest,
-                         ::testing::ValuesIn(testing::attention_configs_with_groups({4, 7})),
+                         ::testing::ValuesIn(testing::sampled_under_thread_sanitizer(
+                             testing::attention_configs_with_groups({4, 7}))),
                          testing::attention_config_name);
 INSTANTIATE_TEST_SUITE_P(Paths, AttentionCpuAppendTest,
                          ::testing::ValuesIn(testing::attention_configs_with_groups({1})),
@@ -227,7 +231,7 @@ TEST(AttentionCpuMaskingTest, NanTailOfAReusedSlotIsNeverRead) {
   ASSERT_TRUE(old_slot.ok());
   std::vector<std::uint8_t> nan_rows(500 * 2 * 64 * 2, 0xff);
   AppendParams append =
-      testing::append_rows(arena.view(), kLayer, 2, 500, nan_rows.data(), nan_rows.data());
+      testing::append_rows(arena.view(), kAttentionLayer, 2, 500, nan_rows.data(), nan_rows.data());
   append.slot = *old_slot;
   ASSERT_TRUE(append_kv_cpu(append).ok());
   ASSERT_TRUE(arena.finish(*old_slot).ok());
@@ -253,7 +257,7 @@ TEST(AttentionCpuMaskingTest, NanTailOfAReusedSlotIsNeverRead) {
   std::vector<std::uint8_t> out(2 * 8 * 64 * 2, 0xff);
   DecodeParams params;
   params.view = arena.view();
-  params.layer = kLayer;
+  params.layer = kAttentionLayer;
   params.qo_heads = 8;
   params.kv_heads = 2;
   params.batch = 2;

@@ -32,8 +32,8 @@ namespace {
 using testing::KvArena;
 using testing::Mirror;
 using Config = testing::AttentionConfig;
-constexpr std::uint32_t kKvHeads = testing::kAttentionKvHeads;
-constexpr std::uint32_t kLayer = testing::kAttentionLayer;  // not 0: the layer stride is exercised
+using testing::kAttentionKvHeads;
+using testing::kAttentionLayer;  // not 0: the layer stride is exercised
 
 TEST(AttentionCudaChecks, UnsupportedShapesAreRefusedWithTheValue) {
 #if !defined(KVVM_HAS_CUDA_KERNELS)
@@ -95,8 +95,8 @@ class AttentionCudaTest : public testing::AttentionFixture {
   void fill(const Mirror& mirror, std::uint32_t mirror_slot, const KvView& device_view,
             std::uint32_t device_slot, std::uint32_t from, std::uint32_t to) {
     const testing::KvRows rows = random_rows(to - from);
-    AppendParams append = testing::append_rows(mirror.view, kLayer, kKvHeads, to - from,
-                                               rows.k.data(), rows.v.data());
+    AppendParams append = testing::append_rows(mirror.view, kAttentionLayer, kAttentionKvHeads,
+                                               to - from, rows.k.data(), rows.v.data());
     append.slot = mirror_slot;
     append.start = from;
     ASSERT_TRUE(append_kv_cpu(append).ok());
@@ -119,14 +119,14 @@ class AttentionCudaTest : public testing::AttentionFixture {
     std::vector<std::uint8_t> got(row_bytes);
     for (std::uint32_t t : tokens) {
       for (std::uint32_t kv = 0; kv < 2; ++kv) {
-        for (std::uint32_t h = 0; h < kKvHeads; ++h) {
+        for (std::uint32_t h = 0; h < kAttentionKvHeads; ++h) {
           ASSERT_EQ(cudaMemcpy(got.data(),
                                reinterpret_cast<const void*>(
-                                   device_view.address(device_slot, kLayer, kv, h, t)),
+                                   device_view.address(device_slot, kAttentionLayer, kv, h, t)),
                                row_bytes, cudaMemcpyDeviceToHost),
                     cudaSuccess);
           const auto* want = reinterpret_cast<const std::uint8_t*>(
-              mirror.view.address(mirror_slot, kLayer, kv, h, t));
+              mirror.view.address(mirror_slot, kAttentionLayer, kv, h, t));
           ASSERT_EQ(std::memcmp(got.data(), want, row_bytes), 0)
               << "token " << t << " kv " << kv << " head " << h;
         }
@@ -141,14 +141,14 @@ class AttentionCudaTest : public testing::AttentionFixture {
                               const KvView& device_view, std::uint32_t device_slot,
                               std::uint32_t start, std::uint32_t tokens) {
     const Config& c = GetParam();
-    const std::uint32_t qo_heads = kKvHeads * c.group;
+    const std::uint32_t qo_heads = kAttentionKvHeads * c.group;
     const std::size_t elements = std::size_t{tokens} * qo_heads * c.head_dim;
     auto q = testing::random_elements(c.element, elements, random_, 2.0f);
     PrefillParams params;
     params.view = mirror.view;
-    params.layer = kLayer;
+    params.layer = kAttentionLayer;
     params.qo_heads = qo_heads;
-    params.kv_heads = kKvHeads;
+    params.kv_heads = kAttentionKvHeads;
     params.slot = mirror_slot;
     params.start = start;
     params.tokens = tokens;
@@ -221,15 +221,15 @@ TEST_P(AttentionCudaTest, DecodeMatchesTheFloat64ReferenceAtEveryLength) {
     expect_rows_equal(mirror, b, view, *slot, lengths[b]);
     if (HasFatalFailure()) return;
   }
-  const std::uint32_t qo_heads = kKvHeads * c.group;
+  const std::uint32_t qo_heads = kAttentionKvHeads * c.group;
   const std::size_t out_elements = std::size_t{batch} * qo_heads * c.head_dim;
   auto q = testing::random_elements(c.element, out_elements, random_, 2.0f);
 
   DecodeParams params;
   params.view = mirror.view;
-  params.layer = kLayer;
+  params.layer = kAttentionLayer;
   params.qo_heads = qo_heads;
-  params.kv_heads = kKvHeads;
+  params.kv_heads = kAttentionKvHeads;
   params.batch = batch;
   params.q = q.data();
   params.slots = mirror_slots.data();
@@ -367,10 +367,11 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
   auto old_slot = arena.admit(kOld);
   ASSERT_TRUE(old_slot.ok()) << old_slot.status().to_string();
   {  // The earlier occupant leaves NaN (0xff bytes) in every row it wrote.
-    std::vector<std::uint8_t> nan_rows(std::size_t{kOld} * kKvHeads * c.head_dim * 2, 0xff);
+    std::vector<std::uint8_t> nan_rows(std::size_t{kOld} * kAttentionKvHeads * c.head_dim * 2,
+                                       0xff);
     DeviceBuffer dnan(nan_rows);
-    AppendParams append =
-        testing::append_rows(view, kLayer, kKvHeads, kOld, dnan.get(), dnan.get());
+    AppendParams append = testing::append_rows(view, kAttentionLayer, kAttentionKvHeads, kOld,
+                                               dnan.get(), dnan.get());
     append.slot = *old_slot;
     ASSERT_TRUE(append_kv_cuda(append, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -391,17 +392,18 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
     const std::size_t row_bytes = std::size_t{c.head_dim} * 2;
     for (std::uint32_t t = 0; t < kNew; ++t) {
       for (std::uint32_t kvi = 0; kvi < 2; ++kvi) {
-        for (std::uint32_t h = 0; h < kKvHeads; ++h) {
+        for (std::uint32_t h = 0; h < kAttentionKvHeads; ++h) {
           ASSERT_EQ(
-              cudaMemcpy(reinterpret_cast<void*>(view.address(*clean, kLayer, kvi, h, t)),
-                         reinterpret_cast<const void*>(view.address(*dirty, kLayer, kvi, h, t)),
-                         row_bytes, cudaMemcpyDeviceToDevice),
+              cudaMemcpy(
+                  reinterpret_cast<void*>(view.address(*clean, kAttentionLayer, kvi, h, t)),
+                  reinterpret_cast<const void*>(view.address(*dirty, kAttentionLayer, kvi, h, t)),
+                  row_bytes, cudaMemcpyDeviceToDevice),
               cudaSuccess);
         }
       }
     }
   }
-  const std::uint32_t qo_heads = kKvHeads * c.group;
+  const std::uint32_t qo_heads = kAttentionKvHeads * c.group;
   const std::size_t per_sequence = std::size_t{qo_heads} * c.head_dim;
   auto q = testing::random_elements(c.element, per_sequence, random_, 2.0f);
   std::vector<std::uint8_t> q2 = q;
@@ -410,9 +412,9 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
   DeviceBuffer dq(q2), dslots(slots), dlengths(lengths), dout(2 * per_sequence * 2);
   DecodeParams params;
   params.view = view;
-  params.layer = kLayer;
+  params.layer = kAttentionLayer;
   params.qo_heads = qo_heads;
-  params.kv_heads = kKvHeads;
+  params.kv_heads = kAttentionKvHeads;
   params.batch = 2;
   params.q = dq.get();
   params.slots = static_cast<const std::uint32_t*>(dslots.get());
@@ -430,7 +432,8 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto out = dout.download();
     EXPECT_EQ(testing::count_nan(c.element, out), 0u) << "chunk " << chunk;
-    EXPECT_EQ(std::memcmp(out.data(), out.data() + per_sequence * 2, per_sequence * 2), 0)
+    const auto clean_end = out.begin() + static_cast<std::ptrdiff_t>(per_sequence * 2);
+    EXPECT_TRUE(std::equal(out.begin(), clean_end, clean_end))
         << "the dirty slot's output differs from the clean slot's (chunk " << chunk << ")";
     DecodeParams host = params;
     std::vector<std::uint32_t> mirror_slot = {0};

@@ -27,6 +27,8 @@
 namespace kvvm::cli {
 namespace {
 
+using test::scratch_dir;
+
 using test::CliRun;
 using test::contains;
 using test::run;
@@ -47,15 +49,6 @@ SimulateOptions parse_simulate(const std::vector<std::string>& args) {
   reversed.push_back("simulate");
   app.parse(reversed);
   return options;
-}
-
-std::filesystem::path scratch_dir() {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() /
-      ("kvvm_bad_input_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  std::filesystem::create_directories(dir);
-  return dir;
 }
 
 // --- huge counts and tiny rates: a bound and a clear error, not std::bad_alloc -----------
@@ -211,7 +204,7 @@ TEST(CliBadInput, UnknownSubcommandIsNamed) {
 // --- a file name that is not UTF-8 is written, not an internal error ----------------------
 
 TEST(CliBadInput, NonUtf8FileNameInJson) {
-  const std::filesystem::path trace = scratch_dir() / "trace-\xff\xfe.jsonl";
+  const std::filesystem::path trace = scratch_dir("kvvm_bad_input") / "trace-\xff\xfe.jsonl";
   {
     std::ofstream file(trace);
     file << R"({"arrival": 0, "prompt_tokens": 16, "output_tokens": 4})"
@@ -245,7 +238,7 @@ void expect_refused(const std::vector<std::string>& args, const std::vector<std:
 }
 
 TEST(CliBadInput, ByteSizesPastWhatTheOptionCanUseAreRefused) {
-  const std::filesystem::path dir = scratch_dir();
+  const std::filesystem::path dir = scratch_dir("kvvm_bad_input");
   const std::string saved = (dir / "saved.jsonl").string();
   // 17179869183G fits in 64 bits (16 EiB less 1 GiB) and used to end in std::bad_alloc.
   expect_refused(small_simulation({"--budget", "17179869183G", "--save-trace", saved}),
@@ -313,7 +306,7 @@ TEST(CliBadInput, ResourceCountsPastTheProcessLimitsAreRefusedAtOnce) {
 }
 
 TEST(CliBadInput, TraceThatIsNoReadableFileIsNamed) {
-  const std::filesystem::path dir = scratch_dir();
+  const std::filesystem::path dir = scratch_dir("kvvm_bad_input");
   const std::string saved = (dir / "saved.jsonl").string();
   const std::string folder = (dir / "folder").string();
   std::filesystem::create_directories(folder);
@@ -330,7 +323,7 @@ TEST(CliBadInput, TraceThatIsNoReadableFileIsNamed) {
 }
 
 TEST(CliBadInput, DuplicateJsonKeysAreRefusedNamingTheKey) {
-  const std::filesystem::path dir = scratch_dir();
+  const std::filesystem::path dir = scratch_dir("kvvm_bad_input");
   const std::string saved = (dir / "saved.jsonl").string();
   // A config.json that says two things: refused with the key and its line, before any output.
   const std::filesystem::path model = dir / "model";
@@ -360,7 +353,7 @@ TEST(CliBadInput, DuplicateJsonKeysAreRefusedNamingTheKey) {
 }
 
 TEST(CliBadInput, HostGranuleOffThePageIsRefusedWhateverTheBackend) {
-  const std::filesystem::path dir = scratch_dir();
+  const std::filesystem::path dir = scratch_dir("kvvm_bad_input");
   const std::string saved = (dir / "saved.jsonl").string();
   const std::string page = std::to_string(::sysconf(_SC_PAGESIZE));
   const std::vector<std::string> named = {"--host-granule", "'3000'", "page size " + page};
@@ -385,7 +378,7 @@ void in_directory(const std::filesystem::path& dir, const std::function<void()>&
 }
 
 TEST(CliBadInput, ModelFolderNamedWithoutASlashIsLoaded) {
-  const std::filesystem::path dir = scratch_dir();
+  const std::filesystem::path dir = scratch_dir("kvvm_bad_input");
   std::filesystem::create_directories(dir / "my-model");
   std::filesystem::copy_file(std::filesystem::path(test::demo_model_dir()) / "config.json",
                              dir / "my-model" / "config.json");

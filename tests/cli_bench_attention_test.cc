@@ -19,18 +19,11 @@
 namespace kvvm::cli {
 namespace {
 
+using test::scratch_dir;
+
 using test::CliRun;
 using test::contains;
 using test::run;
-
-std::filesystem::path scratch_dir() {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() /
-      ("kvvm_bench_attention_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-       "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream file(path);
@@ -132,7 +125,7 @@ TEST(CliBenchAttention, ChunksKeysAndTheCausalFlopCount) {
 }
 
 TEST(CliBenchAttention, DecodeRunsOrFailsCleanly) {
-  const std::filesystem::path dir = scratch_dir();
+  const std::filesystem::path dir = scratch_dir("kvvm_bench_attention");
   {
     std::ofstream baseline(dir / "sdpa.json");
     baseline << R"({"rows": [{"shape": "2,512,8/2,128", "ms": 1.0, "backend": "flash"}]})";
@@ -162,7 +155,7 @@ TEST(CliBenchAttention, DecodeRunsOrFailsCleanly) {
 }
 
 TEST(CliBenchAttention, PrefillRunsOrFailsCleanly) {
-  const std::filesystem::path dir = scratch_dir();
+  const std::filesystem::path dir = scratch_dir("kvvm_bench_attention");
   {
     std::ofstream baseline(dir / "sdpa.json");
     baseline << R"({"rows": [], "prefill_rows": [)"

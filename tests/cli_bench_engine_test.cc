@@ -22,7 +22,7 @@
 namespace kvvm::cli {
 namespace {
 
-using json = nlohmann::ordered_json;
+using ordered_json = nlohmann::ordered_json;
 
 using test::CliRun;
 using test::contains;
@@ -77,9 +77,9 @@ class CliBenchEngine : public ::testing::Test {
     std::filesystem::remove(plot_);
     delete result_;
   }
-  static json report() {
+  static ordered_json report() {
     EXPECT_EQ(result_->code, kExitOk) << result_->err;
-    return json::parse(result_->out);
+    return ordered_json::parse(result_->out);
   }
   static CliRun* result_;
   static std::string plot_;
@@ -88,7 +88,7 @@ CliRun* CliBenchEngine::result_ = nullptr;
 std::string CliBenchEngine::plot_;
 
 TEST_F(CliBenchEngine, ReportsTheRunInOrderedKeys) {
-  const json r = report();
+  const ordered_json r = report();
   std::vector<std::string> keys;
   for (const auto& [key, value] : r.items()) keys.push_back(key);
   EXPECT_EQ(keys, (std::vector<std::string>{"model", "architecture", "backend", "layers",
@@ -107,10 +107,10 @@ TEST_F(CliBenchEngine, ReportsTheRunInOrderedKeys) {
 }
 
 TEST_F(CliBenchEngine, DecodeRunsEveryModeAndSkipsGraphsOnTheCpu) {
-  const json decode = report()["decode"];
+  const ordered_json decode = report()["decode"];
   ASSERT_EQ(decode["runs"].size(), 6u);  // 2 batches x 3 modes
   std::set<std::string> modes;
-  for (const json& run : decode["runs"]) {
+  for (const ordered_json& run : decode["runs"]) {
     modes.insert(run["mode"].get<std::string>());
     const int batch = run["batch"];
     if (run["mode"] == "graphs") {
@@ -134,10 +134,10 @@ TEST_F(CliBenchEngine, DecodeRunsEveryModeAndSkipsGraphsOnTheCpu) {
 }
 
 TEST_F(CliBenchEngine, TraceCountsAddUpForBothSystems) {
-  const json trace = report()["trace"];
+  const ordered_json trace = report()["trace"];
   ASSERT_EQ(trace["runs"].size(), 4u);  // 2 rates x (arena, preallocated)
   std::uint64_t hits = 0;
-  for (const json& run : trace["runs"]) {
+  for (const ordered_json& run : trace["runs"]) {
     const std::uint64_t submitted = run["submitted"];
     EXPECT_EQ(submitted + run["not_submitted"].get<std::uint64_t>(), kRequests) << run;
     EXPECT_EQ(run["completed"].get<std::uint64_t>() +

@@ -31,7 +31,7 @@
 namespace kvvm::cli {
 namespace {
 
-using json = nlohmann::json;
+using Json = nlohmann::json;
 using test::contains;
 using test::run;
 
@@ -76,7 +76,7 @@ class FakeOpenAi {
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
-  std::vector<json> bodies() {
+  std::vector<Json> bodies() {
     std::lock_guard<std::mutex> lock(mutex_);
     return bodies_;
   }
@@ -106,7 +106,7 @@ class FakeOpenAi {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       n = static_cast<int>(bodies_.size());
-      bodies_.push_back(json::parse(req.body));
+      bodies_.push_back(Json::parse(req.body));
       arrivals_.push_back(std::chrono::steady_clock::now());
     }
     if (options_.reject_every > 0 && (n + 1) % options_.reject_every == 0) {
@@ -163,7 +163,7 @@ class FakeOpenAi {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::mutex mutex_;
-  std::vector<json> bodies_;
+  std::vector<Json> bodies_;
   std::vector<std::chrono::steady_clock::time_point> arrivals_;
 };
 
@@ -181,10 +181,10 @@ TEST(CliBenchServe, CountsCompletions429sAndErrorsByStatus) {
       run(serve_args(server.url(), {"--rate", "400", "--requests", "9", "--tenants", "1",
                                     "--system-prompt-tokens", "8", "--vocab", "50", "--json"}));
   ASSERT_EQ(result.code, 0) << result.err;
-  const json report = json::parse(result.out);
+  const Json report = Json::parse(result.out);
   EXPECT_EQ(report["model"], "fake-model");  // from GET /v1/models
   ASSERT_EQ(report["runs"].size(), 1u);
-  const json& run = report["runs"][0];
+  const Json& run = report["runs"][0];
   EXPECT_EQ(run["sent"], 9);
   EXPECT_EQ(run["completed"], 5);
   EXPECT_EQ(run["rejected_429"], 3);
@@ -203,9 +203,9 @@ TEST(CliBenchServe, CountsCompletions429sAndErrorsByStatus) {
 
   // The bodies: token ids below --vocab, the tenant's system prompt as a shared leading run,
   // streamed with usage, greedy, no field a strict server would refuse.
-  const std::vector<json> bodies = server.bodies();
+  const std::vector<Json> bodies = server.bodies();
   ASSERT_EQ(bodies.size(), 9u);
-  for (const json& body : bodies) {
+  for (const Json& body : bodies) {
     EXPECT_EQ(body["model"], "fake-model");
     EXPECT_EQ(body["stream"], true);
     EXPECT_EQ(body["stream_options"]["include_usage"], true);
@@ -213,13 +213,13 @@ TEST(CliBenchServe, CountsCompletions429sAndErrorsByStatus) {
     EXPECT_GE(body["max_tokens"].get<int>(), 1);
     EXPECT_FALSE(body.contains("ignore_eos"));
     ASSERT_GT(body["prompt"].size(), 8u);
-    for (const json& id : body["prompt"]) EXPECT_LT(id.get<int>(), 50);
+    for (const Json& id : body["prompt"]) EXPECT_LT(id.get<int>(), 50);
     for (int i = 0; i < 8; ++i) EXPECT_EQ(body["prompt"][i], bodies[0]["prompt"][i]);
   }
   bool user_parts_differ = false;
-  for (const json& body : bodies) {
-    const json tail(body["prompt"].begin() + 8, body["prompt"].end());
-    const json first(bodies[0]["prompt"].begin() + 8, bodies[0]["prompt"].end());
+  for (const Json& body : bodies) {
+    const Json tail(body["prompt"].begin() + 8, body["prompt"].end());
+    const Json first(bodies[0]["prompt"].begin() + 8, bodies[0]["prompt"].end());
     user_parts_differ = user_parts_differ || tail != first;
   }
   EXPECT_TRUE(user_parts_differ);
@@ -238,7 +238,7 @@ TEST(CliBenchServe, TextTableAnd429WithoutRetryAfterIsAnError) {
   EXPECT_TRUE(contains(result.out, "HTTP 429 x 1")) << result.out;
   EXPECT_TRUE(contains(result.out, "without a valid Retry-After")) << result.out;
   EXPECT_FALSE(contains(result.out, "Retry-After min")) << result.out;
-  for (const json& body : server.bodies()) EXPECT_EQ(body["model"], "m");
+  for (const Json& body : server.bodies()) EXPECT_EQ(body["model"], "m");
 }
 
 TEST(CliBenchServe, ChatTimesTheFirstNonEmptyContent) {
@@ -251,11 +251,11 @@ TEST(CliBenchServe, ChatTimesTheFirstNonEmptyContent) {
       run(serve_args(server.url(), {"--endpoint", "chat", "--rate", "100", "--requests", "2",
                                     "--tenants", "1", "--system-prompt-tokens", "4", "--json"}));
   ASSERT_EQ(result.code, 0) << result.err;
-  const json run = json::parse(result.out)["runs"][0];
+  const Json run = Json::parse(result.out)["runs"][0];
   EXPECT_EQ(run["completed"], 2);
   // The role chunk comes at once; the first content after the token delay.
   EXPECT_GE(run["ttft_ms"]["p50"].get<double>(), 50.0);
-  for (const json& body : server.bodies()) {
+  for (const Json& body : server.bodies()) {
     ASSERT_EQ(body["messages"].size(), 2u);
     EXPECT_EQ(body["messages"][0]["role"], "system");
     EXPECT_EQ(body["messages"][0]["content"], server.bodies()[0]["messages"][0]["content"]);
@@ -275,14 +275,18 @@ DriverSettings completions_against(const FakeOpenAi& server) {
 }
 
 TEST(CliBenchServe, IssuesAtArrivalTimesWhileEarlierRequestsStream) {
+  // Replies of 1.2 s (three tokens 0.4 s apart) against arrivals 50 ms apart: an open loop
+  // issues all four while the first still streams; a closed loop would issue the last one
+  // only after three replies, 3.6 s in. The margins are a second wide, so a loaded machine
+  // (ThreadSanitizer on two cores, thread start and connect slowed) cannot blur the two.
   FakeOptions options;
   options.reject_every = 0;
-  options.token_delay = std::chrono::milliseconds(100);
+  options.token_delay = std::chrono::milliseconds(400);
   FakeOpenAi server(options);
   DriverSettings settings = completions_against(server);
   std::vector<PlannedRequest> plan;
   const std::string body = R"({"model":"m","prompt":[1,2],"max_tokens":3,"stream":true})";
-  for (double arrival : {0.0, 0.1, 0.2, 0.3}) plan.push_back({arrival, body});
+  for (double arrival : {0.0, 0.05, 0.1, 0.15}) plan.push_back({arrival, body});
   const DriverRun result = run_open_loop(plan, settings);
   ASSERT_EQ(result.requests.size(), 4u);
   for (std::size_t i = 0; i < plan.size(); ++i) {
@@ -290,21 +294,17 @@ TEST(CliBenchServe, IssuesAtArrivalTimesWhileEarlierRequestsStream) {
     ASSERT_TRUE(request.sent);
     EXPECT_EQ(request.outcome.kind, OutcomeKind::kCompleted) << request.outcome.error;
     EXPECT_GE(request.issued_s, plan[i].arrival_s);
-    // Within 0.3 s of its arrival (thread start and connect are slow under ThreadSanitizer);
-    // a closed loop would send the last one only after three replies of 0.3 s each.
-    EXPECT_LT(request.issued_s, plan[i].arrival_s + 0.3) << "request " << i;
+    // Issued before the first reply ended: no request waited for another's reply.
+    EXPECT_LT(request.issued_s, result.requests[0].ended_s) << "request " << i;
     ASSERT_TRUE(request.ttft_s && request.last_token_s);
-    EXPECT_GE(*request.ttft_s, 0.09);  // the first token's delay
+    EXPECT_GE(*request.ttft_s, 0.35);  // the first token's delay
     EXPECT_EQ(request.outcome.output_tokens, 3u);
   }
-  // Each reply takes about 0.3 s: the last request was issued while the first still streamed.
-  EXPECT_LT(result.requests[3].issued_s, result.requests[0].ended_s);
   const std::vector<double> arrivals = server.arrivals();
   ASSERT_EQ(arrivals.size(), 4u);
-  // 0.3 s after the first at the server (its connection may take 0.2 s longer to open under
-  // ThreadSanitizer), not 0.9 s as a closed loop would send it.
-  EXPECT_GT(arrivals[3], 0.2);
-  EXPECT_LT(arrivals[3], 0.6);
+  // All four reached the server within one reply's time of the first, not 3.6 s as a closed
+  // loop would send the last.
+  for (double arrival : arrivals) EXPECT_LT(arrival, 1.2);
 }
 
 TEST(CliBenchServe, ConcurrencyLimitHoldsIssueUntilASlotFrees) {
@@ -349,15 +349,16 @@ TEST(CliBenchServe, DurationBoundsTheRunAndCancelsWhatIsInFlight) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::filesystem::remove(trace);
   ASSERT_EQ(result.code, 0) << result.err;
-  const json run = json::parse(result.out)["runs"][0];
+  const Json run = Json::parse(result.out)["runs"][0];
   EXPECT_TRUE(run["rate"].is_null());
   EXPECT_EQ(run["planned"], 4);
   EXPECT_EQ(run["sent"], 2);
   EXPECT_EQ(run["not_sent"], 2);
   EXPECT_EQ(run["cancelled"], 2);
   EXPECT_EQ(run["completed"], 0);
-  // 0.3 s of run + 0.3 s of grace, not the 10 s streams; nor cut at the trace's end.
-  EXPECT_LT(wall, 1.4);
+  // 0.3 s of run + 0.3 s of grace, not the 10 s streams nor the trace's 3 s (the margin is
+  // for a loaded machine: ThreadSanitizer on two cores).
+  EXPECT_LT(wall, 2.5);
   EXPECT_GT(wall, 0.55);
 }
 
@@ -417,9 +418,9 @@ TEST(CliBenchServe, EndToEndAgainstKvvmServe) {
   ASSERT_TRUE(port) << serve_err.str();
   EXPECT_EQ(serve_code, 0) << serve_err.str();
   ASSERT_EQ(one_at_a_time.code, 0) << one_at_a_time.err;
-  const json report = json::parse(one_at_a_time.out);
+  const Json report = Json::parse(one_at_a_time.out);
   EXPECT_EQ(report["model"], "tiny");
-  const json& run = report["runs"][0];
+  const Json& run = report["runs"][0];
   EXPECT_EQ(run["sent"], 4);
   EXPECT_EQ(run["completed"], 4) << run.dump();
   EXPECT_EQ(run["without_usage"], 0);
@@ -428,7 +429,7 @@ TEST(CliBenchServe, EndToEndAgainstKvvmServe) {
   EXPECT_EQ(run["ttft_ms"]["samples"], 4);
 
   ASSERT_EQ(burst.code, 0) << burst.err;
-  const json burst_run = json::parse(burst.out)["runs"][0];
+  const Json burst_run = Json::parse(burst.out)["runs"][0];
   EXPECT_EQ(burst_run["sent"], 8);
   EXPECT_GE(burst_run["rejected_429"].get<int>(), 1) << burst_run.dump();
   EXPECT_FALSE(burst_run["retry_after_s"].is_null());

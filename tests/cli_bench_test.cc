@@ -33,7 +33,7 @@ namespace {
 using test::capture;
 using test::CliRun;
 
-BenchGrowthOptions parse(const std::string& args) {
+BenchGrowthOptions parse_growth(const std::string& args) {
   CLI::App app("test", "kvvm");
   BenchGrowthOptions options;
   add_bench_command(app, options);
@@ -41,7 +41,7 @@ BenchGrowthOptions parse(const std::string& args) {
   return options;
 }
 
-CliRun run(const BenchGrowthOptions& options) {
+CliRun run_growth_options(const BenchGrowthOptions& options) {
   return capture(
       [&](std::ostream& out, std::ostream& err) { return run_bench_growth(options, out, err); });
 }
@@ -61,7 +61,7 @@ BenchGrowthOptions tiny() {
 }
 
 TEST(CliBenchOptions, DefaultsWhenNothingIsGiven) {
-  const BenchGrowthOptions options = parse("");
+  const BenchGrowthOptions options = parse_growth("");
   EXPECT_EQ(options.backend, BackendChoice::kAuto);
   EXPECT_EQ(options.device, 0);
   EXPECT_EQ(options.host_granule, std::uint64_t{2} << 20);
@@ -76,7 +76,7 @@ TEST(CliBenchOptions, DefaultsWhenNothingIsGiven) {
 }
 
 TEST(CliBenchOptions, ParsesEveryOptionAndRepeatedModels) {
-  const BenchGrowthOptions options = parse(
+  const BenchGrowthOptions options = parse_growth(
       "--backend host --device 1 --host-granule 64K --model qwen2.5-0.5b --model llama-3-8b "
       "--layout seq-major --tokens 2K --sequences 4 --ahead 3 --steps 100 --kernel-us 50 "
       "--json");
@@ -98,7 +98,7 @@ TEST(CliBenchOptions, MalformedValuesAreParseErrors) {
        {"--backend tpu", "--device -1", "--host-granule 2X", "--tokens abc", "--tokens -5",
         "--tokens 1.5", "--sequences 0", "--sequences many", "--ahead 0", "--ahead -1", "--steps 0",
         "--kernel-us 0", "--kernel-us 1.5", "--no-such-option"}) {
-    EXPECT_THROW(parse(args), CLI::ParseError) << args;
+    EXPECT_THROW(parse_growth(args), CLI::ParseError) << args;
   }
   // `bench` alone needs its subcommand.
   CLI::App app("test", "kvvm");
@@ -137,7 +137,7 @@ TEST(CliBench, BadOptionsExitTwoWithTheReason) {
     return all;
   }();
   for (const auto& [option, options] : cases) {
-    const CliRun result = run(options);
+    const CliRun result = run_growth_options(options);
     EXPECT_EQ(result.code, kExitUsage) << option << "\n" << result.err;
     EXPECT_NE(result.err.find(option), std::string::npos) << option << "\n" << result.err;
     EXPECT_TRUE(result.out.empty()) << option;
@@ -148,7 +148,7 @@ TEST(CliBench, CudaWithoutAGpuIsAUsageError) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is usable here";
   BenchGrowthOptions options = tiny();
   options.backend = BackendChoice::kCuda;
-  EXPECT_EQ(run(options).code, kExitUsage);
+  EXPECT_EQ(run_growth_options(options).code, kExitUsage);
 }
 
 // ceil-windows arithmetic, independent of the arena: ensures that cross a window boundary.
@@ -162,7 +162,7 @@ std::uint64_t boundary_crossings(const LayoutPlan& plan, std::uint64_t tokens) {
 
 TEST(CliBench, HostGrowthRowsMatchTheArithmetic) {
   const BenchGrowthOptions options = tiny();
-  const CliRun result = run(options);
+  const CliRun result = run_growth_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::json json = nlohmann::json::parse(result.out);
   EXPECT_EQ(json["benchmark"], "growth");
@@ -225,7 +225,7 @@ TEST(CliBench, HumanOutputIsATableWithUnitsAndTheDecodeReason) {
   BenchGrowthOptions options = tiny();
   options.json = false;
   options.layout = "token-major";
-  const CliRun result = run(options);
+  const CliRun result = run_growth_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   for (const char* part : {"kvvm bench growth: host backend", "granule 4 KiB", "token-major",
                            "qwen2.5-0.5b", "p99 ns", "mean ns", "set_access",
@@ -239,7 +239,7 @@ TEST(CliBench, ACombinationThatDoesNotFitIsSkippedWithItsReason) {
   options.models = {"llama-3-70b"};
   options.layout = "token-major";
   options.tokens = std::uint64_t{1} << 26;  // 320 KiB per token: 20 TiB per sequence
-  const CliRun result = run(options);
+  const CliRun result = run_growth_options(options);
   EXPECT_EQ(result.code, kExitFailure);  // nothing ran
   const nlohmann::json json = nlohmann::json::parse(result.out);
   ASSERT_EQ(json["growth"].size(), 2u);

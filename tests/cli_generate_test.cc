@@ -26,7 +26,7 @@ namespace kvvm::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+using Json = nlohmann::json;
 
 using test::CliRun;
 using test::contains;
@@ -64,10 +64,10 @@ std::string byte_char(int b) {
 // A byte-level BPE with one token per byte (ids 0-255), a few merges, and
 // ChatML's special tokens (256-258): enough for encode, decode and chat with a
 // random model of 260 tokens.
-json byte_tokenizer() {
-  json vocab = json::object();
+Json byte_tokenizer() {
+  Json vocab = Json::object();
   for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
-  json added = json::array();
+  Json added = Json::array();
   const char* specials[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"};
   for (int i = 0; i < 3; ++i) {
     added.push_back({{"id", 256 + i},
@@ -103,7 +103,7 @@ json byte_tokenizer() {
             {"fuse_unk", false},
             {"byte_fallback", false},
             {"vocab", vocab},
-            {"merges", json::array()}}}};
+            {"merges", Json::array()}}}};
 }
 
 // A checkpoint directory of a random Qwen2-shaped model over the byte
@@ -158,7 +158,7 @@ TEST_F(CliGenerateCheckpoint, JsonTokensEqualTheEngineOnTheSameWeights) {
   CliRun r = run({"generate", "--model", dir_text(), "--prompt-ids", join_ids(prompt),
                   "--max-tokens", "12", "--backend", "cpu", "--json"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  const json report = json::parse(r.out);
+  const Json report = Json::parse(r.out);
   EXPECT_EQ(report["prompt_ids"].get<std::vector<std::int32_t>>(), prompt);
   const auto tokens = report["token_ids"].get<std::vector<std::int32_t>>();
   EXPECT_EQ(tokens, direct_greedy(prompt, 12));
@@ -179,7 +179,7 @@ TEST_F(CliGenerateCheckpoint, StreamedTextEqualsTheJsonText) {
   CliRun reported = run(with_json);
   ASSERT_EQ(streamed.code, kExitOk) << streamed.err;
   ASSERT_EQ(reported.code, kExitOk) << reported.err;
-  const json report = json::parse(reported.out);
+  const Json report = Json::parse(reported.out);
   EXPECT_EQ(streamed.out, report["text"].get<std::string>() + "\n");
   // The random model emits bytes that are no UTF-8: both forms show them as U+FFFD.
   EXPECT_TRUE(contains(streamed.out, "\xEF\xBF\xBD")) << streamed.out;
@@ -192,7 +192,7 @@ TEST_F(CliGenerateCheckpoint, ChatRendersTheTemplate) {
   CliRun r = run({"generate", "--model", dir_text(), "--chat", "Hi", "--system", "Be brief",
                   "--chat-template", "chatml", "--max-tokens", "2", "--json"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  const auto ids = json::parse(r.out)["prompt_ids"].get<std::vector<std::int32_t>>();
+  const auto ids = Json::parse(r.out)["prompt_ids"].get<std::vector<std::int32_t>>();
   // <|im_start|>system\nBe
   // brief<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
   ASSERT_FALSE(ids.empty());
@@ -203,7 +203,7 @@ TEST_F(CliGenerateCheckpoint, ChatRendersTheTemplate) {
   CliRun detected = run({"generate", "--model", dir_text(), "--chat", "Hi", "--system", "Be brief",
                          "--max-tokens", "2", "--json"});
   ASSERT_EQ(detected.code, kExitOk) << detected.err;
-  EXPECT_EQ(json::parse(detected.out)["prompt_ids"], json(ids));
+  EXPECT_EQ(Json::parse(detected.out)["prompt_ids"], Json(ids));
 }
 
 TEST_F(CliGenerateCheckpoint, MissingPiecesAreNamed) {
@@ -266,7 +266,7 @@ TEST_F(CliGenerateCheckpoint, DefaultMaxTokensIsCutToTheContext) {
   CliRun r = run({"generate", "--model", dir_text(), "--prompt-ids", "1,2,3", "--max-context", "10",
                   "--json"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_LE(json::parse(r.out)["token_ids"].size(), 7u);
+  EXPECT_LE(Json::parse(r.out)["token_ids"].size(), 7u);
   EXPECT_TRUE(contains(r.err, "at most 7 tokens")) << r.err;
 }
 
@@ -287,14 +287,14 @@ TEST(CliGenerate, IgnoreEosGeneratesExactlyMaxTokens) {
   CliRun stops = run({"generate", "--model", dir, "--backend", "cpu", "--chat", "What is 482 + 39?",
                       "--max-tokens", "6", "--json"});
   ASSERT_EQ(stops.code, kExitOk) << stops.err;
-  const json stopped = json::parse(stops.out);
+  const Json stopped = Json::parse(stops.out);
   EXPECT_EQ(stopped.at("text"), "521");
   EXPECT_EQ(stopped.at("finish_reason"), "stop");
 
   CliRun runs_on = run({"generate", "--model", dir, "--backend", "cpu", "--chat",
                         "What is 482 + 39?", "--max-tokens", "6", "--json", "--ignore-eos"});
   ASSERT_EQ(runs_on.code, kExitOk) << runs_on.err;
-  const json ran = json::parse(runs_on.out);
+  const Json ran = Json::parse(runs_on.out);
   EXPECT_EQ(ran.at("token_ids").size(), 6u);
   EXPECT_EQ(ran.at("finish_reason"), "length");
   EXPECT_EQ(ran.at("timings").at("decode_steps"), 5);
@@ -311,8 +311,8 @@ TEST(CliGenerate, NoGraphsGivesTheSameAnswer) {
   without.push_back("--no-graphs");
   CliRun eager = run(without);
   ASSERT_EQ(eager.code, kExitOk) << eager.err;
-  EXPECT_EQ(json::parse(eager.out).at("token_ids"), json::parse(with.out).at("token_ids"));
-  EXPECT_EQ(json::parse(eager.out).at("text"), "521");
+  EXPECT_EQ(Json::parse(eager.out).at("token_ids"), Json::parse(with.out).at("token_ids"));
+  EXPECT_EQ(Json::parse(eager.out).at("text"), "521");
 }
 
 // Prefill only is the library's (generate() with its prompt logits); zero tokens to print is
@@ -332,26 +332,26 @@ class CliGenerateFixture : public ::testing::TestWithParam<const char*> {
     dir_ = test::model_fixture_dir(GetParam());
     ASSERT_TRUE(fs::exists(fs::path(dir_) / "expected.json")) << "no fixture at " << dir_;
     std::ifstream in(fs::path(dir_) / "expected.json");
-    expected_ = json::parse(in);
+    expected_ = Json::parse(in);
     auto config = model::load_model_config(dir_);
     ASSERT_TRUE(config.ok()) << config.status().to_string();
     eos_ = config->eos_token_ids;
   }
   std::string dir_;
-  json expected_;
+  Json expected_;
   std::vector<std::int32_t> eos_;
 };
 
 TEST_P(CliGenerateFixture, GreedyTokensEqualTransformers) {
   ASSERT_FALSE(expected_["greedy"].empty());
-  for (const json& entry : expected_["greedy"]) {
+  for (const Json& entry : expected_["greedy"]) {
     const auto prompt = entry["prompt_ids"].get<std::vector<std::int32_t>>();
     const auto want = entry["tokens"].get<std::vector<std::int32_t>>();
     const auto margins = entry["margins"].get<std::vector<double>>();
     CliRun r = run({"generate", "--model", dir_, "--prompt-ids", join_ids(prompt), "--max-tokens",
                     std::to_string(want.size()), "--backend", "cpu", "--json"});
     ASSERT_EQ(r.code, kExitOk) << r.err;
-    const auto got = json::parse(r.out)["token_ids"].get<std::vector<std::int32_t>>();
+    const auto got = Json::parse(r.out)["token_ids"].get<std::vector<std::int32_t>>();
     // Equal token by token until the reference's own top-2 margin is too close
     // for float32 to call; the reference does not stop at an end token,
     // generate does.
@@ -368,12 +368,12 @@ TEST_P(CliGenerateFixture, GreedyTokensEqualTransformers) {
 
 TEST_P(CliGenerateFixture, ChatPromptIdsEqualTransformers) {
   bool checked = false;
-  for (const json& entry : expected_["chat"]) {
-    const json& messages = entry["messages"];
+  for (const Json& entry : expected_["chat"]) {
+    const Json& messages = entry["messages"];
     std::vector<std::string> args = {"generate", "--model", dir_, "--max-tokens", "1", "--json"};
     std::size_t users = 0;
     bool usable = true;
-    for (const json& m : messages) {
+    for (const Json& m : messages) {
       const std::string role = m["role"];
       if (role == "system" && users == 0) {
         args.insert(args.end(), {"--system", m["content"].get<std::string>()});
@@ -386,7 +386,7 @@ TEST_P(CliGenerateFixture, ChatPromptIdsEqualTransformers) {
     if (!usable || users != 1) continue;
     CliRun r = run(args);
     ASSERT_EQ(r.code, kExitOk) << r.err;
-    EXPECT_EQ(json::parse(r.out)["prompt_ids"], entry["ids"]) << entry["text"];
+    EXPECT_EQ(Json::parse(r.out)["prompt_ids"], entry["ids"]) << entry["text"];
     checked = true;
   }
   EXPECT_TRUE(checked) << "no single-turn chat entry in " << dir_;
@@ -401,7 +401,7 @@ TEST_P(CliGenerateFixture, StreamedTextEqualsTheJsonText) {
   CliRun reported = run(with_json);
   ASSERT_EQ(streamed.code, kExitOk) << streamed.err;
   ASSERT_EQ(reported.code, kExitOk) << reported.err;
-  EXPECT_EQ(streamed.out, json::parse(reported.out)["text"].get<std::string>() + "\n");
+  EXPECT_EQ(streamed.out, Json::parse(reported.out)["text"].get<std::string>() + "\n");
 }
 
 TEST_P(CliGenerateFixture, PartialDirectoryIsRefusedNamingTheWeights) {

@@ -29,7 +29,7 @@ using test::contains;
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
-PlanOptions parse(const std::string& args) {
+PlanOptions parse_plan(const std::string& args) {
   CLI::App app("test", "kvvm");
   PlanOptions options;
   add_plan_command(app, options);
@@ -37,12 +37,12 @@ PlanOptions parse(const std::string& args) {
   return options;
 }
 
-CliRun run(const PlanOptions& options) {
+CliRun run_plan_options(const PlanOptions& options) {
   return capture([&](std::ostream& out, std::ostream& err) { return run_plan(options, out, err); });
 }
 
 TEST(CliPlanOptions, DefaultsWhenNothingIsGiven) {
-  const PlanOptions options = parse("");
+  const PlanOptions options = parse_plan("");
   EXPECT_EQ(options.model, "llama-3-8b");
   EXPECT_EQ(options.dtype, "");
   EXPECT_EQ(options.layout, "all");
@@ -55,7 +55,7 @@ TEST(CliPlanOptions, DefaultsWhenNothingIsGiven) {
 }
 
 TEST(CliPlanOptions, ParsesEveryOption) {
-  const PlanOptions options = parse(
+  const PlanOptions options = parse_plan(
       "--model qwen2.5-14b --dtype fp8 --layout seq-major --granule 64K --context 128K "
       "--prefix 2048 --budget 80G --concurrency 16 --json");
   EXPECT_EQ(options.model, "qwen2.5-14b");
@@ -125,7 +125,7 @@ TEST(CliPlanRun, RefusalsExitTwoWithTheReason) {
       },
       {"--concurrency", "64 bits"});
   for (const Case& c : cases) {
-    const CliRun result = run(c.options);
+    const CliRun result = run_plan_options(c.options);
     EXPECT_EQ(result.code, kExitUsage) << result.err;
     EXPECT_TRUE(result.out.empty()) << "nothing is reported from a refused request";
     EXPECT_TRUE(contains(result.err, "kvvm plan: ")) << result.err;
@@ -140,7 +140,7 @@ TEST(CliPlanRun, JsonReportsEveryFigure) {
   options.model = "qwen2.5-0.5b";
   options.layout = "head-major";
   options.json = true;
-  const CliRun result = run(options);
+  const CliRun result = run_plan_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::ordered_json json = nlohmann::ordered_json::parse(result.out);
   EXPECT_EQ(json.at("model").at("name"), "qwen2.5-0.5b");
@@ -170,7 +170,7 @@ TEST(CliPlanRun, JsonAllLayoutsWithPrefixAndConcurrency) {
   options.prefix = 2048;
   options.concurrency = 30;
   options.json = true;
-  const CliRun result = run(options);
+  const CliRun result = run_plan_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::ordered_json json = nlohmann::ordered_json::parse(result.out);
   EXPECT_EQ(json.at("model").at("bytes_per_token"), 196608);
@@ -202,7 +202,7 @@ TEST(CliPlanRun, HumanFormStatesUnitsAndFormulas) {
   options.model = "qwen2.5-0.5b";
   options.layout = "head-major";
   options.prefix = 32;
-  const CliRun result = run(options);
+  const CliRun result = run_plan_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   for (const char* expected :
        {"layout head-major (BNSH", "96 granules = 192 MiB",
@@ -219,7 +219,7 @@ TEST(CliPlanRun, AllLayoutsIsOneSideBySideTable) {
   options.model = "qwen2.5-14b";
   options.prefix = 2048;
   options.concurrency = 30;
-  const CliRun result = run(options);
+  const CliRun result = run_plan_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const std::string& text = result.out;
   std::istringstream lines(text);
@@ -247,7 +247,7 @@ TEST(CliPlanRun, ReadsAConfigJsonWithADtypeOverride) {
   options.dtype = "fp8";
   options.layout = "token-major";
   options.json = true;
-  const CliRun result = run(options);
+  const CliRun result = run_plan_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::ordered_json json = nlohmann::ordered_json::parse(result.out);
   EXPECT_EQ(json.at("model").at("head_dim"), 64);

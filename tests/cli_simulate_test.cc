@@ -31,7 +31,7 @@ using test::contains;
 constexpr std::uint64_t kKiB = 1024;
 constexpr std::uint64_t kMiB = kKiB * 1024;
 
-SimulateOptions parse(const std::string& args) {
+SimulateOptions parse_simulate(const std::string& args) {
   CLI::App app("test", "kvvm");
   SimulateOptions options;
   add_simulate_command(app, options);
@@ -39,7 +39,7 @@ SimulateOptions parse(const std::string& args) {
   return options;
 }
 
-CliRun run(const SimulateOptions& options) {
+CliRun run_simulate_options(const SimulateOptions& options) {
   return capture(
       [&](std::ostream& out, std::ostream& err) { return run_simulate(options, out, err); });
 }
@@ -113,7 +113,7 @@ TEST_F(CliSimulate, SavingsEqualTheArithmeticsPrediction) {
   ASSERT_GT(expected.with_sharing, expected.without_sharing);
   ASSERT_LT(expected.with_sharing, 60u);  // the trace asks for more than fits
 
-  CliRun shared = run(options);
+  CliRun shared = run_simulate_options(options);
   ASSERT_EQ(shared.code, kExitOk) << shared.err;
   const nlohmann::json report = nlohmann::json::parse(shared.out);
   const nlohmann::json kvvm = system(report, "kvvm");
@@ -124,7 +124,7 @@ TEST_F(CliSimulate, SavingsEqualTheArithmeticsPrediction) {
   EXPECT_GE(report["kvvm"]["shared_admissions"].get<std::uint64_t>(), expected.with_sharing - 1);
 
   options.sharing = false;
-  CliRun plain = run(options);
+  CliRun plain = run_simulate_options(options);
   ASSERT_EQ(plain.code, kExitOk) << plain.err;
   const nlohmann::json plain_report = nlohmann::json::parse(plain.out);
   EXPECT_EQ(system(plain_report, "kvvm")["peak_concurrency"], expected.without_sharing);
@@ -148,7 +148,7 @@ TEST_F(CliSimulate, MalformedTraceLinesAreReportedAndTheRestStillRun) {
                         "{\"arrival\": 0.2, \"prompt_tokens\": 10, \"output_tokens\": 3}\n"
                         "{\"arrival\": 0.3, \"prompt_tokens\": 300, \"output_tokens\": 3}\n"
                         "{\"arrival\": 0.4, \"prompt_tokens\": 10, \"output_tokens\": 3}\n");
-  const CliRun result = run(options);
+  const CliRun result = run_simulate_options(options);
   EXPECT_EQ(result.code, kExitSkippedLines) << result.err;
   EXPECT_TRUE(contains(result.err, options.trace + ":2: not valid JSON")) << result.err;
   EXPECT_TRUE(contains(result.err, options.trace + ":4: prompt 300 + output 3 tokens exceed"))
@@ -163,7 +163,7 @@ TEST_F(CliSimulate, AGeneratedRunReportsEverySystemSideBySide) {
   SimulateOptions options = tiny();
   options.csv = path("series.csv");
   options.save_trace = path("trace.jsonl");
-  const CliRun result = run(options);
+  const CliRun result = run_simulate_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   for (const char* part :
        {"kvvm", "paged-16+cache", "paged-16", "preallocate", "peak concurrency", "waste",
@@ -192,7 +192,7 @@ TEST_F(CliSimulate, AGeneratedRunReportsEverySystemSideBySide) {
   options.json = true;
   options.csv.clear();
   options.save_trace.clear();
-  const CliRun first = run(options), second = run(replay);
+  const CliRun first = run_simulate_options(options), second = run_simulate_options(replay);
   ASSERT_EQ(second.code, kExitOk) << second.err;
   const nlohmann::json a = nlohmann::json::parse(first.out), b = nlohmann::json::parse(second.out);
   for (const char* system_name : {"kvvm", "paged-16+cache", "paged-16", "preallocate"}) {
@@ -206,7 +206,7 @@ TEST_F(CliSimulate, AGeneratedRunReportsEverySystemSideBySide) {
 TEST_F(CliSimulate, JsonHasEveryFigure) {
   SimulateOptions options = tiny();
   options.json = true;
-  const CliRun result = run(options);
+  const CliRun result = run_simulate_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::json report = nlohmann::json::parse(result.out);
   EXPECT_EQ(report["backend"], "host");
@@ -250,7 +250,7 @@ TEST_F(CliSimulate, TheDefaultRunComparesWithVllmsPrefixCachingPerTenant) {
   options.json = true;
   ASSERT_EQ(simulated_systems(options),
             (std::vector<std::string>{"kvvm", "paged-16+cache", "paged-16", "preallocate"}));
-  const CliRun result = run(options);
+  const CliRun result = run_simulate_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::json report = nlohmann::json::parse(result.out);
   const nlohmann::json cache = system(report, "paged-16+cache")["prefix_cache"];
@@ -269,25 +269,25 @@ TEST_F(CliSimulate, TheDefaultRunComparesWithVllmsPrefixCachingPerTenant) {
   options.prefix_cache = "off";
   ASSERT_EQ(simulated_systems(options),
             (std::vector<std::string>{"kvvm", "paged-16", "preallocate"}));
-  const CliRun off = run(options);
+  const CliRun off = run_simulate_options(options);
   ASSERT_EQ(off.code, kExitOk) << off.err;
   EXPECT_EQ(nlohmann::json::parse(off.out)["systems"].size(), 3u);
 }
 
 TEST(CliSimulateOptions, WhichSystemsRun) {
   using Names = std::vector<std::string>;
-  EXPECT_EQ(simulated_systems(parse("")),
+  EXPECT_EQ(simulated_systems(parse_simulate("")),
             (Names{"kvvm", "paged-16+cache", "paged-16", "preallocate"}));
-  EXPECT_EQ(simulated_systems(parse("--prefix-cache off")),
+  EXPECT_EQ(simulated_systems(parse_simulate("--prefix-cache off")),
             (Names{"kvvm", "paged-16", "preallocate"}));
   const Names all{"kvvm", "kvvm+cache", "paged-16+cache", "paged-16", "preallocate"};
-  EXPECT_EQ(simulated_systems(parse("--prefix-cache on")), all);
-  EXPECT_EQ(simulated_systems(parse("--conversations 10")), all);
+  EXPECT_EQ(simulated_systems(parse_simulate("--prefix-cache on")), all);
+  EXPECT_EQ(simulated_systems(parse_simulate("--conversations 10")), all);
   // A JSONL trace replays open loop: kvvm+cache only when asked for (and a trace excludes
   // --conversations).
-  EXPECT_EQ(simulated_systems(parse("--trace t.jsonl")),
+  EXPECT_EQ(simulated_systems(parse_simulate("--trace t.jsonl")),
             (Names{"kvvm", "paged-16+cache", "paged-16", "preallocate"}));
-  EXPECT_EQ(simulated_systems(parse("--conversations 10 --prefix-cache off")),
+  EXPECT_EQ(simulated_systems(parse_simulate("--conversations 10 --prefix-cache off")),
             (Names{"kvvm", "paged-16", "preallocate"}));
 }
 
@@ -295,7 +295,7 @@ TEST_F(CliSimulate, PlotNamesTheDebianPackageWhenGnuplotIsMissing) {
   SimulateOptions options = tiny();
   options.plot = path("plot.png");
   options.gnuplot = path("no-such-gnuplot");
-  const CliRun result = run(options);
+  const CliRun result = run_simulate_options(options);
   EXPECT_EQ(result.code, kExitUsage);
   EXPECT_TRUE(contains(result.err, "gnuplot-nox")) << result.err;
 }
@@ -306,7 +306,7 @@ TEST_F(CliSimulate, PlotDrawsAPngWithGnuplot) {
   }
   SimulateOptions options = tiny();
   options.plot = path("plot.png");
-  const CliRun result = run(options);
+  const CliRun result = run_simulate_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   std::ifstream png(options.plot, std::ios::binary);
   char magic[4] = {};
@@ -316,7 +316,7 @@ TEST_F(CliSimulate, PlotDrawsAPngWithGnuplot) {
 
 TEST_F(CliSimulate, RefusesWhatMakesNoSense) {
   const auto refused = [](SimulateOptions options, const std::string& why) {
-    const CliRun result = run(options);
+    const CliRun result = run_simulate_options(options);
     EXPECT_EQ(result.code, kExitUsage) << why << ": " << result.err;
     EXPECT_TRUE(contains(result.err, why)) << result.err;
   };
@@ -344,7 +344,7 @@ TEST_F(CliSimulate, RefusesWhatMakesNoSense) {
 }
 
 TEST(CliSimulateOptions, DefaultsAndEveryOption) {
-  const SimulateOptions defaults = parse("");
+  const SimulateOptions defaults = parse_simulate("");
   EXPECT_EQ(defaults.backend, BackendChoice::kAuto);
   EXPECT_EQ(defaults.model, "llama-3-8b");
   EXPECT_EQ(defaults.layout, "token-major");
@@ -355,7 +355,7 @@ TEST(CliSimulateOptions, DefaultsAndEveryOption) {
   EXPECT_EQ(defaults.commit_ahead, 0u);
   EXPECT_FALSE(defaults.generator.duration_s.has_value());
 
-  const SimulateOptions all = parse(
+  const SimulateOptions all = parse_simulate(
       "--backend host --device 1 --host-granule 4M --model qwen2.5-14b --dtype fp8 "
       "--layout seq-major --budget 80G --max-context 32K "
       "--duration 60 --rate 12.5 --tenants 8 --system-prompt-tokens 1K --prompt-mu 5 "
@@ -392,8 +392,8 @@ TEST(CliSimulateOptions, DefaultsAndEveryOption) {
   EXPECT_TRUE(all.progress);
   // The options that exclude those above (a trace replaces the generator; a count and a
   // duration each say how many requests to make).
-  EXPECT_EQ(parse("--trace t.jsonl").trace, "t.jsonl");
-  EXPECT_EQ(parse("--requests 10").generator.requests, 10u);
+  EXPECT_EQ(parse_simulate("--trace t.jsonl").trace, "t.jsonl");
+  EXPECT_EQ(parse_simulate("--requests 10").generator.requests, 10u);
 }
 
 // The multi-turn trace on llama-3-8b with 2 MiB host granules (windows of 16 tokens, as
@@ -414,7 +414,7 @@ TEST_F(CliSimulate, AMultiTurnRunComparesKvvmsCacheWithTheVllmStyleBaseline) {
   options.generator.output_mu = std::log(20.0);
   options.json = true;
   options.csv = path("series.csv");
-  const CliRun result = run(options);
+  const CliRun result = run_simulate_options(options);
   ASSERT_EQ(result.code, kExitOk) << result.err;
   const nlohmann::json report = nlohmann::json::parse(result.out);
   ASSERT_EQ(report["systems"].size(), 5u);
@@ -439,7 +439,7 @@ TEST_F(CliSimulate, AMultiTurnRunComparesKvvmsCacheWithTheVllmStyleBaseline) {
   // The text names what it compares.
   options.json = false;
   options.csv.clear();
-  const CliRun text = run(options);
+  const CliRun text = run_simulate_options(options);
   ASSERT_EQ(text.code, kExitOk) << text.err;
   for (const char* part : {"multi-turn chat, 12 conversations x 4 turns", "hit rate",
                            "kvvm+cache vs paged-16+cache: hit tokens"}) {
@@ -448,22 +448,22 @@ TEST_F(CliSimulate, AMultiTurnRunComparesKvvmsCacheWithTheVllmStyleBaseline) {
 }
 
 TEST(CliSimulateOptions, MultiTurnOptions) {
-  const SimulateOptions defaults = parse("");
+  const SimulateOptions defaults = parse_simulate("");
   EXPECT_EQ(defaults.chat.conversations, 0u);
   EXPECT_EQ(defaults.prefix_cache, "auto");
   const SimulateOptions chat =
-      parse("--conversations 100 --turns 6 --think-s 2.5 --prefix-cache off");
+      parse_simulate("--conversations 100 --turns 6 --think-s 2.5 --prefix-cache off");
   EXPECT_EQ(chat.chat.conversations, 100u);
   EXPECT_EQ(chat.chat.turns, 6u);
   EXPECT_EQ(chat.chat.think_s, 2.5);
   EXPECT_EQ(chat.prefix_cache, "off");
-  EXPECT_THROW(parse("--prefix-cache maybe"), CLI::ParseError);
+  EXPECT_THROW(parse_simulate("--prefix-cache maybe"), CLI::ParseError);
 }
 
 TEST(CliSimulateOptions, MalformedValuesAreParseErrors) {
   for (const std::string args : {"--budget 4X", "--max-context 1.5", "--backend tpu",
                                  "--requests many", "--rate fast", "--host-granule -1"}) {
-    EXPECT_THROW(parse(args), CLI::ParseError) << args;
+    EXPECT_THROW(parse_simulate(args), CLI::ParseError) << args;
   }
 }
 

@@ -22,7 +22,7 @@ using testing::llama;
 using testing::make_kv;
 using testing::no_cache;
 
-const std::vector<std::int32_t> kPrompt = {39, 68, 280, 78, 11, 220, 333, 81, 462};
+const std::vector<std::int32_t> kFailurePrompt = {39, 68, 280, 78, 11, 220, 333, 81, 462};
 
 // The fixture model, except that forward call number `fail_at` (1-based) fails.
 class FailingModel final : public model::Model {
@@ -48,7 +48,7 @@ TEST(EngineFailure, AFailedStepEndsItsRequestsAndTheEngineGoesOn) {
     Collector alone;  // request ids start again in every engine
     auto engine = Engine::create(*llama().model, *kv, no_cache());
     ASSERT_TRUE(engine.ok());
-    const RequestId id = *(*engine)->submit(greedy_request(kPrompt, 8), alone.callback());
+    const RequestId id = *(*engine)->submit(greedy_request(kFailurePrompt, 8), alone.callback());
     ASSERT_TRUE((*engine)->run_until_idle().ok());
     expected = alone.get(id).tokens;
     ASSERT_EQ(expected.size(), 8u);
@@ -58,8 +58,8 @@ TEST(EngineFailure, AFailedStepEndsItsRequestsAndTheEngineGoesOn) {
   {
     auto engine = Engine::create(failing, *kv, no_cache());
     ASSERT_TRUE(engine.ok());
-    const RequestId a = *(*engine)->submit(greedy_request(kPrompt, 8), collector.callback());
-    const RequestId b = *(*engine)->submit(greedy_request(kPrompt, 8), collector.callback());
+    const RequestId a = *(*engine)->submit(greedy_request(kFailurePrompt, 8), collector.callback());
+    const RequestId b = *(*engine)->submit(greedy_request(kFailurePrompt, 8), collector.callback());
     ASSERT_TRUE((*engine)->run_until_idle().ok());
     for (const RequestId id : {a, b}) {
       const testing::Outcome o = collector.get(id);
@@ -70,7 +70,7 @@ TEST(EngineFailure, AFailedStepEndsItsRequestsAndTheEngineGoesOn) {
       EXPECT_EQ(o.tokens.size(), 2u);  // steps 1 and 2 each produced one
     }
     EXPECT_EQ(kv->arena().stats().active_slots, 0u);
-    const RequestId c = *(*engine)->submit(greedy_request(kPrompt, 8), collector.callback());
+    const RequestId c = *(*engine)->submit(greedy_request(kFailurePrompt, 8), collector.callback());
     ASSERT_TRUE((*engine)->run_until_idle().ok());
     EXPECT_EQ(collector.get(c).end, RequestEnd::kLength);
     EXPECT_EQ(collector.get(c).tokens, expected);
@@ -95,7 +95,8 @@ TEST(EngineFailure, ADriverFaultEndsOneRequestAndTheOthersFinish) {
   {
     auto engine = Engine::create(*llama().model, **kv, no_cache());
     ASSERT_TRUE(engine.ok());
-    const RequestId clean = *(*engine)->submit(greedy_request(kPrompt, 30), collector.callback());
+    const RequestId clean =
+        *(*engine)->submit(greedy_request(kFailurePrompt, 30), collector.callback());
     ASSERT_TRUE((*engine)->run_until_idle().ok());
     const std::vector<std::int32_t> expected = collector.get(clean).tokens;
     const std::uint64_t maps_before = faults.counts().of(DriverOp::kMap);
@@ -103,7 +104,7 @@ TEST(EngineFailure, ADriverFaultEndsOneRequestAndTheOthersFinish) {
 
     std::vector<RequestId> ids;
     for (int i = 0; i < 3; ++i) {
-      ids.push_back(*(*engine)->submit(greedy_request(kPrompt, 30), collector.callback()));
+      ids.push_back(*(*engine)->submit(greedy_request(kFailurePrompt, 30), collector.callback()));
     }
     // Admission reuses the finished slot's windows; the growth of some sequence maps.
     faults.fail_nth(DriverOp::kMap, 2);
@@ -123,7 +124,8 @@ TEST(EngineFailure, ADriverFaultEndsOneRequestAndTheOthersFinish) {
     }
     EXPECT_EQ(failed, 1);
     // The engine still serves.
-    const RequestId after = *(*engine)->submit(greedy_request(kPrompt, 30), collector.callback());
+    const RequestId after =
+        *(*engine)->submit(greedy_request(kFailurePrompt, 30), collector.callback());
     ASSERT_TRUE((*engine)->run_until_idle().ok());
     EXPECT_EQ(collector.get(after).tokens, expected);
   }

@@ -18,6 +18,7 @@
 #include "kvvm/fault_driver.h"
 #include "kvvm/host_driver.h"
 #include "support/engine_harness.h"
+#include "support/sanitizer.h"
 
 namespace kvvm::engine {
 namespace {
@@ -27,16 +28,17 @@ using testing::FixtureModel;
 using testing::Outcome;
 using testing::rig_prompt;
 
-constexpr std::uint64_t kGranule = 32 << 10;  // 16 llama-tiny tokens per window
-constexpr std::uint64_t kRequests = 6;
-constexpr std::uint64_t kSweepCap = 40;  // runs per op at most (a stride beyond)
+constexpr std::uint64_t kFaultGranule = 32 << 10;  // 16 llama-tiny tokens per window
+constexpr std::uint64_t kFaultRequests = 6;
+// Runs per op at most (a stride beyond); 12 under ThreadSanitizer (support/sanitizer.h).
+constexpr std::uint64_t kSweepCap = test::kUnderThreadSanitizer ? 12 : 40;
 
 // A 20-token system prompt (one window and a bit) shared by every request, then a question
 // of its own, longer for each. Two run at a time in a budget of four windows, so the later
 // ones find the system prompt's window in the prefix cache and map it, finished slots are
 // reclaimed and cache entries evicted to admit them, and the newest is preempted when the
 // two outgrow the budget.
-EngineRequest request_of(std::uint64_t i) {
+EngineRequest fault_request(std::uint64_t i) {
   EngineRequest request;
   request.prompt = rig_prompt(20, 1);
   const std::vector<std::int32_t> question = rig_prompt(3 + 3 * i, 50 + i);
@@ -68,7 +70,7 @@ FaultRun run_with_plan(FixtureModel& model, DriverOp op,
                        const std::function<void(FaultDriver&)>& arm, const std::string& where,
                        bool run_only = false) {
   FaultRun result;
-  auto inner = make_host_driver(HostDriverOptions{.granule = kGranule});
+  auto inner = make_host_driver(HostDriverOptions{.granule = kFaultGranule});
   EXPECT_TRUE(inner.ok()) << inner.status().to_string();
   if (!inner.ok()) return result;
   FaultDriver fault(**inner);
@@ -76,14 +78,14 @@ FaultRun run_with_plan(FixtureModel& model, DriverOp op,
   space.max_slots = 4;
   space.max_context = 64;
   space.driver = &fault;
-  space.budget_bytes = 4 * kGranule;
+  space.budget_bytes = 4 * kFaultGranule;
   EngineOptions options;
   options.max_running = 2;
   auto rig = EngineRig::make(model, space, options);
   if (!rig) return result;
   const std::uint64_t before = fault.counts().of(op);
   arm(fault);
-  for (std::uint64_t i = 0; i < kRequests; ++i) rig->submit(request_of(i));
+  for (std::uint64_t i = 0; i < kFaultRequests; ++i) rig->submit(fault_request(i));
   const Status run = rig->run();
   if (run_only) fault.clear();
   result.run_ok = run.ok();
@@ -120,7 +122,7 @@ TEST_P(EngineFault, EachFailedCallEndsAtMostItsOwnRequest) {
   ASSERT_NE(model, nullptr);
   const FaultRun clean = run_with_fault(*model, op, 0, "fault-free");
   ASSERT_TRUE(clean.run_ok) << clean.run_error;
-  ASSERT_EQ(clean.outcomes.size(), kRequests);
+  ASSERT_EQ(clean.outcomes.size(), kFaultRequests);
   for (const Outcome& outcome : clean.outcomes) {
     ASSERT_TRUE(outcome.completed()) << outcome.error.to_string();
     ASSERT_EQ(outcome.tokens.size(), 6u);
@@ -148,9 +150,9 @@ TEST_P(EngineFault, EachFailedCallEndsAtMostItsOwnRequest) {
     }
     EXPECT_EQ(faulty.injected, 1u) << where;
     ASSERT_TRUE(faulty.run_ok) << where << ": the engine broke: " << faulty.run_error;
-    ASSERT_EQ(faulty.outcomes.size(), kRequests) << where;
+    ASSERT_EQ(faulty.outcomes.size(), kFaultRequests) << where;
     std::uint64_t hit = 0;
-    for (std::uint64_t i = 0; i < kRequests; ++i) {
+    for (std::uint64_t i = 0; i < kFaultRequests; ++i) {
       const Outcome& outcome = faulty.outcomes[i];
       const std::string which = where + ", request " + std::to_string(i);
       ASSERT_TRUE(outcome.submit_status.ok()) << which;
@@ -210,9 +212,9 @@ TEST(EngineRandomFaults, NoAnswerIsEverCorrupted) {
         },
         where, /*run_only=*/true);
     ASSERT_TRUE(faulty.run_ok) << where << ": the engine broke: " << faulty.run_error;
-    ASSERT_EQ(faulty.outcomes.size(), kRequests) << where;
+    ASSERT_EQ(faulty.outcomes.size(), kFaultRequests) << where;
     injected += faulty.injected;
-    for (std::uint64_t i = 0; i < kRequests; ++i) {
+    for (std::uint64_t i = 0; i < kFaultRequests; ++i) {
       const Outcome& outcome = faulty.outcomes[i];
       ASSERT_EQ(outcome.finished_events, 1) << where << ", request " << i;
       if (!outcome.completed()) {

@@ -15,11 +15,11 @@ namespace {
 using testing::EngineRig;
 using testing::rig_prompt;
 
-constexpr std::uint32_t kSystemTokens = 24;  // three whole windows
+constexpr std::uint32_t kSeamSystemTokens = 24;  // three whole windows
 
 EngineRequest request_of(std::uint64_t question, bool seeded) {
   EngineRequest request;
-  request.prompt = rig_prompt(kSystemTokens, 5);
+  request.prompt = rig_prompt(kSeamSystemTokens, 5);
   const std::vector<std::int32_t> tail = rig_prompt(4, 60 + question);
   request.prompt.insert(request.prompt.end(), tail.begin(), tail.end());
   request.max_tokens = 10;

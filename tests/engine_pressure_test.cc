@@ -27,20 +27,20 @@ using testing::solo_tokens;
 
 // llama-tiny's token-major token is 2 KiB (2 layers, K and V, 2 heads of 64 fp32): a 16 KiB
 // granule holds 8 tokens, so a request of 10 + 22 tokens needs 4 windows at its end.
-constexpr std::uint64_t kGranule = 16 << 10;
+constexpr std::uint64_t kPressureGranule = 16 << 10;
 constexpr std::uint32_t kPromptTokens = 10;
 constexpr std::uint32_t kMaxTokens = 22;
 
 KvSpaceOptions tight_space(std::uint64_t windows) {
   KvSpaceOptions options;
-  options.host_granule = kGranule;
+  options.host_granule = kPressureGranule;
   options.max_slots = 8;
   options.max_context = 64;
-  options.budget_bytes = windows * kGranule;
+  options.budget_bytes = windows * kPressureGranule;
   return options;
 }
 
-EngineRequest request_of(std::uint64_t i) {
+EngineRequest pressure_request(std::uint64_t i) {
   EngineRequest request;
   request.prompt = rig_prompt(kPromptTokens, 100 + i);
   request.max_tokens = kMaxTokens;
@@ -77,7 +77,7 @@ TEST(EnginePressure, EveryRequestCompletesAsAloneOrIsRefusedAsOverloaded) {
     auto rig = EngineRig::make(*model, space, options);
     ASSERT_NE(rig, nullptr);
     constexpr std::uint64_t kRequests = 8;
-    for (std::uint64_t i = 0; i < kRequests; ++i) rig->submit(request_of(i));
+    for (std::uint64_t i = 0; i < kRequests; ++i) rig->submit(pressure_request(i));
     const Status run = rig->run();
     ASSERT_TRUE(run.ok()) << where << ": " << run.to_string();
 
@@ -105,7 +105,7 @@ TEST(EnginePressure, EveryRequestCompletesAsAloneOrIsRefusedAsOverloaded) {
           << which << " ended " << to_string(outcome.end) << ": " << outcome.error.to_string();
       ++completed;
       EXPECT_EQ(outcome.end, RequestEnd::kLength) << which;
-      EXPECT_EQ(outcome.tokens, solo_tokens(*model, space, options, request_of(i)))
+      EXPECT_EQ(outcome.tokens, solo_tokens(*model, space, options, pressure_request(i)))
           << which << " (preempted " << outcome.stats.preemptions << " times)";
       EXPECT_EQ(outcome.stats.prompt_tokens, kPromptTokens) << which;
       EXPECT_EQ(outcome.stats.generated_tokens, kMaxTokens) << which;
@@ -145,19 +145,19 @@ TEST(EnginePressure, QueueWaitBoundRefusesAsOverloaded) {
   auto rig = EngineRig::make(*model, space, options);
   ASSERT_NE(rig, nullptr);
 
-  const std::size_t first = rig->submit(request_of(0));
+  const std::size_t first = rig->submit(pressure_request(0));
   ASSERT_TRUE(rig->outcome(first).submit_status.ok());
   auto stepped = rig->engine().step();  // the first request takes the only running seat
   ASSERT_TRUE(stepped.ok()) << stepped.status().to_string();
   std::vector<std::size_t> late;
-  for (std::uint64_t i = 1; i <= 3; ++i) late.push_back(rig->submit(request_of(i)));
+  for (std::uint64_t i = 1; i <= 3; ++i) late.push_back(rig->submit(pressure_request(i)));
   std::this_thread::sleep_for(std::chrono::milliseconds(120));  // past the wait bound
   const Status run = rig->run();
   ASSERT_TRUE(run.ok()) << run.to_string();
 
   const Outcome& running = rig->outcome(first);
   ASSERT_TRUE(running.completed()) << running.error.to_string();
-  EXPECT_EQ(running.tokens, solo_tokens(*model, space, options, request_of(0)));
+  EXPECT_EQ(running.tokens, solo_tokens(*model, space, options, pressure_request(0)));
   for (const std::size_t i : late) {
     const Outcome& outcome = rig->outcome(i);
     const std::string which = "late request " + std::to_string(i);
@@ -176,10 +176,10 @@ TEST(EnginePressure, QueueWaitBoundRefusesAsOverloaded) {
   EXPECT_EQ(rig->kv().arena().stats().active_slots, 0u);
 
   // Nothing is stuck: a request submitted now is admitted at once and completes.
-  const std::size_t after = rig->submit(request_of(4));
+  const std::size_t after = rig->submit(pressure_request(4));
   ASSERT_TRUE(rig->run().ok());
   ASSERT_TRUE(rig->outcome(after).completed()) << rig->outcome(after).error.to_string();
-  EXPECT_EQ(rig->outcome(after).tokens, solo_tokens(*model, space, options, request_of(4)));
+  EXPECT_EQ(rig->outcome(after).tokens, solo_tokens(*model, space, options, pressure_request(4)));
   rig->expect_ledger_returns("after the queue-wait refusals");
 }
 
@@ -198,7 +198,7 @@ TEST(EnginePressure, APreemptedRequestIsNeverRefusedForItsWait) {
   constexpr std::uint64_t kRequests = 4;
   std::vector<Outcome> seen(kRequests);
   for (std::uint64_t i = 0; i < kRequests; ++i) {
-    auto id = rig->engine().submit(request_of(i), [&seen, i](const RequestEvent& event) {
+    auto id = rig->engine().submit(pressure_request(i), [&seen, i](const RequestEvent& event) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       record(seen[i], event);
     });
@@ -216,7 +216,7 @@ TEST(EnginePressure, APreemptedRequestIsNeverRefusedForItsWait) {
       continue;
     }
     EXPECT_EQ(o.end, RequestEnd::kLength) << i;
-    EXPECT_EQ(o.tokens, solo_tokens(*model, space, options, request_of(i))) << i;
+    EXPECT_EQ(o.tokens, solo_tokens(*model, space, options, pressure_request(i))) << i;
     if (o.stats.preemptions > 0) ++preempted;
   }
   EXPECT_GE(preempted, 1u) << "nothing was preempted: the test proves nothing";
@@ -234,7 +234,7 @@ TEST(EnginePressure, CancellingDuringPreemptionFreesEverything) {
   auto rig = EngineRig::make(*model, tight_space(6), options);
   ASSERT_NE(rig, nullptr);
   constexpr std::uint64_t kRequests = 6;
-  for (std::uint64_t i = 0; i < kRequests; ++i) rig->submit(request_of(i));
+  for (std::uint64_t i = 0; i < kRequests; ++i) rig->submit(pressure_request(i));
   for (int steps = 0; rig->engine().stats().preemptions == 0; ++steps) {
     ASSERT_LT(steps, 200) << "no preemption to cancel during";
     auto stepped = rig->engine().step();
@@ -270,11 +270,11 @@ TEST(EnginePressure, ARequestThatCannotFitAloneEndsWithAnErrorAndTheOthersFinish
   const KvSpaceOptions space = tight_space(3);
   auto rig = EngineRig::make(*model, space, options);
   ASSERT_NE(rig, nullptr);
-  EngineRequest big = request_of(0);
+  EngineRequest big = pressure_request(0);
   big.max_tokens = 30;
   std::vector<EngineRequest> small;
   for (std::uint64_t i = 1; i <= 2; ++i) {
-    EngineRequest r = request_of(i);
+    EngineRequest r = pressure_request(i);
     r.prompt.resize(6);
     r.max_tokens = 8;
     small.push_back(r);
@@ -323,7 +323,7 @@ TEST(EnginePressure, TwoSubmittingThreadsUnderPressureGetTheAnswersAlone) {
   std::vector<Outcome> seen(2 * kPerThread);
   auto feed = [&](std::uint64_t first) {
     for (std::uint64_t i = first; i < first + kPerThread; ++i) {
-      auto id = rig->engine().submit(request_of(i), [&, i](const RequestEvent& event) {
+      auto id = rig->engine().submit(pressure_request(i), [&, i](const RequestEvent& event) {
         std::lock_guard lock(mutex);
         record(seen[i], event);
       });
@@ -343,7 +343,7 @@ TEST(EnginePressure, TwoSubmittingThreadsUnderPressureGetTheAnswersAlone) {
     ASSERT_TRUE(seen[i].submit_status.ok()) << i << ": " << seen[i].submit_status.to_string();
     ASSERT_EQ(seen[i].finished_events, 1) << i;
     EXPECT_EQ(seen[i].end, RequestEnd::kLength) << i;
-    EXPECT_EQ(seen[i].tokens, solo_tokens(*model, space, options, request_of(i))) << i;
+    EXPECT_EQ(seen[i].tokens, solo_tokens(*model, space, options, pressure_request(i))) << i;
   }
   EXPECT_EQ(stats.finished, seen.size());
   EXPECT_GT(stats.preemptions, 0u) << "six requests in six windows never preempted";

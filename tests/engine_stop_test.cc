@@ -24,9 +24,9 @@ using testing::llama;
 using testing::make_kv;
 using testing::no_cache;
 
-const std::vector<std::int32_t> kPrompt = {269, 293, 290, 288, 297, 268, 259, 287};
+const std::vector<std::int32_t> kStopPrompt = {269, 293, 290, 288, 297, 268, 259, 287};
 
-// The greedy continuation of kPrompt, max_tokens long, with nothing to stop it.
+// The greedy continuation of kStopPrompt, max_tokens long, with nothing to stop it.
 std::vector<std::int32_t> continuation(std::uint32_t max_tokens) {
   auto kv = make_kv(llama().config, 2);
   Collector collector;
@@ -34,7 +34,7 @@ std::vector<std::int32_t> continuation(std::uint32_t max_tokens) {
   {
     auto engine = Engine::create(*llama().model, *kv, no_cache());
     EXPECT_TRUE(engine.ok());
-    id = *(*engine)->submit(greedy_request(kPrompt, max_tokens), collector.callback());
+    id = *(*engine)->submit(greedy_request(kStopPrompt, max_tokens), collector.callback());
     EXPECT_TRUE((*engine)->run_until_idle().ok());
   }
   expect_clean(*kv);
@@ -75,7 +75,7 @@ TEST(EngineEnds, StopIdsAndTheModelsEosEndWithoutBeingEmitted) {
   ASSERT_GT(k, 0u) << "no token of the continuation is new after index 3";
   const std::vector<std::int32_t> before(full.begin(), full.begin() + k);
 
-  EngineRequest with_stop = greedy_request(kPrompt, 20);
+  EngineRequest with_stop = greedy_request(kStopPrompt, 20);
   with_stop.stop_ids = {full[k]};
   testing::Outcome o = run_one(*llama().model, with_stop);
   EXPECT_EQ(o.end, RequestEnd::kStop);
@@ -87,7 +87,7 @@ TEST(EngineEnds, StopIdsAndTheModelsEosEndWithoutBeingEmitted) {
   config.eos_token_ids = {full[k]};
   auto eos_model = llama().variant(config);
   ASSERT_NE(eos_model, nullptr);
-  EngineRequest eos = greedy_request(kPrompt, 20);
+  EngineRequest eos = greedy_request(kStopPrompt, 20);
   eos.use_model_eos = true;
   o = run_one(*eos_model, eos);
   EXPECT_EQ(o.end, RequestEnd::kStop);
@@ -99,12 +99,12 @@ TEST(EngineEnds, StopIdsAndTheModelsEosEndWithoutBeingEmitted) {
 }
 
 TEST(EngineEnds, MaxTokensEndsWithLength) {
-  const testing::Outcome o = run_one(*llama().model, greedy_request(kPrompt, 5));
+  const testing::Outcome o = run_one(*llama().model, greedy_request(kStopPrompt, 5));
   EXPECT_EQ(o.end, RequestEnd::kLength);
   const std::vector<std::int32_t> full = continuation(20);
   ASSERT_EQ(full.size(), 20u);
   EXPECT_EQ(o.tokens, std::vector<std::int32_t>(full.begin(), full.begin() + 5));
-  EXPECT_EQ(o.stats.prompt_tokens, kPrompt.size());
+  EXPECT_EQ(o.stats.prompt_tokens, kStopPrompt.size());
   EXPECT_GE(o.stats.total_seconds, o.stats.time_to_first_token);
 }
 
@@ -115,7 +115,7 @@ TEST(EngineEnds, StopStringCutsTheTextBeforeIt) {
   EngineOptions options = no_cache();
   options.tokenizer = tokenizer->get();
   // Without stop strings the streamed text is the decoded continuation.
-  const testing::Outcome plain = run_one(*llama().model, greedy_request(kPrompt, 30), options);
+  const testing::Outcome plain = run_one(*llama().model, greedy_request(kStopPrompt, 30), options);
   const std::string text = (*tokenizer)->decode(plain.tokens, /*skip_special=*/true);
   EXPECT_EQ(plain.text, text);
   ASSERT_GE(text.size(), 12u) << "the continuation is too short to cut: '" << text << "'";
@@ -123,7 +123,7 @@ TEST(EngineEnds, StopStringCutsTheTextBeforeIt) {
   // first occurrence, nothing after.
   const std::string stop = text.substr(text.size() / 2, 3);
   const std::size_t at = text.find(stop);
-  EngineRequest request = greedy_request(kPrompt, 30);
+  EngineRequest request = greedy_request(kStopPrompt, 30);
   request.stop_strings = {"never appears \x01", stop};
   const testing::Outcome cut = run_one(*llama().model, request, options);
   EXPECT_EQ(cut.end, RequestEnd::kStop);
@@ -141,8 +141,10 @@ TEST(EngineEnds, CancelFreesTheSlotAtTheNextStep) {
     options.max_running = 1;
     auto engine = Engine::create(*llama().model, *kv, options);
     ASSERT_TRUE(engine.ok());
-    const RequestId running = *(*engine)->submit(greedy_request(kPrompt, 40), collector.callback());
-    const RequestId queued = *(*engine)->submit(greedy_request(kPrompt, 40), collector.callback());
+    const RequestId running =
+        *(*engine)->submit(greedy_request(kStopPrompt, 40), collector.callback());
+    const RequestId queued =
+        *(*engine)->submit(greedy_request(kStopPrompt, 40), collector.callback());
     for (int i = 0; i < 3; ++i) ASSERT_TRUE((*engine)->step().ok());
     EXPECT_EQ(kv->arena().stats().active_slots, 1u);
     EXPECT_EQ((*engine)->stats().waiting, 1u);
@@ -184,23 +186,23 @@ TEST(EngineRefusals, SubmitNamesTheBadField) {
   refused(greedy_request({}, 4), "prompt");
   refused(greedy_request({1, 5000, 2}, 4), "prompt[1]");
   refused(greedy_request({1, -3}, 4), "prompt[1]");
-  refused(greedy_request(kPrompt, 0), "max_tokens");
-  refused(greedy_request(kPrompt, 57), "context of 64");
-  EngineRequest hot = greedy_request(kPrompt, 4);
+  refused(greedy_request(kStopPrompt, 0), "max_tokens");
+  refused(greedy_request(kStopPrompt, 57), "context of 64");
+  EngineRequest hot = greedy_request(kStopPrompt, 4);
   hot.sampling.temperature = -1;
   refused(hot, "temperature");
-  EngineRequest top = greedy_request(kPrompt, 4);
+  EngineRequest top = greedy_request(kStopPrompt, 4);
   top.sampling.top_p = 0;
   refused(top, "top_p");
-  EngineRequest stop_id = greedy_request(kPrompt, 4);
+  EngineRequest stop_id = greedy_request(kStopPrompt, 4);
   stop_id.stop_ids = {3, 1 << 20};
   refused(stop_id, "stop_ids[1]");
-  EngineRequest stop_text = greedy_request(kPrompt, 4);
+  EngineRequest stop_text = greedy_request(kStopPrompt, 4);
   stop_text.stop_strings = {"x"};
   refused(stop_text, "stop_strings");
   EXPECT_EQ((*engine)->stats().submitted, 0u);
   // At the limit exactly: accepted.
-  EXPECT_TRUE((*engine)->submit(greedy_request(kPrompt, 56), {}).ok());
+  EXPECT_TRUE((*engine)->submit(greedy_request(kStopPrompt, 56), {}).ok());
   EXPECT_TRUE((*engine)->run_until_idle().ok());
 }
 
@@ -249,9 +251,9 @@ TEST(EngineRefusals, AFullQueueIsRefusedAsOverloaded) {
     options.max_running = 1;
     auto engine = Engine::create(*llama().model, *kv, options);
     ASSERT_TRUE(engine.ok());
-    ASSERT_TRUE((*engine)->submit(greedy_request(kPrompt, 4), collector.callback()).ok());
-    ASSERT_TRUE((*engine)->submit(greedy_request(kPrompt, 4), collector.callback()).ok());
-    auto third = (*engine)->submit(greedy_request(kPrompt, 4), collector.callback());
+    ASSERT_TRUE((*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback()).ok());
+    ASSERT_TRUE((*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback()).ok());
+    auto third = (*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback());
     ASSERT_FALSE(third.ok());
     EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
     EXPECT_NE(third.status().message().find("overloaded"), std::string::npos);
@@ -260,7 +262,7 @@ TEST(EngineRefusals, AFullQueueIsRefusedAsOverloaded) {
     EXPECT_EQ((*engine)->stats().refused_overloaded, 1u);
     // One step admits one (max_running 1): the queue has room again.
     ASSERT_TRUE((*engine)->step().ok());
-    EXPECT_TRUE((*engine)->submit(greedy_request(kPrompt, 4), collector.callback()).ok());
+    EXPECT_TRUE((*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback()).ok());
     EXPECT_TRUE((*engine)->run_until_idle().ok());
     EXPECT_EQ(collector.finished_count(), 3u);
     EXPECT_EQ((*engine)->stats().finished, 3u);
@@ -282,9 +284,11 @@ TEST(EngineRefusals, ARequestWaitingTooLongIsRefusedWithARetryEstimate) {
   {
     auto engine = Engine::create(*llama().model, *kv, one_place_waiting_5ms());
     ASSERT_TRUE(engine.ok());
-    const RequestId first = *(*engine)->submit(greedy_request(kPrompt, 6), collector.callback());
+    const RequestId first =
+        *(*engine)->submit(greedy_request(kStopPrompt, 6), collector.callback());
     ASSERT_TRUE((*engine)->step().ok());  // admitted at once
-    const RequestId second = *(*engine)->submit(greedy_request(kPrompt, 6), collector.callback());
+    const RequestId second =
+        *(*engine)->submit(greedy_request(kStopPrompt, 6), collector.callback());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_TRUE((*engine)->run_until_idle().ok());
     EXPECT_EQ(collector.get(first).end, RequestEnd::kLength);
@@ -307,8 +311,10 @@ TEST(EngineRefusals, ARequestTheStepCanAdmitIsNeverRefusedForItsWait) {
   {
     auto engine = Engine::create(*llama().model, *kv, one_place_waiting_5ms());
     ASSERT_TRUE(engine.ok());
-    const RequestId first = *(*engine)->submit(greedy_request(kPrompt, 6), collector.callback());
-    const RequestId second = *(*engine)->submit(greedy_request(kPrompt, 6), collector.callback());
+    const RequestId first =
+        *(*engine)->submit(greedy_request(kStopPrompt, 6), collector.callback());
+    const RequestId second =
+        *(*engine)->submit(greedy_request(kStopPrompt, 6), collector.callback());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both past the bound
     EXPECT_TRUE((*engine)->run_until_idle().ok());
     EXPECT_EQ(collector.get(first).end, RequestEnd::kLength);
@@ -334,10 +340,10 @@ std::unique_ptr<Engine> started_engine(KvSpace& kv) {
   return std::move(engine).value();
 }
 
-// Submits `n` greedy requests of `max_tokens` after kPrompt; false where one is refused.
+// Submits `n` greedy requests of `max_tokens` after kStopPrompt; false where one is refused.
 bool submit_all(Engine& engine, Collector& collector, int n, std::uint32_t max_tokens) {
   for (int i = 0; i < n; ++i) {
-    auto id = engine.submit(greedy_request(kPrompt, max_tokens), collector.callback());
+    auto id = engine.submit(greedy_request(kStopPrompt, max_tokens), collector.callback());
     EXPECT_TRUE(id.ok()) << id.status().to_string();
     if (!id.ok()) return false;
   }
@@ -360,7 +366,7 @@ TEST(EngineThread, StartServesAndDrainFinishes) {
     }
     EXPECT_TRUE(engine->drain(std::chrono::seconds(30)));
     EXPECT_EQ(collector.finished_count(), 3u);
-    auto late = engine->submit(greedy_request(kPrompt, 8), collector.callback());
+    auto late = engine->submit(greedy_request(kStopPrompt, 8), collector.callback());
     EXPECT_EQ(late.status().code(), StatusCode::kUnavailable);
     EXPECT_EQ(engine->stats().finished, 3u);
   }

@@ -18,11 +18,11 @@ using testing::Outcome;
 using testing::rig_prompt;
 using testing::solo_tokens;
 
-constexpr std::uint32_t kSystemTokens = 32;  // four whole windows
+constexpr std::uint32_t kTenantSystemTokens = 32;  // four whole windows
 
 EngineRequest request_of(std::uint64_t tenant, std::uint64_t question, bool seeded) {
   EngineRequest request;
-  request.prompt = rig_prompt(kSystemTokens, 3);
+  request.prompt = rig_prompt(kTenantSystemTokens, 3);
   const std::vector<std::int32_t> tail = rig_prompt(5, 90 + question);
   request.prompt.insert(request.prompt.end(), tail.begin(), tail.end());
   request.max_tokens = 8;
@@ -77,7 +77,7 @@ TEST(EngineTenant, TenantsNeverShareCachedPrefixes) {
 
     // The first tenant again: its system prompt's windows are found.
     const Served again = serve(*rig, request_of(1, 0, seeded));
-    EXPECT_GE(again.outcome.stats.cached_tokens, kSystemTokens) << where;
+    EXPECT_GE(again.outcome.stats.cached_tokens, kTenantSystemTokens) << where;
     EXPECT_LT(again.outcome.stats.cached_tokens, again.outcome.request.prompt.size()) << where;
     EXPECT_GT(again.new_hits, 0u) << where;
     EXPECT_EQ(again.outcome.tokens, alone) << where;
@@ -85,11 +85,11 @@ TEST(EngineTenant, TenantsNeverShareCachedPrefixes) {
     // The second tenant again hits its own entries, and a new question of the first tenant
     // shares the system prompt only.
     const Served other_again = serve(*rig, request_of(2, 0, seeded));
-    EXPECT_GE(other_again.outcome.stats.cached_tokens, kSystemTokens) << where;
+    EXPECT_GE(other_again.outcome.stats.cached_tokens, kTenantSystemTokens) << where;
     EXPECT_EQ(other_again.outcome.tokens, alone) << where;
     const EngineRequest question = request_of(1, 1, seeded);
     const Served asked = serve(*rig, question);
-    EXPECT_EQ(asked.outcome.stats.cached_tokens, kSystemTokens) << where;
+    EXPECT_EQ(asked.outcome.stats.cached_tokens, kTenantSystemTokens) << where;
     EXPECT_EQ(asked.outcome.tokens,
               solo_tokens(*model, testing::small_space_options(), options, question))
         << where;
@@ -98,7 +98,7 @@ TEST(EngineTenant, TenantsNeverShareCachedPrefixes) {
     const std::size_t mine = rig->submit(request_of(1, 0, seeded));
     const std::size_t theirs = rig->submit(request_of(3, 0, seeded));
     ASSERT_TRUE(rig->run().ok()) << where;
-    EXPECT_GE(rig->outcome(mine).stats.cached_tokens, kSystemTokens) << where;
+    EXPECT_GE(rig->outcome(mine).stats.cached_tokens, kTenantSystemTokens) << where;
     EXPECT_EQ(rig->outcome(theirs).stats.cached_tokens, 0u) << where;
     EXPECT_EQ(rig->outcome(mine).tokens, alone) << where;
     EXPECT_EQ(rig->outcome(theirs).tokens, alone) << where;

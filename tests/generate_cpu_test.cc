@@ -20,8 +20,8 @@
 namespace kvvm::engine {
 namespace {
 
-using testing::ReferenceTransformer;
-using testing::TinyModel;
+using kvvm::testing::ReferenceTransformer;
+using kvvm::testing::TinyModel;
 
 constexpr std::uint32_t kGenerated = 24;
 
@@ -80,7 +80,7 @@ void reference_greedy(const ReferenceTransformer& reference, std::vector<std::in
 }
 
 TEST(GenerateCpu, GreedyTokensMatchTheFloat64Reference) {
-  TinyModel tiny(testing::tiny_config(), model::TensorDType::kF32, 11);
+  TinyModel tiny(kvvm::testing::tiny_config(), model::TensorDType::kF32, 11);
   const ReferenceTransformer reference(tiny.config(), tiny.weights());
   const std::vector<std::int32_t> prompt = prompt_of(19, tiny.config().vocab_size, 5);
   auto result = run_generate(tiny, Layout::kTokenMajor, 0, prompt, 7);
@@ -99,7 +99,7 @@ TEST(GenerateCpu, GreedyTokensMatchTheFloat64Reference) {
 }
 
 TEST(GenerateCpu, SameTokensOnEveryLayoutAndGranule) {
-  TinyModel tiny(testing::tiny_config(), model::TensorDType::kF32, 3);
+  TinyModel tiny(kvvm::testing::tiny_config(), model::TensorDType::kF32, 3);
   const std::vector<std::int32_t> prompt = prompt_of(37, tiny.config().vocab_size, 9);
   auto baseline = run_generate(tiny, Layout::kTokenMajor, std::uint64_t{2} << 20, prompt, 0);
   ASSERT_TRUE(baseline.ok()) << baseline.status().to_string();

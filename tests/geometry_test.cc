@@ -8,12 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "support/text_match.h"
+
 namespace kvvm {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
 
 TEST(Geometry, DtypeScalesBytesPerToken) {
   // llama-3-8b's shape: 32 layers, 8 KV heads of 128.

@@ -27,7 +27,7 @@ using std::chrono::milliseconds;
 using testing::eventually;
 using testing::expect_ledger;
 using testing::kLongWait;
-constexpr std::uint64_t kMiB = testing::kGovernorMiB;
+using testing::kMiB;
 
 TEST(GovernorStressTest, RandomOperationsKeepTheLedger) {
   constexpr int kThreads = 8;

@@ -26,7 +26,7 @@ using std::chrono::milliseconds;
 using testing::eventually;
 using testing::expect_ledger;
 using testing::kLongWait;
-constexpr std::uint64_t kMiB = testing::kGovernorMiB;
+using testing::kMiB;
 
 TEST(GovernorTest, WaiterIsGrantedWhenBytesComeBack) {
   Governor g;

@@ -9,14 +9,14 @@
 #include <fstream>
 #include <string>
 
+#include "support/text_match.h"
+
 namespace kvvm {
 namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
 
 std::string temp_file(const std::string& name, const std::string& text) {
   const fs::path path =

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvvm/model/kv_geometry.h"
+#include "support/text_match.h"
 
 namespace kvvm {
 namespace {
@@ -38,9 +39,7 @@ LayoutPlan plan(const Geometry& geometry, Layout layout, std::uint64_t granule =
   return *planned;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
 
 TEST(Layout, NamesParseAndRoundTrip) {
   EXPECT_EQ(all_layouts(),

@@ -15,27 +15,28 @@
 
 #include "kvvm/model/kv_geometry.h"
 #include "support/test_data.h"
+#include "support/text_match.h"
 
 namespace kvvm::model {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path data_dir() { return test::data_dir(); }
+using test::data_dir;
 
 // A directory of its own per test, removed afterwards.
-class TempDir {
+class ConfigDir {
  public:
-  TempDir() {
+  ConfigDir() {
     static std::atomic<int> counter{0};
     path_ =
         fs::temp_directory_path() / ("kvvm_model_config_geometry_test_" + std::to_string(getpid()) +
                                      "_" + std::to_string(counter++));
     fs::create_directories(path_);
   }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
+  ConfigDir(const ConfigDir&) = delete;
+  ConfigDir& operator=(const ConfigDir&) = delete;
+  ~ConfigDir() {
     std::error_code ignored;
     fs::remove_all(path_, ignored);
   }
@@ -56,9 +57,7 @@ nlohmann::json qwen_config() {
   return nlohmann::json::parse(file);
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
 
 // The KV shape of the config.json at `path`, as kvvm plan reads it.
 Result<Geometry> geometry_from_config_json(const std::string& path,
@@ -165,7 +164,7 @@ TEST(ModelConfigGeometry, VisionLanguageConfigsAreReadFromTextConfig) {
 }
 
 TEST(ModelConfigGeometry, EachMissingFieldIsNamed) {
-  TempDir dir;
+  ConfigDir dir;
   struct Case {
     std::vector<std::string> removed;
     std::vector<std::string> named;  // in the message
@@ -208,7 +207,7 @@ TEST(ModelConfigGeometry, EachMissingFieldIsNamed) {
 }
 
 TEST(ModelConfigGeometry, MalformedFieldsAreNamedWithTheirValue) {
-  TempDir dir;
+  ConfigDir dir;
   const std::vector<std::pair<std::string, nlohmann::json>> cases = {
       {"num_hidden_layers", 0},      {"num_hidden_layers", -24}, {"num_hidden_layers", 2.5},
       {"num_hidden_layers", "24"},   {"num_key_value_heads", 0}, {"head_dim", -1},
@@ -237,7 +236,7 @@ TEST(ModelConfigGeometry, MalformedFieldsAreNamedWithTheirValue) {
 }
 
 TEST(ModelConfigGeometry, KvHeadsMustDivideTheQueryHeads) {
-  TempDir dir;
+  ConfigDir dir;
   nlohmann::json config = qwen_config();  // 14 query heads
   config["num_key_value_heads"] = 4;
   Result<Geometry> indivisible = geometry_from_config_json(dir.write("four.json", config.dump()));
@@ -259,7 +258,7 @@ TEST(ModelConfigGeometry, KvHeadsMustDivideTheQueryHeads) {
 }
 
 TEST(ModelConfigGeometry, AbsurdSizesAreRefusedWithTheBound) {
-  TempDir dir;
+  ConfigDir dir;
   const std::vector<std::tuple<std::string, nlohmann::json, std::string>> cases = {
       {"num_hidden_layers", 5000, "[1, 1024]"},
       {"num_hidden_layers", 24.0, "[1, 1024]"},
@@ -293,7 +292,7 @@ TEST(ModelConfigGeometry, AbsurdSizesAreRefusedWithTheBound) {
 }
 
 TEST(ModelConfigGeometry, HostileFilesAreRefusedNotCrashedOn) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string deep =
       dir.write("deep.json", "{\"num_hidden_layers\": " + std::string(100000, '[') +
                                  std::string(100000, ']') + "}");
@@ -315,7 +314,7 @@ TEST(ModelConfigGeometry, HostileFilesAreRefusedNotCrashedOn) {
 }
 
 TEST(ModelConfigGeometry, UnreadableFilesSayWhatAndWhere) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string absent = (dir.path() / "absent.json").string();
   Result<Geometry> missing = geometry_from_config_json(absent);
   ASSERT_FALSE(missing.ok());
@@ -347,7 +346,7 @@ TEST(ModelConfigGeometry, BuiltinConfigsAreWholeModelConfigs) {
 }
 
 TEST(ModelConfigGeometry, KvShapeNeedsNoArchitectureTheRuntimeRuns) {
-  TempDir dir;
+  ConfigDir dir;
   nlohmann::json config = qwen_config();
   config["architectures"] = {"GemmaForCausalLM"};
   config["model_type"] = "gemma";

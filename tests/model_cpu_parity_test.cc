@@ -45,9 +45,7 @@ const std::vector<std::string>& fixture_names() {
   return names;
 }
 
-std::vector<std::int32_t> ids_of(const nlohmann::json& array) {
-  return array.get<std::vector<std::int32_t>>();
-}
+using test::token_ids;
 
 class ModelCpuParityTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -129,7 +127,7 @@ class ModelCpuParityTest : public ::testing::TestWithParam<std::string> {
 TEST_P(ModelCpuParityTest, LastPositionLogitsMatchTransformers) {
   ASSERT_FALSE(expected_.at("logits").empty());
   for (const auto& entry : expected_.at("logits")) {
-    const std::vector<std::int32_t> prompt = ids_of(entry.at("prompt_ids"));
+    const std::vector<std::int32_t> prompt = token_ids(entry.at("prompt_ids"));
     const std::vector<float> logits = prefill(prompt, prompt.size());
     finish();
     struct Reference {
@@ -152,12 +150,12 @@ TEST_P(ModelCpuParityTest, LastPositionLogitsMatchTransformers) {
 TEST_P(ModelCpuParityTest, GreedyTokensMatchWhereTheMarginAllows) {
   ASSERT_FALSE(expected_.at("greedy").empty());
   for (const auto& entry : expected_.at("greedy")) {
-    const std::vector<std::int32_t> prompt = ids_of(entry.at("prompt_ids"));
+    const std::vector<std::int32_t> prompt = token_ids(entry.at("prompt_ids"));
     if (entry.contains("tokens_fp32")) {
-      compare_greedy(prompt, ids_of(entry.at("tokens_fp32")),
+      compare_greedy(prompt, token_ids(entry.at("tokens_fp32")),
                      entry.at("margins_fp32").get<std::vector<double>>(), kFp32Tolerance, "fp32");
     }
-    compare_greedy(prompt, ids_of(entry.at("tokens")),
+    compare_greedy(prompt, token_ids(entry.at("tokens")),
                    entry.at("margins").get<std::vector<double>>(), tolerance_,
                    expected_.at("dtype").get<std::string>().c_str());
   }

@@ -28,8 +28,8 @@
 namespace kvvm::model {
 namespace {
 
-constexpr double kTolerance = 1e-3;
-constexpr std::uint32_t kContext = 256;
+constexpr double kReplayTolerance = 1e-3;
+constexpr std::uint32_t kGraphContext = 256;
 constexpr std::uint32_t kSequences = 8;
 
 ModelConfig graph_config() {
@@ -44,7 +44,7 @@ ModelConfig graph_config() {
   c.qkv_bias = true;
   c.tie_word_embeddings = true;
   c.rope.theta = 1000000.0;
-  c.max_position_embeddings = kContext;
+  c.max_position_embeddings = kGraphContext;
   c.dtype = DType::kBf16;
   return c;
 }
@@ -61,7 +61,7 @@ TEST(ModelGraphsCpu, TheCpuModelHasNoDecodeGraphs) {
   EXPECT_EQ((*made)->graph_stats().graphs, 0u);
 }
 
-// One model and its arena; the pad slot and eight sequences admitted through kContext.
+// One model and its arena; the pad slot and eight sequences admitted through kGraphContext.
 struct Side {
   std::unique_ptr<Model> model;
   std::unique_ptr<testing::KvArena> kv;
@@ -88,13 +88,13 @@ class ModelCudaGraphTest : public ::testing::Test {
       ASSERT_TRUE(made.ok()) << made.status().to_string();
       side->model = std::move(made).value();
       side->kv = testing::KvArena::make(*driver_, tiny_->config().kv_geometry(DType::kBf16),
-                                        Layout::kTokenMajor, kContext, kSequences + 1);
+                                        Layout::kTokenMajor, kGraphContext, kSequences + 1);
       ASSERT_TRUE(side->kv);
       auto pad = side->kv->arena->admit(1);
       ASSERT_TRUE(pad.ok()) << pad.status().to_string();
       side->pad = *pad;
       for (std::uint32_t s = 0; s < kSequences; ++s) {
-        auto slot = side->kv->arena->admit(kContext);
+        auto slot = side->kv->arena->admit(kGraphContext);
         ASSERT_TRUE(slot.ok()) << slot.status().to_string();
         side->slots.push_back(*slot);
       }
@@ -159,13 +159,13 @@ class ModelCudaGraphTest : public ::testing::Test {
         most = std::max(most, std::fabs(eager[i]));
         worst = std::max(worst, std::fabs(graph[i] - eager[i]));
       }
-      EXPECT_LE(worst, kTolerance * most) << where;
+      EXPECT_LE(worst, kReplayTolerance * most) << where;
       ++rows_;
       if (worst == 0) ++identical_rows_;
       // The argmax equal wherever the eager top-2 margin exceeds twice the tolerance.
       std::vector<float> sorted(eager.begin(), eager.end());
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-      if (sorted[0] - sorted[1] > 2 * kTolerance * most) {
+      if (sorted[0] - sorted[1] > 2 * kReplayTolerance * most) {
         EXPECT_EQ(argmax[0][c], argmax[1][c]) << where;
       }
       for (int k = 0; k < 2; ++k) {
@@ -226,7 +226,7 @@ class ModelCudaGraphTest : public ::testing::Test {
 TEST_F(ModelCudaGraphTest, ReplaysMatchEagerStepsAcrossBatchSizesAndGrowingLengths) {
   {
     const auto guard = graphed_.kv->arena->begin_capture();
-    const Status captured = graphed_.model->capture_decode_graphs(options(kContext));
+    const Status captured = graphed_.model->capture_decode_graphs(options(kGraphContext));
     ASSERT_TRUE(captured.ok()) << captured.to_string();
   }
   EXPECT_EQ(graphed_.model->graph_stats().graphs, 4u);
@@ -277,7 +277,7 @@ TEST_F(ModelCudaGraphTest, BadOptionsAreRefusedNamingTheValue) {
     EXPECT_NE(status.message().find(needle), std::string::npos) << status.message();
     EXPECT_EQ(graphed_.model->graph_stats().graphs, 0u);
   };
-  DecodeGraphOptions o = options(kContext);
+  DecodeGraphOptions o = options(kGraphContext);
   o.batch_sizes = {2, 1};
   refused(o, "batch_sizes[1] = 1");
   o.batch_sizes = {0};
@@ -288,9 +288,9 @@ TEST_F(ModelCudaGraphTest, BadOptionsAreRefusedNamingTheValue) {
   refused(o, "batch_sizes is empty");
   o = options(0);
   refused(o, "max_length 0");
-  o = options(kContext + 1);
+  o = options(kGraphContext + 1);
   refused(o, "max_length 257 is outside [1, max_position_embeddings 256]");
-  o = options(kContext);
+  o = options(kGraphContext);
   o.kv.head_dim = 32;
   refused(o, "head dim 32");
   // A refusal keeps no graph: a decode step runs eagerly.

@@ -43,9 +43,7 @@ const std::vector<std::string>& bf16_fixtures() {
   return names;
 }
 
-std::vector<std::int32_t> ids_of(const nlohmann::json& array) {
-  return array.get<std::vector<std::int32_t>>();
-}
+using test::token_ids;
 
 std::int32_t argmax_of(const std::vector<float>& logits) {
   return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -110,7 +108,7 @@ class ModelCudaParityTest : public ::testing::TestWithParam<std::tuple<std::stri
 TEST_P(ModelCudaParityTest, LastPositionLogitsMatchTransformers) {
   ASSERT_FALSE(expected_.at("logits").empty());
   for (const auto& entry : expected_.at("logits")) {
-    const std::vector<std::int32_t> prompt = ids_of(entry.at("prompt_ids"));
+    const std::vector<std::int32_t> prompt = token_ids(entry.at("prompt_ids"));
     const std::vector<float> logits = prefill(prompt, prompt.size());
     finish();
     const auto last = entry.at("last").get<std::vector<double>>();
@@ -125,8 +123,8 @@ TEST_P(ModelCudaParityTest, LastPositionLogitsMatchTransformers) {
 TEST_P(ModelCudaParityTest, GreedyTokensMatchWhereTheMarginAllows) {
   ASSERT_FALSE(expected_.at("greedy").empty());
   for (const auto& entry : expected_.at("greedy")) {
-    std::vector<std::int32_t> tokens = ids_of(entry.at("prompt_ids"));
-    const std::vector<std::int32_t> want = ids_of(entry.at("tokens"));
+    std::vector<std::int32_t> tokens = token_ids(entry.at("prompt_ids"));
+    const std::vector<std::int32_t> want = token_ids(entry.at("tokens"));
     const auto margins = entry.at("margins").get<std::vector<double>>();
     ASSERT_EQ(margins.size(), want.size());
     const std::size_t prompt = tokens.size();

@@ -8,6 +8,7 @@
 
 #include "kvvm/model/weights.h"
 #include "support/safetensors_writer.h"
+#include "support/text_match.h"
 
 namespace kvvm::model {
 namespace {
@@ -16,9 +17,7 @@ using test::TempDir;
 using test::TensorSpec;
 using test::TinyModel;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
 
 struct Loaded {
   ModelConfig config;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "support/safetensors_writer.h"
+#include "support/text_match.h"
 
 namespace kvvm::model {
 namespace {
@@ -22,9 +23,7 @@ namespace {
 using test::TempDir;
 using test::TensorSpec;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
 
 std::vector<std::byte> raw(std::size_t count, std::uint8_t first = 1) {
   std::vector<std::byte> bytes(count);

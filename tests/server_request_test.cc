@@ -14,6 +14,7 @@
 #include "kvvm/tokenizer/tokenizer.h"
 #include "server/openai_request.h"
 #include "support/test_data.h"
+#include "support/text_match.h"
 
 namespace kvvm::server {
 namespace {
@@ -25,9 +26,7 @@ using tokenizer::Tokenizer;
 constexpr std::uint32_t kContext = 64;
 constexpr std::uint32_t kDefaultMaxTokens = 16;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
   Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::load(dir + "/tokenizer.json");

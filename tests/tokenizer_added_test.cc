@@ -13,12 +13,7 @@ namespace {
 
 using Ids = std::vector<TokenId>;
 
-std::unique_ptr<Tokenizer> make(const test::TokenizerSpec& spec) {
-  Result<std::unique_ptr<Tokenizer>> tokenizer =
-      Tokenizer::parse(test::tokenizer_json(spec).dump(), "added.json");
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
-  return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
-}
+using test::make_tokenizer;
 
 Ids bytes(const std::string& text) {
   Ids out;
@@ -36,7 +31,7 @@ TEST(TokenizerAdded, SpecialTokensAreMatchedBeforeSplitting) {
   // Split first, "<|eot|>" would be cut into "<|", "eot", "|>" by the pattern.
   test::TokenizerSpec spec;
   spec.added_tokens = {test::added_token(300, "<|eot|>"), test::added_token(301, "<|eot|>x")};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->encode("hi<|eot|>there"), join({bytes("hi"), {300}, bytes("there")}));
   // Longest first: "<|eot|>x" wins over "<|eot|>".
@@ -55,7 +50,7 @@ TEST(TokenizerAdded, StripAndSingleWord) {
   auto hey = test::added_token(302, "hey", false);
   hey["single_word"] = true;
   spec.added_tokens = {mask, end, hey};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->encode("a  <mask> b"), join({bytes("a"), {300}, bytes(" b")}));
   EXPECT_EQ(tokenizer->encode("a <end>  b"), join({bytes("a "), {301}, bytes("b")}));
@@ -68,7 +63,7 @@ TEST(TokenizerAdded, NormalizedTokensMatchTheNormalizedText) {
   test::TokenizerSpec spec;
   spec.normalizer = {{"type", "NFC"}};
   spec.added_tokens = {test::added_token(300, "caf\u00E9", false)};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->encode("cafe\u0301!"), join({{300}, bytes("!")}));
 }
@@ -94,7 +89,7 @@ TEST(TokenizerAdded, TemplateProcessingAddsTheBosOnlyWhenAsked) {
                             {"single", single},
                             {"pair", nullptr},
                             {"special_tokens", specials}}}}};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->encode("hi"), bytes("hi"));
   EXPECT_EQ(tokenizer->encode("hi", true), join({{300}, bytes("hi"), {301}}));
@@ -105,7 +100,7 @@ TEST(TokenizerAdded, ByteLevelPostProcessorLeavesIdsAlone) {
   test::TokenizerSpec spec;
   spec.post_processor = {
       {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->encode("hi", true), bytes("hi"));
 }

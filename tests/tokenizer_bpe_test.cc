@@ -19,12 +19,7 @@ namespace {
 using test::spell;
 using test::TokenizerSpec;
 
-std::unique_ptr<Tokenizer> make(const TokenizerSpec& spec) {
-  Result<std::unique_ptr<Tokenizer>> tokenizer =
-      Tokenizer::parse(test::tokenizer_json(spec).dump(), "test.json");
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
-  return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
-}
+using test::make_tokenizer;
 
 TokenId id(const Tokenizer& tokenizer, const std::string& bytes) {
   const std::optional<TokenId> found = tokenizer.token_id(spell(bytes));
@@ -48,7 +43,7 @@ TEST(TokenizerBpe, MergesApplyByRankNotLeftToRight) {
   TokenizerSpec spec;
   spec.tokens = {"ab", "bc"};
   spec.merges = {{"b", "c"}, {"a", "b"}};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->encode("abc"),
             (std::vector<TokenId>{id(*tokenizer, "a"), id(*tokenizer, "bc")}));
@@ -56,7 +51,7 @@ TEST(TokenizerBpe, MergesApplyByRankNotLeftToRight) {
 
   // The same ranks the other way round give the other answer.
   spec.merges = {{"a", "b"}, {"b", "c"}};
-  auto swapped = make(spec);
+  auto swapped = make_tokenizer(spec);
   ASSERT_NE(swapped, nullptr);
   EXPECT_EQ(swapped->encode("abc"), (std::vector<TokenId>{id(*swapped, "ab"), id(*swapped, "c")}));
 }
@@ -65,7 +60,7 @@ TEST(TokenizerBpe, EqualRanksMergeLeftmostFirstAndMergedTokensMergeAgain) {
   TokenizerSpec spec;
   spec.tokens = {"aa", "aaaa"};
   spec.merges = {{"a", "a"}, {"aa", "aa"}};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   const TokenId a = id(*tokenizer, "a"), aa = id(*tokenizer, "aa"), aaaa = id(*tokenizer, "aaaa");
   EXPECT_EQ(tokenizer->encode("aaa"), (std::vector<TokenId>{aa, a}));
@@ -77,9 +72,9 @@ TEST(TokenizerBpe, PairFormMergesMatchStringForm) {
   TokenizerSpec spec;
   spec.tokens = {" t", " th", " the"};
   spec.merges = {{" ", "t"}, {" t", "h"}, {" th", "e"}};
-  auto strings = make(spec);
+  auto strings = make_tokenizer(spec);
   spec.pair_merges = true;
-  auto pairs = make(spec);
+  auto pairs = make_tokenizer(spec);
   ASSERT_NE(strings, nullptr);
   ASSERT_NE(pairs, nullptr);
   EXPECT_EQ(strings->encode("a the"),
@@ -93,9 +88,9 @@ TEST(TokenizerBpe, IgnoreMergesTakesAPreTokenInTheVocabWhole) {
   TokenizerSpec spec;
   spec.tokens = {"bc", "abc"};
   spec.merges = {{"b", "c"}};
-  auto merging = make(spec);
+  auto merging = make_tokenizer(spec);
   spec.ignore_merges = true;
-  auto ignoring = make(spec);
+  auto ignoring = make_tokenizer(spec);
   ASSERT_NE(merging, nullptr);
   ASSERT_NE(ignoring, nullptr);
   EXPECT_EQ(merging->encode("abc"), (std::vector<TokenId>{id(*merging, "a"), id(*merging, "bc")}));
@@ -109,7 +104,7 @@ TEST(TokenizerBpe, WhitespaceRunsSplitAsTheLlama3PatternSays) {
   TokenizerSpec spec;
   spec.tokens = {"  ", " b", "\n\n"};
   spec.merges = {{" ", " "}, {" ", "b"}, {"\n", "\n"}};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   // "   b": the run keeps its last space for the word ("  " then " b").
   EXPECT_EQ(
@@ -127,7 +122,7 @@ TEST(TokenizerBpe, ValidUtf8RoundTrips) {
   TokenizerSpec spec;
   spec.tokens = {"th", "the", " the", "\xE6\x97", "\xE6\x97\xA5"};
   spec.merges = {{"t", "h"}, {"th", "e"}, {" ", "the"}, {"\xE6", "\x97"}, {"\xE6\x97", "\xA5"}};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   const std::vector<std::string> texts = {"",
                                           "the cat",
@@ -146,7 +141,7 @@ TEST(TokenizerBpe, AnyBytesRoundTripIncludingIllFormedUtf8) {
   // Ill-formed UTF-8 does not stop encoding: the split pattern matches none of those bytes, so
   // each stretch of them is a piece of its own, spelled byte by byte like any other.
   TokenizerSpec spec;
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   const std::string bad =
       "ab\xFF"
@@ -171,7 +166,7 @@ TEST(TokenizerBpe, ALongPreTokenEncodesInNearLinearTime) {
   TokenizerSpec spec;
   spec.tokens = {"aa", "aaaa"};
   spec.merges = {{"a", "a"}, {"aa", "aa"}};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   const TokenId aaaa = id(*tokenizer, "aaaa");
   auto seconds = [&](std::size_t letters) {
@@ -195,7 +190,7 @@ TEST(TokenizerBpe, ConcurrentEncodesShareTheCacheSafely) {
   TokenizerSpec spec;
   spec.tokens = {"th", "the", " the"};
   spec.merges = {{"t", "h"}, {"th", "e"}, {" ", "the"}};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   std::vector<std::string> texts;
   for (int i = 0; i < 64; ++i) texts.push_back("the word" + std::to_string(i) + " the then other");
@@ -223,7 +218,7 @@ TEST(TokenizerBpe, VocabLookupsAndUnknownIds) {
   spec.tokens = {" the"};
   spec.merges = {};
   spec.added_tokens = {test::added_token(300, "<|eot|>")};
-  auto tokenizer = make(spec);
+  auto tokenizer = make_tokenizer(spec);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->vocab_size(), 301u);  // highest id + 1, the hole 257..299 included
   EXPECT_EQ(tokenizer->token_id("\u0120the"), 256);

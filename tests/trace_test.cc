@@ -9,12 +9,12 @@
 #include <sstream>
 #include <string>
 
+#include "support/text_match.h"
+
 namespace kvvm::cli {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
 
 TEST(TraceGenerator, SameSeedSameTraceOtherSeedAnother) {
   TraceGeneratorOptions options;

@@ -34,6 +34,7 @@
 #include "kvvm/host_driver.h"
 #include "kvvm/layout.h"
 #include "kvvm/reservation.h"
+#include "support/arena_fixture.h"
 #include "support/invariants.h"
 
 namespace kvvm::testing::arena_model {
@@ -41,9 +42,9 @@ namespace kvvm::testing::arena_model {
 namespace kt = ::kvvm::testing;
 using std::chrono::milliseconds;
 
-// A small geometry whose token is 1 KiB (2 layers, 2 KV heads, head dim 64, fp16): a page holds
-// 4 tokens in token-major, 16 per fragment in seq-major and 32 per fragment in head-major.
-inline Geometry small_geometry() { return Geometry{"test-small", 2, 2, 64, DType::kFp16}; }
+// The 1 KiB-token geometry (2 layers, 2 KV heads, head dim 64, fp16): a page holds 4 tokens in
+// token-major, 16 per fragment in seq-major and 32 per fragment in head-major.
+using kt::small_geometry;
 
 // A driver that passes every call through to another, except that an unmap can be held at a
 // gate (to line a race up deterministically) and made to fail.

@@ -1,12 +1,16 @@
 // Runs a kvvm command in-process and keeps what it said: its exit code and both streams.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <filesystem>
 #include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "app.h"
+#include "support/text_match.h"
 
 namespace kvvm::test {
 
@@ -32,8 +36,15 @@ inline CliRun run(const std::vector<std::string>& args) {
       [&](std::ostream& out, std::ostream& err) { return cli::run_cli(args, "test", out, err); });
 }
 
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
+// A directory of the running test's own under the system's temp directory, named
+// PREFIX_<seed>_<test>, created.
+inline std::filesystem::path scratch_dir(const std::string& prefix) {
+  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      (prefix + "_" + std::to_string(unit.random_seed()) + "_" + unit.current_test_info()->name());
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 }  // namespace kvvm::test

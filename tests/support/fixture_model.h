@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "base/json_reader.h"
 #include "kvvm/model/config.h"
@@ -55,6 +58,11 @@ inline Result<FixtureModel> load_fixture_model(const std::string& name) {
   }
   fixture.context = std::max(fixture.context, fixture.longest);
   return fixture;
+}
+
+// A fixture's token ids (expected.json's arrays) as the model takes them.
+inline std::vector<std::int32_t> token_ids(const nlohmann::json& array) {
+  return array.get<std::vector<std::int32_t>>();
 }
 
 }  // namespace kvvm::test

@@ -12,7 +12,7 @@
 
 namespace kvvm::testing {
 
-inline constexpr std::uint64_t kGovernorMiB = 1024 * 1024;
+inline constexpr std::uint64_t kMiB = 1024 * 1024;
 // Long enough that a correct implementation never times out, yet a broken one fails
 // instead of hanging the suite.
 inline constexpr std::chrono::milliseconds kLongWait = std::chrono::minutes(1);

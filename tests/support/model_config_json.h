@@ -8,15 +8,14 @@
 #include <string>
 
 #include "kvvm/model/config.h"
+#include "support/text_match.h"
 
 // Their own namespace: the short names (parse, refusal) stay out of other helpers' way.
 namespace kvvm::test::model_config {
 
 inline constexpr const char* kOrigin = "/models/x/config.json";
 
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;  // for the tests that take this namespace whole
 
 // A small Llama config every test edits.
 inline nlohmann::json llama() {

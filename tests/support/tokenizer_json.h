@@ -4,11 +4,15 @@
 // post-processor a test chooses.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kvvm/tokenizer/tokenizer.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/regex.h"
 
@@ -90,6 +94,14 @@ inline nlohmann::json tokenizer_json(const TokenizerSpec& spec) {
             {"ignore_merges", spec.ignore_merges},
             {"vocab", vocab},
             {"merges", merges}}}};
+}
+
+// The tokenizer `spec` describes, parsed; a parse failure is a test failure (and null).
+inline std::unique_ptr<tokenizer::Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
+  Result<std::unique_ptr<tokenizer::Tokenizer>> parsed =
+      tokenizer::Tokenizer::parse(tokenizer_json(spec).dump(), "test.json");
+  EXPECT_TRUE(parsed.ok()) << parsed.status().to_string();
+  return parsed.ok() ? std::move(*parsed) : nullptr;
 }
 
 }  // namespace kvvm::test
