@@ -8,9 +8,7 @@
 // 8,000 requests in the release build (the cache is full from the first block on, so seven
 // blocks compare a full cache with the first); 2,000 under a sanitizer, where the run looks
 // for memory errors and races and its timing says nothing (so only the release build compares
-// times). Not fewer: AddressSanitizer's quarantine (256 MiB of freed memory held back) fills
-// during the first thousand, and resident memory grows until it is full (tried: blocks of
-// 250 grew 54 MiB each).
+// times).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <unistd.h>
@@ -36,6 +34,13 @@
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define KVVM_SOAK_UNDER_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define KVVM_SOAK_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVVM_SOAK_UNDER_ASAN 1
 #endif
 #endif
 
@@ -154,10 +159,15 @@ TEST(ServerSoak, TimeAndMemoryStayFlatAsThePrefixCacheFillsAndReclaims) {
   // The cache was full and reclaiming for most of the run.
   EXPECT_GT(cache.evictions, static_cast<std::uint64_t>(kRequests));
   // Resident memory after warm-up (the first block) grows by at most 16 MiB: the KV is
-  // bounded by the budget, so growth beyond allocator noise is a leak.
+  // bounded by the budget, so growth beyond allocator noise is a leak. Not under
+  // AddressSanitizer, whose quarantine holds 256 MiB of freed memory back and fills at the
+  // pace the run frees (seen: 481 MiB after the first thousand, 614 MiB after the second);
+  // its LeakSanitizer reports a leak at exit instead.
+#if !defined(KVVM_SOAK_UNDER_ASAN)
   EXPECT_LE(block_rss.back(), block_rss.front() + (std::uint64_t{16} << 20))
       << (block_rss.front() >> 20) << " MiB after the first block, " << (block_rss.back() >> 20)
       << " MiB at the end";
+#endif
 #if !defined(KVVM_SOAK_UNDER_SANITIZER)
   // CPU time, not wall time: the release suite runs another test beside this one, and how
   // busy that keeps the machine differs from block to block.
