@@ -67,9 +67,9 @@ run_suite() {  # preset
   # pool in every process that loads it, whose threads spin (sched_yield) waiting for work;
   # CTest starts the binary once per test, two at a time, and the pool cost 0.07 s a start and
   # a core taken from the other test (the CPU model's GEMMs here are small). Not under TSan:
-  # with no pool thread, `kvvm serve`'s only thread that takes SIGTERM waits in read(), and
-  # TSan, which runs a handler at the thread's next intercepted call, never ran it (the drain
-  # test's server did not stop).
+  # there, with no pool thread, the drain test's `kvvm serve` never stopped on SIGTERM (its
+  # only thread that takes the signal waits in read(); TSan defers a handler to the thread's
+  # next intercepted call, the likely cause).
   env ${rc_params:+RC_PARAMS=$rc_params} ctest --preset "$preset" -j "$jobs" 2>&1 | tee "$log" ||
     status=$?
   local total fails skips
