@@ -45,7 +45,6 @@ ServerMetrics::Inputs made_up_inputs() {
   in.cache.granule_bytes = 2ull << 20;
   in.cache.num_slots = 65;
   in.cache.max_context = 8192;
-  in.cache.budget_bytes = 8ull << 30;
   in.cache.prefix_caching = true;
   return in;
 }

@@ -297,7 +297,7 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   const std::string granule = format_uint(cache.granule_bytes);
   const std::string slots = format_uint(cache.num_slots);
   const std::string context = format_uint(cache.max_context);
-  const std::string budget = format_uint(cache.budget_bytes);
+  const std::string budget = format_uint(inputs.tier.limit);
   w.single("vllm:cache_config_info", "gauge",
            "The KV cache's configuration, in the labels (value 1): layout, element type, "
            "granule, slots, tokens a slot holds, byte budget and whether prefixes are cached.",

@@ -87,8 +87,7 @@ class ServerMetrics {
     std::uint64_t granule_bytes = 0;
     std::uint64_t num_slots = 0;    // the arena's slots (the graphs' padding slot included)
     std::uint64_t max_context = 0;  // tokens a slot holds
-    std::uint64_t budget_bytes = 0;
-    bool prefix_caching = false;
+    bool prefix_caching = false;    // (the budget label is the tier's limit)
   };
   struct Inputs {
     std::string model_name;

@@ -248,7 +248,6 @@ void Routes::metrics(const httplib::Request&, httplib::Response& res) {
   inputs.cache.granule_bytes = plan.granule;
   inputs.cache.num_slots = deps_.kv->options().max_slots;
   inputs.cache.max_context = plan.max_context;
-  inputs.cache.budget_bytes = inputs.tier.limit;
   inputs.cache.prefix_caching = engine_options.prefix_cache && !engine_options.preallocate;
   res.set_content(metrics_.render(inputs), "text/plain; version=0.0.4; charset=utf-8");
 }

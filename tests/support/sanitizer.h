@@ -1,6 +1,6 @@
-// Whether ThreadSanitizer instruments this build. It finds races, and costs ~20x on arithmetic:
-// a test that repeats one threaded computation over many shapes or fault positions runs a
-// sample of them under it (the release and AddressSanitizer builds run them all).
+// Which sanitizer instruments this build. ThreadSanitizer finds races, and costs ~20x on
+// arithmetic: a test that repeats one threaded computation over many shapes or fault positions runs
+// a sample of them under it (the release and AddressSanitizer builds run them all).
 #pragma once
 
 namespace kvvm::test {
@@ -15,6 +15,18 @@ inline constexpr bool kUnderThreadSanitizer = false;
 #endif
 #else
 inline constexpr bool kUnderThreadSanitizer = false;
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kUnderAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kUnderAddressSanitizer = true;
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
 #endif
 
 }  // namespace kvvm::test
