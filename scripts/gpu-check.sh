@@ -101,7 +101,7 @@ fi
 } | tee "$OUT/environment.txt"
 
 # --- Configure and build -----------------------------------------------------------------
-# The test files one by one (KVVM_UNITY_TESTS=OFF): many cores compile them as fast as the
+# The test files one by one (KVVM_UNITY_BUILD=OFF): many cores compile them as fast as the
 # batches of 8 that help a 2-core machine, and a newer GCC than CI's saw other -O3 false
 # positives (-Wstringop-overread) in a batch than in the files alone.
 step configure "$OUT/configure.log" \
@@ -109,7 +109,7 @@ step configure "$OUT/configure.log" \
   -DCMAKE_BUILD_TYPE=Release \
   -DKVVM_ENABLE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DKVVM_UNITY_TESTS=OFF \
+  -DKVVM_UNITY_BUILD=OFF \
   "${CMAKE_PATH_ARGS[@]+"${CMAKE_PATH_ARGS[@]}"}" \
   "${CMAKE_EXTRA_ARGS[@]+"${CMAKE_EXTRA_ARGS[@]}"}"
 if step_failed configure; then

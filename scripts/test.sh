@@ -63,13 +63,10 @@ run_suite() {  # preset
   fi
   local rc_params=${RC_PARAMS:-}
   if [[ -z $rc_params && $preset == *san* ]]; then rc_params="max_success=25"; fi
-  # The release and ASan test presets set OPENBLAS_NUM_THREADS=1: OpenBLAS starts a thread
-  # pool in every process that loads it, whose threads spin (sched_yield) waiting for work;
-  # CTest starts the binary once per test, two at a time, and the pool cost 0.07 s a start and
-  # a core taken from the other test (the CPU model's GEMMs here are small). Not under TSan:
-  # there, with no pool thread, the drain test's `kvvm serve` never stopped on SIGTERM (its
-  # only thread that takes the signal waits in read(); TSan defers a handler to the thread's
-  # next intercepted call, the likely cause).
+  # The test presets set OPENBLAS_NUM_THREADS=1: OpenBLAS starts a thread pool in every
+  # process that loads it, whose threads spin (sched_yield) waiting for work; CTest starts the
+  # binary once per test, two at a time, and the pool cost 0.07 s a start and a core taken
+  # from the other test (the CPU model's GEMMs here are small).
   env ${rc_params:+RC_PARAMS=$rc_params} ctest --preset "$preset" -j "$jobs" 2>&1 | tee "$log" ||
     status=$?
   local total fails skips

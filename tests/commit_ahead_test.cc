@@ -10,11 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include "kvvm/mutex.h"
+
 namespace kvvm {
 namespace {
 
 TEST(CommitAheadTest, RunsEveryJobOutsideTheLockAndPublishesUnderIt) {
-  std::mutex mutex;
+  Mutex mutex;
   std::condition_variable changed;
   std::vector<std::uint64_t> pending{3, 5, 8};
   std::vector<std::uint64_t> done;
@@ -37,7 +39,7 @@ TEST(CommitAheadTest, RunsEveryJobOutsideTheLockAndPublishesUnderIt) {
     bool taken = false;
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     while (!taken && std::chrono::steady_clock::now() < until) {
-      std::unique_lock probe(mutex, std::try_to_lock);
+      std::unique_lock probe(mutex.native(), std::try_to_lock);
       taken = probe.owns_lock();
       if (!taken) std::this_thread::yield();
     }
@@ -51,8 +53,8 @@ TEST(CommitAheadTest, RunsEveryJobOutsideTheLockAndPublishesUnderIt) {
   };
   {
     CommitAhead ahead(mutex, changed, hooks);
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(10),
+    MutexLock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock.native(), std::chrono::seconds(10),
                                  [&] { return pending.empty() && busy == 0; }));
   }
   EXPECT_EQ(done, (std::vector<std::uint64_t>{8, 3}));
@@ -62,7 +64,7 @@ TEST(CommitAheadTest, RunsEveryJobOutsideTheLockAndPublishesUnderIt) {
 }
 
 TEST(CommitAheadTest, WaitsForWorkAndStopsWithNone) {
-  std::mutex mutex;
+  Mutex mutex;
   std::condition_variable changed;
   bool available = false;
   int ran = 0;
@@ -76,12 +78,12 @@ TEST(CommitAheadTest, WaitsForWorkAndStopsWithNone) {
   hooks.finish = [&](const CommitAhead::Job&, const Status&) { ++ran; };
   CommitAhead ahead(mutex, changed, hooks);
   {
-    std::lock_guard lock(mutex);
+    MutexLock lock(mutex);
     available = true;
   }
   changed.notify_all();
-  std::unique_lock lock(mutex);
-  ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(10), [&] { return ran == 1; }));
+  MutexLock lock(mutex);
+  ASSERT_TRUE(changed.wait_for(lock.native(), std::chrono::seconds(10), [&] { return ran == 1; }));
   lock.unlock();
   // Destruction with nothing to do returns (the test would hang otherwise).
 }

@@ -45,12 +45,18 @@ class KVVM_CAPABILITY("mutex") Mutex {
 class KVVM_SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex& mutex) KVVM_ACQUIRE(mutex) : lock_(mutex.native()) {}
+  // Not held yet: lock() takes it, the scope's end releases it if held.
+  MutexLock(Mutex& mutex, std::defer_lock_t) KVVM_EXCLUDES(mutex)
+      : lock_(mutex.native(), std::defer_lock) {}
   ~MutexLock() KVVM_RELEASE() {}
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
   void unlock() KVVM_RELEASE() { lock_.unlock(); }
   void lock() KVVM_ACQUIRE() { lock_.lock(); }
+  // Whether it holds the mutex now: for code handed a lock that takes it only if not held,
+  // which the analysis cannot follow (such a function opts out, saying why).
+  bool owns_lock() const { return lock_.owns_lock(); }
   std::unique_lock<std::mutex>& native() { return lock_; }
 
  private:

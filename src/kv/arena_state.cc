@@ -65,9 +65,9 @@ ArenaState::~ArenaState() {
 }
 
 Status ArenaState::check_slot(std::string_view what, SlotId slot) const {
-  if (slot < slots_.size()) return Status::Ok();
+  if (slot < options_.max_slots) return Status::Ok();
   return Status::InvalidArgument(std::string(what) + " of " + slot_text(slot) + ": the arena has " +
-                                 std::to_string(slots_.size()) + " slots");
+                                 std::to_string(options_.max_slots) + " slots");
 }
 
 Address ArenaState::slot_base(SlotId slot) const {
@@ -100,7 +100,7 @@ Status ArenaState::commit_windows(SlotId slot, std::uint64_t from, std::uint64_t
   std::uint64_t dummy_from = 0;
   std::uint64_t dummy_to = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     dummy_from = std::max(from, slots_[slot].dummy_from);
     dummy_to = std::min(to, slots_[slot].dummy_to);
   }
@@ -116,7 +116,7 @@ Status ArenaState::commit_windows(SlotId slot, std::uint64_t from, std::uint64_t
   grant->commit_charged();
   if (committed.ok()) {
     note_latency(std::chrono::steady_clock::now() - start);
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     Slot& s = slots_[slot];
     SlotEdit edit(*this, s);
     s.dummy_from = std::max(s.dummy_from, to);
@@ -127,7 +127,7 @@ Status ArenaState::commit_windows(SlotId slot, std::uint64_t from, std::uint64_t
     Status restored = dummy_->map(*reservation_, window_ranges(slot, dummy_from, dummy_to));
     if (!restored.ok()) {
       // The tail below dummy_to is now a hole: say so, and keep the books true.
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       counters_.dummy_restore_failures += plan.fragments * (dummy_to - dummy_from);
       SlotEdit edit(*this, slots_[slot]);
       slots_[slot].dummy_from = dummy_to;
@@ -168,13 +168,13 @@ Status ArenaState::cover_tail(SlotId slot, std::uint64_t from) {
   const std::uint64_t padded = padded_windows();
   std::uint64_t to = padded;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const Slot& s = slots_[slot];
     if (s.dummy_to > s.dummy_from) to = std::min(padded, s.dummy_from);
   }
   if (from >= to) return Status::Ok();
   KVVM_RETURN_IF_ERROR(dummy_->map(*reservation_, window_ranges(slot, from, to)));
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   Slot& s = slots_[slot];
   SlotEdit edit(*this, s);
   if (s.dummy_to <= s.dummy_from) s.dummy_to = to;
@@ -188,7 +188,7 @@ void ArenaState::note_latency(std::chrono::steady_clock::duration elapsed) {
       us < 2 ? 0
              : std::min<std::size_t>(std::bit_width(static_cast<std::uint64_t>(us)) - 1,
                                      detail::kLatencyBuckets - 1);
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   ++counters_.commit_latency_us_log2[bucket];
 }
 
@@ -199,7 +199,7 @@ ArenaStats ArenaState::stats() const {
   // the reservation keeps the figure as blocks come and go.
   const std::uint64_t physical =
       reservation_->distinct_handle_bytes(dummy_ ? dummy_->handle() : kNoHandle);
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   ArenaStats stats = counters_;
   const SlotTotals& t = totals_;
   stats.committed_bytes = t.committed_windows * window_bytes;
@@ -255,17 +255,17 @@ std::vector<const Reservation*> ArenaState::reservations() const {
 }
 
 void ArenaState::begin_capture() {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   ++capture_depth_;  // from now on nothing new starts mapping or unmapping
   // Wait for map or unmap calls already in flight: none may run inside the capture.
-  changed_.wait(lock, [&] {
+  changed_.wait(lock.native(), [&]() KVVM_REQUIRES(mutex_) {
     return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy; });
   });
 }
 
 void ArenaState::end_capture() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     --capture_depth_;
   }
   changed_.notify_all();

@@ -19,13 +19,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kvvm/arena.h"
+#include "kvvm/mutex.h"
 #include "kvvm/status.h"
 
 namespace kvvm {
@@ -91,10 +91,12 @@ struct ArenaState {
   };
   // Every change to a slot's state, tokens, windows, read-only flags or dummy range happens
   // while one lives: it takes the slot out of the totals and puts it back as it is when the
-  // edit ends. Never nested for one slot. REQUIRES mutex_ held for its whole life.
+  // edit ends. Never nested for one slot. The lock must stay held for its whole life (the
+  // annotation checks its start).
   class SlotEdit {
    public:
-    SlotEdit(ArenaState& state, Slot& slot) : totals_(state.totals_), slot_(slot) {
+    SlotEdit(ArenaState& state, Slot& slot) KVVM_REQUIRES(state.mutex_)
+        : totals_(state.totals_), slot_(slot) {
       totals_.add(slot_, -1);
     }
     SlotEdit(const SlotEdit&) = delete;
@@ -123,18 +125,18 @@ struct ArenaState {
   // Ranges of windows [from, to) of every fragment of the slot.
   std::vector<Range> window_ranges(SlotId slot, std::uint64_t from, std::uint64_t to) const;
   // Commits windows [from, to) of the slot under a fresh grant, replacing dummy windows in the
-  // way (mapped back on failure). REQUIRES the slot claimed and mutex_ not held.
+  // way (mapped back on failure). REQUIRES the slot claimed.
   Status commit_windows(SlotId slot, std::uint64_t from, std::uint64_t to,
-                        std::chrono::milliseconds wait);
-  // Unmaps windows [from, to) of a claimed slot; REQUIRES mutex_ not held.
-  Status release_windows(SlotId slot, std::uint64_t from, std::uint64_t to);
-  // True when a block under the slot is poisoned. REQUIRES mutex_ not held.
-  bool has_poison(SlotId slot) const;
+                        std::chrono::milliseconds wait) KVVM_EXCLUDES(mutex_);
+  // Unmaps windows [from, to) of a claimed slot.
+  Status release_windows(SlotId slot, std::uint64_t from, std::uint64_t to) KVVM_EXCLUDES(mutex_);
+  // True when a block under the slot is poisoned.
+  bool has_poison(SlotId slot) const KVVM_EXCLUDES(mutex_);
   // Windows per fragment the dummy tail page covers in an active slot (0: no dummy page).
   std::uint64_t padded_windows() const;
   // Maps the dummy over the slot's uncovered windows from `from` up to the padded length and
-  // records the dummy range. REQUIRES the slot claimed and mutex_ not held.
-  Status cover_tail(SlotId slot, std::uint64_t from);
+  // records the dummy range. REQUIRES the slot claimed.
+  Status cover_tail(SlotId slot, std::uint64_t from) KVVM_EXCLUDES(mutex_);
   void note_latency(std::chrono::steady_clock::duration elapsed);
   ArenaStats stats() const;
   std::vector<const Reservation*> reservations() const;
@@ -152,44 +154,43 @@ struct ArenaState {
   void wait_until_idle();
   // Claims an empty slot (free, or a finished one unmapped for the purpose): its busy flag is
   // set for the caller to adopt into a SlotClaim.
-  Result<SlotId> take_empty_slot(std::string_view what);
-  // A new sequence of `tokens` starts in the slot. REQUIRES mutex_ held, inside a SlotEdit.
-  void start_sequence(Slot& slot, std::uint64_t tokens);
+  Result<SlotId> take_empty_slot(std::string_view what) KVVM_EXCLUDES(mutex_);
+  // A new sequence of `tokens` starts in the slot. Inside a SlotEdit.
+  void start_sequence(Slot& slot, std::uint64_t tokens) KVVM_REQUIRES(mutex_);
   // The slot admit() fills: the finished slot whose mapped windows best fit `needed`, else a
-  // free one; nullopt when neither is idle. REQUIRES mutex_ held.
-  std::optional<SlotId> best_admission_slot(std::uint64_t needed) const;
+  // free one; nullopt when neither is idle.
+  std::optional<SlotId> best_admission_slot(std::uint64_t needed) const KVVM_REQUIRES(mutex_);
   // Commits what a slot claimed for admission lacks and covers its padded tail; on failure
   // records what the failure left (quarantine, or mapped windows of a finished slot).
-  // REQUIRES the slot claimed and mutex_ not held.
+  // REQUIRES the slot claimed.
   Status fill_admitted(SlotId slot, SlotState previous, std::uint64_t have, std::uint64_t needed,
-                       std::uint64_t tokens);
-  // The slot's live length becomes `tokens` (its windows are mapped). REQUIRES mutex_ held,
-  // inside a SlotEdit.
-  void note_growth(Slot& slot, std::uint64_t tokens);
-  // ensure()'s slow path with the slot claimed and `lock` released: copy-on-write of `shared`,
-  // windows [have, needed), then the outcome published; ends the claim before dropping the
-  // boundary sources the rewritten windows invalidate.
-  Status grow_claimed(SlotClaim& claim, std::unique_lock<std::mutex>& lock, SlotId slot,
-                      std::uint64_t tokens, std::uint64_t have, std::uint64_t needed,
-                      const std::vector<std::uint64_t>& shared, Stream stream);
+                       std::uint64_t tokens) KVVM_EXCLUDES(mutex_);
+  // The slot's live length becomes `tokens` (its windows are mapped). Inside a SlotEdit.
+  void note_growth(Slot& slot, std::uint64_t tokens) KVVM_REQUIRES(mutex_);
+  // ensure()'s slow path, with the slot claimed and ensure()'s lock released: copy-on-write of
+  // `shared`, windows [have, needed), then the outcome published; ends the claim before
+  // dropping the boundary sources the rewritten windows invalidate.
+  Status grow_claimed(SlotClaim& claim, SlotId slot, std::uint64_t tokens, std::uint64_t have,
+                      std::uint64_t needed, const std::vector<std::uint64_t>& shared, Stream stream)
+      KVVM_EXCLUDES(mutex_);
   // Copy-on-write of `shared`, then windows [have, needed). `made_writable` receives the
   // windows made writable.
   Status write_and_grow(SlotId slot, const std::vector<std::uint64_t>& shared, std::uint64_t have,
                         std::uint64_t needed, Stream stream,
                         std::vector<std::uint64_t>& made_writable);
   // After a failed write_and_grow: whether the slot can no longer be trusted (a poisoned block,
-  // or the window whose copy-on-write failed left unmapped). REQUIRES mutex_ not held.
+  // or the window whose copy-on-write failed left unmapped).
   bool broken_after(SlotId slot, const std::vector<std::uint64_t>& shared,
-                    std::size_t made_writable) const;
+                    std::size_t made_writable) const KVVM_EXCLUDES(mutex_);
   // Unmaps what the slot does not need (all of a finished slot once its fence completed;
   // the commit-ahead windows of an active one); returns the bytes unmapped (0 when the slot
-  // is busy, during capture, or its fence is pending). REQUIRES mutex_ not held.
-  std::uint64_t unmap_slot(SlotId slot);
+  // is busy, during capture, or its fence is pending).
+  std::uint64_t unmap_slot(SlotId slot) KVVM_EXCLUDES(mutex_);
   // Whether the slot's fence (if any) completed; destroys it once it has. REQUIRES the slot
-  // claimed and mutex_ not held.
-  bool fence_completed(SlotId slot);
-  // The windows per fragment the worker wants for a slot. REQUIRES mutex_ held.
-  std::uint64_t ahead_target(const Slot& slot) const;
+  // claimed.
+  bool fence_completed(SlotId slot) KVVM_EXCLUDES(mutex_);
+  // The windows per fragment the worker wants for a slot.
+  std::uint64_t ahead_target(const Slot& slot) const KVVM_REQUIRES(mutex_);
   // The worker, with hooks that pick the slot furthest behind its target, commit its lead
   // without waiting for budget, and publish the outcome.
   std::unique_ptr<CommitAhead> start_commit_ahead();
@@ -201,15 +202,17 @@ struct ArenaState {
   std::unique_ptr<DummyTail> dummy_;  // null: no dummy tail page
   std::unique_ptr<CopyOnWrite> cow_;  // one scratch lane per slot
 
-  mutable std::mutex mutex_;  // guards slots_, counters, capture_depth_; leaf with respect to
-                              // the driver (never held across a driver call)
+  // Leaf with respect to the driver (never held across a driver call).
+  mutable Mutex mutex_;
   std::condition_variable changed_;
-  std::vector<Slot> slots_;
-  std::uint64_t tick_ = 0;
-  std::uint64_t occupancies_ = 0;
-  int capture_depth_ = 0;
-  ArenaStats counters_;  // the counters; the slot figures come from totals_
-  SlotTotals totals_;
+  // Never resized: its size is options_.max_slots, which code outside the lock reads instead.
+  std::vector<Slot> slots_ KVVM_GUARDED_BY(mutex_);
+  std::uint64_t tick_ KVVM_GUARDED_BY(mutex_) = 0;
+  std::uint64_t occupancies_ KVVM_GUARDED_BY(mutex_) = 0;
+  int capture_depth_ KVVM_GUARDED_BY(mutex_) = 0;
+  // The counters; the slot figures come from totals_.
+  ArenaStats counters_ KVVM_GUARDED_BY(mutex_);
+  SlotTotals totals_ KVVM_GUARDED_BY(mutex_);
 
   std::unique_ptr<PrefixSharing> sharing_;  // never null
   Governor::Registration reclaimer_;

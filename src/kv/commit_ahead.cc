@@ -10,14 +10,14 @@ thread_local bool running_job = false;
 
 }  // namespace
 
-CommitAhead::CommitAhead(std::mutex& mutex, std::condition_variable& changed, Hooks hooks)
+CommitAhead::CommitAhead(Mutex& mutex, std::condition_variable& changed, Hooks hooks)
     : mutex_(mutex), changed_(changed), hooks_(std::move(hooks)) {
   thread_ = std::thread([this] { loop(); });
 }
 
 CommitAhead::~CommitAhead() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   changed_.notify_all();
@@ -27,10 +27,10 @@ CommitAhead::~CommitAhead() {
 bool CommitAhead::running_here() { return running_job; }
 
 void CommitAhead::loop() {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   while (true) {
     std::optional<Job> job;
-    changed_.wait(lock, [&] {
+    changed_.wait(lock.native(), [&]() KVVM_REQUIRES(mutex_) {
       if (stopping_) return true;
       job = hooks_.next();
       return job.has_value();

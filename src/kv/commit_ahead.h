@@ -10,10 +10,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <thread>
 
+#include "kvvm/mutex.h"
 #include "kvvm/status.h"
 
 namespace kvvm {
@@ -26,6 +26,7 @@ class CommitAhead {
     std::uint64_t to = 0;
     bool poisoned = false;  // set by `run` when a failure left a mapping in an unknown state
   };
+  // A std::function carries no lock annotation: the owner's lambdas state them.
   struct Hooks {
     // Under the lock: the next job, claimed by the owner for the worker; nullopt: none now
     // (the worker waits for the owner's condition variable).
@@ -37,11 +38,11 @@ class CommitAhead {
   };
 
   // Starts the worker.
-  CommitAhead(std::mutex& mutex, std::condition_variable& changed, Hooks hooks);
+  CommitAhead(Mutex& mutex, std::condition_variable& changed, Hooks hooks);
   CommitAhead(const CommitAhead&) = delete;
   CommitAhead& operator=(const CommitAhead&) = delete;
-  // Stops and joins the worker. REQUIRES the owner's mutex not held.
-  ~CommitAhead();
+  // Stops and joins the worker.
+  ~CommitAhead() KVVM_EXCLUDES(mutex_);
 
   // True on the worker's thread while a job runs: what it commits is a convenience, not a
   // claim on memory, so its grants must not make anyone reclaim (two sequences' leads would
@@ -49,12 +50,12 @@ class CommitAhead {
   static bool running_here();
 
  private:
-  void loop();
+  void loop() KVVM_EXCLUDES(mutex_);
 
-  std::mutex& mutex_;
+  Mutex& mutex_;
   std::condition_variable& changed_;
   const Hooks hooks_;
-  bool stopping_ = false;  // guarded by mutex_
+  bool stopping_ KVVM_GUARDED_BY(mutex_) = false;
   std::thread thread_;
 };
 

@@ -28,7 +28,7 @@ using SlotState = ArenaState::SlotState;
 }  // namespace
 
 bool PrefixSharing::holds(std::uint32_t slot, std::uint64_t occupancy) const {
-  std::lock_guard lock(state_.mutex_);
+  MutexLock lock(state_.mutex_);
   return slot < state_.slots_.size() && state_.slots_[slot].state == SlotState::kActive &&
          state_.slots_[slot].occupancy == occupancy;
 }
@@ -62,11 +62,12 @@ Status PrefixSharing::check_compatible(const SharedPrefix& prefix, std::string_v
   return Status::Ok();
 }
 
-std::vector<std::uint64_t> PrefixSharing::readonly_written(const Slot& slot, std::uint64_t from,
-                                                           std::uint64_t to) const {
+std::vector<std::uint64_t> PrefixSharing::readonly_written(const ArenaState& state,
+                                                           const Slot& slot, std::uint64_t from,
+                                                           std::uint64_t to) {
   std::vector<std::uint64_t> windows;
   if (slot.readonly.empty() || to <= from) return windows;
-  const LayoutPlan& plan = state_.options_.plan;
+  const LayoutPlan& plan = state.options_.plan;
   const std::uint64_t first = from * plan.contiguous_bytes_per_token / plan.granule;
   const std::uint64_t end =
       std::min<std::uint64_t>(plan.windows_per_fragment(to), slot.readonly.size());
@@ -79,7 +80,7 @@ std::vector<std::uint64_t> PrefixSharing::readonly_written(const Slot& slot, std
 void PrefixSharing::drop_sources(SlotId slot, std::uint64_t keep_below) {
   std::vector<std::shared_ptr<const SharedPrefix>> dropped;
   {
-    std::lock_guard lock(state_.mutex_);
+    MutexLock lock(state_.mutex_);
     auto& list = state_.slots_[slot].sourcing;
     for (auto it = list.begin(); it != list.end();) {
       std::shared_ptr<const SharedPrefix> prefix = it->lock();
@@ -110,10 +111,10 @@ Result<std::vector<HandleInfo>> PrefixSharing::seal_windows(SlotId id, std::uint
                                                             std::vector<std::uint64_t>* newly) {
   const std::string what = "sealing windows [" + std::to_string(from) + ", " + std::to_string(to) +
                            ") of " + slot_text(id);
-  if (id >= state_.slots_.size() || from > to) {
+  if (id >= state_.options_.max_slots || from > to) {
     return Status::InvalidArgument(what + ": no such slot or range");
   }
-  std::unique_lock lock(state_.mutex_);
+  MutexLock lock(state_.mutex_);
   Slot& slot = state_.slots_[id];
   if (slot.state != SlotState::kActive) {
     return Status::FailedPrecondition(what + ": no active sequence there");
@@ -168,7 +169,7 @@ Result<std::shared_ptr<SharedPrefix>> PrefixSharing::publish_windows(
   const LayoutPlan& plan = state_.options_.plan;
   const std::string what = "publish of " + std::to_string(tokens) + " tokens of " + slot_text(id);
   {
-    std::lock_guard lock(state_.mutex_);
+    MutexLock lock(state_.mutex_);
     const Slot& slot = state_.slots_[id];
     if (slot.state != SlotState::kActive) {
       return Status::FailedPrecondition(what + ": no active sequence there");
@@ -191,7 +192,7 @@ Result<std::shared_ptr<SharedPrefix>> PrefixSharing::publish_windows(
       plan.fragments * (tokens * plan.contiguous_bytes_per_token - windows * plan.granule);
   std::shared_ptr<SharedPrefix> prefix =
       SharedPrefix::create(state_.pool_, plan, info, std::move(handles).value());
-  std::lock_guard lock(state_.mutex_);
+  MutexLock lock(state_.mutex_);
   Slot& slot = state_.slots_[id];
   prefix->add_source({this, id, slot.occupancy, state_.slot_base(id)});
   slot.sourcing.push_back(prefix);
@@ -211,7 +212,7 @@ void PrefixSharing::restore_writable(SlotId id, const std::vector<std::uint64_t>
       }
     }
   }
-  std::lock_guard lock(state_.mutex_);
+  MutexLock lock(state_.mutex_);
   Slot& slot = state_.slots_[id];
   SlotEdit edit(state_, slot);
   for (std::uint64_t w : windows) {
@@ -314,7 +315,7 @@ Status PrefixSharing::copy_boundary(SlotId id, const SharedPrefix& prefix, Strea
     }
   }
   if (!status.ok()) return status.with_context("copying the prefix's boundary bytes");
-  std::lock_guard lock(state_.mutex_);
+  MutexLock lock(state_.mutex_);
   state_.counters_.boundary_copy_bytes += info.boundary_bytes;
   return Status::Ok();
 }
@@ -339,7 +340,7 @@ Result<SlotId> PrefixSharing::admit_shared(const SharedPrefix& prefix, std::uint
   Result<SlotId> taken = state_.take_empty_slot(what);
   if (!taken.ok()) return taken.status();
   const SlotId id = *taken;
-  std::unique_lock lock(state_.mutex_, std::defer_lock);
+  MutexLock lock(state_.mutex_, std::defer_lock);
   SlotClaim claim = SlotClaim::adopt(state_, id, lock);
   Status installed = install_prefix(id, prefix, tokens, stream);
   const bool poisoned = !installed.ok() && state_.has_poison(id);
@@ -373,11 +374,11 @@ Result<SlotId> PrefixSharing::fork(SlotId parent, std::uint64_t position, Stream
   if (!child.ok()) {
     // Nothing changed: the parent's windows that this fork made read-only become writable.
     restore_writable(parent, turned);
-    std::lock_guard lock(state_.mutex_);
+    MutexLock lock(state_.mutex_);
     --state_.counters_.published_prefixes;
     return child.status().with_context(what);
   }
-  std::lock_guard lock(state_.mutex_);
+  MutexLock lock(state_.mutex_);
   --state_.counters_.published_prefixes;  // a fork's prefix is not a published one
   ++state_.counters_.forks;
   return child;
@@ -389,7 +390,7 @@ Status PrefixSharing::make_writable(SlotId id, std::uint64_t window, Stream stre
         state_.cow_->make_writable(*state_.reservation_, range.offset, id, stream);
     if (!made.ok())
       return made.status().with_context(slot_text(id) + ": window " + std::to_string(window));
-    std::lock_guard lock(state_.mutex_);
+    MutexLock lock(state_.mutex_);
     if (*made == CopyOnWrite::Outcome::kInPlace) ++state_.counters_.cow_in_place;
     if (*made == CopyOnWrite::Outcome::kCopied) ++state_.counters_.cow_copies;
   }

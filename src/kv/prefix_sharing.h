@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kv/arena_state.h"
+#include "kvvm/mutex.h"
 #include "kvvm/shared_prefix.h"
 #include "kvvm/status.h"
 
@@ -37,16 +38,19 @@ class PrefixSharing final : public BoundaryHolder {
   Result<SlotId> admit_shared(const SharedPrefix& prefix, std::uint64_t tokens, Stream stream);
   Result<SlotId> fork(SlotId parent, std::uint64_t position, Stream stream);
 
-  // Copy-on-write, for growth. The read-only windows that writing tokens [from, to) of the
-  // slot would touch. REQUIRES the arena's mutex_ held.
-  std::vector<std::uint64_t> readonly_written(const ArenaState::Slot& slot, std::uint64_t from,
-                                              std::uint64_t to) const;
+  // Copy-on-write, for growth. The read-only windows that writing tokens [from, to) of a slot
+  // of `state` would touch. Static with `state` passed, so the analysis sees the caller's own
+  // lock (it cannot tell that a PrefixSharing's state_ is its caller).
+  static std::vector<std::uint64_t> readonly_written(const ArenaState& state,
+                                                     const ArenaState::Slot& slot,
+                                                     std::uint64_t from, std::uint64_t to)
+      KVVM_REQUIRES(state.mutex_);
   // Window w of every fragment becomes read-write: copied into a private handle when others
   // map it, switched in place when this is the only mapping. REQUIRES the slot claimed.
   Status make_writable(SlotId slot, std::uint64_t window, Stream stream);
   // Drops the slot from the prefixes it is a boundary source for (those of more than
-  // `keep_below` tokens). REQUIRES the arena's mutex_ not held.
-  void drop_sources(SlotId slot, std::uint64_t keep_below);
+  // `keep_below` tokens).
+  void drop_sources(SlotId slot, std::uint64_t keep_below) KVVM_EXCLUDES(state_.mutex_);
 
  private:
   Status check_compatible(const SharedPrefix& prefix, std::string_view what) const;
@@ -58,9 +62,9 @@ class PrefixSharing final : public BoundaryHolder {
   // Makes windows read-write again in every fragment (undoing a publish no one used).
   void restore_writable(SlotId slot, const std::vector<std::uint64_t>& windows);
   // Maps the prefix, commits windows up to `tokens`, copies the boundary; all or nothing.
-  // REQUIRES the slot claimed and empty, the arena's mutex_ not held.
+  // REQUIRES the slot claimed and empty.
   Status install_prefix(SlotId slot, const SharedPrefix& prefix, std::uint64_t tokens,
-                        Stream stream);
+                        Stream stream) KVVM_EXCLUDES(state_.mutex_);
   // Copies the prefix's boundary bytes into the slot from a sequence that holds them intact.
   Status copy_boundary(SlotId slot, const SharedPrefix& prefix, Stream stream);
 

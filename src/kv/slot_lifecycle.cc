@@ -35,7 +35,7 @@ Result<SlotId> ArenaState::admit(std::uint64_t tokens) {
     return detail::beyond_context("admit of", tokens, options_.plan.max_context);
   }
   const std::uint64_t needed = options_.plan.windows_per_fragment(tokens);
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   if (capture_depth_ > 0) {
     return Status::Unavailable("admit of " + std::to_string(tokens) +
                                " tokens refused during graph capture");
@@ -103,7 +103,7 @@ Status ArenaState::fill_admitted(SlotId id, SlotState previous, std::uint64_t ha
     Status committed = commit_windows(id, have, needed, options_.budget_wait);
     if (!committed.ok()) {
       const bool poisoned = has_poison(id);
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (committed.code() == StatusCode::kResourceExhausted) ++counters_.refusals;
       if (poisoned) {
         SlotEdit edit(*this, slots_[id]);
@@ -117,7 +117,7 @@ Status ArenaState::fill_admitted(SlotId id, SlotState previous, std::uint64_t ha
   Status covered = cover_tail(id, std::max(have, needed));
   if (covered.ok()) return covered;
   // The windows just committed stay mapped, reclaimable as a finished slot's.
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   SlotEdit edit(*this, slots_[id]);
   slots_[id].windows = std::max(have, needed);
   if (previous != SlotState::kFinished) slots_[id].state = SlotState::kFinished;
@@ -140,7 +140,7 @@ void ArenaState::note_growth(Slot& slot, std::uint64_t tokens) {
 }
 
 Result<SlotId> ArenaState::take_empty_slot(std::string_view what) {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   if (capture_depth_ > 0) {
     return Status::Unavailable(std::string(what) + " refused during graph capture");
   }
@@ -155,8 +155,9 @@ Result<SlotId> ArenaState::take_empty_slot(std::string_view what) {
   for (SlotId id = 0; id < slots_.size(); ++id) {
     if (slots_[id].state == SlotState::kFinished && !slots_[id].busy) finished.push_back(id);
   }
-  std::sort(finished.begin(), finished.end(),
-            [&](SlotId a, SlotId b) { return slots_[a].last_used < slots_[b].last_used; });
+  std::sort(finished.begin(), finished.end(), [&](SlotId a, SlotId b) KVVM_REQUIRES(mutex_) {
+    return slots_[a].last_used < slots_[b].last_used;
+  });
   lock.unlock();
   for (SlotId id : finished) {
     (void)unmap_slot(id);
@@ -167,7 +168,7 @@ Result<SlotId> ArenaState::take_empty_slot(std::string_view what) {
     }
     lock.unlock();
   }
-  return Status::Unavailable(std::string(what) + ": all " + std::to_string(slots_.size()) +
+  return Status::Unavailable(std::string(what) + ": all " + std::to_string(options_.max_slots) +
                              " slots hold sequences (or finished ones still being read)");
 }
 
@@ -178,7 +179,7 @@ Status ArenaState::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
                                   options_.plan.max_context);
   }
   const std::uint64_t needed = options_.plan.windows_per_fragment(tokens);
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   Slot& slot = slots_[id];
   if (slot.state != SlotState::kActive) {
     return Status::FailedPrecondition("ensure of " + slot_text(id) + ": no active sequence there");
@@ -189,7 +190,8 @@ Status ArenaState::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
   // only adds windows, so the decode path need not wait for it. Writing the new tokens must
   // not land in a read-only (shared) window: those go the slow way.
   const bool mapped = slot.windows >= needed;
-  if (!slot.shrinking && mapped && sharing_->readonly_written(slot, slot.tokens, tokens).empty()) {
+  if (!slot.shrinking && mapped &&
+      PrefixSharing::readonly_written(*this, slot, slot.tokens, tokens).empty()) {
     {
       SlotEdit edit(*this, slot);
       note_growth(slot, tokens);
@@ -205,7 +207,8 @@ Status ArenaState::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
     return Status::FailedPrecondition("ensure of " + slot_text(id) +
                                       ": the slot was quarantined while this call waited for it");
   }
-  const std::vector<std::uint64_t> shared = sharing_->readonly_written(slot, slot.tokens, tokens);
+  const std::vector<std::uint64_t> shared =
+      PrefixSharing::readonly_written(*this, slot, slot.tokens, tokens);
   const std::uint64_t have = slot.windows;
   if (have >= needed && shared.empty()) {  // mapped meanwhile (by the worker): as the fast path
     SlotEdit edit(*this, slot);
@@ -220,17 +223,17 @@ Status ArenaState::ensure(SlotId id, std::uint64_t tokens, Stream stream) {
   }
   ++counters_.ensures_committing;
   lock.unlock();
-  return grow_claimed(claim, lock, id, tokens, have, needed, shared, stream);
+  return grow_claimed(claim, id, tokens, have, needed, shared, stream);
 }
 
-Status ArenaState::grow_claimed(SlotClaim& claim, std::unique_lock<std::mutex>& lock, SlotId id,
-                                std::uint64_t tokens, std::uint64_t have, std::uint64_t needed,
+Status ArenaState::grow_claimed(SlotClaim& claim, SlotId id, std::uint64_t tokens,
+                                std::uint64_t have, std::uint64_t needed,
                                 const std::vector<std::uint64_t>& shared, Stream stream) {
   std::vector<std::uint64_t> made_writable;
   Status committed = write_and_grow(id, shared, have, needed, stream, made_writable);
   const bool broken = !committed.ok() && broken_after(id, shared, made_writable.size());
-  lock.lock();
   {
+    MutexLock lock(mutex_);
     Slot& slot = slots_[id];
     SlotEdit edit(*this, slot);
     for (std::uint64_t w : made_writable) slot.readonly[w] = false;
@@ -243,7 +246,6 @@ Status ArenaState::grow_claimed(SlotClaim& claim, std::unique_lock<std::mutex>& 
       if (broken) slot.state = SlotState::kQuarantined;
     }
   }
-  lock.unlock();
   claim.end();
   // The sequence no longer holds the boundary bytes of prefixes past the first rewritten window.
   const LayoutPlan& plan = options_.plan;
@@ -288,7 +290,7 @@ std::uint64_t ArenaState::ahead_target(const Slot& slot) const {
 
 std::unique_ptr<CommitAhead> ArenaState::start_commit_ahead() {
   CommitAhead::Hooks hooks;
-  hooks.next = [this]() -> std::optional<CommitAhead::Job> {
+  hooks.next = [this]() KVVM_REQUIRES(mutex_) -> std::optional<CommitAhead::Job> {
     if (capture_depth_ > 0) return std::nullopt;  // wait until capture ends
     for (SlotId id = 0; id < slots_.size(); ++id) {
       Slot& s = slots_[id];
@@ -300,12 +302,13 @@ std::unique_ptr<CommitAhead> ArenaState::start_commit_ahead() {
     }
     return std::nullopt;
   };
-  hooks.run = [this](CommitAhead::Job& job) {
+  hooks.run = [this](CommitAhead::Job& job) KVVM_EXCLUDES(mutex_) {
     Status committed = commit_windows(job.slot, job.from, job.to, std::chrono::milliseconds(0));
     job.poisoned = !committed.ok() && has_poison(job.slot);
     return committed;
   };
-  hooks.finish = [this](const CommitAhead::Job& job, const Status& committed) {
+  hooks.finish = [this](const CommitAhead::Job& job,
+                        const Status& committed) KVVM_REQUIRES(mutex_) {
     Slot& slot = slots_[job.slot];
     SlotEdit edit(*this, slot);
     if (committed.ok()) {
@@ -321,10 +324,10 @@ std::unique_ptr<CommitAhead> ArenaState::start_commit_ahead() {
 }
 
 void ArenaState::wait_until_idle() {
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] {
+  MutexLock lock(mutex_);
+  changed_.wait(lock.native(), [&]() KVVM_REQUIRES(mutex_) {
     if (options_.commit_ahead_windows == 0 || capture_depth_ > 0) return true;
-    return std::none_of(slots_.begin(), slots_.end(), [&](const Slot& s) {
+    return std::none_of(slots_.begin(), slots_.end(), [&](const Slot& s) KVVM_REQUIRES(mutex_) {
       return s.busy ||
              (s.state == SlotState::kActive && !s.ahead_stalled && s.windows < ahead_target(s));
     });
@@ -334,7 +337,7 @@ void ArenaState::wait_until_idle() {
 Status ArenaState::rewind(SlotId id, std::uint64_t tokens) {
   KVVM_RETURN_IF_ERROR(check_slot("rewind", id));
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     Slot& slot = slots_[id];
     if (slot.state != SlotState::kActive) {
       return Status::FailedPrecondition("rewind of " + slot_text(id) +
@@ -357,7 +360,7 @@ Status ArenaState::rewind(SlotId id, std::uint64_t tokens) {
 
 Status ArenaState::finish(SlotId id, Stream stream) {
   KVVM_RETURN_IF_ERROR(check_slot("finish", id));
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   Slot& slot = slots_[id];
   if (slot.state != SlotState::kActive) {
     return Status::FailedPrecondition("finish of " + slot_text(id) + ": no active sequence there");
@@ -404,7 +407,7 @@ std::uint64_t ArenaState::reclaim(std::uint64_t bytes) {
   };
   std::vector<Candidate> finished, ahead;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (capture_depth_ > 0) return 0;  // no unmap during graph capture
     for (SlotId id = 0; id < slots_.size(); ++id) {
       const Slot& slot = slots_[id];
@@ -439,7 +442,7 @@ std::uint64_t ArenaState::reclaim(std::uint64_t bytes) {
 
 std::uint64_t ArenaState::unmap_slot(SlotId id) {
   const LayoutPlan& plan = options_.plan;
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   Slot& slot = slots_[id];
   // The slot may have changed since the caller looked; skip it rather than wait on it.
   if (slot.busy || capture_depth_ > 0) return 0;
@@ -459,7 +462,7 @@ std::uint64_t ArenaState::unmap_slot(SlotId id) {
     // An active slot's padded tail must stay readable: the dummy goes back over it.
     Status covered = cover_tail(id, from);
     if (!covered.ok()) {
-      std::lock_guard guard(mutex_);
+      MutexLock guard(mutex_);
       counters_.dummy_restore_failures += plan.fragments * (to - from);
     }
   }
@@ -481,7 +484,7 @@ std::uint64_t ArenaState::unmap_slot(SlotId id) {
 bool ArenaState::fence_completed(SlotId id) {
   Fence fence = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     fence = slots_[id].fence;
   }
   if (fence == 0) return true;
@@ -491,13 +494,13 @@ bool ArenaState::fence_completed(SlotId id) {
   if (!destroyed.ok()) {
     log(LogLevel::kWarning, "reclaim: " + destroyed.to_string());
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   slots_[id].fence = 0;
   return true;
 }
 
 std::uint64_t ArenaState::tokens(SlotId slot) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return slot < slots_.size() ? slots_[slot].tokens : 0;
 }
 

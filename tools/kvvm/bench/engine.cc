@@ -31,12 +31,9 @@
 namespace kvvm::cli {
 namespace {
 
-constexpr const char* kCommand = "kvvm bench engine";
+constexpr const char* kBenchEngine = "kvvm bench engine";
 constexpr std::uint64_t kMaxBatch = 4096;
-constexpr double kMaxRate = 1e6;
-constexpr std::uint64_t kMaxRequests = 1'000'000;
 constexpr double kMaxDurationLimit = 1e7;
-constexpr std::uint64_t kMaxTokens = std::numeric_limits<std::uint32_t>::max();
 
 Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& options,
                                                  const model::ModelConfig& config,
@@ -52,7 +49,7 @@ Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& optio
       return cuda.ok() ? std::move(cuda) : cuda.status().with_context("--backend cuda");
     }
     if (progress != nullptr) {
-      *progress << kCommand << ": note: a GPU is present but the CUDA model could not be made ("
+      *progress << kBenchEngine << ": note: a GPU is present but the CUDA model could not be made ("
                 << cuda.status().to_string() << "); running on the CPU\n";
     }
   }
@@ -278,7 +275,8 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
     for (std::uint32_t batch : plan->batches) {
       for (DecodeMode mode : {DecodeMode::kGraphs, DecodeMode::kEager, DecodeMode::kPreallocated}) {
         if (progress != nullptr) {
-          *progress << kCommand << ": decode, batch " << batch << ", " << to_string(mode) << "\n"
+          *progress << kBenchEngine << ": decode, batch " << batch << ", " << to_string(mode)
+                    << "\n"
                     << std::flush;
         }
         DecodeParams params{batch, options.prompt_tokens, options.decode_tokens, options.seed};
@@ -297,7 +295,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
     for (std::size_t r = 0; r < plan->rates.size(); ++r) {
       for (bool preallocate : {false, true}) {
         if (progress != nullptr) {
-          *progress << kCommand << ": trace at " << fixed(plan->rates[r], 2) << " req/s, "
+          *progress << kBenchEngine << ": trace at " << fixed(plan->rates[r], 2) << " req/s, "
                     << (preallocate ? "preallocated" : "arena") << " (" << traces[r].requests.size()
                     << " requests)\n"
                     << std::flush;
@@ -322,7 +320,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
 
 int run_bench_engine(const BenchEngineOptions& options, std::ostream& out, std::ostream& err) {
   const auto fail = [&err](const Status& status, int code) {
-    err << kCommand << ": " << status.to_string() << "\n";
+    err << kBenchEngine << ": " << status.to_string() << "\n";
     return code;
   };
   if (!options.plot.empty() && options.skip_trace) {

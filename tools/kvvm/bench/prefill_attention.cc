@@ -23,7 +23,7 @@
 namespace kvvm::cli {
 namespace {
 
-constexpr const char* kCommand = "kvvm bench prefill";
+constexpr const char* kBenchPrefill = "kvvm bench prefill";
 
 // The default rows: full prefills of 1K, 4K and 16K tokens, and a 512-token chunk after 4K.
 constexpr PrefillCase kDefaultRows[] = {{0, 1024}, {0, 4096}, {0, 16384}, {4096, 512}};
@@ -194,22 +194,22 @@ int run_bench_prefill(const BenchPrefillOptions& options, std::ostream& out, std
   PrefillSetup setup;
   std::string error;
   if (!read_setup(options, setup, error)) {
-    err << kCommand << ": " << error << "\n";
+    err << kBenchPrefill << ": " << error << "\n";
     return kExitUsage;
   }
 #if !defined(KVVM_HAS_CUDA_KERNELS)
   (void)out;
-  err << kCommand << ": needs the CUDA kernels (this build has no nvcc)\n";
+  err << kBenchPrefill << ": needs the CUDA kernels (this build has no nvcc)\n";
   return kExitFailure;
 #else
   auto made = make_cuda_driver(CudaDriverOptions{options.device});
   if (!made.ok()) {
-    err << kCommand << ": " << made.status().to_string() << "\n";
+    err << kBenchPrefill << ": " << made.status().to_string() << "\n";
     return kExitUsage;
   }
   std::unique_ptr<Driver> driver = std::move(made).value();
   std::mt19937_64 random(20261201);
-  const auto baseline = read_baseline(options.baseline, "prefill_rows", kCommand, err);
+  const auto baseline = read_baseline(options.baseline, "prefill_rows", kBenchPrefill, err);
   nlohmann::ordered_json json;
   json["benchmark"] = "prefill";
   json["device"] = driver->info().device_name;
@@ -231,7 +231,7 @@ int run_bench_prefill(const BenchPrefillOptions& options, std::ostream& out, std
       const std::string key = prefill_key(row, setup.qo_heads, setup.kv_heads, options.head_dim);
       Result<double> ms = bench_row(*driver, setup, row, layout, options, random);
       if (!ms.ok()) {
-        err << kCommand << ": " << key << " " << to_string(layout) << ": "
+        err << kBenchPrefill << ": " << key << " " << to_string(layout) << ": "
             << ms.status().to_string() << "\n";
         return kExitFailure;
       }
@@ -266,7 +266,7 @@ int run_bench_prefill(const BenchPrefillOptions& options, std::ostream& out, std
     Status written = write_file(options.json_out, "--json",
                                 [&json](std::ostream& file) { file << dump_json(json) << "\n"; });
     if (!written.ok()) {
-      err << kCommand << ": " << written.to_string() << "\n";
+      err << kBenchPrefill << ": " << written.to_string() << "\n";
       return kExitFailure;
     }
   }

@@ -15,12 +15,9 @@
 namespace kvvm::cli {
 namespace {
 
-constexpr const char* kCommand = "kvvm bench serve";
-constexpr double kMaxRate = 1e6;
-constexpr std::uint64_t kMaxRequests = 1'000'000;
-constexpr double kMaxSeconds = 1e7;
+constexpr const char* kBenchServe = "kvvm bench serve";
+constexpr double kMaxRunSeconds = 1e7;
 constexpr double kMaxMeanTokens = 1e6;
-constexpr std::uint64_t kMaxTokens = std::numeric_limits<std::uint32_t>::max();
 
 // One run to make: its rate (none for a trace file) and its requests.
 struct RunPlan {
@@ -60,7 +57,7 @@ Result<std::vector<std::pair<std::optional<double>, Trace>>> make_traces(
     Result<Trace> trace = read_jsonl_trace(in, options.trace_file, options.max_context);
     if (!trace.ok()) return trace.status().with_context("--trace " + options.trace_file);
     for (const std::string& error : trace->errors) {
-      err << kCommand << ": skipped " << error << "\n";
+      err << kBenchServe << ": skipped " << error << "\n";
     }
     if (trace->requests.empty()) {
       return Status::InvalidArgument("--trace " + options.trace_file + " holds no valid request");
@@ -153,11 +150,11 @@ CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeOptions& options) {
          "--duration", [&options](const double& seconds) { options.duration_s = seconds; },
          "Stop issuing after this many seconds; requests still in flight get --timeout more, "
          "then are cancelled")
-      ->transform(number_validator(0, kMaxSeconds, /*min_exclusive=*/true));
+      ->transform(number_validator(0, kMaxRunSeconds, /*min_exclusive=*/true));
   cmd->add_option("--timeout", options.timeout_s,
                   "Seconds: the longest wait for one read from the server, and for the requests "
                   "in flight once issuing stopped (default 60)")
-      ->transform(number_validator(0, kMaxSeconds, /*min_exclusive=*/true));
+      ->transform(number_validator(0, kMaxRunSeconds, /*min_exclusive=*/true));
   cmd->add_option("--concurrency-limit", options.concurrency_limit,
                   "At most this many requests in flight; a request past it waits for a free "
                   "slot (default 0: unbounded open loop)")
@@ -176,7 +173,7 @@ CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeOptions& options) {
 
 int run_bench_serve(const BenchServeOptions& options, std::ostream& out, std::ostream& err) {
   const auto fail = [&err](const Status& status, int code) {
-    err << kCommand << ": " << status.to_string() << "\n";
+    err << kBenchServe << ": " << status.to_string() << "\n";
     return code;
   };
   Result<ServeUrl> url = parse_serve_url(options.url);
@@ -218,7 +215,7 @@ int run_bench_serve(const BenchServeOptions& options, std::ostream& out, std::os
   settings.concurrency_limit = options.concurrency_limit;
   for (const auto& [rate, trace] : *traces) {
     const std::vector<PlannedRequest> plan = plan_requests(trace, options, model);
-    err << kCommand << ": " << (rate ? fixed(*rate, 2) + " req/s" : std::string("trace")) << ", "
+    err << kBenchServe << ": " << (rate ? fixed(*rate, 2) + " req/s" : std::string("trace")) << ", "
         << plan.size() << " requests\n"
         << std::flush;
     const DriverRun run = run_open_loop(plan, settings);

@@ -23,18 +23,11 @@
 namespace kvvm::cli {
 namespace {
 
-constexpr const char* kCommand = "kvvm generate";
+constexpr const char* kGenerate = "kvvm generate";
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// What the command line got wrong (exit 2) against what failed while running (exit 1).
-int exit_code(const Status& status) {
-  return status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kUnavailable
-             ? kExitUsage
-             : kExitFailure;
 }
 
 // "1,2,3" as token ids below the vocabulary.
@@ -209,7 +202,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
 
 int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream& err) {
   const auto fail = [&err](const Status& status) {
-    err << kCommand << ": " << status.to_string() << "\n";
+    err << kGenerate << ": " << status.to_string() << "\n";
     return exit_code(status);
   };
   if (!options.prompt && !options.chat && !options.prompt_ids) {
@@ -219,7 +212,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   if (!layout.ok()) return fail(layout.status().with_context("--layout"));
 
   const Clock::time_point load_start = Clock::now();
-  Result<LoadedModel> loaded = load_model(options.model_dir, options.backend, kCommand, err);
+  Result<LoadedModel> loaded = load_model(options.model_dir, options.backend, kGenerate, err);
   if (!loaded.ok()) return fail(loaded.status());
   const model::ModelConfig& config = loaded->config;
   model::Model& model = *loaded->model;
@@ -252,11 +245,11 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
     request.max_tokens = kDefaultMaxTokens;
     if (request.prompt.size() < context && request.prompt.size() + kDefaultMaxTokens > context) {
       request.max_tokens = static_cast<std::uint32_t>(context - request.prompt.size());
-      err << kCommand << ": note: generating at most " << request.max_tokens
+      err << kGenerate << ": note: generating at most " << request.max_tokens
           << " tokens, what the context of " << context << " tokens leaves after the prompt\n";
     }
   }
-  err << kCommand << ": " << config.architecture << " (" << config.layers << " layers, vocab "
+  err << kGenerate << ": " << config.architecture << " (" << config.layers << " layers, vocab "
       << config.vocab_size << ") on " << model::to_string(model.backend()) << ", loaded in "
       << load_seconds << " s; prompt of " << request.prompt.size() << " tokens\n";
 
@@ -290,7 +283,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
     out << dump_json(json) << "\n";
   } else {
     out << clean_utf8(decoder.finish()) << "\n";
-    err << kCommand << ": " << result->tokens.size() << " tokens (" << finish_name(result->finish)
+    err << kGenerate << ": " << result->tokens.size() << " tokens (" << finish_name(result->finish)
         << "); prefill " << t.prefill_seconds << " s, decode " << tokens_per_second
         << " tokens/s\n";
   }

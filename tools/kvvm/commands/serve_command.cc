@@ -1,6 +1,7 @@
 #include "commands/serve_command.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -27,8 +28,8 @@
 namespace kvvm::cli {
 namespace {
 
-constexpr const char* kCommand = "kvvm serve";
-constexpr std::uint64_t kMaxSeconds = 1000000;
+constexpr const char* kServe = "kvvm serve";
+constexpr std::uint64_t kMaxWaitSeconds = 1000000;
 
 std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
@@ -42,18 +43,6 @@ std::string dir_name(const std::string& dir) {
   return name.empty() || name == "." || name == ".." ? std::string("model") : name;
 }
 
-// What the command line got wrong (exit 2) against what failed while running (exit 1).
-int exit_code(const Status& status) {
-  switch (status.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kUnavailable:
-    case StatusCode::kNotFound:
-      return kExitUsage;
-    default:
-      return kExitFailure;
-  }
-}
-
 // The chat template: the one asked for, else the directory's; none recognised is no error
 // (the chat endpoint then answers 400 saying so), only a note.
 Result<std::optional<tokenizer::ChatTemplate>> chat_template_of(const ServeOptions& options,
@@ -65,7 +54,7 @@ Result<std::optional<tokenizer::ChatTemplate>> chat_template_of(const ServeOptio
   }
   Result<tokenizer::ChatTemplate> detected = tokenizer::detect_chat_template(options.model_dir);
   if (!detected.ok()) {
-    err << kCommand << ": note: " << detected.status().message()
+    err << kServe << ": note: " << detected.status().message()
         << "; /v1/chat/completions answers 400 until the server is started with one\n";
     return std::optional<tokenizer::ChatTemplate>();
   }
@@ -74,6 +63,8 @@ Result<std::optional<tokenizer::ChatTemplate>> chat_template_of(const ServeOptio
 
 // The pipe the signal handler writes to (a handler can reach only globals).
 int g_signal_pipe[2] = {-1, -1};
+// How often the signal waiter wakes when nothing arrives (see run_serve).
+constexpr int kSignalPollMs = 100;
 
 void forward_signal(int signal) {
   const int saved = errno;
@@ -167,7 +158,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   cmd->add_option("--max-queue-wait", options.max_queue_wait,
                   "Seconds a request may wait to start before it is answered 429; 0: no limit "
                   "(default 30)")
-      ->transform(number_validator(0, kMaxSeconds));
+      ->transform(number_validator(0, kMaxWaitSeconds));
   cmd->add_flag("--no-graphs", options.no_graphs, "Do not replay CUDA graphs for decode steps");
   cmd->add_flag("--no-prefix-cache", options.no_prefix_cache,
                 "Do not share the KV of common prompt prefixes between requests");
@@ -180,7 +171,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   cmd->add_option("--drain-timeout", options.drain_timeout,
                   "Seconds the running requests get to finish after SIGTERM before they are "
                   "cancelled (default 30)")
-      ->transform(number_validator(0, kMaxSeconds));
+      ->transform(number_validator(0, kMaxWaitSeconds));
   cmd->add_option("--http-threads", options.http_threads,
                   "Connections served at once; more wait to be accepted (default 512)")
       ->transform(count_validator(1, 65536));
@@ -190,7 +181,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
 int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
               ShutdownRequest& shutdown) {
   const auto fail = [&err](const Status& status) {
-    err << kCommand << ": " << status.to_string() << "\n";
+    err << kServe << ": " << status.to_string() << "\n";
     return exit_code(status);
   };
   if (options.max_body == 0) return fail(Status::InvalidArgument("--max-body: must be above 0"));
@@ -203,7 +194,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   Result<std::optional<tokenizer::ChatTemplate>> chat = chat_template_of(options, err);
   if (!chat.ok()) return fail(chat.status());
 
-  Result<LoadedModel> loaded = load_model(options.model_dir, options.backend, kCommand, err);
+  Result<LoadedModel> loaded = load_model(options.model_dir, options.backend, kServe, err);
   if (!loaded.ok()) return fail(loaded.status());
   model::Model& model = *loaded->model;
 
@@ -253,7 +244,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
     shutdown.request("the server stopped");
   });
   const TierStats tier = (*kv)->governor().stats((*kv)->arena().tier());
-  out << kCommand << ": " << model_name << " on http://" << options.host << ":" << *port << " ("
+  out << kServe << ": " << model_name << " on http://" << options.host << ":" << *port << " ("
       << model::to_string(model.backend()) << ", KV budget " << format_bytes(tier.limit) << ", "
       << (*kv)->options().max_slots << " slots)" << std::endl;
   shutdown.set_ready(*port);
@@ -262,8 +253,8 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   }
   server.begin_drain();
   const engine::EngineStats before = (*engine)->stats();
-  out << kCommand << ": draining (" << shutdown.reason() << "): " << before.running
-      << " running and " << before.waiting << " waiting get " << options.drain_timeout
+  out << kServe << ": draining (" << shutdown.reason() << "): " << before.running << " running and "
+      << before.waiting << " waiting get " << options.drain_timeout
       << " s to finish; new requests get 503" << std::endl;
   const bool drained = (*engine)->drain(millis(options.drain_timeout));
   server.stop();
@@ -271,11 +262,11 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   if (!served.ok()) return fail(served);
   if (!drained) {
     const engine::EngineStats after = (*engine)->stats();
-    err << kCommand << ": the drain timed out after " << options.drain_timeout << " s: cancelled "
+    err << kServe << ": the drain timed out after " << options.drain_timeout << " s: cancelled "
         << (after.cancelled - before.cancelled) << " requests still running or queued\n";
     return kExitFailure;
   }
-  out << kCommand << ": stopped" << std::endl;
+  out << kServe << ": stopped" << std::endl;
   return kExitOk;
 }
 
@@ -286,7 +277,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err)
   // the signals blocked in every thread this command starts, and one waiting thread that
   // takes them and reads the pipe.
   if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
-    err << kCommand << ": cannot create the signal pipe\n";
+    err << kServe << ": cannot create the signal pipe\n";
     return kExitFailure;
   }
   sigset_t signals;
@@ -310,6 +301,12 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err)
   std::thread waiter([&] {
     pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
     while (true) {
+      // Waits in poll() with a timeout rather than in read(): a runtime that runs handlers only
+      // when the thread next calls into the C library (ThreadSanitizer defers them so) would
+      // otherwise never run the handler while read() blocks, and the signal would be lost.
+      pollfd readable{g_signal_pipe[0], POLLIN, 0};
+      const int ready = ::poll(&readable, 1, kSignalPollMs);
+      if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
       unsigned char signal = 0;
       const ssize_t n = ::read(g_signal_pipe[0], &signal, 1);
       if (n < 0 && errno == EINTR) continue;

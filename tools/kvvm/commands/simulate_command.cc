@@ -30,7 +30,7 @@
 namespace kvvm::cli {
 namespace {
 
-constexpr const char* kCommand = "kvvm simulate";
+constexpr const char* kSimulate = "kvvm simulate";
 // Addresses the arena may reserve for its slots: far below the 128 TiB of a 47-bit user
 // address space (and a GPU's), so other reservations still fit.
 constexpr std::uint64_t kMaxReservedBytes = std::uint64_t{16} << 40;
@@ -39,10 +39,9 @@ constexpr std::size_t kMaxErrorLines = 20;
 // (with its token ids when a prefix cache runs) and every system records a sample per step.
 constexpr std::uint64_t kMaxSimulatedRequests = 1'000'000;
 constexpr std::uint64_t kMaxArrivalSteps = 10'000'000;
-constexpr double kMaxRate = 1e6;                 // requests per second
-constexpr double kMaxSeconds = 365.0 * 86400.0;  // --duration, --think-s, --max-queue-wait
-constexpr double kMaxStepMs = 3'600'000;         // an hour per decode step
-constexpr double kMaxLogNormalMu = 30;           // e^30 tokens: clamped to the context anyway
+constexpr double kMaxSimulatedSeconds = 365.0 * 86400.0;  // --duration, --think-s, --max-queue-wait
+constexpr double kMaxStepMs = 3'600'000;                  // an hour per decode step
+constexpr double kMaxLogNormalMu = 30;  // e^30 tokens: clamped to the context anyway
 constexpr double kMaxLogNormalSigma = 10;
 constexpr std::uint64_t kMaxCommitAhead = std::uint64_t{1} << 20;
 constexpr std::uint64_t kMaxPagedBlocks = std::uint64_t{1} << 23;  // llama-3-8b: 16 TiB
@@ -51,7 +50,7 @@ constexpr std::uint64_t kMaxPagedBlocks = std::uint64_t{1} << 23;  // llama-3-8b
 Result<std::unique_ptr<Driver>> open_simulation_driver(const SimulateOptions& options,
                                                        std::ostream& err) {
   return open_driver(options.backend, options.device,
-                     static_cast<std::size_t>(options.host_granule), kCommand, err,
+                     static_cast<std::size_t>(options.host_granule), kSimulate, err,
                      /*populate=*/false);
 }
 
@@ -95,7 +94,7 @@ Result<Trace> load_trace(const SimulateOptions& options, std::ostream& err) {
         << " more malformed lines\n";
   }
   if (!trace->errors.empty()) {
-    err << kCommand << ": " << trace->errors.size() << " of " << trace->lines_read
+    err << kSimulate << ": " << trace->errors.size() << " of " << trace->lines_read
         << " trace lines skipped; replaying the other " << trace->requests.size() << "\n";
   }
   return trace;
@@ -197,7 +196,7 @@ Result<std::unique_ptr<MemoryModel>> build_arena(SystemContext& c, bool prefix_c
     arena.max_slots /= 2;
     model = ArenaModel::create(c.driver, arena);
     if (model.ok()) {
-      c.err << kCommand << ": note: " << c.report.max_slots << " slots of "
+      c.err << kSimulate << ": note: " << c.report.max_slots << " slots of "
             << format_bytes(c.plan.slot_stride) << " could not be reserved; using "
             << arena.max_slots << "\n";
       c.report.max_slots = arena.max_slots;
@@ -309,7 +308,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
       sim->add_option_function<double>(
              "--duration", [&g](const double& seconds) { g.duration_s = seconds; },
              "Generate arrivals for this many seconds instead of a request count")
-          ->transform(number_validator(0, kMaxSeconds, /*min_exclusive=*/true));
+          ->transform(number_validator(0, kMaxSimulatedSeconds, /*min_exclusive=*/true));
   CLI::Option* rate =
       sim->add_option("--rate", g.rate, "Poisson arrival rate, requests per second (default 30)")
           ->transform(number_validator(0, kMaxRate, /*min_exclusive=*/true));
@@ -358,7 +357,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
       sim->add_option("--think-s", options.chat.think_s,
                       "Mean think time (exponential) between a turn's completion and the next "
                       "turn's arrival, in simulated seconds (default 5)")
-          ->transform(number_validator(0, kMaxSeconds));
+          ->transform(number_validator(0, kMaxSimulatedSeconds));
   // Options that would be dropped without a word are refused, naming both: a trace file
   // replaces the generator; a count and a duration, or the multi-turn generator and either,
   // each say how many requests to make.
@@ -385,7 +384,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
   sim->add_option("--max-queue-wait", options.max_queue_wait_s,
                   "Seconds (simulated) a request may wait in the queue before it is rejected, "
                   "as a server answers 429 (default 30)")
-      ->transform(number_validator(0, kMaxSeconds));
+      ->transform(number_validator(0, kMaxSimulatedSeconds));
   sim->add_flag("!--no-sharing", options.sharing,
                 "kvvm admits every request plainly (no shared prefixes)");
   sim->add_option("--commit-ahead", options.commit_ahead,
@@ -481,7 +480,7 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
     const std::uint64_t usable = usable_memory(report.driver) / report.granule * report.granule;
     if (report.budget > usable) {
       report.budget = usable;
-      err << kCommand << ": note: --budget " << format_bytes(options.budget) << " capped to "
+      err << kSimulate << ": note: --budget " << format_bytes(options.budget) << " capped to "
           << format_bytes(usable) << ": the GPU has " << format_bytes(report.driver.free_bytes)
           << " free\n";
     }
@@ -517,7 +516,7 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
                               (*model)->name());
     }
     Result<RunSummary> run = [&] {
-      SimProgressLine line(progress_err, kCommand, row.name, trace->requests.size(),
+      SimProgressLine line(progress_err, kSimulate, row.name, trace->requests.size(),
                            ::isatty(STDERR_FILENO) == 1);
       return run_schedule(
           *trace, **model, scheduler,
@@ -533,7 +532,7 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
 
 int run_simulate(const SimulateOptions& options, std::ostream& out, std::ostream& err) {
   const auto fail = [&err](const Status& status, int code) {
-    err << kCommand << ": " << status.to_string() << "\n";
+    err << kSimulate << ": " << status.to_string() << "\n";
     return code;
   };
   const bool tty = ::isatty(STDERR_FILENO) == 1;

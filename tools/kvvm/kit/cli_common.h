@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -31,6 +32,26 @@ namespace kvvm::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // a driver or kvvm call failed at run time
 inline constexpr int kExitUsage = 2;    // the command line asked for something impossible
+
+// The exit code of a command that failed with `status`: what the command line got wrong
+// (InvalidArgument; Unavailable: a backend or budget this machine cannot give; NotFound: a
+// file it named) is kExitUsage, what failed while running kExitFailure.
+inline int exit_code(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kUnavailable:
+    case StatusCode::kNotFound:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+// Limits the commands' options share: a request rate (per second), a request count, and a
+// token count (the engine counts a request's tokens in 32 bits).
+inline constexpr double kMaxRate = 1e6;
+inline constexpr std::uint64_t kMaxRequests = 1'000'000;
+inline constexpr std::uint64_t kMaxTokens = std::numeric_limits<std::uint32_t>::max();
 
 // Which driver to open. kAuto: CUDA when a GPU is usable, else the host driver.
 enum class BackendChoice { kAuto, kCuda, kHost };

@@ -6,6 +6,8 @@
 #include <functional>
 #include <queue>
 
+#include "kit/op_timing.h"
+
 namespace kvvm::cli {
 namespace {
 
@@ -18,16 +20,6 @@ struct Sequence {
   bool admitted_once = false;
   bool preempted = false;  // in the queue to be recomputed: never rejected for waiting
 };
-
-// numpy's default percentile (linear interpolation), as kit/op_timing.h uses.
-double percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const double rank = q / 100.0 * static_cast<double>(values.size() - 1);
-  const auto low = static_cast<std::size_t>(std::floor(rank));
-  const std::size_t high = std::min(low + 1, values.size() - 1);
-  return values[low] + (values[high] - values[low]) * (rank - static_cast<double>(low));
-}
 
 std::string at_step(std::uint64_t step) { return "simulated step " + std::to_string(step); }
 
