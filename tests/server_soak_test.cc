@@ -1,7 +1,7 @@
 // A long run of `kvvm serve` on the host backend with a KV budget the prefix cache fills within
 // the first few hundred requests, so from then on every admission reclaims. The server must
-// not slow down as it runs (the time of the last thousand requests against the first), its
-// resident memory must stay flat after warm-up, every request must be answered, and once
+// not slow down as it runs (the CPU time of its last blocks of 1,000 requests against its first),
+// its resident memory must stay flat after warm-up, every request must be answered, and once
 // drained the KV ledger is back at zero. A reclaim that cost time in proportion to the cache
 // (a scan of every entry per victim) made such a server slow down several times over.
 //
@@ -15,6 +15,7 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -165,10 +166,17 @@ TEST(ServerSoak, TimeAndMemoryStayFlatAsThePrefixCacheFillsAndReclaims) {
         << " MiB at the end";
   }
 #if !defined(KVVM_SOAK_UNDER_SANITIZER)
-  // CPU time, not wall time: the release suite runs another test beside this one, and how
-  // busy that keeps the machine differs from block to block.
-  EXPECT_LE(block_cpu.back(), 1.15 * block_cpu.front())
-      << "the CPU time of the last 1,000 requests against the first";
+  // The median of the last five blocks against the median of the first five: one block alone
+  // varies by about 10 % on an idle machine. CPU time, not wall time, and the test runs alone
+  // (tests/CMakeLists.txt): how busy the machine is changes both.
+  const auto median_of = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+  };
+  const std::vector<double> first(block_cpu.begin(), block_cpu.begin() + 5);
+  const std::vector<double> last(block_cpu.end() - 5, block_cpu.end());
+  EXPECT_LE(median_of(last), 1.15 * median_of(first))
+      << "the median CPU time of the last five blocks of 1,000 requests against the first five";
 #endif
 
   EXPECT_TRUE(rig->shut_down());

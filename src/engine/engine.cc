@@ -13,11 +13,7 @@
 #include "kvvm/log.h"
 
 namespace kvvm::engine {
-namespace {
-
-std::string str(std::uint64_t v) { return std::to_string(v); }
-
-}  // namespace
+namespace {}  // namespace
 
 std::string_view to_string(RequestEnd end) {
   switch (end) {
@@ -89,10 +85,11 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
   const Geometry& g = kv.arena().plan().geometry;
   const model::ModelConfig& c = model.config();
   if (g.layers != c.layers || g.kv_heads != c.kv_heads || g.head_dim != c.head_dim) {
-    return Status::InvalidArgument("kv: a KV space of " + str(g.layers) + " layers x " +
-                                   str(g.kv_heads) + " KV heads x " + str(g.head_dim) +
-                                   " for a model of " + str(c.layers) + " x " + str(c.kv_heads) +
-                                   " x " + str(c.head_dim));
+    return Status::InvalidArgument("kv: a KV space of " + std::to_string(g.layers) + " layers x " +
+                                   std::to_string(g.kv_heads) + " KV heads x " +
+                                   std::to_string(g.head_dim) + " for a model of " +
+                                   std::to_string(c.layers) + " x " + std::to_string(c.kv_heads) +
+                                   " x " + std::to_string(c.head_dim));
   }
   const bool want_graphs = options.graphs && model.backend() == model::Backend::kCuda;
   bool pad = want_graphs && kv.options().max_slots > kPadSlots;
@@ -174,11 +171,11 @@ Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback ca
     if (queued_ >= options_.max_queue) {
       ++refused_at_submit_;
       const double retry = retry_.seconds(queued_, options_.max_running, r->submitted);
-      return Status::ResourceExhausted("overloaded: " + str(queued_) +
-                                           " requests waiting (max_queue " +
-                                           str(options_.max_queue) + "); retry in about " +
-                                           std::to_string(static_cast<int>(retry)) + " s",
-                                       Exhaustion{});
+      return Status::ResourceExhausted(
+          "overloaded: " + std::to_string(queued_) + " requests waiting (max_queue " +
+              std::to_string(options_.max_queue) + "); retry in about " +
+              std::to_string(static_cast<int>(retry)) + " s",
+          Exhaustion{});
     }
     id = next_id_++;
     r->id = id;

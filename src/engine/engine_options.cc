@@ -7,11 +7,7 @@
 #include "engine_impl.h"
 
 namespace kvvm::engine {
-namespace {
-
-std::string str(std::uint64_t v) { return std::to_string(v); }
-
-}  // namespace
+namespace {}  // namespace
 
 std::vector<std::uint32_t> default_buckets(std::uint32_t max_running) {
   std::vector<std::uint32_t> buckets;
@@ -23,13 +19,13 @@ std::vector<std::uint32_t> default_buckets(std::uint32_t max_running) {
 Status check_buckets(const std::vector<std::uint32_t>& buckets, std::uint32_t max_chunks) {
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     if (buckets[i] == 0 || buckets[i] > max_chunks) {
-      return Status::InvalidArgument("graph_batch_sizes[" + str(i) + "] = " + str(buckets[i]) +
-                                     ": outside [1, the model's max_chunks " + str(max_chunks) +
-                                     "]");
+      return Status::InvalidArgument(
+          "graph_batch_sizes[" + std::to_string(i) + "] = " + std::to_string(buckets[i]) +
+          ": outside [1, the model's max_chunks " + std::to_string(max_chunks) + "]");
     }
     if (i > 0 && buckets[i] <= buckets[i - 1]) {
-      return Status::InvalidArgument("graph_batch_sizes[" + str(i) + "] = " + str(buckets[i]) +
-                                     ": not ascending");
+      return Status::InvalidArgument("graph_batch_sizes[" + std::to_string(i) +
+                                     "] = " + std::to_string(buckets[i]) + ": not ascending");
     }
   }
   return Status::Ok();
@@ -43,29 +39,31 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
       kv.options().sequences == 0 ? slots : std::min(kv.options().sequences, slots);
   if (o.step_tokens == 0) o.step_tokens = limits.max_step_tokens;
   if (o.step_tokens == 0 || o.step_tokens > limits.max_step_tokens) {
-    return Status::InvalidArgument("step_tokens " + str(o.step_tokens) +
+    return Status::InvalidArgument("step_tokens " + std::to_string(o.step_tokens) +
                                    ": outside [1, the model's max_step_tokens " +
-                                   str(limits.max_step_tokens) + "]");
+                                   std::to_string(limits.max_step_tokens) + "]");
   }
   // Every running sequence's decode token must fit a step, or the newest would starve.
   if (o.max_running == 0) o.max_running = std::min({limits.max_chunks, sequences, o.step_tokens});
   if (o.max_running == 0) {
     return Status::InvalidArgument("max_running 0: no slot left for a sequence (max_slots " +
-                                   str(kv.options().max_slots) + ")");
+                                   std::to_string(kv.options().max_slots) + ")");
   }
   if (o.max_running > limits.max_chunks) {
-    return Status::InvalidArgument("max_running " + str(o.max_running) +
-                                   " exceeds the model's max_chunks " + str(limits.max_chunks));
+    return Status::InvalidArgument("max_running " + std::to_string(o.max_running) +
+                                   " exceeds the model's max_chunks " +
+                                   std::to_string(limits.max_chunks));
   }
   if (o.max_running > o.step_tokens) {
-    return Status::InvalidArgument("max_running " + str(o.max_running) + " exceeds step_tokens " +
-                                   str(o.step_tokens) +
+    return Status::InvalidArgument("max_running " + std::to_string(o.max_running) +
+                                   " exceeds step_tokens " + std::to_string(o.step_tokens) +
                                    ": every running sequence's decode token must fit a step");
   }
   if (o.max_running > slots) {
     return Status::InvalidArgument(
-        "max_running " + str(o.max_running) + " exceeds the KV space's " + str(slots) +
-        " slots for sequences" + (pad ? " (one of max_slots is the decode graphs' padding)" : ""));
+        "max_running " + std::to_string(o.max_running) + " exceeds the KV space's " +
+        std::to_string(slots) + " slots for sequences" +
+        (pad ? " (one of max_slots is the decode graphs' padding)" : ""));
   }
   if (o.prefill_chunk == 0 || o.prefill_chunk > o.step_tokens) o.prefill_chunk = o.step_tokens;
   // A shared window is read-only and would need an ensure to be written: the preallocated
@@ -95,9 +93,9 @@ Status check_request_limits(const EngineRequest& r, const RequestLimits& limits)
                                  const char* field) -> Status {
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] < 0 || static_cast<std::uint32_t>(ids[i]) >= vocab) {
-        return Status::InvalidArgument(std::string(field) + "[" + str(i) + "]: id " +
+        return Status::InvalidArgument(std::string(field) + "[" + std::to_string(i) + "]: id " +
                                        std::to_string(ids[i]) + " outside the vocabulary of " +
-                                       str(vocab));
+                                       std::to_string(vocab));
       }
     }
     return Status::Ok();
@@ -113,13 +111,14 @@ Status check_request_limits(const EngineRequest& r, const RequestLimits& limits)
   const std::uint64_t prompt = r.prompt.size();
   const std::uint64_t needed = prompt + std::uint64_t{r.max_tokens};
   if (needed > limits.context) {
-    const std::string room = prompt >= limits.context
-                                 ? "the prompt alone fills it"
-                                 : "at most " + str(limits.context - prompt) + " after this prompt";
-    return Status::InvalidArgument("max_tokens: " + str(r.max_tokens) + " + the prompt's " +
-                                   str(prompt) + " tokens = " + str(needed) +
-                                   " tokens exceed the context of " + str(limits.context) +
-                                   " tokens (" + room + ")");
+    const std::string room =
+        prompt >= limits.context
+            ? "the prompt alone fills it"
+            : "at most " + std::to_string(limits.context - prompt) + " after this prompt";
+    return Status::InvalidArgument("max_tokens: " + std::to_string(r.max_tokens) +
+                                   " + the prompt's " + std::to_string(prompt) + " tokens = " +
+                                   std::to_string(needed) + " tokens exceed the context of " +
+                                   std::to_string(limits.context) + " tokens (" + room + ")");
   }
   return check_ids(r.stop_ids, "stop_ids");
 }
@@ -133,7 +132,7 @@ Status Engine::Impl::validate(const EngineRequest& r) const {
   }
   for (std::size_t i = 0; i < r.stop_strings.size(); ++i) {
     if (r.stop_strings[i].empty()) {
-      return Status::InvalidArgument("stop_strings[" + str(i) + "]: empty");
+      return Status::InvalidArgument("stop_strings[" + std::to_string(i) + "]: empty");
     }
   }
   return Status::Ok();

@@ -8,8 +8,6 @@
 namespace kvvm::engine {
 namespace {
 
-std::string str(std::uint64_t v) { return std::to_string(v); }
-
 // Generated tokens a sequence gathers before their ids go to the prefix cache.
 constexpr std::uint32_t kPublishEvery = 16;
 
@@ -96,7 +94,7 @@ void Engine::Impl::admit_waiting(Clock::time_point now) {
       // A slot whose release failed earlier may hold the room: free it and try again.
       if (later && retry_releases()) continue;
       end_request(r, RequestEnd::kError,
-                  refused.with_context("admitting " + str(r.tokens.size()) + " tokens"));
+                  refused.with_context("admitting " + std::to_string(r.tokens.size()) + " tokens"));
       done_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
       continue;
@@ -170,7 +168,8 @@ bool Engine::Impl::plan_step() {
       if (grown.ok()) break;
       if (grown.code() != StatusCode::kResourceExhausted) {
         end_request(r, RequestEnd::kError,
-                    grown.with_context("committing KV through token " + str(p.start + p.tokens)));
+                    grown.with_context("committing KV through token " +
+                                       std::to_string(p.start + p.tokens)));
         p.request = nullptr;
         break;
       }
@@ -179,7 +178,7 @@ bool Engine::Impl::plan_step() {
         if (retry_releases()) continue;  // the room was held by a slot not yet released
         end_request(r, RequestEnd::kError,
                     grown.with_context("the sequence alone cannot grow to " +
-                                       str(p.start + p.tokens) + " tokens"));
+                                       std::to_string(p.start + p.tokens) + " tokens"));
         p.request = nullptr;
         break;
       }
@@ -227,8 +226,8 @@ void Engine::Impl::run_step(Clock::time_point now) {
   if (decode_only) ++step_counters_.decode_only_steps;
   if (!ran.ok()) {
     // The step's KV is in an unknown state: its requests end, the others carry on.
-    const Status failed = ran.with_context("model step of " + str(chunks_.size()) + " chunks, " +
-                                           str(ids_.size()) + " tokens");
+    const Status failed = ran.with_context("model step of " + std::to_string(chunks_.size()) +
+                                           " chunks, " + std::to_string(ids_.size()) + " tokens");
     for (RequestState* r : owners_) end_request(*r, RequestEnd::kError, failed);
     return;
   }

@@ -6,7 +6,7 @@
 namespace kvvm {
 namespace {
 
-Status unbuilt(const char* what) {
+Status attention_unbuilt(const char* what) {
   return Status::Unavailable(std::string(what) +
                              ": kvvm was built without the CUDA compiler, so the attention "
                              "kernels are not in this binary");
@@ -15,13 +15,15 @@ Status unbuilt(const char* what) {
 }  // namespace
 
 bool attention_kernels_built() { return false; }
-Status append_kv_cuda(const AppendParams&, void*) { return unbuilt("append_kv_cuda"); }
-Result<DecodePlan> plan_decode_cuda(const DecodeParams&) { return unbuilt("plan_decode_cuda"); }
+Status append_kv_cuda(const AppendParams&, void*) { return attention_unbuilt("append_kv_cuda"); }
+Result<DecodePlan> plan_decode_cuda(const DecodeParams&) {
+  return attention_unbuilt("plan_decode_cuda");
+}
 Status decode_attention_cuda(const DecodeParams&, void*, std::size_t, void*) {
-  return unbuilt("decode_attention_cuda");
+  return attention_unbuilt("decode_attention_cuda");
 }
 Status prefill_attention_cuda(const PrefillParams&, void*) {
-  return unbuilt("prefill_attention_cuda");
+  return attention_unbuilt("prefill_attention_cuda");
 }
 
 }  // namespace kvvm

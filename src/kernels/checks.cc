@@ -11,8 +11,6 @@
 namespace kvvm {
 namespace {
 
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
 Status check_view(const KvView& view, const char* what) {
   const std::string prefix = std::string(what) + ": ";
   if (view.base == 0) return Status::InvalidArgument(prefix + "the KvView has no base address");
@@ -20,21 +18,22 @@ Status check_view(const KvView& view, const char* what) {
   const std::uint32_t bytes = element_bytes(view.element);
   if (bytes == 0 || view.element == DType::kFp8) {
     return Status::InvalidArgument(prefix + "element type " +
-                                   str(static_cast<std::uint32_t>(view.element)) +
+                                   std::to_string(static_cast<std::uint32_t>(view.element)) +
                                    " is not readable here (fp16, bf16 or fp32)");
   }
   if (view.element_bytes != bytes) {
-    return Status::InvalidArgument(prefix + "the KvView says " + str(view.element_bytes) +
-                                   " bytes per element but its element type has " + str(bytes));
+    return Status::InvalidArgument(
+        prefix + "the KvView says " + std::to_string(view.element_bytes) +
+        " bytes per element but its element type has " + std::to_string(bytes));
   }
   return Status::Ok();
 }
 
 Status check_heads(std::uint32_t qo_heads, std::uint32_t kv_heads, const char* what) {
   if (kv_heads == 0 || qo_heads == 0 || qo_heads % kv_heads != 0) {
-    return Status::InvalidArgument(std::string(what) + ": " + str(qo_heads) +
-                                   " query heads are not a positive multiple of " + str(kv_heads) +
-                                   " KV heads");
+    return Status::InvalidArgument(std::string(what) + ": " + std::to_string(qo_heads) +
+                                   " query heads are not a positive multiple of " +
+                                   std::to_string(kv_heads) + " KV heads");
   }
   return Status::Ok();
 }
@@ -49,7 +48,7 @@ Status check_append(const AppendParams& p) {
         "append: give both row_slots and row_positions (a decode step) or neither (a chunk)");
   }
   if (p.tokens > 0 && (p.k == nullptr || p.v == nullptr)) {
-    return Status::InvalidArgument("append: " + str(p.tokens) + " rows but no k or v");
+    return Status::InvalidArgument("append: " + std::to_string(p.tokens) + " rows but no k or v");
   }
   return Status::Ok();
 }
@@ -59,7 +58,7 @@ Status check_decode(const DecodeParams& p) {
   KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "decode"));
   if (p.batch > 0 &&
       (p.q == nullptr || p.slots == nullptr || p.lengths == nullptr || p.out == nullptr)) {
-    return Status::InvalidArgument("decode: batch of " + str(p.batch) +
+    return Status::InvalidArgument("decode: batch of " + std::to_string(p.batch) +
                                    " but q, slots, lengths or out is null");
   }
   if (p.max_length == 0) {
@@ -72,12 +71,13 @@ Status check_prefill(const PrefillParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "prefill"));
   KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "prefill"));
   if (p.tokens > 0 && (p.q == nullptr || p.out == nullptr)) {
-    return Status::InvalidArgument("prefill: " + str(p.tokens) +
+    return Status::InvalidArgument("prefill: " + std::to_string(p.tokens) +
                                    " query rows but q or out is null");
   }
   if (std::uint64_t{p.start} + p.tokens > UINT32_MAX) {
     return Status::InvalidArgument("prefill: positions up to " +
-                                   str(std::uint64_t{p.start} + p.tokens) + " exceed 32 bits");
+                                   std::to_string(std::uint64_t{p.start} + p.tokens) +
+                                   " exceed 32 bits");
   }
   return Status::Ok();
 }

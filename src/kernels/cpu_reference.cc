@@ -62,7 +62,7 @@ void attend(const Head& head, const unsigned char* q, std::uint64_t length, doub
   }
 }
 
-double scale_of(float sm_scale, std::uint32_t head_dim) {
+double scale_of_double(float sm_scale, std::uint32_t head_dim) {
   return sm_scale != 0 ? static_cast<double>(sm_scale) : 1.0 / std::sqrt(double(head_dim));
 }
 
@@ -84,7 +84,7 @@ Status decode_attention_reference(const DecodeParams& params, double* out) {
     for (std::uint32_t h = 0; h < p.qo_heads; ++h) {
       const std::uint64_t row = std::uint64_t{b} * p.qo_heads + h;
       attend(Head{p.view, p.layer, p.slots[b], h / group}, q + row * dim * p.view.element_bytes,
-             p.lengths[b], scale_of(p.sm_scale, dim), out + row * dim);
+             p.lengths[b], scale_of_double(p.sm_scale, dim), out + row * dim);
     }
   }
   return Status::Ok();
@@ -101,7 +101,7 @@ Status prefill_attention_reference(const PrefillParams& params, double* out) {
     for (std::uint32_t h = 0; h < p.qo_heads; ++h) {
       const std::uint64_t row = std::uint64_t{i} * p.qo_heads + h;
       attend(Head{p.view, p.layer, p.slot, h / group}, q + row * dim * p.view.element_bytes,
-             std::uint64_t{p.start} + i + 1, scale_of(p.sm_scale, dim), out + row * dim);
+             std::uint64_t{p.start} + i + 1, scale_of_double(p.sm_scale, dim), out + row * dim);
     }
   }
   return Status::Ok();

@@ -7,7 +7,7 @@
 namespace kvvm {
 namespace {
 
-Status unbuilt(const char* what) {
+Status model_kernels_unbuilt(const char* what) {
   return Status::Unavailable(std::string(what) +
                              ": kvvm was built without the CUDA compiler, so the model kernels "
                              "are not in this binary");
@@ -16,14 +16,16 @@ Status unbuilt(const char* what) {
 }  // namespace
 
 bool model_kernels_built() { return false; }
-Status embedding_cuda(const EmbeddingParams&, void*) { return unbuilt("embedding_cuda"); }
-Status rmsnorm_cuda(const RmsNormParams&, void*) { return unbuilt("rmsnorm_cuda"); }
-Status rope_cuda(const RopeParams&, void*) { return unbuilt("rope_cuda"); }
-Status silu_mul_cuda(const SiluMulParams&, void*) { return unbuilt("silu_mul_cuda"); }
-Status broadcast_rows_cuda(const BroadcastRowsParams&, void*) {
-  return unbuilt("broadcast_rows_cuda");
+Status embedding_cuda(const EmbeddingParams&, void*) {
+  return model_kernels_unbuilt("embedding_cuda");
 }
-Status argmax_cuda(const ArgmaxParams&, void*) { return unbuilt("argmax_cuda"); }
-Status sample_cuda(const SampleParams&, void*) { return unbuilt("sample_cuda"); }
+Status rmsnorm_cuda(const RmsNormParams&, void*) { return model_kernels_unbuilt("rmsnorm_cuda"); }
+Status rope_cuda(const RopeParams&, void*) { return model_kernels_unbuilt("rope_cuda"); }
+Status silu_mul_cuda(const SiluMulParams&, void*) { return model_kernels_unbuilt("silu_mul_cuda"); }
+Status broadcast_rows_cuda(const BroadcastRowsParams&, void*) {
+  return model_kernels_unbuilt("broadcast_rows_cuda");
+}
+Status argmax_cuda(const ArgmaxParams&, void*) { return model_kernels_unbuilt("argmax_cuda"); }
+Status sample_cuda(const SampleParams&, void*) { return model_kernels_unbuilt("sample_cuda"); }
 
 }  // namespace kvvm

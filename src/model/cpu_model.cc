@@ -24,8 +24,6 @@
 namespace kvvm::model {
 namespace {
 
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
 bool readable_element(DType element) {
   return element == DType::kFp32 || element == DType::kBf16 || element == DType::kFp16;
 }
@@ -100,12 +98,13 @@ class CpuModel final : public Model {
     if (!readable_element(view.element) || view.element_bytes != element_bytes(view.element)) {
       return Status::InvalidArgument(
           "forward: the KvView's element type " + std::string(to_string(view.element)) + " (" +
-          str(view.element_bytes) +
+          std::to_string(view.element_bytes) +
           " bytes) is not one the CPU attention reads (fp32, bf16, fp16)");
     }
     if (view.head_dim != c.head_dim) {
-      return Status::InvalidArgument("forward: the KvView's head_dim " + str(view.head_dim) +
-                                     " is not the model's " + str(c.head_dim));
+      return Status::InvalidArgument("forward: the KvView's head_dim " +
+                                     std::to_string(view.head_dim) + " is not the model's " +
+                                     std::to_string(c.head_dim));
     }
     return check_view_geometry(view);
   }
@@ -134,20 +133,22 @@ class CpuModel final : public Model {
       // the token's extent is unknown here but at least one.
       if (dim.extent == 1 && std::string_view(dim.name) != "token") continue;
       if (dim.stride < need) {
-        return Status::InvalidArgument("forward: the KvView's " + std::string(dim.name) +
-                                       " stride of " + str(dim.stride) + " bytes is below the " +
-                                       str(need) + " bytes of its " + inner + "s (the model has " +
-                                       str(c.layers) + " layers of " + str(c.kv_heads) +
-                                       " KV heads): its geometry is not the model's");
+        return Status::InvalidArgument(
+            "forward: the KvView's " + std::string(dim.name) + " stride of " +
+            std::to_string(dim.stride) + " bytes is below the " + std::to_string(need) +
+            " bytes of its " + inner + "s (the model has " + std::to_string(c.layers) +
+            " layers of " + std::to_string(c.kv_heads) +
+            " KV heads): its geometry is not the model's");
       }
       need = dim.stride * dim.extent;
       inner = dim.name;
     }
     if (view.slot_stride != 0 && view.slot_stride < need) {
       return Status::InvalidArgument(
-          "forward: the KvView's slots of " + str(view.slot_stride) + " bytes are below the " +
-          str(need) + " bytes of its " + inner + "s (the model has " + str(c.layers) +
-          " layers of " + str(c.kv_heads) + " KV heads): its geometry is not the model's");
+          "forward: the KvView's slots of " + std::to_string(view.slot_stride) +
+          " bytes are below the " + std::to_string(need) + " bytes of its " + inner +
+          "s (the model has " + std::to_string(c.layers) + " layers of " +
+          std::to_string(c.kv_heads) + " KV heads): its geometry is not the model's");
     }
     return Status::Ok();
   }
@@ -346,12 +347,12 @@ Status check_config(const ModelConfig& c, const ModelLimits& limits) {
     }
   }
   if (c.heads % c.kv_heads != 0) {
-    return Status::InvalidArgument("cpu model: " + str(c.heads) +
-                                   " attention heads are not a multiple of " + str(c.kv_heads) +
-                                   " KV heads");
+    return Status::InvalidArgument("cpu model: " + std::to_string(c.heads) +
+                                   " attention heads are not a multiple of " +
+                                   std::to_string(c.kv_heads) + " KV heads");
   }
   if (c.head_dim % 2 != 0) {
-    return Status::InvalidArgument("cpu model: head_dim " + str(c.head_dim) +
+    return Status::InvalidArgument("cpu model: head_dim " + std::to_string(c.head_dim) +
                                    " is odd; RoPE rotates pairs");
   }
   // OpenBLAS takes 32-bit dimensions.
@@ -359,7 +360,7 @@ Status check_config(const ModelConfig& c, const ModelLimits& limits) {
       std::max({std::uint64_t{c.hidden_size}, std::uint64_t{c.intermediate_size},
                 std::uint64_t{c.vocab_size}, std::uint64_t{c.heads} * c.head_dim});
   if (widest > std::numeric_limits<std::int32_t>::max()) {
-    return Status::InvalidArgument("cpu model: a dimension of " + str(widest) +
+    return Status::InvalidArgument("cpu model: a dimension of " + std::to_string(widest) +
                                    " exceeds OpenBLAS's 32-bit sizes");
   }
   if (!(c.rms_norm_eps > 0)) {
@@ -393,8 +394,9 @@ Result<std::unique_ptr<Model>> make_cpu_model(const ModelConfig& config,
         new CpuModel(config, options.limits, std::move(converted).value(), options.threads));
   } catch (const std::bad_alloc&) {
     return Status::InvalidArgument("cpu model: the activations for max_step_tokens " +
-                                   str(options.limits.max_step_tokens) + " and max_chunks " +
-                                   str(options.limits.max_chunks) + " do not fit in memory");
+                                   std::to_string(options.limits.max_step_tokens) +
+                                   " and max_chunks " + std::to_string(options.limits.max_chunks) +
+                                   " do not fit in memory");
   }
 }
 

@@ -20,8 +20,6 @@
 namespace kvvm::model::detail {
 namespace {
 
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
 Status cublas_gemm_status(cublasStatus_t status) {
   if (status == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   const std::string name = cublas_status_name(status);
@@ -45,10 +43,10 @@ Status CudaModel::check_view(const KvView& kv, const char* who) const {
         " is not the model's compute type " + std::string(to_string(compute_)));
   }
   if (kv.head_dim != c.head_dim || kv.element_bytes != element_bytes(compute_) || kv.base == 0) {
-    return Status::InvalidArgument(std::string(who) + " (head dim " + str(kv.head_dim) + ", " +
-                                   str(kv.element_bytes) + "-byte elements, base " + str(kv.base) +
-                                   ") is not the model's geometry (head dim " + str(c.head_dim) +
-                                   ")");
+    return Status::InvalidArgument(
+        std::string(who) + " (head dim " + std::to_string(kv.head_dim) + ", " +
+        std::to_string(kv.element_bytes) + "-byte elements, base " + std::to_string(kv.base) +
+        ") is not the model's geometry (head dim " + std::to_string(c.head_dim) + ")");
   }
   return Status::Ok();
 }

@@ -17,8 +17,6 @@
 namespace kvvm::model::detail {
 namespace {
 
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
 bool same_view(const KvView& a, const KvView& b) {
   return a.base == b.base && a.slot_stride == b.slot_stride && a.layer_stride == b.layer_stride &&
          a.kv_stride == b.kv_stride && a.head_stride == b.head_stride &&
@@ -47,20 +45,22 @@ Status CudaModel::capture_decode_graphs(const DecodeGraphOptions& options) {
   if (sizes.empty()) return Status::InvalidArgument("decode graphs: batch_sizes is empty");
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] == 0 || sizes[i] > limits().max_chunks) {
-      return Status::InvalidArgument("decode graphs: batch_sizes[" + str(i) +
-                                     "] = " + str(sizes[i]) + " is outside [1, max_chunks " +
-                                     str(limits().max_chunks) + "]");
+      return Status::InvalidArgument(
+          "decode graphs: batch_sizes[" + std::to_string(i) + "] = " + std::to_string(sizes[i]) +
+          " is outside [1, max_chunks " + std::to_string(limits().max_chunks) + "]");
     }
     if (i > 0 && sizes[i] <= sizes[i - 1]) {
-      return Status::InvalidArgument("decode graphs: batch_sizes[" + str(i) + "] = " +
-                                     str(sizes[i]) + " does not exceed batch_sizes[" + str(i - 1) +
-                                     "] = " + str(sizes[i - 1]) + " (ascending, no repeats)");
+      return Status::InvalidArgument(
+          "decode graphs: batch_sizes[" + std::to_string(i) + "] = " + std::to_string(sizes[i]) +
+          " does not exceed batch_sizes[" + std::to_string(i - 1) +
+          "] = " + std::to_string(sizes[i - 1]) + " (ascending, no repeats)");
     }
   }
   const std::uint32_t most = config().max_position_embeddings;
   if (options.max_length == 0 || options.max_length > most) {
-    return Status::InvalidArgument("decode graphs: max_length " + str(options.max_length) +
-                                   " is outside [1, max_position_embeddings " + str(most) + "]");
+    return Status::InvalidArgument(
+        "decode graphs: max_length " + std::to_string(options.max_length) +
+        " is outside [1, max_position_embeddings " + std::to_string(most) + "]");
   }
   KVVM_RETURN_IF_ERROR(check_view(options.kv, "decode graphs: the KvView"));
   if (cublas_workspace_ == nullptr) {
@@ -112,8 +112,9 @@ Status CudaModel::capture_one(std::uint32_t rows, const DecodeGraphOptions& opti
   if (!enqueued.ok() || ended != cudaSuccess) {
     if (graph != nullptr) (void)cudaGraphDestroy(graph);
     (void)cudaGetLastError();  // an invalidated capture's error is not sticky: clear it
-    if (!enqueued.ok()) return enqueued.with_context("capturing batch " + str(rows));
-    return cuda_call("cudaStreamEndCapture", ended).with_context("capturing batch " + str(rows));
+    if (!enqueued.ok()) return enqueued.with_context("capturing batch " + std::to_string(rows));
+    return cuda_call("cudaStreamEndCapture", ended)
+        .with_context("capturing batch " + std::to_string(rows));
   }
   const cudaError_t instantiated = cudaGraphInstantiate(exec, graph, 0);
   (void)cudaGraphDestroy(graph);
@@ -121,13 +122,14 @@ Status CudaModel::capture_one(std::uint32_t rows, const DecodeGraphOptions& opti
     (void)cudaGetLastError();
     *exec = nullptr;
     return cuda_call("cudaGraphInstantiate", instantiated)
-        .with_context("capturing batch " + str(rows));
+        .with_context("capturing batch " + std::to_string(rows));
   }
   const cudaError_t uploaded = cudaGraphUpload(*exec, stream_);
   if (uploaded != cudaSuccess) {
     (void)cudaGraphExecDestroy(*exec);
     *exec = nullptr;
-    return cuda_call("cudaGraphUpload", uploaded).with_context("capturing batch " + str(rows));
+    return cuda_call("cudaGraphUpload", uploaded)
+        .with_context("capturing batch " + std::to_string(rows));
   }
   return Status::Ok();
 }

@@ -21,7 +21,9 @@
 #include "routes.h"
 
 namespace kvvm::server {
-namespace {
+// Named, not anonymous: Server::Impl holds one, and GCC's -Wsubobject-linkage refuses a member
+// of anonymous type once a unity build includes this file in a batch.
+namespace detail {
 
 // httplib's server, with a longer accept queue and a way to close a socket bound but never
 // served.
@@ -39,7 +41,7 @@ class HttpServer : public httplib::Server {
   }
 };
 
-}  // namespace
+}  // namespace detail
 
 class Server::Impl {
  public:
@@ -200,7 +202,7 @@ class Server::Impl {
 
   ServerOptions options_;
   Routes routes_;  // before http_: httplib's handlers and streams reach into it
-  HttpServer http_;
+  detail::HttpServer http_;
   std::atomic<std::uint16_t> port_{0};
 
   std::mutex mutex_;
