@@ -4,10 +4,18 @@
 KVVM_DEBIAN_PACKAGES=(cmake g++ make ccache libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev librapidcheck-dev libxxhash-dev libssl-dev clang-format clang
   libopenblas-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev curl)
+# What only the tests need: Node and npm for the real API clients (tests/clients). A package
+# whose command is already there (Node from another source bundles npm) is not asked for.
+KVVM_TEST_PACKAGES=(nodejs npm)
 
+# kvvm_install_dependencies [EXTRA_PACKAGE ...]: KVVM_DEBIAN_PACKAGES and the extra ones.
 kvvm_install_dependencies() {
   local missing=()
-  for package in "${KVVM_DEBIAN_PACKAGES[@]}"; do
+  for package in "${KVVM_DEBIAN_PACKAGES[@]}" "$@"; do
+    case $package in
+      nodejs) command -v node >/dev/null 2>&1 && continue ;;
+      npm) command -v npm >/dev/null 2>&1 && continue ;;
+    esac
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
   done
   if ((${#missing[@]} == 0)); then

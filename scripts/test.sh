@@ -8,13 +8,15 @@
 #      tests, benchmarks and tools all off;
 #   3. the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   4. the CPU suite under ThreadSanitizer;
-# and, first, the lock annotations checked by Clang's thread-safety analysis.
+# and, first, the lock annotations checked by Clang's thread-safety analysis and the real API
+# clients installed (npm ci: the OpenAI Node SDK and LangChain JS that the release suite's
+# clients.conformance test drives against `kvvm serve`).
 # Warnings are errors under CI (CI=true: the ci-* presets), not on a user's newer compiler.
 # Ends with one line "N passed, N failed, N skipped" over all of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
-kvvm_install_dependencies
+kvvm_install_dependencies "${KVVM_TEST_PACKAGES[@]}"
 jobs=$(kvvm_jobs)
 # ccache: the README-command check below builds with run.sh's preset, which differs from the
 # CI presets only by -Werror; left out of the hash, run.sh's build reuses the CI build's
@@ -100,6 +102,9 @@ check() {  # name command...: one more passed or failed check
 
 overall=0
 check "lock requirements (clang -Wthread-safety)" thread_safety || overall=1
+# The versions tests/clients/package-lock.json pins; without them clients.conformance fails.
+check "real API clients: npm ci (openai, @langchain/openai)" \
+  npm ci --prefix tests/clients --no-audit --no-fund --quiet || overall=1
 run_suite "${presets[0]}" || overall=1
 
 consumer() {

@@ -153,6 +153,38 @@ TEST(Engine, ChunkedPrefillGivesTheSameTokens) {
   EXPECT_GE(stats.steps, 11u + 12u);
 }
 
+// vllm:iteration_tokens_total's counts: every step that ran, in the bucket of the tokens it
+// computed (prompt chunks and the decode tokens fed back: all but each request's last token).
+TEST(Engine, StepTokensCountEveryStepInTheBucketOfItsTokens) {
+  testing::FixtureModel& m = llama();
+  const std::vector<EngineRequest> requests = {greedy_request(random_prompt(21, 5), 6),
+                                               greedy_request(random_prompt(30, 6), 6)};
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  for (const std::uint32_t step_tokens : {4u, 256u}) {
+    SCOPED_TRACE("step_tokens " + std::to_string(step_tokens));
+    EngineOptions options = no_cache();
+    options.step_tokens = step_tokens;
+    EngineStats stats;
+    std::vector<RequestStats> per_request;
+    ASSERT_EQ(run_engine(*m.model, *kv, options, requests, 0, &stats, &per_request).size(), 2u);
+    std::uint64_t computed = 0;
+    for (const RequestStats& r : per_request) computed += r.prompt_tokens + r.generated_tokens - 1;
+    std::uint64_t counted = 0;
+    for (std::uint64_t count : stats.step_tokens.buckets) counted += count;
+    EXPECT_EQ(counted, stats.steps);
+    EXPECT_EQ(stats.step_tokens.tokens, computed);
+    // Bucket 0 holds steps of 1 token, bucket 1 up to 8, bucket 4 up to 64.
+    if (step_tokens == 4) {
+      EXPECT_EQ(stats.step_tokens.buckets[0] + stats.step_tokens.buckets[1], stats.steps);
+    } else {
+      // Both prompts in the first step (51 tokens), then decode steps of one or two tokens.
+      EXPECT_EQ(stats.step_tokens.buckets[4], 1u);
+      EXPECT_EQ(stats.step_tokens.buckets[0] + stats.step_tokens.buckets[1], stats.steps - 1);
+    }
+  }
+}
+
 // The prefix cache changes no token; a request sharing a long prefix with a finished one
 // computes only what is not cached.
 TEST(Engine, PrefixCacheOnAndOffGiveTheSameTokens) {

@@ -176,6 +176,13 @@ TEST_F(ServerHttpTest, AModelIsRetrievedByIdAndAnUnknownOneIs404) {
   EXPECT_EQ(error["param"], "model");
   EXPECT_NE(error["message"].get<std::string>().find("'org/other-model'"), std::string::npos)
       << missing->body;
+
+  // Every answer, an error's too, carries its own x-request-id (OpenAI's SDK reports it).
+  const std::string ok_id = model->get_header_value("x-request-id");
+  const std::string missing_id = missing->get_header_value("x-request-id");
+  EXPECT_TRUE(ok_id.starts_with("req_") && ok_id.size() == 28) << ok_id;
+  EXPECT_TRUE(missing_id.starts_with("req_") && missing_id.size() == 28) << missing_id;
+  EXPECT_NE(ok_id, missing_id);
 }
 
 TEST_F(ServerHttpTest, TokenizeAndDetokenizeRoundTrip) {

@@ -81,6 +81,7 @@ TEST(ServerMetrics, EveryVllmNameIsPresentWithItsTypeAndModelName) {
       {"vllm:request_params_n", "histogram"},
       {"vllm:request_prompt_tokens", "histogram"},
       {"vllm:request_generation_tokens", "histogram"},
+      {"vllm:iteration_tokens_total", "histogram"},
   };
   for (const auto& [name, type] : expected) {
     const PromFamily* family = find_family(families, name);
@@ -288,6 +289,36 @@ TEST(ServerMetrics, CacheConfigInfoCarriesTheConfigurationInItsLabels) {
   off["enable_prefix_caching"] = "False";
   EXPECT_EQ(value(families, "vllm:cache_config_info", off), 1);
   EXPECT_EQ(find_family(families, "vllm:cache_config_info")->samples.size(), 1u);
+}
+
+TEST(ServerMetrics, IterationTokensAreTheEnginesStepsByTheirTokens) {
+  ServerMetrics metrics;
+  ServerMetrics::Inputs in = made_up_inputs();
+  // Three decode steps of one token, a prefill of 9, one of 20,000 (beyond vLLM's last bound).
+  for (std::uint64_t tokens : {1, 1, 1, 9, 20000}) in.engine.step_tokens.add(tokens);
+  const auto families = parsed(metrics.render(in));
+  PromLabels le = kModel;
+  EXPECT_EQ(value(families, "vllm:iteration_tokens_total_count", kModel), 5);
+  EXPECT_EQ(value(families, "vllm:iteration_tokens_total_sum", kModel), 20012);
+  le["le"] = "1";
+  EXPECT_EQ(value(families, "vllm:iteration_tokens_total_bucket", le), 3);
+  le["le"] = "8";
+  EXPECT_EQ(value(families, "vllm:iteration_tokens_total_bucket", le), 3);
+  le["le"] = "16";
+  EXPECT_EQ(value(families, "vllm:iteration_tokens_total_bucket", le), 4);
+  le["le"] = "16384";
+  EXPECT_EQ(value(families, "vllm:iteration_tokens_total_bucket", le), 4);
+  le["le"] = "+Inf";
+  EXPECT_EQ(value(families, "vllm:iteration_tokens_total_bucket", le), 5);
+  // vLLM's bounds, in order.
+  const PromFamily* family = find_family(families, "vllm:iteration_tokens_total");
+  ASSERT_NE(family, nullptr);
+  std::vector<std::string> bounds;
+  for (const auto& sample : family->samples) {
+    if (sample.name.ends_with("_bucket")) bounds.push_back(sample.labels.at("le"));
+  }
+  EXPECT_EQ(bounds, (std::vector<std::string>{"1", "8", "16", "32", "64", "128", "256", "512",
+                                              "1024", "2048", "4096", "8192", "16384", "+Inf"}));
 }
 
 TEST(ServerMetrics, InterTokenLatencyObservesEveryGapOfFinishedRequests) {

@@ -56,7 +56,7 @@ TEST(ServerResponse, ChatCompletionBody) {
   expect_head(body, h, "chat.completion");
   ASSERT_EQ(body["choices"].size(), 1u);
   EXPECT_EQ(body["choices"][0]["message"], json::parse(R"({"role": "assistant",
-      "content": "521"})"));
+      "content": "521", "refusal": null})"));
   EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
   EXPECT_FALSE(body["choices"][0].contains("text"));
   expect_usage(body["usage"]);
@@ -77,6 +77,19 @@ TEST(ServerResponse, ChatChunksCarryTheRoleFirstAndTheFinishLast) {
   const json last = stream_chunk(h, "", false, "stop");
   EXPECT_EQ(last["choices"][0]["delta"], json::object());
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(last.contains("usage"));
+}
+
+// With stream_options.include_usage every chunk before the usage chunk says "usage": null.
+TEST(ServerResponse, ChunksBeforeAUsageChunkCarryANullUsage) {
+  for (const Endpoint endpoint : {Endpoint::kChat, Endpoint::kCompletions}) {
+    const ResponseHead h = head(endpoint);
+    for (const json& chunk : {stream_chunk(h, "5", true, std::nullopt, true),
+                              stream_chunk(h, "", false, "stop", true)}) {
+      ASSERT_TRUE(chunk.contains("usage")) << chunk.dump();
+      EXPECT_TRUE(chunk["usage"].is_null()) << chunk.dump();
+    }
+  }
 }
 
 TEST(ServerResponse, CompletionChunks) {

@@ -13,7 +13,13 @@
 #include "kvvm/log.h"
 
 namespace kvvm::engine {
-namespace {}  // namespace
+
+void StepTokenCounts::add(std::uint64_t step_tokens) {
+  const auto bound =
+      std::lower_bound(kStepTokenBounds.begin(), kStepTokenBounds.end(), step_tokens);
+  ++buckets[static_cast<std::size_t>(bound - kStepTokenBounds.begin())];
+  tokens += step_tokens;
+}
 
 std::string_view to_string(RequestEnd end) {
   switch (end) {
@@ -281,6 +287,7 @@ EngineStats Engine::Impl::stats() const {
     s.preemptions = published_.preemptions;
     s.steps = published_.steps;
     s.decode_only_steps = published_.decode_only_steps;
+    s.step_tokens = published_.step_tokens;
     s.prompt_tokens = published_.prompt_tokens;
     s.cached_tokens = published_.cached_tokens;
     s.generated_tokens = published_.generated_tokens;

@@ -55,6 +55,7 @@ class Engine::Impl {
   struct StepCounters {
     std::uint64_t finished = 0, cancelled = 0, failed = 0, refused_in_queue = 0;
     std::uint64_t preemptions = 0, steps = 0, decode_only_steps = 0;
+    StepTokenCounts step_tokens;
     std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
     std::uint32_t peak_running = 0;
   };

@@ -7,7 +7,6 @@
 #include "engine_impl.h"
 
 namespace kvvm::engine {
-namespace {}  // namespace
 
 std::vector<std::uint32_t> default_buckets(std::uint32_t max_running) {
   std::vector<std::uint32_t> buckets;

@@ -224,6 +224,7 @@ void Engine::Impl::run_step(Clock::time_point now) {
   const Status ran = model_.forward(batch, out);
   ++step_counters_.steps;
   if (decode_only) ++step_counters_.decode_only_steps;
+  step_counters_.step_tokens.add(ids_.size());
   if (!ran.ok()) {
     // The step's KV is in an unknown state: its requests end, the others carry on.
     const Status failed = ran.with_context("model step of " + std::to_string(chunks_.size()) +

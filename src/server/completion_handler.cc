@@ -121,14 +121,16 @@ std::string sse_text(StreamState& state, const StreamUpdate& update) {
   if (!update.text.empty()) {
     std::optional<std::string_view> finish;
     if (finishes_here) finish = finish_reason(update.end);
-    out += sse_event(stream_chunk(state.head, update.text, state.first, finish));
+    out +=
+        sse_event(stream_chunk(state.head, update.text, state.first, finish, state.include_usage));
     state.first = false;
   }
   if (!update.finished) return out;
   state.done = true;
   if (finishes_here) {
     if (update.text.empty()) {
-      out += sse_event(stream_chunk(state.head, "", state.first, finish_reason(update.end)));
+      out += sse_event(stream_chunk(state.head, "", state.first, finish_reason(update.end),
+                                    state.include_usage));
     }
     if (state.include_usage) out += sse_event(usage_chunk(state.head, usage_of(update.stats)));
     state.context.metrics->observe_finished(update.stats, update.end,

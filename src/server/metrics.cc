@@ -31,6 +31,16 @@ std::vector<double> token_buckets() {
   return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
 }
 
+// The engine's steps by their tokens, as a histogram's snapshot (the engine keeps the counts).
+Histogram::Snapshot step_token_snapshot(const engine::StepTokenCounts& steps) {
+  Histogram::Snapshot snapshot;
+  snapshot.upper_bounds.assign(engine::kStepTokenBounds.begin(), engine::kStepTokenBounds.end());
+  snapshot.counts.assign(steps.buckets.begin(), steps.buckets.end());
+  snapshot.sum = static_cast<double>(steps.tokens);
+  for (std::uint64_t count : steps.buckets) snapshot.count += count;
+  return snapshot;
+}
+
 // The refusal reasons the HTTP layer reports; each is rendered (at 0 too) so a rate() over
 // them has a series from the first scrape on.
 constexpr std::string_view kRefusalReasons[] = {"overloaded", "draining", "unauthorized",
@@ -351,6 +361,9 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
               prompt_tokens_.snapshot());
   w.histogram("vllm:request_generation_tokens", "Generated tokens of finished requests.", model,
               generation_tokens_.snapshot());
+  w.histogram("vllm:iteration_tokens_total",
+              "Tokens each engine step computed (prompt and generated, every sequence).", model,
+              step_token_snapshot(engine.step_tokens));
 
   w.family("kvvm_driver_calls_total", "counter", "Memory driver calls, by operation.");
   for (std::size_t i = 0; i < kDriverOpCount; ++i) {

@@ -49,11 +49,15 @@ std::string_view finish_reason(engine::RequestEnd end) {
 }
 
 std::string response_id(Endpoint endpoint) {
+  return random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+}
+
+std::string random_id(std::string_view prefix) {
   // Ids only need to be unlikely to repeat, not secret: one seeded generator per thread.
   thread_local std::mt19937_64 generator{std::random_device{}()};
   constexpr std::string_view kHex = "0123456789abcdef";
   constexpr int kDigits = 24;
-  std::string id = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  std::string id(prefix);
   std::uint64_t bits = 0;
   for (int i = 0; i < kDigits; ++i) {
     if (i % 16 == 0) bits = generator();
@@ -68,7 +72,9 @@ json completion_body(const ResponseHead& head, std::string_view text, std::strin
   const bool chat = head.endpoint == Endpoint::kChat;
   json choice = {{"index", 0}};
   if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", std::string(text)}};
+    // refusal: null as OpenAI's (its SDK's message type has the field).
+    choice["message"] = {
+        {"role", "assistant"}, {"content", std::string(text)}, {"refusal", nullptr}};
   } else {
     choice["text"] = std::string(text);
   }
@@ -81,7 +87,7 @@ json completion_body(const ResponseHead& head, std::string_view text, std::strin
 }
 
 json stream_chunk(const ResponseHead& head, std::string_view text, bool first,
-                  std::optional<std::string_view> finish) {
+                  std::optional<std::string_view> finish, bool usage_follows) {
   const bool chat = head.endpoint == Endpoint::kChat;
   json choice = {{"index", 0}};
   if (chat) {
@@ -97,6 +103,7 @@ json stream_chunk(const ResponseHead& head, std::string_view text, bool first,
   choice["finish_reason"] = finish_json(finish);
   json body = head_json(head, chat ? "chat.completion.chunk" : "text_completion");
   body["choices"] = json::array({std::move(choice)});
+  if (usage_follows) body["usage"] = nullptr;
   return body;
 }
 

@@ -32,16 +32,19 @@ struct ResponseHead {
 };
 // A fresh response id for `endpoint`: its prefix and 24 random hex digits.
 std::string response_id(Endpoint endpoint);
+// `prefix` and 24 random hex digits ("req_": the x-request-id every answer carries).
+std::string random_id(std::string_view prefix);
 
 // The whole answer: object "text_completion" (choices[0].text) or "chat.completion"
-// (choices[0].message {role: assistant, content}), finish_reason, usage.
+// (choices[0].message {role: assistant, content, refusal: null}), finish_reason, usage.
 nlohmann::json completion_body(const ResponseHead& head, std::string_view text,
                                std::string_view finish, const Usage& usage);
 // One streamed chunk: "text_completion" (choices[0].text) or "chat.completion.chunk"
 // (choices[0].delta: {role: assistant} on the first, {content} after); finish_reason null
-// until the last.
+// until the last. `usage_follows` (stream_options.include_usage): "usage": null, as OpenAI
+// writes it on every chunk before the usage chunk; otherwise no usage field.
 nlohmann::json stream_chunk(const ResponseHead& head, std::string_view text, bool first,
-                            std::optional<std::string_view> finish);
+                            std::optional<std::string_view> finish, bool usage_follows = false);
 // The last chunk before [DONE] when usage is asked for: choices [] and usage.
 nlohmann::json usage_chunk(const ResponseHead& head, const Usage& usage);
 // GET /v1/models/{model}: {id, object: model, created, owned_by: kvvm, max_model_len}.

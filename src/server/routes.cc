@@ -154,9 +154,12 @@ void Routes::install(httplib::Server& http) {
   http.Delete(".*", answer_unrouted);
   http.Options(".*", answer_unrouted);
   // Counted before the answer is written (httplib runs this handler just ahead of the status
-  // line), so a client that reads /metrics right after an answer sees it counted.
-  http.set_post_routing_handler(
-      [this](const httplib::Request& req, httplib::Response& res) { count(req, res); });
+  // line), so a client that reads /metrics right after an answer sees it counted. Every
+  // answer carries an x-request-id, as OpenAI's do (its SDK reports it with each error).
+  http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.has_header("x-request-id")) res.set_header("x-request-id", random_id("req_"));
+    count(req, res);
+  });
 }
 
 void Routes::completions(const httplib::Request& req, httplib::Response& res) {

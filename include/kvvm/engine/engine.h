@@ -21,6 +21,7 @@
 // request's events in order; a callback must not call step() (it may call submit / cancel).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -128,6 +129,16 @@ struct EngineOptions {
   const tokenizer::Tokenizer* tokenizer = nullptr;  // text and stop strings; outlives the engine
 };
 
+// Steps by the tokens they computed, as vLLM's vllm:iteration_tokens_total buckets them: a step
+// of n tokens counts in the first bucket whose bound is >= n, else in the last.
+inline constexpr std::array<std::uint64_t, 13> kStepTokenBounds = {
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+struct StepTokenCounts {
+  std::array<std::uint64_t, kStepTokenBounds.size() + 1> buckets{};  // per bucket, not cumulative
+  std::uint64_t tokens = 0;                                          // over every step
+  void add(std::uint64_t step_tokens);
+};
+
 struct EngineStats {
   // Ended requests: finished (stop or length), cancelled, failed (kError, refusals in the
   // queue included).
@@ -135,6 +146,7 @@ struct EngineStats {
   std::uint64_t refused_overloaded = 0;  // at submit and in the queue
   std::uint64_t preemptions = 0;
   std::uint64_t steps = 0, decode_only_steps = 0;
+  StepTokenCounts step_tokens;  // the steps that ran, by their tokens
   std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   std::uint32_t running = 0, waiting = 0;
   std::uint32_t peak_running = 0;

@@ -1,0 +1,412 @@
+// kvvm serve checked through real OpenAI API clients: the OpenAI Node SDK and LangChain JS,
+// at the versions package-lock.json pins, on the demo model (models/kvvm-adder, which answers
+// "What is A + B?" with the sum: at temperature 0 every answer is known in advance).
+//
+// Usage: node tests/clients/conformance.mjs KVVM_BINARY MODEL_DIR
+// Prints "ok - NAME" or "not ok - NAME: what differed" per check and a summary line; exits 1
+// when any check failed. Needs `npm ci --prefix tests/clients` first.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const packages = ['openai', '@langchain/openai', '@langchain/core'];
+
+// Missing clients are a failure, never a skip: a skipped suite would hide every finding.
+for (const name of packages) {
+  if (!existsSync(path.join(here, 'node_modules', name, 'package.json'))) {
+    console.error(`conformance.mjs: ${path.join(here, 'node_modules', name)} is missing: ` +
+      'run `npm ci --prefix tests/clients` first');
+    process.exit(1);
+  }
+}
+if (process.argv.length !== 4) {
+  console.error('usage: node conformance.mjs KVVM_BINARY MODEL_DIR');
+  process.exit(2);
+}
+const [kvvm, modelDir] = process.argv.slice(2);
+const modelId = path.basename(path.resolve(modelDir));  // kvvm serve's default model id
+
+// Imported after the check above, so that a missing install reads as the message above.
+const { default: OpenAI, BadRequestError, NotFoundError, RateLimitError } = await import('openai');
+const { ChatOpenAI, OpenAI: LangChainOpenAI } = await import('@langchain/openai');
+
+const version = (name) =>
+  JSON.parse(readFileSync(path.join(here, 'node_modules', name, 'package.json'), 'utf8')).version;
+console.log(`# clients: ${packages.map((name) => `${name} ${version(name)}`).join(', ')}`);
+
+// --- the demo model's questions --------------------------------------------------------------
+const question = (a, b) => `What is ${a} + ${b}?`;
+const sum = (a, b) => String(a + b);
+// The chat template's text for one user message, as a completion prompt (the model's README).
+const chatml = (text) => `<|im_start|>user\n${text}<|im_end|>\n<|im_start|>assistant\n`;
+const DEMO = [482, 39];  // scripts/run.sh's exchange: 521
+// Held-out pairs of the model's eval.json (three-digit operands, where it is reliable).
+const BATCH = [[164, 921], [229, 271], [719, 123]];
+
+// --- servers ---------------------------------------------------------------------------------
+const servers = [];
+
+// Starts `kvvm serve` on a free port; resolves once it prints the line with its URL.
+function startServer(name, extraArgs) {
+  const args = ['serve', '--model', modelDir, '--backend', 'cpu', '--port', '0', ...extraArgs];
+  const child = spawn(kvvm, args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, OPENBLAS_NUM_THREADS: process.env.OPENBLAS_NUM_THREADS ?? '1' },
+  });
+  const server = { name, child, output: '', exited: null };
+  servers.push(server);
+  const exited = new Promise((resolve) => {
+    child.on('exit', (code, signal) => resolve({ code, signal }));
+    child.on('error', (error) => resolve({ code: null, signal: null, error }));
+  });
+  server.exited = exited;
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(
+      `${name}: kvvm serve printed no URL in 60 s; its output: ${server.output.trim()}`)), 60_000);
+    const read = (data) => {
+      server.output += data;
+      const url = /http:\/\/[^\s]+/.exec(server.output);
+      if (url && !server.url) {
+        server.url = url[0];
+        clearTimeout(timer);
+        resolve(server);
+      }
+    };
+    child.stdout.on('data', read);
+    child.stderr.on('data', read);
+    exited.then(({ code, signal, error }) => {
+      clearTimeout(timer);
+      reject(new Error(`${name}: kvvm serve ended before it listened (${error?.message ??
+        `exit ${code}, signal ${signal}`}); its output: ${server.output.trim()}`));
+    });
+  });
+}
+
+// SIGTERM drains: the server must then exit 0 by itself.
+async function stopServer(server) {
+  server.child.kill('SIGTERM');
+  let timer;
+  const outcome = await Promise.race([
+    server.exited,
+    new Promise((resolve) => { timer = setTimeout(() => resolve(null), 40_000); }),
+  ]);
+  clearTimeout(timer);
+  if (outcome === null) {
+    server.child.kill('SIGKILL');
+    throw new Error('still running 40 s after SIGTERM (killed)');
+  }
+  if (outcome.code !== 0) {
+    throw new Error(`exit ${outcome.code}, signal ${outcome.signal} after SIGTERM; its output: ` +
+      server.output.trim().split('\n').slice(-5).join(' | '));
+  }
+}
+
+// No server outlives the suite: not on a crash, nor when CTest's timeout stops it.
+const killServers = () => {
+  for (const { child } of servers) if (child.exitCode === null) child.kill('SIGKILL');
+};
+process.on('exit', killServers);
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.on(signal, () => {
+    console.log(`not ok - the suite ended by ${signal}`);
+    process.exit(1);
+  });
+}
+
+// --- checks ----------------------------------------------------------------------------------
+let passed = 0;
+let failed = 0;
+
+function describe(error) {
+  if (error instanceof OpenAI.APIError) {
+    return `${error.constructor.name} (HTTP ${error.status}): ${error.message}`;
+  }
+  return String(error?.message ?? error).replace(/\s*\n\s*/g, ' ');
+}
+
+async function check(name, body) {
+  try {
+    await body();
+    passed += 1;
+    console.log(`ok - ${name}`);
+  } catch (error) {
+    failed += 1;
+    console.log(`not ok - ${name}: ${describe(error)}`);
+  }
+}
+
+const show = (value) => JSON.stringify(value);
+function equal(actual, expected, what) {
+  if (!Object.is(actual, expected)) {
+    throw new Error(`${what}: got ${show(actual)}, expected ${show(expected)}`);
+  }
+}
+function usageAddsUp(usage, what) {
+  assert.ok(usage, `${what}: no usage`);
+  for (const key of ['prompt_tokens', 'completion_tokens', 'total_tokens']) {
+    assert.ok(Number.isInteger(usage[key]) && usage[key] > 0,
+      `${what}: usage.${key} is ${show(usage[key])}, not a positive integer`);
+  }
+  equal(usage.prompt_tokens + usage.completion_tokens, usage.total_tokens,
+    `${what}: prompt_tokens + completion_tokens (${usage.prompt_tokens} + ` +
+    `${usage.completion_tokens}) against total_tokens`);
+}
+
+// The error `promise` rejects with, which must be `Class` with HTTP `status`.
+async function refused(promise, Class, status, what) {
+  let result;
+  try {
+    result = await promise;
+  } catch (error) {
+    if (!(error instanceof Class) || error.status !== status) {
+      throw new Error(`${what}: expected ${Class.name} (HTTP ${status}), got ${describe(error)}`);
+    }
+    // The SDK reads the answer's x-request-id into every error it raises.
+    assert.match(String(error.requestID), /^req_[0-9a-f]{24}$/, `${what}: the error's requestID`);
+    return error;
+  }
+  throw new Error(`${what}: expected ${Class.name} (HTTP ${status}), the request succeeded: ` +
+    show(result).slice(0, 200));
+}
+
+const started = Date.now();
+let main;
+let overload;
+try {
+  // The overload server admits one request and queues one more: a burst gets 429s.
+  [main, overload] = await Promise.all([
+    startServer('main', []),
+    startServer('overload', ['--max-running', '1', '--max-queue', '1']),
+  ]);
+} catch (error) {
+  console.log(`not ok - kvvm serve starts: ${describe(error)}`);
+  console.log('# 1 check: 0 passed, 1 failed');
+  process.exit(1);
+}
+
+// maxRetries 0: a refusal must reach the check, not be retried; a hung answer fails its check
+// within CTest's timeout.
+const client = new OpenAI({ baseURL: `${main.url}/v1`, apiKey: 'none', maxRetries: 0,
+  timeout: 20_000 });
+const demoMessages = [{ role: 'user', content: question(...DEMO) }];
+const demoAnswer = sum(...DEMO);
+const demoPrompt = chatml(question(...DEMO));
+
+// OpenAI SDK: models.
+await check('openai: models.list() lists the served model', async () => {
+  const ids = [];
+  for await (const model of client.models.list()) ids.push(model.id);
+  assert.ok(ids.includes(modelId), `ids ${show(ids)} lack ${show(modelId)}`);
+});
+await check('openai: models.retrieve(id) returns the model', async () => {
+  const model = await client.models.retrieve(modelId);
+  equal(model.id, modelId, 'id');
+  equal(model.object, 'model', 'object');
+});
+await check('openai: models.retrieve("nope") throws NotFoundError (404)', async () => {
+  await refused(client.models.retrieve('nope'), NotFoundError, 404, 'models.retrieve("nope")');
+});
+
+// OpenAI SDK: chat.
+let chatAnswer;
+let chatUsage;
+await check('openai: chat.completions.create answers the demo sum', async () => {
+  const reply = await client.chat.completions.create({ model: modelId, messages: demoMessages,
+    temperature: 0, max_tokens: 8 });
+  equal(reply.object, 'chat.completion', 'object');
+  equal(reply.model, modelId, 'model');
+  equal(reply.choices.length, 1, 'choices.length');
+  equal(reply.choices[0].message.role, 'assistant', 'choices[0].message.role');
+  // The SDK's message type has a refusal field, null when the model did not refuse.
+  equal(reply.choices[0].message.refusal, null, 'choices[0].message.refusal');
+  chatAnswer = reply.choices[0].message.content;
+  equal(chatAnswer, demoAnswer, 'choices[0].message.content');
+  equal(reply.choices[0].finish_reason, 'stop', 'choices[0].finish_reason');
+  usageAddsUp(reply.usage, 'usage');
+  chatUsage = reply.usage;
+});
+
+// Every chunk through `chunk.choices[0].delta.content`, as client code reads a stream: a chunk
+// with no choices would throw here.
+async function streamChat(extra) {
+  const stream = await client.chat.completions.create({ model: modelId, messages: demoMessages,
+    temperature: 0, max_tokens: 8, stream: true, ...extra });
+  const chunks = [];
+  let text = '';
+  for await (const chunk of stream) {
+    chunks.push(chunk);
+    // The usage chunk: its choices are empty (checked by the caller).
+    if (extra.stream_options?.include_usage && chunk.choices?.length === 0) continue;
+    text += chunk.choices[0].delta.content ?? '';
+  }
+  assert.ok(chunks.length > 0, 'the stream held no chunk');
+  equal(chunks[0].choices[0]?.delta?.role, 'assistant', 'the first chunk\'s delta.role');
+  const ends = chunks.filter((chunk) => chunk.choices[0]?.finish_reason);
+  equal(ends.length, 1, 'chunks with a finish_reason');
+  equal(ends[0].choices[0].finish_reason, 'stop', 'finish_reason');
+  for (const chunk of chunks) {
+    equal(chunk.object, 'chat.completion.chunk', 'a chunk\'s object');
+    equal(chunk.id, chunks[0].id, 'a chunk\'s id (the same in every chunk)');
+  }
+  return { chunks, text, end: chunks.indexOf(ends[0]) };
+}
+
+await check('openai: chat streamed: role first, one finish_reason, text equals the whole answer',
+  async () => {
+    const { chunks, text, end } = await streamChat({});
+    equal(text, chatAnswer ?? demoAnswer, 'the concatenated delta.content');
+    equal(end, chunks.length - 1, 'index of the finish_reason chunk (the last)');
+    const withUsage = chunks.filter((chunk) => chunk.usage);
+    equal(withUsage.length, 0, 'chunks with usage when include_usage is not asked');
+  });
+await check('openai: chat streamed with include_usage: last chunk has usage and choices []',
+  async () => {
+    const { chunks, text, end } = await streamChat({ stream_options: { include_usage: true } });
+    equal(text, chatAnswer ?? demoAnswer, 'the concatenated delta.content');
+    const last = chunks[chunks.length - 1];
+    equal(end, chunks.length - 2, 'index of the finish_reason chunk (just before the usage)');
+    assert.ok(Array.isArray(last.choices), `the last chunk's choices is ${show(last.choices)}`);
+    equal(last.choices.length, 0, 'the last chunk\'s choices.length');
+    usageAddsUp(last.usage, 'the last chunk\'s usage');
+    if (chatUsage) {
+      equal(last.usage.prompt_tokens, chatUsage.prompt_tokens, 'usage.prompt_tokens against ' +
+        'the unstreamed answer\'s');
+      equal(last.usage.completion_tokens, chatUsage.completion_tokens, 'usage.completion_tokens ' +
+        'against the unstreamed answer\'s');
+    }
+    for (const chunk of chunks.slice(0, -1)) {
+      equal(chunk.choices.length, 1, 'choices.length of a chunk before the usage chunk');
+      // OpenAI's spec: usage is null on every chunk but the last.
+      equal(chunk.usage, null, 'usage of a chunk before the usage chunk');
+    }
+  });
+
+// OpenAI SDK: completions, on the chat template's text of the same question.
+let completionText;
+await check('openai: completions.create answers the demo sum (prompt as text)', async () => {
+  const reply = await client.completions.create({ model: modelId, prompt: demoPrompt,
+    temperature: 0, max_tokens: 8 });
+  equal(reply.object, 'text_completion', 'object');
+  equal(reply.choices.length, 1, 'choices.length');
+  completionText = reply.choices[0].text;
+  equal(completionText, demoAnswer, 'choices[0].text');
+  equal(reply.choices[0].finish_reason, 'stop', 'choices[0].finish_reason');
+  usageAddsUp(reply.usage, 'usage');
+  // The same tokens as the chat request's: the template's text is what chat encodes.
+  if (chatUsage) {
+    equal(reply.usage.prompt_tokens, chatUsage.prompt_tokens,
+      'usage.prompt_tokens against the chat request\'s');
+  }
+});
+await check('openai: completions streamed: text equals the unstreamed text', async () => {
+  const stream = await client.completions.create({ model: modelId, prompt: demoPrompt,
+    temperature: 0, max_tokens: 8, stream: true });
+  let text = '';
+  const finishes = [];
+  for await (const chunk of stream) {
+    text += chunk.choices[0].text;
+    if (chunk.choices[0].finish_reason) finishes.push(chunk.choices[0].finish_reason);
+  }
+  equal(text, completionText ?? demoAnswer, 'the concatenated text');
+  equal(show(finishes), show(['stop']), 'the finish_reasons of the stream');
+});
+await check('openai: completions with a one-element prompt list gives the same text', async () => {
+  const reply = await client.completions.create({ model: modelId, prompt: [demoPrompt],
+    temperature: 0, max_tokens: 8 });
+  equal(reply.choices.length, 1, 'choices.length');
+  equal(reply.choices[0].text, completionText ?? demoAnswer, 'choices[0].text');
+});
+
+// OpenAI SDK: errors.
+await check('openai: max_tokens -1 throws BadRequestError (400) naming the field', async () => {
+  const error = await refused(client.chat.completions.create({ model: modelId,
+    messages: demoMessages, max_tokens: -1 }), BadRequestError, 400, 'max_tokens -1');
+  assert.ok(error.message.includes('max_tokens'), `the message ${show(error.message)} does not ` +
+    'name max_tokens');
+  equal(error.param, 'max_tokens', 'error.param');
+});
+await check('openai: an unknown model throws NotFoundError (404), code model_not_found',
+  async () => {
+    const error = await refused(client.chat.completions.create({ model: 'nope',
+      messages: demoMessages, max_tokens: 8 }), NotFoundError, 404, 'model "nope"');
+    equal(error.code, 'model_not_found', 'error.code');
+  });
+await check('openai: overload throws RateLimitError (429) with Retry-After', async () => {
+  const busy = new OpenAI({ baseURL: `${overload.url}/v1`, apiKey: 'none', maxRetries: 0,
+    timeout: 20_000 });
+  // A burst at once: with one running and one queued the rest are refused. The burst is
+  // repeated in the unlikely case that every request finished before the next arrived.
+  const rounds = 5;
+  const burst = 8;
+  let limited = [];
+  for (let round = 0; round < rounds && limited.length === 0; ++round) {
+    const outcomes = await Promise.allSettled(Array.from({ length: burst }, () =>
+      busy.chat.completions.create({ model: modelId, messages: demoMessages, temperature: 0,
+        max_tokens: 8 })));
+    for (const outcome of outcomes) {
+      if (outcome.status === 'fulfilled') {
+        equal(outcome.value.choices[0].message.content, demoAnswer, 'an admitted answer');
+      } else if (outcome.reason instanceof RateLimitError) {
+        limited.push(outcome.reason);
+      } else {
+        throw new Error(`a request of the burst: ${describe(outcome.reason)}`);
+      }
+    }
+  }
+  assert.ok(limited.length > 0, `no 429 in ${rounds} bursts of ${burst} requests ` +
+    '(--max-running 1 --max-queue 1)');
+  for (const error of limited) {
+    equal(error.status, 429, 'status');
+    const retryAfter = error.headers?.get('retry-after');
+    assert.ok(/^[1-9][0-9]*$/.test(retryAfter ?? ''),
+      `retry-after header ${show(retryAfter)} is not a whole number of seconds >= 1`);
+  }
+});
+
+// LangChain.
+const chat = new ChatOpenAI({ model: modelId, temperature: 0, maxTokens: 8, apiKey: 'none',
+  maxRetries: 0, configuration: { baseURL: `${main.url}/v1` } });
+let langchainAnswer;
+await check('langchain: ChatOpenAI.invoke answers the demo sum', async () => {
+  const message = await chat.invoke(question(...DEMO));
+  langchainAnswer = message.content;
+  equal(langchainAnswer, demoAnswer, 'content');
+  equal(message.response_metadata?.finish_reason, 'stop', 'response_metadata.finish_reason');
+  const usage = message.usage_metadata;
+  assert.ok(usage, 'no usage_metadata');
+  equal(usage.input_tokens + usage.output_tokens, usage.total_tokens,
+    'usage_metadata input_tokens + output_tokens against total_tokens');
+});
+await check('langchain: ChatOpenAI.stream concatenated equals invoke', async () => {
+  let text = '';
+  let chunks = 0;
+  for await (const chunk of await chat.stream(question(...DEMO))) {
+    text += chunk.content;
+    chunks += 1;
+  }
+  assert.ok(chunks > 1, `${chunks} chunk(s): the answer did not stream`);
+  equal(text, langchainAnswer ?? demoAnswer, 'the concatenated content');
+});
+await check('langchain: ChatOpenAI.batch of 3 questions answers each', async () => {
+  const replies = await chat.batch(BATCH.map(([a, b]) => question(a, b)));
+  equal(replies.length, BATCH.length, 'replies');
+  replies.forEach((reply, i) => equal(reply.content, sum(...BATCH[i]),
+    `reply ${i} (${question(...BATCH[i])})`));
+});
+await check('langchain: OpenAI (completions).invoke answers the demo sum', async () => {
+  const llm = new LangChainOpenAI({ model: modelId, temperature: 0, maxTokens: 8, apiKey: 'none',
+    maxRetries: 0, configuration: { baseURL: `${main.url}/v1` } });
+  equal(await llm.invoke(demoPrompt), demoAnswer, 'the text');
+});
+
+// SIGTERM drains and ends with exit 0.
+for (const server of [main, overload]) {
+  await check(`kvvm serve (${server.name}) exits 0 on SIGTERM`, () => stopServer(server));
+}
+
+const seconds = ((Date.now() - started) / 1000).toFixed(1);
+console.log(`# ${passed + failed} checks: ${passed} passed, ${failed} failed (${seconds} s)`);
+process.exit(failed === 0 ? 0 : 1);
