@@ -19,7 +19,7 @@ ArenaModel::ArenaModel(Driver& driver, ArenaModelOptions options)
 ArenaModel::~ArenaModel() {
   // Every sequence still running goes back before the arena does (an aborted run).
   for (const auto& [seq, slot] : slots_) {
-    (cache_ ? cache_->release(slot) : arena_->release(slot)).ignore();
+    (cache_ ? cache_->release(slot) : arena().release(slot)).ignore();
   }
   cache_.reset();
   prefixes_.clear();
@@ -40,12 +40,11 @@ Result<std::unique_ptr<ArenaModel>> ArenaModel::create(Driver& driver, ArenaMode
                                               .budget_wait = std::chrono::milliseconds(0)}});
   if (!stack.ok()) return stack.status();
   model->stack_ = std::move(stack).value();
-  model->arena_ = &model->stack_->arena();
   if (o.prefix_cache) {
     PrefixCacheOptions cache_options;
     cache_options.model_identity = o.plan.geometry.name;
-    Result<std::unique_ptr<PrefixCache>> cache =
-        PrefixCache::create(*model->arena_, model->stack_->governor(), std::move(cache_options));
+    Result<std::unique_ptr<PrefixCache>> cache = PrefixCache::create(
+        model->stack_->arena(), model->stack_->governor(), std::move(cache_options));
     if (!cache.ok()) return cache.status().with_context("creating the prefix cache");
     model->cache_ = std::move(cache).value();
     model->cache_figures_.enabled = true;
@@ -76,7 +75,7 @@ Result<SlotId> ArenaModel::admit_with_prefix(const TraceRequest& request, std::u
       ++report_.stale_prefixes;
     }
     if (*prefix) {
-      Result<SlotId> slot = timed([&] { return arena_->admit_shared(**prefix, tokens); });
+      Result<SlotId> slot = timed([&] { return arena().admit_shared(**prefix, tokens); });
       if (slot.ok()) {
         ++report_.shared_admissions;
         return slot;
@@ -87,10 +86,10 @@ Result<SlotId> ArenaModel::admit_with_prefix(const TraceRequest& request, std::u
       ++report_.stale_prefixes;
     }
   }
-  Result<SlotId> slot = timed([&] { return arena_->admit(tokens); });
+  Result<SlotId> slot = timed([&] { return arena().admit(tokens); });
   if (!slot.ok() || !shares) return slot;
   Result<std::shared_ptr<SharedPrefix>> published =
-      timed([&] { return arena_->publish(*slot, request.prefix_tokens); });
+      timed([&] { return arena().publish(*slot, request.prefix_tokens); });
   if (published.ok()) {
     *prefix = std::move(published).value();
     ++report_.publishes;
@@ -100,7 +99,7 @@ Result<SlotId> ArenaModel::admit_with_prefix(const TraceRequest& request, std::u
     }
   } else {
     // The sequence is admitted but publishing failed at run time: give it back, report.
-    arena_->release(*slot).ignore();
+    arena().release(*slot).ignore();
     return published.status().with_context("publishing " + std::to_string(request.prefix_tokens) +
                                            " prefix tokens");
   }
@@ -151,7 +150,7 @@ Result<bool> ArenaModel::grow(std::size_t seq, std::uint64_t tokens) {
   if (it == slots_.end()) {
     return Status::Internal("kvvm: sequence " + std::to_string(seq) + " is not running");
   }
-  Status grown = timed([&] { return arena_->ensure(it->second, tokens); });
+  Status grown = timed([&] { return arena().ensure(it->second, tokens); });
   if (grown.ok() && cache_) {
     auto& [request, written] = written_[seq];
     if (request->ids->size() < tokens) {
@@ -180,7 +179,7 @@ Status ArenaModel::release(std::size_t seq) {
     return Status::Internal("kvvm: sequence " + std::to_string(seq) + " is not running");
   }
   Status released =
-      timed([&] { return cache_ ? cache_->release(it->second) : arena_->release(it->second); });
+      timed([&] { return cache_ ? cache_->release(it->second) : arena().release(it->second); });
   slots_.erase(it);
   written_.erase(seq);
   if (!released.ok()) return released.with_context("releasing request " + std::to_string(seq));
@@ -188,7 +187,7 @@ Status ArenaModel::release(std::size_t seq) {
 }
 
 MemorySample ArenaModel::sample() const {
-  const ArenaStats stats = arena_->stats();
+  const ArenaStats stats = arena().stats();
   // Finished slots whose fence had not completed yet hold reclaimable windows: memory, but
   // not backing a running sequence, so they count as used and not as committed.
   return {stats.committed_bytes - stats.reclaimable_bytes, stats.live_bytes,
@@ -208,7 +207,7 @@ CacheFigures ArenaModel::cache() const {
 
 ArenaModelReport ArenaModel::report() const {
   ArenaModelReport report = report_;
-  report.arena = arena_->stats();
+  report.arena = arena().stats();
   report.tier = stack_->governor().stats(stack_->tier());
   report.pool = stack_->pool().snapshot();
   const DriverCallCounts now = driver_.counts();

@@ -104,7 +104,8 @@ class ArenaModel final : public MemoryModel {
   DriverCallCounts calls_before_;
   // Destroyed in reverse: the cache and the prefixes before the stack (arena, pool, governor).
   std::unique_ptr<ArenaStack> stack_;
-  Arena* arena_ = nullptr;  // stack_'s
+  Arena& arena() { return stack_->arena(); }
+  const Arena& arena() const { return stack_->arena(); }
   std::map<std::pair<int, std::uint64_t>, std::shared_ptr<SharedPrefix>> prefixes_;
   std::unordered_map<std::size_t, SlotId> slots_;  // by sequence
   // With the prefix cache: the request of each running sequence (its ids) and how many of its
