@@ -19,10 +19,12 @@ Outputs (under --out, default the repository):
                 weights computed in float32 on CPU (what kvvm's CPU path computes)
         greedy  [{prompt_ids, tokens, margins, tokens_fp32, margins_fp32}]  32 greedy tokens
                 (no stop on EOS) and HF's top-1 minus top-2 logit at each step
+      prompt_logprobs.json: each prompt's log-probabilities (float32 on CPU): row j scores
+        token j + 1, with the top 5 (write_prompt_logprobs; --only prompt-logprobs alone)
   models/kvvm-adder/   the demo model (Qwen2, ChatML): adds two numbers below 1000;
       README.md (model card), eval.json (held-out prompts, HF's answers, accuracy)
 
-Usage: python3 scripts/make_fixtures.py [--out DIR] [--quick] [--only fixtures|demo]
+Usage: python3 scripts/make_fixtures.py [--out DIR] [--quick] [--only fixtures|demo|prompt-logprobs]
        [--check-reproducible]
 """
 
@@ -343,7 +345,42 @@ def build_fixture(kind, tok_hf, corpus_ids, out_dir, quick, device):
         with open(os.path.join(directory, "expected.json"), "w") as f:
             json.dump(expected, f, ensure_ascii=False)
             f.write("\n")
+        write_prompt_logprobs(directory, prompts)
         print(f"  wrote {directory}", flush=True)
+
+
+PROMPT_LOGPROB_PROMPTS = ["The quick brown fox", "one two three", "Number 41 is followed by",
+                          "The cat and the", "café au", "def f(x):\n   "]
+PROMPT_LOGPROB_TOP = 5
+
+
+def write_prompt_logprobs(directory, prompts=PROMPT_LOGPROB_PROMPTS):
+    """prompt_logprobs.json beside a saved checkpoint: for each prompt (special tokens added),
+    the log-softmax in float32 on the CPU, with the checkpoint's weights, of the logits at every
+    position but the last, scoring the next prompt token, with the top alternatives: what
+    `echo: true, logprobs: k, max_tokens: 0` must report. Reads the saved files only."""
+    tok = PreTrainedTokenizerFast.from_pretrained(directory)
+    config = transformers.AutoConfig.from_pretrained(directory)
+    cls = LlamaForCausalLM if config.model_type == "llama" else Qwen2ForCausalLM
+    model = cls.from_pretrained(directory, dtype=torch.float32,
+                                attn_implementation="eager").eval()
+    out = {"transformers": transformers.__version__, "torch": torch.__version__,
+           "top": PROMPT_LOGPROB_TOP, "prompts": []}
+    with torch.no_grad():
+        for p in prompts:
+            ids = tok.encode(p, add_special_tokens=True)
+            logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+            logprobs = torch.log_softmax(logits.double(), dim=-1)
+            rows = []
+            for j in range(len(ids) - 1):
+                top = torch.topk(logprobs[j], PROMPT_LOGPROB_TOP)
+                rows.append({"token": ids[j + 1], "logprob": float(logprobs[j, ids[j + 1]]),
+                             "top_ids": [int(i) for i in top.indices],
+                             "top_logprobs": [float(v) for v in top.values]})
+            out["prompts"].append({"prompt": p, "prompt_ids": ids, "rows": rows})
+    with open(os.path.join(directory, "prompt_logprobs.json"), "w") as f:
+        json.dump(out, f, ensure_ascii=False)
+        f.write("\n")
 
 
 def make_fixtures(out_dir, quick, device):
@@ -506,7 +543,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), ".."))
     parser.add_argument("--quick", action="store_true", help="a few steps only (smoke run)")
-    parser.add_argument("--only", choices=["fixtures", "demo"])
+    parser.add_argument("--only", choices=["fixtures", "demo", "prompt-logprobs"],
+                        help="prompt-logprobs: only prompt_logprobs.json of the saved fixtures")
     parser.add_argument("--check-reproducible", action="store_true",
                         help="make the fixtures twice and compare every byte")
     args = parser.parse_args()
@@ -517,6 +555,12 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, {device}",
           flush=True)
+    if args.only == "prompt-logprobs":
+        for name in ("llama-tiny", "llama-tiny-bf16", "qwen2-tiny", "qwen2-tiny-bf16"):
+            directory = os.path.join(args.out, "tests", "data", "models", name)
+            write_prompt_logprobs(directory)
+            print(f"  wrote {directory}/prompt_logprobs.json", flush=True)
+        return
     if args.only in (None, "fixtures"):
         make_fixtures(args.out, args.quick, device)
         if args.check_reproducible:

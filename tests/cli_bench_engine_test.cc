@@ -202,6 +202,39 @@ TEST(CliBenchEngineText, SaysGraphsAreSkippedOnTheCpu) {
   EXPECT_FALSE(contains(r.out, "Trace replay")) << r.out;
 }
 
+TEST(CliBenchEngineChoices, ForkHoldsThePromptOnceAndLogprobsRunBesideGraphs) {
+  const CliRun r = run(bench_args(
+      {"--no-trace", "--batches", "2", "--prompt-tokens", "8", "--decode-tokens", "4", "--logprobs",
+       "5", "--choices", "3", "--choices-prompt-tokens", "40", "--choices-tokens", "4", "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const ordered_json report = ordered_json::parse(r.out);
+  std::set<std::string> modes;
+  for (const ordered_json& run : report["decode"]["runs"]) {
+    modes.insert(run["mode"].get<std::string>());
+    if (run["mode"] == "logprobs 5") {
+      EXPECT_EQ(run["decode_tokens"], 2 * (4 - 1)) << run;
+      EXPECT_GT(run["decode_tokens_per_s"].get<double>(), 0) << run;
+    }
+  }
+  EXPECT_TRUE(modes.contains("logprobs 5")) << report["decode"];
+  EXPECT_EQ(report["decode"]["logprobs"], 5);
+  const ordered_json& runs = report["choices"]["runs"];
+  ASSERT_EQ(runs.size(), 2u) << report;
+  EXPECT_EQ(runs[0]["system"], "fork");
+  EXPECT_EQ(runs[1]["system"], "requests");
+  for (const ordered_json& run : runs) {
+    EXPECT_EQ(run["n"], 3);
+    EXPECT_EQ(run["generated_tokens"], 3 * 4) << run;
+    EXPECT_GT(run["seconds"].get<double>(), 0) << run;
+  }
+  EXPECT_EQ(runs[0]["forks"], 2);
+  EXPECT_EQ(runs[1]["forks"], 0);
+  // The 40-token prompt held once by the fork, three times by the requests (admitted together,
+  // none found the others' prompt cached).
+  EXPECT_LT(runs[0]["peak_kv_bytes"].get<double>(), 0.6 * runs[1]["peak_kv_bytes"].get<double>())
+      << runs;
+}
+
 TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
   struct Case {
     std::vector<std::string> args;
@@ -217,6 +250,10 @@ TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
       {{"--kv-budget", "12Q"}, {"--kv-budget", "12Q"}},
       {{"--system-prompt-tokens", "48", "--no-decode"}, {"--system-prompt-tokens 48"}},
       {{"--no-trace", "--plot", "x.svg"}, {"--plot", "--no-trace"}},
+      {{"--choices", "1", "--no-decode"}, {"--choices 1"}},
+      {{"--choices", "3", "--choices-prompt-tokens", "46", "--choices-tokens", "4", "--no-decode"},
+       {"--choices-prompt-tokens 46", "--max-context 48"}},
+      {{"--logprobs", "21"}, {"--logprobs", "21"}},
   };
   for (const Case& c : cases) {
     const CliRun r = run(bench_args(c.args));
@@ -236,9 +273,10 @@ TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
 TEST(CliBenchEngineOptions, HelpExplainsEachOption) {
   const CliRun r = run({"bench", "engine", "--help"});
   EXPECT_EQ(r.code, kExitOk);
-  for (const char* option : {"--model", "--backend", "--max-context", "--max-running",
-                             "--kv-budget", "--batches", "--prompt-tokens", "--decode-tokens",
-                             "--rates", "--requests", "--duration-limit", "--json", "--plot"}) {
+  for (const char* option :
+       {"--model", "--backend", "--max-context", "--max-running", "--kv-budget", "--batches",
+        "--prompt-tokens", "--decode-tokens", "--rates", "--requests", "--duration-limit", "--json",
+        "--plot", "--logprobs", "--choices", "--choices-prompt-tokens", "--choices-tokens"}) {
     EXPECT_TRUE(contains(r.out, option)) << option;
   }
 }

@@ -11,7 +11,7 @@
 #include "kvvm/host_driver.h"
 #include "support/pattern.h"
 
-namespace kvvm {
+namespace kvvm::host_driver_chunks_test {
 namespace {
 
 using testing::pattern;
@@ -194,4 +194,4 @@ TEST(HostDriverChunks, AHandleReleasedWhileMappedKeepsItsBytesUntilUnmapped) {
 }
 
 }  // namespace
-}  // namespace kvvm
+}  // namespace kvvm::host_driver_chunks_test

@@ -23,6 +23,7 @@
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 
+#include "support/cuda_device.h"
 #include "support/device_buffer.h"
 #endif
 
@@ -148,11 +149,7 @@ void sync_ok() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "a kernel fa
 class ModelKernelsCudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-      (void)cudaGetLastError();
-      GTEST_SKIP() << "no CUDA device";
-    }
+    if (!testing::have_cuda_device()) GTEST_SKIP() << "no CUDA device";
     seed_ = testing::fresh_seed();
     random_.seed(seed_);
     RecordProperty("seed", std::to_string(seed_));

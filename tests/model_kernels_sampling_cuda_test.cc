@@ -21,6 +21,7 @@
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 
+#include "support/cuda_device.h"
 #include "support/device_buffer.h"
 #endif
 
@@ -73,11 +74,7 @@ SamplingRow row_of(const SamplingParams& p, std::uint64_t counter) {
 class ModelKernelsSamplingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-      (void)cudaGetLastError();
-      GTEST_SKIP() << "no CUDA device";
-    }
+    if (!testing::have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   }
 
   // A row of `vocab` logits of the given kind.

@@ -356,6 +356,17 @@ TEST(ServerMetrics, PrefillIsFromAdmissionToTheFirstToken) {
   EXPECT_EQ(value(families, "vllm:request_decode_time_seconds_sum", kModel), 1.0);
 }
 
+TEST(ServerMetrics, ParamsNCountsEachRequestsChoices) {
+  ServerMetrics metrics;
+  engine::RequestStats stats;
+  stats.generated_tokens = 2;
+  metrics.observe_finished(stats, engine::RequestEnd::kStop, {}, 3);
+  metrics.observe_finished(stats, engine::RequestEnd::kLength);
+  const auto families = parsed(metrics.render(made_up_inputs()));
+  EXPECT_EQ(value(families, "vllm:request_params_n_sum", kModel), 4.0);
+  EXPECT_EQ(value(families, "vllm:request_params_n_count", kModel), 2.0);
+}
+
 TEST(ServerMetrics, HistogramBucketsAreVllms) {
   ServerMetrics metrics;
   const auto families = parsed(metrics.render(made_up_inputs()));

@@ -37,8 +37,9 @@ TEST(ServerRequestStream, CopiesAndMergesEventsUntilTheFinish) {
     callback(event);
   }
   StreamUpdate first = stream->take(std::chrono::milliseconds(0));
-  EXPECT_EQ(first.text, "Hello");
-  EXPECT_EQ(first.tokens, 3u);
+  ASSERT_EQ(first.choices.size(), 1u);
+  EXPECT_EQ(first.choices[0].text, "Hello");
+  EXPECT_EQ(first.choices[0].ids, (std::vector<std::int32_t>{1, 2, 3}));
   EXPECT_FALSE(first.finished);
 
   engine::RequestStats stats;
@@ -55,10 +56,11 @@ TEST(ServerRequestStream, CopiesAndMergesEventsUntilTheFinish) {
 
   StreamUpdate end = stream->take(std::chrono::milliseconds(0));
   EXPECT_TRUE(end.finished);
-  EXPECT_EQ(end.end, engine::RequestEnd::kError);
-  EXPECT_EQ(end.error.code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(end.retry_after_seconds, 2.5);
-  EXPECT_EQ(end.stats.prompt_tokens, 7u);
+  EXPECT_TRUE(end.choices[0].finished);
+  EXPECT_EQ(end.choices[0].end, engine::RequestEnd::kError);
+  EXPECT_EQ(end.choices[0].error.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(end.choices[0].retry_after_seconds, 2.5);
+  EXPECT_EQ(end.choices[0].stats.prompt_tokens, 7u);
   EXPECT_TRUE(stream->finished());
   // Taken once: later takes return at once, empty.
   const auto start = Clock::now();
@@ -106,8 +108,47 @@ TEST(ServerRequestStream, WaitsAreBoundedAndWokenByAnEvent) {
   start = Clock::now();
   const StreamUpdate update = stream->take(std::chrono::seconds(10));
   engine_thread.join();
-  EXPECT_EQ(update.text, "x");
+  EXPECT_EQ(update.choices[0].text, "x");
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(ServerRequestStream, ChoicesOfSeveralRequestsEndTogether) {
+  // Two engine requests of two choices each: the stream's choices 0-1 and 2-3.
+  auto stream = RequestStream::make(4);
+  engine::RequestCallback first = stream->callback(0);
+  engine::RequestCallback second = stream->callback(2);
+  const auto event = [](std::uint32_t index, const char* text, bool finished) {
+    engine::RequestEvent e;
+    e.index = index;
+    e.text = text;
+    e.finished = finished;
+    e.end = engine::RequestEnd::kStop;
+    return e;
+  };
+  second(event(1, "d", false));
+  first(event(0, "a", true));
+  first(event(0, "late", false));  // nothing follows a choice's finish
+  StreamUpdate update = stream->take(std::chrono::milliseconds(0));
+  ASSERT_EQ(update.choices.size(), 4u);
+  EXPECT_EQ(update.choices[0].text, "a");
+  EXPECT_TRUE(update.choices[0].finished);
+  EXPECT_EQ(update.choices[3].text, "d");
+  EXPECT_FALSE(update.finished);
+  first(event(1, "b", true));
+  second(event(0, "c", true));
+  EXPECT_FALSE(stream->finished());
+  second(event(1, "", true));
+  EXPECT_TRUE(stream->finished());
+  update = stream->take(std::chrono::milliseconds(0));
+  EXPECT_TRUE(update.finished);
+  EXPECT_EQ(update.choices[1].text, "b");
+  EXPECT_EQ(update.choices[2].text, "c");
+  EXPECT_TRUE(update.choices[3].finished);
+  EXPECT_FALSE(update.choices[0].finished);  // taken before
+  // An index past the stream's choices is dropped, never a crash.
+  auto small = RequestStream::make(1);
+  small->callback(0)(event(3, "x", true));
+  EXPECT_FALSE(small->finished());
 }
 
 TEST(ServerRequestStream, TheCallbackKeepsTheStreamAlive) {

@@ -187,6 +187,15 @@ TEST_F(ServerRequest, ReadsEveryField) {
             std::numeric_limits<std::uint64_t>::max());
   EXPECT_EQ(read(R"("seed": -9223372036854775808)").sampling.seed, std::uint64_t{1} << 63);
   EXPECT_EQ(read(R"("max_tokens": 16.0)").max_tokens, 16u);
+  const engine::EngineRequest penalised =
+      read(R"("presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.3, )"
+           R"("min_tokens": 2, "logit_bias": {"5": 100, "7": -100.0}, "max_tokens": 4)");
+  EXPECT_EQ(penalised.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(penalised.sampling.frequency_penalty, -1.0f);
+  EXPECT_EQ(penalised.sampling.repetition_penalty, 1.3f);
+  EXPECT_EQ(penalised.min_tokens, 2u);
+  EXPECT_EQ(penalised.logit_bias,
+            (std::vector<std::pair<std::int32_t, float>>{{5, 100.0f}, {7, -100.0f}}));
 
   const ApiRequest chat = accept(Endpoint::kChat, R"({"model": "m", "max_completion_tokens": 3,
       "messages": [{"role": "user", "content": "hi"}]})",
@@ -243,8 +252,8 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
       {kC, R"({"model": "m", "prompt": ""})", "prompt", "empty"},
       {kC, R"({"model": "m", "prompt": []})", "prompt", "empty"},
       {kC, R"({"model": "m", "prompt": true})", "prompt", "boolean"},
-      {kC, R"({"model": "m", "prompt": ["a", "b"]})", "prompt", "a list of 2 prompts"},
-      {kC, R"({"model": "m", "prompt": [[1], [2]]})", "prompt", "a list of 2 prompts"},
+      {kC, R"({"model": "m", "prompt": ["a", ""]})", "prompt[1]", "empty"},
+      {kC, R"({"model": "m", "prompt": [[1], [2, -3]]})", "prompt[1][1]", "-3"},
       {kC, R"({"model": "m", "prompt": [""]})", "prompt[0]", "empty"},
       {kC, R"({"model": "m", "prompt": [[1, -1]]})", "prompt[0][1]", "-1"},
       {kC, R"({"model": "m", "prompt": [1, "a"]})", "prompt[1]", "string"},
@@ -255,24 +264,34 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
       {kC, R"({"model": "m", "prompt": [1, 100000]})", "prompt[1]", "100000"},
       {kC, R"({"model": "m", "prompt": [1, -1]})", "prompt[1]", "-1"},
       {kC, R"({"model": "m", "prompt": [1, 2.5]})", "prompt[1]", "2.5"},
-      {kC, c + R"("n": 2})", "n", "2"},
+      {kC, c + R"("n": 17})", "n", "[1, 16] (the server's --max-n)"},
+      {kC, c + R"("n": 0})", "n", "0"},
       {kC, c + R"("n": "1"})", "n", "string"},
-      {kC, c + R"("best_of": 3})", "best_of", "3"},
-      {kC, c + R"("logprobs": 5})", "logprobs", "5"},
-      {kC, c + R"("logprobs": 0})", "logprobs", "0"},
-      {kChat, ch + R"("logprobs": true})", "logprobs", "true"},
-      {kChat, ch + R"("top_logprobs": 2})", "top_logprobs", "2"},
-      {kC, c + R"("echo": true})", "echo", "true"},
+      {kC, c + R"("n": 2, "max_tokens": 0, "echo": true})", "n", "max_tokens 0"},
+      {kC, c + R"("best_of": 17})", "best_of", "17"},
+      {kC, c + R"("logprobs": 21})", "logprobs", "21"},
+      {kC, c + R"("logprobs": true})", "logprobs", "boolean"},
+      {kC, c + R"("echo": 1})", "echo", "number"},
+      {kChat, ch + R"("logprobs": 5})", "logprobs", "number"},
+      {kChat, ch + R"("top_logprobs": 2})", "top_logprobs", "needs logprobs"},
+      {kChat, ch + R"("logprobs": true, "top_logprobs": 21})", "top_logprobs", "21"},
       {kC, c + R"("suffix": "end"})", "suffix", "end"},
-      {kC, c + R"("presence_penalty": 0.5})", "presence_penalty", "0.5"},
-      {kC, c + R"("frequency_penalty": -1})", "frequency_penalty", "-1"},
-      {kC, c + R"("logit_bias": {"5": 100}})", "logit_bias", "100"},
+      {kC, c + R"("presence_penalty": 2.5})", "presence_penalty", "[-2, 2]"},
+      {kC, c + R"("frequency_penalty": "1"})", "frequency_penalty", "string"},
+      {kC, c + R"("repetition_penalty": 0})", "repetition_penalty", "(0, 10]"},
+      {kC, c + R"("min_tokens": -1})", "min_tokens", "-1"},
+      {kC, c + R"("min_tokens": 9, "max_tokens": 8})", "min_tokens", "exceeds max_tokens 8"},
+      {kC, c + R"("logit_bias": {"5": 101}})", "logit_bias.5", "101"},
+      {kC, c + R"("logit_bias": {"x": 1}})", "logit_bias.x", "not a token id"},
+      {kC, c + R"("logit_bias": {"100000": 1}})", "logit_bias.100000", "not a token id"},
+      {kC, c + R"("logit_bias": [1]})", "logit_bias", "array"},
       {kChat, ch + R"("tools": [{"type": "function"}]})", "tools", "tools"},
       {kC, c + R"("max_tokens": 1000000000000})", "max_tokens", "64"},
       {kC, c + R"("max_tokens": 18446744073709551616})", "max_tokens", "64"},
       {kC, c + R"("max_tokens": 18446744073709551615})", "max_tokens", "64"},
       {kC, c + R"("max_tokens": -5})", "max_tokens", "-5"},
-      {kC, c + R"("max_tokens": 0})", "max_tokens", "[1, 64]"},
+      {kC, c + R"("max_tokens": 0})", "max_tokens", "0 only with echo"},
+      {kChat, ch + R"("max_tokens": 0})", "max_tokens", "[1, 64]"},
       {kC, c + R"("max_tokens": 2.5})", "max_tokens", "2.5"},
       {kC, c + R"("max_tokens": "8"})", "max_tokens", "string"},
       {kC, c + R"("max_tokens": true})", "max_tokens", "boolean"},
@@ -345,14 +364,9 @@ TEST_F(ServerRequest, WhatKvvmDoesNotDoIsNotSupportedByThisServer) {
   const std::string c = R"({"model": "m", "prompt": "hi", )";
   const std::string ch = R"({"model": "m", "messages": [{"role": "user", "content": "a"}], )";
   const std::vector<Refusal> refusals = {
-      {Endpoint::kCompletions, c + R"("n": 2})", "n", "2"},
-      {Endpoint::kCompletions, c + R"("echo": true})", "echo", "true"},
-      {Endpoint::kCompletions, c + R"("repetition_penalty": 1.2})", "repetition_penalty", "1.2"},
-      {Endpoint::kCompletions, c + R"("min_tokens": 5})", "min_tokens", "5"},
+      {Endpoint::kCompletions, c + R"("n": 2, "best_of": 3})", "best_of", "3"},
       {Endpoint::kCompletions, c + R"("response_format": {"type": "json_object"}})",
        "response_format", "json_object"},
-      {Endpoint::kCompletions, R"({"model": "m", "prompt": ["a", "b", "c"]})", "prompt", "3"},
-      {Endpoint::kChat, ch + R"("logprobs": true})", "logprobs", "true"},
       {Endpoint::kChat, ch + R"("tools": [{"type": "function"}]})", "tools", "auto"},
       {Endpoint::kChat, ch + R"("tools": [{"type": "function"}], "tool_choice": "required"})",
        "tools", "required"},
@@ -425,6 +439,59 @@ TEST_F(ServerRequest, APromptListOfOneIsThatPrompt) {
   EXPECT_EQ(ids(R"(["one two"])"), ids(R"("one two")"));
   EXPECT_EQ(ids("[[5, 0, 7]]"), ids("[5, 0, 7]"));
   EXPECT_EQ(ids("[[5, 0, 7]]"), (std::vector<std::int32_t>{5, 0, 7}));
+}
+
+TEST_F(ServerRequest, APromptListIsEveryPromptInOrder) {
+  const ApiRequest list =
+      accept(Endpoint::kCompletions,
+             R"({"model": "m", "prompt": [[5, 0], [7], [1, 2, 3]], "n": 2})", adder());
+  EXPECT_EQ(list.engine.prompt, (std::vector<std::int32_t>{5, 0}));
+  ASSERT_EQ(list.more_prompts.size(), 2u);
+  EXPECT_EQ(list.more_prompts[0], (std::vector<std::int32_t>{7}));
+  EXPECT_EQ(list.more_prompts[1], (std::vector<std::int32_t>{1, 2, 3}));
+  EXPECT_EQ(list.engine.n, 2u);
+  const ApiRequest texts =
+      accept(Endpoint::kCompletions, R"({"model": "m", "prompt": ["one", "two"]})", adder());
+  EXPECT_EQ(texts.more_prompts.size(), 1u);
+  // Past the bound: refused, naming it.
+  std::string many = R"({"model": "m", "prompt": [)";
+  for (int i = 0; i < 129; ++i) many += std::string(i == 0 ? "" : ", ") + "[1]";
+  const ApiError error = refuse(Endpoint::kCompletions, many + "]}", adder());
+  EXPECT_EQ(error.param, "prompt");
+  EXPECT_TRUE(contains(error.message, "at most 128")) << error.message;
+}
+
+TEST_F(ServerRequest, ChoicesAndLogprobsAreRead) {
+  const ApiRequest completion =
+      accept(Endpoint::kCompletions,
+             R"({"model": "m", "prompt": "hi", "n": 3, "best_of": 3, "logprobs": 4, "echo": true})",
+             adder());
+  EXPECT_EQ(completion.engine.n, 3u);
+  EXPECT_EQ(completion.engine.logprobs, 4u);
+  EXPECT_TRUE(completion.echo);
+  EXPECT_TRUE(completion.engine.prompt_logprobs);  // echo with logprobs scores the prompt
+  // Echo without logprobs echoes the text only; with max_tokens 0 the prompt is the answer.
+  const ApiRequest echo_only =
+      accept(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", "echo": true})", adder());
+  EXPECT_FALSE(echo_only.engine.prompt_logprobs);
+  EXPECT_FALSE(echo_only.engine.logprobs.has_value());
+  const ApiRequest scoring = accept(
+      Endpoint::kCompletions,
+      R"({"model": "m", "prompt": "hi", "echo": true, "logprobs": 1, "max_tokens": 0})", adder());
+  EXPECT_EQ(scoring.engine.max_tokens, 0u);
+  EXPECT_TRUE(scoring.engine.prompt_logprobs);
+  const ApiRequest chat = accept(Endpoint::kChat,
+                                 R"({"model": "m", "messages": [{"role": "user", "content": "a"}],
+                                     "logprobs": true, "top_logprobs": 2, "n": 2})",
+                                 adder());
+  EXPECT_EQ(chat.engine.logprobs, 2u);
+  EXPECT_EQ(chat.engine.n, 2u);
+  EXPECT_FALSE(chat.engine.prompt_logprobs);
+  const ApiRequest plain =
+      accept(Endpoint::kChat,
+             R"({"model": "m", "messages": [{"role": "user", "content": "a"}], "logprobs": true})",
+             adder());
+  EXPECT_EQ(plain.engine.logprobs, 0u);
 }
 
 // /tokenize gives the ids the completion and chat endpoints would compute, as vLLM's does.

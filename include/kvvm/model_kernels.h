@@ -1,6 +1,7 @@
 // The CUDA kernels of a transformer's forward pass besides attention (attention.h) and the
 // projections (cuBLAS GEMMs): embedding gather, RMSNorm fused with the residual add, rotary
-// position embedding, SiLU-and-multiply, bias broadcast and argmax.
+// position embedding, SiLU-and-multiply, bias broadcast, logit transforms (penalties, logit_bias,
+// bans), argmax, sampling and log-probabilities.
 //
 // Why each kernel rounds where it does: the parity oracle compares against Hugging Face
 // transformers running in bf16 / fp16, where every elementwise torch op computes in float32
@@ -99,6 +100,45 @@ struct BroadcastRowsParams {
 };
 Status broadcast_rows_cuda(const BroadcastRowsParams& params, void* stream);
 
+// One row's logit transforms as the device reads them: its sequence's penalties
+// (kvvm::model::SamplingParams) and its range of the step's entries. 32-bit words only, staged
+// with a step's other arrays, so a captured step reads them at every replay. count 0: the row
+// is left as it is.
+struct LogitAdjustRow {
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  float repetition_penalty = 1;
+  std::uint32_t begin = 0;  // the row's first entry in LogitAdjustParams::entries
+  std::uint32_t count = 0;
+};
+static_assert(sizeof(LogitAdjustRow) == 20, "five 32-bit words");
+
+// One token's transform, laid out as kvvm::model::LogitAdjustment (the model copies a step's
+// entries as they are).
+struct LogitAdjustEntry {
+  std::int32_t id;
+  std::uint32_t count;      // times in the output so far
+  std::uint32_t in_prompt;  // 1: in the prompt
+  float bias;               // -inf bans the token
+};
+static_assert(sizeof(LogitAdjustEntry) == 16, "four 32-bit words");
+
+// For each row r and each entry a of entries[begin, begin + count): logits[r][a.id] =
+// kvvm::model::adjusted_logit(logits[r][a.id], penalties, a), bit for bit (the same float32
+// operations in the same order, none fused): l += bias; if repetition != 1 and (count > 0 or
+// in_prompt), l = l > 0 ? l / r : l * r; l -= frequency * count + (count > 0 ? presence : 0).
+// A row's ids must be distinct (one thread per entry, no atomics); an id outside [0, vocab) is
+// skipped. One block per row: a row with count 0 returns at once, so a captured step launches
+// it whether or not a row has transforms.
+struct LogitAdjustParams {
+  std::uint32_t rows = 0;
+  std::uint32_t vocab = 0;
+  float* logits = nullptr;                      // [rows][vocab], in place
+  const LogitAdjustRow* rows_params = nullptr;  // [rows]
+  const LogitAdjustEntry* entries = nullptr;    // read at [begin, begin + count) of each row
+};
+Status logit_adjust_cuda(const LogitAdjustParams& params, void* stream);
+
 // out[r] = the index of the largest of logits[r][0, vocab), the lowest index among equals;
 // NaN never wins (a row of NaN gives 0).
 struct ArgmaxParams {
@@ -138,5 +178,46 @@ struct SampleParams {
   std::int32_t* out = nullptr;               // [rows]
 };
 Status sample_cuda(const SampleParams& params, void* stream);
+
+// The most alternatives logprobs_cuda lists per row (kvvm::model::kMaxTopLogprobs).
+inline constexpr std::uint32_t kMaxLogprobTop = 20;
+// LogprobRow::target of a row that scores the token the sampling kernel drew for it.
+inline constexpr std::int32_t kLogprobSampled = -1;
+
+// One row's log-probability request as the device reads it: 32-bit words only, staged with a
+// step's other arrays, so a captured step serves rows that ask and rows that do not.
+struct LogprobRow {
+  std::uint32_t active = 0;  // 0: the row is skipped (its result is not written)
+  float temperature = 0;     // > 0: log_softmax(logits / temperature); else of the logits
+  std::int32_t target = kLogprobSampled;  // the token scored; kLogprobSampled: sampled[r]
+  std::uint32_t top = 0;                  // alternatives listed (above kMaxLogprobTop: that)
+};
+static_assert(sizeof(LogprobRow) == 16, "four 32-bit words");
+
+// One row's result, laid out as kvvm::model::RowLogprobs (the model copies it as it is).
+struct LogprobResult {
+  float logprob;        // of target
+  std::int32_t target;  // the token scored (sampled[r] resolved)
+  std::uint32_t top;    // entries of top_ids / top_logprobs written
+  std::int32_t top_ids[kMaxLogprobTop];
+  float top_logprobs[kMaxLogprobTop];
+};
+
+// For each active row r: the log-probability of its target and the `top` most likely ids in
+// descending order (the lowest id first among equal logits) with theirs, where
+// logprob(i) = (l[i] - max) / T - log(sum over non-NaN j of exp((l[j] - max) / T)) in float32
+// (T = 1 when temperature is 0): kvvm::model::row_logprobs to float rounding. NaN logits are
+// left out and never listed (`top` counts what was); a target outside [0, vocab) scores NaN.
+// One block per row, one read of the row: each warp keeps its best `top` in registers as it
+// streams its share, and the warps' lists are merged pairwise; no sort of the vocabulary.
+struct LogprobsParams {
+  std::uint32_t rows = 0;
+  std::uint32_t vocab = 0;
+  const float* logits = nullptr;            // [rows][vocab]
+  const LogprobRow* rows_params = nullptr;  // [rows]
+  const std::int32_t* sampled = nullptr;    // [rows]; read by kLogprobSampled rows only
+  LogprobResult* out = nullptr;             // [rows]
+};
+Status logprobs_cuda(const LogprobsParams& params, void* stream);
 
 }  // namespace kvvm

@@ -150,9 +150,10 @@ Engine::Impl::~Impl() {
   kv_->release_pad_slot();  // nothing replays the graphs any more
 }
 
-Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback callback) {
-  KVVM_RETURN_IF_ERROR(validate(request));
+std::unique_ptr<RequestState> Engine::Impl::make_state(const EngineRequest& request,
+                                                       std::uint32_t index) const {
   auto r = std::make_unique<RequestState>();
+  r->index = index;
   r->ends = request.stop_ids;
   if (request.use_model_eos) {
     for (const std::int32_t eos : model_.config().eos_token_ids) {
@@ -166,9 +167,21 @@ Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback ca
   if (options_.tokenizer != nullptr) {
     r->text = std::make_unique<TextStream>(*options_.tokenizer, request.stop_strings);
   }
-  r->request = std::move(request);
+  r->request = request;
+  r->request.sampling.seed += index;  // choice i draws as n = 1 with seed + i would
+  return r;
+}
+
+Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback callback) {
+  KVVM_RETURN_IF_ERROR(validate(request));
+  auto r = make_state(request, 0);
+  for (std::uint32_t i = 1; i < request.n; ++i) {
+    r->forks.push_back(make_state(request, i));
+    r->forks.back()->callback = callback;
+  }
   r->callback = std::move(callback);
   r->submitted = Clock::now();
+  for (auto& fork : r->forks) fork->submitted = r->submitted;
 
   RequestId id = 0;
   {
@@ -185,6 +198,7 @@ Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback ca
     }
     id = next_id_++;
     r->id = id;
+    for (auto& fork : r->forks) fork->id = id;
     inbox_.push_back(std::move(r));
     ++queued_;
     ++submitted_;

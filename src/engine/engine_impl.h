@@ -61,7 +61,9 @@ class Engine::Impl {
   };
 
   Status validate(const EngineRequest& request) const;  // engine.cc
-  void worker();                                        // engine.cc
+  // Choice `index` of `request`, not yet submitted (engine.cc).
+  std::unique_ptr<RequestState> make_state(const EngineRequest& request, std::uint32_t index) const;
+  void worker();  // engine.cc
 
   // The step's phases (engine_step.cc).
   // Takes the inbox and the cancellations.
@@ -76,6 +78,10 @@ class Engine::Impl {
   void on_sampled(RequestState& r, std::int32_t token, Clock::time_point now);
   // Tells the KV manager the ids and the written tokens, so later requests may share them.
   void publish_written(RequestState& r);
+  // The choices waiting on `parent`, whose prompt is now computed, fork its KV (engine_fork.cc):
+  // each becomes a running sequence missing the prompt's last token, or, without room or a
+  // running place, a request first in line.
+  void fork_choices(RequestState& parent, Clock::time_point now);
   // Moves finished requests out of the queue and the running set, runs the callbacks.
   void deliver(Clock::time_point now);
 
@@ -110,6 +116,9 @@ class Engine::Impl {
   std::vector<model::Chunk> chunks_;
   std::vector<model::ChunkSampling> sampling_;
   std::vector<std::int32_t> sampled_;
+  std::vector<model::RowLogprobs> logprob_rows_;     // grown when a step first needs more
+  std::vector<model::LogitAdjustment> adjustments_;  // the step's draws' logit transforms
+  std::vector<model::LogitAdjustment> adjust_scratch_;
   std::vector<RequestState*> owners_;
   std::uint64_t admissions_ = 0;
   std::uint32_t admitted_this_step_ = 0;

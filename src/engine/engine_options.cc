@@ -2,6 +2,8 @@
 #include "engine_options.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "engine_impl.h"
@@ -102,10 +104,37 @@ Status check_request_limits(const EngineRequest& r, const RequestLimits& limits)
   if (r.prompt.empty()) return Status::InvalidArgument("prompt: empty (at least one token)");
   KVVM_RETURN_IF_ERROR(check_ids(r.prompt, "prompt"));
   KVVM_RETURN_IF_ERROR(check_sampling(r.sampling));
-  // Zero tokens is an answer only when the prompt's logits are the answer.
-  if (r.max_tokens == 0 && !r.keep_prompt_logits) {
+  // Zero tokens is an answer only when the prompt's logits or log-probabilities are.
+  if (r.max_tokens == 0 && !r.keep_prompt_logits && !r.prompt_logprobs) {
     return Status::InvalidArgument(
-        "max_tokens: 0 (at least 1; 0 only to prefill with keep_prompt_logits)");
+        "max_tokens: 0 (at least 1; 0 only to prefill with keep_prompt_logits or "
+        "prompt_logprobs)");
+  }
+  if (r.n == 0) return Status::InvalidArgument("n: 0 (at least one sequence)");
+  if (r.n > 1 && r.max_tokens == 0) {
+    return Status::InvalidArgument("n: " + std::to_string(r.n) +
+                                   " with max_tokens 0 (a prefill has one answer; n must be 1)");
+  }
+  for (std::size_t i = 0; i < r.logit_bias.size(); ++i) {
+    const auto& [id, bias] = r.logit_bias[i];
+    const std::string field = "logit_bias[" + std::to_string(i) + "]";
+    if (id < 0 || static_cast<std::uint32_t>(id) >= vocab) {
+      return Status::InvalidArgument(field + ": id " + std::to_string(id) +
+                                     " outside the vocabulary of " + std::to_string(vocab));
+    }
+    if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity()) {
+      return Status::InvalidArgument(field + ": bias " + std::to_string(bias) +
+                                     " (finite, or -inf to ban the token)");
+    }
+  }
+  if (r.min_tokens > r.max_tokens) {
+    return Status::InvalidArgument("min_tokens: " + std::to_string(r.min_tokens) +
+                                   " exceeds max_tokens " + std::to_string(r.max_tokens));
+  }
+  if (r.logprobs && *r.logprobs > model::kMaxTopLogprobs) {
+    return Status::InvalidArgument("logprobs: " + std::to_string(*r.logprobs) +
+                                   " alternatives (at most " +
+                                   std::to_string(model::kMaxTopLogprobs) + ")");
   }
   const std::uint64_t prompt = r.prompt.size();
   const std::uint64_t needed = prompt + std::uint64_t{r.max_tokens};

@@ -15,6 +15,11 @@ void Engine::Impl::touch(RequestState& r) {
 
 void Engine::Impl::end_request(RequestState& r, RequestEnd end, Status error) {
   if (r.finished) return;
+  // The choices still waiting to fork from this one end as it does.
+  for (auto& fork : r.forks) {
+    fork->retry_after_seconds = r.retry_after_seconds;
+    end_request(*fork, end, error);
+  }
   r.finished = true;
   r.end = end;
   r.error = std::move(error);
@@ -82,6 +87,9 @@ void Engine::Impl::finish_stats(RequestState& r, Clock::time_point now) {
     s.time_per_output_token = std::chrono::duration<double>(r.last_token - r.first_token).count() /
                               static_cast<double>(r.generated - 1);
   }
+  step_counters_.generated_tokens += r.generated;
+  // A request of n choices counts once, by its first choice, and its prompt once.
+  if (r.index != 0) return;
   switch (r.end) {
     case RequestEnd::kStop:
     case RequestEnd::kLength:
@@ -96,12 +104,18 @@ void Engine::Impl::finish_stats(RequestState& r, Clock::time_point now) {
   }
   step_counters_.prompt_tokens += r.prompt_size;
   step_counters_.cached_tokens += s.cached_tokens;
-  step_counters_.generated_tokens += r.generated;
 }
 
 void Engine::Impl::fill_event(const RequestState& r, RequestEvent& event) const {
   event.id = r.id;
-  if (r.emit_token) event.tokens = std::span<const std::int32_t>(&r.tokens.back(), 1);
+  event.index = r.index;
+  if (r.emit_token) {
+    event.tokens = std::span<const std::int32_t>(&r.tokens.back(), 1);
+    if (r.request.logprobs)
+      event.logprobs = std::span<const model::RowLogprobs>(&r.token_logprobs, 1);
+  }
+  if (r.request.prompt_logprobs && !r.prompt_logprobs_sent)
+    event.prompt_logprobs = r.prompt_logprobs;
   event.text = r.text_out;
   event.finished = r.finished;
   if (r.finished) {

@@ -4,6 +4,7 @@
 
 #include "engine_impl.h"
 #include "kvvm/log.h"
+#include "logit_transforms.h"
 
 namespace kvvm::engine {
 namespace {
@@ -31,6 +32,26 @@ void sweep_finished(Container& from, std::vector<std::unique_ptr<RequestState>>&
 bool wants_prompt_logits(const RequestState& r, std::uint32_t end) {
   return r.request.keep_prompt_logits && r.generated == 0 && r.prompt_logits.empty() &&
          end == r.prompt_size;
+}
+
+// Which rows of the chunk [start, end) of `r` have their log-probabilities computed: every row
+// while the prompt's are wanted; the last when its draw is a new token and the request asks.
+model::LogprobRows logprob_rows(const RequestState& r, std::uint32_t end) {
+  if (r.wants_prompt_logprobs()) return model::LogprobRows::kAll;
+  if (r.request.logprobs && end == r.tokens.size()) return model::LogprobRows::kLast;
+  return model::LogprobRows::kNone;
+}
+
+std::size_t rows_of(model::LogprobRows rows, std::uint32_t tokens) {
+  switch (rows) {
+    case model::LogprobRows::kNone:
+      return 0;
+    case model::LogprobRows::kLast:
+      return 1;
+    case model::LogprobRows::kAll:
+      return tokens;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -64,13 +85,13 @@ void Engine::Impl::take_inbox(Clock::time_point now) {
     for (auto& r : running_) end_request(*r, RequestEnd::kCancelled);
     for (auto& r : waiting_) end_request(*r, RequestEnd::kCancelled);
   } else {
+    // Every choice of the request: running, waiting, or waiting on the first to fork.
     for (const RequestId id : cancels_taken_) {
-      auto match = [id](const std::unique_ptr<RequestState>& r) { return r->id == id; };
-      if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
-        end_request(**it, RequestEnd::kCancelled);
-      } else if (auto q = std::find_if(waiting_.begin(), waiting_.end(), match);
-                 q != waiting_.end()) {
-        end_request(**q, RequestEnd::kCancelled);
+      for (auto& r : running_) {
+        if (r->id == id) end_request(*r, RequestEnd::kCancelled);
+      }
+      for (auto& r : waiting_) {
+        if (r->id == id) end_request(*r, RequestEnd::kCancelled);
       }
     }
   }
@@ -84,7 +105,10 @@ void Engine::Impl::admit_waiting(Clock::time_point now) {
   admitted_this_step_ = 0;
   while (!waiting_.empty() && running_.size() < options_.max_running) {
     RequestState& r = *waiting_.front();
-    Result<KvAdmission> admitted = kv_->admit(r.tokens, r.request.tenant);
+    // A prompt whose log-probabilities are wanted is computed whole: cached tokens have no
+    // logits.
+    Result<KvAdmission> admitted =
+        kv_->admit(r.tokens, r.request.tenant, !r.wants_prompt_logprobs());
     if (!admitted.ok()) {
       const Status& refused = admitted.status();
       const bool later = refused.code() == StatusCode::kResourceExhausted ||
@@ -143,11 +167,23 @@ void Engine::Impl::refuse_overdue(Clock::time_point now) {
 bool Engine::Impl::plan_step() {
   plan_.clear();
   const std::size_t max_chunks = model_.limits().max_chunks;
+  const std::uint32_t vocab = model_.config().vocab_size;
   std::uint32_t budget = options_.step_tokens;
+  // The draws' logit transforms share the model's bound; a chunk whose transforms do not fit
+  // waits a step (one alone always fits: the bound holds a vocabulary).
+  std::size_t transforms = model_.limits().max_logit_adjustments;
+  const auto transforms_fit = [&](const RequestState& r, std::uint32_t end) {
+    if (end != r.tokens.size()) return true;  // a mid-prompt draw is moot
+    const std::size_t bound = logit_transform_bound(r, vocab);
+    if (bound > transforms) return false;
+    transforms -= bound;
+    return true;
+  };
   // Decode tokens first: a running answer never waits behind a new prompt.
   for (auto& r : running_) {
     if (budget == 0 || plan_.size() == max_chunks) break;
     if (r->finished || r->missing() != 1) continue;
+    if (!transforms_fit(*r, r->computed + 1)) continue;
     plan_.push_back(Planned{.request = r.get(), .start = r->computed, .tokens = 1});
     --budget;
   }
@@ -155,6 +191,7 @@ bool Engine::Impl::plan_step() {
     if (budget == 0 || plan_.size() == max_chunks) break;
     if (r->finished || r->missing() <= 1) continue;
     const std::uint32_t n = std::min({r->missing(), options_.prefill_chunk, budget});
+    if (!transforms_fit(*r, r->computed + n)) continue;
     plan_.push_back(Planned{.request = r.get(), .start = r->computed, .tokens = n});
     budget -= n;
   }
@@ -196,22 +233,42 @@ void Engine::Impl::run_step(Clock::time_point now) {
   ids_.clear();
   chunks_.clear();
   sampling_.clear();
+  adjustments_.clear();
   owners_.clear();
   bool decode_only = true;
   bool want_logits = false;
+  std::size_t logprob_rows_wanted = 0;
   for (const Planned& p : plan_) {
     if (p.request == nullptr || p.request->finished) continue;
     RequestState& r = *p.request;
-    ids_.insert(ids_.end(), r.tokens.begin() + p.start, r.tokens.begin() + p.start + p.tokens);
+    const std::uint32_t end = p.start + p.tokens;
+    ids_.insert(ids_.end(), r.tokens.begin() + p.start, r.tokens.begin() + end);
     chunks_.push_back(model::Chunk{.slot = *r.slot, .start = p.start, .tokens = p.tokens});
-    sampling_.push_back(model::ChunkSampling{.params = r.request.sampling, .counter = r.generated});
+    model::ChunkSampling sampling{.params = r.request.sampling, .counter = r.generated};
+    sampling.logprob_rows = logprob_rows(r, end);
+    if (sampling.logprob_rows != model::LogprobRows::kNone) {
+      sampling.top_logprobs = r.request.logprobs.value_or(0);
+      // Mid-prompt, the last row scores the next prompt token, not the (moot) draw.
+      if (end < r.tokens.size()) sampling.last_target = r.tokens[end];
+      logprob_rows_wanted += rows_of(sampling.logprob_rows, p.tokens);
+    }
+    if (end == r.tokens.size() && has_logit_transforms(r)) {
+      sampling.adjust_begin = static_cast<std::uint32_t>(adjustments_.size());
+      append_logit_transforms(r, adjustments_, adjust_scratch_);
+      sampling.adjust_count =
+          static_cast<std::uint32_t>(adjustments_.size()) - sampling.adjust_begin;
+    }
+    sampling_.push_back(sampling);
     owners_.push_back(&r);
     decode_only = decode_only && p.tokens == 1;
     want_logits = want_logits || wants_prompt_logits(r, p.start + p.tokens);
   }
   if (chunks_.empty()) return;
-  const model::StepBatch batch{
-      .token_ids = ids_, .chunks = chunks_, .kv = kv_->space().view(), .sampling = sampling_};
+  const model::StepBatch batch{.token_ids = ids_,
+                               .chunks = chunks_,
+                               .kv = kv_->space().view(),
+                               .sampling = sampling_,
+                               .adjustments = adjustments_};
   model::StepOutput out;
   out.sampled = sampled_.data();
   // Rare (a request asking for its prompt's logits): the step's rows only then.
@@ -220,6 +277,10 @@ void Engine::Impl::run_step(Clock::time_point now) {
   if (want_logits) {
     logits.resize(chunks_.size() * vocab);
     out.logits = logits.data();
+  }
+  if (logprob_rows_wanted > 0) {
+    if (logprob_rows_.size() < logprob_rows_wanted) logprob_rows_.resize(logprob_rows_wanted);
+    out.logprobs = logprob_rows_.data();
   }
   const Status ran = model_.forward(batch, out);
   ++step_counters_.steps;
@@ -232,9 +293,26 @@ void Engine::Impl::run_step(Clock::time_point now) {
     for (RequestState* r : owners_) end_request(*r, RequestEnd::kError, failed);
     return;
   }
+  std::size_t row = 0;  // the chunk's first log-probability row
   for (std::size_t i = 0; i < owners_.size(); ++i) {
     RequestState& r = *owners_[i];
+    const std::uint32_t start = r.computed;
     r.computed += chunks_[i].tokens;
+    const model::LogprobRows rows = sampling_[i].logprob_rows;
+    const model::RowLogprobs* chunk_rows = logprob_rows_.data() + row;
+    row += rows_of(rows, chunks_[i].tokens);
+    if (rows == model::LogprobRows::kAll) {
+      // Row j scores token start + j + 1: the prompt's rows up to its last token (a recomputed
+      // chunk replaces what an earlier, preempted computation gathered).
+      const std::uint32_t prompt_end = std::min(r.computed, r.prompt_size - 1);
+      const std::uint32_t prompt_rows = prompt_end > start ? prompt_end - start : 0;
+      r.prompt_logprobs.resize(std::min<std::size_t>(r.prompt_logprobs.size(), start));
+      r.prompt_logprobs.insert(r.prompt_logprobs.end(), chunk_rows, chunk_rows + prompt_rows);
+    }
+    if (rows != model::LogprobRows::kNone) {
+      r.token_logprobs = chunk_rows[rows_of(rows, chunks_[i].tokens) - 1];  // the draw's
+    }
+    if (!r.forks.empty() && r.computed >= r.prompt_size) fork_choices(r, now);
     // Prompt chunks publish at once; generated tokens a few at a time, which keeps the
     // cache's lock and key hashing off most decode steps (a window holds several tokens).
     if (chunks_[i].tokens > 1 || r.computed <= r.cache_known ||
@@ -324,6 +402,7 @@ void Engine::Impl::deliver(Clock::time_point now) {
       r->callback(event);
     }
     r->touched = false;
+    r->prompt_logprobs_sent = r->prompt_logprobs_sent || r->request.prompt_logprobs;
     r->emit_token = false;
     r->text_out.clear();
   }

@@ -39,18 +39,21 @@ Result<std::unique_ptr<KvManager>> KvManager::create(KvSpace& space, KvManagerOp
   return manager;
 }
 
-Result<KvAdmission> KvManager::admit(std::span<const std::int32_t> prompt, std::uint64_t salt) {
+Result<KvAdmission> KvManager::admit(std::span<const std::int32_t> prompt, std::uint64_t salt,
+                                     bool reuse) {
   Arena& arena = space_.arena();
   KvAdmission admission;
-  if (cache_) {
+  if (cache_ && reuse) {
     Result<CacheAdmission> a = cache_->admit(as_cache_ids(prompt), salt);
     if (!a.ok()) return a.status();
     admission.slot = a->slot;
     admission.cached_tokens = a->cached_tokens;
+    uncached_.erase(a->slot);
   } else {
     Result<SlotId> slot = arena.admit(prompt.size());
     if (!slot.ok()) return slot.status();
     admission.slot = *slot;
+    if (cache_) uncached_.insert(*slot);
   }
   if (options_.preallocate) {
     const Status committed = arena.ensure(admission.slot, space_.options().max_context);
@@ -62,6 +65,21 @@ Result<KvAdmission> KvManager::admit(std::span<const std::int32_t> prompt, std::
   return admission;
 }
 
+Result<SlotId> KvManager::fork(SlotId parent, std::uint64_t position) {
+  Arena& arena = space_.arena();
+  Result<SlotId> child = arena.fork(parent, position);
+  if (!child.ok()) return child.status();
+  if (cache_) uncached_.insert(*child);
+  if (options_.preallocate) {
+    const Status committed = arena.ensure(*child, space_.options().max_context);
+    if (!committed.ok()) {
+      release(*child).ignore();
+      return committed;
+    }
+  }
+  return child;
+}
+
 Status KvManager::ensure(SlotId slot, std::uint64_t tokens) {
   // Preallocated slots were committed through max_context at admission, and their live
   // length stays there: an ensure would lower it and let reclaim take the preallocation.
@@ -70,15 +88,24 @@ Status KvManager::ensure(SlotId slot, std::uint64_t tokens) {
 }
 
 Status KvManager::extend(SlotId slot, std::span<const std::int32_t> ids) {
-  return cache_ ? cache_->extend(slot, as_cache_ids(ids)) : Status::Ok();
+  if (!cache_ || uncached_.contains(slot)) return Status::Ok();
+  return cache_->extend(slot, as_cache_ids(ids));
 }
 
 Status KvManager::written(SlotId slot, std::uint64_t tokens) {
-  return cache_ ? cache_->written(slot, tokens) : Status::Ok();
+  if (!cache_ || uncached_.contains(slot)) return Status::Ok();
+  return cache_->written(slot, tokens);
 }
 
 Status KvManager::release(SlotId slot) {
-  return cache_ ? cache_->release(slot) : space_.arena().release(slot);
+  if (!cache_ || uncached_.contains(slot)) {
+    const Status released = space_.arena().release(slot);
+    // A failed release changed nothing: the slot stays known for the caller's retry (a
+    // quarantined one is gone for good).
+    if (released.ok() || released.code() == StatusCode::kFailedPrecondition) uncached_.erase(slot);
+    return released;
+  }
+  return cache_->release(slot);
 }
 
 Status KvManager::reserve_pad_slot() {

@@ -25,6 +25,10 @@ using Clock = std::chrono::steady_clock;
 
 struct RequestState {
   RequestId id = 0;
+  std::uint32_t index = 0;  // the choice (EngineRequest::n)
+  // The other choices, waiting for this one's prompt to be computed to fork its KV; they end
+  // with it if it ends first.
+  std::vector<std::unique_ptr<RequestState>> forks;
   EngineRequest request;
   RequestCallback callback;
   std::vector<std::int32_t> ends;    // stop_ids, plus the config's eos ids when asked
@@ -38,6 +42,11 @@ struct RequestState {
   std::unique_ptr<TextStream> text;  // with a tokenizer
   bool touched = false;              // has an event this step
   std::vector<float> prompt_logits;  // kept when asked, from the step that ends the prompt
+  // Prompt log-probabilities gathered chunk by chunk (row i scores token i + 1), complete once
+  // the prompt is; sent with the choice's first event.
+  std::vector<model::RowLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
+  model::RowLogprobs token_logprobs;  // the emitted token's, when asked
 
   Clock::time_point submitted{};
   Clock::time_point admitted{};  // first admission
@@ -55,6 +64,10 @@ struct RequestState {
   double retry_after_seconds = 0;
 
   std::uint32_t missing() const { return static_cast<std::uint32_t>(tokens.size()) - computed; }
+  // Whether the prompt's log-probabilities are still to be computed.
+  bool wants_prompt_logprobs() const {
+    return request.prompt_logprobs && prompt_logprobs.size() + 1 < prompt_size;
+  }
 };
 
 }  // namespace kvvm::engine

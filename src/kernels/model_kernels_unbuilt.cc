@@ -27,5 +27,11 @@ Status broadcast_rows_cuda(const BroadcastRowsParams&, void*) {
 }
 Status argmax_cuda(const ArgmaxParams&, void*) { return model_kernels_unbuilt("argmax_cuda"); }
 Status sample_cuda(const SampleParams&, void*) { return model_kernels_unbuilt("sample_cuda"); }
+Status logprobs_cuda(const LogprobsParams&, void*) {
+  return model_kernels_unbuilt("logprobs_cuda");
+}
+Status logit_adjust_cuda(const LogitAdjustParams&, void*) {
+  return model_kernels_unbuilt("logit_adjust_cuda");
+}
 
 }  // namespace kvvm

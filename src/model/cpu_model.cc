@@ -288,7 +288,8 @@ class CpuModel final : public Model {
     for (std::size_t i = 0; i < n; ++i) float_to_element(element, from[i], to + i * bytes);
   }
 
-  // Final norm of each chunk's last token, lm_head over those rows only, then the outputs.
+  // Final norm of each chunk's last token, lm_head over those rows only, then the outputs
+  // (log-probabilities of a kAll chunk's earlier rows run the norm and lm_head over them too).
   void finish(const StepBatch& batch, const StepOutput& out) {
     if (out.logits == nullptr && out.argmax == nullptr && out.sampled == nullptr) return;
     const ModelConfig& c = config();
@@ -302,6 +303,12 @@ class CpuModel final : public Model {
     }
     float* logits = out.logits != nullptr ? out.logits : logits_.data();
     cpu::linear(last_.data(), chunks, hidden, w_.lm_head_data(), c.vocab_size, logits);
+    for (std::size_t i = 0; i < batch.sampling.size() && i < chunks; ++i) {
+      const ChunkSampling& s = batch.sampling[i];
+      if (s.adjust_count == 0) continue;
+      adjust_logits(std::span<float>(logits + i * c.vocab_size, c.vocab_size), s.params,
+                    batch.adjustments.subspan(s.adjust_begin, s.adjust_count));
+    }
     if (out.argmax != nullptr) {
       for (std::size_t i = 0; i < chunks; ++i) {
         out.argmax[i] = cpu::argmax(logits + i * c.vocab_size, c.vocab_size);
@@ -314,6 +321,62 @@ class CpuModel final : public Model {
             std::span<const float>(logits + i * c.vocab_size, c.vocab_size), s.params, s.counter);
       }
     }
+    if (out.logprobs != nullptr) write_logprobs(batch, out, logits);
+  }
+
+  // The log-probability rows (StepOutput::logprobs). First every asking chunk's last row,
+  // from the step's logits (which may live in logits_); then the earlier rows of the kAll
+  // chunks, through the final norm and lm_head again, max_chunks rows at a time in last_ and
+  // logits_, so a long prompt needs no buffer beyond the ones sized at creation.
+  void write_logprobs(const StepBatch& batch, const StepOutput& out, const float* logits) {
+    const ModelConfig& c = config();
+    const std::size_t hidden = c.hidden_size, vocab = c.vocab_size;
+    const std::size_t chunks = std::min(batch.chunks.size(), batch.sampling.size());
+    std::size_t index = 0;  // of the chunk's first RowLogprobs
+    for (std::size_t i = 0; i < chunks; ++i) {
+      const ChunkSampling& s = batch.sampling[i];
+      if (s.logprob_rows == LogprobRows::kNone) continue;
+      const std::size_t earlier =
+          s.logprob_rows == LogprobRows::kAll ? batch.chunks[i].tokens - 1 : 0;
+      const std::int32_t target = s.last_target >= 0 ? s.last_target : out.sampled[i];
+      fill_logprobs(std::span<const float>(logits + i * vocab, vocab), s, target,
+                    &out.logprobs[index + earlier]);
+      index += earlier + 1;
+    }
+    const std::size_t block = limits().max_chunks;
+    std::size_t row = 0;  // the chunk's first row in the step
+    index = 0;
+    for (std::size_t i = 0; i < chunks; ++i) {
+      const ChunkSampling& s = batch.sampling[i];
+      const std::size_t tokens = batch.chunks[i].tokens;
+      if (s.logprob_rows == LogprobRows::kAll) {
+        for (std::size_t j = 0; j + 1 < tokens; j += block) {
+          const std::size_t rows = std::min(block, tokens - 1 - j);
+          cpu::rms_norm(&x_[(row + j) * hidden], w_.final_norm.data(), rows, hidden,
+                        static_cast<float>(c.rms_norm_eps), last_.data());
+          cpu::linear(last_.data(), rows, hidden, w_.lm_head_data(), vocab, logits_.data());
+          for (std::size_t r = 0; r < rows; ++r) {
+            fill_logprobs(std::span<const float>(&logits_[r * vocab], vocab), s,
+                          batch.token_ids[row + j + r + 1], &out.logprobs[index + j + r]);
+          }
+        }
+        index += tokens;
+      } else if (s.logprob_rows == LogprobRows::kLast) {
+        index += 1;
+      }
+      row += tokens;
+    }
+  }
+
+  static void fill_logprobs(std::span<const float> logits, const ChunkSampling& s,
+                            std::int32_t target, RowLogprobs* to) {
+    RowLogprobs r;
+    r.target = target;
+    row_logprobs(logits, s.params.temperature, target, s.top_logprobs, &r.logprob, r.top_ids.data(),
+                 r.top_logprobs.data());
+    // Slots past the row's non-NaN ids hold -1.
+    while (r.top < s.top_logprobs && r.top_ids[r.top] >= 0) ++r.top;
+    *to = r;
   }
 
   cpu::CpuWeights w_;
@@ -354,6 +417,12 @@ Status check_config(const ModelConfig& c, const ModelLimits& limits) {
   if (c.head_dim % 2 != 0) {
     return Status::InvalidArgument("cpu model: head_dim " + std::to_string(c.head_dim) +
                                    " is odd; RoPE rotates pairs");
+  }
+  if (limits.max_logit_adjustments < c.vocab_size) {
+    return Status::InvalidArgument("cpu model: max_logit_adjustments " +
+                                   std::to_string(limits.max_logit_adjustments) +
+                                   " is below the vocabulary of " + std::to_string(c.vocab_size) +
+                                   " (one draw's transforms must always fit)");
   }
   // OpenBLAS takes 32-bit dimensions.
   const std::uint64_t widest =

@@ -1,12 +1,25 @@
 // One step of the CUDA model: checks the batch on the host, stages its arrays, and enqueues
-// embedding -> layers -> final norm of each chunk's last token -> lm_head -> argmax (->
-// sampling) on the model's stream, then copies the outputs back and waits. A decode step
-// that fits a captured graph replays it instead (cuda_graphs.cc).
+// embedding -> layers -> final norm of each chunk's last token -> lm_head (-> logit transforms)
+// -> argmax (-> sampling -> log-probabilities) on the model's stream, then copies the outputs
+// back and waits. A decode step that fits a captured graph replays it instead (cuda_graphs.cc).
+//
+// Logit transforms (penalties, logit_bias, bans: ChunkSampling::adjust_begin / adjust_count)
+// act on the last rows' logits in place right after lm_head, so argmax, sampling, the
+// log-probabilities and the logits returned all read the transformed rows, as on the CPU. A
+// chunk's penalties ride in its LogitAdjustRow with the step's other arrays; the entries are
+// copied only by a step that has some.
+//
+// Log-probabilities of a kAll chunk's earlier rows (prompt log-probabilities) run after the
+// step's outputs are copied: final norm, lm_head and the log-probability kernel over blocks of
+// max_chunks rows, reusing the last rows' buffers, so a step that asks for none costs nothing
+// more.
 //
 // Attention per layer: K / V of every token are appended in one call (per-row slots and
 // positions), consecutive single-token chunks share one decode call, and each longer chunk
 // is one causal prefill call (it reads its own rows, appended just before).
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -19,6 +32,15 @@
 
 namespace kvvm::model::detail {
 namespace {
+
+static_assert(kMaxLogprobTop == kMaxTopLogprobs, "the kernel lists what a RowLogprobs holds");
+// A step's LogitAdjustments are staged byte for byte as the kernel's entries.
+static_assert(sizeof(LogitAdjustEntry) == sizeof(LogitAdjustment) &&
+                  offsetof(LogitAdjustEntry, id) == offsetof(LogitAdjustment, id) &&
+                  offsetof(LogitAdjustEntry, count) == offsetof(LogitAdjustment, count) &&
+                  offsetof(LogitAdjustEntry, in_prompt) == offsetof(LogitAdjustment, in_prompt) &&
+                  offsetof(LogitAdjustEntry, bias) == offsetof(LogitAdjustment, bias),
+              "LogitAdjustEntry is laid out as LogitAdjustment");
 
 Status cublas_gemm_status(cublasStatus_t status) {
   if (status == CUBLAS_STATUS_SUCCESS) return Status::Ok();
@@ -59,8 +81,16 @@ void CudaModel::stage(const StepBatch& batch, bool sample) {
   std::uint32_t* decode_lengths = staging_ + offsets_.decode_lengths;
   std::uint32_t* last_rows = staging_ + offsets_.last_rows;
   auto* sampling = reinterpret_cast<SamplingRow*>(staging_ + offsets_.sampling);
+  auto* logprob_rows = reinterpret_cast<LogprobRow*>(staging_ + offsets_.logprob_rows);
+  auto* adjust_rows = reinterpret_cast<LogitAdjustRow*>(staging_ + offsets_.adjust_rows);
+  const std::uint32_t most_tokens = limits().max_step_tokens;
+  std::uint32_t* prompt_index = prompt_staging_;
+  auto* prompt_rows = reinterpret_cast<LogprobRow*>(prompt_staging_ + most_tokens);
   runs_.clear();
   chunk_rows_.clear();
+  logprob_chunks_ = false;
+  prompt_rows_ = 0;
+  adjust_entries_ = 0;
   std::uint32_t row = 0, decodes = 0;
   for (std::size_t c = 0; c < batch.chunks.size(); ++c) {
     const Chunk& chunk = batch.chunks[c];
@@ -83,6 +113,36 @@ void CudaModel::stage(const StepBatch& batch, bool sample) {
       row_sampling.counter_high = static_cast<std::uint32_t>(from.counter >> 32);
     }
     sampling[c] = row_sampling;
+    LogprobRow scored;  // inactive unless the chunk asks
+    if (sample && c < batch.sampling.size() &&
+        batch.sampling[c].logprob_rows != LogprobRows::kNone) {
+      const ChunkSampling& from = batch.sampling[c];
+      scored = {.active = 1,
+                .temperature = from.params.temperature,
+                .target = from.last_target >= 0 ? from.last_target : kLogprobSampled,
+                .top = from.top_logprobs};
+      logprob_chunks_ = true;
+      if (from.logprob_rows == LogprobRows::kAll) {
+        // Row i scores the chunk's next token.
+        for (std::uint32_t i = 0; i + 1 < chunk.tokens; ++i, ++prompt_rows_) {
+          prompt_index[prompt_rows_] = row + i;
+          prompt_rows[prompt_rows_] = scored;
+          prompt_rows[prompt_rows_].target = batch.token_ids[row + i + 1];
+        }
+      }
+    }
+    logprob_rows[c] = scored;
+    LogitAdjustRow adjusted;  // count 0: no transforms
+    if (c < batch.sampling.size() && batch.sampling[c].adjust_count > 0) {
+      const ChunkSampling& from = batch.sampling[c];
+      adjusted = {.presence_penalty = from.params.presence_penalty,
+                  .frequency_penalty = from.params.frequency_penalty,
+                  .repetition_penalty = from.params.repetition_penalty,
+                  .begin = from.adjust_begin,
+                  .count = from.adjust_count};
+      adjust_entries_ = static_cast<std::uint32_t>(batch.adjustments.size());
+    }
+    adjust_rows[c] = adjusted;
     if (chunk.tokens == 1) {
       decode_slots[decodes] = chunk.slot;
       decode_lengths[decodes] = chunk.start + 1;
@@ -95,6 +155,11 @@ void CudaModel::stage(const StepBatch& batch, bool sample) {
       ++decodes;
     }
     row += chunk.tokens;
+  }
+  // check_adjustments bounds the count by max_logit_adjustments, the staging's size.
+  if (adjust_entries_ > 0) {
+    std::memcpy(adjust_staging_, batch.adjustments.data(),
+                std::size_t{adjust_entries_} * sizeof(LogitAdjustEntry));
   }
 }
 
@@ -112,20 +177,40 @@ Status CudaModel::forward(const StepBatch& batch, const StepOutput& out) {
 
 Status CudaModel::copy_arrays() {
   KVVM_RETURN_IF_ERROR(cuda_call("cudaSetDevice", cudaSetDevice(device_)));
+  KVVM_RETURN_IF_ERROR(cuda_call(
+      "cudaMemcpyAsync", cudaMemcpyAsync(arrays_, staging_, std::uint64_t{offsets_.words} * 4,
+                                         cudaMemcpyHostToDevice, stream_)));
+  if (adjust_entries_ == 0) return Status::Ok();
   return cuda_call("cudaMemcpyAsync",
-                   cudaMemcpyAsync(arrays_, staging_, std::uint64_t{offsets_.words} * 4,
+                   cudaMemcpyAsync(adjustments_, adjust_staging_,
+                                   std::uint64_t{adjust_entries_} * sizeof(LogitAdjustEntry),
                                    cudaMemcpyHostToDevice, stream_));
 }
 
 Status CudaModel::run_step(const StepBatch& batch, const StepOutput& out) {
   ++eager_steps_;
   KVVM_RETURN_IF_ERROR(copy_arrays());
-  KVVM_RETURN_IF_ERROR(enqueue_step(batch, out.sampled != nullptr, 0));
-  return finish_step(out, static_cast<std::uint32_t>(batch.chunks.size()));
+  if (prompt_rows_ > 0) {
+    // Indices, then LogprobRows: two ranges of one block.
+    const std::uint64_t most_tokens = limits().max_step_tokens;
+    const std::pair<std::uint64_t, std::uint64_t> ranges[] = {
+        {0, std::uint64_t{prompt_rows_} * 4},
+        {most_tokens * 4, std::uint64_t{prompt_rows_} * sizeof(LogprobRow)}};
+    for (const auto& [offset, bytes] : ranges) {
+      KVVM_RETURN_IF_ERROR(cuda_call(
+          "cudaMemcpyAsync",
+          cudaMemcpyAsync(reinterpret_cast<unsigned char*>(prompt_arrays_) + offset,
+                          reinterpret_cast<const unsigned char*>(prompt_staging_) + offset, bytes,
+                          cudaMemcpyHostToDevice, stream_)));
+    }
+  }
+  KVVM_RETURN_IF_ERROR(
+      enqueue_step(batch, out.sampled != nullptr, 0, adjust_entries_ > 0, logprob_chunks_));
+  return finish_step(batch, out, static_cast<std::uint32_t>(batch.chunks.size()));
 }
 
-Status CudaModel::enqueue_step(const StepBatch& batch, bool sample,
-                               std::uint32_t decode_max_length) {
+Status CudaModel::enqueue_step(const StepBatch& batch, bool sample, std::uint32_t decode_max_length,
+                               bool adjust, bool logprobs) {
   const ModelConfig& c = config();
   const auto tokens = static_cast<std::uint32_t>(batch.token_ids.size());
   const auto chunks = static_cast<std::uint32_t>(batch.chunks.size());
@@ -155,6 +240,15 @@ Status CudaModel::enqueue_step(const StepBatch& batch, bool sample,
   KVVM_RETURN_IF_ERROR(rmsnorm_cuda(norm, stream_));
   KVVM_RETURN_IF_ERROR(gemm(final_, weights_->lm_head, logits_, CUDA_R_32F, 0.0f, chunks,
                             c.hidden_size, c.vocab_size));
+  if (adjust) {
+    LogitAdjustParams adjusting;
+    adjusting.rows = chunks;
+    adjusting.vocab = c.vocab_size;
+    adjusting.logits = logits_;
+    adjusting.rows_params = reinterpret_cast<const LogitAdjustRow*>(arrays_ + offsets_.adjust_rows);
+    adjusting.entries = adjustments_;
+    KVVM_RETURN_IF_ERROR(logit_adjust_cuda(adjusting, stream_));
+  }
   ArgmaxParams argmax;
   argmax.rows = chunks;
   argmax.vocab = c.vocab_size;
@@ -168,10 +262,74 @@ Status CudaModel::enqueue_step(const StepBatch& batch, bool sample,
   sampling.logits = logits_;
   sampling.rows_params = reinterpret_cast<const SamplingRow*>(arrays_ + offsets_.sampling);
   sampling.out = sampled_;
-  return sample_cuda(sampling, stream_);
+  KVVM_RETURN_IF_ERROR(sample_cuda(sampling, stream_));
+  if (!logprobs) return Status::Ok();
+  LogprobsParams scoring;
+  scoring.rows = chunks;
+  scoring.vocab = c.vocab_size;
+  scoring.logits = logits_;
+  scoring.rows_params = reinterpret_cast<const LogprobRow*>(arrays_ + offsets_.logprob_rows);
+  scoring.sampled = sampled_;
+  scoring.out = logprob_results_;
+  return logprobs_cuda(scoring, stream_);
 }
 
-Status CudaModel::finish_step(const StepOutput& out, std::uint32_t rows) {
+Status CudaModel::enqueue_prompt_logprobs() {
+  const ModelConfig& c = config();
+  const std::uint32_t block = limits().max_chunks;
+  const auto* rows_params =
+      reinterpret_cast<const LogprobRow*>(prompt_arrays_ + limits().max_step_tokens);
+  for (std::uint32_t first = 0; first < prompt_rows_; first += block) {
+    const std::uint32_t rows = std::min(block, prompt_rows_ - first);
+    // These rows still lack the last layer's MLP output: the norm adds it, as for the last rows.
+    RmsNormParams norm;
+    norm.element = compute_;
+    norm.rows = rows;
+    norm.hidden = c.hidden_size;
+    norm.eps = static_cast<float>(c.rms_norm_eps);
+    norm.x = x_;
+    norm.add = delta_;
+    norm.row_index = prompt_arrays_ + first;
+    norm.weight = weights_->final_norm;
+    norm.out = final_;
+    KVVM_RETURN_IF_ERROR(rmsnorm_cuda(norm, stream_));
+    KVVM_RETURN_IF_ERROR(gemm(final_, weights_->lm_head, logits_, CUDA_R_32F, 0.0f, rows,
+                              c.hidden_size, c.vocab_size));
+    LogprobsParams scoring;
+    scoring.rows = rows;
+    scoring.vocab = c.vocab_size;
+    scoring.logits = logits_;
+    scoring.rows_params = rows_params + first;
+    scoring.out = logprob_results_ + limits().max_chunks + first;
+    KVVM_RETURN_IF_ERROR(logprobs_cuda(scoring, stream_));
+  }
+  return Status::Ok();
+}
+
+void CudaModel::write_logprobs(const StepBatch& batch, const StepOutput& out) const {
+  const std::size_t chunks = std::min(batch.chunks.size(), batch.sampling.size());
+  const LogprobResult* prompt = logprob_host_ + limits().max_chunks;
+  RowLogprobs* to = out.logprobs;
+  auto copy = [&to](const LogprobResult& from) {
+    RowLogprobs row;
+    row.logprob = from.logprob;
+    row.target = from.target;
+    row.top = std::min(from.top, kMaxTopLogprobs);
+    std::copy_n(from.top_ids, row.top, row.top_ids.begin());
+    std::copy_n(from.top_logprobs, row.top, row.top_logprobs.begin());
+    *to++ = row;
+  };
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const LogprobRows asked = batch.sampling[c].logprob_rows;
+    if (asked == LogprobRows::kNone) continue;
+    if (asked == LogprobRows::kAll) {
+      for (std::uint32_t i = 0; i + 1 < batch.chunks[c].tokens; ++i) copy(*prompt++);
+    }
+    copy(logprob_host_[c]);
+  }
+}
+
+Status CudaModel::finish_step(const StepBatch& batch, const StepOutput& out, std::uint32_t rows) {
   const std::uint64_t vocab = config().vocab_size;
   if (out.logits != nullptr) {
     KVVM_RETURN_IF_ERROR(cuda_call(
@@ -186,7 +344,21 @@ Status CudaModel::finish_step(const StepOutput& out, std::uint32_t rows) {
         "cudaMemcpyAsync",
         cudaMemcpyAsync(to, from, rows * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_)));
   }
-  return cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
+  if (!logprob_chunks_) return cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
+  // Ordered after the copies above: the prompt rows reuse final_ and logits_.
+  KVVM_RETURN_IF_ERROR(enqueue_prompt_logprobs());
+  const std::pair<std::uint64_t, std::uint64_t> results[] = {{0, rows},
+                                                             {limits().max_chunks, prompt_rows_}};
+  for (const auto& [first, count] : results) {
+    if (count == 0) continue;
+    KVVM_RETURN_IF_ERROR(
+        cuda_call("cudaMemcpyAsync",
+                  cudaMemcpyAsync(logprob_host_ + first, logprob_results_ + first,
+                                  count * sizeof(LogprobResult), cudaMemcpyDeviceToHost, stream_)));
+  }
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
+  write_logprobs(batch, out);
+  return Status::Ok();
 }
 
 Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens,

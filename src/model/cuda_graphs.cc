@@ -2,11 +2,12 @@
 // batch-size bucket, replayed for every decode step that fits one.
 //
 // Why a replay is correct for every length: every kernel of the step reads its per-row inputs
-// (ids, positions, slots, lengths, last rows, sampling) from the model's static device arrays,
-// which the host copies in before each launch, outside the graph; the decode attention's split
-// is planned from the graphs' max_length, the bound of every replay. The outputs are copied
-// back after the launch, outside the graph too. Rows past a step's own chunks are padding:
-// token 0 at position 0 of pad_slot (which the caller keeps committed), outputs dropped.
+// (ids, positions, slots, lengths, last rows, sampling, log-probability and logit-transform rows)
+// from the model's static device arrays, and a step's logit-transform entries from a static
+// buffer, which the host copies in before each launch, outside the graph; the decode attention's
+// split is planned from the graphs' max_length, the bound of every replay. The outputs are copied
+// back after the launch, outside the graph too. Rows past a step's own chunks are padding: token
+// 0 at position 0 of pad_slot (which the caller keeps committed), no transforms, outputs dropped.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -100,13 +101,14 @@ Status CudaModel::capture_one(std::uint32_t rows, const DecodeGraphOptions& opti
   stage(batch, true);
   // The same step once eagerly first (it writes only pad_slot's first token): every kernel
   // module is loaded and cuBLAS has chosen its algorithms before the capture, and a failure
-  // shows here, outside it.
+  // shows here, outside it. The logit-transform and log-probability kernels are captured
+  // whether or not a row needs them: their rows say whether they do when the graph replays.
   KVVM_RETURN_IF_ERROR(copy_arrays());
-  KVVM_RETURN_IF_ERROR(enqueue_step(batch, true, options.max_length));
+  KVVM_RETURN_IF_ERROR(enqueue_step(batch, true, options.max_length, true, true));
   KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
   KVVM_RETURN_IF_ERROR(cuda_call(
       "cudaStreamBeginCapture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)));
-  const Status enqueued = enqueue_step(batch, true, options.max_length);
+  const Status enqueued = enqueue_step(batch, true, options.max_length, true, true);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
   if (!enqueued.ok() || ended != cudaSuccess) {
@@ -156,6 +158,8 @@ void CudaModel::stage_padding(std::uint32_t count, std::uint32_t rows, std::uint
     staging_[offsets_.decode_lengths + r] = 1;
     staging_[offsets_.last_rows + r] = r;
     sampling[r] = SamplingRow{};
+    reinterpret_cast<LogprobRow*>(staging_ + offsets_.logprob_rows)[r] = LogprobRow{};
+    reinterpret_cast<LogitAdjustRow*>(staging_ + offsets_.adjust_rows)[r] = LogitAdjustRow{};
   }
 }
 
@@ -166,7 +170,7 @@ Status CudaModel::replay(const DecodeGraph& graph, const StepBatch& batch, const
   KVVM_RETURN_IF_ERROR(copy_arrays());
   KVVM_RETURN_IF_ERROR(cuda_call("cudaGraphLaunch", cudaGraphLaunch(graph.exec, stream_)));
   ++replays_;
-  return finish_step(out, count);
+  return finish_step(batch, out, count);
 }
 
 }  // namespace kvvm::model::detail

@@ -42,6 +42,12 @@ Status check_config(const ModelConfig& c, const ModelLimits& limits) {
                                    " tokens and " + str(limits.max_chunks) +
                                    " chunks per step; both must be positive");
   }
+  if (limits.max_logit_adjustments < c.vocab_size) {
+    return Status::InvalidArgument("CUDA model: max_logit_adjustments " +
+                                   str(limits.max_logit_adjustments) +
+                                   " is below the vocabulary of " + str(c.vocab_size) +
+                                   " (one draw's transforms must always fit)");
+  }
   if (limits.max_chunks > 65535 || limits.max_step_tokens > (1u << 24)) {
     return Status::InvalidArgument("CUDA model: limits of " + str(limits.max_step_tokens) +
                                    " tokens and " + str(limits.max_chunks) +
@@ -163,8 +169,18 @@ Status CudaModel::allocate_buffers() {
   offsets_.decode_lengths = offsets_.decode_slots + limits().max_chunks;
   offsets_.last_rows = offsets_.decode_lengths + limits().max_chunks;
   offsets_.sampling = offsets_.last_rows + limits().max_chunks;
-  static_assert(sizeof(SamplingRow) % 4 == 0);
-  offsets_.words = offsets_.sampling + limits().max_chunks * (sizeof(SamplingRow) / 4);
+  static_assert(sizeof(SamplingRow) % 4 == 0 && sizeof(LogprobRow) % 4 == 0 &&
+                sizeof(LogitAdjustRow) % 4 == 0);
+  offsets_.logprob_rows = offsets_.sampling + limits().max_chunks * (sizeof(SamplingRow) / 4);
+  offsets_.adjust_rows = offsets_.logprob_rows + limits().max_chunks * (sizeof(LogprobRow) / 4);
+  offsets_.words = offsets_.adjust_rows + limits().max_chunks * (sizeof(LogitAdjustRow) / 4);
+  // The prompt rows' indices and LogprobRows.
+  const std::uint64_t prompt_bytes = tokens * (4 + sizeof(LogprobRow));
+  const std::uint64_t result_bytes = (chunks + tokens) * sizeof(LogprobResult);
+  // The logit-transform entries: 16 bytes each, on the device and again pinned on the host
+  // (4 MiB each at the default 2^18; the rows above add 20 bytes a chunk).
+  const std::uint64_t adjust_bytes =
+      std::uint64_t{limits().max_logit_adjustments} * sizeof(LogitAdjustEntry);
 
   // One allocation carved into aligned pieces, in this order.
   struct Piece {
@@ -176,6 +192,9 @@ Status CudaModel::allocate_buffers() {
   void* logits = nullptr;
   void* argmax = nullptr;
   void* sampled = nullptr;
+  void* results = nullptr;
+  void* prompt = nullptr;
+  void* adjustments = nullptr;
   const Piece pieces[] = {
       {&arrays, std::uint64_t{offsets_.words} * 4},
       {&inv_freq, std::uint64_t{c.head_dim / 2} * sizeof(float)},
@@ -192,6 +211,9 @@ Status CudaModel::allocate_buffers() {
       {&logits, chunks * c.vocab_size * sizeof(float)},
       {&argmax, chunks * sizeof(std::int32_t)},
       {&sampled, chunks * sizeof(std::int32_t)},
+      {&results, result_bytes},
+      {&prompt, prompt_bytes},
+      {&adjustments, adjust_bytes},
   };
   auto aligned = [](std::uint64_t bytes) {
     return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
@@ -210,12 +232,21 @@ Status CudaModel::allocate_buffers() {
   logits_ = static_cast<float*>(logits);
   argmax_ = static_cast<std::int32_t*>(argmax);
   sampled_ = static_cast<std::int32_t*>(sampled);
+  logprob_results_ = static_cast<LogprobResult*>(results);
+  prompt_arrays_ = static_cast<std::uint32_t*>(prompt);
+  adjustments_ = static_cast<LogitAdjustEntry*>(adjustments);
 
   void* pinned = nullptr;
   KVVM_RETURN_IF_ERROR(
       cuda_call("cudaMallocHost", cudaMallocHost(&pinned, std::uint64_t{offsets_.words} * 4)));
   staging_ = static_cast<std::uint32_t*>(pinned);
   std::fill(staging_, staging_ + offsets_.words, 0u);
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaMallocHost", cudaMallocHost(&pinned, prompt_bytes)));
+  prompt_staging_ = static_cast<std::uint32_t*>(pinned);
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaMallocHost", cudaMallocHost(&pinned, result_bytes)));
+  logprob_host_ = static_cast<LogprobResult*>(pinned);
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaMallocHost", cudaMallocHost(&pinned, adjust_bytes)));
+  adjust_staging_ = static_cast<LogitAdjustEntry*>(pinned);
   return Status::Ok();
 }
 
@@ -263,7 +294,10 @@ CudaModel::~CudaModel() {
   release_decode_graphs();
   if (cublas_ != nullptr) (void)cublas_library().api.destroy(cublas_);
   for (void* pointer : allocations_) (void)cudaFree(pointer);
-  if (staging_ != nullptr) (void)cudaFreeHost(staging_);
+  for (void* pinned : {static_cast<void*>(staging_), static_cast<void*>(prompt_staging_),
+                       static_cast<void*>(logprob_host_), static_cast<void*>(adjust_staging_)}) {
+    if (pinned != nullptr) (void)cudaFreeHost(pinned);
+  }
   if (own_stream_) (void)cudaStreamDestroy(stream_);
 }
 

@@ -5,9 +5,11 @@
 // Why everything is sized at creation: a step allocates nothing (docs/ARCHITECTURE.md "Model
 // runtime"), so a decode step can be captured in a CUDA graph and replayed (cuda_graphs.cc). The
 // step's per-token and per-chunk arrays (ids, positions, slots, lengths, last rows, sampling
-// parameters) live in one block of 32-bit words that the host fills in pinned memory and copies
-// with one cudaMemcpyAsync, outside any graph; the decode workspace is planned for the largest
-// batch at max_position_embeddings.
+// parameters, logit-transform rows) live in one block of 32-bit words that the host fills in
+// pinned memory and copies with one cudaMemcpyAsync, outside any graph; a step with logit
+// transforms copies its LogitAdjustment entries with a second one, into a buffer of
+// max_logit_adjustments entries at a fixed address; the decode workspace is planned for the
+// largest batch at max_position_embeddings.
 //
 // Not thread-safe: one step at a time.
 #pragma once
@@ -57,7 +59,9 @@ class CudaModel final : public Model {
   struct ArrayOffsets {
     std::uint32_t ids = 0, positions = 0, row_slots = 0;                // [max_step_tokens]
     std::uint32_t decode_slots = 0, decode_lengths = 0, last_rows = 0;  // [max_chunks]
-    std::uint32_t sampling = 0;  // [max_chunks] SamplingRow (8 words each)
+    std::uint32_t sampling = 0;      // [max_chunks] SamplingRow (8 words each)
+    std::uint32_t logprob_rows = 0;  // [max_chunks] LogprobRow (4 words each)
+    std::uint32_t adjust_rows = 0;   // [max_chunks] LogitAdjustRow (5 words each)
     std::uint32_t words = 0;
   };
 
@@ -69,18 +73,31 @@ class CudaModel final : public Model {
 
   Status check_batch(const StepBatch& batch, const StepOutput& out) const;
   Status check_view(const KvView& kv, const char* who) const;
-  // sample: stage batch.sampling (else greedy rows).
+  // sample: stage batch.sampling (else greedy rows), with the log-probability rows it asks
+  // for (a kAll chunk's earlier rows in the prompt arrays). The logit-transform rows and
+  // entries are staged whenever batch.sampling is given (as the CPU model applies them).
   void stage(const StepBatch& batch, bool sample);
   // Rows [count, rows) of the staged arrays as decode padding: token 0 at position 0 of
-  // pad_slot, greedy sampling.
+  // pad_slot, greedy sampling, no logit transforms.
   void stage_padding(std::uint32_t count, std::uint32_t rows, std::uint32_t pad_slot);
   Status run_step(const StepBatch& batch, const StepOutput& out);
-  // Enqueues embedding -> layers -> norm -> lm_head -> argmax (-> sampling) reading the staged
-  // device arrays only. decode_max_length: 0 plans each decode run from its longest
-  // sequence, else from this bound (a graph's).
-  Status enqueue_step(const StepBatch& batch, bool sample, std::uint32_t decode_max_length);
-  // Copies the first `rows` rows of the requested outputs and waits for the stream.
-  Status finish_step(const StepOutput& out, std::uint32_t rows);
+  // Enqueues embedding -> layers -> norm -> lm_head (-> logit transforms) -> argmax (->
+  // sampling -> log-probabilities of the last rows) reading the staged device arrays only.
+  // decode_max_length: 0 plans each decode run from its longest sequence, else from this bound
+  // (a graph's). adjust, logprobs: launch the logit-transform and log-probability kernels (a
+  // graph always does; its rows say whether they act).
+  Status enqueue_step(const StepBatch& batch, bool sample, std::uint32_t decode_max_length,
+                      bool adjust, bool logprobs);
+  // Copies the first `rows` rows of the requested outputs; then the earlier rows of kAll
+  // chunks (enqueue_prompt_logprobs) and the log-probability results; waits for the stream and
+  // writes out.logprobs.
+  Status finish_step(const StepBatch& batch, const StepOutput& out, std::uint32_t rows);
+  // The final norm, lm_head and log-probabilities of the staged prompt rows, max_chunks rows
+  // at a time through final_ and logits_ (after the step's own outputs were copied from them).
+  Status enqueue_prompt_logprobs();
+  // out.logprobs in chunk order from the results copied to the host.
+  void write_logprobs(const StepBatch& batch, const StepOutput& out) const;
+  // The staged arrays, then the staged logit-transform entries when the step has any.
   Status copy_arrays();
   // The graph a step replays, or null when it runs eagerly.
   const DecodeGraph* graph_for(const StepBatch& batch) const;
@@ -104,8 +121,11 @@ class CudaModel final : public Model {
   bool own_stream_ = false;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<DeviceWeights> weights_;
-  std::vector<void*> allocations_;    // device memory besides the weights
-  std::uint32_t* staging_ = nullptr;  // pinned host copy of arrays_
+  std::vector<void*> allocations_;              // device memory besides the weights
+  std::uint32_t* staging_ = nullptr;            // pinned host copy of arrays_
+  std::uint32_t* prompt_staging_ = nullptr;     // pinned host copy of prompt_arrays_
+  LogprobResult* logprob_host_ = nullptr;       // pinned host copy of logprob_results_
+  LogitAdjustEntry* adjust_staging_ = nullptr;  // pinned host copy of adjustments_
   ArrayOffsets offsets_;
 
   // Device buffers (compute type unless said otherwise), sized for the limits.
@@ -124,6 +144,15 @@ class CudaModel final : public Model {
   float* logits_ = nullptr;          // [chunks][vocab], float32
   std::int32_t* argmax_ = nullptr;   // [chunks]
   std::int32_t* sampled_ = nullptr;  // [chunks]
+  // [max_chunks] each chunk's last row, then [max_step_tokens] the prompt rows (172 bytes a
+  // token, next to the activations' kilobytes).
+  LogprobResult* logprob_results_ = nullptr;
+  // The prompt rows of a step with kAll chunks: [max_step_tokens] row indices, then
+  // [max_step_tokens] LogprobRow; staged and copied only by such steps.
+  std::uint32_t* prompt_arrays_ = nullptr;
+  // [max_logit_adjustments] the step's LogitAdjustment entries, which the logit-transform rows
+  // index; a fixed address, so a captured graph reads each replay's.
+  LogitAdjustEntry* adjustments_ = nullptr;
   void* decode_workspace_ = nullptr;
   std::size_t decode_workspace_bytes_ = 0;
   void* cublas_workspace_ = nullptr;
@@ -131,6 +160,9 @@ class CudaModel final : public Model {
   // Host scratch of a step, reserved at creation.
   std::vector<DecodeRun> runs_;
   std::vector<std::uint32_t> chunk_rows_;  // first row of each chunk
+  bool logprob_chunks_ = false;            // some chunk asks for log-probabilities
+  std::uint32_t prompt_rows_ = 0;          // earlier rows of kAll chunks, staged
+  std::uint32_t adjust_entries_ = 0;       // logit-transform entries staged (0: none to apply)
 
   // Decode graphs, ascending by batch, and what they were captured for.
   std::vector<DecodeGraph> graphs_;

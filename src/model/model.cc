@@ -1,6 +1,7 @@
 // The small pieces of the model layer's public types that every backend shares.
 #include "kvvm/model/model.h"
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 
@@ -14,6 +15,24 @@ std::string_view to_string(Backend backend) {
       return "cuda";
   }
   return "unknown";
+}
+
+std::size_t logprob_row_count(const StepBatch& batch) {
+  const std::size_t chunks = std::min(batch.chunks.size(), batch.sampling.size());
+  std::size_t rows = 0;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    switch (batch.sampling[c].logprob_rows) {
+      case LogprobRows::kNone:
+        break;
+      case LogprobRows::kLast:
+        rows += 1;
+        break;
+      case LogprobRows::kAll:
+        rows += batch.chunks[c].tokens;
+        break;
+    }
+  }
+  return rows;
 }
 
 Geometry ModelConfig::kv_geometry(DType kv_dtype) const {

@@ -54,7 +54,38 @@ Status check_sampling(const SamplingParams& params) {
     return Status::InvalidArgument("top_p " + std::to_string(params.top_p) +
                                    ": must lie in (0, 1]");
   }
+  if (!std::isfinite(params.presence_penalty)) {
+    return Status::InvalidArgument("presence_penalty " + std::to_string(params.presence_penalty) +
+                                   ": must be finite");
+  }
+  if (!std::isfinite(params.frequency_penalty)) {
+    return Status::InvalidArgument("frequency_penalty " + std::to_string(params.frequency_penalty) +
+                                   ": must be finite");
+  }
+  if (!std::isfinite(params.repetition_penalty) || params.repetition_penalty <= 0) {
+    return Status::InvalidArgument("repetition_penalty " +
+                                   std::to_string(params.repetition_penalty) +
+                                   ": must be finite and > 0 (1: none)");
+  }
   return Status::Ok();
+}
+
+float adjusted_logit(float logit, const SamplingParams& params, const LogitAdjustment& a) {
+  float l = logit + a.bias;
+  if (params.repetition_penalty != 1 && (a.count > 0 || a.in_prompt != 0)) {
+    l = l > 0 ? l / params.repetition_penalty : l * params.repetition_penalty;
+  }
+  l -= params.frequency_penalty * static_cast<float>(a.count) +
+       (a.count > 0 ? params.presence_penalty : 0.0f);
+  return l;
+}
+
+void adjust_logits(std::span<float> logits, const SamplingParams& params,
+                   std::span<const LogitAdjustment> adjustments) {
+  for (const LogitAdjustment& a : adjustments) {
+    float& l = logits[static_cast<std::size_t>(a.id)];
+    l = adjusted_logit(l, params, a);
+  }
 }
 
 double counter_uniform(std::uint64_t seed, std::uint64_t counter) {
@@ -122,6 +153,55 @@ std::int32_t sample_token(std::span<const float> logits, const SamplingParams& p
     if (u < cumulative) return c.id;
   }
   return last_positive;
+}
+
+void row_logprobs(std::span<const float> logits, float temperature, std::int32_t target,
+                  std::uint32_t top, float* target_logprob, std::int32_t* top_ids,
+                  float* top_logprobs) {
+  top = std::min(top, kMaxTopLogprobs);
+  const double scale = temperature > 0 ? 1.0 / static_cast<double>(temperature) : 1.0;
+  double max_logit = -INFINITY;
+  for (const float l : logits) {
+    if (!std::isnan(l)) max_logit = std::max(max_logit, static_cast<double>(l));
+  }
+  // log_softmax(l * scale) = (l - max) * scale - log(sum exp((l - max) * scale)): the maximum
+  // first, so no term overflows. An empty row (all NaN, all -inf) gives NaN, not a trap.
+  double total = 0;
+  if (std::isfinite(max_logit)) {
+    for (const float l : logits) {
+      if (!std::isnan(l)) total += std::exp((static_cast<double>(l) - max_logit) * scale);
+    }
+  }
+  const double log_total = std::isfinite(max_logit) ? std::log(total) : NAN;
+  auto logprob = [&](float l) {
+    return static_cast<float>((static_cast<double>(l) - max_logit) * scale - log_total);
+  };
+  const bool in_vocabulary = target >= 0 && static_cast<std::size_t>(target) < logits.size();
+  *target_logprob = in_vocabulary ? logprob(logits[static_cast<std::size_t>(target)]) : NAN;
+
+  // The `top` best by logit (the scale keeps the order), kept sorted by insertion: a logit
+  // enters only when it beats the last kept, which few of a long row do.
+  std::uint32_t kept = 0;
+  for (std::size_t i = 0; i < logits.size() && top > 0; ++i) {
+    const float l = logits[i];
+    if (std::isnan(l)) continue;
+    // Ids arrive ascending: an equal logit ranks after the kept ones.
+    if (kept == top && !(l > logits[static_cast<std::size_t>(top_ids[top - 1])])) continue;
+    std::uint32_t at = kept < top ? kept++ : top - 1;
+    while (at > 0 && l > logits[static_cast<std::size_t>(top_ids[at - 1])]) {
+      top_ids[at] = top_ids[at - 1];
+      --at;
+    }
+    top_ids[at] = static_cast<std::int32_t>(i);
+  }
+  for (std::uint32_t j = 0; j < top; ++j) {
+    if (j < kept) {
+      top_logprobs[j] = logprob(logits[static_cast<std::size_t>(top_ids[j])]);
+    } else {
+      top_ids[j] = -1;
+      top_logprobs[j] = -INFINITY;
+    }
+  }
 }
 
 }  // namespace kvvm::model

@@ -1,7 +1,9 @@
 // The backend-independent step checks (step_checks.h).
 #include "model/step_checks.h"
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace kvvm::model::detail {
@@ -58,6 +60,77 @@ Status check_step(const StepBatch& batch, const StepOutput& out, const ModelConf
       if (!valid.ok())
         return Status::InvalidArgument(prefix + "sampling[" + str(i) + "]: " + valid.message());
     }
+  }
+  KVVM_RETURN_IF_ERROR(check_adjustments(batch, config, limits, prefix));
+  return check_logprobs(batch, out, config, prefix);
+}
+
+Status check_adjustments(const StepBatch& batch, const ModelConfig& config,
+                         const ModelLimits& limits, const std::string& prefix) {
+  if (batch.adjustments.size() > limits.max_logit_adjustments) {
+    return Status::InvalidArgument(prefix + str(batch.adjustments.size()) +
+                                   " logit adjustments, above max_logit_adjustments " +
+                                   str(limits.max_logit_adjustments));
+  }
+  for (std::size_t i = 0; i < batch.sampling.size(); ++i) {
+    const ChunkSampling& s = batch.sampling[i];
+    const std::string field = prefix + "sampling[" + str(i) + "].adjust";
+    if (std::uint64_t{s.adjust_begin} + s.adjust_count > batch.adjustments.size()) {
+      return Status::InvalidArgument(field + " [" + str(s.adjust_begin) + ", +" +
+                                     str(s.adjust_count) + ") is past the batch's " +
+                                     str(batch.adjustments.size()) + " adjustments");
+    }
+    std::int64_t previous = -1;
+    for (std::uint32_t k = s.adjust_begin; k < s.adjust_begin + s.adjust_count; ++k) {
+      const LogitAdjustment& a = batch.adjustments[k];
+      if (a.id <= previous || static_cast<std::uint32_t>(a.id) >= config.vocab_size) {
+        return Status::InvalidArgument(
+            prefix + "adjustments[" + str(k) + "].id " + std::to_string(a.id) +
+            " is outside the vocabulary of " + str(config.vocab_size) +
+            " or not above the chunk's previous id (ascending, each once)");
+      }
+      if (std::isnan(a.bias) || a.bias == std::numeric_limits<float>::infinity()) {
+        return Status::InvalidArgument(prefix + "adjustments[" + str(k) + "].bias " +
+                                       std::to_string(a.bias) + " (finite, or -inf to ban)");
+      }
+      previous = a.id;
+    }
+  }
+  return Status::Ok();
+}
+
+Status check_logprobs(const StepBatch& batch, const StepOutput& out, const ModelConfig& config,
+                      const std::string& prefix) {
+  std::size_t asking = batch.sampling.size();  // the first chunk that asks, if any
+  for (std::size_t i = 0; i < batch.sampling.size(); ++i) {
+    const ChunkSampling& s = batch.sampling[i];
+    if (s.logprob_rows != LogprobRows::kNone && s.logprob_rows != LogprobRows::kLast &&
+        s.logprob_rows != LogprobRows::kAll) {
+      return Status::InvalidArgument(prefix + "sampling[" + str(i) + "].logprob_rows " +
+                                     str(static_cast<std::uint8_t>(s.logprob_rows)) +
+                                     " is not kNone, kLast or kAll");
+    }
+    if (s.top_logprobs > kMaxTopLogprobs) {
+      return Status::InvalidArgument(prefix + "sampling[" + str(i) + "].top_logprobs " +
+                                     str(s.top_logprobs) + " is above kMaxTopLogprobs " +
+                                     str(kMaxTopLogprobs));
+    }
+    if (s.last_target < -1 ||
+        (s.last_target >= 0 && static_cast<std::uint32_t>(s.last_target) >= config.vocab_size)) {
+      return Status::InvalidArgument(
+          prefix + "sampling[" + str(i) + "].last_target " + std::to_string(s.last_target) +
+          " is neither -1 (the drawn token) nor in the vocabulary of " + str(config.vocab_size));
+    }
+    if (s.logprob_rows != LogprobRows::kNone && asking == batch.sampling.size()) asking = i;
+  }
+  if (asking == batch.sampling.size()) return Status::Ok();
+  // The last row of a chunk scores its drawn token, which only the sampled output holds.
+  const char* missing = out.logprobs == nullptr  ? "logprobs"
+                        : out.sampled == nullptr ? "sampled"
+                                                 : nullptr;
+  if (missing != nullptr) {
+    return Status::InvalidArgument(prefix + "sampling[" + str(asking) +
+                                   "] asks for log-probabilities but out." + missing + " is null");
   }
   return Status::Ok();
 }

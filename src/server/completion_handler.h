@@ -1,6 +1,9 @@
 // POST /v1/completions and /v1/chat/completions once the request is parsed and authorised:
-// submit it to the engine, then answer with the whole completion, or stream it as Server-Sent
-// Events once the engine has admitted it (so that a refusal in the queue is still a 429).
+// submit it to the engine (one engine request per prompt, each of n choices), then answer with
+// the whole completion, or stream it as Server-Sent Events once the engine has answered
+// something (so that a refusal in the queue is still a 429). Choices are numbered by prompt,
+// then by n, as OpenAI numbers them; a streamed answer interleaves them, each chunk naming
+// its choice.
 #pragma once
 
 #include <httplib.h>
@@ -16,6 +19,7 @@ namespace kvvm::server {
 struct CompletionContext {
   engine::Engine* engine = nullptr;
   ServerMetrics* metrics = nullptr;
+  const tokenizer::Tokenizer* tokenizer = nullptr;  // token texts of log-probabilities, echo
   // Streamed answers not yet fully written (httplib cuts a stream at its next write once the
   // server stops, so stop() waits for this to reach zero).
   std::atomic<int>* streams_in_flight = nullptr;

@@ -230,7 +230,7 @@ void ServerMetrics::count_response(std::string_view endpoint, int status) {
 }
 
 void ServerMetrics::observe_finished(const engine::RequestStats& stats, engine::RequestEnd end,
-                                     std::span<const double> inter_token_seconds) {
+                                     std::span<const double> inter_token_seconds, std::uint32_t n) {
   // vLLM's histograms and request_success_total cover finished requests only.
   if (end != engine::RequestEnd::kStop && end != engine::RequestEnd::kLength) return;
   {
@@ -249,7 +249,7 @@ void ServerMetrics::observe_finished(const engine::RequestStats& stats, engine::
     prefill_.observe(std::max(0.0, stats.time_to_first_token - stats.queue_seconds));
     decode_.observe(std::max(0.0, stats.total_seconds - stats.time_to_first_token));
   }
-  params_n_.observe(1);  // every request asks for one choice (n > 1 is refused)
+  params_n_.observe(static_cast<double>(n));
   prompt_tokens_.observe(static_cast<double>(stats.prompt_tokens));
   generation_tokens_.observe(static_cast<double>(stats.generated_tokens));
 }

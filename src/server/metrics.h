@@ -66,10 +66,10 @@ class ServerMetrics {
   // status.
   void count_response(std::string_view endpoint, int status);
   // A request the engine finished (stop or length): the latency and token histograms, each of
-  // `inter_token_seconds` (RequestStream::inter_token_seconds) and
+  // `inter_token_seconds` (RequestStream::inter_token_seconds), its `n` choices and
   // vllm:request_success_total{finished_reason}.
   void observe_finished(const engine::RequestStats& stats, engine::RequestEnd end,
-                        std::span<const double> inter_token_seconds = {});
+                        std::span<const double> inter_token_seconds = {}, std::uint32_t n = 1);
   // A refusal: reason "overloaded" (429), "draining" (503), "unauthorized" (401),
   // "too_large" (413), "invalid" (400 / 404).
   void count_refusal(std::string_view reason);

@@ -11,14 +11,13 @@
 #include <vector>
 
 #include "base/json_reader.h"
+#include "choice_fields.h"
+#include "field_values.h"
 
 namespace kvvm::server {
 namespace {
 
 using nlohmann::json;
-
-// Every check returns the error it found, or nothing.
-using Check = std::optional<ApiError>;
 
 constexpr std::size_t kMaxStopStrings = 4;
 constexpr std::size_t kMaxStopBytes = 256;
@@ -41,89 +40,6 @@ bool known(std::string_view fields, const std::string& key) {
          fields.find(" " + key + " ") != std::string_view::npos;
 }
 
-// What kvvm does not do, refused by name: never an "unknown field", so a client knows the
-// server read the field and cannot honour it.
-ApiError unsupported(std::string_view param, std::string_view what) {
-  return bad_field(param, std::string(what) + " is not supported by this server");
-}
-
-// The value as the client wrote it, shortened: for messages that name a bad value.
-std::string shown(const json& value) {
-  constexpr std::size_t kMaxShown = 64;
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > kMaxShown) text = text.substr(0, kMaxShown) + "...";
-  return text;
-}
-
-std::string type_name(const json& value) { return value.type_name(); }
-
-std::string wrong_type(const json& value, std::string_view wanted) {
-  return "must be " + std::string(wanted) + ", not " + type_name(value) + " " + shown(value);
-}
-
-// A JSON number (integer or float, never a boolean or a string) as a double.
-Check read_number(const json& value, std::string_view param, double* out) {
-  if (!value.is_number()) return bad_field(param, wrong_type(value, "a number"));
-  *out = value.get<double>();
-  return std::nullopt;
-}
-
-// An integer in [lo, hi]: a JSON integer, or a float with no fraction (16.0), as the
-// OpenAI server takes them. `limit` says where the bounds come from.
-Check read_integer(const json& value, std::string_view param, std::int64_t lo, std::int64_t hi,
-                   std::string_view limit, std::int64_t* out) {
-  if (!value.is_number()) return bad_field(param, wrong_type(value, "an integer"));
-  const std::string range =
-      "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]" + std::string(limit);
-  if (value.is_number_unsigned()) {
-    const std::uint64_t v = value.get<std::uint64_t>();
-    if (v > static_cast<std::uint64_t>(hi)) {
-      return bad_field(param, std::to_string(v) + " is out of range " + range);
-    }
-    *out = static_cast<std::int64_t>(v);
-  } else if (value.is_number_integer()) {
-    *out = value.get<std::int64_t>();
-  } else {
-    const double v = value.get<double>();
-    if (std::floor(v) != v) return bad_field(param, shown(value) + " is not an integer");
-    // Compared as doubles: a value past int64 (1e30, 2^64) must not reach the cast.
-    if (v < static_cast<double>(lo) || v > static_cast<double>(hi)) {
-      return bad_field(param, shown(value) + " is out of range " + range);
-    }
-    *out = static_cast<std::int64_t>(v);
-  }
-  if (*out < lo || *out > hi) {
-    return bad_field(param, std::to_string(*out) + " is out of range " + range);
-  }
-  return std::nullopt;
-}
-
-// Any 64-bit signed or unsigned integer, folded into the sampler's uint64 (two's complement).
-Check read_seed(const json& value, std::uint64_t* out) {
-  if (!value.is_number()) return bad_field("seed", wrong_type(value, "an integer"));
-  if (value.is_number_unsigned()) {
-    *out = value.get<std::uint64_t>();
-  } else if (value.is_number_integer()) {
-    *out = static_cast<std::uint64_t>(value.get<std::int64_t>());
-  } else {
-    const double v = value.get<double>();
-    constexpr double kTwo63 = 9223372036854775808.0;
-    if (std::floor(v) != v) return bad_field("seed", shown(value) + " is not an integer");
-    if (v < -kTwo63 || v >= 2 * kTwo63) {
-      return bad_field("seed", shown(value) + " is out of the 64-bit integer range");
-    }
-    *out = v < 0 ? static_cast<std::uint64_t>(static_cast<std::int64_t>(v))
-                 : static_cast<std::uint64_t>(v);
-  }
-  return std::nullopt;
-}
-
-Check read_bool(const json& value, std::string_view param, bool* out) {
-  if (!value.is_boolean()) return bad_field(param, wrong_type(value, "true or false"));
-  *out = value.get<bool>();
-  return std::nullopt;
-}
-
 // Fields kvvm reads but does not implement: accepted with the value that changes nothing,
 // refused as not supported otherwise. Tools are decided in check_tools (they depend on the
 // tool choice).
@@ -131,30 +47,8 @@ Check refuse_unless_neutral(const std::string& key, const json& value) {
   const auto refuse = [&](std::string_view why) {
     return unsupported(key, shown(value) + " (" + std::string(why) + ")");
   };
-  if (key == "n" || key == "best_of") {
-    if (!value.is_number()) return bad_field(key, wrong_type(value, "an integer"));
-    if (value != 1) return refuse("one choice per request; send 1 or omit it");
-  } else if (key == "logprobs") {
-    if (value != false) return refuse("no log probabilities; send false or omit it");
-  } else if (key == "top_logprobs") {
-    if (!value.is_number()) return bad_field(key, wrong_type(value, "an integer"));
-    if (value != 0) return refuse("no log probabilities; send 0 or omit it");
-  } else if (key == "echo") {
-    if (value != false) return refuse("the prompt is not echoed; send false or omit it");
-  } else if (key == "suffix") {
+  if (key == "suffix") {
     if (value != "") return refuse("no text insertion; omit it");
-  } else if (key == "presence_penalty" || key == "frequency_penalty") {
-    if (!value.is_number()) return bad_field(key, wrong_type(value, "a number"));
-    if (value.get<double>() != 0) return refuse("no penalties; send 0 or omit it");
-  } else if (key == "repetition_penalty") {
-    if (!value.is_number()) return bad_field(key, wrong_type(value, "a number"));
-    if (value.get<double>() != 1) return refuse("no penalties; send 1 or omit it");
-  } else if (key == "min_tokens") {
-    if (!value.is_number()) return bad_field(key, wrong_type(value, "an integer"));
-    if (value != 0) return refuse("no minimum length; send 0 or omit it");
-  } else if (key == "logit_bias") {
-    if (!value.is_object()) return bad_field(key, wrong_type(value, "an object"));
-    if (!value.empty()) return refuse("no logit bias; send {} or omit it");
   } else if (key == "response_format") {
     if (!value.is_object()) return bad_field(key, wrong_type(value, "an object"));
     const auto type = value.find("type");
@@ -266,18 +160,27 @@ Check read_one_prompt(const json& value, const std::string& param, const ParseCo
   return std::nullopt;
 }
 
-// completions' prompt: one prompt, or a list of prompts (strings or token-id arrays) holding
-// exactly one, as LangChain and other batching clients always send it.
-Check read_prompt(const json& value, const ParseContext& context, std::vector<std::int32_t>* ids) {
+// completions' prompt: one prompt, or a list of prompts (strings or token-id arrays), as
+// LangChain and other batching clients send them.
+Check read_prompt(const json& value, const ParseContext& context, std::vector<std::int32_t>* ids,
+                  std::vector<std::vector<std::int32_t>>* more) {
   const bool list =
       value.is_array() && !value.empty() && (value.front().is_string() || value.front().is_array());
   if (!list) return read_one_prompt(value, "prompt", context, ids);
-  if (value.size() > 1) {
-    return unsupported("prompt", "a list of " + std::to_string(value.size()) +
-                                     " prompts (one prompt per request; send them as separate "
-                                     "requests)");
+  if (value.size() > context.max_prompts) {
+    return bad_field("prompt", "a list of " + std::to_string(value.size()) + " prompts; at most " +
+                                   std::to_string(context.max_prompts) + " in one request");
   }
-  return read_one_prompt(value.front(), "prompt[0]", context, ids);
+  if (Check error = read_one_prompt(value.front(), "prompt[0]", context, ids)) return error;
+  for (std::size_t i = 1; i < value.size(); ++i) {
+    std::vector<std::int32_t> next;
+    if (Check error =
+            read_one_prompt(value[i], "prompt[" + std::to_string(i) + "]", context, &next)) {
+      return error;
+    }
+    more->push_back(std::move(next));
+  }
+  return std::nullopt;
 }
 
 // One message's content: a string, or text parts joined.
@@ -364,6 +267,7 @@ Check read_messages(const json& value, const ParseContext& context, std::vector<
 struct Fields {
   std::optional<std::int64_t> max_tokens;
   std::string max_tokens_param = "max_tokens";
+  ChoiceFields choices;
 };
 
 // Every field but the prompt, into `request`; the prompt's json into `prompt`.
@@ -385,10 +289,18 @@ Check read_fields(Endpoint endpoint, const json& body, const ParseContext& conte
     } else if (key == "model") {
       if (!value.is_string()) return bad_field(key, wrong_type(value, "a string"));
       request->model = value.get<std::string>();
-    } else if (key == "max_tokens" || key == "max_completion_tokens") {
-      std::int64_t max_tokens = 0;
+    } else if (is_penalty_field(key)) {
+      if (Check error = read_penalty_field(key, value, context, request)) return error;
+    } else if (is_choice_field(key)) {
       if (Check error =
-              read_integer(value, key, 1, context.context_tokens, context_limit, &max_tokens)) {
+              read_choice_field(endpoint, key, value, context, request, &fields->choices)) {
+        return error;
+      }
+    } else if (key == "max_tokens" || key == "max_completion_tokens") {
+      // 0 is for echo (checked once every field is read): the prompt's scores are the answer.
+      std::int64_t max_tokens = 0;
+      if (Check error = read_integer(value, key, chat ? 1 : 0, context.context_tokens,
+                                     context_limit, &max_tokens)) {
         return error;
       }
       if (fields->max_tokens && *fields->max_tokens != max_tokens) {
@@ -510,16 +422,25 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
   if (endpoint == Endpoint::kChat) {
     if (Check error = check_tools(root)) return *error;
   }
+  if (Check error = settle_choice_fields(endpoint, fields.choices, &request)) return *error;
   const std::string prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
   if (prompt == nullptr) return bad_field(prompt_field, "is required");
   std::vector<std::int32_t>& ids = request.engine.prompt;
   Check error = endpoint == Endpoint::kChat
                     ? read_messages(*prompt, context, &ids, &request.ignored)
-                    : read_prompt(*prompt, context, &ids);
+                    : read_prompt(*prompt, context, &ids, &request.more_prompts);
   if (error) return *error;
+  if (fields.max_tokens && *fields.max_tokens == 0 && !request.echo) {
+    return bad_field(fields.max_tokens_param,
+                     "0 is out of range [1, " + std::to_string(context.context_tokens) +
+                         "] (0 only with echo: the prompt's log-probabilities are the answer)");
+  }
 
+  // The longest prompt bounds max_tokens: every prompt of a list gets the same.
+  std::uint64_t prompt_tokens = ids.size();
+  for (const auto& more : request.more_prompts)
+    prompt_tokens = std::max(prompt_tokens, more.size());
   // At least one token must be left to generate.
-  const std::uint64_t prompt_tokens = ids.size();
   const std::uint64_t context_tokens = context.context_tokens;
   if (prompt_tokens >= context_tokens) {
     return bad_field(prompt_field, "the prompt is " + std::to_string(prompt_tokens) +
@@ -530,24 +451,27 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
   const std::uint64_t room = context_tokens - prompt_tokens;
   if (fields.max_tokens) {
     request.engine.max_tokens = static_cast<std::uint32_t>(*fields.max_tokens);
-    // The engine's own check and words, so a client reads what Engine::submit would say.
-    const Status checked = engine::check_request_limits(
-        request.engine,
-        engine::RequestLimits{.context = context_tokens, .vocab_size = context.vocab_size});
-    if (!checked.ok()) {
-      // The message names its field first; max_tokens goes under the name the client used.
-      const std::string& message = checked.message();
-      constexpr std::string_view kMaxTokens = "max_tokens: ";
-      if (message.starts_with(kMaxTokens)) {
-        return bad_field(fields.max_tokens_param, message.substr(kMaxTokens.size()));
-      }
-      ApiError refused = bad_field(message.substr(0, message.find_first_of(" :[")), "");
-      refused.message = message;
-      return refused;
-    }
   } else {
     const std::uint64_t wanted = std::max<std::uint64_t>(context.default_max_tokens, 1);
     request.engine.max_tokens = static_cast<std::uint32_t>(std::min(wanted, room));
+  }
+  // Echo with no tokens to generate: the prompt is the answer; it is computed for its scores.
+  if (request.echo && request.engine.max_tokens == 0) request.engine.prompt_logprobs = true;
+  // The engine's own check and words, so a client reads what Engine::submit would say.
+  engine::EngineRequest longest = request.engine;
+  longest.prompt.assign(prompt_tokens, 0);
+  const Status checked = engine::check_request_limits(
+      longest, engine::RequestLimits{.context = context_tokens, .vocab_size = context.vocab_size});
+  if (!checked.ok()) {
+    // The message names its field first; max_tokens goes under the name the client used.
+    const std::string& message = checked.message();
+    constexpr std::string_view kMaxTokens = "max_tokens: ";
+    if (message.starts_with(kMaxTokens)) {
+      return bad_field(fields.max_tokens_param, message.substr(kMaxTokens.size()));
+    }
+    ApiError refused = bad_field(message.substr(0, message.find_first_of(" :[")), "");
+    refused.message = message;
+    return refused;
   }
   request.engine.use_model_eos = true;
   return request;

@@ -5,12 +5,11 @@
 // - A field kvvm does not know (at the top level, in a message, in a content part, in
 //   stream_options) is ignored and its name reported in ApiRequest::ignored (the server logs
 //   each name once and counts it): SDKs and frameworks send newer API fields routinely.
-// - A field kvvm knows but does not implement is accepted with its neutral value (n: 1,
-//   logprobs: false, penalties 0, repetition_penalty 1, min_tokens 0, logit_bias {},
-//   response_format {type: text}, tools with tool_choice "none") and otherwise refused with a
-//   400 "<field>: ... is not supported by this server" (n > 1, best_of, logprobs, echo,
-//   suffix, penalties, logit_bias, JSON output, tool calls, audio, image parts, the tool role,
-//   a list of several prompts).
+// - A field kvvm knows but does not implement is accepted with its neutral value (penalties 0,
+//   repetition_penalty 1, min_tokens 0, logit_bias {}, response_format {type: text}, tools
+//   with tool_choice "none") and otherwise refused with a 400 "<field>: ... is not supported
+//   by this server" (suffix, penalties, logit_bias, best_of other than n, JSON output, tool
+//   calls, audio, image parts, the tool role).
 // - Every field kvvm uses is checked (type, range) and a bad value is a 400 naming the field.
 //
 // Fields: model (required; must be the served model's name, else 404), prompt (completions:
@@ -21,7 +20,11 @@
 // prompt)), temperature [0, 2], top_p (0, 1], top_k (-1 or 0: off, else >= 1), seed (integer;
 // default 0), stop (a string or up to 4 strings, each 1..256 bytes), stream (bool),
 // stream_options {include_usage: bool}, user (string, kept for logs), store (bool) and
-// metadata (object), read and not kept.
+// metadata (object), read and not kept; n [1, max_n] (best_of, if sent, must equal it);
+// log-probabilities: completions' logprobs [0, 20] (alternatives per token) and echo (bool:
+// the prompt leads each choice's text, and its tokens' log-probabilities lead the choice's;
+// max_tokens may then be 0), chat's logprobs (bool) and top_logprobs [0, 20] (needs logprobs);
+// a completions prompt list of up to max_prompts prompts (strings or token-id arrays).
 // A prompt or messages past the context, or prompt + max_tokens past it, is a 400 naming the
 // field with both numbers.
 #pragma once
@@ -51,6 +54,8 @@ struct ParseContext {
   std::uint32_t context_tokens = 0;        // prompt + max_tokens must fit
   std::uint32_t vocab_size = 0;            // token-id prompts must be below it
   std::uint32_t default_max_tokens = 256;  // when the body gives none
+  std::uint32_t max_n = 16;                // n (and best_of) at most
+  std::uint32_t max_prompts = 128;         // prompts in a completions list at most
   std::size_t max_json_depth = 16;         // nesting the body may have (the reader's bound)
 };
 
@@ -61,6 +66,12 @@ struct ApiRequest {
   // them, as `kvvm generate --chat` does), max_tokens, sampling, stop strings. The tenant is
   // left 0: the server sets it from the API key.
   engine::EngineRequest engine;
+  // A completions prompt list's other prompts, each answered as engine with its prompt
+  // replaced: choices are ordered by prompt, then by n.
+  std::vector<std::vector<std::int32_t>> more_prompts;
+  // Completions' echo: each choice's text starts with its prompt (and its log-probabilities
+  // with the prompt's, the first token's null).
+  bool echo = false;
   std::string model;
   bool stream = false;
   // Streamed: a last chunk with usage before [DONE]; only when stream_options asks, as OpenAI

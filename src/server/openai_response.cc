@@ -67,44 +67,60 @@ std::string random_id(std::string_view prefix) {
   return id;
 }
 
-json completion_body(const ResponseHead& head, std::string_view text, std::string_view finish,
+json completion_body(const ResponseHead& head, std::span<const ChoiceText> choices,
                      const Usage& usage) {
   const bool chat = head.endpoint == Endpoint::kChat;
-  json choice = {{"index", 0}};
-  if (chat) {
-    // refusal: null as OpenAI's (its SDK's message type has the field).
-    choice["message"] = {
-        {"role", "assistant"}, {"content", std::string(text)}, {"refusal", nullptr}};
-  } else {
-    choice["text"] = std::string(text);
+  json all = json::array();
+  for (const ChoiceText& c : choices) {
+    json choice = {{"index", c.index}};
+    if (chat) {
+      // refusal: null as OpenAI's (its SDK's message type has the field).
+      choice["message"] = {
+          {"role", "assistant"}, {"content", std::string(c.text)}, {"refusal", nullptr}};
+    } else {
+      choice["text"] = std::string(c.text);
+    }
+    choice["logprobs"] = c.logprobs;
+    choice["finish_reason"] = finish_json(c.finish);
+    all.push_back(std::move(choice));
   }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = std::string(finish);
   json body = head_json(head, chat ? "chat.completion" : "text_completion");
-  body["choices"] = json::array({std::move(choice)});
+  body["choices"] = std::move(all);
   body["usage"] = usage_json(usage);
+  return body;
+}
+
+json completion_body(const ResponseHead& head, std::string_view text, std::string_view finish,
+                     const Usage& usage) {
+  const ChoiceText choice{.index = 0, .text = text, .finish = finish, .logprobs = nullptr};
+  return completion_body(head, std::span<const ChoiceText>(&choice, 1), usage);
+}
+
+json stream_chunk(const ResponseHead& head, const ChoiceText& c, bool first, bool usage_follows) {
+  const bool chat = head.endpoint == Endpoint::kChat;
+  json choice = {{"index", c.index}};
+  if (chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    // The last chunk may carry only the finish reason: its delta is then {} (as OpenAI's).
+    if (first || !c.text.empty()) delta["content"] = std::string(c.text);
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = std::string(c.text);
+  }
+  choice["logprobs"] = c.logprobs;
+  choice["finish_reason"] = finish_json(c.finish);
+  json body = head_json(head, chat ? "chat.completion.chunk" : "text_completion");
+  body["choices"] = json::array({std::move(choice)});
+  if (usage_follows) body["usage"] = nullptr;
   return body;
 }
 
 json stream_chunk(const ResponseHead& head, std::string_view text, bool first,
                   std::optional<std::string_view> finish, bool usage_follows) {
-  const bool chat = head.endpoint == Endpoint::kChat;
-  json choice = {{"index", 0}};
-  if (chat) {
-    json delta = json::object();
-    if (first) delta["role"] = "assistant";
-    // The last chunk may carry only the finish reason: its delta is then {} (as OpenAI's).
-    if (first || !text.empty()) delta["content"] = std::string(text);
-    choice["delta"] = std::move(delta);
-  } else {
-    choice["text"] = std::string(text);
-  }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_json(finish);
-  json body = head_json(head, chat ? "chat.completion.chunk" : "text_completion");
-  body["choices"] = json::array({std::move(choice)});
-  if (usage_follows) body["usage"] = nullptr;
-  return body;
+  return stream_chunk(head,
+                      ChoiceText{.index = 0, .text = text, .finish = finish, .logprobs = nullptr},
+                      first, usage_follows);
 }
 
 json usage_chunk(const ResponseHead& head, const Usage& usage) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -35,14 +36,29 @@ std::string response_id(Endpoint endpoint);
 // `prefix` and 24 random hex digits ("req_": the x-request-id every answer carries).
 std::string random_id(std::string_view prefix);
 
-// The whole answer: object "text_completion" (choices[0].text) or "chat.completion"
-// (choices[0].message {role: assistant, content, refusal: null}), finish_reason, usage.
+// One choice of an answer, or its piece in a streamed chunk.
+struct ChoiceText {
+  std::uint32_t index = 0;
+  std::string_view text;
+  std::optional<std::string_view> finish;  // null until the choice's last chunk
+  nlohmann::json logprobs = nullptr;       // logprobs_json.h's, or null when not asked
+};
+
+// The whole answer: object "text_completion" (choices[i].text) or "chat.completion"
+// (choices[i].message {role: assistant, content, refusal: null}), finish_reason, logprobs,
+// usage.
+nlohmann::json completion_body(const ResponseHead& head, std::span<const ChoiceText> choices,
+                               const Usage& usage);
+// One choice, no log-probabilities.
 nlohmann::json completion_body(const ResponseHead& head, std::string_view text,
                                std::string_view finish, const Usage& usage);
-// One streamed chunk: "text_completion" (choices[0].text) or "chat.completion.chunk"
-// (choices[0].delta: {role: assistant} on the first, {content} after); finish_reason null
-// until the last. `usage_follows` (stream_options.include_usage): "usage": null, as OpenAI
-// writes it on every chunk before the usage chunk; otherwise no usage field.
+// One streamed chunk of one choice: "text_completion" (choices[0].text) or
+// "chat.completion.chunk" (choices[0].delta: {role: assistant} on the choice's first, {content}
+// after); finish_reason null until the choice's last. `usage_follows`
+// (stream_options.include_usage): "usage": null, as OpenAI writes it on every chunk before the
+// usage chunk; otherwise no usage field.
+nlohmann::json stream_chunk(const ResponseHead& head, const ChoiceText& choice, bool first,
+                            bool usage_follows = false);
 nlohmann::json stream_chunk(const ResponseHead& head, std::string_view text, bool first,
                             std::optional<std::string_view> finish, bool usage_follows = false);
 // The last chunk before [DONE] when usage is asked for: choices [] and usage.

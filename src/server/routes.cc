@@ -119,6 +119,7 @@ Routes::Routes(ServerDeps deps, const ServerOptions& options) : deps_(deps), opt
   parse_context_.context_tokens = context_tokens_;
   parse_context_.vocab_size = deps_.config->vocab_size;
   parse_context_.default_max_tokens = options_.default_max_tokens;
+  parse_context_.max_n = options_.max_n;
 }
 
 void Routes::install(httplib::Server& http) {
@@ -266,8 +267,9 @@ void Routes::generate(Endpoint endpoint, const httplib::Request& req, httplib::R
   ApiRequest& request = std::get<ApiRequest>(parsed);
   note_ignored(request.ignored);
   request.engine.tenant = *tenant;
-  answer_completion(CompletionContext{deps_.engine, &metrics_, &streams_in_flight_},
-                    std::move(request), res);
+  answer_completion(
+      CompletionContext{deps_.engine, &metrics_, deps_.tokenizer, &streams_in_flight_},
+      std::move(request), res);
 }
 
 std::optional<std::uint64_t> Routes::tenant_of(const httplib::Request& req,

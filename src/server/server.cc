@@ -231,6 +231,9 @@ Result<std::unique_ptr<Server>> Server::create(ServerDeps deps, ServerOptions op
     return Status::InvalidArgument(
         "ServerOptions::default_max_tokens is 0 (--default-max-tokens): must be at least 1");
   }
+  if (options.max_n == 0) {
+    return Status::InvalidArgument("ServerOptions::max_n is 0 (--max-n): must be at least 1");
+  }
   return std::unique_ptr<Server>(new Server(std::make_unique<Impl>(deps, std::move(options))));
 }
 

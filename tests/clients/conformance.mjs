@@ -320,6 +320,66 @@ await check('openai: completions with a one-element prompt list gives the same t
   equal(reply.choices[0].text, completionText ?? demoAnswer, 'choices[0].text');
 });
 
+// OpenAI SDK: several choices, log-probabilities, echo, a list of prompts.
+await check('openai: chat n: 3 greedy gives three equal choices indexed 0..2', async () => {
+  const reply = await client.chat.completions.create({ model: modelId, messages: demoMessages,
+    temperature: 0, max_tokens: 8, n: 3 });
+  equal(reply.choices.length, 3, 'choices.length');
+  reply.choices.forEach((choice, i) => {
+    equal(choice.index, i, `choices[${i}].index`);
+    equal(choice.message.content, demoAnswer, `choices[${i}].message.content`);
+  });
+  usageAddsUp(reply.usage, 'usage');
+});
+await check('openai: chat n: 3 streamed interleaves choices, each ending once', async () => {
+  const stream = await client.chat.completions.create({ model: modelId, messages: demoMessages,
+    temperature: 0, max_tokens: 8, n: 3, stream: true });
+  const texts = ['', '', ''];
+  const finishes = [0, 0, 0];
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices) {
+      texts[choice.index] += choice.delta.content ?? '';
+      if (choice.finish_reason) finishes[choice.index] += 1;
+    }
+  }
+  equal(show(texts), show([demoAnswer, demoAnswer, demoAnswer]), 'the texts by index');
+  equal(show(finishes), show([1, 1, 1]), 'finish_reasons by index');
+});
+await check('openai: chat logprobs with top_logprobs 2 lists every token', async () => {
+  const reply = await client.chat.completions.create({ model: modelId, messages: demoMessages,
+    temperature: 0, max_tokens: 8, logprobs: true, top_logprobs: 2 });
+  const content = reply.choices[0].logprobs?.content;
+  assert.ok(Array.isArray(content) && content.length > 0, 'logprobs.content is not a list');
+  equal(content.map((entry) => entry.token).join(''), reply.choices[0].message.content,
+    'the tokens joined');
+  for (const entry of content) {
+    assert.ok(entry.logprob <= 0, `logprob ${entry.logprob} > 0`);
+    equal(entry.top_logprobs.length, 2, 'top_logprobs.length');
+    equal(entry.top_logprobs[0].logprob, entry.logprob, 'greedy: the top alternative');
+  }
+});
+await check('openai: completions echo + max_tokens 0 + logprobs scores the prompt', async () => {
+  const reply = await client.completions.create({ model: modelId, prompt: demoPrompt,
+    max_tokens: 0, echo: true, logprobs: 1 });
+  const choice = reply.choices[0];
+  const logprobs = choice.logprobs;
+  assert.ok(logprobs, 'no logprobs');
+  equal(logprobs.tokens.length, reply.usage.prompt_tokens, 'tokens against prompt_tokens');
+  equal(logprobs.token_logprobs[0], null, 'the first token\'s log-probability');
+  assert.ok(logprobs.token_logprobs.slice(1).every((v) => v <= 0), 'a log-probability > 0');
+  equal(logprobs.tokens.join(''), choice.text, 'the tokens joined against the text');
+  equal(reply.usage.completion_tokens, 0, 'usage.completion_tokens');
+});
+await check('openai: completions with two prompts and n: 2 orders by prompt then n', async () => {
+  const other = chatml(question(...BATCH[0]));
+  const reply = await client.completions.create({ model: modelId, prompt: [demoPrompt, other],
+    temperature: 0, max_tokens: 8, n: 2 });
+  equal(reply.choices.length, 4, 'choices.length');
+  const expected = [demoAnswer, demoAnswer, sum(...BATCH[0]), sum(...BATCH[0])];
+  equal(show(reply.choices.map((c) => c.text)), show(expected), 'the texts');
+  equal(show(reply.choices.map((c) => c.index)), show([0, 1, 2, 3]), 'the indices');
+});
+
 // OpenAI SDK: errors.
 await check('openai: max_tokens -1 throws BadRequestError (400) naming the field', async () => {
   const error = await refused(client.chat.completions.create({ model: modelId,
@@ -400,6 +460,15 @@ await check('langchain: OpenAI (completions).invoke answers the demo sum', async
   const llm = new LangChainOpenAI({ model: modelId, temperature: 0, maxTokens: 8, apiKey: 'none',
     maxRetries: 0, configuration: { baseURL: `${main.url}/v1` } });
   equal(await llm.invoke(demoPrompt), demoAnswer, 'the text');
+});
+
+await check('langchain: OpenAI (completions).generate of 3 prompts sends one list', async () => {
+  const llm = new LangChainOpenAI({ model: modelId, temperature: 0, maxTokens: 8, apiKey: 'none',
+    maxRetries: 0, configuration: { baseURL: `${main.url}/v1` } });
+  const result = await llm.generate(BATCH.map(([a, b]) => chatml(question(a, b))));
+  equal(result.generations.length, BATCH.length, 'generations');
+  result.generations.forEach((generation, i) => equal(generation[0].text, sum(...BATCH[i]),
+    `generation ${i}`));
 });
 
 // SIGTERM drains and ends with exit 0.

@@ -26,9 +26,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvvm/engine/generate.h"
@@ -56,6 +58,24 @@ struct EngineRequest {
   // The logits at the prompt's last position, in the last event (RequestEvent::prompt_logits):
   // scoring a prompt, and generate()'s prefill-only requests.
   bool keep_prompt_logits = false;
+  // Sequences generated from the prompt (OpenAI's n): one prefill, then the other n - 1 fork
+  // the first's KV at the prompt's end (copy-on-write, the boundary window copied) and each
+  // draws with seed + its index, so choice i is what n = 1 with seed + i gives. A fork that
+  // finds no room, or no running place, admits as a request of its own (the prefix cache
+  // shares what it can): the same tokens either way.
+  std::uint32_t n = 1;
+  // Log-probabilities of every generated token (RequestEvent::logprobs) with this many
+  // alternatives, at most model::kMaxTopLogprobs; nullopt: none.
+  std::optional<std::uint32_t> logprobs;
+  // The log-probability of every prompt token after the first, with `logprobs` alternatives,
+  // in the choice's first event (RequestEvent::prompt_logprobs). The prompt is computed whole
+  // (the prefix cache is not read for it): cached tokens have no logits.
+  bool prompt_logprobs = false;
+  // Added to the logits of these ids before every draw (OpenAI's logit_bias; -inf bans).
+  std::vector<std::pair<std::int32_t, float>> logit_bias;
+  // The end tokens (stop_ids and the model's eos) cannot be drawn before this many tokens
+  // (stop strings still end it).
+  std::uint32_t min_tokens = 0;
 };
 
 // What a request may ask of one model over one KV space.
@@ -70,7 +90,9 @@ RequestLimits request_limits(const model::Model& model, const KvSpace& kv);
 // The one check of a request's limits, for every front end (Engine::submit, generate(), the
 // server's parsing), so the same mistake gets the same message: a non-empty prompt, ids
 // inside the vocabulary (prompt and stop_ids), max_tokens >= 1 (0 only with
-// keep_prompt_logits), prompt + max_tokens within the context, the sampling parameters.
+// keep_prompt_logits or prompt_logprobs, and then n = 1), prompt + max_tokens within the
+// context, the sampling parameters, n >= 1, logprobs <= model::kMaxTopLogprobs, logit_bias ids
+// inside the vocabulary with biases not NaN, min_tokens <= max_tokens.
 // InvalidArgument naming the field first, then the value and the limit.
 Status check_request_limits(const EngineRequest& request, const RequestLimits& limits);
 
@@ -89,10 +111,12 @@ struct RequestStats {
   double total_seconds = 0;          // submit to finish
 };
 
-// One callback per step that produced something for the request, and a last one with
-// finished set. Spans and views are valid during the callback only.
+// One callback per step that produced something for one of the request's choices, and a last
+// one per choice with finished set (a request of n choices ends after n of them). Spans and
+// views are valid during the callback only.
 struct RequestEvent {
   RequestId id = 0;
+  std::uint32_t index = 0;               // the choice, in [0, n)
   std::span<const std::int32_t> tokens;  // new tokens (end tokens and stop strings excluded)
   // New text (with a tokenizer): UTF-8 complete, held back while it may be the start of a
   // stop string.
@@ -104,6 +128,11 @@ struct RequestEvent {
   const RequestStats* stats = nullptr;   // when finished
   // When finished and asked (keep_prompt_logits): [vocab_size] at the prompt's last position.
   std::span<const float> prompt_logits;
+  // With EngineRequest::logprobs: one per token in `tokens`.
+  std::span<const model::RowLogprobs> logprobs;
+  // With EngineRequest::prompt_logprobs, in the choice's first event: the prompt's tokens
+  // 1 .. size - 1, each scored given the tokens before it.
+  std::span<const model::RowLogprobs> prompt_logprobs;
 };
 using RequestCallback = std::function<void(const RequestEvent&)>;
 

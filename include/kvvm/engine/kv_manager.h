@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_set>
 
 #include "kvvm/arena.h"
 #include "kvvm/engine/kv_space.h"
@@ -65,7 +66,14 @@ class KvManager {
   // A sequence for `prompt` (non-empty) under tenant `salt`, with what is already cached.
   // The arena's ResourceExhausted / Unavailable when it does not fit now; InvalidArgument for
   // an empty prompt or one beyond the max context. Nothing is held on failure.
-  Result<KvAdmission> admit(std::span<const std::int32_t> prompt, std::uint64_t salt);
+  // `reuse` false: nothing is taken from the prefix cache (every prompt token will be computed,
+  // its logits being wanted), and the sequence publishes nothing.
+  Result<KvAdmission> admit(std::span<const std::int32_t> prompt, std::uint64_t salt,
+                            bool reuse = true);
+  // A child of the active sequence in `parent` holding its first `position` tokens (the
+  // arena's fork: whole windows shared read-only, the boundary window copied). The child
+  // publishes nothing to the prefix cache. The arena's errors; nothing is held on failure.
+  Result<SlotId> fork(SlotId parent, std::uint64_t position);
   // The slot's first `tokens` tokens committed (growth); the arena's errors.
   Status ensure(SlotId slot, std::uint64_t tokens);
   // Ids of tokens generated after the prompt, so their windows can be published too.
@@ -92,6 +100,9 @@ class KvManager {
   const KvManagerOptions options_;
   std::unique_ptr<PrefixCache> cache_;  // null: caching off
   std::optional<SlotId> pad_slot_;
+  // Sequences the prefix cache does not know (forks, admissions without reuse): released
+  // through the arena, publishing nothing.
+  std::unordered_set<SlotId> uncached_;
 };
 
 }  // namespace kvvm::engine

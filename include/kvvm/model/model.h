@@ -14,6 +14,8 @@
 // once from ModelLimits: a step allocates nothing.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -36,10 +38,31 @@ struct Chunk {
   std::uint32_t tokens = 0;
 };
 
+// Which rows of a chunk report log-probabilities (StepOutput::logprobs).
+enum class LogprobRows : std::uint8_t {
+  kNone,  // none
+  kLast,  // the last row: the token drawn after the chunk
+  kAll,   // every row: row j scores the chunk's token j + 1, the last row the drawn token
+};
+
 // How the token after a chunk's last one is drawn: sample_token(logits, params, counter).
 struct ChunkSampling {
   SamplingParams params;
   std::uint64_t counter = 0;  // the request's output index of the token drawn
+  // Log-probabilities of this chunk's rows (StepOutput::logprobs): none, the last row only
+  // (the token drawn after the chunk), or every row (prompt log-probabilities: row j scores
+  // the chunk's token j + 1, the last row the drawn token).
+  LogprobRows logprob_rows = LogprobRows::kNone;
+  std::uint32_t top_logprobs = 0;  // alternatives per row, <= kMaxTopLogprobs
+  // The token the chunk's last row scores; -1: the one drawn after it. A chunk that ends
+  // mid-prompt scores the next prompt token, so prompt log-probabilities do not depend on
+  // where the prefill was cut.
+  std::int32_t last_target = -1;
+  // The draw's logit transforms: StepBatch::adjustments[adjust_begin, + adjust_count), applied
+  // with params' penalties to the last row before it samples (and before its log-probabilities
+  // and the logits returned).
+  std::uint32_t adjust_begin = 0;
+  std::uint32_t adjust_count = 0;
 };
 
 struct StepBatch {
@@ -48,6 +71,19 @@ struct StepBatch {
   KvView kv;  // its element type must be one the backend's attention accepts
   // Empty, or one per chunk: needed for StepOutput::sampled. REQUIRES check_sampling passed.
   std::span<const ChunkSampling> sampling;
+  // Every chunk's logit transforms, each chunk's ids ascending and distinct; at most
+  // ModelLimits::max_logit_adjustments.
+  std::span<const LogitAdjustment> adjustments = {};
+};
+
+// One row's log-probabilities (sampling.h says what they are: row_logprobs).
+struct RowLogprobs {
+  float logprob = 0;         // of the row's target token
+  std::int32_t target = -1;  // that token: the next token in the chunk, or the one drawn after
+                             // it (last row)
+  std::uint32_t top = 0;     // alternatives filled below
+  std::array<std::int32_t, kMaxTopLogprobs> top_ids{};
+  std::array<float, kMaxTopLogprobs> top_logprobs{};
 };
 
 // What a step returns, for the last token of each chunk (host memory; any may be null).
@@ -57,7 +93,16 @@ struct StepOutput {
   // [chunks]: the token drawn with batch.sampling[c] (on the device for CUDA, from the same
   // counter-based uniform as the CPU). InvalidArgument when batch.sampling is empty.
   std::int32_t* sampled = nullptr;
+  // Log-probability rows, for the chunks whose sampling asks (batch.sampling non-empty), in
+  // chunk order: one per row of a kAll chunk, one for a kLast chunk, none for kNone. Count them
+  // with logprob_row_count(batch). The last row of a chunk scores its last_target, or when that
+  // is -1 the token in sampled[c] (so `sampled` must be non-null when any chunk asks:
+  // InvalidArgument otherwise). Null while a chunk asks: InvalidArgument.
+  RowLogprobs* logprobs = nullptr;
 };
+
+// The number of RowLogprobs a step with this batch fills.
+std::size_t logprob_row_count(const StepBatch& batch);
 
 // CUDA graphs of decode-only steps. A step whose chunks are all single tokens, at most the
 // largest bucket of them, on the captured KvView, replays the graph of the smallest bucket
@@ -82,6 +127,9 @@ struct GraphStats {
 struct ModelLimits {
   std::uint32_t max_step_tokens = 512;  // tokens of one step, all chunks together
   std::uint32_t max_chunks = 64;        // chunks of one step
+  // LogitAdjustment entries of one step (CUDA stages them into a buffer of this size); at
+  // least a vocabulary's worth, so one chunk's transforms always fit.
+  std::uint32_t max_logit_adjustments = 1u << 18;
 };
 
 enum class Backend : std::uint8_t { kCpu, kCuda };

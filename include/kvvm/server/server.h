@@ -45,6 +45,7 @@ struct ServerOptions {
   std::optional<tokenizer::ChatTemplate> chat_template;
   std::size_t max_body_bytes = std::size_t{8} << 20;  // larger: 413
   std::uint32_t default_max_tokens = 256;             // when a request gives none
+  std::uint32_t max_n = 16;          // choices of one request (n) at most; more: 400
   std::uint32_t http_threads = 512;  // connections served at once; more wait in the accept queue
   // A connection silent this long while sending its request (slow headers or body), or not
   // reading what is written to it, is closed.

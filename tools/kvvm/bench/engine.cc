@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/engine_choices.h"
 #include "bench/engine_decode.h"
 #include "bench/engine_trace.h"
 #include "kit/byte_size.h"
@@ -113,7 +114,10 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
       "lengths, tenants with system prompts) at each --rates value through the arena engine "
       "and the preallocated one at the same KV budget: output tokens/s, time to first token "
       "and per output token (p50, p99), peak concurrency, prefix-cache hits, refusals, "
-      "preemptions.");
+      "preemptions; (c) with --choices N, one prompt answered N times as one request of N "
+      "choices (forked KV) and as N requests at once (prefix cache on): peak KV bytes and "
+      "time to the last token. --logprobs K adds a decode mode reporting K alternatives per "
+      "token.");
   cmd->add_option("--model", options.model_dir,
                   "Checkpoint directory: config.json and model.safetensors (or "
                   "model.safetensors.index.json and its shards); prompts are random token ids, "
@@ -162,6 +166,22 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
       ->transform(count_validator(1, kMaxTokens));
   cmd->add_option("--seed", options.seed, "Seed of the trace and of the random prompts (default 1)")
       ->transform(count_validator(0, std::numeric_limits<std::uint64_t>::max()));
+  cmd->add_option("--logprobs", options.logprobs,
+                  "Add a decode mode whose requests report this many log-probability "
+                  "alternatives per token (with the graphs where there are any), to compare with "
+                  "the graphs mode (default 0: not run)")
+      ->transform(count_validator(0, model::kMaxTopLogprobs));
+  cmd->add_option("--choices", options.choices,
+                  "(c) Answer one random prompt this many times, as one request of n choices "
+                  "(one prefill, the KV forked) and as n requests at once with the prefix "
+                  "cache: peak KV bytes and time to the last token (default 0: not run)")
+      ->transform(count_validator(0, kMaxBatch));
+  cmd->add_option("--choices-prompt-tokens", options.choices_prompt_tokens,
+                  "Prompt length of the choices part (default 2048)")
+      ->transform(count_validator(1, kMaxTokens));
+  cmd->add_option("--choices-tokens", options.choices_tokens,
+                  "Tokens each answer of the choices part generates (default 256)")
+      ->transform(count_validator(1, kMaxTokens));
   CLI::Option* no_decode =
       cmd->add_flag("--no-decode", options.skip_decode, "Skip the decode part (a)");
   CLI::Option* no_trace =
@@ -207,7 +227,17 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
         str(options.decode_tokens) + " = " + str(options.prompt_tokens + options.decode_tokens) +
         " tokens do not fit in --max-context " + str(report.max_context));
   }
+  if (options.choices == 1) {
+    return Status::InvalidArgument("--choices 1: the choices part compares n > 1 answers");
+  }
+  if (options.choices > 1 &&
+      options.choices_prompt_tokens + options.choices_tokens > report.max_context) {
+    return Status::InvalidArgument("--choices-prompt-tokens " + str(options.choices_prompt_tokens) +
+                                   " + --choices-tokens " + str(options.choices_tokens) +
+                                   " do not fit in --max-context " + str(report.max_context));
+  }
   report.max_running = plan->max_running;
+  report.logprobs = options.logprobs;
   report.prompt_tokens = options.prompt_tokens;
   report.decode_tokens = options.decode_tokens;
   report.trace_requests = options.requests;
@@ -240,6 +270,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
   model::ModelLimits limits;
   std::uint32_t chunks = plan->max_running;
   for (std::uint32_t batch : plan->batches) chunks = std::max(chunks, batch);
+  chunks = std::max(chunks, options.choices);
   limits.max_chunks = std::max(limits.max_chunks, chunks);
   limits.max_step_tokens = std::max(limits.max_step_tokens, limits.max_chunks);
   {
@@ -272,14 +303,18 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
       const std::uint64_t per_sequence = report.kv_bytes_per_token * report.max_context;
       report.preallocated_capacity = per_sequence == 0 ? 0 : report.kv_budget / per_sequence;
     }
+    std::vector<DecodeMode> modes = {DecodeMode::kGraphs, DecodeMode::kEager,
+                                     DecodeMode::kPreallocated};
+    if (options.logprobs > 0) modes.insert(modes.begin() + 1, DecodeMode::kLogprobs);
     for (std::uint32_t batch : plan->batches) {
-      for (DecodeMode mode : {DecodeMode::kGraphs, DecodeMode::kEager, DecodeMode::kPreallocated}) {
+      for (DecodeMode mode : modes) {
         if (progress != nullptr) {
           *progress << kBenchEngine << ": decode, batch " << batch << ", " << to_string(mode)
                     << "\n"
                     << std::flush;
         }
-        DecodeParams params{batch, options.prompt_tokens, options.decode_tokens, options.seed};
+        DecodeParams params{batch, options.prompt_tokens, options.decode_tokens, options.seed,
+                            options.logprobs};
         Result<DecodeRun> run = measure_decode(*model, kv, mode, params);
         if (!run.ok()) {
           return run.status().with_context(std::string("decode, batch ") + str(batch) + ", " +
@@ -291,6 +326,21 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
         }
         report.decode.push_back(std::move(run).value());
       }
+    }
+    if (options.choices > 1) {
+      if (progress != nullptr) {
+        *progress << kBenchEngine << ": choices, n " << options.choices << "\n" << std::flush;
+      }
+      report.choices_prompt_tokens = options.choices_prompt_tokens;
+      report.choices_tokens = options.choices_tokens;
+      Result<std::vector<ChoicesRun>> runs =
+          measure_choices(*model, kv,
+                          ChoicesParams{.n = options.choices,
+                                        .prompt_tokens = options.choices_prompt_tokens,
+                                        .max_tokens = options.choices_tokens,
+                                        .seed = options.seed});
+      if (!runs.ok()) return runs.status().with_context("choices");
+      report.choices = std::move(runs).value();
     }
     for (std::size_t r = 0; r < plan->rates.size(); ++r) {
       for (bool preallocate : {false, true}) {

@@ -6,7 +6,11 @@
 //       first token (bench/engine_decode.h);
 //   (b) an open-loop replay of the `kvvm simulate` generator's trace (ShareGPT-like lengths,
 //       tenants with system prompts) at each --rates value, through the arena engine and the
-//       preallocated one at the same KV budget (bench/engine_trace.h).
+//       preallocated one at the same KV budget (bench/engine_trace.h);
+//   (c) with --choices N: one prompt answered N times, as one request of N choices (forked)
+//       and as N requests at once with the prefix cache (bench/engine_choices.h).
+// With --logprobs K the decode part adds a mode whose requests ask for K alternatives per
+// token, beside the graphs mode it is compared with.
 // On the CPU backend graphs do not exist: that mode is reported as skipped, with the reason.
 #pragma once
 
@@ -39,6 +43,10 @@ struct BenchEngineOptions {
   std::uint32_t tenants = 4;
   std::uint64_t system_prompt_tokens = 512;
   std::uint64_t seed = 1;
+  std::uint32_t logprobs = 0;  // > 0: a decode mode asking for this many alternatives
+  std::uint32_t choices = 0;   // > 1: the choices part with this n
+  std::uint64_t choices_prompt_tokens = 2048;
+  std::uint64_t choices_tokens = 256;
   bool skip_decode = false;
   bool skip_trace = false;
   bool json = false;

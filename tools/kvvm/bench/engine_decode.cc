@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,7 +43,8 @@ struct BatchProgress {
 
 Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
                              std::uint64_t prompt_tokens, std::uint64_t max_tokens,
-                             std::mt19937_64& rng, std::uint32_t vocab) {
+                             std::mt19937_64& rng, std::uint32_t vocab,
+                             std::optional<std::uint32_t> logprobs) {
   BatchProgress progress;
   const Clock::time_point start = Clock::now();
   for (std::uint32_t i = 0; i < batch; ++i) {
@@ -50,6 +52,7 @@ Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
     request.prompt = random_prompt(rng, prompt_tokens, vocab);
     request.max_tokens = static_cast<std::uint32_t>(max_tokens);
     request.use_model_eos = false;  // exactly max_tokens tokens
+    request.logprobs = logprobs;
     auto seen = std::make_shared<bool>(false);
     Result<engine::RequestId> id =
         engine.submit(std::move(request), [&progress, seen](const engine::RequestEvent& event) {
@@ -110,6 +113,8 @@ const char* to_string(DecodeMode mode) {
       return "eager";
     case DecodeMode::kPreallocated:
       return "preallocated";
+    case DecodeMode::kLogprobs:
+      return "logprobs";
   }
   return "?";
 }
@@ -132,22 +137,29 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
   engine::EngineOptions options;
   options.max_running = params.batch;
   options.max_queue = std::max<std::uint32_t>(options.max_queue, params.batch);
-  options.graphs = mode == DecodeMode::kGraphs;
+  options.graphs = mode == DecodeMode::kGraphs || mode == DecodeMode::kLogprobs;
   options.preallocate = mode == DecodeMode::kPreallocated;
   Result<std::unique_ptr<engine::Engine>> made = engine::Engine::create(model, **space, options);
   if (!made.ok()) return made.status().with_context(std::string("engine (") + run.mode + ")");
   engine::Engine& engine = **made;
-  if (mode == DecodeMode::kGraphs && engine.stats().graphs.graphs == 0) {
+  std::optional<std::uint32_t> logprobs;
+  if (mode == DecodeMode::kLogprobs) {
+    logprobs = params.logprobs;
+    run.mode += " " + std::to_string(params.logprobs);
+  }
+  if (options.graphs && model.backend() == model::Backend::kCuda &&
+      engine.stats().graphs.graphs == 0) {
     run.note = "no decode graph was captured: the steps ran eagerly";
   }
 
   const std::uint32_t vocab = model.config().vocab_size;
   std::mt19937_64 rng(params.seed);
-  Result<BatchTimes> warm = run_batch(engine, params.batch, params.prompt_tokens, 2, rng, vocab);
+  Result<BatchTimes> warm =
+      run_batch(engine, params.batch, params.prompt_tokens, 2, rng, vocab, logprobs);
   if (!warm.ok()) return warm.status().with_context("warm-up");
   const engine::EngineStats before = engine.stats();
-  Result<BatchTimes> times =
-      run_batch(engine, params.batch, params.prompt_tokens, params.decode_tokens, rng, vocab);
+  Result<BatchTimes> times = run_batch(engine, params.batch, params.prompt_tokens,
+                                       params.decode_tokens, rng, vocab, logprobs);
   if (!times.ok()) return times.status();
   const engine::EngineStats after = engine.stats();
 

@@ -17,7 +17,9 @@
 
 namespace kvvm::cli {
 
-enum class DecodeMode { kGraphs, kEager, kPreallocated };
+// kLogprobs: as kGraphs (eager on the CPU), every request asking for DecodeParams::logprobs
+// alternatives per token: what reporting log-probabilities costs.
+enum class DecodeMode { kGraphs, kEager, kPreallocated, kLogprobs };
 const char* to_string(DecodeMode mode);
 
 struct DecodeParams {
@@ -25,6 +27,7 @@ struct DecodeParams {
   std::uint64_t prompt_tokens = 128;
   std::uint64_t decode_tokens = 128;  // >= 2: one first token, then decode
   std::uint64_t seed = 1;
+  std::uint32_t logprobs = 0;  // kLogprobs: alternatives per token
 };
 
 // Builds a KV space (`kv` with batch + 1 slots) and an engine in `mode`, and measures. A mode

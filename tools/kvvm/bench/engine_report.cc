@@ -57,6 +57,19 @@ nlohmann::ordered_json trace_json(const TraceRun& run) {
   return json;
 }
 
+nlohmann::ordered_json choices_json(const ChoicesRun& run) {
+  nlohmann::ordered_json json;
+  json["system"] = run.system;
+  json["n"] = run.n;
+  json["peak_kv_bytes"] = run.peak_kv_bytes;
+  json["seconds"] = run.seconds;
+  json["generated_tokens"] = run.generated_tokens;
+  json["steps"] = run.steps;
+  json["forks"] = run.forks;
+  json["prefix_hit_tokens"] = run.prefix_hit_tokens;
+  return json;
+}
+
 std::string ms(double seconds) { return fixed(seconds * 1000, 1); }
 
 }  // namespace
@@ -79,7 +92,16 @@ nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
   decode["decode_tokens"] = report.decode_tokens;
   decode["runs"] = nlohmann::ordered_json::array();
   for (const DecodeRun& run : report.decode) decode["runs"].push_back(decode_json(run));
+  decode["logprobs"] = report.logprobs;
   json["decode"] = std::move(decode);
+  if (!report.choices.empty()) {
+    nlohmann::ordered_json choices;
+    choices["prompt_tokens"] = report.choices_prompt_tokens;
+    choices["tokens"] = report.choices_tokens;
+    choices["runs"] = nlohmann::ordered_json::array();
+    for (const ChoicesRun& run : report.choices) choices["runs"].push_back(choices_json(run));
+    json["choices"] = std::move(choices);
+  }
   nlohmann::ordered_json trace;
   trace["requests"] = report.trace_requests;
   trace["tenants"] = report.tenants;
@@ -118,6 +140,28 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
                 run.note);
     }
     table.print(out);
+  }
+  if (!report.choices.empty()) {
+    out << "\nChoices (one " << report.choices_prompt_tokens << "-token random prompt, "
+        << report.choices_tokens
+        << " greedy tokens per answer: one request of n choices forking its KV, against n "
+           "requests at once with the prefix cache on):\n";
+    TextTable table(
+        {"system", "n", "peak KV", "s to last token", "tokens", "steps", "forks", "hit tokens"}, 1);
+    for (const ChoicesRun& run : report.choices) {
+      table.add({run.system, str(run.n), format_bytes(run.peak_kv_bytes), fixed(run.seconds, 3),
+                 str(run.generated_tokens), str(run.steps), str(run.forks),
+                 str(run.prefix_hit_tokens)});
+    }
+    table.print(out);
+    if (report.choices.size() == 2 && report.choices[1].peak_kv_bytes > 0 &&
+        report.choices[1].seconds > 0) {
+      out << "fork / requests: peak KV "
+          << fixed(static_cast<double>(report.choices[0].peak_kv_bytes) /
+                       static_cast<double>(report.choices[1].peak_kv_bytes),
+                   3)
+          << "x, time " << fixed(report.choices[0].seconds / report.choices[1].seconds, 3) << "x\n";
+    }
   }
   if (!report.trace.empty()) {
     out << "\nTrace replay (open loop, " << report.trace_requests << " requests per rate, "

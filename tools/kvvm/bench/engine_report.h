@@ -52,6 +52,18 @@ struct TraceRun {
   std::string note;         // what the reader should know (a preallocated engine over capacity)
 };
 
+// One system of the choices part: one prompt answered n times.
+struct ChoicesRun {
+  std::string system;  // "fork" (one request of n choices) or "requests" (n requests at once)
+  std::uint32_t n = 0;
+  std::uint64_t peak_kv_bytes = 0;  // in use (mapped less reclaimable), the most after any step
+  double seconds = 0;               // submit to the last token
+  std::uint64_t generated_tokens = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t forks = 0;              // the arena's forks
+  std::uint64_t prefix_hit_tokens = 0;  // prompt tokens found cached
+};
+
 struct BenchEngineReport {
   std::string model_dir;
   std::string architecture;
@@ -69,6 +81,11 @@ struct BenchEngineReport {
   std::uint64_t prompt_tokens = 0;
   std::uint64_t decode_tokens = 0;
   std::vector<DecodeRun> decode;
+  std::uint32_t logprobs = 0;  // the "logprobs" decode mode's alternatives (0: not run)
+  // Choices part (none when not asked).
+  std::uint64_t choices_prompt_tokens = 0;
+  std::uint64_t choices_tokens = 0;
+  std::vector<ChoicesRun> choices;
   // Trace part.
   std::uint64_t trace_requests = 0;
   std::uint32_t tenants = 0;

@@ -165,6 +165,10 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   cmd->add_option("--default-max-tokens", options.default_max_tokens,
                   "max_tokens of a request that gives none (default 256, cut to the context)")
       ->transform(count_validator(1, std::numeric_limits<std::uint32_t>::max()));
+  cmd->add_option("--max-n", options.max_n,
+                  "Choices one request may ask for (n); they share the prompt's KV by fork; "
+                  "more: 400 (default 16)")
+      ->transform(count_validator(1, 1024));
   cmd->add_option("--max-body", options.max_body,
                   "Largest request body, e.g. 8MiB; larger: 413 (default 8MiB)")
       ->transform(byte_size_validator());
@@ -228,6 +232,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   server_options.chat_template = *chat;
   server_options.max_body_bytes = options.max_body;
   server_options.default_max_tokens = static_cast<std::uint32_t>(options.default_max_tokens);
+  server_options.max_n = static_cast<std::uint32_t>(options.max_n);
   server_options.http_threads = static_cast<std::uint32_t>(options.http_threads);
   const std::string model_name = server_options.model_name;
   server::ServerDeps deps{engine->get(), kv->get(), &loaded->config, loaded->tokenizer.get()};

@@ -36,6 +36,7 @@ struct ServeOptions {
   bool no_graphs = false;
   bool no_prefix_cache = false;
   std::uint64_t default_max_tokens = 256;
+  std::uint64_t max_n = 16;
   std::uint64_t max_body = std::uint64_t{8} << 20;
   double drain_timeout = 30;  // seconds
   std::uint64_t http_threads = 512;

@@ -14,11 +14,10 @@
 #include <string_view>
 
 #include "base/json_reader.h"
+#include "kit/text_table.h"
 
 namespace kvvm::cli {
 namespace {
-
-std::string str(std::uint64_t value) { return std::to_string(value); }
 
 // A number as short as it round-trips, whole numbers below 1e15 in full: "10000000", "0.25",
 // "1e-09", "1e+308".
