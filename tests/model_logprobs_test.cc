@@ -238,12 +238,12 @@ TEST(ModelCpuLogprobs, RefusalsNameTheFieldAndWriteNothing) {
     cut.last_target = target;
     return cut;
   };
-  struct Case {
+  struct Refusal {
     ChunkSampling sampling;
     bool sampled, logprobs;
     const char* field;
   };
-  const Case cases[] = {
+  const Refusal cases[] = {
       {asking(LogprobRows::kLast, kMaxTopLogprobs + 1, 0.0f, 1), true, true, "top_logprobs"},
       {asking(LogprobRows::kNone, 99, 0.0f, 1), true, true, "top_logprobs"},
       {asking(LogprobRows::kAll, 2, 0.0f, 1), true, false, "out.logprobs"},
@@ -251,7 +251,7 @@ TEST(ModelCpuLogprobs, RefusalsNameTheFieldAndWriteNothing) {
       {last_target(static_cast<std::int32_t>(vocab)), true, true, "last_target"},
       {last_target(-2), true, true, "last_target"},
   };
-  for (const Case& c : cases) {
+  for (const Refusal& c : cases) {
     const std::vector<ChunkSampling> sampling = {c.sampling};
     const Status status =
         rig.model().forward({ids, chunks, rig.arena().view(), sampling},
