@@ -50,8 +50,13 @@ TEST(RowLogprobs, MatchAFloat64LogSoftmax) {
   for (const std::size_t vocab : {1u, 7u, 1000u, 152064u}) {
     std::vector<float> logits(vocab);
     for (float& l : logits) l = normal(random);
+    // A full vocabulary's row costs a second under the sanitizers: the small rows take every
+    // combination, the full one a temperature of each kind (none, below 1, above 1).
+    const bool full = vocab > 1000;
     for (const float temperature : {0.0f, 0.3f, 1.0f, 1.7f}) {
+      if (full && temperature == 1.0f) continue;
       for (const std::uint32_t top : {0u, 1u, 5u, kMaxTopLogprobs}) {
+        if (full && top != 0u && top != kMaxTopLogprobs) continue;
         const auto target = static_cast<std::int32_t>(random() % vocab);
         const std::string where = "vocab " + std::to_string(vocab) + ", T " +
                                   std::to_string(temperature) + ", top " + std::to_string(top);

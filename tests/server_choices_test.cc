@@ -183,6 +183,39 @@ TEST_F(ServerChoices, EchoWithNoTokensScoresThePrompt) {
   EXPECT_EQ(more["choices"][0]["logprobs"]["token_logprobs"][1], logprobs["token_logprobs"][1]);
 }
 
+TEST_F(ServerChoices, StreamedEchoLeadsEachChoiceWithItsPromptAndItsScores) {
+  auto client = rig_->client();
+  const std::string fields =
+      R"("prompt": ["The quick brown fox", "one two three"], "n": 2, "max_tokens": 3, )"
+      R"("echo": true, "logprobs": 1)";
+  const json whole = post_completion(client, fields);
+  ASSERT_EQ(whole["choices"].size(), 4u);
+  auto streamed = post_json(client, "/v1/completions",
+                            R"({"model": "llama-tiny", )" + fields + R"(, "stream": true})");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  std::map<int, std::string> texts;
+  std::map<int, std::vector<json>> logprobs;
+  for (const json& event : sse_events(streamed->body)) {
+    const json& choice = event["choices"][0];
+    const int index = choice["index"].get<int>();
+    texts[index] += choice["text"].get<std::string>();
+    if (choice["logprobs"].is_object()) {
+      for (const json& v : choice["logprobs"]["token_logprobs"]) logprobs[index].push_back(v);
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(texts[i], whole["choices"][i]["text"].get<std::string>()) << "choice " << i;
+    const json& want = whole["choices"][i]["logprobs"]["token_logprobs"];
+    ASSERT_EQ(logprobs[i].size(), want.size()) << "choice " << i;
+    EXPECT_TRUE(logprobs[i][0].is_null()) << "choice " << i;  // the first prompt token
+    for (std::size_t j = 1; j < want.size(); ++j) {
+      EXPECT_NEAR(logprobs[i][j].get<double>(), want[j].get<double>(), 1e-6)
+          << "choice " << i << ", token " << j;
+    }
+  }
+}
+
 TEST_F(ServerChoices, TooManyChoicesAre400) {
   auto client = rig_->client();
   auto result =

@@ -191,5 +191,45 @@ TEST_F(ServerHostileTest, DisconnectMidStreamCancelsAndReturnsTheKv) {
   rig_.reset();
 }
 
+TEST_F(ServerHostileTest, DisconnectMidStreamFreesEveryChoiceOfEveryPrompt) {
+  RawSocket socket(rig_->port());
+  ASSERT_TRUE(socket.connected());
+  // Two prompts of three choices: six sequences, more than the rig's slots (the choices that
+  // find no place wait first in line).
+  const std::string body =
+      R"({"model": "llama-tiny", "prompt": ["The quick brown fox", "one two three"], )"
+      R"("n": 3, "temperature": 1.0, "max_tokens": 490, "stream": true})";
+  ASSERT_TRUE(
+      socket.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  "application/json\r\nContent-Length: " +
+                  std::to_string(body.size()) + "\r\n\r\n" + body));
+  std::string got;
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (got.find("data: ") == std::string::npos && Clock::now() < deadline) {
+    bool closed = false;
+    got += socket.read_until_closed(std::chrono::milliseconds(20), &closed);
+    ASSERT_FALSE(closed) << got;
+  }
+  ASSERT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
+  socket.reset();
+
+  // Both engine requests end, every choice with them.
+  engine::EngineStats stats = rig_->engine().stats();
+  const auto cancel_deadline = Clock::now() + std::chrono::seconds(5);
+  while ((stats.cancelled < 2 || stats.running > 0) && Clock::now() < cancel_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    stats = rig_->engine().stats();
+  }
+  EXPECT_EQ(stats.cancelled, 2u);
+  EXPECT_EQ(stats.finished, 0u);
+  EXPECT_EQ(stats.running, 0u);
+  EXPECT_EQ(stats.waiting, 0u);
+  EXPECT_EQ(stats.arena.active_slots, 0u);
+  auto& kv = rig_->kv();
+  rig_->end_engine();
+  engine::testing::expect_clean(kv, "after a client of six choices left mid-stream");
+  rig_.reset();
+}
+
 }  // namespace
 }  // namespace kvvm::server

@@ -151,6 +151,29 @@ TEST(ServerRequestStream, ChoicesOfSeveralRequestsEndTogether) {
   EXPECT_FALSE(small->finished());
 }
 
+TEST(ServerRequestStream, PromptLogprobsSurviveTheEventsAfterThem) {
+  auto stream = RequestStream::make();
+  engine::RequestCallback callback = stream->callback();
+  std::vector<model::RowLogprobs> prompt(3);
+  prompt[1].target = 42;
+  const std::vector<std::int32_t> token = {7};
+  std::vector<model::RowLogprobs> row(1);
+  engine::RequestEvent first;
+  first.tokens = token;
+  first.logprobs = row;
+  first.prompt_logprobs = prompt;
+  callback(first);
+  engine::RequestEvent next;
+  next.tokens = token;
+  next.logprobs = row;
+  callback(next);  // taken together with the first: the prompt's rows must stay
+  const StreamUpdate update = stream->take(std::chrono::milliseconds(0));
+  ASSERT_EQ(update.choices[0].prompt_logprobs.size(), 3u);
+  EXPECT_EQ(update.choices[0].prompt_logprobs[1].target, 42);
+  EXPECT_EQ(update.choices[0].ids.size(), 2u);
+  EXPECT_EQ(update.choices[0].logprobs.size(), 2u);
+}
+
 TEST(ServerRequestStream, TheCallbackKeepsTheStreamAlive) {
   engine::RequestCallback callback;
   {

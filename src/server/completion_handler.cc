@@ -201,7 +201,9 @@ std::string sse_text(StreamState& state, StreamUpdate& update) {
   for (std::uint32_t i = 0; i < update.choices.size(); ++i) {
     ChoiceUpdate& choice = update.choices[i];
     const bool first = !state.started[i];
-    const bool echoing = first && state.shape.echo;
+    // The echo leads the choice's first chunk once its first event has come (it brings the
+    // prompt's log-probabilities).
+    const bool echoing = first && state.shape.echo && !choice.empty();
     const bool scored = state.shape.logprobs && (!choice.ids.empty() || echoing);
     if (choice.text.empty() && !scored && !echoing && !choice.finished) continue;
     std::string text = choice.text;

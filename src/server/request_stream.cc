@@ -39,7 +39,10 @@ void RequestStream::push(const engine::RequestEvent& event, std::uint32_t first)
     choice.text.append(event.text);
     choice.ids.insert(choice.ids.end(), event.tokens.begin(), event.tokens.end());
     choice.logprobs.insert(choice.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
-    choice.prompt_logprobs.assign(event.prompt_logprobs.begin(), event.prompt_logprobs.end());
+    // The prompt's come once, in the choice's first event: a later event must not clear them.
+    if (!event.prompt_logprobs.empty()) {
+      choice.prompt_logprobs.assign(event.prompt_logprobs.begin(), event.prompt_logprobs.end());
+    }
     if (!event.tokens.empty() && index == 0) {
       if (last_token_at_) {
         inter_token_seconds_.push_back(
