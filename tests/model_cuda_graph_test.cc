@@ -32,22 +32,7 @@ constexpr double kReplayTolerance = 1e-3;
 constexpr std::uint32_t kGraphContext = 256;
 constexpr std::uint32_t kSequences = 8;
 
-ModelConfig graph_config() {
-  ModelConfig c = testing::tiny_config();
-  c.architecture = "Qwen2ForCausalLM";
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 300;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
-  c.rope.theta = 1000000.0;
-  c.max_position_embeddings = kGraphContext;
-  c.dtype = DType::kBf16;
-  return c;
-}
+ModelConfig graph_config() { return testing::tiny_cuda_config(kGraphContext); }
 
 TEST(ModelGraphsCpu, TheCpuModelHasNoDecodeGraphs) {
   const testing::TinyModel tiny(testing::tiny_config(), TensorDType::kF32, 3);

@@ -39,22 +39,7 @@ constexpr double kTolerance = 2e-2;
 constexpr std::uint32_t kContext = 256;
 
 // Qwen2-like: q/k/v biases, tied embeddings, theta 1e6.
-ModelConfig qwen_config() {
-  ModelConfig c = testing::tiny_config();
-  c.architecture = "Qwen2ForCausalLM";
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 300;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
-  c.rope.theta = 1000000.0;
-  c.max_position_embeddings = kContext;
-  c.dtype = DType::kBf16;
-  return c;
-}
+ModelConfig qwen_config() { return testing::tiny_cuda_config(kContext); }
 
 TEST(CudaModelAvailability, WithoutADeviceOrKernelsTheModelIsUnavailable) {
   const testing::TinyModel tiny(qwen_config(), TensorDType::kBf16, 1);

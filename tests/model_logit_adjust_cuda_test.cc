@@ -214,22 +214,7 @@ TEST_F(LogitAdjustKernelTest, IdsOutsideTheVocabularyAreSkipped) {
 }
 
 // The CUDA model: a tiny Qwen2-like model (head dim 64, bf16) on a token-major arena.
-ModelConfig cuda_config() {
-  ModelConfig c = testing::tiny_config();
-  c.architecture = "Qwen2ForCausalLM";
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 300;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
-  c.rope.theta = 1000000.0;
-  c.max_position_embeddings = 256;
-  c.dtype = DType::kBf16;
-  return c;
-}
+ModelConfig cuda_config() { return testing::tiny_cuda_config(256); }
 
 TEST(LogitAdjustModelChecks, ALimitBelowTheVocabularyIsRefused) {
   const testing::TinyModel tiny(cuda_config(), TensorDType::kBf16, 3);

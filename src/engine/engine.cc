@@ -150,7 +150,7 @@ Engine::Impl::~Impl() {
   kv_->release_pad_slot();  // nothing replays the graphs any more
 }
 
-std::unique_ptr<RequestState> Engine::Impl::make_state(const EngineRequest& request,
+std::unique_ptr<RequestState> Engine::Impl::make_state(EngineRequest request,
                                                        std::uint32_t index) const {
   auto r = std::make_unique<RequestState>();
   r->index = index;
@@ -167,18 +167,21 @@ std::unique_ptr<RequestState> Engine::Impl::make_state(const EngineRequest& requ
   if (options_.tokenizer != nullptr) {
     r->text = std::make_unique<TextStream>(*options_.tokenizer, request.stop_strings);
   }
-  r->request = request;
+  r->request = std::move(request);
   r->request.sampling.seed += index;  // choice i draws as n = 1 with seed + i would
   return r;
 }
 
 Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback callback) {
   KVVM_RETURN_IF_ERROR(validate(request));
-  auto r = make_state(request, 0);
+  // The other choices copy the request; the first takes it.
+  std::vector<std::unique_ptr<RequestState>> forks;
   for (std::uint32_t i = 1; i < request.n; ++i) {
-    r->forks.push_back(make_state(request, i));
-    r->forks.back()->callback = callback;
+    forks.push_back(make_state(request, i));
+    forks.back()->callback = callback;
   }
+  auto r = make_state(std::move(request), 0);
+  r->forks = std::move(forks);
   r->callback = std::move(callback);
   r->submitted = Clock::now();
   for (auto& fork : r->forks) fork->submitted = r->submitted;

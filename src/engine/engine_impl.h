@@ -62,7 +62,7 @@ class Engine::Impl {
 
   Status validate(const EngineRequest& request) const;  // engine.cc
   // Choice `index` of `request`, not yet submitted (engine.cc).
-  std::unique_ptr<RequestState> make_state(const EngineRequest& request, std::uint32_t index) const;
+  std::unique_ptr<RequestState> make_state(EngineRequest request, std::uint32_t index) const;
   void worker();  // engine.cc
 
   // The step's phases (engine_step.cc).

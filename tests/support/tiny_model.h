@@ -37,6 +37,25 @@ inline model::ModelConfig tiny_config() {
   return c;
 }
 
+// Qwen2-like for the CUDA kernels: head dim 64 (what the attention kernels take), q / k / v
+// biases, tied embeddings, theta 1e6, bf16; `max_positions` long.
+inline model::ModelConfig tiny_cuda_config(std::uint32_t max_positions) {
+  model::ModelConfig c = tiny_config();
+  c.architecture = "Qwen2ForCausalLM";
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 300;
+  c.qkv_bias = true;
+  c.tie_word_embeddings = true;
+  c.rope.theta = 1000000.0;
+  c.max_position_embeddings = max_positions;
+  c.dtype = DType::kBf16;
+  return c;
+}
+
 class TinyModel {
  public:
   TinyModel(const model::ModelConfig& config, model::TensorDType dtype, std::uint64_t seed)
