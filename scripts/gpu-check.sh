@@ -20,6 +20,7 @@
 # at .carry when it exists.
 #
 # Usage: scripts/gpu-check.sh            (from anywhere; runs in the repository root)
+#   QUICK=1 GTEST_FILTER='*Weight*' scripts/gpu-check.sh   (build and those tests only)
 #   OUT=/some/dir scripts/gpu-check.sh   (results elsewhere)
 #   JOBS=8 CMAKE_EXTRA="-DKVVM_WERROR=ON" scripts/gpu-check.sh
 set -euo pipefail
@@ -135,6 +136,15 @@ if ((built)) && [[ -x "$TESTS" ]]; then
   passed="${passed:-0}" failed="${failed:-0}" skipped="${skipped:-0}"
 elif ((built)); then
   failed_steps+=("tests (no test binary at $TESTS)")
+fi
+
+# QUICK=1: the build and the tests only (GTEST_FILTER narrows them), for a check before the
+# whole run.
+if [[ "${QUICK:-0}" == 1 ]]; then
+  echo "tests: ${passed} passed, ${failed} failed, ${skipped} skipped" | tee "$OUT/summary.txt"
+  for entry in "${failed_steps[@]+"${failed_steps[@]}"}"; do echo "FAILED: $entry"; done
+  ((${#failed_steps[@]} == 0))
+  exit
 fi
 
 # --- kvvm info -----------------------------------------------------------------------------

@@ -91,10 +91,10 @@ TEST_F(CliBenchEngine, ReportsTheRunInOrderedKeys) {
   const ordered_json r = report();
   std::vector<std::string> keys;
   for (const auto& [key, value] : r.items()) keys.push_back(key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"model", "architecture", "backend", "layers",
-                                            "vocab_size", "max_context", "kv_budget", "kv_dtype",
-                                            "kv_bytes_per_token", "preallocated_capacity",
-                                            "max_running", "decode", "trace", "wall_seconds"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{
+                      "model", "architecture", "backend", "layers", "vocab_size", "max_context",
+                      "kv_budget", "kv_dtype", "kv_bytes_per_token", "preallocated_capacity",
+                      "max_running", "weights", "decode", "trace", "wall_seconds"}));
   EXPECT_EQ(r["backend"], "cpu");
   EXPECT_EQ(r["architecture"], "Qwen2ForCausalLM");
   EXPECT_EQ(r["max_context"], 48);

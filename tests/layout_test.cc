@@ -19,7 +19,7 @@
 #include "kvvm/model/kv_geometry.h"
 #include "support/text_match.h"
 
-namespace kvvm {
+namespace kvvm::layout_test {
 namespace {
 
 constexpr std::uint64_t kKiB = 1024;
@@ -472,4 +472,4 @@ TEST(Layout, ConcurrencyPreconditionsFailLoudly) {
 }
 
 }  // namespace
-}  // namespace kvvm
+}  // namespace kvvm::layout_test

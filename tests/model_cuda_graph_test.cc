@@ -36,7 +36,8 @@ ModelConfig graph_config() { return testing::tiny_cuda_config(kGraphContext); }
 
 TEST(ModelGraphsCpu, TheCpuModelHasNoDecodeGraphs) {
   const testing::TinyModel tiny(testing::tiny_config(), TensorDType::kF32, 3);
-  auto made = make_cpu_model(tiny.config(), tiny.weights(), CpuModelOptions{{}, 1});
+  auto made = make_cpu_model(tiny.config(), tiny.weights(),
+                             CpuModelOptions{.limits = {}, .threads = 1, .weights = {}});
   ASSERT_TRUE(made.ok()) << made.status().to_string();
   DecodeGraphOptions options;
   options.batch_sizes = {1, 2};

@@ -17,7 +17,7 @@ class ModelStepChecksTest : public ::testing::Test {
  protected:
   void SetUp() override {
     tiny_ = std::make_unique<testing::TinyModel>(testing::tiny_config(), TensorDType::kF32, 5);
-    auto cpu = make_cpu_model(tiny_->config(), tiny_->weights(), {{128, 4}, 1});
+    auto cpu = make_cpu_model(tiny_->config(), tiny_->weights(), {{128, 4}, 1, {}});
     ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
     models_.push_back({std::move(cpu).value(), "forward: "});
     ModelConfig config = tiny_->config();
@@ -25,7 +25,7 @@ class ModelStepChecksTest : public ::testing::Test {
     config.heads = 1;
     config.kv_heads = 1;
     const testing::TinyModel wide(config, TensorDType::kBf16, 5);
-    auto cuda = make_cuda_model(config, wide.weights(), {{128, 4}, nullptr, DType::kUnset});
+    auto cuda = make_cuda_model(config, wide.weights(), {{128, 4}, nullptr, DType::kUnset, {}});
     if (cuda.ok()) models_.push_back({std::move(cuda).value(), "CUDA model: "});
   }
 

@@ -38,6 +38,9 @@ ServerMetrics::Inputs made_up_inputs() {
   in.engine.arena.ahead_commits = 2;
   in.engine.arena.reclaimed_bytes = 9007199254740993ull;  // 2^53 + 1: not exact as a double
   in.tier.limit = 8ull << 30;
+  in.weights.physical_bytes = 5ull << 30;
+  in.weights.split.streamed_bytes_per_step = 7ull << 29;
+  in.weights.split.streamed_layers = 11;
   for (std::size_t i = 0; i < kDriverOpCount; ++i) in.driver.calls[i] = 100 + i;
   in.draining = true;
   in.cache.layout = "head-major";
@@ -120,6 +123,9 @@ TEST(ServerMetrics, CountersAndGaugesEqualTheInputs) {
   EXPECT_EQ(value(families, "kvvm_kv_physical_bytes", {}), double(2ull << 30));
   EXPECT_EQ(value(families, "kvvm_kv_budget_bytes", {}), double(8ull << 30));
   EXPECT_EQ(value(families, "kvvm_kv_commits_total", {}), 42);
+  EXPECT_EQ(value(families, "kvvm_weights_resident_bytes", {}), double(5ull << 30));
+  EXPECT_EQ(value(families, "kvvm_weights_streamed_bytes_per_step", {}), double(7ull << 29));
+  EXPECT_EQ(value(families, "kvvm_weights_streamed_layers", {}), 11);
   EXPECT_EQ(value(families, "kvvm_draining", {}), 1);
   // Integers are printed exactly, not through a double.
   EXPECT_NE(text.find("\nkvvm_kv_reclaimed_bytes_total 9007199254740993\n"), std::string::npos)

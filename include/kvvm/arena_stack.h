@@ -3,9 +3,9 @@
 // pool. Every tool, benchmark and the engine's KV space build theirs here, so the order of
 // construction and the reverse order of teardown (arena, pool, governor) are written once.
 //
-// Why one tier per stack: a stack is one KV cache with one budget; a caller who needs two
-// caches under one budget (or a weights tier beside the KV) builds on the governor this
-// stack owns, through governor().
+// Why one tier per stack: a stack is one KV cache with one budget. A caller who needs a tier
+// beside the KV (the model's weights) lends the governor both live under
+// (ArenaStackOptions::governor).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,9 @@ struct ArenaStackOptions {
   std::string tier_name = "kv";    // the governor tier's name (its stats and errors say it)
   std::uint64_t budget_bytes = 0;  // the tier's limit: what the arena and its pool may hold
   PoolOptions pool{};
+  // A governor to add the tier to (not owned; outlives the stack), so the KV shares one device
+  // budget with another tier (the model's weights); null: a governor of the stack's own.
+  Governor* governor = nullptr;
   // The arena's options; `arena.tier` is ignored (the stack's own tier is used).
   ArenaOptions arena{};
 };
@@ -47,7 +50,8 @@ class ArenaStack {
  private:
   ArenaStack() = default;
   // Declaration order is construction order; the destructor tears down in reverse.
-  std::unique_ptr<Governor> governor_;
+  std::unique_ptr<Governor> owned_governor_;  // null when the caller lent one
+  Governor* governor_ = nullptr;
   TierId tier_ = 0;
   std::unique_ptr<HandlePool> pool_;
   std::unique_ptr<Arena> arena_;

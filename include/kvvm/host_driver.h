@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "kvvm/driver.h"
@@ -55,5 +56,9 @@ struct HostDriverTables {
   std::size_t resident_bytes = 0;  // memory those files hold (allocated pages)
 };
 HostDriverTables host_driver_tables(const Driver& driver);
+
+// The machine's available memory (MemAvailable), what the host driver reports as free: the
+// figure a caller checks before pinning or filling host memory. 0 when it cannot be read.
+std::uint64_t host_available_bytes();
 
 }  // namespace kvvm

@@ -100,6 +100,20 @@ struct BroadcastRowsParams {
 };
 Status broadcast_rows_cuda(const BroadcastRowsParams& params, void* stream);
 
+// out[i] = dummy_value(seed, tensor, i, scale) rounded to `element` for i < count; scale 0 with
+// `constant` set fills `constant` instead (norm weights of 1). The dummy load format's fill
+// (kvvm/model/weight_memory.h): weights drawn where they live, no file read.
+struct DummyFillParams {
+  DType element = DType::kUnset;
+  std::uint64_t count = 0;
+  std::uint64_t seed = 0;
+  std::uint32_t tensor = 0;
+  float scale = 0;
+  float constant = 0;
+  void* out = nullptr;
+};
+Status dummy_fill_cuda(const DummyFillParams& params, void* stream);
+
 // One row's logit transforms as the device reads them: its sequence's penalties
 // (kvvm::model::SamplingParams) and its range of the step's entries. 32-bit words only, staged
 // with a step's other arrays, so a captured step reads them at every replay. count 0: the row

@@ -332,4 +332,6 @@ bool Engine::drain(std::chrono::milliseconds timeout) { return impl_->drain(time
 EngineStats Engine::stats() const { return impl_->stats(); }
 const EngineOptions& Engine::options() const { return impl_->options(); }
 
+const model::Model& Engine::model() const { return impl_->model(); }
+
 }  // namespace kvvm::engine

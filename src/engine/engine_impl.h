@@ -43,6 +43,7 @@ class Engine::Impl {
   bool drain(std::chrono::milliseconds timeout);
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
+  const model::Model& model() const { return model_; }
 
  private:
   // One sequence's share of the step being built.

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "kvvm/bytes.h"
 #include "kvvm/cuda_driver.h"
 #include "kvvm/host_driver.h"
 
@@ -101,6 +102,21 @@ Result<std::unique_ptr<KvSpace>> KvSpace::create(const model::ModelConfig& confi
                                       ", max_context " + std::to_string(o.max_context) + ")");
   }
 
+  if (o.budget_bytes == 0 && o.device_budget_bytes != 0) {
+    std::uint64_t others = 0;  // what the lent governor's tiers (the weights) hold or set aside
+    if (o.governor != nullptr) {
+      for (TierId tier = 0; tier < o.governor->tier_count(); ++tier) {
+        const TierStats stats = o.governor->stats(tier);
+        others += stats.used + stats.reserved;
+      }
+    }
+    if (others >= o.device_budget_bytes) {
+      return Status::InvalidArgument("device budget " + format_bytes(o.device_budget_bytes) +
+                                     ": the weights hold " + format_bytes(others) +
+                                     " of it, leaving nothing for the KV cache");
+    }
+    o.budget_bytes = o.device_budget_bytes - others;
+  }
   if (o.budget_bytes == 0) {
     // On a GPU the free memory once the weights are loaded; the host has no such figure
     // worth trusting (overcommit), so a fixed default.
@@ -110,6 +126,7 @@ Result<std::unique_ptr<KvSpace>> KvSpace::create(const model::ModelConfig& confi
   Result<std::unique_ptr<ArenaStack>> stack = ArenaStack::create(
       d, ArenaStackOptions{.tier_name = std::string(model::to_string(o.backend)) + " kv",
                            .budget_bytes = o.budget_bytes,
+                           .governor = o.governor,
                            .arena = ArenaOptions{.plan = *plan,
                                                  .max_slots = o.max_slots,
                                                  .commit_ahead_windows = 0,

@@ -133,6 +133,17 @@ Status broadcast_rows_cuda(const BroadcastRowsParams& p, void* stream) {
   return last_launch("broadcast_rows_kernel<<<>>>");
 }
 
+Status dummy_fill_cuda(const DummyFillParams& p, void* stream) {
+  KVVM_RETURN_IF_ERROR(check_element(p.element, "dummy_fill"));
+  if (p.count == 0) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(check_pointers({{p.out, "out"}}, "dummy_fill"));
+  auto* s = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = flat_blocks(p.count);
+  KVVM_MODEL_DISPATCH(
+      p.element, T, { kernels::dummy_fill_kernel<T><<<blocks, kernels::kFlatThreads, 0, s>>>(p); })
+  return last_launch("dummy_fill_kernel<<<>>>");
+}
+
 Status argmax_cuda(const ArgmaxParams& p, void* stream) {
   if (p.rows == 0) return Status::Ok();
   KVVM_RETURN_IF_ERROR(check_positive(p.vocab, "vocab", "argmax"));

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/dummy_value.h"
 #include "kvvm/model_kernels.h"
 
 namespace kvvm::kernels {
@@ -138,6 +139,17 @@ __global__ void __launch_bounds__(kFlatThreads) broadcast_rows_kernel(const Broa
   for (std::uint64_t index = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        index < total; index += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     out[index] = row[index % p.cols];
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kFlatThreads) dummy_fill_kernel(const DummyFillParams p) {
+  T* out = static_cast<T*>(p.out);
+  for (std::uint64_t index = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       index < p.count; index += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const float value =
+        p.scale == 0.0f ? p.constant : dummy_value(p.seed, p.tensor, index, p.scale);
+    out[index] = from_float<T>(value);
   }
 }
 

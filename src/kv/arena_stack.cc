@@ -9,7 +9,7 @@ ArenaStack::~ArenaStack() {
   // bytes back to the governor: from the top down.
   arena_.reset();
   pool_.reset();
-  governor_.reset();
+  owned_governor_.reset();
 }
 
 Result<std::unique_ptr<ArenaStack>> ArenaStack::create(Driver& driver, ArenaStackOptions options) {
@@ -18,10 +18,14 @@ Result<std::unique_ptr<ArenaStack>> ArenaStack::create(Driver& driver, ArenaStac
                                    "': an arena needs a budget to commit anything");
   }
   std::unique_ptr<ArenaStack> stack(new ArenaStack());
-  stack->governor_ = std::make_unique<Governor>();
+  if (options.governor != nullptr) {
+    stack->governor_ = options.governor;
+  } else {
+    stack->owned_governor_ = std::make_unique<Governor>();
+    stack->governor_ = stack->owned_governor_.get();
+  }
   stack->tier_ = stack->governor_->add_tier(options.tier_name, options.budget_bytes);
-  stack->pool_ =
-      std::make_unique<HandlePool>(driver, options.pool, stack->governor_.get(), stack->tier_);
+  stack->pool_ = std::make_unique<HandlePool>(driver, options.pool, stack->governor_, stack->tier_);
   options.arena.tier = stack->tier_;
   Result<std::unique_ptr<Arena>> arena =
       Arena::create(*stack->pool_, *stack->governor_, std::move(options.arena));

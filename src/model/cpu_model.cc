@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <new>
 #include <string>
 #include <string_view>
@@ -30,8 +31,8 @@ bool readable_element(DType element) {
 
 class CpuModel final : public Model {
  public:
-  CpuModel(const ModelConfig& config, const ModelLimits& limits, cpu::CpuWeights weights,
-           unsigned threads)
+  CpuModel(const ModelConfig& config, const ModelLimits& limits,
+           std::unique_ptr<cpu::CpuWeights> weights, unsigned threads)
       : Model(config, limits),
         w_(std::move(weights)),
         inv_freq_(rope_inv_freq(config)),
@@ -66,6 +67,7 @@ class CpuModel final : public Model {
   }
 
   Backend backend() const override { return Backend::kCpu; }
+  WeightStats weight_stats() const override { return w_->stats(); }
 
   Status forward(const StepBatch& batch, const StepOutput& out) override {
     KVVM_RETURN_IF_ERROR(detail::check_step(batch, out, config(), limits(), "forward"));
@@ -80,8 +82,9 @@ class CpuModel final : public Model {
         row_slots_[row] = chunk.slot;
       }
     }
-    cpu::gather_rows(w_.embed.data(), c.hidden_size, batch.token_ids, x_.data());
+    cpu::gather_rows(w_->embed, c.hidden_size, batch.token_ids, x_.data());
     for (std::uint32_t layer = 0; layer < c.layers; ++layer) {
+      KVVM_RETURN_IF_ERROR(w_->stream_in(layer));
       KVVM_RETURN_IF_ERROR(run_layer(batch, layer, tokens));
     }
     finish(batch, out);
@@ -155,20 +158,20 @@ class CpuModel final : public Model {
 
   Status run_layer(const StepBatch& batch, std::uint32_t layer, std::size_t tokens) {
     const ModelConfig& c = config();
-    const cpu::CpuLayerWeights& w = w_.layers[layer];
+    const cpu::CpuLayerWeights& w = w_->layers[layer];
     const std::size_t hidden = c.hidden_size;
     const std::size_t q_width = std::size_t{c.heads} * c.head_dim;
     const std::size_t kv_width = std::size_t{c.kv_heads} * c.head_dim;
     const auto eps = static_cast<float>(c.rms_norm_eps);
 
-    cpu::rms_norm(x_.data(), w.input_norm.data(), tokens, hidden, eps, xn_.data());
-    cpu::linear(xn_.data(), tokens, hidden, w.q.data(), q_width, q_.data());
-    cpu::linear(xn_.data(), tokens, hidden, w.k.data(), kv_width, k_.data());
-    cpu::linear(xn_.data(), tokens, hidden, w.v.data(), kv_width, v_.data());
+    cpu::rms_norm(x_.data(), w.input_norm, tokens, hidden, eps, xn_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.q, q_width, q_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.k, kv_width, k_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.v, kv_width, v_.data());
     if (c.qkv_bias) {
-      cpu::add_bias(q_.data(), w.q_bias.data(), tokens, q_width);
-      cpu::add_bias(k_.data(), w.k_bias.data(), tokens, kv_width);
-      cpu::add_bias(v_.data(), w.v_bias.data(), tokens, kv_width);
+      cpu::add_bias(q_.data(), w.q_bias, tokens, q_width);
+      cpu::add_bias(k_.data(), w.k_bias, tokens, kv_width);
+      cpu::add_bias(v_.data(), w.v_bias, tokens, kv_width);
     }
     for (std::size_t t = 0; t < tokens; ++t) {
       for (std::uint32_t h = 0; h < c.heads; ++h) {
@@ -182,16 +185,16 @@ class CpuModel final : public Model {
     }
     KVVM_RETURN_IF_ERROR(attend(batch, layer, tokens));
 
-    cpu::linear(attn_.data(), tokens, q_width, w.o.data(), hidden, xn_.data());
-    if (c.o_bias) cpu::add_bias(xn_.data(), w.o_bias.data(), tokens, hidden);
+    cpu::linear(attn_.data(), tokens, q_width, w.o, hidden, xn_.data());
+    if (c.o_bias) cpu::add_bias(xn_.data(), w.o_bias, tokens, hidden);
     cpu::add_into(x_.data(), xn_.data(), tokens * hidden);
 
     const std::size_t inter = c.intermediate_size;
-    cpu::rms_norm(x_.data(), w.post_norm.data(), tokens, hidden, eps, xn_.data());
-    cpu::linear(xn_.data(), tokens, hidden, w.gate.data(), inter, gate_.data());
-    cpu::linear(xn_.data(), tokens, hidden, w.up.data(), inter, up_.data());
+    cpu::rms_norm(x_.data(), w.post_norm, tokens, hidden, eps, xn_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.gate, inter, gate_.data());
+    cpu::linear(xn_.data(), tokens, hidden, w.up, inter, up_.data());
     cpu::silu_mul(gate_.data(), up_.data(), tokens * inter);
-    cpu::linear(gate_.data(), tokens, inter, w.down.data(), hidden, xn_.data());
+    cpu::linear(gate_.data(), tokens, inter, w.down, hidden, xn_.data());
     cpu::add_into(x_.data(), xn_.data(), tokens * hidden);
     return Status::Ok();
   }
@@ -298,11 +301,11 @@ class CpuModel final : public Model {
     std::size_t row = 0;
     for (std::size_t i = 0; i < chunks; ++i) {
       row += batch.chunks[i].tokens;
-      cpu::rms_norm(&x_[(row - 1) * hidden], w_.final_norm.data(), 1, hidden,
+      cpu::rms_norm(&x_[(row - 1) * hidden], w_->final_norm, 1, hidden,
                     static_cast<float>(c.rms_norm_eps), &last_[i * hidden]);
     }
     float* logits = out.logits != nullptr ? out.logits : logits_.data();
-    cpu::linear(last_.data(), chunks, hidden, w_.lm_head_data(), c.vocab_size, logits);
+    cpu::linear(last_.data(), chunks, hidden, w_->lm_head, c.vocab_size, logits);
     for (std::size_t i = 0; i < batch.sampling.size() && i < chunks; ++i) {
       const ChunkSampling& s = batch.sampling[i];
       if (s.adjust_count == 0) continue;
@@ -352,9 +355,9 @@ class CpuModel final : public Model {
       if (s.logprob_rows == LogprobRows::kAll) {
         for (std::size_t j = 0; j + 1 < tokens; j += block) {
           const std::size_t rows = std::min(block, tokens - 1 - j);
-          cpu::rms_norm(&x_[(row + j) * hidden], w_.final_norm.data(), rows, hidden,
+          cpu::rms_norm(&x_[(row + j) * hidden], w_->final_norm, rows, hidden,
                         static_cast<float>(c.rms_norm_eps), last_.data());
-          cpu::linear(last_.data(), rows, hidden, w_.lm_head_data(), vocab, logits_.data());
+          cpu::linear(last_.data(), rows, hidden, w_->lm_head, vocab, logits_.data());
           for (std::size_t r = 0; r < rows; ++r) {
             fill_logprobs(std::span<const float>(&logits_[r * vocab], vocab), s,
                           batch.token_ids[row + j + r + 1], &out.logprobs[index + j + r]);
@@ -379,7 +382,7 @@ class CpuModel final : public Model {
     *to = r;
   }
 
-  cpu::CpuWeights w_;
+  std::unique_ptr<cpu::CpuWeights> w_;
   std::vector<float> inv_freq_;
   unsigned threads_;
   // Activations, sized once from the limits.
@@ -456,7 +459,8 @@ Result<std::unique_ptr<Model>> make_cpu_model(const ModelConfig& config,
                                               const ModelWeights& weights,
                                               const CpuModelOptions& options) {
   KVVM_RETURN_IF_ERROR(check_config(config, options.limits));
-  Result<cpu::CpuWeights> converted = cpu::convert_weights(config, weights);
+  Result<std::unique_ptr<cpu::CpuWeights>> converted =
+      cpu::CpuWeights::load(config, weights, options.weights);
   if (!converted.ok()) return converted.status();
   try {
     return std::unique_ptr<Model>(

@@ -1,136 +1,140 @@
-// Checks and converts a checkpoint's tensors to float32 for the CPU backend.
+// Converts a checkpoint's tensors (or draws dummy ones) to float32 into the CPU backend's
+// WeightStore, and writes streamed layers into their ring slots step by step.
 #include "model/cpu_weights.h"
 
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <utility>
 
+#include "kernels/dummy_value.h"
 #include "kvvm/attention.h"
+#include "kvvm/host_driver.h"
+#include "model/weight_tensors.h"
 
 namespace kvvm::model::cpu {
 namespace {
 
-Result<DType> element_of(const TensorView& tensor, const std::string& name) {
-  switch (tensor.dtype) {
-    case TensorDType::kF32:
-      return DType::kFp32;
+DType element_of(TensorDType dtype) {
+  switch (dtype) {
     case TensorDType::kBf16:
       return DType::kBf16;
     case TensorDType::kF16:
       return DType::kFp16;
     default:
-      return Status::InvalidArgument("tensor " + name + " has dtype " +
-                                     std::string(to_string(tensor.dtype)) +
-                                     "; the CPU backend reads BF16, F16 or F32");
+      return DType::kFp32;
   }
 }
 
-// `what` names the tensor when the view has no name (weights bound by hand).
-Status convert(const TensorView* tensor, const char* what, std::vector<std::uint64_t> shape,
-               std::vector<float>& out) {
-  if (tensor == nullptr)
-    return Status::InvalidArgument(std::string("tensor ") + what + " is missing");
-  const std::string name = tensor->name.empty() ? std::string(what) : tensor->name;
-  if (tensor->shape != shape) {
-    return Status::InvalidArgument("tensor " + name + " has shape " + shape_string(tensor->shape) +
-                                   ", the config expects " + shape_string(shape));
+// Fills `out` with the tensor's values in float32 (checked by weight_tensors).
+void fill(const detail::WeightTensor& t, std::uint64_t seed, float* out) {
+  if (t.source == nullptr) {
+    for (std::uint64_t i = 0; i < t.elements; ++i) {
+      out[i] = t.scale == 0.0f ? t.constant : kernels::dummy_value(seed, t.dummy_id, i, t.scale);
+    }
+    return;
   }
-  const Result<DType> dtype = element_of(*tensor, name);
-  if (!dtype.ok()) return dtype.status();
-  const DType element = *dtype;
-  const std::uint64_t elements = tensor->elements();
-  const std::uint64_t bytes = elements * element_bytes(element);
-  if (tensor->data == nullptr || tensor->bytes != bytes) {
-    return Status::InvalidArgument("tensor " + name + " holds " + std::to_string(tensor->bytes) +
-                                   " bytes, its shape and dtype need " + std::to_string(bytes));
-  }
-  out.resize(elements);
+  const DType element = element_of(t.source->dtype);
   if (element == DType::kFp32) {
-    std::memcpy(out.data(), tensor->data, bytes);  // the mapping's alignment is the file's
-    return Status::Ok();
+    std::memcpy(out, t.source->data, t.elements * 4);  // the mapping's alignment is the file's
+    return;
   }
   const std::uint32_t size = element_bytes(element);
-  for (std::uint64_t i = 0; i < elements; ++i) {
-    out[i] = element_to_float(element, tensor->data + i * size);
+  for (std::uint64_t i = 0; i < t.elements; ++i) {
+    out[i] = element_to_float(element, t.source->data + i * size);
   }
-  return Status::Ok();
-}
-
-Status convert_optional(bool expected, const TensorView* tensor, const char* what,
-                        std::uint64_t rows, std::vector<float>& out) {
-  if (!expected) {
-    if (tensor != nullptr) {
-      return Status::InvalidArgument(std::string("tensor ") + what +
-                                     " is given but the config has no such bias");
-    }
-    return Status::Ok();
-  }
-  return convert(tensor, what, {rows}, out);
-}
-
-std::string layer_name(std::size_t layer, const char* what) {
-  return "model.layers." + std::to_string(layer) + "." + what;
-}
-
-Status convert_layer(const ModelConfig& c, const LayerWeights& w, std::size_t index,
-                     CpuLayerWeights& out) {
-  const std::uint64_t hidden = c.hidden_size;
-  const std::uint64_t q_rows = std::uint64_t{c.heads} * c.head_dim;
-  const std::uint64_t kv_rows = std::uint64_t{c.kv_heads} * c.head_dim;
-  const std::uint64_t inter = c.intermediate_size;
-  auto name = [&](const char* what) { return layer_name(index, what); };
-  struct Entry {
-    const TensorView* tensor;
-    std::string what;
-    std::vector<std::uint64_t> shape;
-    std::vector<float>* out;
-  };
-  const Entry entries[] = {
-      {w.input_norm, name("input_layernorm.weight"), {hidden}, &out.input_norm},
-      {w.q, name("self_attn.q_proj.weight"), {q_rows, hidden}, &out.q},
-      {w.k, name("self_attn.k_proj.weight"), {kv_rows, hidden}, &out.k},
-      {w.v, name("self_attn.v_proj.weight"), {kv_rows, hidden}, &out.v},
-      {w.o, name("self_attn.o_proj.weight"), {hidden, q_rows}, &out.o},
-      {w.post_norm, name("post_attention_layernorm.weight"), {hidden}, &out.post_norm},
-      {w.gate, name("mlp.gate_proj.weight"), {inter, hidden}, &out.gate},
-      {w.up, name("mlp.up_proj.weight"), {inter, hidden}, &out.up},
-      {w.down, name("mlp.down_proj.weight"), {hidden, inter}, &out.down},
-  };
-  for (const Entry& e : entries) {
-    KVVM_RETURN_IF_ERROR(convert(e.tensor, e.what.c_str(), e.shape, *e.out));
-  }
-  KVVM_RETURN_IF_ERROR(convert_optional(c.qkv_bias, w.q_bias, name("self_attn.q_proj.bias").c_str(),
-                                        q_rows, out.q_bias));
-  KVVM_RETURN_IF_ERROR(convert_optional(c.qkv_bias, w.k_bias, name("self_attn.k_proj.bias").c_str(),
-                                        kv_rows, out.k_bias));
-  KVVM_RETURN_IF_ERROR(convert_optional(c.qkv_bias, w.v_bias, name("self_attn.v_proj.bias").c_str(),
-                                        kv_rows, out.v_bias));
-  return convert_optional(c.o_bias, w.o_bias, name("self_attn.o_proj.bias").c_str(), hidden,
-                          out.o_bias);
 }
 
 }  // namespace
 
-Result<CpuWeights> convert_weights(const ModelConfig& config, const ModelWeights& weights) {
-  if (weights.layers.size() != config.layers) {
-    return Status::InvalidArgument("the weights hold " + std::to_string(weights.layers.size()) +
-                                   " layers, the config " + std::to_string(config.layers));
+Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
+                                                     const ModelWeights& weights,
+                                                     const WeightOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  const detail::WeightLayout layout = detail::weight_layout(config, DType::kFp32);
+  const bool dummy = options.format == LoadFormat::kDummy;
+  Result<std::vector<detail::WeightTensor>> tensors =
+      detail::weight_tensors(config, layout, dummy ? nullptr : &weights);
+  if (!tensors.ok()) return tensors.status();
+
+  std::unique_ptr<Driver> owned;
+  if (options.driver == nullptr) {
+    Result<std::unique_ptr<Driver>> driver = make_host_driver();
+    if (!driver.ok()) return driver.status().with_context("CPU model weights");
+    owned = std::move(driver).value();
+  } else if (options.driver->info().backend != "host") {
+    return Status::InvalidArgument("CPU model weights: a " + options.driver->info().backend +
+                                   " driver was lent; the CPU model reads host memory");
   }
-  const std::uint64_t hidden = config.hidden_size;
-  const std::uint64_t vocab = config.vocab_size;
-  CpuWeights out;
-  KVVM_RETURN_IF_ERROR(
-      convert(weights.embed, "model.embed_tokens.weight", {vocab, hidden}, out.embed));
-  out.layers.resize(config.layers);
-  for (std::size_t i = 0; i < config.layers; ++i) {
-    KVVM_RETURN_IF_ERROR(convert_layer(config, weights.layers[i], i, out.layers[i]));
+  Result<std::unique_ptr<detail::WeightStore>> store =
+      detail::WeightStore::create(options.driver, std::move(owned), layout, options, false);
+  if (!store.ok()) return store.status().with_context("CPU model weights");
+
+  std::unique_ptr<CpuWeights> out(new CpuWeights());
+  out->store_ = std::move(store).value();
+  detail::WeightStore& s = *out->store_;
+  const WeightSplit& split = s.split();
+  out->staging_.resize(split.host_staging_bytes / sizeof(float));
+  // Where a tensor's float32 values go: the base region, a resident layer's block, or a
+  // streamed layer's part of the staging.
+  auto place = [&](std::uint32_t region, std::uint64_t offset) -> float* {
+    if (region == detail::kBaseRegion) return reinterpret_cast<float*>(s.at(offset));
+    if (!s.streamed(region)) return reinterpret_cast<float*>(s.layer(region) + offset);
+    const std::uint64_t at = std::uint64_t{s.streamed_index(region)} * split.sizes.layer_bytes;
+    return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(out->staging_.data()) + at +
+                                    offset);
+  };
+  for (const detail::WeightTensor& t : *tensors) {
+    fill(t, options.dummy_seed, place(t.region, t.offset));
+    out->load_bytes_ += t.elements * sizeof(float);
   }
-  KVVM_RETURN_IF_ERROR(convert(weights.final_norm, "model.norm.weight", {hidden}, out.final_norm));
-  // Tied: the embedding's rows serve as lm_head; no second copy.
-  const bool tied = config.tie_word_embeddings || weights.lm_head == weights.embed;
-  if (!tied) {
-    KVVM_RETURN_IF_ERROR(convert(weights.lm_head, "lm_head.weight", {vocab, hidden}, out.lm_head));
+
+  // Every pointer is the tensor's stable address, streamed or not.
+  const detail::WeightAddresses at = s.addresses();
+  auto f = [](Address address) { return reinterpret_cast<const float*>(address); };
+  out->embed = f(at.embed);
+  out->lm_head = f(at.lm_head);
+  out->final_norm = f(at.final_norm);
+  const std::uint64_t gate_bytes =
+      std::uint64_t{config.intermediate_size} * config.hidden_size * sizeof(float);
+  for (const detail::LayerAddresses& a : at.layers) {
+    out->layers.push_back(CpuLayerWeights{.input_norm = f(a.input_norm),
+                                          .q = f(a.q),
+                                          .k = f(a.k),
+                                          .v = f(a.v),
+                                          .q_bias = f(a.q_bias),
+                                          .k_bias = f(a.k_bias),
+                                          .v_bias = f(a.v_bias),
+                                          .o = f(a.o),
+                                          .o_bias = f(a.o_bias),
+                                          .post_norm = f(a.post_norm),
+                                          .gate = f(a.gate_up),
+                                          .up = f(a.gate_up + gate_bytes),
+                                          .down = f(a.down)});
   }
+  out->load_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return out;
+}
+
+Status CpuWeights::stream_in(std::uint32_t layer) {
+  if (!store_->streamed(layer)) return Status::Ok();
+  const std::uint64_t bytes = store_->split().sizes.layer_bytes;
+  const unsigned char* from = reinterpret_cast<const unsigned char*>(staging_.data()) +
+                              std::uint64_t{store_->streamed_index(layer)} * bytes;
+  ++layer_copies_;
+  return store_->driver().write(store_->layer(layer), from, bytes);
+}
+
+WeightStats CpuWeights::stats() const {
+  WeightStats stats;
+  stats.split = store_->split();
+  stats.physical_bytes = store_->physical_bytes();
+  stats.handles = store_->handles();
+  stats.layer_copies = layer_copies_.load(std::memory_order_relaxed);
+  stats.load_bytes = load_bytes_;
+  stats.load_seconds = load_seconds_;
+  return stats;
 }
 
 }  // namespace kvvm::model::cpu

@@ -1,37 +1,65 @@
-// The CPU backend's weights: every tensor converted to float32 once at load (OpenBLAS's sgemm
-// reads float32), so the checkpoint's mapping may be dropped afterwards.
+// The CPU backend's weights: every tensor in float32 (OpenBLAS's sgemm reads float32), converted
+// once at load into a WeightStore on the host driver, so the checkpoint's mapping may be dropped
+// afterwards. Streamed layers keep their float32 bytes in host staging and are written into
+// their addresses (which alias the ring's slots) just before their compute: the same ring as on
+// CUDA, run in order, so CI runs it.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kvvm/model/config.h"
+#include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
 #include "kvvm/status.h"
+#include "model/weight_store.h"
 
 namespace kvvm::model::cpu {
 
 struct CpuLayerWeights {
-  std::vector<float> input_norm;  // [hidden]
-  std::vector<float> q, k, v;     // [out][hidden], as stored (the GEMM reads them transposed)
-  std::vector<float> q_bias, k_bias, v_bias;  // empty unless config.qkv_bias
-  std::vector<float> o;                       // [hidden][heads * head_dim]
-  std::vector<float> o_bias;                  // empty unless config.o_bias
-  std::vector<float> post_norm;               // [hidden]
-  std::vector<float> gate, up;                // [intermediate][hidden]
-  std::vector<float> down;                    // [hidden][intermediate]
+  const float* input_norm = nullptr;  // [hidden]
+  const float* q = nullptr;           // [out][hidden], as stored (the GEMM reads them transposed)
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* q_bias = nullptr;  // null unless config.qkv_bias
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
+  const float* o = nullptr;       // [hidden][heads * head_dim]
+  const float* o_bias = nullptr;  // null unless config.o_bias
+  const float* post_norm = nullptr;
+  const float* gate = nullptr;  // [intermediate][hidden]
+  const float* up = nullptr;
+  const float* down = nullptr;  // [hidden][intermediate]
 };
 
-struct CpuWeights {
-  std::vector<float> embed;  // [vocab][hidden]
+class CpuWeights {
+ public:
+  // Checks every tensor (model/weight_tensors.h) and converts it into the store; with
+  // options.format kDummy draws it from options.dummy_seed instead (`weights` unused).
+  static Result<std::unique_ptr<CpuWeights>> load(const ModelConfig& config,
+                                                  const ModelWeights& weights,
+                                                  const WeightOptions& options);
+
+  // Before layer `layer`'s compute: a streamed layer's bytes written into its addresses.
+  Status stream_in(std::uint32_t layer);
+
+  const float* embed = nullptr;  // [vocab][hidden]
   std::vector<CpuLayerWeights> layers;
-  std::vector<float> final_norm;  // [hidden]
-  std::vector<float> lm_head;     // [vocab][hidden]; empty when tied to embed
-  const float* lm_head_data() const { return lm_head.empty() ? embed.data() : lm_head.data(); }
-};
+  const float* final_norm = nullptr;  // [hidden]
+  const float* lm_head = nullptr;     // [vocab][hidden]; embed when tied
 
-// Checks every tensor (present, BF16 / F16 / F32, the config's shape, its bytes) and converts
-// it. InvalidArgument naming the tensor (and both shapes) otherwise; a bias given where the
-// config has none is refused too, since ignoring it would change the outputs silently.
-Result<CpuWeights> convert_weights(const ModelConfig& config, const ModelWeights& weights);
+  WeightStats stats() const;
+
+ private:
+  CpuWeights() = default;
+  std::unique_ptr<model::detail::WeightStore> store_;
+  std::vector<float> staging_;  // streamed layers' blocks, in streamed order
+  // Read by stats() from other threads (a server's /metrics) while steps run.
+  std::atomic<std::uint64_t> layer_copies_{0};
+  std::uint64_t load_bytes_ = 0;
+  double load_seconds_ = 0;
+};
 
 }  // namespace kvvm::model::cpu

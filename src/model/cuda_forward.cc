@@ -222,9 +222,12 @@ Status CudaModel::enqueue_step(const StepBatch& batch, bool sample, std::uint32_
   embedding.ids = reinterpret_cast<const std::int32_t*>(arrays_ + offsets_.ids);
   embedding.table = weights_->embed;
   embedding.out = x_;
+  if (ring_ != nullptr) KVVM_RETURN_IF_ERROR(ring_->begin(stream_));
   KVVM_RETURN_IF_ERROR(embedding_cuda(embedding, stream_));
   for (std::uint32_t layer = 0; layer < c.layers; ++layer) {
+    if (ring_ != nullptr) KVVM_RETURN_IF_ERROR(ring_->before_layer(layer, stream_));
     KVVM_RETURN_IF_ERROR(run_layer(layer, batch, tokens, decode_max_length));
+    if (ring_ != nullptr) KVVM_RETURN_IF_ERROR(ring_->after_layer(layer, stream_));
   }
   // The last layer's residual add, fused with the final norm of each chunk's last token.
   RmsNormParams norm;

@@ -56,13 +56,17 @@ Status check_config(const ModelConfig& c, const ModelLimits& limits) {
   return Status::Ok();
 }
 
-Result<DType> choose_compute(const ModelWeights& weights, DType asked) {
+Result<DType> choose_compute(const ModelConfig& config, const ModelWeights& weights,
+                             const WeightOptions& placement, DType asked) {
   if (asked == DType::kBf16 || asked == DType::kFp16) return asked;
   if (asked != DType::kUnset) {
     return Status::InvalidArgument("CUDA model: compute type " + std::string(to_string(asked)) +
                                    " is not supported (bf16 or fp16)");
   }
   // The checkpoint's: fp16 stays fp16; bf16 and F32 run in bf16 (its range is float32's).
+  if (placement.format == LoadFormat::kDummy) {
+    return config.dtype == DType::kFp16 ? DType::kFp16 : DType::kBf16;
+  }
   if (weights.embed != nullptr && weights.embed->dtype == TensorDType::kF16) return DType::kFp16;
   return DType::kBf16;
 }
@@ -104,7 +108,7 @@ Result<std::unique_ptr<Model>> CudaModel::create(const ModelConfig& config,
 }
 
 Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& options) {
-  Result<DType> compute = choose_compute(weights, options.compute);
+  Result<DType> compute = choose_compute(config(), weights, options.weights, options.compute);
   if (!compute.ok()) return compute.status();
   compute_ = *compute;
   data_type_ = compute_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -117,9 +121,12 @@ Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& opti
     own_stream_ = true;
   }
   Result<std::unique_ptr<DeviceWeights>> uploaded =
-      DeviceWeights::upload(config(), weights, compute_);
+      DeviceWeights::upload(config(), weights, compute_, options.weights, stream_);
   if (!uploaded.ok()) return uploaded.status();
   weights_ = std::move(uploaded).value();
+  Result<std::unique_ptr<WeightRing>> ring = WeightRing::create(*weights_);
+  if (!ring.ok()) return ring.status().with_context("CUDA model: the weight ring");
+  ring_ = std::move(ring).value();
   KVVM_RETURN_IF_ERROR(allocate_buffers());
   KVVM_RETURN_IF_ERROR(plan_decode_workspace());
 
@@ -286,6 +293,10 @@ Status CudaModel::plan_decode_workspace() {
         cuda_call("cudaMemsetAsync", cudaMemsetAsync(decode_workspace_, 0, most, stream_)));
   }
   return Status::Ok();
+}
+
+WeightStats CudaModel::weight_stats() const {
+  return weights_->stats(ring_ != nullptr ? ring_->copies() : 0);
 }
 
 CudaModel::~CudaModel() {

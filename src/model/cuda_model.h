@@ -23,6 +23,7 @@
 
 #include "kvvm/model/model.h"
 #include "kvvm/model_kernels.h"
+#include "model/cuda_weight_ring.h"
 #include "model/cuda_weights.h"
 
 namespace kvvm::model::detail {
@@ -38,6 +39,7 @@ class CudaModel final : public Model {
   Status capture_decode_graphs(const DecodeGraphOptions& options) override;
   void release_decode_graphs() override;
   GraphStats graph_stats() const override;
+  WeightStats weight_stats() const override;
 
  private:
   // Consecutive single-token chunks: one decode_attention_cuda call over their rows.
@@ -121,6 +123,7 @@ class CudaModel final : public Model {
   bool own_stream_ = false;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<DeviceWeights> weights_;
+  std::unique_ptr<WeightRing> ring_;            // null unless layers are streamed
   std::vector<void*> allocations_;              // device memory besides the weights
   std::uint32_t* staging_ = nullptr;            // pinned host copy of arrays_
   std::uint32_t* prompt_staging_ = nullptr;     // pinned host copy of prompt_arrays_

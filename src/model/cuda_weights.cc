@@ -1,19 +1,34 @@
-// Uploads a checkpoint's tensors to the device in the compute type. A tensor already in that
-// type is copied straight from the mapping; another (F32, or the other 16-bit type) is
-// converted on the host a slice at a time (round to nearest even, as torch's .to() does).
+// Loads a checkpoint's tensors (or draws dummy ones) into the CUDA model's WeightStore: the
+// resident ones through a pipeline of pinned buffers, the streamed ones into pinned staging.
+// A tensor already in the compute type is copied as it is; another (F32, or the other 16-bit
+// type) is converted on the host (round to nearest even, as torch's .to() does).
 #include "model/cuda_weights.h"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "kernels/element.h"
+#include "kvvm/bytes.h"
+#include "kvvm/cuda_driver.h"
+#include "kvvm/model_kernels.h"
 #include "model/cuda_status.h"
+#include "model/weight_tensors.h"
 
 namespace kvvm::model::detail {
 namespace {
 
-constexpr std::uint64_t kConvertElements = std::uint64_t{1} << 20;  // per host slice
+constexpr std::uint64_t kChunkBytes = std::uint64_t{64} << 20;  // one pinned buffer
+constexpr std::size_t kBuffers = 4;
+// Below this a copy is not worth splitting across threads.
+constexpr std::uint64_t kSplitBytes = std::uint64_t{4} << 20;
 
 DType element_of(TensorDType dtype) {
   switch (dtype) {
@@ -21,147 +36,225 @@ DType element_of(TensorDType dtype) {
       return DType::kFp16;
     case TensorDType::kBf16:
       return DType::kBf16;
-    case TensorDType::kF32:
-      return DType::kFp32;
     default:
-      return DType::kUnset;
+      return DType::kFp32;
   }
 }
 
-Status check_tensor(const TensorView* tensor, const std::string& role,
-                    const std::vector<std::uint64_t>& shape) {
-  if (tensor == nullptr) {
-    return Status::InvalidArgument("CUDA model: the weights have no " + role + " tensor");
+// memcpy split across threads: one thread reads page cache at a few GB/s, several near the
+// memory's rate.
+void parallel_copy(unsigned char* to, const unsigned char* from, std::uint64_t bytes) {
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  if (bytes < kSplitBytes || threads == 1) {
+    std::memcpy(to, from, bytes);
+    return;
   }
-  if (element_of(tensor->dtype) == DType::kUnset) {
-    return Status::InvalidArgument("CUDA model: tensor " + tensor->name + " has dtype " +
-                                   std::string(to_string(tensor->dtype)) +
-                                   "; the CUDA model reads BF16, F16 and F32");
+  const std::uint64_t share = (bytes + threads - 1) / threads;
+  std::vector<std::thread> team;
+  for (unsigned t = 1; t < threads; ++t) {
+    const std::uint64_t begin = std::min(bytes, t * share), end = std::min(bytes, begin + share);
+    if (begin < end) team.emplace_back([=] { std::memcpy(to + begin, from + begin, end - begin); });
   }
-  if (tensor->shape != shape) {
-    return Status::InvalidArgument("CUDA model: tensor " + tensor->name + " has shape " +
-                                   shape_string(tensor->shape) + ", the config asks for " +
-                                   shape_string(shape));
-  }
-  const std::uint64_t want = tensor->elements() * element_size(tensor->dtype);
-  if (tensor->bytes != want || (want > 0 && tensor->data == nullptr)) {
-    return Status::InvalidArgument("CUDA model: tensor " + tensor->name + " holds " +
-                                   std::to_string(tensor->bytes) + " bytes, its shape needs " +
-                                   std::to_string(want));
-  }
-  return Status::Ok();
+  std::memcpy(to, from, std::min(bytes, share));
+  for (std::thread& thread : team) thread.join();
 }
 
-// Copies the tensor to `device` (elements in `compute`, contiguous).
-Status copy_tensor(const TensorView& tensor, DType compute, void* device) {
-  const DType source = element_of(tensor.dtype);
-  if (source == compute) {
-    return cuda_call("cudaMemcpy",
-                     cudaMemcpy(device, tensor.data, tensor.bytes, cudaMemcpyHostToDevice));
-  }
-  const std::uint64_t elements = tensor.elements();
+// Writes `count` elements of the tensor from element `first` into `to` in `compute`.
+void produce(const WeightTensor& t, DType compute, std::uint64_t first, std::uint64_t count,
+             unsigned char* to) {
+  const DType source = element_of(t.source->dtype);
   const std::uint32_t from_size = element_bytes(source), to_size = element_bytes(compute);
-  std::vector<unsigned char> slice(std::min(elements, kConvertElements) * to_size);
-  const auto* from = reinterpret_cast<const unsigned char*>(tensor.data);
-  auto* to = static_cast<unsigned char*>(device);
-  for (std::uint64_t done = 0; done < elements; done += kConvertElements) {
-    const std::uint64_t count = std::min(kConvertElements, elements - done);
-    for (std::uint64_t i = 0; i < count; ++i) {
-      const float value = kernels::load_element(source, from + (done + i) * from_size);
-      kernels::store_element(compute, value, slice.data() + i * to_size);
-    }
-    KVVM_RETURN_IF_ERROR(cuda_call(
-        "cudaMemcpy",
-        cudaMemcpy(to + done * to_size, slice.data(), count * to_size, cudaMemcpyHostToDevice)));
+  const auto* from = reinterpret_cast<const unsigned char*>(t.source->data) + first * from_size;
+  if (source == compute) {
+    parallel_copy(to, from, count * to_size);
+    return;
   }
-  return Status::Ok();
+  for (std::uint64_t i = 0; i < count; ++i) {
+    kernels::store_element(compute, kernels::load_element(source, from + i * from_size),
+                           to + i * to_size);
+  }
+}
+
+// Pinned buffers the host fills while the device copies the previous one.
+class Pipeline {
+ public:
+  explicit Pipeline(cudaStream_t stream) : stream_(stream) {}
+  ~Pipeline() {
+    (void)cudaStreamSynchronize(stream_);
+    for (std::size_t i = 0; i < kBuffers; ++i) {
+      if (events_[i] != nullptr) (void)cudaEventDestroy(events_[i]);
+      if (buffers_[i] != nullptr) (void)cudaFreeHost(buffers_[i]);
+    }
+  }
+  Status init() {
+    for (std::size_t i = 0; i < kBuffers; ++i) {
+      KVVM_RETURN_IF_ERROR(
+          cuda_call("cudaHostAlloc", cudaHostAlloc(reinterpret_cast<void**>(&buffers_[i]),
+                                                   kChunkBytes, cudaHostAllocDefault)));
+      KVVM_RETURN_IF_ERROR(
+          cuda_call("cudaEventCreateWithFlags",
+                    cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming)));
+    }
+    return Status::Ok();
+  }
+  // The tensor, converted to `compute`, copied to `device`.
+  Status upload(const WeightTensor& t, DType compute, unsigned char* device) {
+    const std::uint32_t size = element_bytes(compute);
+    const std::uint64_t per_chunk = kChunkBytes / size;
+    for (std::uint64_t first = 0; first < t.elements; first += per_chunk) {
+      const std::uint64_t count = std::min(per_chunk, t.elements - first);
+      const std::size_t i = next_++ % kBuffers;
+      // The buffer's previous copy must be done before it is refilled.
+      KVVM_RETURN_IF_ERROR(cuda_call("cudaEventSynchronize", cudaEventSynchronize(events_[i])));
+      produce(t, compute, first, count, buffers_[i]);
+      KVVM_RETURN_IF_ERROR(cuda_call(
+          "cudaMemcpyAsync", cudaMemcpyAsync(device + first * size, buffers_[i], count * size,
+                                             cudaMemcpyHostToDevice, stream_)));
+      KVVM_RETURN_IF_ERROR(cuda_call("cudaEventRecord", cudaEventRecord(events_[i], stream_)));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::array<unsigned char*, kBuffers> buffers_{};
+  std::array<cudaEvent_t, kBuffers> events_{};
+  std::size_t next_ = 0;
+};
+
+Status dummy_fill(const WeightTensor& t, DType compute, std::uint64_t seed, void* device,
+                  cudaStream_t stream) {
+  DummyFillParams fill;
+  fill.element = compute;
+  fill.count = t.elements;
+  fill.seed = seed;
+  fill.tensor = t.dummy_id;
+  fill.scale = t.scale;
+  fill.constant = t.constant;
+  fill.out = device;
+  return dummy_fill_cuda(fill, stream);
 }
 
 }  // namespace
 
-Result<void*> DeviceWeights::allocate(std::uint64_t size) {
-  void* pointer = nullptr;
-  const cudaError_t error = cudaMalloc(&pointer, std::max<std::uint64_t>(size, 16));
-  if (error != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: keep it out of the next launch check
-    return cuda_call("cudaMalloc", error)
-        .with_context("CUDA model: weights (" + std::to_string(size) + " bytes more after " +
-                      std::to_string(bytes) + ")");
-  }
-  allocations_.push_back(pointer);
-  bytes += size;
-  return pointer;
+DeviceWeights::~DeviceWeights() {
+  store_.reset();  // synchronizes before it unmaps
+  if (staging_ != nullptr) (void)cudaFreeHost(staging_);
 }
 
-DeviceWeights::~DeviceWeights() {
-  for (void* pointer : allocations_) (void)cudaFree(pointer);
+const void* DeviceWeights::staged(std::uint32_t layer) const {
+  return staging_ +
+         std::uint64_t{store_->streamed_index(layer)} * store_->split().sizes.layer_bytes;
+}
+
+WeightStats DeviceWeights::stats(std::uint64_t layer_copies) const {
+  WeightStats stats;
+  stats.split = store_->split();
+  stats.physical_bytes = store_->physical_bytes();
+  stats.handles = store_->handles();
+  stats.layer_copies = layer_copies;
+  stats.load_bytes = load_bytes_;
+  stats.load_seconds = load_seconds_;
+  return stats;
 }
 
 Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& config,
                                                              const ModelWeights& weights,
-                                                             DType compute) {
-  const std::uint64_t hidden = config.hidden_size, inter = config.intermediate_size;
-  const std::uint64_t q_dim = std::uint64_t{config.heads} * config.head_dim;
-  const std::uint64_t kv_dim = std::uint64_t{config.kv_heads} * config.head_dim;
-  const std::uint64_t vocab = config.vocab_size;
-  const std::uint32_t size = element_bytes(compute);
-  std::unique_ptr<DeviceWeights> device(new DeviceWeights());
+                                                             DType compute,
+                                                             const WeightOptions& options,
+                                                             void* stream_handle) {
+  const auto started = std::chrono::steady_clock::now();
+  auto* stream = static_cast<cudaStream_t>(stream_handle);
+  const WeightLayout layout = weight_layout(config, compute);
+  const bool dummy = options.format == LoadFormat::kDummy;
+  Result<std::vector<WeightTensor>> tensors =
+      weight_tensors(config, layout, dummy ? nullptr : &weights);
+  if (!tensors.ok()) return tensors.status().with_context("CUDA model");
 
-  // Checks, allocates and copies one tensor; `into` receives the device pointer.
-  auto upload_one = [&](const TensorView* tensor, const std::string& role,
-                        const std::vector<std::uint64_t>& shape, void*& into) -> Status {
-    KVVM_RETURN_IF_ERROR(check_tensor(tensor, role, shape));
-    Result<void*> memory = device->allocate(tensor->elements() * size);
-    if (!memory.ok()) return memory.status();
-    into = *memory;
-    return copy_tensor(*tensor, compute, into);
+  int device = 0;
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaGetDevice", cudaGetDevice(&device)));
+  std::unique_ptr<Driver> owned;
+  if (options.driver == nullptr) {
+    Result<std::unique_ptr<Driver>> driver = make_cuda_driver(CudaDriverOptions{.device = device});
+    if (!driver.ok()) return driver.status().with_context("CUDA model weights");
+    owned = std::move(driver).value();
+  } else if (options.driver->info().backend != "cuda" ||
+             options.driver->info().device_ordinal != device) {
+    return Status::InvalidArgument("CUDA model weights: the lent " +
+                                   options.driver->info().backend + " driver (device " +
+                                   std::to_string(options.driver->info().device_ordinal) +
+                                   ") is not the CUDA driver of device " + std::to_string(device));
+  }
+  Result<std::unique_ptr<WeightStore>> store =
+      WeightStore::create(options.driver, std::move(owned), layout, options, true);
+  if (!store.ok()) return store.status().with_context("CUDA model weights");
+
+  std::unique_ptr<DeviceWeights> out(new DeviceWeights());
+  out->store_ = std::move(store).value();
+  WeightStore& s = *out->store_;
+  const WeightSplit& split = s.split();
+  if (split.host_staging_bytes > 0) {
+    KVVM_RETURN_IF_ERROR(
+        cuda_call("cudaHostAlloc", cudaHostAlloc(reinterpret_cast<void**>(&out->staging_),
+                                                 split.host_staging_bytes, cudaHostAllocDefault))
+            .with_context("CUDA model: " + format_bytes(split.host_staging_bytes) +
+                          " of pinned host memory for the streamed layers"));
+  }
+  auto device_at = [&](const WeightTensor& t) {
+    const Address base = t.region == kBaseRegion ? s.base() : s.layer(t.region);
+    return reinterpret_cast<unsigned char*>(base + t.offset);
   };
+  {
+    Pipeline pipeline(stream);
+    KVVM_RETURN_IF_ERROR(pipeline.init());
+    for (const WeightTensor& t : *tensors) {
+      const bool staged = t.region != kBaseRegion && s.streamed(t.region);
+      unsigned char* host = staged ? const_cast<unsigned char*>(
+                                         static_cast<const unsigned char*>(out->staged(t.region))) +
+                                         t.offset
+                                   : nullptr;
+      const std::uint64_t bytes = t.elements * element_bytes(compute);
+      out->load_bytes_ += bytes;
+      if (dummy) {
+        // Drawn where the compute reads it; a streamed layer's is drawn into its ring slot and
+        // copied back to its staging.
+        KVVM_RETURN_IF_ERROR(dummy_fill(t, compute, options.dummy_seed, device_at(t), stream));
+        if (staged) {
+          KVVM_RETURN_IF_ERROR(cuda_call(
+              "cudaMemcpyAsync",
+              cudaMemcpyAsync(host, device_at(t), bytes, cudaMemcpyDeviceToHost, stream)));
+        }
+      } else if (staged) {
+        produce(t, compute, 0, t.elements, host);
+      } else {
+        KVVM_RETURN_IF_ERROR(pipeline.upload(t, compute, device_at(t)));
+      }
+    }
+  }
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream)));
+  out->load_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-  KVVM_RETURN_IF_ERROR(upload_one(weights.embed, "embedding", {vocab, hidden}, device->embed));
-  if (weights.layers.size() != config.layers) {
-    return Status::InvalidArgument("CUDA model: the weights hold " +
-                                   std::to_string(weights.layers.size()) + " layers, the config " +
-                                   std::to_string(config.layers));
+  const WeightAddresses at = s.addresses();
+  auto p = [](Address address) { return reinterpret_cast<void*>(address); };
+  out->embed = p(at.embed);
+  out->lm_head = p(at.lm_head);
+  out->final_norm = p(at.final_norm);
+  for (const LayerAddresses& a : at.layers) {
+    out->layers.push_back(DeviceLayer{.input_norm = p(a.input_norm),
+                                      .q = p(a.q),
+                                      .k = p(a.k),
+                                      .v = p(a.v),
+                                      .q_bias = p(a.q_bias),
+                                      .k_bias = p(a.k_bias),
+                                      .v_bias = p(a.v_bias),
+                                      .o = p(a.o),
+                                      .o_bias = p(a.o_bias),
+                                      .post_norm = p(a.post_norm),
+                                      .gate_up = p(a.gate_up),
+                                      .down = p(a.down)});
   }
-  device->layers.resize(config.layers);
-  for (std::uint32_t l = 0; l < config.layers; ++l) {
-    const LayerWeights& w = weights.layers[l];
-    DeviceLayer& d = device->layers[l];
-    const std::string layer = "layer " + std::to_string(l) + " ";
-    KVVM_RETURN_IF_ERROR(
-        upload_one(w.input_norm, layer + "input_layernorm", {hidden}, d.input_norm));
-    KVVM_RETURN_IF_ERROR(upload_one(w.q, layer + "q_proj", {q_dim, hidden}, d.q));
-    KVVM_RETURN_IF_ERROR(upload_one(w.k, layer + "k_proj", {kv_dim, hidden}, d.k));
-    KVVM_RETURN_IF_ERROR(upload_one(w.v, layer + "v_proj", {kv_dim, hidden}, d.v));
-    if (config.qkv_bias) {
-      KVVM_RETURN_IF_ERROR(upload_one(w.q_bias, layer + "q_proj bias", {q_dim}, d.q_bias));
-      KVVM_RETURN_IF_ERROR(upload_one(w.k_bias, layer + "k_proj bias", {kv_dim}, d.k_bias));
-      KVVM_RETURN_IF_ERROR(upload_one(w.v_bias, layer + "v_proj bias", {kv_dim}, d.v_bias));
-    }
-    KVVM_RETURN_IF_ERROR(upload_one(w.o, layer + "o_proj", {hidden, q_dim}, d.o));
-    if (config.o_bias) {
-      KVVM_RETURN_IF_ERROR(upload_one(w.o_bias, layer + "o_proj bias", {hidden}, d.o_bias));
-    }
-    KVVM_RETURN_IF_ERROR(
-        upload_one(w.post_norm, layer + "post_attention_layernorm", {hidden}, d.post_norm));
-    KVVM_RETURN_IF_ERROR(check_tensor(w.gate, layer + "gate_proj", {inter, hidden}));
-    KVVM_RETURN_IF_ERROR(check_tensor(w.up, layer + "up_proj", {inter, hidden}));
-    Result<void*> gate_up = device->allocate(2 * inter * hidden * size);
-    if (!gate_up.ok()) return gate_up.status();
-    d.gate_up = *gate_up;
-    KVVM_RETURN_IF_ERROR(copy_tensor(*w.gate, compute, d.gate_up));
-    KVVM_RETURN_IF_ERROR(copy_tensor(
-        *w.up, compute, static_cast<unsigned char*>(d.gate_up) + inter * hidden * size));
-    KVVM_RETURN_IF_ERROR(upload_one(w.down, layer + "down_proj", {hidden, inter}, d.down));
-  }
-  KVVM_RETURN_IF_ERROR(upload_one(weights.final_norm, "final norm", {hidden}, device->final_norm));
-  if (weights.lm_head == weights.embed ||
-      (weights.lm_head == nullptr && config.tie_word_embeddings)) {
-    device->lm_head = device->embed;
-  } else {
-    KVVM_RETURN_IF_ERROR(upload_one(weights.lm_head, "lm_head", {vocab, hidden}, device->lm_head));
-  }
-  return device;
+  return out;
 }
 
 }  // namespace kvvm::model::detail

@@ -1,6 +1,12 @@
-// The CUDA model's weights on the device, in its compute type (bf16 or fp16), one cudaMalloc
-// per tensor. gate and up are stored as one [2 * intermediate][hidden] matrix so the MLP's
-// two input projections are one GEMM; lm_head is the embedding's buffer when tied.
+// The CUDA model's weights in its compute type (bf16 or fp16), in a WeightStore on the CUDA
+// driver: every tensor at a stable device address, resident layers committed at load, streamed
+// layers' bytes in pinned host memory (copied into their ring slots step by step by
+// WeightRing, model/cuda_weight_ring.h). gate and up are one [2 * intermediate][hidden] matrix
+// so the MLP's two input projections are one GEMM; lm_head is the embedding's when tied.
+//
+// Why the load is a pipeline: a checkpoint's pages are pageable memory, which the device copies
+// from at a few GB/s; staged through a few pinned buffers (filled by several host threads while
+// the previous buffer's copy runs) the load runs near the link's rate.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +15,10 @@
 
 #include "kvvm/dtype.h"
 #include "kvvm/model/config.h"
+#include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
 #include "kvvm/status.h"
+#include "model/weight_store.h"
 
 namespace kvvm::model::detail {
 
@@ -31,11 +39,12 @@ struct DeviceLayer {
 
 class DeviceWeights {
  public:
-  // Checks every tensor's presence, dtype (BF16 / F16 / F32) and element count against the
-  // config (InvalidArgument naming the tensor), converts to `compute` where the checkpoint's
-  // type differs, and copies to the current device.
+  // Checks every tensor (model/weight_tensors.h), converts to `compute` where the checkpoint's
+  // type differs, and loads it into the store on the current device (options.format kDummy:
+  // draws it there, `weights` unread). `stream`: the model's.
   static Result<std::unique_ptr<DeviceWeights>> upload(const ModelConfig& config,
-                                                       const ModelWeights& weights, DType compute);
+                                                       const ModelWeights& weights, DType compute,
+                                                       const WeightOptions& options, void* stream);
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
   ~DeviceWeights();
@@ -44,12 +53,18 @@ class DeviceWeights {
   std::vector<DeviceLayer> layers;
   void* final_norm = nullptr;
   void* lm_head = nullptr;
-  std::uint64_t bytes = 0;  // on the device
+
+  const WeightStore& store() const { return *store_; }
+  // Streamed layer `layer`'s bytes in pinned host memory.
+  const void* staged(std::uint32_t layer) const;
+  WeightStats stats(std::uint64_t layer_copies) const;
 
  private:
   DeviceWeights() = default;
-  Result<void*> allocate(std::uint64_t bytes);
-  std::vector<void*> allocations_;
+  std::unique_ptr<WeightStore> store_;
+  unsigned char* staging_ = nullptr;  // pinned: streamed layers' blocks, in streamed order
+  std::uint64_t load_bytes_ = 0;
+  double load_seconds_ = 0;
 };
 
 }  // namespace kvvm::model::detail

@@ -370,6 +370,14 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
     const auto op = static_cast<DriverOp>(i);
     w.sample("kvvm_driver_calls_total", {{"op", to_string(op)}}, inputs.driver.of(op));
   }
+  w.single("kvvm_weights_resident_bytes", "gauge",
+           "Device bytes the weights hold (physical: the store's handles, ring slots included).",
+           {}, inputs.weights.physical_bytes);
+  w.single("kvvm_weights_streamed_bytes_per_step", "gauge",
+           "Weight bytes copied from host memory into the ring in every step (0: all resident).",
+           {}, inputs.weights.split.streamed_bytes_per_step);
+  w.single("kvvm_weights_streamed_layers", "gauge", "Layers streamed through the ring.", {},
+           std::uint64_t{inputs.weights.split.streamed_layers});
   w.single("kvvm_kv_committed_bytes", "gauge",
            "KV bytes mapped under the arena, every mapping counted.", {}, arena.committed_bytes);
   w.single("kvvm_kv_physical_bytes", "gauge",

@@ -96,6 +96,7 @@ class ServerMetrics {
     engine::EngineStats engine;
     DriverCallCounts driver;
     TierStats tier;  // the KV tier's governor view (limit = the budget)
+    model::WeightStats weights;
     bool draining = false;
   };
   // The whole exposition text.

@@ -244,6 +244,7 @@ void Routes::metrics(const httplib::Request&, httplib::Response& res) {
   inputs.engine = deps_.engine->stats();
   inputs.driver = deps_.kv->driver().counts();
   inputs.tier = deps_.kv->governor().stats(deps_.kv->arena().tier());
+  inputs.weights = deps_.engine->model().weight_stats();
   inputs.draining = draining_;
   const LayoutPlan& plan = deps_.kv->arena().plan();
   const engine::EngineOptions& engine_options = deps_.engine->options();

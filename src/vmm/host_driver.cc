@@ -464,4 +464,6 @@ HostDriverTables host_driver_tables(const Driver& driver) {
   return host == nullptr ? HostDriverTables{} : host->tables();
 }
 
+std::uint64_t host_available_bytes() { return meminfo_bytes("MemAvailable"); }
+
 }  // namespace kvvm

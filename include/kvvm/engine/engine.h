@@ -222,6 +222,8 @@ class Engine {
 
   EngineStats stats() const;
   const EngineOptions& options() const;
+  // The model it steps (its weight_stats() are safe to read from any thread).
+  const model::Model& model() const;
 
  private:
   class Impl;

@@ -32,10 +32,17 @@ struct KvSpaceOptions {
   // sequences + kPadSlots (and options() reports that).
   std::uint32_t sequences = 0;
   std::uint64_t max_context = 0;   // tokens per slot; 0: the config's max_position_embeddings
-  std::uint64_t budget_bytes = 0;  // governor budget of the tier; 0: the device's (host: 1 GiB)
+  std::uint64_t budget_bytes = 0;  // governor budget of the tier; 0: see device_budget_bytes
+  // With budget_bytes 0: the budget the KV tier shares with the lent governor's other tiers (the
+  // weights): the KV gets what they hold less of it. 0: the device's free memory (what the
+  // weights already took is not free; host: 1 GiB).
+  std::uint64_t device_budget_bytes = 0;
   // A driver to use instead of opening one (not owned; outlives the space): a fault-injecting
   // wrapper in tests. Its backend must be the one `backend` names.
   Driver* driver = nullptr;
+  // A governor to put the KV tier under (not owned; outlives the space): the one the model's
+  // weights tier lives in, so weights and KV share one device budget. Null: the space's own.
+  Governor* governor = nullptr;
 };
 
 class KvSpace {

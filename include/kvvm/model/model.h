@@ -25,6 +25,7 @@
 #include "kvvm/kv_view.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/sampling.h"
+#include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
 #include "kvvm/status.h"
 
@@ -159,6 +160,9 @@ class Model {
   virtual void release_decode_graphs() {}
   virtual GraphStats graph_stats() const { return {}; }
 
+  // Where the weights live and what they hold (kvvm/model/weight_memory.h).
+  virtual WeightStats weight_stats() const { return {}; }
+
  protected:
   Model(ModelConfig config, ModelLimits limits) : config_(std::move(config)), limits_(limits) {}
 
@@ -169,9 +173,11 @@ class Model {
 
 struct CpuModelOptions {
   ModelLimits limits;
-  unsigned threads = 0;  // 0: the hardware's
+  unsigned threads = 0;   // 0: the hardware's
+  WeightOptions weights;  // a lent driver must be a host one
 };
-// Converts the weights to float32 (they may be dropped after this returns).
+// Converts the weights to float32 into their store (they may be dropped after this returns);
+// with weights.format kDummy, `weights` is not read.
 Result<std::unique_ptr<Model>> make_cpu_model(const ModelConfig& config,
                                               const ModelWeights& weights,
                                               const CpuModelOptions& options);
@@ -182,9 +188,11 @@ struct CudaModelOptions {
   // Compute type of weights and activations on the device: kBf16 or kFp16; kUnset: the
   // checkpoint's (an F32 checkpoint runs in bf16).
   DType compute = DType::kUnset;
+  WeightOptions weights;  // a lent driver must be a CUDA one, of the current device
 };
-// Copies the weights to the device. Unavailable (saying why) without a CUDA device, the CUDA
-// kernels or cuBLAS.
+// Copies the weights to the device (with weights.format kDummy draws them there; `weights` is
+// not read, and the compute type is `compute`, else the config's). Unavailable (saying why) without
+// a CUDA device, the CUDA kernels or cuBLAS.
 Result<std::unique_ptr<Model>> make_cuda_model(const ModelConfig& config,
                                                const ModelWeights& weights,
                                                const CudaModelOptions& options);

@@ -44,9 +44,11 @@ Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& optio
   if (options.backend == "cuda" || (options.backend == "auto" && cuda_available())) {
     model::CudaModelOptions cuda_options;
     cuda_options.limits = limits;
+    cuda_options.weights = weight_options(options.weights);
     Result<std::unique_ptr<model::Model>> cuda =
         model::make_cuda_model(config, weights, cuda_options);
-    if (cuda.ok() || options.backend == "cuda") {
+    if (cuda.ok() || options.backend == "cuda" ||
+        cuda.status().code() == StatusCode::kResourceExhausted) {
       return cuda.ok() ? std::move(cuda) : cuda.status().with_context("--backend cuda");
     }
     if (progress != nullptr) {
@@ -56,6 +58,7 @@ Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& optio
   }
   model::CpuModelOptions cpu_options;
   cpu_options.limits = limits;
+  cpu_options.weights = weight_options(options.weights);
   return model::make_cpu_model(config, weights, cpu_options);
 }
 
@@ -140,6 +143,7 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "of the GPU's free memory once the model is loaded, on the host 1 GiB; "
                   "resolved once, so every engine gets the same)")
       ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
+  add_weight_flags(*cmd, options.weights);
   cmd->add_option("--batches", options.batches,
                   "Decode batch sizes, comma-separated (default 1,32)");
   cmd->add_option("--prompt-tokens", options.prompt_tokens,
@@ -274,17 +278,37 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
   limits.max_chunks = std::max(limits.max_chunks, chunks);
   limits.max_step_tokens = std::max(limits.max_step_tokens, limits.max_chunks);
   {
-    Result<std::unique_ptr<model::WeightFiles>> files =
-        model::WeightFiles::open_dir(options.model_dir);
-    if (!files.ok()) return files.status().with_context("--model " + options.model_dir);
-    Result<model::ModelWeights> weights = model::bind_weights(*config, **files);
-    if (!weights.ok()) return weights.status().with_context("--model " + options.model_dir);
+    std::unique_ptr<model::WeightFiles> files;
+    model::ModelWeights weights;
+    report.dummy_weights = dummy_weights(options.weights);
+    if (!report.dummy_weights) {
+      Result<std::unique_ptr<model::WeightFiles>> opened =
+          model::WeightFiles::open_dir(options.model_dir);
+      if (!opened.ok()) return opened.status().with_context("--model " + options.model_dir);
+      files = std::move(opened).value();
+      Result<model::ModelWeights> bound = model::bind_weights(*config, *files);
+      if (!bound.ok()) return bound.status().with_context("--model " + options.model_dir);
+      weights = std::move(bound).value();
+    }
     Result<std::unique_ptr<model::Model>> made =
-        make_model(options, *config, *weights, limits, progress);
+        make_model(options, *config, weights, limits, progress);
     if (!made.ok()) return made.status();
-    // The weights' mapping closes here; the model holds its own copy.
+    files.reset();  // the model holds its own copy
     report.backend = std::string(model::to_string((*made)->backend()));
     std::unique_ptr<model::Model> model = std::move(made).value();
+    const model::WeightStats placed = model->weight_stats();
+    report.weights = placed.split.describe();
+    report.weights_device_bytes = placed.physical_bytes;
+    report.weights_streamed_bytes_per_step = placed.split.streamed_bytes_per_step;
+    report.weights_streamed_layers = placed.split.streamed_layers;
+    report.weights_ring_slots = placed.split.ring_slots;
+    report.load_bytes = placed.load_bytes;
+    report.load_seconds = placed.load_seconds;
+    if (progress != nullptr) {
+      *progress << kBenchEngine << ": " << report.weights << "; loaded in "
+                << fixed(report.load_seconds, 2) << " s\n"
+                << std::flush;
+    }
 
     engine::KvSpaceOptions kv;
     kv.backend = model->backend();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench/engine_report.h"
+#include "kit/weight_flags.h"
 #include "kvvm/status.h"
 
 namespace CLI {
@@ -34,6 +35,7 @@ struct BenchEngineOptions {
   std::uint64_t max_context = 0;  // 0: min(the config's max_position_embeddings, 8192)
   std::uint32_t max_running = 0;  // 0: kDefaultMaxRunning (and at least the largest batch)
   std::uint64_t kv_budget = 0;    // bytes; 0: the KV space's default, resolved once
+  WeightFlags weights;            // --weight-budget, --ring-slots, --load-format
   std::string batches = "1,32";   // decode batch sizes
   std::uint64_t prompt_tokens = 128;
   std::uint64_t decode_tokens = 128;

@@ -87,6 +87,16 @@ nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
   json["kv_bytes_per_token"] = report.kv_bytes_per_token;
   json["preallocated_capacity"] = report.preallocated_capacity;
   json["max_running"] = report.max_running;
+  nlohmann::ordered_json weights;
+  weights["placement"] = report.weights;
+  weights["dummy"] = report.dummy_weights;
+  weights["device_bytes"] = report.weights_device_bytes;
+  weights["streamed_layers"] = report.weights_streamed_layers;
+  weights["ring_slots"] = report.weights_ring_slots;
+  weights["streamed_bytes_per_step"] = report.weights_streamed_bytes_per_step;
+  weights["load_bytes"] = report.load_bytes;
+  weights["load_seconds"] = report.load_seconds;
+  json["weights"] = std::move(weights);
   nlohmann::ordered_json decode;
   decode["prompt_tokens"] = report.prompt_tokens;
   decode["decode_tokens"] = report.decode_tokens;
@@ -121,7 +131,11 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
       << "; max context " << report.max_context << ", max running " << report.max_running
       << "\nKV: " << format_bytes(report.kv_budget) << " budget, " << report.kv_dtype << ", "
       << format_bytes(report.kv_bytes_per_token) << " per token; preallocated holds "
-      << report.preallocated_capacity << " sequences of max context\n";
+      << report.preallocated_capacity << " sequences of max context\n"
+      << report.weights << (report.dummy_weights ? " (dummy weights)" : "") << "; loaded "
+      << format_bytes(report.load_bytes) << " in " << fixed(report.load_seconds, 2) << " s ("
+      << fixed(report.load_seconds > 0 ? report.load_bytes / report.load_seconds / 1e9 : 0, 2)
+      << " GB/s)\n";
   if (!report.decode.empty()) {
     out << "\nDecode (" << report.prompt_tokens << "-token random prompts, " << report.decode_tokens
         << " greedy tokens each, end tokens ignored; timed after every sequence has its first "

@@ -77,6 +77,15 @@ struct BenchEngineReport {
   // Sequences of max context the budget holds: the preallocated engine's concurrency bound.
   std::uint64_t preallocated_capacity = 0;
   std::uint32_t max_running = 0;
+  // Weights: where they live (WeightSplit::describe), what a step streams, and the load.
+  std::string weights;
+  bool dummy_weights = false;
+  std::uint64_t weights_device_bytes = 0;  // physical, from the store's handles
+  std::uint64_t weights_streamed_bytes_per_step = 0;
+  std::uint32_t weights_streamed_layers = 0;
+  std::uint32_t weights_ring_slots = 0;
+  std::uint64_t load_bytes = 0;
+  double load_seconds = 0;
   // Decode part.
   std::uint64_t prompt_tokens = 0;
   std::uint64_t decode_tokens = 0;

@@ -192,6 +192,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
   cmd->add_flag("--no-graphs", options.no_graphs,
                 "Do not replay CUDA graphs for decode steps (the CUDA backend captures them by "
                 "default; the same tokens either way, only slower without)");
+  add_weight_flags(*cmd, options.weights);
   cmd->add_flag("--json", options.json,
                 "Print one JSON object at the end instead of streaming: prompt_ids, token_ids, "
                 "text, finish_reason (stop: an end token; length: --max-tokens), timings "
@@ -212,7 +213,8 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   if (!layout.ok()) return fail(layout.status().with_context("--layout"));
 
   const Clock::time_point load_start = Clock::now();
-  Result<LoadedModel> loaded = load_model(options.model_dir, options.backend, kGenerate, err);
+  Result<LoadedModel> loaded =
+      load_model(options.model_dir, options.backend, kGenerate, err, options.weights);
   if (!loaded.ok()) return fail(loaded.status());
   const model::ModelConfig& config = loaded->config;
   model::Model& model = *loaded->model;
@@ -223,6 +225,8 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   kv_options.layout = *layout;
   kv_options.sequences = 1;  // the space adds the decode graphs' padding slot
   kv_options.max_context = options.max_context;
+  kv_options.driver = loaded->driver.get();
+  kv_options.governor = loaded->governor.get();
   Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(config, kv_options);
   if (!kv.ok()) return fail(kv.status());
   const double load_seconds = seconds_since(load_start);

@@ -12,6 +12,8 @@
 #include <optional>
 #include <string>
 
+#include "kit/weight_flags.h"
+
 namespace CLI {
 class App;
 }  // namespace CLI
@@ -36,6 +38,7 @@ struct GenerateOptions {
   bool json = false;
   bool ignore_eos = false;  // benchmarks: generate exactly --max-tokens tokens
   bool no_graphs = false;   // CUDA: decode steps run kernel by kernel (graphs are the default)
+  WeightFlags weights;      // --weight-budget, --ring-slots, --load-format
 };
 
 inline constexpr std::uint64_t kDefaultMaxTokens = 128;

@@ -160,6 +160,11 @@ void print_header(const PlanReport& report, std::ostream& out) {
       << " x " << g.element_bytes() << " B\n";
   out << "granule G = " << bytes_exact(report.granule) << "; context n = " << tokens(report.context)
       << " (also the slot's max context)\n";
+  if (report.weights) {
+    out << report.weights->describe() << "; device budget " << bytes_exact(report.device_budget)
+        << " less the weights' " << bytes_exact(report.weights->device_bytes)
+        << " leaves the KV its budget B\n";
+  }
   out << "prefix P = " << tokens(report.prefix) << "; budget B = " << bytes_exact(report.budget);
   if (report.sequences) out << "; sizing memory for " << *report.sequences << " sequences";
   out << "\n";
@@ -403,6 +408,14 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
           [&options](const std::uint64_t& sequences) { options.concurrency = sequences; },
           "Also report the memory N sequences at --context need, with and without sharing")
       ->transform(count_validator(1, std::numeric_limits<std::uint64_t>::max()));
+  plan->add_option_function<std::uint64_t>(
+          "--weight-budget",
+          [&options](const std::uint64_t& bytes) { options.weight_budget = bytes; },
+          "Also place the model's weights (in its 16-bit type) under this many device bytes, "
+          "as `kvvm serve --weight-budget` would: which layers stay resident and which stream, "
+          "the ring, the bytes copied per step; --budget is then the device's, and the KV gets "
+          "what the weights leave")
+      ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   plan->add_flag("--json", options.json, "Machine-readable output (JSON) on stdout");
   plan->footer(std::string("Formulas use: ") + kLegend + ".");
   return plan;
@@ -444,11 +457,28 @@ Result<PlanReport> make_plan(const PlanOptions& options) {
   if (!geometry.ok()) return geometry.status().with_context("--model");
 
   PlanReport report;
+  std::uint64_t kv_budget = options.budget;
+  if (options.weight_budget) {
+    Result<model::ModelConfig> config = resolve_model_config(options.model);
+    if (!config.ok()) return config.status().with_context("--model");
+    const DType weights = config->dtype == DType::kFp16 ? DType::kFp16 : DType::kBf16;
+    Result<model::WeightSplit> split = model::plan_weight_split(
+        model::weight_sizes(*config, weights), options.granule, *options.weight_budget);
+    if (!split.ok()) return split.status().with_context("--weight-budget");
+    if (split->device_bytes >= options.budget) {
+      return Status::InvalidArgument("--budget " + exact_size(options.budget) +
+                                     ": the weights take " + exact_size(split->device_bytes) +
+                                     " of it, leaving nothing for the KV cache");
+    }
+    kv_budget = options.budget - split->device_bytes;
+    report.weights = *split;
+    report.device_budget = options.budget;
+  }
   report.geometry = *geometry;
   report.granule = options.granule;
   report.context = options.context;
   report.prefix = options.prefix;
-  report.budget = options.budget;
+  report.budget = kv_budget;
   report.sequences = options.concurrency;
   report.all_layouts = layouts.size() > 1;
   for (Layout layout : layouts) {
@@ -457,8 +487,7 @@ Result<PlanReport> make_plan(const PlanOptions& options) {
     LayoutFigures figures;
     figures.plan = *plan;
     figures.prefix = prefix_shareability(*plan, options.prefix);
-    figures.concurrency =
-        admissible_concurrency(*plan, options.context, options.prefix, options.budget);
+    figures.concurrency = admissible_concurrency(*plan, options.context, options.prefix, kv_budget);
     figures.one_token_windows = plan->windows_per_fragment(1);
     figures.context_windows = plan->windows_per_fragment(options.context);
     figures.view = plan->view(0);
@@ -493,6 +522,18 @@ nlohmann::ordered_json plan_json(const PlanReport& report) {
   json["prefix_tokens"] = report.prefix;
   json["budget_bytes"] = report.budget;
   if (report.sequences) json["sequences"] = *report.sequences;
+  if (report.weights) {
+    const model::WeightSplit& w = *report.weights;
+    json["weights"] = {{"device_budget_bytes", report.device_budget},
+                       {"device_bytes", w.device_bytes},
+                       {"layers", w.sizes.layers},
+                       {"streamed_layers", w.streamed_layers},
+                       {"ring_slots", w.ring_slots},
+                       {"layer_block_bytes", w.layer_block},
+                       {"streamed_bytes_per_step", w.streamed_bytes_per_step},
+                       {"host_staging_bytes", w.host_staging_bytes},
+                       {"placement", w.describe()}};
+  }
   nlohmann::ordered_json layouts = nlohmann::ordered_json::array();
   for (const LayoutFigures& figures : report.layouts) {
     const LayoutPlan& plan = figures.plan;

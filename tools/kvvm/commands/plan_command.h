@@ -20,6 +20,7 @@
 #include "kvvm/geometry.h"
 #include "kvvm/kv_view.h"
 #include "kvvm/layout.h"
+#include "kvvm/model/weight_memory.h"
 #include "kvvm/status.h"
 
 namespace CLI {
@@ -38,6 +39,9 @@ struct PlanOptions {
   std::uint64_t prefix = 0;      // tokens shared by every sequence
   std::uint64_t budget = std::uint64_t{40} << 30;  // bytes
   std::optional<std::uint64_t> concurrency;        // sequences to size memory for
+  // --weight-budget: the weights' device bytes; then --budget is the device's, shared by the
+  // weights and the KV, and the KV gets what the weights leave.
+  std::optional<std::uint64_t> weight_budget;
   bool json = false;
 };
 
@@ -66,6 +70,10 @@ struct PlanReport {
   std::uint64_t budget = 0;
   std::optional<std::uint64_t> sequences;  // --concurrency
   bool all_layouts = false;                // --layout all: the side-by-side table
+  // With --weight-budget: the weights' split (in the model's 16-bit type) and the device budget
+  // it came out of; `budget` is then what the KV gets.
+  std::optional<model::WeightSplit> weights;
+  std::uint64_t device_budget = 0;
   std::vector<LayoutFigures> layouts;
 };
 

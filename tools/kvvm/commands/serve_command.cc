@@ -160,6 +160,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "(default 30)")
       ->transform(number_validator(0, kMaxWaitSeconds));
   cmd->add_flag("--no-graphs", options.no_graphs, "Do not replay CUDA graphs for decode steps");
+  add_weight_flags(*cmd, options.weights);
   cmd->add_flag("--no-prefix-cache", options.no_prefix_cache,
                 "Do not share the KV of common prompt prefixes between requests");
   cmd->add_option("--default-max-tokens", options.default_max_tokens,
@@ -198,7 +199,8 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   Result<std::optional<tokenizer::ChatTemplate>> chat = chat_template_of(options, err);
   if (!chat.ok()) return fail(chat.status());
 
-  Result<LoadedModel> loaded = load_model(options.model_dir, options.backend, kServe, err);
+  Result<LoadedModel> loaded =
+      load_model(options.model_dir, options.backend, kServe, err, options.weights);
   if (!loaded.ok()) return fail(loaded.status());
   model::Model& model = *loaded->model;
 
@@ -208,6 +210,8 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   kv_options.sequences = running;  // the space adds the decode graphs' padding slot
   kv_options.max_context = options.max_context;
   kv_options.budget_bytes = options.kv_budget;
+  kv_options.driver = loaded->driver.get();
+  kv_options.governor = loaded->governor.get();
   Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(loaded->config, kv_options);
   if (!kv.ok()) return fail(kv.status());
 

@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "kit/weight_flags.h"
+
 namespace CLI {
 class App;
 }  // namespace CLI
@@ -40,6 +42,7 @@ struct ServeOptions {
   std::uint64_t max_body = std::uint64_t{8} << 20;
   double drain_timeout = 30;  // seconds
   std::uint64_t http_threads = 512;
+  WeightFlags weights;  // --weight-budget, --ring-slots, --load-format
 };
 
 // How a serving run is told to stop (a signal, a test) and tells when it listens.

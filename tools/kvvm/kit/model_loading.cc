@@ -1,10 +1,13 @@
 #include "kit/model_loading.h"
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <ostream>
 #include <utility>
 
 #include "kvvm/cuda_driver.h"
+#include "kvvm/host_driver.h"
 #include "kvvm/model/kv_geometry.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
@@ -14,19 +17,53 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Result<std::unique_ptr<model::Model>> make_model(const std::string& backend,
-                                                 const model::ModelConfig& config,
-                                                 const model::ModelWeights& weights,
-                                                 std::string_view command, std::ostream& err) {
+// Keeps `driver` and a fresh governor in `loaded` and lends both to the weights.
+model::WeightOptions lend(LoadedModel& loaded, std::unique_ptr<Driver> driver,
+                          const WeightFlags& flags) {
+  loaded.driver = std::move(driver);
+  loaded.governor = std::make_unique<Governor>();
+  model::WeightOptions placement = weight_options(flags);
+  placement.driver = loaded.driver.get();
+  placement.governor = loaded.governor.get();
+  return placement;
+}
+
+// Makes the model on a driver of the backend chosen and a governor, both kept in `loaded`.
+Status make_model(const std::string& backend, const model::ModelWeights& weights,
+                  const WeightFlags& flags, std::string_view command, std::ostream& err,
+                  LoadedModel& loaded) {
   if (backend == "cuda" || (backend == "auto" && cuda_available())) {
-    Result<std::unique_ptr<model::Model>> cuda =
-        model::make_cuda_model(config, weights, model::CudaModelOptions{});
-    if (cuda.ok()) return cuda;
-    if (backend == "cuda") return cuda.status().with_context("--backend cuda");
+    Status made = [&]() -> Status {
+      Result<std::unique_ptr<Driver>> driver = make_cuda_driver();
+      if (!driver.ok()) return driver.status();
+      model::CudaModelOptions options;
+      options.weights = lend(loaded, std::move(driver).value(), flags);
+      Result<std::unique_ptr<model::Model>> cuda =
+          model::make_cuda_model(loaded.config, weights, options);
+      if (!cuda.ok()) return cuda.status();
+      loaded.model = std::move(cuda).value();
+      return Status::Ok();
+    }();
+    if (made.ok()) return made;
+    loaded.governor.reset();
+    loaded.driver.reset();
+    // A model that does not fit is the user's to resolve (--weight-budget), not a reason to
+    // fall back to a CPU run they did not ask for.
+    if (backend == "cuda" || made.code() == StatusCode::kResourceExhausted) {
+      return made.with_context("--backend " + backend);
+    }
     err << command << ": note: a GPU is present but the CUDA model could not be made ("
-        << cuda.status().to_string() << "); running on the CPU\n";
+        << made.to_string() << "); running on the CPU\n";
   }
-  return model::make_cpu_model(config, weights, model::CpuModelOptions{});
+  Result<std::unique_ptr<Driver>> driver = make_host_driver();
+  if (!driver.ok()) return driver.status();
+  model::CpuModelOptions options;
+  options.weights = lend(loaded, std::move(driver).value(), flags);
+  Result<std::unique_ptr<model::Model>> cpu =
+      model::make_cpu_model(loaded.config, weights, options);
+  if (!cpu.ok()) return cpu.status();
+  loaded.model = std::move(cpu).value();
+  return Status::Ok();
 }
 
 // A --model value without a slash or ".json": a built-in model's name, or a folder here.
@@ -50,7 +87,7 @@ std::string here() {
 
 }  // namespace
 
-Status check_model_dir(const std::string& dir) {
+Status check_model_dir(const std::string& dir, bool weights_needed) {
   std::error_code ec;
   if (!fs::exists(dir, ec) && bare_name(dir)) {
     return Status::InvalidArgument("--model " + dir + ": no folder '" + dir + "' in " + here() +
@@ -73,7 +110,7 @@ Status check_model_dir(const std::string& dir) {
                                      " not found" + kLooksLike);
     }
   }
-  if (!fs::exists(root / "model.safetensors", ec) &&
+  if (weights_needed && !fs::exists(root / "model.safetensors", ec) &&
       !fs::exists(root / "model.safetensors.index.json", ec)) {
     return Status::InvalidArgument("--model " + dir + ": no weights: neither " +
                                    (root / "model.safetensors").string() + " nor " +
@@ -103,9 +140,25 @@ Result<Geometry> resolve_model_geometry(const std::string& model, std::optional<
   return model::kv_geometry(*config, dtype);
 }
 
+Result<model::ModelConfig> resolve_model_config(const std::string& model) {
+  std::error_code ec;
+  const bool folder_here = bare_name(model) && fs::is_directory(model, ec);
+  if (model.empty() || (bare_name(model) && !folder_here)) {
+    return model::builtin_model_config(model);
+  }
+  std::string path = folder_here ? "./" + model : model;
+  if (fs::is_directory(path, ec)) path += "/config.json";
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return Status::InvalidArgument("'" + path + "': cannot be read");
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  return model::parse_model_config(text, path);
+}
+
 Result<LoadedModel> load_model(const std::string& dir, const std::string& backend,
-                               std::string_view command, std::ostream& err) {
-  KVVM_RETURN_IF_ERROR(check_model_dir(dir));
+                               std::string_view command, std::ostream& err,
+                               const WeightFlags& flags) {
+  const bool dummy = dummy_weights(flags);
+  KVVM_RETURN_IF_ERROR(check_model_dir(dir, !dummy));
   const fs::path root(dir);
   LoadedModel loaded;
   Result<model::ModelConfig> config = model::load_model_config(dir);
@@ -118,14 +171,19 @@ Result<LoadedModel> load_model(const std::string& dir, const std::string& backen
   loaded.tokenizer = std::move(tok).value();
 
   // The weights are mapped only while the model copies (CPU: converts) them.
-  Result<std::unique_ptr<model::WeightFiles>> files = model::WeightFiles::open_dir(dir);
-  if (!files.ok()) return files.status();
-  Result<model::ModelWeights> weights = model::bind_weights(loaded.config, **files);
-  if (!weights.ok()) return weights.status();
-  Result<std::unique_ptr<model::Model>> made =
-      make_model(backend, loaded.config, *weights, command, err);
-  if (!made.ok()) return made.status();
-  loaded.model = std::move(made).value();
+  std::unique_ptr<model::WeightFiles> files;
+  model::ModelWeights weights;
+  if (!dummy) {
+    Result<std::unique_ptr<model::WeightFiles>> opened = model::WeightFiles::open_dir(dir);
+    if (!opened.ok()) return opened.status();
+    files = std::move(opened).value();
+    Result<model::ModelWeights> bound = model::bind_weights(loaded.config, *files);
+    if (!bound.ok()) return bound.status();
+    weights = std::move(bound).value();
+  }
+  KVVM_RETURN_IF_ERROR(make_model(backend, weights, flags, command, err, loaded));
+  const model::WeightStats stats = loaded.model->weight_stats();
+  err << command << ": " << stats.split.describe() << (dummy ? " (dummy weights)" : "") << "\n";
   return loaded;
 }
 

@@ -1,0 +1,130 @@
+// Weights at a stable virtual address: where a model's weights live, how much of the device
+// they may hold, and which layers are streamed when they do not all fit.
+//
+// Every weight tensor has an address inside one reservation, fixed for the model's life. Its
+// physical memory comes from a handle pool charging a `weights` tier of a governor, so the
+// weights and the KV cache can share one device budget (the caller lends the same governor to
+// both) and every figure below is physical bytes from handle counts, never a nominal size.
+//
+// Resident layers are committed once at load. Layers past the budget are streamed: each keeps
+// its own address range, and all of them are mapped once, for good, onto a ring of R physical
+// layer slots (streamed layer s aliases slot s mod R: one handle mapped at several addresses).
+// Each step copies a streamed layer's bytes from host memory (pinned on CUDA) into its range
+// just before its compute; the copy into a slot waits for the last read of its previous
+// occupant. On CUDA the copies and the waits are stream work, so a captured decode graph
+// replays them with the ring rotating and no driver call; on the host they are the driver's
+// writes, made in order.
+//
+// Why whole layers, first and last resident, the streamed ones spread evenly: a layer is the
+// unit whose last read is one point in the step, the first streamed copy then overlaps the
+// first layer's compute, and spreading the streamed layers between resident ones gives the
+// copy engine compute to hide under all through the step instead of one run at its end.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvvm/driver.h"
+#include "kvvm/dtype.h"
+#include "kvvm/governor.h"
+#include "kvvm/model/config.h"
+#include "kvvm/status.h"
+
+namespace kvvm::model {
+
+// A model's weight bytes in an element type, split as the store places them.
+struct WeightSizes {
+  // Never streamed: embedding, lm_head (when untied), final norm, every layer's norms and
+  // biases; each tensor's bytes rounded up to kWeightAlignment.
+  std::uint64_t base_bytes = 0;
+  // One layer's projections (q, k, v, o, gate and up, down), each rounded up likewise: the
+  // unit a streamed step copies.
+  std::uint64_t layer_bytes = 0;
+  std::uint32_t layers = 0;
+  // base_bytes + layers * layer_bytes.
+  std::uint64_t total() const { return base_bytes + std::uint64_t{layers} * layer_bytes; }
+};
+
+// Every tensor starts at a multiple of this inside its region (what cuBLAS and vector loads
+// want).
+inline constexpr std::uint64_t kWeightAlignment = 256;
+
+// The sizes of `config`'s weights stored in `element` (fp32 on the CPU backend, the compute
+// type on CUDA).
+WeightSizes weight_sizes(const ModelConfig& config, DType element);
+
+// Which layers are resident and which streamed, and what that costs, for a budget.
+struct WeightSplit {
+  WeightSizes sizes;
+  std::uint64_t granule = 0;
+  std::uint64_t base_region = 0;  // base_bytes rounded up to the granule
+  std::uint64_t layer_block = 0;  // layer_bytes rounded up to the granule
+  std::vector<bool> streamed;     // per layer
+  std::uint32_t streamed_layers = 0;
+  std::uint32_t ring_slots = 0;  // 0 when nothing is streamed
+  // Physical bytes: the base region, the resident layers' blocks and the ring's slots.
+  std::uint64_t device_bytes = 0;
+  std::uint64_t resident_layer_bytes = 0;     // resident layers' blocks
+  std::uint64_t ring_bytes = 0;               // ring_slots * layer_block
+  std::uint64_t streamed_bytes_per_step = 0;  // streamed_layers * layer_bytes
+  std::uint64_t host_staging_bytes = 0;       // streamed_layers * layer_bytes, in host memory
+  // One line for start-up logs and `kvvm plan`: resident and streamed layers, R, the bytes.
+  std::string describe() const;
+};
+
+// Ring slots when the caller does not choose: two is double buffering (one slot copied while
+// the other is read); a third slot adds slack at no copy cost but a layer of memory.
+inline constexpr std::uint32_t kDefaultRingSlots = 2;
+
+// budget_bytes 0: every layer resident. Otherwise the most layers that fit in the budget
+// beside the base region and `ring_slots` (0: kDefaultRingSlots) slots stay resident, the first
+// and the last always among them, and the rest are streamed, spread evenly between them; a
+// budget that holds everything streams nothing. InvalidArgument naming the budget and the
+// least it could be when the base region, the first and last layers and the ring do not fit, or
+// for a granule of 0.
+Result<WeightSplit> plan_weight_split(const WeightSizes& sizes, std::uint64_t granule,
+                                      std::uint64_t budget_bytes, std::uint32_t ring_slots = 0);
+
+// The budget that streams exactly `streamed` of the layers (tests, and the figures that
+// sweep it). REQUIRES streamed <= layers - 2 and, when streamed > 0, ring_slots < streamed.
+std::uint64_t weight_budget_for(const WeightSizes& sizes, std::uint64_t granule,
+                                std::uint32_t streamed, std::uint32_t ring_slots);
+
+// Where the weights come from.
+enum class LoadFormat : std::uint8_t {
+  kCheckpoint,  // the ModelWeights handed to make_*_model
+  kDummy,       // drawn from `dummy_seed` where they live (the device on CUDA): no file is read,
+                // so a shape larger than the disk can be served and measured
+};
+
+struct WeightOptions {
+  // The driver and governor the weights' reservation and handles come from (not owned; they
+  // outlive the model). Null: the model opens a driver of its backend and a governor of its
+  // own (then the weights share no budget with anything).
+  Driver* driver = nullptr;
+  Governor* governor = nullptr;  // required with `driver`
+  // Physical bytes the weights may hold on the device (the weights tier's limit); 0: every
+  // layer resident, refused on CUDA when that exceeds the device's free memory (the error
+  // names the bytes and suggests a budget).
+  std::uint64_t budget_bytes = 0;
+  std::uint32_t ring_slots = 0;  // 0: kDefaultRingSlots
+  // Host memory the streamed layers may pin; 0: what the machine has available (read before
+  // the first byte is), less a margin.
+  std::uint64_t host_limit_bytes = 0;
+  LoadFormat format = LoadFormat::kCheckpoint;
+  std::uint64_t dummy_seed = 0;
+};
+
+// What the weights hold, from the store's own counts.
+struct WeightStats {
+  WeightSplit split;
+  std::uint64_t physical_bytes = 0;  // handles the store owns x their sizes (== the tier's used)
+  std::uint64_t handles = 0;
+  std::uint64_t layer_copies = 0;  // streamed layers copied so far (eager steps; a graph's
+                                   // replays copy without the host seeing them)
+  std::uint64_t load_bytes = 0;    // bytes written at load (device and host staging)
+  double load_seconds = 0;         // from the first byte read to the last written
+};
+
+}  // namespace kvvm::model

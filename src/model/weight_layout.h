@@ -1,0 +1,43 @@
+// Where each weight tensor sits inside the store's two kinds of region: the base region (what
+// is never streamed) and a layer block (one layer's projections, the unit a streamed step
+// copies). One layout for both backends, so the split, `kvvm plan` and the stores agree on
+// every byte.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvvm/dtype.h"
+#include "kvvm/model/config.h"
+#include "kvvm/model/weight_memory.h"
+
+namespace kvvm::model::detail {
+
+inline constexpr std::uint64_t kNoTensor = ~std::uint64_t{0};
+
+// Byte offsets inside one layer block.
+struct LayerBlockOffsets {
+  std::uint64_t q = 0, k = 0, v = 0, o = 0;
+  std::uint64_t gate_up = 0;  // [2 * intermediate][hidden]: gate rows, then up rows
+  std::uint64_t down = 0;
+};
+
+// Byte offsets of one layer's small tensors inside the base region (kNoTensor: absent).
+struct LayerBaseOffsets {
+  std::uint64_t input_norm = 0, post_norm = 0;
+  std::uint64_t q_bias = kNoTensor, k_bias = kNoTensor, v_bias = kNoTensor, o_bias = kNoTensor;
+};
+
+struct WeightLayout {
+  DType element = DType::kUnset;
+  std::uint64_t embed = 0;
+  std::uint64_t lm_head = 0;  // == embed when tied
+  std::uint64_t final_norm = 0;
+  std::vector<LayerBaseOffsets> layers;
+  LayerBlockOffsets block;
+  WeightSizes sizes;
+};
+
+WeightLayout weight_layout(const ModelConfig& config, DType element);
+
+}  // namespace kvvm::model::detail
