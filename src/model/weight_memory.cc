@@ -1,11 +1,12 @@
 // The weights' layout (every tensor's offset in its region), their sizes, and the split of a
 // budget into resident and streamed layers.
+#include "kvvm/model/weight_memory.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include "kvvm/bytes.h"
-#include "kvvm/model/weight_memory.h"
 #include "model/weight_layout.h"
 
 namespace kvvm::model {
