@@ -74,8 +74,10 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   # (split-K partials and merge) and prefill.
   filter='*Masking*:*CausalPrefill*d128_g4:*CausalPrefill*d64_g7:*Graph*tokenmajor'
   filter+=':*DecodeMatches*tokenmajor_fp16_d128_g4:*DecodeMatches*headmajor_bf16_d64_g7'
-  # Weights streamed through a ring of 2 slots, eager and in a replayed graph (the copy into a
-  # slot must follow the last read of its previous layer).
+  # Weights streamed through a ring of 2 slots, eager and in a replayed graph (the copies into
+  # the slots land while kernels read the weights). Memcheck only: racecheck sees shared-memory
+  # hazards inside a kernel, not the order of a copy stream against the compute stream (which
+  # the tests' bit-equal logits prove), and over their 400 steps it ran past this step's time.
   filter+=':*WeightStreamCuda*/8:*WeightStreamCuda*/9'
   filter+=':*ChunkedPrefill*:WideGroups*bf16_d128_g12*'
   # The model's own kernels (embedding, RMSNorm, RoPE, SiLU-mul, bias, argmax, sampling), one
@@ -88,7 +90,7 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   tail -n 5 "$OUT/kernels-memcheck.log"
   filter='*Masking*:*CausalPrefill*tokenmajor_fp16_d128_g4:ModelKernelsCuda*'
   filter+=':*DecodeMatches*tokenmajor_bf16_d128_g4:*ChunkedPrefill*tokenmajor_bf16_d64_g4'
-  filter+=':ModelKernelsSampling*TinyVocabularies*:*WeightStreamCuda*/8:*WeightStreamCuda*/9'
+  filter+=':ModelKernelsSampling*TinyVocabularies*'
   echo "==> kernels: compute-sanitizer racecheck ($filter)"
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
     >"$OUT/kernels-racecheck.log" 2>&1 || status=1
