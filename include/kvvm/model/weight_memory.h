@@ -104,9 +104,9 @@ struct WeightOptions {
   // own (then the weights share no budget with anything).
   Driver* driver = nullptr;
   Governor* governor = nullptr;  // required with `driver`
-  // Physical bytes the weights may hold on the device (the weights tier's limit); 0: every
-  // layer resident, refused on CUDA when that exceeds the device's free memory (the error
-  // names the bytes and suggests a budget).
+  // Physical bytes the weights may hold on the device (the weights tier's limit is what the
+  // split needs, never more than this); 0: every layer resident, refused on CUDA when that
+  // exceeds the device's free memory (the error names the bytes and suggests a budget).
   std::uint64_t budget_bytes = 0;
   std::uint32_t ring_slots = 0;  // 0: kDefaultRingSlots
   // Host memory the streamed layers may pin; 0: what the machine has available (read before
