@@ -262,17 +262,21 @@ Result<ModelConfig> parse_model_config(std::string_view config_json, std::string
   return parse_config_json(*parsed, where);
 }
 
-Result<ModelConfig> load_model_config(const std::string& dir) {
-  const std::filesystem::path base(dir);
-  const std::string path = (base / "config.json").string();
+Result<ModelConfig> load_config_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::exists(path, error)) {
     return Status::NotFound("'" + path + "' not found: a model directory holds its config.json");
   }
   Result<nlohmann::json> parsed = read_json_file(path, detail::config_limits());
   if (!parsed.ok()) return parsed.status();
-  Result<ModelConfig> config = parse_config_json(*parsed, path);
+  return parse_config_json(*parsed, path);
+}
+
+Result<ModelConfig> load_model_config(const std::string& dir) {
+  const std::filesystem::path base(dir);
+  Result<ModelConfig> config = load_config_file((base / "config.json").string());
   if (!config.ok()) return config.status();
+  std::error_code error;
 
   // generation_config.json, when present, says what generate() stops at; its ids win.
   const std::string generation_path = (base / "generation_config.json").string();

@@ -68,4 +68,8 @@ Result<ModelConfig> parse_model_config(std::string_view config_json, std::string
 // NotFound naming the path when config.json is absent.
 Result<ModelConfig> load_model_config(const std::string& dir);
 
+// The config.json at `path` alone (no generation_config.json beside it), read under the same
+// limits; NotFound naming the path when it is absent.
+Result<ModelConfig> load_config_file(const std::string& path);
+
 }  // namespace kvvm::model

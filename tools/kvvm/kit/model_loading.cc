@@ -1,8 +1,7 @@
 #include "kit/model_loading.h"
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <optional>
 #include <ostream>
 #include <utility>
 
@@ -119,39 +118,47 @@ Status check_model_dir(const std::string& dir, bool weights_needed) {
   return Status::Ok();
 }
 
-Result<Geometry> resolve_model_geometry(const std::string& model, std::optional<DType> dtype) {
+namespace {
+
+// The config.json a --model value names, or nullopt for a built-in model's name (or an empty
+// value: the default built-in).
+std::optional<std::string> config_path(const std::string& model) {
   std::error_code ec;
   const bool folder_here = bare_name(model) && fs::is_directory(model, ec);
-  if (model.empty() || (bare_name(model) && !folder_here)) {
-    Result<model::ModelConfig> builtin = model::builtin_model_config(model);
-    // The built-in shapes are sized at fp16 unless told otherwise, whatever the checkpoint's.
-    if (builtin.ok()) return model::kv_geometry(*builtin, dtype.value_or(DType::kFp16));
-    if (model.empty()) return builtin.status();
-    return Status::InvalidArgument("'" + model + "' is neither a built-in model (" +
-                                   builtin_names() + ") nor a folder in " + here() +
-                                   " (no folder of that name); give a built-in name, a model "
-                                   "folder or its config.json");
-  }
+  if (model.empty() || (bare_name(model) && !folder_here)) return std::nullopt;
   std::string path = folder_here ? "./" + model : model;
   // A model folder as downloaded from the Hub holds its config.json.
   if (fs::is_directory(path, ec)) path += "/config.json";
-  Result<model::ModelConfig> config = model::load_kv_config(path, dtype.has_value());
+  return path;
+}
+
+Result<model::ModelConfig> builtin_config(const std::string& model) {
+  Result<model::ModelConfig> builtin = model::builtin_model_config(model);
+  if (builtin.ok() || model.empty()) return builtin;
+  return Status::InvalidArgument("'" + model + "' is neither a built-in model (" + builtin_names() +
+                                 ") nor a folder in " + here() +
+                                 " (no folder of that name); give a built-in name, a model "
+                                 "folder or its config.json");
+}
+
+}  // namespace
+
+Result<Geometry> resolve_model_geometry(const std::string& model, std::optional<DType> dtype) {
+  const std::optional<std::string> path = config_path(model);
+  if (!path) {
+    Result<model::ModelConfig> builtin = builtin_config(model);
+    if (!builtin.ok()) return builtin.status();
+    // The built-in shapes are sized at fp16 unless told otherwise, whatever the checkpoint's.
+    return model::kv_geometry(*builtin, dtype.value_or(DType::kFp16));
+  }
+  Result<model::ModelConfig> config = model::load_kv_config(*path, dtype.has_value());
   if (!config.ok()) return config.status();
   return model::kv_geometry(*config, dtype);
 }
 
 Result<model::ModelConfig> resolve_model_config(const std::string& model) {
-  std::error_code ec;
-  const bool folder_here = bare_name(model) && fs::is_directory(model, ec);
-  if (model.empty() || (bare_name(model) && !folder_here)) {
-    return model::builtin_model_config(model);
-  }
-  std::string path = folder_here ? "./" + model : model;
-  if (fs::is_directory(path, ec)) path += "/config.json";
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return Status::InvalidArgument("'" + path + "': cannot be read");
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  return model::parse_model_config(text, path);
+  const std::optional<std::string> path = config_path(model);
+  return path ? model::load_config_file(*path) : builtin_config(model);
 }
 
 Result<LoadedModel> load_model(const std::string& dir, const std::string& backend,
