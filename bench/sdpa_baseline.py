@@ -156,6 +156,8 @@ def main():
     parser.add_argument("--prefill-samples", type=int, default=9)
     parser.add_argument("--no-decode", action="store_true", help="only the prefill rows")
     parser.add_argument("--no-prefill", action="store_true", help="only the decode rows")
+    parser.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16",
+                        help="decode: the element type of q, k, v (default float16)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -171,7 +173,7 @@ def main():
     copy_bw = 2 * copy_bytes / (copy_ms * 1e-3)
     del a, b
 
-    result = {"benchmark": "sdpa", "device": torch.cuda.get_device_name(),
+    result = {"benchmark": "sdpa", "device": torch.cuda.get_device_name(), "dtype": args.dtype,
               "torch": torch.__version__, "copy_bytes_per_second": copy_bw, "rows": [],
               "prefill_rows": []}
     print(f"device: {result['device']}, torch {torch.__version__}")
@@ -180,9 +182,9 @@ def main():
         print(f"{'shape':<20} {'ms':>9} {'TB/s':>8} {'%copy':>7}")
         for text in args.shape or SHAPES:
             batch, context, qo, kv, dim = parse(text)
-            q = torch.empty(batch, qo, 1, dim, dtype=torch.float16, device=device).uniform_(-2, 2)
-            k = torch.empty(batch, kv, context, dim, dtype=torch.float16,
-                            device=device).uniform_(-1, 1)
+            dtype = getattr(torch, args.dtype)
+            q = torch.empty(batch, qo, 1, dim, dtype=dtype, device=device).uniform_(-2, 2)
+            k = torch.empty(batch, kv, context, dim, dtype=dtype, device=device).uniform_(-1, 1)
             v = torch.empty_like(k).uniform_(-1, 1)
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),

@@ -40,6 +40,7 @@ class AttentionCpuTest : public testing::AttentionFixture {
                                                rows.k.data(), rows.v.data());
     append.slot = slot;
     append.start = from;
+    set_access(append);
     ASSERT_TRUE(append_kv_cpu(append).ok());
   }
 };
@@ -79,6 +80,7 @@ TEST_P(AttentionCpuTest, DecodeMatchesTheFloat64Reference) {
   params.lengths = lengths.data();
   params.max_length = 4200;
   params.out = out.data();
+  set_access(params);
   std::vector<double> reference(elements);
   {
     Status referenced = decode_attention_reference(params, reference.data());
@@ -117,6 +119,7 @@ TEST_P(AttentionCpuPrefillTest, CausalPrefillInTwoChunksMatchesTheReference) {
     params.tokens = end - start;
     params.q = q.data();
     params.out = out.data();
+    set_access(params);
     std::vector<double> reference(elements);
     {
       Status referenced = prefill_attention_reference(params, reference.data());
@@ -215,6 +218,17 @@ INSTANTIATE_TEST_SUITE_P(Paths, AttentionCpuPrefillTest,
                          ::testing::ValuesIn(testing::sampled_under_thread_sanitizer(
                              testing::attention_configs_with_groups({4, 7}))),
                          testing::attention_config_name);
+// The same with an e4m3 cache: the kernels against the float64 reference over the
+// dequantized cache, so the only differences are the activations' rounding.
+INSTANTIATE_TEST_SUITE_P(Fp8, AttentionCpuTest,
+                         ::testing::ValuesIn(testing::sampled_under_thread_sanitizer(
+                             testing::with_fp8_cache(testing::all_attention_configs()))),
+                         testing::attention_config_name);
+INSTANTIATE_TEST_SUITE_P(
+    Fp8, AttentionCpuPrefillTest,
+    ::testing::ValuesIn(testing::sampled_under_thread_sanitizer(
+        testing::with_fp8_cache(testing::attention_configs_with_groups({4, 7})))),
+    testing::attention_config_name);
 INSTANTIATE_TEST_SUITE_P(Paths, AttentionCpuAppendTest,
                          ::testing::ValuesIn(testing::attention_configs_with_groups({1})),
                          testing::attention_config_name);

@@ -99,6 +99,7 @@ class AttentionCudaTest : public testing::AttentionFixture {
                                                to - from, rows.k.data(), rows.v.data());
     append.slot = mirror_slot;
     append.start = from;
+    set_access(append);
     ASSERT_TRUE(append_kv_cpu(append).ok());
     DeviceBuffer dk(rows.k), dv(rows.v);
     append.view = device_view;
@@ -113,7 +114,7 @@ class AttentionCudaTest : public testing::AttentionFixture {
   // Rows of the device cache equal the mirror's byte for byte (first, last and sampled tokens).
   void expect_rows_equal(const Mirror& mirror, std::uint32_t mirror_slot, const KvView& device_view,
                          std::uint32_t device_slot, std::uint32_t length) {
-    const std::size_t row_bytes = std::size_t{GetParam().head_dim} * 2;
+    const std::size_t row_bytes = cache_row_bytes();
     std::vector<std::uint32_t> tokens = {0, length - 1, length / 2};
     for (int i = 0; i < 16; ++i) tokens.push_back(static_cast<std::uint32_t>(random_() % length));
     std::vector<std::uint8_t> got(row_bytes);
@@ -153,6 +154,7 @@ class AttentionCudaTest : public testing::AttentionFixture {
     params.start = start;
     params.tokens = tokens;
     params.q = q.data();
+    set_access(params);
     std::vector<double> reference(elements);
     {
       Status referenced = prefill_attention_reference(params, reference.data());
@@ -201,12 +203,15 @@ TEST_P(AttentionCudaTest, DecodeMatchesTheFloat64ReferenceAtEveryLength) {
   ASSERT_TRUE(kv);
   const std::uint64_t boundary =
       std::max<std::uint64_t>(2, driver_->granule() / kv->arena->plan().contiguous_bytes_per_token);
-  const std::vector<std::uint32_t> lengths = {1,
-                                              2,
-                                              static_cast<std::uint32_t>(boundary - 1),
-                                              static_cast<std::uint32_t>(boundary + 1),
-                                              4097,
-                                              kMaxContext};
+  // An fp8 head-major d64 token is 64 contiguous bytes: its first boundary is the context's
+  // end, where the last length already sits.
+  const std::vector<std::uint32_t> lengths = {
+      1,
+      2,
+      static_cast<std::uint32_t>(boundary - 1),
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(boundary + 1, kMaxContext)),
+      4097,
+      kMaxContext};
   const std::uint32_t batch = static_cast<std::uint32_t>(lengths.size());
   Mirror mirror(geometry, c.layout, kMaxContext, batch);
   const KvView view = kv->arena->view();
@@ -235,6 +240,7 @@ TEST_P(AttentionCudaTest, DecodeMatchesTheFloat64ReferenceAtEveryLength) {
   params.slots = mirror_slots.data();
   params.lengths = lengths.data();
   params.max_length = kMaxContext;
+  set_access(params);
   std::vector<double> reference(out_elements);
   {
     Status referenced = decode_attention_reference(params, reference.data());
@@ -285,6 +291,19 @@ TEST_P(AttentionCudaTest, CausalPrefillInTwoChunksMatchesTheReference) { prefill
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaTest,
                          ::testing::ValuesIn(testing::all_attention_configs()),
                          testing::attention_config_name);
+// An e4m3 cache, every layout x head dim 64 (fp16 activations) / 128 (bf16) x groups 1, 4, 7,
+// 8: append quantizes byte for byte as the CPU does, decode and prefill read it against the
+// float64 reference over the dequantized cache. (The activations' type only changes how Q is
+// read; half the matrix keeps the float64 reference's cost at 32K tokens in bounds.)
+std::vector<Config> fp8_configs() {
+  std::vector<Config> configs;
+  for (const Config& c : testing::with_fp8_cache(testing::all_attention_configs())) {
+    if ((c.head_dim == 64) == (c.element == DType::kFp16)) configs.push_back(c);
+  }
+  return configs;
+}
+INSTANTIATE_TEST_SUITE_P(Fp8, AttentionCudaTest, ::testing::ValuesIn(fp8_configs()),
+                         testing::attention_config_name);
 
 // Groups wider than one tile of query heads (8): 12 takes a full and a partial tile, 16 two
 // full ones, each reading the same KV head.
@@ -318,13 +337,17 @@ TEST_P(AttentionCudaChunkedPrefillTest, ChunkAfterALongCachedPrefixMatchesTheRef
   ASSERT_TRUE(kv);
   const std::uint64_t boundary =
       std::max<std::uint64_t>(2, driver_->granule() / kv->arena->plan().contiguous_bytes_per_token);
-  ASSERT_LE(boundary + 1 + kChunk, kMaxContext);
-  // (start, tokens) of each sequence's last chunk; the prefix [0, start) is cached.
+  // (start, tokens) of each sequence's last chunk; the prefix [0, start) is cached. A boundary
+  // at the context's end (an fp8 head-major d64 token is 64 contiguous bytes) moves the chunks
+  // that straddle it to the last ones that fit.
+  const auto start_near = [&](std::uint64_t position) {
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(position, kMaxContext - kChunk));
+  };
   const std::vector<std::pair<std::uint32_t, std::uint32_t>> chunks = {
       {0, 1},
       {0, 2},
-      {static_cast<std::uint32_t>(boundary - 1), kChunk},
-      {static_cast<std::uint32_t>(boundary + 1), kChunk},
+      {start_near(boundary - 1), kChunk},
+      {start_near(boundary + 1), kChunk},
       {4097, kChunk}};
   Mirror mirror(geometry, c.layout, kMaxContext, static_cast<std::uint32_t>(chunks.size()));
   const KvView view = kv->arena->view();
@@ -352,6 +375,19 @@ std::vector<Config> chunked_prefill_configs() {
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaChunkedPrefillTest,
                          ::testing::ValuesIn(chunked_prefill_configs()),
                          testing::attention_config_name);
+// The fp8 chunk on the token-major layout (every layout's fp8 prefill is in the Fp8 suite
+// above): a one-byte token moves the other layouts' first boundary to 16K-32K tokens, where the
+// float64 reference of a 70-token chunk takes half a minute.
+std::vector<Config> fp8_chunked_prefill_configs() {
+  std::vector<Config> configs;
+  for (const Config& c : testing::with_fp8_cache(chunked_prefill_configs())) {
+    if (c.layout == Layout::kTokenMajor) configs.push_back(c);
+  }
+  return configs;
+}
+INSTANTIATE_TEST_SUITE_P(Fp8, AttentionCudaChunkedPrefillTest,
+                         ::testing::ValuesIn(fp8_chunked_prefill_configs()),
+                         testing::attention_config_name);
 
 // A slot whose tail holds NaN from an earlier occupant gives the same bits as a clean slot.
 class AttentionCudaMaskingTest : public AttentionCudaTest {};
@@ -373,6 +409,7 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
     AppendParams append = testing::append_rows(view, kAttentionLayer, kAttentionKvHeads, kOld,
                                                dnan.get(), dnan.get());
     append.slot = *old_slot;
+    set_access(append);
     ASSERT_TRUE(append_kv_cuda(append, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
@@ -389,7 +426,7 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
   fill(mirror, 0, view, *dirty, 0, kNew);
   if (HasFatalFailure()) return;
   {  // The clean slot gets the same bytes.
-    const std::size_t row_bytes = std::size_t{c.head_dim} * 2;
+    const std::size_t row_bytes = cache_row_bytes();
     for (std::uint32_t t = 0; t < kNew; ++t) {
       for (std::uint32_t kvi = 0; kvi < 2; ++kvi) {
         for (std::uint32_t h = 0; h < kAttentionKvHeads; ++h) {
@@ -421,6 +458,7 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
   params.lengths = static_cast<const std::uint32_t*>(dlengths.get());
   params.max_length = 8192;  // chunks past 1000 exist and must read nothing
   params.out = dout.get();
+  set_access(params);
   for (std::uint32_t chunk : {0u, 256u, 8192u}) {
     params.chunk_tokens = chunk;
     auto plan = plan_decode_cuda(params);
@@ -454,7 +492,9 @@ TEST_P(AttentionCudaMaskingTest, StaleTailOfAReusedSlotIsNeverRead) {
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaMaskingTest,
                          ::testing::Values(Config{Layout::kTokenMajor, DType::kFp16, 128, 4},
                                            Config{Layout::kHeadMajor, DType::kBf16, 64, 7},
-                                           Config{Layout::kSeqMajor, DType::kFp16, 128, 1}),
+                                           Config{Layout::kSeqMajor, DType::kFp16, 128, 1},
+                                           Config{Layout::kTokenMajor, DType::kBf16, 128, 8, true},
+                                           Config{Layout::kHeadMajor, DType::kFp16, 64, 1, true}),
                          testing::attention_config_name);
 
 #endif  // KVVM_HAS_CUDA_KERNELS

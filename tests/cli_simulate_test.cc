@@ -21,7 +21,7 @@
 #include "sim/baselines.h"
 #include "support/cli_run.h"
 
-namespace kvvm::cli {
+namespace kvvm::cli::simulate_test {
 namespace {
 
 using test::capture;
@@ -468,4 +468,4 @@ TEST(CliSimulateOptions, MalformedValuesAreParseErrors) {
 }
 
 }  // namespace
-}  // namespace kvvm::cli
+}  // namespace kvvm::cli::simulate_test

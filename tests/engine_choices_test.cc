@@ -113,6 +113,39 @@ TEST(EngineChoices, GreedyChoicesAreAlikeAndEqualOneChoice) {
   expect_clean(*kv);
 }
 
+// The fork is a byte-level copy-on-write of the parent's windows, whatever the element type:
+// on an fp8 cache too, every greedy choice is the request of one choice on the same cache.
+TEST(EngineChoices, OnAnFp8CacheGreedyChoicesEqualOneChoice) {
+  const std::vector<std::int32_t> prompt = rig_prompt(21, 1);
+  KvSpaceOptions options;
+  options.kv_dtype = DType::kFp8;
+  options.max_slots = 8;
+  options.max_context = 128;
+  options.host_granule = 0;  // the page: a window holds few tokens, so the fork shares windows
+  std::vector<std::int32_t> one;
+  {
+    auto kv = make_kv(llama().config, options);
+    ASSERT_NE(kv, nullptr);
+    Choices choices;
+    const auto ids = run(*kv, no_cache(), {request_of(prompt, 1, 12)}, choices);
+    ASSERT_EQ(ids.size(), 1u);
+    one = choices.at(ids[0], 0).tokens;
+    expect_clean(*kv);
+  }
+  ASSERT_EQ(one.size(), 12u);
+  auto kv = make_kv(llama().config, options);
+  ASSERT_NE(kv, nullptr);
+  Choices choices;
+  EngineStats stats;
+  const auto ids = run(*kv, no_cache(), {request_of(prompt, 3, 12)}, choices, &stats);
+  ASSERT_EQ(ids.size(), 1u);
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(choices.at(ids[0], i).tokens, one) << "choice " << i;
+  }
+  EXPECT_EQ(stats.arena.forks, 2u);
+  expect_clean(*kv);
+}
+
 TEST(EngineChoices, SeededChoiceIDrawsAsOneChoiceWithSeedPlusI) {
   const std::vector<std::int32_t> prompt = rig_prompt(17, 2);
   constexpr std::uint64_t kSeed = 1234;

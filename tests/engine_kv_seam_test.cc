@@ -3,10 +3,12 @@
 // the runs apart. A space sized by its sequences adds the padding slot and runs that many.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "engine/engine_options.h"
 #include "support/engine_harness.h"
 
 namespace kvvm::engine {
@@ -94,6 +96,33 @@ TEST(EngineKvSeam, CachingOnAndOffGiveTheSameTokens) {
   EXPECT_EQ(on.stats.generated_tokens, off.stats.generated_tokens);
   EXPECT_EQ(on.stats.preemptions, 0u);
   EXPECT_EQ(off.stats.preemptions, 0u);
+}
+
+// The prefix cache's identity folds in the KV element type and, for fp8, every scale's bits:
+// K / V written under one scheme is never served to another.
+TEST(EngineKvSeam, CacheKeysSeparateElementTypesAndScales) {
+  model::Model& model = *testing::llama().model;
+  const model::KvScales original = model.kv_scales();
+  EngineOptions options;
+  options.model_identity = "llama";
+  KvSpaceOptions fp32 = testing::small_space_options();
+  KvSpaceOptions fp8 = fp32;
+  fp8.kv_dtype = DType::kFp8;
+  auto a = testing::make_kv(model.config(), fp32);
+  auto b = testing::make_kv(model.config(), fp8);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::string fp32_identity = cache_identity(model, *a, options);
+  const std::string fp8_identity = cache_identity(model, *b, options);
+  EXPECT_NE(fp32_identity, fp8_identity);
+  EXPECT_EQ(cache_identity(model, *b, options), fp8_identity);
+  model::KvScales scaled = original;
+  scaled.v.back() = std::nextafter(scaled.v.back(), 2.0f);  // one bit of one layer's scale
+  ASSERT_TRUE(model.set_kv_scales(scaled).ok());
+  EXPECT_NE(cache_identity(model, *b, options), fp8_identity);
+  EXPECT_EQ(cache_identity(model, *a, options), fp32_identity);  // a 16/32-bit cache: no scales
+  ASSERT_TRUE(model.set_kv_scales(original).ok());
+  EXPECT_EQ(cache_identity(model, *b, options), fp8_identity);
 }
 
 TEST(EngineKvSeam, SpaceSizedBySequencesAddsThePaddingSlotAndRunsThatMany) {

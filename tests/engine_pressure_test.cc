@@ -31,12 +31,16 @@ constexpr std::uint64_t kPressureGranule = 16 << 10;
 constexpr std::uint32_t kPromptTokens = 10;
 constexpr std::uint32_t kMaxTokens = 22;
 
-KvSpaceOptions tight_space(std::uint64_t windows) {
+// An fp8 cache's token is a quarter of fp32's: its granule is a quarter too, so a window
+// holds the same 8 tokens and the same pressure arises.
+KvSpaceOptions tight_space(std::uint64_t windows, DType kv = DType::kFp32) {
   KvSpaceOptions options;
-  options.host_granule = kPressureGranule;
+  options.kv_dtype = kv;
+  const std::uint64_t granule = kPressureGranule / 4 * element_bytes(kv);
+  options.host_granule = granule;
   options.max_slots = 8;
   options.max_context = 64;
-  options.budget_bytes = windows * kPressureGranule;
+  options.budget_bytes = windows * granule;
   return options;
 }
 
@@ -63,17 +67,21 @@ bool mentions_overloaded(const Status& status) {
 
 // Eight requests at once against a queue of five and a budget of six windows: three refused
 // at submit, the rest run four at a time where only one and a half fit to the end, so growth
-// is refused and the newest sequences are preempted and recomputed.
+// is refused and the newest sequences are preempted and recomputed. With an fp32 cache and an
+// fp8 one (each request then compared with itself alone on fp8).
 TEST(EnginePressure, EveryRequestCompletesAsAloneOrIsRefusedAsOverloaded) {
   auto model = small_step_llama();
   ASSERT_NE(model, nullptr);
-  for (const bool prefix_cache : {true, false}) {
-    const std::string where = prefix_cache ? "prefix cache on" : "prefix cache off";
+  for (const auto& [prefix_cache, kv] :
+       {std::pair{true, DType::kFp32}, std::pair{false, DType::kFp32}, std::pair{true, DType::kFp8},
+        std::pair{false, DType::kFp8}}) {
+    const std::string where = std::string(prefix_cache ? "prefix cache on" : "prefix cache off") +
+                              ", " + std::string(to_string(kv)) + " cache";
     EngineOptions options;
     options.max_running = 4;
     options.max_queue = 5;
     options.prefix_cache = prefix_cache;
-    const KvSpaceOptions space = tight_space(6);
+    const KvSpaceOptions space = tight_space(6, kv);
     auto rig = EngineRig::make(*model, space, options);
     ASSERT_NE(rig, nullptr);
     constexpr std::uint64_t kRequests = 8;

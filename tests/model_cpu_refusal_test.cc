@@ -92,9 +92,9 @@ TEST_F(ModelCpuRefusalTest, KvViewOfAnotherShape) {
   view.head_dim = 32;
   expect_refused({1}, {{slot_, 0, 1}}, "head_dim 32 is not the model's 16", &view);
   view = rig_->arena().view();
-  view.element = DType::kFp8;
-  view.element_bytes = 1;
-  expect_refused({1}, {{slot_, 0, 1}}, "fp8", &view);
+  view.element = DType::kUnset;
+  view.element_bytes = 0;
+  expect_refused({1}, {{slot_, 0, 1}}, "element type unset", &view);
   view = rig_->arena().view();
   view.element_bytes = 2;  // says 2 bytes of an fp32 element
   expect_refused({1}, {{slot_, 0, 1}}, "(2 bytes)", &view);

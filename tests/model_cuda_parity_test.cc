@@ -9,6 +9,9 @@
 //     fed the reference's token so every step is compared): equal wherever the reference's
 //     top-2 margin exceeds what the tolerance allows of the logits (2 x tolerance x
 //     max |logit|); a differing step under that margin is reported with its margin, not failed.
+// And the same with an fp8 (e4m3) cache at scale 1 (the fixtures carry no scales): measured on
+// the H200 over 36 prompt runs (2 fixtures x 3 layouts), the logits differ from transformers'
+// bf16 by mean 7.0e-3, max 1.51e-2 relative, and no greedy token differs; the tolerance is 3e-2.
 // Skipped without a GPU, and until the fixtures are committed.
 #include <gtest/gtest.h>
 
@@ -37,6 +40,7 @@ namespace {
 using model::Chunk;
 
 constexpr double kTolerance = 2e-2;
+constexpr double kFp8KvTolerance = 3e-2;
 
 const std::vector<std::string>& bf16_fixtures() {
   static const std::vector<std::string> names = {"llama-tiny-bf16", "qwen2-tiny-bf16"};
@@ -50,9 +54,13 @@ std::int32_t argmax_of(const std::vector<float>& logits) {
 }
 
 // Every fixture on every layout: the model reaches K / V only through the KvView's strides.
-class ModelCudaParityTest : public ::testing::TestWithParam<std::tuple<std::string, Layout>> {
+class ModelCudaParityTest
+    : public ::testing::TestWithParam<std::tuple<std::string, Layout, DType>> {
  protected:
   const std::string& fixture() const { return std::get<0>(GetParam()); }
+  DType kv_dtype() const { return std::get<2>(GetParam()); }
+  double tolerance() const { return kv_dtype() == DType::kFp8 ? kFp8KvTolerance : kTolerance; }
+  std::string name() const { return fixture() + (kv_dtype() == DType::kFp8 ? " (fp8 KV)" : ""); }
 
   void SetUp() override {
     auto driver = make_cuda_driver();
@@ -72,8 +80,8 @@ class ModelCudaParityTest : public ::testing::TestWithParam<std::tuple<std::stri
     auto made = model::make_cuda_model(config_, *weights, options);
     ASSERT_TRUE(made.ok()) << made.status().to_string();
     model_ = std::move(made).value();
-    kv_ = testing::KvArena::make(*driver_, config_.kv_geometry(DType::kBf16),
-                                 std::get<1>(GetParam()), context, 1);
+    kv_ = testing::KvArena::make(*driver_, config_.kv_geometry(kv_dtype()), std::get<1>(GetParam()),
+                                 context, 1);
     ASSERT_TRUE(kv_ != nullptr);
   }
 
@@ -114,9 +122,9 @@ TEST_P(ModelCudaParityTest, LastPositionLogitsMatchTransformers) {
     const auto last = entry.at("last").get<std::vector<double>>();
     ASSERT_EQ(last.size(), config_.vocab_size);
     const double diff = testing::max_relative_difference(logits, last);
-    EXPECT_LE(diff, kTolerance) << "prompt of " << prompt.size() << " tokens";
+    EXPECT_LE(diff, tolerance()) << "prompt of " << prompt.size() << " tokens";
     std::printf("[ parity   ] cuda %s: prompt of %zu tokens, logits differ by %.3g relative\n",
-                fixture().c_str(), prompt.size(), diff);
+                name().c_str(), prompt.size(), diff);
   }
 }
 
@@ -135,7 +143,7 @@ TEST_P(ModelCudaParityTest, GreedyTokensMatchWhereTheMarginAllows) {
       const std::int32_t got = argmax_of(logits);
       float scale = 0;
       for (float value : logits) scale = std::max(scale, std::fabs(value));
-      const double allowed = 2 * kTolerance * scale;
+      const double allowed = 2 * tolerance() * scale;
       smallest_margin = std::min(smallest_margin, margins[i]);
       if (got != want[i]) {
         ++differing;
@@ -144,7 +152,7 @@ TEST_P(ModelCudaParityTest, GreedyTokensMatchWhereTheMarginAllows) {
             << " with a margin of " << margins[i] << " (our logits: " << logits[got] << " vs "
             << logits[want[i]] << ")";
         std::printf("[ parity   ] cuda %s: step %zu differs (%d vs %d) at margin %.3g <= %.3g\n",
-                    fixture().c_str(), i, got, want[i], margins[i], allowed);
+                    name().c_str(), i, got, want[i], margins[i], allowed);
       }
       tokens.push_back(want[i]);  // the reference's token: a near-tie does not end the run
       if (i + 1 < want.size()) {
@@ -155,20 +163,23 @@ TEST_P(ModelCudaParityTest, GreedyTokensMatchWhereTheMarginAllows) {
     std::printf(
         "[ parity   ] cuda %s: prompt of %zu tokens, %zu of %zu greedy tokens differ, "
         "smallest reference margin %.3g\n",
-        fixture().c_str(), prompt, differing, want.size(), smallest_margin);
+        name().c_str(), prompt, differing, want.size(), smallest_margin);
   }
 }
 
-std::string fixture_name(const ::testing::TestParamInfo<std::tuple<std::string, Layout>>& param) {
-  std::string name =
-      std::get<0>(param.param) + "_" + std::string(to_string(std::get<1>(param.param)));
+std::string fixture_name(
+    const ::testing::TestParamInfo<std::tuple<std::string, Layout, DType>>& param) {
+  std::string name = std::get<0>(param.param) + "_" +
+                     std::string(to_string(std::get<1>(param.param))) +
+                     (std::get<2>(param.param) == DType::kFp8 ? "_fp8kv" : "");
   std::erase(name, '-');
   return name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCudaParityTest,
                          ::testing::Combine(::testing::ValuesIn(bf16_fixtures()),
-                                            ::testing::ValuesIn(all_layouts())),
+                                            ::testing::ValuesIn(all_layouts()),
+                                            ::testing::Values(DType::kBf16, DType::kFp8)),
                          fixture_name);
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include "support/server_rig.h"
 #include "support/test_data.h"
 
-namespace kvvm::server {
+namespace kvvm::server::routes_test {
 namespace {
 
 using testing::ServerRig;
@@ -166,4 +166,4 @@ TEST_F(ServerRoutesTest, WhileDrainingEveryGenerationRouteAnswers503) {
 }
 
 }  // namespace
-}  // namespace kvvm::server
+}  // namespace kvvm::server::routes_test

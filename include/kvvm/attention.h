@@ -13,9 +13,15 @@
 //     device memory when the kernel runs, so a captured graph keeps working as sequences grow.
 //   - CPU float32, multithreaded (the host backend's path): pointers are host addresses.
 //   - CPU float64 reference (tests): pointers are host addresses; outputs are doubles.
-// Tensors are dense, row-major, in the view's element type:
+// Tensors are dense, row-major, in the activation type (the view's element type unless the
+// cache is fp8, which holds e4m3 and takes its activations in fp16, bf16 or fp32):
 //   q, out: [rows][qo_heads][head_dim]; new k, v: [rows][kv_heads][head_dim].
 // Query head h reads KV head h / (qo_heads / kv_heads) (grouped-query attention).
+//
+// An fp8 (e4m3) cache stores value / scale with one scale for K and one for V per call (a
+// layer), rounded to nearest even and saturated at +-448, so a finite value never becomes NaN;
+// readers multiply back. The scales are folded into the score and the output, never into
+// the stored bytes' conversion, so each element is dequantized exactly.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +38,9 @@ namespace kvvm {
 // chunk). REQUIRES: the windows under every target position are committed read-write.
 struct AppendParams {
   KvView view;
+  DType activations = DType::kUnset;  // k, v; kUnset: the view's element type
+  float k_scale = 1.0f;               // fp8 caches: stored = e4m3(k / k_scale)
+  float v_scale = 1.0f;
   std::uint32_t layer = 0;
   std::uint32_t kv_heads = 0;
   std::uint32_t tokens = 0;
@@ -47,6 +56,9 @@ struct AppendParams {
 // output of zeros.
 struct DecodeParams {
   KvView view;
+  DType activations = DType::kUnset;  // q, out; kUnset: the view's element type
+  float k_scale = 1.0f;               // fp8 caches: K = stored * k_scale
+  float v_scale = 1.0f;
   std::uint32_t layer = 0;
   std::uint32_t qo_heads = 0;
   std::uint32_t kv_heads = 0;
@@ -68,6 +80,9 @@ struct DecodeParams {
 // V were appended first.
 struct PrefillParams {
   KvView view;
+  DType activations = DType::kUnset;  // q, out; kUnset: the view's element type
+  float k_scale = 1.0f;               // fp8 caches: K = stored * k_scale
+  float v_scale = 1.0f;
   std::uint32_t layer = 0;
   std::uint32_t qo_heads = 0;
   std::uint32_t kv_heads = 0;
@@ -80,8 +95,10 @@ struct PrefillParams {
 };
 
 // ---- Checks shared by every implementation (InvalidArgument naming the value). -----------
-// CUDA additionally refuses head dims other than 64 and 128, element types other than fp16
-// and bf16, and strides or bases that are not multiples of 16 bytes.
+// An fp8 view needs fp16, bf16 or fp32 activations and finite positive scales; any other view
+// takes activations of its own type. CUDA additionally refuses head dims other than 64 and
+// 128, activations other than fp16 and bf16, and strides or bases that are not multiples of
+// 16 bytes.
 Status check_append(const AppendParams& params);
 Status check_decode(const DecodeParams& params);
 Status check_prefill(const PrefillParams& params);
@@ -125,7 +142,13 @@ Status prefill_attention_cpu(const PrefillParams& params, unsigned threads = 0);
 Status decode_attention_reference(const DecodeParams& params, double* out);
 Status prefill_attention_reference(const PrefillParams& params, double* out);
 
-// Element conversions of the host paths (round to nearest even), for tests and engines.
+// The type of q, k, v and out of a call: `activations`, or the view's element type.
+inline DType activations_of(const KvView& view, DType activations) {
+  return activations != DType::kUnset ? activations : view.element;
+}
+
+// Element conversions of the host paths (round to nearest even; fp8 is e4m3, saturating at
+// +-448), for tests and engines.
 float element_to_float(DType element, const void* at);
 void float_to_element(DType element, float value, void* at);
 

@@ -109,7 +109,7 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
   const std::uint64_t context = request_limits(model, kv).context;
   Result<std::unique_ptr<KvManager>> manager =
       KvManager::create(kv, KvManagerOptions{.prefix_cache = options.prefix_cache,
-                                             .model_identity = options.model_identity,
+                                             .model_identity = cache_identity(model, kv, options),
                                              .preallocate = options.preallocate});
   if (!manager.ok()) return manager.status();
   if (pad) {

@@ -81,6 +81,16 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
   return Status::Ok();
 }
 
+std::string cache_identity(const model::Model& model, const KvSpace& kv,
+                           const EngineOptions& options) {
+  // K / V written under one element type or scale set are never read under another: both
+  // are part of every cache key.
+  const DType element = kv.options().kv_dtype;
+  std::string identity = options.model_identity + '\0' + "kv " + std::string(to_string(element));
+  if (element == DType::kFp8) identity += '\0' + model.kv_scales().fingerprint();
+  return identity;
+}
+
 RequestLimits request_limits(const model::Model& model, const KvSpace& kv) {
   const std::uint64_t space = kv.options().max_context;
   const std::uint64_t positions = model.config().max_position_embeddings;

@@ -8,6 +8,7 @@
 
 namespace kvvm {
 
+using kernels::check_cuda_activations;
 using kernels::check_cuda_view;
 using kernels::check_pointers;
 using kernels::last_launch;
@@ -18,6 +19,7 @@ bool attention_kernels_built() { return true; }
 Status append_kv_cuda(const AppendParams& p, void* stream) {
   KVVM_RETURN_IF_ERROR(check_append(p));
   KVVM_RETURN_IF_ERROR(check_cuda_view(p.view, "append"));
+  KVVM_RETURN_IF_ERROR(check_cuda_activations(p.view, p.activations, "append"));
   KVVM_RETURN_IF_ERROR(check_pointers({{p.k, "k"}, {p.v, "v"}}, "append"));
   if (p.tokens == 0) return Status::Ok();
   kernels::AppendKernelParams kp(p);
@@ -28,8 +30,10 @@ Status append_kv_cuda(const AppendParams& p, void* stream) {
     return Status::InvalidArgument("append: " + str(p.tokens) + " rows need " + str(blocks) +
                                    " blocks, more than one launch takes");
   }
-  kernels::append_kernel<<<static_cast<unsigned>(blocks), kernels::kAppendThreads, 0,
-                           static_cast<cudaStream_t>(stream)>>>(kp);
+  KVVM_DISPATCH_ACCESS(p.view.element, p.activations, T, FP8, {
+    kernels::append_kernel<T, FP8><<<static_cast<unsigned>(blocks), kernels::kAppendThreads, 0,
+                                     static_cast<cudaStream_t>(stream)>>>(kp);
+  })
   return last_launch("append_kernel<<<>>>");
 }
 

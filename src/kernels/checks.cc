@@ -2,8 +2,10 @@
 // conversions. Why one place: every path must refuse the same malformed call with the same
 // words, so a test of the CPU path's refusals also pins what the CUDA launchers refuse before
 // their own (head dim, element type, alignment) checks.
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "kernels/element.h"
 #include "kvvm/attention.h"
@@ -16,15 +18,44 @@ Status check_view(const KvView& view, const char* what) {
   if (view.base == 0) return Status::InvalidArgument(prefix + "the KvView has no base address");
   if (view.head_dim == 0) return Status::InvalidArgument(prefix + "the KvView has head_dim 0");
   const std::uint32_t bytes = element_bytes(view.element);
-  if (bytes == 0 || view.element == DType::kFp8) {
+  if (bytes == 0) {
     return Status::InvalidArgument(prefix + "element type " +
                                    std::to_string(static_cast<std::uint32_t>(view.element)) +
-                                   " is not readable here (fp16, bf16 or fp32)");
+                                   " is not readable here (fp16, bf16, fp8 or fp32)");
   }
   if (view.element_bytes != bytes) {
     return Status::InvalidArgument(
         prefix + "the KvView says " + std::to_string(view.element_bytes) +
         " bytes per element but its element type has " + std::to_string(bytes));
+  }
+  return Status::Ok();
+}
+
+// An fp8 view takes 16- or 32-bit activations and finite positive scales; any other view
+// takes activations of its own element type (its scales are not read).
+Status check_activations(const KvView& view, DType activations, float k_scale, float v_scale,
+                         const char* what) {
+  const std::string prefix = std::string(what) + ": ";
+  if (view.element != DType::kFp8) {
+    if (activations != DType::kUnset && activations != view.element) {
+      return Status::InvalidArgument(prefix + "activations in " +
+                                     std::string(to_string(activations)) + " over a " +
+                                     std::string(to_string(view.element)) +
+                                     " cache; only an fp8 cache takes activations of another type");
+    }
+    return Status::Ok();
+  }
+  if (activations != DType::kFp16 && activations != DType::kBf16 && activations != DType::kFp32) {
+    return Status::InvalidArgument(prefix +
+                                   "an fp8 cache needs fp16, bf16 or fp32 activations, "
+                                   "got " +
+                                   std::string(to_string(activations)));
+  }
+  for (const auto& [name, scale] : {std::pair{"k_scale", k_scale}, std::pair{"v_scale", v_scale}}) {
+    if (!std::isfinite(scale) || scale <= 0.0f) {
+      return Status::InvalidArgument(prefix + name + " " + std::to_string(scale) +
+                                     " is not a finite positive scale");
+    }
   }
   return Status::Ok();
 }
@@ -42,6 +73,7 @@ Status check_heads(std::uint32_t qo_heads, std::uint32_t kv_heads, const char* w
 
 Status check_append(const AppendParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "append"));
+  KVVM_RETURN_IF_ERROR(check_activations(p.view, p.activations, p.k_scale, p.v_scale, "append"));
   if (p.kv_heads == 0) return Status::InvalidArgument("append: 0 KV heads");
   if ((p.row_slots == nullptr) != (p.row_positions == nullptr)) {
     return Status::InvalidArgument(
@@ -55,6 +87,7 @@ Status check_append(const AppendParams& p) {
 
 Status check_decode(const DecodeParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "decode"));
+  KVVM_RETURN_IF_ERROR(check_activations(p.view, p.activations, p.k_scale, p.v_scale, "decode"));
   KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "decode"));
   if (p.batch > 0 &&
       (p.q == nullptr || p.slots == nullptr || p.lengths == nullptr || p.out == nullptr)) {
@@ -69,6 +102,7 @@ Status check_decode(const DecodeParams& p) {
 
 Status check_prefill(const PrefillParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "prefill"));
+  KVVM_RETURN_IF_ERROR(check_activations(p.view, p.activations, p.k_scale, p.v_scale, "prefill"));
   KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "prefill"));
   if (p.tokens > 0 && (p.q == nullptr || p.out == nullptr)) {
     return Status::InvalidArgument("prefill: " + std::to_string(p.tokens) +

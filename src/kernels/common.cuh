@@ -105,3 +105,15 @@ inline Status cuda_status(const char* call, cudaError_t error) {
           "element type " + std::to_string(static_cast<std::uint32_t>(element)) + \
           " is not supported by the CUDA attention kernels (fp16 and bf16)");     \
   }
+
+// The view's element type and the activations' to a CUDA type T (the activations': fp16 ->
+// __half, bf16 -> __nv_bfloat16) and a compile-time FP8 (the cache holds e4m3). An fp8 cache
+// names its activations; a 16-bit one takes its own type (check_activations refused others).
+#define KVVM_DISPATCH_ACCESS(element, activations, T, FP8, ...) \
+  if ((element) == ::kvvm::DType::kFp8) {                       \
+    constexpr bool FP8 = true;                                  \
+    KVVM_DISPATCH_ELEMENT(activations, T, __VA_ARGS__)          \
+  } else {                                                      \
+    constexpr bool FP8 = false;                                 \
+    KVVM_DISPATCH_ELEMENT(element, T, __VA_ARGS__)              \
+  }

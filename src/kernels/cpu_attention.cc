@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/element.h"
+#include "kernels/kv_access.h"
 #include "kvvm/attention.h"
 
 namespace kvvm {
@@ -33,19 +34,26 @@ void load_row(DType element, const unsigned char* at, std::uint32_t n, float* ou
   for (std::uint32_t i = 0; i < n; ++i) out[i] = kernels::load_element(element, at + i * bytes);
 }
 
+using kernels::kv_access_of;
+using kernels::KvAccess;
+
 // Online softmax over tokens [0, length) of one KV head for `group` query heads.
-// q, out: [group][dim] in the element type.
-void attend_group(const KvView& view, std::uint32_t layer, std::uint32_t slot,
-                  std::uint32_t kv_head, const unsigned char* q, std::uint32_t group,
-                  std::uint64_t length, float scale, unsigned char* out) {
+// q, out: [group][dim] in the activations' type.
+void attend_group(const KvView& view, const KvAccess& access, std::uint32_t layer,
+                  std::uint32_t slot, std::uint32_t kv_head, const unsigned char* q,
+                  std::uint32_t group, std::uint64_t length, float scale, unsigned char* out) {
   const std::uint32_t dim = view.head_dim;
-  const std::uint32_t bytes = view.element_bytes;
+  const std::uint32_t bytes = element_bytes(access.activations);
   std::vector<float> query(std::size_t{group} * dim), acc(std::size_t{group} * dim, 0.0f);
   std::vector<float> row(dim), max_score(group, -std::numeric_limits<float>::infinity()),
       sum(group, 0.0f), weight(group);
   for (std::uint32_t j = 0; j < group; ++j) {
-    load_row(view.element, q + std::size_t{j} * dim * bytes, dim, &query[std::size_t{j} * dim]);
+    load_row(access.activations, q + std::size_t{j} * dim * bytes, dim,
+             &query[std::size_t{j} * dim]);
   }
+  // The K scale multiplies the score, the V scale the output: each stored element is read
+  // exactly, and a bf16 / fp16 / fp32 cache multiplies by 1.
+  scale *= access.k_scale;
   for (std::uint64_t t = 0; t < length; ++t) {
     load_row(view.element, host_pointer(view.address(slot, layer, 0, kv_head, t)), dim, row.data());
     for (std::uint32_t j = 0; j < group; ++j) {
@@ -68,9 +76,9 @@ void attend_group(const KvView& view, std::uint32_t layer, std::uint32_t slot,
     }
   }
   for (std::uint32_t j = 0; j < group; ++j) {
-    const float inverse = sum[j] > 0 ? 1.0f / sum[j] : 0.0f;  // no token: zeros
+    const float inverse = sum[j] > 0 ? access.v_scale / sum[j] : 0.0f;  // no token: zeros
     for (std::uint32_t d = 0; d < dim; ++d) {
-      kernels::store_element(view.element, acc[std::size_t{j} * dim + d] * inverse,
+      kernels::store_element(access.activations, acc[std::size_t{j} * dim + d] * inverse,
                              out + (std::size_t{j} * dim + d) * bytes);
     }
   }
@@ -95,19 +103,33 @@ void parallel_for(std::uint64_t items, unsigned threads, const Body& body) {
 
 Status append_kv_cpu(const AppendParams& p) {
   KVVM_RETURN_IF_ERROR(check_append(p));
-  const std::uint64_t row_bytes = std::uint64_t{p.view.head_dim} * p.view.element_bytes;
+  const std::uint32_t dim = p.view.head_dim;
+  const DType activations = activations_of(p.view, p.activations);
+  const std::uint64_t row_bytes = std::uint64_t{dim} * p.view.element_bytes;
+  const std::uint64_t from_bytes = std::uint64_t{dim} * element_bytes(activations);
   const auto* k = static_cast<const unsigned char*>(p.k);
   const auto* v = static_cast<const unsigned char*>(p.v);
+  // One row into the cache: a copy, or for fp8 each element divided by its scale and
+  // rounded (the same float division and rounding as the CUDA append).
+  const auto store = [&](const unsigned char* from, std::uint64_t address, float scale) {
+    auto* to = reinterpret_cast<unsigned char*>(address);
+    if (p.view.element != DType::kFp8) {
+      std::memcpy(to, from, row_bytes);
+      return;
+    }
+    const std::uint32_t bytes = element_bytes(activations);
+    for (std::uint32_t d = 0; d < dim; ++d) {
+      to[d] = kernels::float_to_e4m3(kernels::load_element(activations, from + d * bytes) / scale);
+    }
+  };
   for (std::uint32_t i = 0; i < p.tokens; ++i) {
     const std::uint32_t slot = p.row_slots != nullptr ? p.row_slots[i] : p.slot;
     const std::uint64_t position =
         p.row_positions != nullptr ? p.row_positions[i] : std::uint64_t{p.start} + i;
     for (std::uint32_t h = 0; h < p.kv_heads; ++h) {
-      const std::uint64_t from = (std::uint64_t{i} * p.kv_heads + h) * row_bytes;
-      std::memcpy(reinterpret_cast<void*>(p.view.address(slot, p.layer, 0, h, position)), k + from,
-                  row_bytes);
-      std::memcpy(reinterpret_cast<void*>(p.view.address(slot, p.layer, 1, h, position)), v + from,
-                  row_bytes);
+      const std::uint64_t from = (std::uint64_t{i} * p.kv_heads + h) * from_bytes;
+      store(k + from, p.view.address(slot, p.layer, 0, h, position), p.k_scale);
+      store(v + from, p.view.address(slot, p.layer, 1, h, position), p.v_scale);
     }
   }
   return Status::Ok();
@@ -123,7 +145,9 @@ Status decode_attention_cpu(const DecodeParams& p, unsigned threads) {
     }
   }
   const std::uint32_t group = p.qo_heads / p.kv_heads;
-  const std::uint64_t head_bytes = std::uint64_t{p.view.head_dim} * p.view.element_bytes;
+  const KvAccess access = kv_access_of(p);
+  const std::uint64_t head_bytes =
+      std::uint64_t{p.view.head_dim} * element_bytes(access.activations);
   const auto* q = static_cast<const unsigned char*>(p.q);
   auto* out = static_cast<unsigned char*>(p.out);
   const float scale = scale_of(p.sm_scale, p.view.head_dim);
@@ -131,8 +155,8 @@ Status decode_attention_cpu(const DecodeParams& p, unsigned threads) {
     const auto b = static_cast<std::uint32_t>(item / p.kv_heads);
     const auto h = static_cast<std::uint32_t>(item % p.kv_heads);
     const std::uint64_t first = (std::uint64_t{b} * p.qo_heads + std::uint64_t{h} * group);
-    attend_group(p.view, p.layer, p.slots[b], h, q + first * head_bytes, group, p.lengths[b], scale,
-                 out + first * head_bytes);
+    attend_group(p.view, access, p.layer, p.slots[b], h, q + first * head_bytes, group,
+                 p.lengths[b], scale, out + first * head_bytes);
   });
   return Status::Ok();
 }
@@ -140,7 +164,9 @@ Status decode_attention_cpu(const DecodeParams& p, unsigned threads) {
 Status prefill_attention_cpu(const PrefillParams& p, unsigned threads) {
   KVVM_RETURN_IF_ERROR(check_prefill(p));
   const std::uint32_t group = p.qo_heads / p.kv_heads;
-  const std::uint64_t head_bytes = std::uint64_t{p.view.head_dim} * p.view.element_bytes;
+  const KvAccess access = kv_access_of(p);
+  const std::uint64_t head_bytes =
+      std::uint64_t{p.view.head_dim} * element_bytes(access.activations);
   const auto* q = static_cast<const unsigned char*>(p.q);
   auto* out = static_cast<unsigned char*>(p.out);
   const float scale = scale_of(p.sm_scale, p.view.head_dim);
@@ -148,7 +174,7 @@ Status prefill_attention_cpu(const PrefillParams& p, unsigned threads) {
     const auto i = static_cast<std::uint32_t>(item / p.kv_heads);
     const auto h = static_cast<std::uint32_t>(item % p.kv_heads);
     const std::uint64_t first = (std::uint64_t{i} * p.qo_heads + std::uint64_t{h} * group);
-    attend_group(p.view, p.layer, p.slot, h, q + first * head_bytes, group,
+    attend_group(p.view, access, p.layer, p.slot, h, q + first * head_bytes, group,
                  std::uint64_t{p.start} + i + 1, scale, out + first * head_bytes);
   });
   return Status::Ok();

@@ -9,23 +9,30 @@
 #include <vector>
 
 #include "kernels/element.h"
+#include "kernels/kv_access.h"
 #include "kvvm/attention.h"
 
 namespace kvvm {
 namespace {
 
+using kernels::kv_access_of;
+using kernels::KvAccess;
+
 struct Head {
   const KvView& view;
+  const KvAccess& access;
   std::uint32_t layer;
   std::uint32_t slot;
   std::uint32_t kv_head;
 
-  // Row `token` of K (kv 0) or V (kv 1), as doubles.
+  // Row `token` of K (kv 0) or V (kv 1), dequantized, as doubles.
   void row(std::uint32_t kv, std::uint64_t token, std::vector<double>& out) const {
     const auto* at = reinterpret_cast<const unsigned char*>(
         static_cast<std::uintptr_t>(view.address(slot, layer, kv, kv_head, token)));
+    const double scale = kv == 0 ? access.k_scale : access.v_scale;  // exact in double
     for (std::uint32_t d = 0; d < view.head_dim; ++d) {
-      out[d] = kernels::load_element(view.element, at + std::uint64_t{d} * view.element_bytes);
+      out[d] =
+          scale * kernels::load_element(view.element, at + std::uint64_t{d} * view.element_bytes);
     }
   }
 };
@@ -35,9 +42,11 @@ void attend(const Head& head, const unsigned char* q, std::uint64_t length, doub
             double* out) {
   const KvView& view = head.view;
   const std::uint32_t dim = view.head_dim;
+  const DType activations = head.access.activations;
+  const std::uint32_t bytes = element_bytes(activations);
   std::vector<double> query(dim);
   for (std::uint32_t d = 0; d < dim; ++d) {
-    query[d] = kernels::load_element(view.element, q + std::uint64_t{d} * view.element_bytes);
+    query[d] = kernels::load_element(activations, q + std::uint64_t{d} * bytes);
   }
   std::fill(out, out + dim, 0.0);
   if (length == 0) return;
@@ -75,6 +84,8 @@ Status decode_attention_reference(const DecodeParams& params, double* out) {
   const std::uint32_t dim = p.view.head_dim;
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   const auto* q = static_cast<const unsigned char*>(p.q);
+  const KvAccess access = kv_access_of(p);
+  const std::uint32_t bytes = element_bytes(access.activations);
   for (std::uint32_t b = 0; b < p.batch; ++b) {
     if (p.lengths[b] > p.max_length) {
       return Status::InvalidArgument("decode reference: sequence " + std::to_string(b) + " has " +
@@ -83,7 +94,7 @@ Status decode_attention_reference(const DecodeParams& params, double* out) {
     }
     for (std::uint32_t h = 0; h < p.qo_heads; ++h) {
       const std::uint64_t row = std::uint64_t{b} * p.qo_heads + h;
-      attend(Head{p.view, p.layer, p.slots[b], h / group}, q + row * dim * p.view.element_bytes,
+      attend(Head{p.view, access, p.layer, p.slots[b], h / group}, q + row * dim * bytes,
              p.lengths[b], scale_of_double(p.sm_scale, dim), out + row * dim);
     }
   }
@@ -97,10 +108,12 @@ Status prefill_attention_reference(const PrefillParams& params, double* out) {
   const std::uint32_t dim = p.view.head_dim;
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   const auto* q = static_cast<const unsigned char*>(p.q);
+  const KvAccess access = kv_access_of(p);
+  const std::uint32_t bytes = element_bytes(access.activations);
   for (std::uint32_t i = 0; i < p.tokens; ++i) {
     for (std::uint32_t h = 0; h < p.qo_heads; ++h) {
       const std::uint64_t row = std::uint64_t{i} * p.qo_heads + h;
-      attend(Head{p.view, p.layer, p.slot, h / group}, q + row * dim * p.view.element_bytes,
+      attend(Head{p.view, access, p.layer, p.slot, h / group}, q + row * dim * bytes,
              std::uint64_t{p.start} + i + 1, scale_of_double(p.sm_scale, dim), out + row * dim);
     }
   }

@@ -37,12 +37,26 @@
 //     (sequence, KV head, tile); the last block of the group merges all partials, loading
 //     every chunk's partial and log2-sum-exp before using any (one round trip to L2 for up
 //     to 16 chunks), and sets the counter back to zero. No second launch.
+//   - An fp8 (e4m3) cache: the stage holds the same keys in half the bytes, copied by 16-byte
+//     cp.async (rows are 64 / 128 bytes, where bulk rows lost) into an unpadded tile whose
+//     32-byte units are XOR-swizzled per 128-byte line (fp8_tile_offset), and the operands
+//     are built in registers, each e4m3 pair widened to fp16 by one instruction (fp8.cuh):
+//     the products run in fp16 with fp32 accumulation, Q rounded to fp16 (saturating) once.
+//     K: a lane loads 8 bytes (dims 8 quad..+7 of a 32-dim block) of its key and feeds two
+//     k16 steps; the dims are a permutation of the head dims, the same for Q (loaded in that
+//     order), so every dot product is the same sum. V: ldmatrix.trans has no 8-bit form, so
+//     a lane loads 4 bytes (4 dims) of each of its 4 keys and pairs keys with byte permutes;
+//     O^T's rows are then a permutation of the dims, undone when the outputs are written.
+//     The swizzle makes both access patterns free of bank conflicts. The K scale is folded
+//     into the softmax scale and the V scale into the output, so no element is rescaled.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/bulk_copy.cuh"
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
 #include "kernels/mma.cuh"
 #include "kvvm/attention.h"
 
@@ -64,20 +78,25 @@ struct DecodeKernelParams : DecodeParams {
                                       // from the workspace's end; zero between calls
 };
 
-// Head dim, warps per block, bytes of one warp's stage (K and V of kTile keys) and stages.
-// The defaults are the measured best (docs/PERFORMANCE.md, "Decode: bulk row copies"): at
-// D = 128 eight warps, one block per SM (fewer, longer chunks); at D = 64 four warps, two
-// blocks per SM, so a batch of short sequences (many blocks of little work) fits one wave.
-template <std::uint32_t D, std::uint32_t Warps = (D >= 128 ? 8 : 4),
-          std::uint32_t StageBytes = 8192, std::uint32_t Stages = 3>
+// Head dim, bytes per cached element (2, or 1 for e4m3), warps per block, bytes of one warp's
+// stage (K and V of kTile keys) and stages. The defaults are the measured best
+// (docs/PERFORMANCE.md, "Decode: bulk row copies"): at D = 128 eight warps, one block per SM
+// (fewer, longer chunks); at D = 64 four warps, two blocks per SM, so a batch of short
+// sequences (many blocks of little work) fits one wave. An e4m3 stage holds as many keys as a
+// 16-bit one, in half the bytes (twice the keys measured no faster: docs/PERFORMANCE.md, "fp8
+// KV cache").
+template <std::uint32_t D, std::uint32_t ElementBytes = 2, std::uint32_t Warps = (D >= 128 ? 8 : 4),
+          std::uint32_t StageBytes = 4096 * ElementBytes, std::uint32_t Stages = 3>
 struct DecodeShape {
   static constexpr std::uint32_t kHeadDim = D;
+  static constexpr bool kFp8 = ElementBytes == 1;
   static constexpr std::uint32_t kWarps = Warps;
   static constexpr std::uint32_t kThreads = 32 * Warps;
   static constexpr std::uint32_t kStages = Stages;
-  static constexpr std::uint32_t kRowBytes = D * 2;                   // one key's K (or V) row
-  static constexpr std::uint32_t kChunks = kRowBytes / 16;            // 16-byte chunks per row
-  static constexpr std::uint32_t kPitch = kRowBytes + 16;             // a row in shared memory
+  static constexpr std::uint32_t kRowBytes = D * ElementBytes;  // one key's K (or V) row
+  static constexpr std::uint32_t kChunks = kRowBytes / 16;      // 16-byte chunks per row
+  // A row in shared memory: padded by 16 bytes (16-bit), or unpadded and swizzled (e4m3).
+  static constexpr std::uint32_t kPitch = kFp8 ? kRowBytes : kRowBytes + 16;
   static constexpr std::uint32_t kTile = StageBytes / 2 / kRowBytes;  // keys per stage
   static constexpr std::uint32_t kHalf = kTile * kPitch;              // K tile, then V tile
   static constexpr std::uint32_t kStagePitch = 2 * kHalf;
@@ -85,11 +104,13 @@ struct DecodeShape {
   static constexpr std::uint32_t kKTiles = kTile / 8;    // n8 tiles of scores
   static constexpr std::uint32_t kSharedBytes = Warps * Stages * kStagePitch;
   static constexpr std::uint32_t kOutPitch = D + 4;  // floats; spreads heads over banks
-  // Bulk row copies where they measured faster (rows of 256 bytes, not 128).
-  static constexpr bool kBulkRows = kRowBytes >= 256;
+  // Bulk row copies where they measured faster (rows of 256 bytes, not 128; an e4m3 tile is
+  // swizzled, which a bulk copy cannot write).
+  static constexpr bool kBulkRows = !kFp8 && kRowBytes >= 256;
   // Float4 outputs of one block's group tile per thread, for the merge.
   static constexpr std::uint32_t kMergeVectors = (kDecodeHeads * D / 4 + kThreads - 1) / kThreads;
   static_assert(kTile % 16 == 0, "a stage holds whole k16 steps of P V");
+  static_assert(!kFp8 || kHalf % 128 == 0, "an e4m3 tile is whole 128-byte lines");
   static_assert(Warps * kDecodeHeads * kOutPitch * 4 <= kSharedBytes,
                 "the warps' outputs reuse the stage memory");
 };
@@ -102,8 +123,42 @@ __device__ __forceinline__ std::uint32_t decode_tile_offset(std::uint32_t row,
   return row * Shape::kPitch + (chunk << 4);
 }
 
+// Byte offset of byte `byte` of row `row` in an e4m3 stage's K or V tile: 32-byte units
+// numbered row-major, four to a 128-byte line, the unit's place in its line XORed with
+// (line % 4) ^ ((line / 4) % 2). Then the 8-byte K loads of a half-warp (4 rows x 4 quads) and
+// the 4-byte V loads of a warp (rows 2 quad + e, 8 dims groups) each touch 32 distinct banks,
+// at D = 64 (two rows a line) and D = 128 alike.
+template <typename Shape>
+__device__ __forceinline__ std::uint32_t fp8_tile_offset(std::uint32_t row, std::uint32_t byte) {
+  const std::uint32_t unit = row * (Shape::kRowBytes / 32) + byte / 32;
+  const std::uint32_t line = unit / 4;
+  const std::uint32_t place = (unit % 4) ^ ((line % 4) ^ ((line / 4) % 2));
+  return line * 128 + place * 32 + byte % 32;
+}
+
+// A pair of activations rounded to fp16, saturating (the e4m3 path's products run in fp16).
+template <typename T>
+__device__ __forceinline__ std::uint32_t half2_saturated(T lo, T hi) {
+  constexpr float kMax = 65504.0f;
+  const float a = fminf(fmaxf(static_cast<float>(lo), -kMax), kMax);
+  const float b = fminf(fmaxf(static_cast<float>(hi), -kMax), kMax);
+  return pack_float2<__half>(a, b);
+}
+
+// O^T's row `half` (0: group_row, 1: group_row + 8) of m16 tile mt as a head dim: the identity
+// for a 16-bit cache, the e4m3 path's permutation (dims 4 group_row..+3 of 32-dim block mt / 2)
+// otherwise.
+template <bool kFp8>
+__device__ __forceinline__ std::uint32_t output_dim(std::uint32_t mt, std::uint32_t group_row,
+                                                    std::uint32_t half) {
+  if constexpr (kFp8) return 32 * (mt / 2) + 4 * group_row + 2 * (mt % 2) + half;
+  return 16 * mt + group_row + 8 * half;
+}
+
 template <typename T, typename Shape>
 __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKernelParams p) {
+  constexpr bool kFp8 = Shape::kFp8;
+  using M = std::conditional_t<kFp8, __half, T>;  // the products' type
   constexpr std::uint32_t D = Shape::kHeadDim;
   constexpr std::uint32_t kDecodeWarps = Shape::kWarps;
   constexpr std::uint32_t kDecodeThreads = Shape::kThreads;
@@ -149,12 +204,26 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
     const T* q_row =
         static_cast<const T*>(p.q) +
         (static_cast<std::uint64_t>(b) * p.qo_heads + first_head + (live ? group_row : 0)) * D;
+    if constexpr (kFp8) {
+      // Dims 32 kk + 8 quad ..+7 feed k16 steps 2 kk and 2 kk + 1, as the K loads below.
 #pragma unroll
-    for (std::uint32_t ks = 0; ks < D / 16; ++ks) {
-      const std::uint32_t* pair =
-          reinterpret_cast<const std::uint32_t*>(q_row + ks * 16 + 2 * quad);
-      qa[ks][0] = live ? __ldg(pair) : 0u;
-      qa[ks][1] = live ? __ldg(pair + 4) : 0u;  // 8 elements further
+      for (std::uint32_t kk = 0; kk < D / 32; ++kk) {
+        uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+        if (live) raw = __ldg(reinterpret_cast<const uint4*>(q_row + 32 * kk + 8 * quad));
+        const T* e = reinterpret_cast<const T*>(&raw);
+        qa[2 * kk][0] = half2_saturated(e[0], e[1]);
+        qa[2 * kk][1] = half2_saturated(e[2], e[3]);
+        qa[2 * kk + 1][0] = half2_saturated(e[4], e[5]);
+        qa[2 * kk + 1][1] = half2_saturated(e[6], e[7]);
+      }
+    } else {
+#pragma unroll
+      for (std::uint32_t ks = 0; ks < D / 16; ++ks) {
+        const std::uint32_t* pair =
+            reinterpret_cast<const std::uint32_t*>(q_row + ks * 16 + 2 * quad);
+        qa[ks][0] = live ? __ldg(pair) : 0u;
+        qa[ks][1] = live ? __ldg(pair + 4) : 0u;  // 8 elements further
+      }
     }
   }
 
@@ -213,7 +282,8 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
         const unsigned char* source =
             k_base + static_cast<std::uint64_t>(live ? key0 + row : begin) * token_stride +
             part * 16;
-        const std::uint32_t offset = decode_tile_offset<Shape>(row, part);
+        const std::uint32_t offset =
+            kFp8 ? fp8_tile_offset<Shape>(row, part * 16) : decode_tile_offset<Shape>(row, part);
         copy_async_16<128>(stage + offset, source, live);
         copy_async_16<128>(stage + kHalf + offset, source + kv_stride, live);
       }
@@ -250,15 +320,27 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
     for (std::uint32_t kk = 0; kk < D / 32; ++kk) {  // two k16 steps per ldmatrix.x4
 #pragma unroll
       for (std::uint32_t j = 0; j < kKTiles; ++j) {
-        // Matrix i = lanes 8i..8i+7: keys 8 j + (lane % 8), chunk 4 kk + i.
-        std::uint32_t kb[4];
-        ldmatrix_x4(kb, k_tile + decode_tile_offset<Shape>(8 * j + lane % 8, 4 * kk + lane / 8));
         const std::uint32_t a0[4] = {qa[2 * kk][0], 0u, qa[2 * kk][1], 0u};
         const std::uint32_t a1[4] = {qa[2 * kk + 1][0], 0u, qa[2 * kk + 1][1], 0u};
-        const std::uint32_t b0[2] = {kb[0], kb[1]};
-        const std::uint32_t b1[2] = {kb[2], kb[3]};
-        mma_m16n8k16<T>(s[j], a0, b0);
-        mma_m16n8k16<T>(s[j], a1, b1);
+        std::uint32_t b0[2], b1[2];
+        if constexpr (kFp8) {
+          // Key 8 j + group_row, dims 32 kk + 8 quad ..+7: bytes 0-1 / 2-3 are step 2 kk's
+          // rows 2 quad.. / 2 quad + 8.., bytes 4-7 step 2 kk + 1's.
+          const uint2 w = *reinterpret_cast<const uint2*>(
+              stage + fp8_tile_offset<Shape>(8 * j + group_row, 32 * kk + 8 * quad));
+          e4m3x4_to_half2x2(w.x, b0[0], b0[1]);
+          e4m3x4_to_half2x2(w.y, b1[0], b1[1]);
+        } else {
+          // Matrix i = lanes 8i..8i+7: keys 8 j + (lane % 8), chunk 4 kk + i.
+          std::uint32_t kb[4];
+          ldmatrix_x4(kb, k_tile + decode_tile_offset<Shape>(8 * j + lane % 8, 4 * kk + lane / 8));
+          b0[0] = kb[0];
+          b0[1] = kb[1];
+          b1[0] = kb[2];
+          b1[1] = kb[3];
+        }
+        mma_m16n8k16<M>(s[j], a0, b0);
+        mma_m16n8k16<M>(s[j], a1, b1);
       }
     }
 
@@ -285,7 +367,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
       const float w0 = s[j][0] == kNegInf ? 0.0f : exp2f(s[j][0] - new_max);
       const float w1 = s[j][1] == kNegInf ? 0.0f : exp2f(s[j][1] - new_max);
       added += w0 + w1;
-      pb[j / 2][j % 2] = pack_float2<T>(w0, w1);
+      pb[j / 2][j % 2] = pack_float2<M>(w0, w1);
     }
     m = new_max;
     l = l * correction + added;
@@ -303,15 +385,42 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
     // O^T += V^T P^T: A = V^T (dims x keys) by ldmatrix.trans of V's [key][dim] rows.
 #pragma unroll
     for (std::uint32_t ks = 0; ks < kTile / 16; ++ks) {
+      if constexpr (kFp8) {
+        // Keys 16 ks + 2 quad (+1, +8, +9), dims 32 blk + 4 group_row ..+3: byte permutes pair
+        // the keys of one dim; dims +0 / +1 are rows group_row / + 8 of tile 2 blk, +2 / +3
+        // those of tile 2 blk + 1 (output_dim).
+        const unsigned char* v_stage = stage + kHalf;
+        const std::uint32_t key = 16 * ks + 2 * quad;
 #pragma unroll
-      for (std::uint32_t mt = 0; mt < D / 16; ++mt) {
-        // Matrix i: keys 16 ks + 8 (i / 2) + (lane % 8), chunk 2 mt + i % 2.
-        const std::uint32_t matrix = lane / 8;
-        std::uint32_t va[4];
-        ldmatrix_x4_trans(va,
-                          v_tile + decode_tile_offset<Shape>(16 * ks + 8 * (matrix / 2) + lane % 8,
-                                                             2 * mt + matrix % 2));
-        mma_m16n8k16<T>(o[mt], va, pb[ks]);
+        for (std::uint32_t blk = 0; blk < D / 32; ++blk) {
+          const std::uint32_t byte = 32 * blk + 4 * group_row;
+          const std::uint32_t w0 =
+              *reinterpret_cast<const std::uint32_t*>(v_stage + fp8_tile_offset<Shape>(key, byte));
+          const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(
+              v_stage + fp8_tile_offset<Shape>(key + 1, byte));
+          const std::uint32_t w8 = *reinterpret_cast<const std::uint32_t*>(
+              v_stage + fp8_tile_offset<Shape>(key + 8, byte));
+          const std::uint32_t w9 = *reinterpret_cast<const std::uint32_t*>(
+              v_stage + fp8_tile_offset<Shape>(key + 9, byte));
+          std::uint32_t low[4], high[4];
+          e4m3x4_to_half2x2(byte_perm(w0, w1, 0x5140u), low[0], low[1]);
+          e4m3x4_to_half2x2(byte_perm(w8, w9, 0x5140u), low[2], low[3]);
+          e4m3x4_to_half2x2(byte_perm(w0, w1, 0x7362u), high[0], high[1]);
+          e4m3x4_to_half2x2(byte_perm(w8, w9, 0x7362u), high[2], high[3]);
+          mma_m16n8k16<M>(o[2 * blk], low, pb[ks]);
+          mma_m16n8k16<M>(o[2 * blk + 1], high, pb[ks]);
+        }
+      } else {
+#pragma unroll
+        for (std::uint32_t mt = 0; mt < D / 16; ++mt) {
+          // Matrix i: keys 16 ks + 8 (i / 2) + (lane % 8), chunk 2 mt + i % 2.
+          const std::uint32_t matrix = lane / 8;
+          std::uint32_t va[4];
+          ldmatrix_x4_trans(
+              va, v_tile + decode_tile_offset<Shape>(16 * ks + 8 * (matrix / 2) + lane % 8,
+                                                     2 * mt + matrix % 2));
+          mma_m16n8k16<M>(o[mt], va, pb[ks]);
+        }
       }
     }
     __syncwarp();  // the stage is read before the next issue overwrites it
@@ -341,11 +450,12 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
     float* mine = s_out + warp * kDecodeHeads * Shape::kOutPitch;
 #pragma unroll
     for (std::uint32_t mt = 0; mt < D / 16; ++mt) {
-      const std::uint32_t dim = 16 * mt + group_row;
+      const std::uint32_t dim = output_dim<kFp8>(mt, group_row, 0);
+      const std::uint32_t dim8 = output_dim<kFp8>(mt, group_row, 1);
       mine[(2 * quad) * Shape::kOutPitch + dim] = o[mt][0] * factor[0];
       mine[(2 * quad + 1) * Shape::kOutPitch + dim] = o[mt][1] * factor[1];
-      mine[(2 * quad) * Shape::kOutPitch + dim + 8] = o[mt][2] * factor[0];
-      mine[(2 * quad + 1) * Shape::kOutPitch + dim + 8] = o[mt][3] * factor[1];
+      mine[(2 * quad) * Shape::kOutPitch + dim8] = o[mt][2] * factor[0];
+      mine[(2 * quad + 1) * Shape::kOutPitch + dim8] = o[mt][3] * factor[1];
     }
   }
   __syncthreads();
@@ -362,7 +472,9 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
       if (s_max[w][head] != kNegInf) sum += s_sum[w][head] * exp2f(s_max[w][head] - block_max);
     }
     if (head >= heads_here) continue;
-    const float value = sum > 0.0f ? total / sum : 0.0f;
+    // The V scale of an e4m3 cache multiplies the output (and so every partial, which the
+    // merge only weighs).
+    const float value = sum > 0.0f ? (kFp8 ? total * (p.v_scale / sum) : total / sum) : 0.0f;
     if (p.chunks == 1) {
       static_cast<T*>(p.out)[(row_base + head) * D + dim] = from_float<T>(value);
     } else {

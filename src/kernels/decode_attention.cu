@@ -15,6 +15,7 @@
 namespace kvvm {
 namespace {
 
+using kernels::check_cuda_activations;
 using kernels::check_cuda_view;
 using kernels::check_pointers;
 using kernels::last_launch;
@@ -55,9 +56,9 @@ DecodePlan choose_split(const DecodeParams& p, std::uint32_t units, std::uint32_
 }
 
 // The split for one compiled kernel: units of work over the device's resident blocks.
-template <typename T, std::uint32_t D>
+template <typename T, std::uint32_t D, bool kFp8>
 Result<DecodePlan> plan_for(const DecodeParams& p, std::uint32_t units) {
-  using Shape = kernels::DecodeShape<D>;
+  using Shape = kernels::DecodeShape<D, kFp8 ? 1 : 2>;
   Result<kernels::Residency> resident =
       kernels::prepare_kernel(reinterpret_cast<const void*>(&kernels::decode_kernel<T, Shape>),
                               Shape::kThreads, Shape::kSharedBytes);
@@ -67,9 +68,9 @@ Result<DecodePlan> plan_for(const DecodeParams& p, std::uint32_t units) {
       std::uint64_t(resident->multiprocessors) * resident->blocks_per_multiprocessor);
 }
 
-template <typename T, std::uint32_t D>
+template <typename T, std::uint32_t D, bool kFp8>
 Status launch_for(const kernels::DecodeKernelParams& kp, cudaStream_t stream) {
-  using Shape = kernels::DecodeShape<D>;
+  using Shape = kernels::DecodeShape<D, kFp8 ? 1 : 2>;
   const dim3 grid(kp.chunks, kp.kv_heads * kp.group_tiles, kp.batch);
   kernels::decode_kernel<T, Shape><<<grid, Shape::kThreads, Shape::kSharedBytes, stream>>>(kp);
   return last_launch("decode_kernel<<<>>>");
@@ -80,15 +81,17 @@ Status launch_for(const kernels::DecodeKernelParams& kp, cudaStream_t stream) {
 Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
   KVVM_RETURN_IF_ERROR(check_decode(p));
   KVVM_RETURN_IF_ERROR(check_cuda_view(p.view, "decode"));
+  KVVM_RETURN_IF_ERROR(check_cuda_activations(p.view, p.activations, "decode"));
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   const std::uint32_t tiles = (group + kernels::kDecodeHeads - 1) / kernels::kDecodeHeads;
   const std::uint32_t units = p.batch * p.kv_heads * tiles;
   DecodePlan planned;
-  KVVM_DISPATCH_ELEMENT(p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
-                          Result<DecodePlan> made = plan_for<T, D>(p, units);
-                          if (!made.ok()) return made.status();
-                          planned = *made;
-                        })})
+  KVVM_DISPATCH_ACCESS(p.view.element, p.activations, T, FP8,
+                       {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
+                         Result<DecodePlan> made = plan_for<T, D, FP8>(p, units);
+                         if (!made.ok()) return made.status();
+                         planned = *made;
+                       })})
   if (planned.chunks > kMaxChunks) {
     return Status::InvalidArgument("decode: chunks of " + str(planned.chunk_tokens) +
                                    " tokens split max_length " + str(p.max_length) + " into " +
@@ -125,7 +128,9 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
   kernels::DecodeKernelParams kp(p);
   kp.group = group;
   kp.group_tiles = (group + kernels::kDecodeHeads - 1) / kernels::kDecodeHeads;
-  kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim);
+  // An e4m3 cache's K scale multiplies every score (the stored K is read as it is).
+  kp.scale_log2 =
+      scale_log2(p.sm_scale, p.view.head_dim) * (p.view.element == DType::kFp8 ? p.k_scale : 1.0f);
   kp.chunk_tokens = plan->chunk_tokens;
   kp.chunks = plan->chunks;
   if (plan->chunks > 1) {
@@ -139,9 +144,10 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
     kp.counters = reinterpret_cast<std::uint32_t*>(bytes + workspace_bytes / 4 * 4);
   }
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
-  KVVM_DISPATCH_ELEMENT(p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
-                          KVVM_RETURN_IF_ERROR((launch_for<T, D>(kp, cuda_stream)));
-                        })})
+  KVVM_DISPATCH_ACCESS(p.view.element, p.activations, T, FP8,
+                       {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
+                         KVVM_RETURN_IF_ERROR((launch_for<T, D, FP8>(kp, cuda_stream)));
+                       })})
   return Status::Ok();
 }
 

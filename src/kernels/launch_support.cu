@@ -6,6 +6,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/launch_support.cuh"
+#include "kvvm/attention.h"
 
 namespace kvvm::kernels {
 namespace {
@@ -20,10 +21,11 @@ bool aligned16(const void* pointer) { return aligned16(reinterpret_cast<std::uin
 std::string str(std::uint64_t value) { return std::to_string(value); }
 
 Status check_cuda_view(const KvView& view, const char* what) {
-  if (view.element != DType::kFp16 && view.element != DType::kBf16) {
+  if (view.element != DType::kFp16 && view.element != DType::kBf16 && view.element != DType::kFp8) {
     return Status::InvalidArgument(std::string(what) + ": element type " +
                                    str(static_cast<std::uint32_t>(view.element)) +
-                                   " is not supported by the CUDA attention kernels (fp16, bf16)");
+                                   " is not supported by the CUDA attention kernels (fp16, bf16, "
+                                   "fp8)");
   }
   if (view.head_dim != 64 && view.head_dim != 128) {
     return Status::InvalidArgument(std::string(what) + ": head dim " + str(view.head_dim) +
@@ -41,6 +43,16 @@ Status check_cuda_view(const KvView& view, const char* what) {
                                      ") is not a multiple of 16 bytes; the kernels load 16 bytes "
                                      "at a time");
     }
+  }
+  return Status::Ok();
+}
+
+Status check_cuda_activations(const KvView& view, DType activations, const char* what) {
+  const DType type = activations_of(view, activations);
+  if (type != DType::kFp16 && type != DType::kBf16) {
+    return Status::InvalidArgument(std::string(what) + ": activations in " +
+                                   std::string(to_string(type)) +
+                                   "; the CUDA attention kernels take fp16 or bf16");
   }
   return Status::Ok();
 }

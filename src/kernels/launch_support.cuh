@@ -15,9 +15,11 @@ namespace kvvm::kernels {
 
 std::string str(std::uint64_t value);
 
-// InvalidArgument unless the view is fp16 / bf16, head dim 64 / 128, and every stride and
-// the base are multiples of 16 bytes (the kernels load 16 bytes at a time).
+// InvalidArgument unless the view is fp16 / bf16 / fp8, head dim 64 / 128, and every stride
+// and the base are multiples of 16 bytes (the kernels load 16 bytes at a time).
 Status check_cuda_view(const KvView& view, const char* what);
+// InvalidArgument unless the call's activations (activations_of) are fp16 or bf16.
+Status check_cuda_activations(const KvView& view, DType activations, const char* what);
 // InvalidArgument naming the first pointer that is not 16-byte aligned.
 Status check_pointers(std::initializer_list<std::pair<const void*, const char*>> pointers,
                       const char* what);

@@ -41,6 +41,14 @@
 // Pipeline. Q and K / V tile 0 are one cp.async group; while tile j is computed, tile j + 1
 // is in flight into the other buffer.
 //
+// An fp8 (e4m3) cache: tile j + 1 is copied as it is stored (half the bytes) into a staging
+// area (the second K buffer holds K and V of 64 e4m3 rows), and once landed every thread
+// widens its share to T into the first buffer (e4m3 -> fp16 is exact and one instruction per
+// pair; fp16 -> bf16 through float is exact too), so the products are the 16-bit path's. The
+// K scale is folded into the softmax scale and the V scale into the output normalisation,
+// so no element is rescaled; the conversion costs 64 x D x 2 elements per block per tile,
+// small against the tile's 2 x 128 x 64 x D multiply-adds.
+//
 // Causality and length: a block reads keys [0, start + its last row's position] only; a
 // dead copy (a key past that end, a row past the chunk) has source size 0 (zero-fill) and
 // the address of a live row. Only key tiles that reach past the block's first position
@@ -50,8 +58,10 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
 #include "kernels/mma.cuh"
 #include "kvvm/attention.h"
 
@@ -100,7 +110,26 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-template <typename T, std::uint32_t D>
+// Sixteen e4m3 bytes as 16 values of T, in two 16-byte chunks.
+template <typename T>
+__device__ __forceinline__ void widen16(const uint4 bytes, uint4& low, uint4& high) {
+  std::uint32_t halves[8];
+  e4m3x4_to_half2x2(bytes.x, halves[0], halves[1]);
+  e4m3x4_to_half2x2(bytes.y, halves[2], halves[3]);
+  e4m3x4_to_half2x2(bytes.z, halves[4], halves[5]);
+  e4m3x4_to_half2x2(bytes.w, halves[6], halves[7]);
+  if constexpr (!std::is_same_v<T, __half>) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&halves[i]));
+      halves[i] = pack_float2<T>(pair.x, pair.y);  // exact: an e4m3 value is a bf16 value
+    }
+  }
+  low = make_uint4(halves[0], halves[1], halves[2], halves[3]);
+  high = make_uint4(halves[4], halves[5], halves[6], halves[7]);
+}
+
+template <typename T, std::uint32_t D, bool kFp8 = false>
 __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
     prefill_kernel(const PrefillKernelParams p) {
   constexpr std::uint32_t kChunks = D / 8;  // 16-byte chunks in a row
@@ -166,6 +195,41 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
       copy_async_16(v_s + at, k_row + view.kv_stride, live);
     }
   };
+  // e4m3 K and V of keys [64 tile, 64 tile + 64) into the staging area, rows as stored:
+  // K rows at staged, V rows 64 x D bytes further.
+  unsigned char* staged = k_s + kTileBytes;
+  auto load_fp8_tile = [&](std::uint32_t tile) {
+    constexpr std::uint32_t kFp8Chunks = D / 16;  // 16-byte chunks of an e4m3 row
+    const unsigned char* head = reinterpret_cast<const unsigned char*>(view.base) +
+                                p.slot * view.slot_stride + p.layer * view.layer_stride +
+                                kv_head * view.head_stride;
+    const std::uint32_t key0 = tile * kPrefillKeys;
+#pragma unroll
+    for (std::uint32_t it = 0; it < kPrefillKeys * kFp8Chunks / kPrefillThreads; ++it) {
+      const std::uint32_t i = it * kPrefillThreads + tid;
+      const std::uint32_t r = i / kFp8Chunks, c = i % kFp8Chunks;
+      const bool live = key0 + r < key_end;
+      const unsigned char* k_row =
+          head + std::uint64_t{live ? key0 + r : key0} * view.token_stride + c * 16;
+      copy_async_16(staged + r * D + c * 16, k_row, live);
+      copy_async_16(staged + kPrefillKeys * D + r * D + c * 16, k_row + view.kv_stride, live);
+    }
+  };
+  // The staged tile widened into buffer 0 (the swizzled layout the products read).
+  auto widen_staged = [&] {
+    constexpr std::uint32_t kFp8Chunks = D / 16;
+#pragma unroll
+    for (std::uint32_t it = 0; it < 2 * kPrefillKeys * kFp8Chunks / kPrefillThreads; ++it) {
+      const std::uint32_t i = it * kPrefillThreads + tid;
+      const std::uint32_t kv = i / (kPrefillKeys * kFp8Chunks);
+      const std::uint32_t r = (i / kFp8Chunks) % kPrefillKeys, c = i % kFp8Chunks;
+      uint4 low, high;
+      widen16<T>(*reinterpret_cast<const uint4*>(staged + i * 16), low, high);
+      unsigned char* tile = kv == 0 ? k_s : v_s;
+      *reinterpret_cast<uint4*>(tile + swizzled<D>(r, 2 * c)) = low;
+      *reinterpret_cast<uint4*>(tile + swizzled<D>(r, 2 * c + 1)) = high;
+    }
+  };
 
   float o[2][kDimTiles][4];
   float m[2][2], l[2][2];
@@ -200,13 +264,27 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
   // misplaced window would read wrong rows silently, so it stops the kernel instead.
   if ((shared_address(shared_raw) & 1023u) != 0) __trap();
   const std::uint32_t tiles = (key_end + kPrefillKeys - 1) / kPrefillKeys;
-  load_tile(0, 0);
+  if constexpr (kFp8) {
+    load_fp8_tile(0);
+  } else {
+    load_tile(0, 0);
+  }
   copy_async_commit();  // with Q
   for (std::uint32_t j = 0; j < tiles; ++j) {
-    if (j + 1 < tiles) load_tile(j + 1, (j + 1) & 1);
-    copy_async_commit();  // possibly empty: tile j is then always all but the newest group
-    copy_async_wait<1>();
-    __syncthreads();
+    if constexpr (kFp8) {
+      copy_async_wait<0>();
+      __syncthreads();  // tile j is staged, and every warp is done with buffer 0's tile j - 1
+      widen_staged();
+      __syncthreads();  // buffer 0 holds tile j; the staging area is free
+      if (j + 1 < tiles) load_fp8_tile(j + 1);
+      copy_async_commit();
+    } else {
+      if (j + 1 < tiles) load_tile(j + 1, (j + 1) & 1);
+      copy_async_commit();  // possibly empty: tile j is then always all but the newest group
+      copy_async_wait<1>();
+      __syncthreads();
+    }
+    const std::uint32_t buffer = kFp8 ? 0 : j & 1;
 #pragma unroll 1
     for (std::uint32_t half = 0; half < kPrefillKeys / kSubKeys; ++half) {
       const std::uint32_t key0 = j * kPrefillKeys + half * kSubKeys;
@@ -215,8 +293,8 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
       // of the key loop into registers that O and S need.
       std::uint32_t q_step;
       asm volatile("mov.b32 %0, %1;\n" : "=r"(q_step) : "r"(q_lane));
-      const std::uint32_t k_tile = k_lane + (j & 1) * kTileBytes + half * kSubKeys * kRowBytes;
-      const std::uint32_t v_tile = v_lane + (j & 1) * kTileBytes + half * kSubKeys * kRowBytes;
+      const std::uint32_t k_tile = k_lane + buffer * kTileBytes + half * kSubKeys * kRowBytes;
+      const std::uint32_t v_tile = v_lane + buffer * kTileBytes + half * kSubKeys * kRowBytes;
 
       // S = Q K^T (unscaled).
       float s[2][kKeyTiles][4];
@@ -368,7 +446,8 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
       float sum = l[mt][h];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+      // An e4m3 cache's V scale multiplies the output.
+      const float inverse = sum > 0.0f ? (kFp8 ? p.v_scale : 1.0f) / sum : 0.0f;
       const std::uint32_t r = mt * 16 + h * 8 + lane / 4;
 #pragma unroll
       for (std::uint32_t n = 0; n < kDimTiles; ++n) {

@@ -9,6 +9,7 @@
 
 namespace kvvm {
 
+using kernels::check_cuda_activations;
 using kernels::check_cuda_view;
 using kernels::check_pointers;
 using kernels::last_launch;
@@ -18,6 +19,7 @@ using kernels::str;
 Status prefill_attention_cuda(const PrefillParams& p, void* stream) {
   KVVM_RETURN_IF_ERROR(check_prefill(p));
   KVVM_RETURN_IF_ERROR(check_cuda_view(p.view, "prefill"));
+  KVVM_RETURN_IF_ERROR(check_cuda_activations(p.view, p.activations, "prefill"));
   KVVM_RETURN_IF_ERROR(check_pointers({{p.q, "q"}, {p.out, "out"}}, "prefill"));
   if (p.tokens == 0) return Status::Ok();
   const std::uint32_t group = p.qo_heads / p.kv_heads;
@@ -32,19 +34,21 @@ Status prefill_attention_cuda(const PrefillParams& p, void* stream) {
   kernels::PrefillKernelParams kp(p);
   kp.group = group;
   kp.query_tiles = static_cast<std::uint32_t>(query_tiles);
-  kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim);
+  // An e4m3 cache's K scale multiplies every score (the stored K is read as it is).
+  kp.scale_log2 =
+      scale_log2(p.sm_scale, p.view.head_dim) * (p.view.element == DType::kFp8 ? p.k_scale : 1.0f);
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<std::uint32_t>(query_tiles * p.kv_heads));
-  KVVM_DISPATCH_ELEMENT(p.view.element, T, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
-                          constexpr std::uint32_t kBytes = kernels::prefill_shared_bytes<D>();
-                          auto* kernel = &kernels::prefill_kernel<T, D>;
-                          auto residency =
-                              kernels::prepare_kernel(reinterpret_cast<const void*>(kernel),
-                                                      kernels::kPrefillThreads, kBytes);
-                          KVVM_RETURN_IF_ERROR(residency.status());
-                          kernel<<<grid, kernels::kPrefillThreads, kBytes, cuda_stream>>>(kp);
-                          KVVM_RETURN_IF_ERROR(last_launch("prefill_kernel<<<>>>"));
-                        })})
+  KVVM_DISPATCH_ACCESS(
+      p.view.element, p.activations, T, FP8, {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
+        constexpr std::uint32_t kBytes = kernels::prefill_shared_bytes<D>();
+        auto* kernel = &kernels::prefill_kernel<T, D, FP8>;
+        auto residency = kernels::prepare_kernel(reinterpret_cast<const void*>(kernel),
+                                                 kernels::kPrefillThreads, kBytes);
+        KVVM_RETURN_IF_ERROR(residency.status());
+        kernel<<<grid, kernels::kPrefillThreads, kBytes, cuda_stream>>>(kp);
+        KVVM_RETURN_IF_ERROR(last_launch("prefill_kernel<<<>>>"));
+      })})
   return Status::Ok();
 }
 

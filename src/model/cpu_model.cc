@@ -26,7 +26,8 @@ namespace kvvm::model {
 namespace {
 
 bool readable_element(DType element) {
-  return element == DType::kFp32 || element == DType::kBf16 || element == DType::kFp16;
+  return element == DType::kFp32 || element == DType::kBf16 || element == DType::kFp16 ||
+         element == DType::kFp8;
 }
 
 class CpuModel final : public Model {
@@ -102,7 +103,7 @@ class CpuModel final : public Model {
       return Status::InvalidArgument(
           "forward: the KvView's element type " + std::string(to_string(view.element)) + " (" +
           std::to_string(view.element_bytes) +
-          " bytes) is not one the CPU attention reads (fp32, bf16, fp16)");
+          " bytes) is not one the CPU attention reads (fp32, bf16, fp16, fp8)");
     }
     if (view.head_dim != c.head_dim) {
       return Status::InvalidArgument("forward: the KvView's head_dim " +
@@ -204,11 +205,16 @@ class CpuModel final : public Model {
   Status attend(const StepBatch& batch, std::uint32_t layer, std::size_t tokens) {
     const ModelConfig& c = config();
     const KvView& view = batch.kv;
-    const DType element = view.element;
+    // An fp8 cache takes the float32 activations as they are (the append quantizes them);
+    // a 16-bit one reads and writes its own type.
+    const bool fp8 = view.element == DType::kFp8;
+    const DType element = fp8 ? DType::kFp32 : view.element;
     const std::size_t q_width = std::size_t{c.heads} * c.head_dim;
     const std::size_t kv_width = std::size_t{c.kv_heads} * c.head_dim;
-    const std::size_t bytes = view.element_bytes;
+    const std::size_t bytes = element_bytes(element);
     const bool native = element == DType::kFp32;
+    const float k_scale = kv_scales().k_of(layer);
+    const float v_scale = kv_scales().v_of(layer);
     const void* q = q_.data();
     const void* k = k_.data();
     const void* v = v_.data();
@@ -224,6 +230,9 @@ class CpuModel final : public Model {
     }
     AppendParams append;
     append.view = view;
+    append.activations = element;
+    append.k_scale = k_scale;
+    append.v_scale = v_scale;
     append.layer = layer;
     append.kv_heads = c.kv_heads;
     append.tokens = static_cast<std::uint32_t>(tokens);
@@ -249,6 +258,9 @@ class CpuModel final : public Model {
       } else {
         PrefillParams prefill;
         prefill.view = view;
+        prefill.activations = element;
+        prefill.k_scale = k_scale;
+        prefill.v_scale = v_scale;
         prefill.layer = layer;
         prefill.qo_heads = c.heads;
         prefill.kv_heads = c.kv_heads;
@@ -264,6 +276,9 @@ class CpuModel final : public Model {
     if (decodes > 0) {
       DecodeParams decode;
       decode.view = view;
+      decode.activations = element;
+      decode.k_scale = k_scale;
+      decode.v_scale = v_scale;
       decode.layer = layer;
       decode.qo_heads = c.heads;
       decode.kv_heads = c.kv_heads;
@@ -462,9 +477,13 @@ Result<std::unique_ptr<Model>> make_cpu_model(const ModelConfig& config,
   Result<std::unique_ptr<cpu::CpuWeights>> converted =
       cpu::CpuWeights::load(config, weights, options.weights);
   if (!converted.ok()) return converted.status();
+  Result<KvScales> scales = checkpoint_kv_scales(config, weights, options.weights.format);
+  if (!scales.ok()) return scales.status();
   try {
-    return std::unique_ptr<Model>(
+    auto model = std::unique_ptr<Model>(
         new CpuModel(config, options.limits, std::move(converted).value(), options.threads));
+    KVVM_RETURN_IF_ERROR(model->set_kv_scales(std::move(scales).value()));
+    return model;
   } catch (const std::bad_alloc&) {
     return Status::InvalidArgument("cpu model: the activations for max_step_tokens " +
                                    std::to_string(options.limits.max_step_tokens) +

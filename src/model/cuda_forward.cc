@@ -59,12 +59,13 @@ Status CudaModel::check_batch(const StepBatch& batch, const StepOutput& out) con
 
 Status CudaModel::check_view(const KvView& kv, const char* who) const {
   const ModelConfig& c = config();
-  if (kv.element != compute_) {
+  // The cache holds the compute type, or e4m3 written and read with the model's KV scales.
+  if (kv.element != compute_ && kv.element != DType::kFp8) {
     return Status::InvalidArgument(
         std::string(who) + "'s element type " + std::string(to_string(kv.element)) +
-        " is not the model's compute type " + std::string(to_string(compute_)));
+        " is neither the model's compute type " + std::string(to_string(compute_)) + " nor fp8");
   }
-  if (kv.head_dim != c.head_dim || kv.element_bytes != element_bytes(compute_) || kv.base == 0) {
+  if (kv.head_dim != c.head_dim || kv.element_bytes != element_bytes(kv.element) || kv.base == 0) {
     return Status::InvalidArgument(
         std::string(who) + " (head dim " + std::to_string(kv.head_dim) + ", " +
         std::to_string(kv.element_bytes) + "-byte elements, base " + std::to_string(kv.base) +
@@ -395,6 +396,9 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
   KVVM_RETURN_IF_ERROR(rope_cuda(rope, stream_));
   AppendParams append;
   append.view = batch.kv;
+  append.activations = compute_;
+  append.k_scale = kv_scales().k_of(layer);
+  append.v_scale = kv_scales().v_of(layer);
   append.layer = layer;
   append.kv_heads = c.kv_heads;
   append.tokens = tokens;
@@ -427,6 +431,9 @@ Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch,
   for (const DecodeRun& run : runs_) {
     DecodeParams decode;
     decode.view = batch.kv;
+    decode.activations = compute_;
+    decode.k_scale = kv_scales().k_of(layer);
+    decode.v_scale = kv_scales().v_of(layer);
     decode.layer = layer;
     decode.qo_heads = c.heads;
     decode.kv_heads = c.kv_heads;
@@ -444,6 +451,9 @@ Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch,
     if (chunk.tokens == 1) continue;
     PrefillParams prefill;
     prefill.view = batch.kv;
+    prefill.activations = compute_;
+    prefill.k_scale = kv_scales().k_of(layer);
+    prefill.v_scale = kv_scales().v_of(layer);
     prefill.layer = layer;
     prefill.qo_heads = c.heads;
     prefill.kv_heads = c.kv_heads;

@@ -102,7 +102,10 @@ Result<std::unique_ptr<Model>> CudaModel::create(const ModelConfig& config,
   KVVM_RETURN_IF_ERROR(cuda_device_available());
   const CublasLibrary& cublas = cublas_library();
   if (!cublas.usable()) return Status::Unavailable("CUDA model: " + cublas.error);
+  Result<KvScales> scales = checkpoint_kv_scales(config, weights, options.weights.format);
+  if (!scales.ok()) return scales.status();
   std::unique_ptr<CudaModel> model(new CudaModel(config, options.limits));
+  KVVM_RETURN_IF_ERROR(model->set_kv_scales(std::move(scales).value()));
   KVVM_RETURN_IF_ERROR(model->init(weights, options));
   return std::unique_ptr<Model>(std::move(model));
 }
@@ -259,28 +262,32 @@ Status CudaModel::allocate_buffers() {
 
 // The decode workspace for the largest split any batch up to max_chunks can be planned into,
 // at max_length = max_position_embeddings (what every step passes). The plan depends on the
-// view's element type and head dim only, so a stand-in view serves.
+// view's element type and head dim only, so stand-in views serve: one of the compute type and
+// one of fp8 (whose kernel may keep more blocks resident, and split differently).
 Status CudaModel::plan_decode_workspace() {
-  KvView view;
-  view.base = kBufferAlignment;
-  view.slot_stride = view.layer_stride = view.kv_stride = view.head_stride = 16;
-  view.token_stride = 16;
-  view.element = compute_;
-  view.element_bytes = element_bytes(compute_);
-  view.head_dim = config().head_dim;
-  DecodeParams params;
-  params.view = view;
-  params.qo_heads = config().heads;
-  params.kv_heads = config().kv_heads;
-  params.q = params.out = q_;
-  params.slots = params.lengths = arrays_;
-  params.max_length = config().max_position_embeddings;
   std::size_t most = 0;
-  for (std::uint32_t batch = 1; batch <= limits().max_chunks; ++batch) {
-    params.batch = batch;
-    Result<DecodePlan> plan = plan_decode_cuda(params);
-    if (!plan.ok()) return plan.status().with_context("CUDA model: planning decode");
-    most = std::max(most, plan->workspace_bytes);
+  for (const DType element : {compute_, DType::kFp8}) {
+    KvView view;
+    view.base = kBufferAlignment;
+    view.slot_stride = view.layer_stride = view.kv_stride = view.head_stride = 16;
+    view.token_stride = 16;
+    view.element = element;
+    view.element_bytes = element_bytes(element);
+    view.head_dim = config().head_dim;
+    DecodeParams params;
+    params.view = view;
+    params.activations = compute_;
+    params.qo_heads = config().heads;
+    params.kv_heads = config().kv_heads;
+    params.q = params.out = q_;
+    params.slots = params.lengths = arrays_;
+    params.max_length = config().max_position_embeddings;
+    for (std::uint32_t batch = 1; batch <= limits().max_chunks; ++batch) {
+      params.batch = batch;
+      Result<DecodePlan> plan = plan_decode_cuda(params);
+      if (!plan.ok()) return plan.status().with_context("CUDA model: planning decode");
+      most = std::max(most, plan->workspace_bytes);
+    }
   }
   decode_workspace_bytes_ = most;
   if (most > 0) {

@@ -131,7 +131,7 @@ Result<ModelConfig> parse_kv_json(const nlohmann::json& parsed, const std::strin
   if (dtype->has_value()) {
     config.dtype = **dtype;
   } else if (!dtype_given) {
-    missing.push_back("'torch_dtype' (the element type; --dtype gives one instead)");
+    missing.push_back("'torch_dtype' (the element type; --kv-dtype gives one instead)");
   }
   if (!missing.empty()) {
     std::string message = fields.where() + ": missing field" + (missing.size() > 1 ? "s " : " ");

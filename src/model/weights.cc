@@ -3,6 +3,9 @@
 #include "kvvm/model/weights.h"
 
 #include <string>
+#include <tuple>
+
+#include "kvvm/attention.h"
 
 namespace kvvm::model {
 namespace {
@@ -78,6 +81,9 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
     KVVM_RETURN_IF_ERROR(bind(layer.gate, prefix + "mlp.gate_proj.weight", {intermediate, hidden}));
     KVVM_RETURN_IF_ERROR(bind(layer.up, prefix + "mlp.up_proj.weight", {intermediate, hidden}));
     KVVM_RETURN_IF_ERROR(bind(layer.down, prefix + "mlp.down_proj.weight", {hidden, intermediate}));
+    // fp8 KV scales are optional; their values are checked by kv_scales_of.
+    layer.k_scale = files.find(attn + "k_scale");
+    layer.v_scale = files.find(attn + "v_scale");
   }
   KVVM_RETURN_IF_ERROR(bind(weights.final_norm, "model.norm.weight", {hidden}));
   if (config.tie_word_embeddings) {
@@ -87,6 +93,63 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
     KVVM_RETURN_IF_ERROR(bind(weights.lm_head, "lm_head.weight", {vocab, hidden}));
   }
   return weights;
+}
+
+namespace {
+
+// The one value of a scale tensor (shape [] or [1]) as float.
+Result<float> scalar_of(const TensorView& t) {
+  if (t.elements() != 1) {
+    return Status::InvalidArgument(t.name + ": shape " + shape_string(t.shape) +
+                                   "; only one scale per layer is read (per-head KV scales are "
+                                   "not supported)");
+  }
+  const auto* at = reinterpret_cast<const unsigned char*>(t.data);
+  switch (t.dtype) {
+    case TensorDType::kF32:
+      return element_to_float(DType::kFp32, at);
+    case TensorDType::kBf16:
+      return element_to_float(DType::kBf16, at);
+    case TensorDType::kF16:
+      return element_to_float(DType::kFp16, at);
+    default:
+      return Status::InvalidArgument(t.name + ": dtype " + std::string(to_string(t.dtype)) +
+                                     "; a KV scale is F32, BF16 or F16");
+  }
+}
+
+}  // namespace
+
+Result<KvScales> kv_scales_of(const ModelWeights& weights) {
+  const auto layers = static_cast<std::uint32_t>(weights.layers.size());
+  std::uint32_t present = 0;
+  for (const LayerWeights& layer : weights.layers) {
+    present += (layer.k_scale != nullptr) + (layer.v_scale != nullptr);
+  }
+  if (present == 0) return KvScales::ones(layers);
+  KvScales scales;
+  scales.source = KvScaleSource::kCheckpoint;
+  for (std::uint32_t i = 0; i < layers; ++i) {
+    const LayerWeights& layer = weights.layers[i];
+    for (const auto& [tensor, name, out] : {std::tuple{layer.k_scale, "k_scale", &scales.k},
+                                            std::tuple{layer.v_scale, "v_scale", &scales.v}}) {
+      if (tensor == nullptr) {
+        return Status::InvalidArgument("model.layers." + std::to_string(i) + ".self_attn." + name +
+                                       ": missing, while other layers have KV scales");
+      }
+      Result<float> value = scalar_of(*tensor);
+      if (!value.ok()) return value.status();
+      out->push_back(*value);
+    }
+  }
+  KVVM_RETURN_IF_ERROR(check_kv_scales(scales, layers));
+  return scales;
+}
+
+Result<KvScales> checkpoint_kv_scales(const ModelConfig& config, const ModelWeights& weights,
+                                      LoadFormat format) {
+  if (format == LoadFormat::kDummy) return KvScales::ones(config.layers);
+  return kv_scales_of(weights);
 }
 
 }  // namespace kvvm::model

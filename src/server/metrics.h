@@ -83,8 +83,10 @@ class ServerMetrics {
 
   // The KV cache as configured: vllm:cache_config_info's labels.
   struct CacheConfig {
-    std::string layout;       // to_string(Layout)
-    std::string cache_dtype;  // to_string(DType) of the KV elements
+    std::string layout;  // to_string(Layout)
+    // The KV space's element type in use, as to_string(DType) names it (fp8, bf16, fp16,
+    // fp32), never vLLM's "auto": a dashboard can tell an fp8 cache apart.
+    std::string cache_dtype;
     std::uint64_t granule_bytes = 0;
     std::uint64_t num_slots = 0;    // the arena's slots (the graphs' padding slot included)
     std::uint64_t max_context = 0;  // tokens a slot holds

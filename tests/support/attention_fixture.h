@@ -24,10 +24,16 @@ namespace kvvm::testing {
 
 struct AttentionConfig {
   Layout layout;
-  DType element;
+  DType element;  // of the activations, and of the cache unless fp8
   std::uint32_t head_dim;
   std::uint32_t group;  // query heads per KV head
+  bool fp8 = false;     // the cache holds e4m3 (with kFp8KScale / kFp8VScale)
 };
+
+// The scales of the fp8 configurations: random elements in [-1, 1] (K) and [-2, 2] (queries)
+// stay well inside e4m3's +-448 after division, and neither scale is a power of two.
+inline constexpr float kFp8KScale = 0.0123f;
+inline constexpr float kFp8VScale = 0.00731f;
 
 // The layout's name without dashes, as a test name allows.
 inline std::string layout_test_name(Layout layout) {
@@ -39,7 +45,13 @@ inline std::string layout_test_name(Layout layout) {
 inline std::string attention_config_name(const ::testing::TestParamInfo<AttentionConfig>& info) {
   const AttentionConfig& c = info.param;
   return layout_test_name(c.layout) + (c.element == DType::kBf16 ? "_bf16" : "_fp16") + "_d" +
-         std::to_string(c.head_dim) + "_g" + std::to_string(c.group);
+         std::to_string(c.head_dim) + "_g" + std::to_string(c.group) + (c.fp8 ? "_fp8kv" : "");
+}
+
+// `configs` with an e4m3 cache.
+inline std::vector<AttentionConfig> with_fp8_cache(std::vector<AttentionConfig> configs) {
+  for (AttentionConfig& c : configs) c.fp8 = true;
+  return configs;
 }
 
 // Every layout x fp16 / bf16 x head dim 64 / 128 x group sizes 1, 4, 7, 8.
@@ -121,7 +133,20 @@ class AttentionFixture : public ::testing::TestWithParam<AttentionConfig> {
   Geometry geometry() const {
     const AttentionConfig& c = GetParam();
     return Geometry{"attention-test", kAttentionLayers, kAttentionKvHeads, c.head_dim,
-                    dtype_of(c.element)};
+                    c.fp8 ? DType::kFp8 : dtype_of(c.element)};
+  }
+  // Bytes of one cached row of one head.
+  std::size_t cache_row_bytes() const {
+    return std::size_t{GetParam().head_dim} * geometry().element_bytes();
+  }
+  // The activations' type and the scales, on an fp8 configuration's call.
+  template <typename Params>
+  void set_access(Params& params) const {
+    const AttentionConfig& c = GetParam();
+    if (!c.fp8) return;
+    params.activations = c.element;
+    params.k_scale = kFp8KScale;
+    params.v_scale = kFp8VScale;
   }
   void seed_random() {
     seed_ = fresh_seed();

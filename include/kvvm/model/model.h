@@ -24,6 +24,7 @@
 
 #include "kvvm/kv_view.h"
 #include "kvvm/model/config.h"
+#include "kvvm/model/kv_scales.h"
 #include "kvvm/model/sampling.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
@@ -163,12 +164,23 @@ class Model {
   // Where the weights live and what they hold (kvvm/model/weight_memory.h).
   virtual WeightStats weight_stats() const { return {}; }
 
+  // The scales an fp8 KvView is written and read with (kvvm/model/kv_scales.h): the
+  // checkpoint's, else ones. A view of another element type ignores them.
+  const KvScales& kv_scales() const { return kv_scales_; }
+  // Replaces them (a calibration). InvalidArgument naming the layer for a scale that is not
+  // finite and positive or a count other than one per layer; the old ones stay then.
+  // REQUIRES: no step is running, no fp8 K / V written with the old ones is read again, and
+  // no decode graph captured with the old ones is replayed (release and capture again).
+  Status set_kv_scales(KvScales scales);
+
  protected:
-  Model(ModelConfig config, ModelLimits limits) : config_(std::move(config)), limits_(limits) {}
+  Model(ModelConfig config, ModelLimits limits)
+      : config_(std::move(config)), limits_(limits), kv_scales_(KvScales::ones(config_.layers)) {}
 
  private:
   ModelConfig config_;
   ModelLimits limits_;
+  KvScales kv_scales_;
 };
 
 struct CpuModelOptions {
@@ -177,7 +189,8 @@ struct CpuModelOptions {
   WeightOptions weights;  // a lent driver must be a host one
 };
 // Converts the weights to float32 into their store (they may be dropped after this returns);
-// with weights.format kDummy, `weights` is not read.
+// with weights.format kDummy, `weights` is not read. The KV scales are the checkpoint's
+// (ModelWeights::kv_scales) where it has them.
 Result<std::unique_ptr<Model>> make_cpu_model(const ModelConfig& config,
                                               const ModelWeights& weights,
                                               const CpuModelOptions& options);

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "kvvm/model/config.h"
+#include "kvvm/model/kv_scales.h"
 #include "kvvm/model/safetensors.h"
+#include "kvvm/model/weight_memory.h"
 #include "kvvm/status.h"
 
 namespace kvvm::model {
@@ -39,6 +41,9 @@ struct LayerWeights {
   const TensorView* gate = nullptr;
   const TensorView* up = nullptr;
   const TensorView* down = nullptr;
+  // fp8 KV cache scales (self_attn.k_scale / v_scale, one value each); null when absent.
+  const TensorView* k_scale = nullptr;
+  const TensorView* v_scale = nullptr;
 };
 
 // Non-owning: the WeightFiles (or whatever owns the TensorViews) must outlive it.
@@ -48,6 +53,14 @@ struct ModelWeights {
   const TensorView* final_norm = nullptr;
   const TensorView* lm_head = nullptr;  // == embed when tied
 };
+
+// The checkpoint's KV scales: source kCheckpoint when every layer has both, kDefault (ones)
+// when none has; InvalidArgument naming the tensor when only some have them, a scale is not
+// finite and positive, or one holds more than a value (per-head scales are not read).
+Result<KvScales> kv_scales_of(const ModelWeights& weights);
+// What a model loads with: kv_scales_of(weights) for a checkpoint, ones for dummy weights.
+Result<KvScales> checkpoint_kv_scales(const ModelConfig& config, const ModelWeights& weights,
+                                      LoadFormat format);
 
 // Binds and checks every tensor: InvalidArgument naming the tensor for one that is missing,
 // of a dtype other than BF16 / F16 / F32, or of a shape other than the config's (both shapes

@@ -178,8 +178,9 @@ Result<BenchCache> make_cache(Driver& driver, const BenchCacheShape& shape, Layo
   constexpr std::uint32_t kChunk = 2048;
   Device device;
   const std::size_t rows = std::size_t{kChunk} * shape.kv_heads * shape.head_dim;
-  Result<void*> k = device.upload(random_elements(shape.element, rows, random, 1.0f));
-  Result<void*> v = device.upload(random_elements(shape.element, rows, random, 1.0f));
+  const DType activations = shape.activations != DType::kUnset ? shape.activations : shape.element;
+  Result<void*> k = device.upload(random_elements(activations, rows, random, 1.0f));
+  Result<void*> v = device.upload(random_elements(activations, rows, random, 1.0f));
   if (!k.ok()) return k.status();
   if (!v.ok()) return v.status();
   for (std::uint32_t b = 0; b < sequences; ++b) {
@@ -189,6 +190,7 @@ Result<BenchCache> make_cache(Driver& driver, const BenchCacheShape& shape, Layo
     for (std::uint32_t start = 0; start < context; start += kChunk) {
       AppendParams append;
       append.view = cache.arena->view();
+      append.activations = shape.activations;
       append.layer = shape.layer();
       append.kv_heads = shape.kv_heads;
       append.tokens = std::min(kChunk, context - start);

@@ -100,7 +100,8 @@ struct BenchCacheShape {
   std::uint32_t layers = 2;
   std::uint32_t kv_heads = 0;
   std::uint32_t head_dim = 0;
-  DType element = DType::kFp16;
+  DType element = DType::kFp16;       // of the cache
+  DType activations = DType::kUnset;  // of the K / V appended; kUnset: the cache's
   std::uint32_t layer() const { return 1 % layers; }
 };
 

@@ -35,8 +35,8 @@ const char* const kDefaultShapes[] = {"1,32768,32/8,128", "16,4096,32/8,128",  "
          std::to_string(s.head_dim);
 }
 
-[[maybe_unused]] std::uint64_t kv_bytes(const DecodeShape& s) {
-  return std::uint64_t{s.batch} * s.context * 2 * s.kv_heads * s.head_dim * 2;
+[[maybe_unused]] std::uint64_t kv_bytes(const DecodeShape& s, DType cache) {
+  return std::uint64_t{s.batch} * s.context * 2 * s.kv_heads * s.head_dim * element_bytes(cache);
 }
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
@@ -50,8 +50,10 @@ struct DecodeRow {
 };
 
 Result<DecodeRow> bench_decode(Driver& driver, const DecodeShape& s, Layout layout, DType element,
-                               const BenchDecodeOptions& options, std::mt19937_64& random) {
-  const BenchCacheShape cache_shape{options.layers, s.kv_heads, s.head_dim, element};
+                               DType cache_element, const BenchDecodeOptions& options,
+                               std::mt19937_64& random) {
+  const BenchCacheShape cache_shape{options.layers, s.kv_heads, s.head_dim, cache_element,
+                                    cache_element == DType::kFp8 ? element : DType::kUnset};
   Result<BenchCache> cache = make_cache(driver, cache_shape, layout, s.batch, s.context, random);
   if (!cache.ok()) return cache.status();
   Device device;
@@ -66,6 +68,7 @@ Result<DecodeRow> bench_decode(Driver& driver, const DecodeShape& s, Layout layo
   }
   DecodeParams params;
   params.view = cache->arena->view();
+  params.activations = cache_shape.activations;
   params.layer = cache_shape.layer();
   params.qo_heads = s.qo_heads;
   params.kv_heads = s.kv_heads;
@@ -89,7 +92,7 @@ Result<DecodeRow> bench_decode(Driver& driver, const DecodeShape& s, Layout layo
       TimingOptions{options.iterations, options.samples});
   if (!ms.ok()) return ms.status();
   row.ms = *ms;
-  row.bytes_per_second = kv_bytes(s) / (row.ms * 1e-3);
+  row.bytes_per_second = kv_bytes(s, cache_element) / (row.ms * 1e-3);
   return row;
 }
 
@@ -130,6 +133,11 @@ CLI::App* add_bench_decode_command(CLI::App& bench, BenchDecodeOptions& options)
       ->add_option("--element", options.element,
                    "K, V, query and output type (default fp16; the PyTorch baseline is fp16)")
       ->check(CLI::IsMember({"fp16", "bf16"}));
+  decode
+      ->add_option("--kv-dtype", options.kv_dtype,
+                   "The cache's element type: the --element's (default), or fp8 (e4m3 at scale 1, "
+                   "read with --element queries and outputs; half the bytes per token)")
+      ->check(CLI::IsMember({"fp16", "bf16", "fp8"}));
   decode->add_option("--layers", options.layers, "Layers in the cache; layer 1 is read (default 2)")
       ->transform(count_validator(1, 256));
   decode->add_option("--iterations", options.iterations, "Launches per timed sample (default 20)")
@@ -173,8 +181,16 @@ int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out, std::
     err << "kvvm bench decode: " << element.status().message() << "\n";
     return kExitUsage;
   }
+  const DType cache = options.kv_dtype == "fp8" ? DType::kFp8 : *element;
+  if (!options.kv_dtype.empty() && options.kv_dtype != "fp8" &&
+      options.kv_dtype != options.element) {
+    err << "kvvm bench decode: --kv-dtype " << options.kv_dtype << " with --element "
+        << options.element << ": a 16-bit cache holds the activations' type\n";
+    return kExitUsage;
+  }
 #if !defined(KVVM_HAS_CUDA_KERNELS)
   (void)out;
+  (void)cache;
   err << "kvvm bench decode: needs the CUDA kernels (this build has no nvcc)\n";
   return kExitFailure;
 #else
@@ -196,8 +212,10 @@ int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out, std::
   json["device"] = driver->info().device_name;
   json["layers"] = options.layers;
   json["element"] = to_string(*element);
+  json["kv_dtype"] = to_string(cache);
   json["copy_bytes_per_second"] = *copy;
-  out << "device: " << driver->info().device_name << ", " << to_string(*element) << "\n"
+  out << "device: " << driver->info().device_name << ", " << to_string(*element)
+      << (cache == DType::kFp8 ? " with an fp8 (e4m3) cache" : "") << "\n"
       << "device-to-device copy: " << fixed(*copy / 1e12, 2) << " TB/s (read + write)\n\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-12s %-20s %7s %7s %9s %8s %7s %9s %7s\n", "layout", "shape",
@@ -205,7 +223,8 @@ int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out, std::
   out << line;
   for (Layout layout : layouts) {
     for (const DecodeShape& shape : shapes) {
-      Result<DecodeRow> row = bench_decode(*driver, shape, layout, *element, options, random);
+      Result<DecodeRow> row =
+          bench_decode(*driver, shape, layout, *element, cache, options, random);
       if (!row.ok()) {
         err << "kvvm bench decode: " << shape_key(shape) << " " << to_string(layout) << ": "
             << row.status().to_string() << "\n";
@@ -225,7 +244,7 @@ int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out, std::
                               {"chunks", row->plan.chunks},
                               {"chunk_tokens", row->plan.chunk_tokens},
                               {"ms", row->ms},
-                              {"kv_bytes", kv_bytes(shape)},
+                              {"kv_bytes", kv_bytes(shape, cache)},
                               {"bytes_per_second", row->bytes_per_second},
                               {"fraction_of_copy", row->bytes_per_second / *copy},
                               {"torch_ms", torch_ms},

@@ -6,9 +6,10 @@
 // 128,1024,14/2,64 (one long sequence; Llama-3-8B-like batches; a 64-query-head model; Qwen-
 // like 14/2 heads of 64 dims).
 //
-// Per shape, fp16 (or --element bf16): median time of one
-// decode launch (events around back-to-back launches, after a warm-up), the effective KV
-// bytes read per second (batch x context x 2 x KV heads x head dim x 2 bytes over that time),
+// Per shape, fp16 (or --element bf16; --kv-dtype fp8 for an e4m3 cache read with those
+// activations): median time of one decode launch (events around back-to-back launches, after a
+// warm-up), the effective KV bytes read per second (batch x context x 2 x KV heads x head dim x
+// the cache's element bytes over that time),
 // its share of the copy bandwidth, and, when a PyTorch baseline is given
 // (bench/sdpa_baseline.py --json), the ratio PyTorch time / ours (> 1: we are faster).
 #pragma once
@@ -40,7 +41,8 @@ struct BenchDecodeOptions {
   std::uint32_t iterations = 20;    // launches per timed sample
   std::uint32_t samples = 15;
   std::uint32_t chunk_tokens = 0;  // decode split size; 0: planned
-  std::string element = "fp16";    // fp16 or bf16
+  std::string element = "fp16";    // fp16 or bf16: queries, outputs (and the cache unless fp8)
+  std::string kv_dtype;            // "", the element's, or fp8 (e4m3 at scale 1)
   std::string baseline;            // JSON from bench/sdpa_baseline.py
   std::string json_out;            // write the results here as JSON too
 };

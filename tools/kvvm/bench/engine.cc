@@ -17,6 +17,7 @@
 #include "bench/engine_trace.h"
 #include "kit/byte_size.h"
 #include "kit/cli_common.h"
+#include "kit/kv_dtype_flag.h"
 #include "kit/svg_plot.h"
 #include "kit/text_table.h"
 #include "kit/value_parsers.h"
@@ -144,6 +145,7 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "resolved once, so every engine gets the same)")
       ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   add_weight_flags(*cmd, options.weights);
+  add_kv_dtype_flag(*cmd, options.kv_dtype);
   cmd->add_option("--batches", options.batches,
                   "Decode batch sizes, comma-separated (default 1,32)");
   cmd->add_option("--prompt-tokens", options.prompt_tokens,
@@ -310,8 +312,10 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
                 << std::flush;
     }
 
+    KVVM_RETURN_IF_ERROR(check_kv_dtype(options.kv_dtype, *model, *config));
     engine::KvSpaceOptions kv;
     kv.backend = model->backend();
+    kv.kv_dtype = options.kv_dtype;
     kv.max_context = report.max_context;
     kv.budget_bytes = options.kv_budget;
     {
@@ -324,6 +328,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
       report.kv_budget = kv.budget_bytes;
       report.kv_bytes_per_token = config->kv_geometry(kv.kv_dtype).bytes_per_token();
       report.kv_dtype = std::string(to_string(kv.kv_dtype));
+      if (progress != nullptr) print_kv_scales(kv.kv_dtype, *model, kBenchEngine, *progress);
       const std::uint64_t per_sequence = report.kv_bytes_per_token * report.max_context;
       report.preallocated_capacity = per_sequence == 0 ? 0 : report.kv_budget / per_sequence;
     }

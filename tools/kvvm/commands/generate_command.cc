@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kit/cli_common.h"
+#include "kit/kv_dtype_flag.h"
 #include "kit/model_loading.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/generate.h"
@@ -193,11 +194,12 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
                 "Do not replay CUDA graphs for decode steps (the CUDA backend captures them by "
                 "default; the same tokens either way, only slower without)");
   add_weight_flags(*cmd, options.weights);
+  add_kv_dtype_flag(*cmd, options.kv_dtype);
   cmd->add_flag("--json", options.json,
                 "Print one JSON object at the end instead of streaming: prompt_ids, token_ids, "
-                "text, finish_reason (stop: an end token; length: --max-tokens), timings "
-                "(load_seconds, prefill_seconds, decode_seconds, decode_steps, "
-                "tokens_per_second = decode steps per second)");
+                "text, finish_reason (stop: an end token; length: --max-tokens), backend, "
+                "kv_dtype, timings (load_seconds, prefill_seconds, decode_seconds, "
+                "decode_steps, tokens_per_second = decode steps per second)");
   return cmd;
 }
 
@@ -219,9 +221,13 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   const model::ModelConfig& config = loaded->config;
   model::Model& model = *loaded->model;
   const tokenizer::Tokenizer& tok = *loaded->tokenizer;
+  if (Status checked = check_kv_dtype(options.kv_dtype, model, config); !checked.ok()) {
+    return fail(checked);
+  }
 
   engine::KvSpaceOptions kv_options;
   kv_options.backend = model.backend();
+  kv_options.kv_dtype = options.kv_dtype;
   kv_options.layout = *layout;
   kv_options.sequences = 1;  // the space adds the decode graphs' padding slot
   kv_options.max_context = options.max_context;
@@ -229,6 +235,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   kv_options.governor = loaded->governor.get();
   Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(config, kv_options);
   if (!kv.ok()) return fail(kv.status());
+  const DType kv_dtype = (*kv)->options().kv_dtype;  // the default resolved
   const double load_seconds = seconds_since(load_start);
 
   Result<std::vector<std::int32_t>> prompt = prompt_tokens(options, config, tok);
@@ -254,8 +261,10 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
     }
   }
   err << kGenerate << ": " << config.architecture << " (" << config.layers << " layers, vocab "
-      << config.vocab_size << ") on " << model::to_string(model.backend()) << ", loaded in "
-      << load_seconds << " s; prompt of " << request.prompt.size() << " tokens\n";
+      << config.vocab_size << ") on " << model::to_string(model.backend()) << ", "
+      << to_string(kv_dtype) << " KV, loaded in " << load_seconds << " s; prompt of "
+      << request.prompt.size() << " tokens\n";
+  print_kv_scales(kv_dtype, model, kGenerate, err);
 
   tokenizer::StreamDecoder decoder(tok);
   const auto on_token = [&](std::int32_t token) {
@@ -279,6 +288,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
     json["text"] = clean_utf8(tok.decode(result->tokens));
     json["finish_reason"] = finish_name(result->finish);
     json["backend"] = model::to_string(model.backend());
+    json["kv_dtype"] = to_string(kv_dtype);
     json["timings"] = {{"load_seconds", load_seconds},
                        {"prefill_seconds", t.prefill_seconds},
                        {"decode_seconds", t.decode_seconds},

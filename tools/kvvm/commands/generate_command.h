@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kit/weight_flags.h"
+#include "kvvm/dtype.h"
 
 namespace CLI {
 class App;
@@ -39,6 +40,7 @@ struct GenerateOptions {
   bool ignore_eos = false;  // benchmarks: generate exactly --max-tokens tokens
   bool no_graphs = false;   // CUDA: decode steps run kernel by kernel (graphs are the default)
   WeightFlags weights;      // --weight-budget, --ring-slots, --load-format
+  DType kv_dtype = DType::kUnset;  // --kv-dtype; kUnset: the KV space's default
 };
 
 inline constexpr std::uint64_t kDefaultMaxTokens = 128;

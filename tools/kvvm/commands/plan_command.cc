@@ -387,9 +387,11 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
         }
         return names;
       }() + ") or a path to a Hugging Face config.json (default llama-3-8b)");
-  plan->add_option("--dtype", options.dtype,
+  plan->add_option("--kv-dtype,--dtype", options.dtype,
                    "KV element type: fp16, bf16, fp8 or fp32 (default: the config's "
-                   "torch_dtype; fp16 for built-in models)");
+                   "torch_dtype; fp16 for built-in models). fp8 is e4m3, one byte per element: "
+                   "half a 16-bit type's bytes per token, twice its tokens per granule. --dtype "
+                   "is the old name");
   plan->add_option("--layout", options.layout,
                    "head-major, seq-major, token-major, or all for a side-by-side table "
                    "(default all)");
@@ -425,7 +427,7 @@ Result<PlanReport> make_plan(const PlanOptions& options) {
   std::optional<DType> dtype;
   if (!options.dtype.empty()) {
     Result<DType> parsed = parse_dtype(options.dtype);
-    if (!parsed.ok()) return parsed.status().with_context("--dtype");
+    if (!parsed.ok()) return parsed.status().with_context("--kv-dtype (--dtype)");
     dtype = *parsed;
   }
   std::vector<Layout> layouts;

@@ -32,7 +32,7 @@ namespace kvvm::cli {
 
 struct PlanOptions {
   std::string model = "llama-3-8b";  // a built-in name or a path to a config.json
-  std::string dtype;                 // empty: the config's torch_dtype, fp16 for built-ins
+  std::string dtype;                 // --kv-dtype; empty: torch_dtype, fp16 for built-ins
   std::string layout = "all";        // head-major, seq-major, token-major or all
   std::uint64_t granule = std::uint64_t{2} << 20;  // bytes
   std::uint64_t context = 8192;  // tokens per sequence; also the slot's max context

@@ -18,6 +18,7 @@
 
 #include "kit/byte_size.h"
 #include "kit/cli_common.h"
+#include "kit/kv_dtype_flag.h"
 #include "kit/model_loading.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_space.h"
@@ -146,6 +147,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "KV memory budget, e.g. 8GiB (default: 9/10 of the GPU's free memory once the "
                   "model is loaded; on the host 1 GiB)")
       ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
+  add_kv_dtype_flag(*cmd, options.kv_dtype);
   cmd->add_option("--max-context", options.max_context,
                   "Tokens one sequence may hold, prompt included (default: the config's "
                   "max_position_embeddings)")
@@ -203,10 +205,14 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
       load_model(options.model_dir, options.backend, kServe, err, options.weights);
   if (!loaded.ok()) return fail(loaded.status());
   model::Model& model = *loaded->model;
+  if (Status checked = check_kv_dtype(options.kv_dtype, model, loaded->config); !checked.ok()) {
+    return fail(checked);
+  }
 
   const auto running = static_cast<std::uint32_t>(options.max_running);
   engine::KvSpaceOptions kv_options;
   kv_options.backend = model.backend();
+  kv_options.kv_dtype = options.kv_dtype;
   kv_options.sequences = running;  // the space adds the decode graphs' padding slot
   kv_options.max_context = options.max_context;
   kv_options.budget_bytes = options.kv_budget;
@@ -214,6 +220,8 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   kv_options.governor = loaded->governor.get();
   Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(loaded->config, kv_options);
   if (!kv.ok()) return fail(kv.status());
+  const DType kv_dtype = (*kv)->options().kv_dtype;  // the default resolved
+  print_kv_scales(kv_dtype, model, kServe, err);
 
   engine::EngineOptions engine_options;
   engine_options.max_running = running;
@@ -255,7 +263,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   const TierStats tier = (*kv)->governor().stats((*kv)->arena().tier());
   out << kServe << ": " << model_name << " on http://" << options.host << ":" << *port << " ("
       << model::to_string(model.backend()) << ", KV budget " << format_bytes(tier.limit) << ", "
-      << (*kv)->options().max_slots << " slots)" << std::endl;
+      << to_string(kv_dtype) << " KV, " << (*kv)->options().max_slots << " slots)" << std::endl;
   shutdown.set_ready(*port);
 
   while (!shutdown.wait(std::chrono::seconds(1))) {

@@ -280,9 +280,12 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& options) {
   sim->add_option("--model", options.model,
                   "A built-in model (see kvvm plan --help) or a Hugging Face config.json "
                   "(default llama-3-8b)");
-  sim->add_option("--dtype", options.dtype,
-                  "KV element type: fp16, bf16, fp8 or fp32 (default: the config's torch_dtype; "
-                  "fp16 for built-in models)");
+  sim->add_option("--kv-dtype,--dtype", options.dtype,
+                  "KV element type: fp16, bf16, fp8 or fp32 (default: the config's "
+                  "torch_dtype; fp16 for built-in models). fp8 is e4m3, one byte per element: "
+                  "half a 16-bit type's bytes per token, in kvvm's arena and in the baselines' "
+                  "blocks alike (vLLM's fp8 blocks are 16 tokens of one-byte elements). --dtype "
+                  "is the old name");
   sim->add_option("--layout", options.layout,
                   "head-major, seq-major or token-major (default token-major)");
   sim->add_option("--budget", options.budget,
@@ -433,7 +436,7 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
   std::optional<DType> dtype;
   if (!options.dtype.empty()) {
     Result<DType> parsed = parse_dtype(options.dtype);
-    if (!parsed.ok()) return parsed.status().with_context("--dtype");
+    if (!parsed.ok()) return parsed.status().with_context("--kv-dtype (--dtype)");
     dtype = *parsed;
   }
   Result<Layout> layout = parse_layout(options.layout);

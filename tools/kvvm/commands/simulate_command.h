@@ -47,7 +47,7 @@ struct SimulateOptions {
   int device = 0;
   std::uint64_t host_granule = std::uint64_t{2} << 20;  // windows like a GPU's
   std::string model = "llama-3-8b";
-  std::string dtype;  // empty: the config's torch_dtype, fp16 for built-ins
+  std::string dtype;  // --kv-dtype; empty: the config's torch_dtype, fp16 for built-ins
   std::string layout = "token-major";
   std::uint64_t budget = std::uint64_t{40} << 30;
   std::uint64_t max_context = 8192;

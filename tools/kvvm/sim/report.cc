@@ -207,9 +207,10 @@ nlohmann::ordered_json simulate_json(const SimulateReport& report) {
 void print_simulate(const SimulateReport& report, std::ostream& out) {
   const Geometry& g = report.plan.geometry;
   const TraceFigures& t = report.trace;
-  out << "kvvm simulate: " << g.name << " (" << format_bytes(g.bytes_per_token()) << " per token), "
-      << to_string(report.plan.layout) << ", granule " << format_bytes(report.granule)
-      << ", max context " << report.plan.max_context << " tokens\n";
+  out << "kvvm simulate: " << g.name << " (" << to_string(g.dtype) << " KV, "
+      << format_bytes(g.bytes_per_token()) << " per token), " << to_string(report.plan.layout)
+      << ", granule " << format_bytes(report.granule) << ", max context " << report.plan.max_context
+      << " tokens\n";
   out << "backend " << report.driver.backend << " (" << report.driver.device_name << "); budget "
       << format_bytes(report.budget);
   if (report.budget != report.requested_budget) {

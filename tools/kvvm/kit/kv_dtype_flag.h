@@ -1,0 +1,35 @@
+// The KV element type option `generate`, `serve` and `bench engine` share (--kv-dtype), the
+// check of it against the backend the model landed on, and what their start-up lines say
+// about it.
+#pragma once
+
+#include <iosfwd>
+#include <string_view>
+
+#include "kvvm/dtype.h"
+#include "kvvm/model/config.h"
+#include "kvvm/model/model.h"
+#include "kvvm/status.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace kvvm::cli {
+
+// Adds --kv-dtype (bf16, fp16, fp8 or fp32) to `cmd`, bound to `kv_dtype`, which stays kUnset
+// (the KV space's default: fp32 on the CPU, the model's compute type on CUDA) unless given.
+void add_kv_dtype_flag(CLI::App& cmd, DType& kv_dtype);
+
+// InvalidArgument naming --kv-dtype and the value when `model`'s backend cannot read K / V of
+// that type: on CUDA, fp32 or a 16-bit type other than the model's compute type. Checked once
+// the backend is known (--backend auto may land on either), before the KV space is made, so
+// a server does not start only to fail its first request.
+Status check_kv_dtype(DType kv_dtype, const model::Model& model, const model::ModelConfig& config);
+
+// For an fp8 cache, one line on `err` naming `command` with the scales K and V are stored
+// with (model.kv_scales().describe()); nothing for another element type.
+void print_kv_scales(DType kv_dtype, const model::Model& model, std::string_view command,
+                     std::ostream& err);
+
+}  // namespace kvvm::cli
