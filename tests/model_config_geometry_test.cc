@@ -174,7 +174,7 @@ TEST(ModelConfigGeometry, EachMissingFieldIsNamed) {
       {{"num_key_value_heads", "num_attention_heads"},
        {"'num_key_value_heads'", "'num_attention_heads'"}},
       {{"hidden_size"}, {"'head_dim'", "'hidden_size'"}},
-      {{"torch_dtype"}, {"'torch_dtype'", "--dtype"}},
+      {{"torch_dtype"}, {"'torch_dtype'", "--kv-dtype"}},
       // Everything at once: one message names all four.
       {{"num_hidden_layers", "num_key_value_heads", "num_attention_heads", "torch_dtype"},
        {"'num_hidden_layers'", "'num_key_value_heads'", "'head_dim'", "'torch_dtype'"}},
