@@ -84,6 +84,11 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   # step of the CUDA model through them, and its decode graphs (capture, padded replays).
   filter+=':ModelKernelsCuda*:ModelCudaTest*:ModelKernelsSampling*Small*:ModelKernelsSampling*Tiny*'
   filter+=':ModelCudaGraphTest*'
+  # The fp8 (e4m3) cache: append of every 16-bit value, decode of two configurations at every
+  # length, prefill, per-head scales, and the model's calibration (its maxima kernel).
+  filter+=':Fp8AppendCuda*:*DecodeMatches*tokenmajor_bf16_d128_g4_fp8kv'
+  filter+=':*DecodeMatches*headmajor_fp16_d64_g7_fp8kv:*CausalPrefill*d128_g4_fp8kv'
+  filter+=':Fp8HeadScalesCuda*:KvCalibrationCuda*:KvHeadScalesModelCuda*'
   echo "==> kernels: compute-sanitizer memcheck ($filter)"
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
     >"$OUT/kernels-memcheck.log" 2>&1 || status=1
@@ -91,6 +96,7 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   filter='*Masking*:*CausalPrefill*tokenmajor_fp16_d128_g4:ModelKernelsCuda*'
   filter+=':*DecodeMatches*tokenmajor_bf16_d128_g4:*ChunkedPrefill*tokenmajor_bf16_d64_g4'
   filter+=':ModelKernelsSampling*TinyVocabularies*'
+  filter+=':*DecodeMatches*tokenmajor_bf16_d128_g4_fp8kv:*CausalPrefill*tokenmajor_bf16_d128_g4_fp8kv'
   echo "==> kernels: compute-sanitizer racecheck ($filter)"
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
     >"$OUT/kernels-racecheck.log" 2>&1 || status=1

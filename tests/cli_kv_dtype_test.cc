@@ -3,7 +3,8 @@
 // paged baselines as in kvvm's arena) and still take the old --dtype; `generate`, `serve` and
 // `bench engine` store the KV in it, say so at start-up (with the fp8 scales), in `/metrics`
 // (vllm:cache_config_info's cache_dtype) and in their reports; a bad value names the option,
-// and a type the CUDA backend cannot read is refused by name before the KV space is made.
+// and a type the CUDA backend cannot read is refused by name before the KV space is made;
+// --kv-scales calibrate is announced, logged once measured, and needs an fp8 cache.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -15,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "kit/kv_dtype_flag.h"
 #include "kvvm/geometry.h"
 #include "kvvm/layout.h"
+#include "kvvm/log.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/kv_geometry.h"
 #include "kvvm/model/model.h"
@@ -258,6 +261,36 @@ TEST(CliKvDtype, GenerateFp8OnTheCpuGivesAsManyTokensAndSaysTheKvType) {
   const nlohmann::json json = nlohmann::json::parse(fp8.out);
   EXPECT_EQ(json["kv_dtype"], "fp8");
   EXPECT_EQ(json["token_ids"].size(), 12u);
+}
+
+// --kv-scales calibrate: said at start-up, the measured scales logged after the first
+// prefill; refused by name for a cache that is not fp8 (the CPU default is fp32).
+TEST(CliKvDtype, CalibratedScalesAreAnnouncedThenLoggedAndNeedAnFp8Cache) {
+  struct Lines : Logger {
+    std::string text;
+    void log(LogLevel, std::string_view message) override { text += std::string(message) + "\n"; }
+  } logged;
+  CliRun calibrated;
+  {
+    const ScopedLogger scope(&logged);
+    calibrated = run(generate_args({"--kv-dtype", "fp8", "--kv-scales", "calibrate"}));
+  }
+  ASSERT_EQ(calibrated.code, kExitOk) << calibrated.err;
+  EXPECT_TRUE(contains(calibrated.err,
+                       "kvvm generate: fp8 (e4m3) KV scales: measured over the first prefill"))
+      << calibrated.err;
+  EXPECT_TRUE(contains(logged.text, "fp8 (e4m3) KV scales: k_scale ")) << logged.text;
+  EXPECT_TRUE(contains(logged.text, "(calibrated on the first prefill)")) << logged.text;
+  EXPECT_EQ(nlohmann::json::parse(calibrated.out)["token_ids"].size(), 12u);
+  const CliRun refused = run(generate_args({"--kv-scales", "calibrate"}));
+  EXPECT_EQ(refused.code, kExitUsage) << refused.err;
+  EXPECT_TRUE(contains(refused.err,
+                       "--kv-scales calibrate: the KV cache is fp32; scales are for "
+                       "--kv-dtype fp8"))
+      << refused.err;
+  const CliRun unknown = run(generate_args({"--kv-dtype", "fp8", "--kv-scales", "guess"}));
+  EXPECT_EQ(unknown.code, kExitUsage) << unknown.err;
+  EXPECT_TRUE(contains(unknown.err, "--kv-scales")) << unknown.err;
 }
 
 TEST(CliKvDtype, BenchEngineReportsTheKvTypeItWasGiven) {

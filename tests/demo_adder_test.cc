@@ -1,7 +1,8 @@
 // The embedded demo model (models/kvvm-adder): kvvm's greedy answers to the held-out addition
 // prompts equal Hugging Face's, token for token, on the CPU path (against HF in float32) and
 // on the CUDA path (against HF in bf16 on CUDA, skipped without a GPU). The accuracy of both
-// is recorded as a test property.
+// is recorded as a test property. Under ThreadSanitizer (~20x on arithmetic) every fourth
+// prompt: the threads and their hand-offs are the same for each.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
 #include "kvvm/tokenizer/tokenizer.h"
+#include "support/sanitizer.h"
 #include "support/test_data.h"
 
 namespace kvvm {
@@ -60,7 +62,10 @@ Answers run_demo(model::Backend backend, const char* reference_key) {
     return answers;
   }
 
-  for (const nlohmann::json& entry : eval.at(reference_key)) {
+  constexpr std::size_t kStride = test::kUnderThreadSanitizer ? 4 : 1;
+  const nlohmann::json& entries = eval.at(reference_key);
+  for (std::size_t i = 0; i < entries.size(); i += kStride) {
+    const nlohmann::json& entry = entries[i];
     engine::GenerateRequest request;
     request.prompt = entry.at("prompt_ids").get<std::vector<std::int32_t>>();
     request.max_tokens = 8;
@@ -79,7 +84,8 @@ Answers run_demo(model::Backend backend, const char* reference_key) {
         << a << " + " << b << ": kvvm answered \"" << text << "\", HF \""
         << entry.at("answer").get<std::string>() << "\"";
   }
-  EXPECT_EQ(answers.prompts, eval.at("held_out").get<std::size_t>());
+  const auto held_out = eval.at("held_out").get<std::size_t>();
+  EXPECT_EQ(answers.prompts, (held_out + kStride - 1) / kStride);
   return answers;
 }
 

@@ -1,7 +1,7 @@
 // The fp8 KV cache's scales as a checkpoint carries them (model.layers.{i}.self_attn.k_scale /
-// v_scale, one value per layer, as vLLM and compressed-tensors write them): read into the
-// model, refused by name when partial, per-head or not positive, ones without them, and used:
-// the same fp8 cache under other scales gives other logits.
+// v_scale, one value per layer or one per KV head, as vLLM and compressed-tensors write them):
+// read into the model, refused by name when partial, misshapen or not positive, ones without
+// them, and used: the same fp8 cache under other scales gives other logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,7 +40,7 @@ struct Checkpoint {
   Result<KvScales> scales() const {
     Result<ModelWeights> weights = bind_weights(config, *files);
     if (!weights.ok()) return weights.status();
-    return kv_scales_of(*weights);
+    return kv_scales_of(*weights, config.kv_heads);
   }
 };
 
@@ -84,7 +84,30 @@ TEST(KvScales, AreOnesWithoutScalesAndTheCheckpointsWithThem) {
   EXPECT_EQ((*model)->kv_scales().source, KvScaleSource::kCheckpoint);
 }
 
-TEST(KvScales, PartialPerHeadAndNonPositiveScalesAreRefusedByName) {
+TEST(KvScales, PerHeadScalesAreReadAndOneValueHoldsForEveryHeadOfItsLayer) {
+  std::vector<test::TensorSpec> specs = every_layer(0.1f, 0.2f);
+  const std::vector<float> per_head = {0.3f, 0.5f};
+  specs[1] = {"model.layers.0.self_attn.v_scale", "F32", {2}, test::f32_bytes(per_head)};
+  const Checkpoint checkpoint(specs);
+  Result<KvScales> read = checkpoint.scales();
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  EXPECT_EQ(read->heads, 2u);
+  const float k1 = 0.1f * 2, v1 = 0.2f * 2;  // every_layer's layer 1
+  EXPECT_EQ(read->k, (std::vector<float>{0.1f, 0.1f, k1, k1}));
+  EXPECT_EQ(read->v, (std::vector<float>{0.3f, 0.5f, v1, v1}));
+  EXPECT_EQ(read->v_of(0, 1), 0.5f);
+  ASSERT_NE(read->v_heads(0), nullptr);
+  EXPECT_EQ(read->v_heads(0)[1], 0.5f);
+  EXPECT_NE(read->describe().find("per KV head"), std::string::npos) << read->describe();
+  // The model loads with them.
+  Result<ModelWeights> weights = bind_weights(checkpoint.config, *checkpoint.files);
+  ASSERT_TRUE(weights.ok());
+  auto model = make_cpu_model(checkpoint.config, *weights, CpuModelOptions{});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ((*model)->kv_scales().v, read->v);
+}
+
+TEST(KvScales, PartialMisshapenAndNonPositiveScalesAreRefusedByName) {
   {
     std::vector<test::TensorSpec> partial = every_layer(0.1f, 0.1f);
     partial.erase(partial.begin() + 2);  // layer 1's k_scale
@@ -95,11 +118,12 @@ TEST(KvScales, PartialPerHeadAndNonPositiveScalesAreRefusedByName) {
         << refused.status().to_string();
   }
   {
-    std::vector<test::TensorSpec> per_head = every_layer(0.1f, 0.1f);
-    per_head[1] = scalar("model.layers.0.self_attn.v_scale", 0.1f, {2});
-    const Result<KvScales> refused = Checkpoint(per_head).scales();
+    std::vector<test::TensorSpec> three = every_layer(0.1f, 0.1f);
+    three[1] = scalar("model.layers.0.self_attn.v_scale", 0.1f, {3});  // the model has 2 KV heads
+    const Result<KvScales> refused = Checkpoint(three).scales();
     ASSERT_FALSE(refused.ok());
-    EXPECT_NE(refused.status().message().find("per-head KV scales are not supported"),
+    EXPECT_NE(refused.status().message().find("model.layers.0.self_attn.v_scale: shape [3]; a KV "
+                                              "scale holds one value, or one per KV head (2)"),
               std::string::npos)
         << refused.status().to_string();
   }

@@ -32,6 +32,16 @@
 
 namespace kvvm {
 
+// Per-KV-head scales of an fp8 cache (checkpoints that calibrate each head): k[h] and v[h]
+// replace k_scale and v_scale for KV head h. Both or neither; [kv_heads] floats each, finite
+// and positive, in host memory for the CPU paths and device memory for CUDA, where they are
+// read when the kernel runs (a captured graph reads the values of each replay). Ignored by a
+// bf16 / fp16 / fp32 cache.
+struct KvHeadScales {
+  const float* k = nullptr;
+  const float* v = nullptr;
+};
+
 // Writes the K and V of `tokens` new rows into their slots. Row i goes to slot
 // row_slots[i] at position row_positions[i] when those arrays are given (a decode step: one
 // token for each sequence of a batch), else to slot `slot` at position start + i (a prefill
@@ -41,6 +51,7 @@ struct AppendParams {
   DType activations = DType::kUnset;  // k, v; kUnset: the view's element type
   float k_scale = 1.0f;               // fp8 caches: stored = e4m3(k / k_scale)
   float v_scale = 1.0f;
+  KvHeadScales head_scales;  // fp8 caches: per-head scales replacing the two above
   std::uint32_t layer = 0;
   std::uint32_t kv_heads = 0;
   std::uint32_t tokens = 0;
@@ -59,6 +70,7 @@ struct DecodeParams {
   DType activations = DType::kUnset;  // q, out; kUnset: the view's element type
   float k_scale = 1.0f;               // fp8 caches: K = stored * k_scale
   float v_scale = 1.0f;
+  KvHeadScales head_scales;  // fp8 caches: per-head scales replacing the two above
   std::uint32_t layer = 0;
   std::uint32_t qo_heads = 0;
   std::uint32_t kv_heads = 0;
@@ -83,6 +95,7 @@ struct PrefillParams {
   DType activations = DType::kUnset;  // q, out; kUnset: the view's element type
   float k_scale = 1.0f;               // fp8 caches: K = stored * k_scale
   float v_scale = 1.0f;
+  KvHeadScales head_scales;  // fp8 caches: per-head scales replacing the two above
   std::uint32_t layer = 0;
   std::uint32_t qo_heads = 0;
   std::uint32_t kv_heads = 0;

@@ -88,6 +88,17 @@ struct SiluMulParams {
 };
 Status silu_mul_cuda(const SiluMulParams& params, void* stream);
 
+// The largest magnitude of `count` elements, raised into out[0] (float32, device memory):
+// out[0] = max(out[0], max_i |x[i]|), a NaN kept as NaN (its bits order above every finite
+// magnitude's). An fp8 KV calibration's maxima of one layer's K or V; out[0] starts at 0.
+struct AbsMaxParams {
+  DType element = DType::kUnset;
+  std::uint64_t count = 0;
+  const void* x = nullptr;
+  float* out = nullptr;
+};
+Status absmax_cuda(const AbsMaxParams& params, void* stream);
+
 // out[r] = row for every r: a bias laid under a GEMM's output, which then accumulates onto it
 // with beta = 1, so bias and product are summed in float32 and rounded once (as a Linear with
 // a bias is in torch).

@@ -88,6 +88,9 @@ std::string cache_identity(const model::Model& model, const KvSpace& kv,
   const DType element = kv.options().kv_dtype;
   std::string identity = options.model_identity + '\0' + "kv " + std::string(to_string(element));
   if (element == DType::kFp8) identity += '\0' + model.kv_scales().fingerprint();
+  // Scales yet to be measured by the first prefill: no K / V exists before that step, and the
+  // scales never change after it, so every entry of this engine's cache has the measured ones.
+  if (element == DType::kFp8 && model.kv_calibration_pending()) identity += "\0calibrated";
   return identity;
 }
 

@@ -13,16 +13,15 @@
 #include "kvvm/host_driver.h"
 
 namespace kvvm::engine {
-namespace {
 
-constexpr std::uint64_t kHostBudgetBytes = std::uint64_t{1} << 30;
-
-// What the KV is stored in when the caller does not say: the CPU model computes in fp32;
-// the CUDA model in the checkpoint's 16-bit type (an F32 checkpoint runs in bf16).
 DType default_kv_dtype(const model::ModelConfig& config, model::Backend backend) {
   if (backend == model::Backend::kCpu) return DType::kFp32;
   return config.dtype == DType::kFp16 ? DType::kFp16 : DType::kBf16;
 }
+
+namespace {
+
+constexpr std::uint64_t kHostBudgetBytes = std::uint64_t{1} << 30;
 
 // A lent driver must be of the backend the model computes on: the CUDA model reads KV from
 // device addresses, the CPU model from host ones.

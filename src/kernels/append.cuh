@@ -68,7 +68,9 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const AppendKern
   if constexpr (kFp8) {
     const unsigned char* from = static_cast<const unsigned char*>(kv == 0 ? p.k : p.v) +
                                 (source_row * p.vectors_per_row + part) * 16 * sizeof(T);
-    *reinterpret_cast<uint4*>(to) = quantize16<T>(from, kv == 0 ? p.k_scale : p.v_scale);
+    const float* heads = kv == 0 ? p.head_scales.k : p.head_scales.v;
+    const float scale = heads != nullptr ? heads[head] : (kv == 0 ? p.k_scale : p.v_scale);
+    *reinterpret_cast<uint4*>(to) = quantize16<T>(from, scale);
   } else {
     const unsigned char* from = static_cast<const unsigned char*>(kv == 0 ? p.k : p.v) +
                                 (source_row * p.vectors_per_row + part) * 16;

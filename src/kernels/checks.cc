@@ -34,7 +34,7 @@ Status check_view(const KvView& view, const char* what) {
 // An fp8 view takes 16- or 32-bit activations and finite positive scales; any other view
 // takes activations of its own element type (its scales are not read).
 Status check_activations(const KvView& view, DType activations, float k_scale, float v_scale,
-                         const char* what) {
+                         const KvHeadScales& head_scales, const char* what) {
   const std::string prefix = std::string(what) + ": ";
   if (view.element != DType::kFp8) {
     if (activations != DType::kUnset && activations != view.element) {
@@ -57,6 +57,11 @@ Status check_activations(const KvView& view, DType activations, float k_scale, f
                                      " is not a finite positive scale");
     }
   }
+  if ((head_scales.k == nullptr) != (head_scales.v == nullptr)) {
+    return Status::InvalidArgument(prefix + "per-head scales for " +
+                                   (head_scales.k != nullptr ? "K" : "V") +
+                                   " only; give both or neither");
+  }
   return Status::Ok();
 }
 
@@ -73,7 +78,8 @@ Status check_heads(std::uint32_t qo_heads, std::uint32_t kv_heads, const char* w
 
 Status check_append(const AppendParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "append"));
-  KVVM_RETURN_IF_ERROR(check_activations(p.view, p.activations, p.k_scale, p.v_scale, "append"));
+  KVVM_RETURN_IF_ERROR(
+      check_activations(p.view, p.activations, p.k_scale, p.v_scale, p.head_scales, "append"));
   if (p.kv_heads == 0) return Status::InvalidArgument("append: 0 KV heads");
   if ((p.row_slots == nullptr) != (p.row_positions == nullptr)) {
     return Status::InvalidArgument(
@@ -87,7 +93,8 @@ Status check_append(const AppendParams& p) {
 
 Status check_decode(const DecodeParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "decode"));
-  KVVM_RETURN_IF_ERROR(check_activations(p.view, p.activations, p.k_scale, p.v_scale, "decode"));
+  KVVM_RETURN_IF_ERROR(
+      check_activations(p.view, p.activations, p.k_scale, p.v_scale, p.head_scales, "decode"));
   KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "decode"));
   if (p.batch > 0 &&
       (p.q == nullptr || p.slots == nullptr || p.lengths == nullptr || p.out == nullptr)) {
@@ -102,7 +109,8 @@ Status check_decode(const DecodeParams& p) {
 
 Status check_prefill(const PrefillParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "prefill"));
-  KVVM_RETURN_IF_ERROR(check_activations(p.view, p.activations, p.k_scale, p.v_scale, "prefill"));
+  KVVM_RETURN_IF_ERROR(
+      check_activations(p.view, p.activations, p.k_scale, p.v_scale, p.head_scales, "prefill"));
   KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, p.kv_heads, "prefill"));
   if (p.tokens > 0 && (p.q == nullptr || p.out == nullptr)) {
     return Status::InvalidArgument("prefill: " + std::to_string(p.tokens) +

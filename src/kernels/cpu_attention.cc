@@ -53,7 +53,7 @@ void attend_group(const KvView& view, const KvAccess& access, std::uint32_t laye
   }
   // The K scale multiplies the score, the V scale the output: each stored element is read
   // exactly, and a bf16 / fp16 / fp32 cache multiplies by 1.
-  scale *= access.k_scale;
+  scale *= access.k_of(kv_head);
   for (std::uint64_t t = 0; t < length; ++t) {
     load_row(view.element, host_pointer(view.address(slot, layer, 0, kv_head, t)), dim, row.data());
     for (std::uint32_t j = 0; j < group; ++j) {
@@ -76,7 +76,7 @@ void attend_group(const KvView& view, const KvAccess& access, std::uint32_t laye
     }
   }
   for (std::uint32_t j = 0; j < group; ++j) {
-    const float inverse = sum[j] > 0 ? access.v_scale / sum[j] : 0.0f;  // no token: zeros
+    const float inverse = sum[j] > 0 ? access.v_of(kv_head) / sum[j] : 0.0f;  // no token: zeros
     for (std::uint32_t d = 0; d < dim; ++d) {
       kernels::store_element(access.activations, acc[std::size_t{j} * dim + d] * inverse,
                              out + (std::size_t{j} * dim + d) * bytes);
@@ -103,6 +103,9 @@ void parallel_for(std::uint64_t items, unsigned threads, const Body& body) {
 
 Status append_kv_cpu(const AppendParams& p) {
   KVVM_RETURN_IF_ERROR(check_append(p));
+  KVVM_RETURN_IF_ERROR(
+      kernels::check_host_head_scales(p.view, p.head_scales, p.kv_heads, "append"));
+  const KvAccess access = kv_access_of(p);
   const std::uint32_t dim = p.view.head_dim;
   const DType activations = activations_of(p.view, p.activations);
   const std::uint64_t row_bytes = std::uint64_t{dim} * p.view.element_bytes;
@@ -128,8 +131,8 @@ Status append_kv_cpu(const AppendParams& p) {
         p.row_positions != nullptr ? p.row_positions[i] : std::uint64_t{p.start} + i;
     for (std::uint32_t h = 0; h < p.kv_heads; ++h) {
       const std::uint64_t from = (std::uint64_t{i} * p.kv_heads + h) * from_bytes;
-      store(k + from, p.view.address(slot, p.layer, 0, h, position), p.k_scale);
-      store(v + from, p.view.address(slot, p.layer, 1, h, position), p.v_scale);
+      store(k + from, p.view.address(slot, p.layer, 0, h, position), access.k_of(h));
+      store(v + from, p.view.address(slot, p.layer, 1, h, position), access.v_of(h));
     }
   }
   return Status::Ok();
@@ -137,6 +140,8 @@ Status append_kv_cpu(const AppendParams& p) {
 
 Status decode_attention_cpu(const DecodeParams& p, unsigned threads) {
   KVVM_RETURN_IF_ERROR(check_decode(p));
+  KVVM_RETURN_IF_ERROR(
+      kernels::check_host_head_scales(p.view, p.head_scales, p.kv_heads, "decode"));
   for (std::uint32_t b = 0; b < p.batch; ++b) {
     if (p.lengths[b] > p.max_length) {
       return Status::InvalidArgument("decode: sequence " + std::to_string(b) + " has " +
@@ -163,6 +168,8 @@ Status decode_attention_cpu(const DecodeParams& p, unsigned threads) {
 
 Status prefill_attention_cpu(const PrefillParams& p, unsigned threads) {
   KVVM_RETURN_IF_ERROR(check_prefill(p));
+  KVVM_RETURN_IF_ERROR(
+      kernels::check_host_head_scales(p.view, p.head_scales, p.kv_heads, "prefill"));
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   const KvAccess access = kv_access_of(p);
   const std::uint64_t head_bytes =

@@ -29,7 +29,7 @@ struct Head {
   void row(std::uint32_t kv, std::uint64_t token, std::vector<double>& out) const {
     const auto* at = reinterpret_cast<const unsigned char*>(
         static_cast<std::uintptr_t>(view.address(slot, layer, kv, kv_head, token)));
-    const double scale = kv == 0 ? access.k_scale : access.v_scale;  // exact in double
+    const double scale = kv == 0 ? access.k_of(kv_head) : access.v_of(kv_head);  // exact
     for (std::uint32_t d = 0; d < view.head_dim; ++d) {
       out[d] =
           scale * kernels::load_element(view.element, at + std::uint64_t{d} * view.element_bytes);
@@ -81,6 +81,8 @@ Status decode_attention_reference(const DecodeParams& params, double* out) {
   DecodeParams p = params;
   p.out = out;  // the reference writes doubles to `out`, not to params.out
   KVVM_RETURN_IF_ERROR(check_decode(p));
+  KVVM_RETURN_IF_ERROR(
+      kernels::check_host_head_scales(p.view, p.head_scales, p.kv_heads, "decode reference"));
   const std::uint32_t dim = p.view.head_dim;
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   const auto* q = static_cast<const unsigned char*>(p.q);
@@ -105,6 +107,8 @@ Status prefill_attention_reference(const PrefillParams& params, double* out) {
   PrefillParams p = params;
   p.out = out;
   KVVM_RETURN_IF_ERROR(check_prefill(p));
+  KVVM_RETURN_IF_ERROR(
+      kernels::check_host_head_scales(p.view, p.head_scales, p.kv_heads, "prefill reference"));
   const std::uint32_t dim = p.view.head_dim;
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   const auto* q = static_cast<const unsigned char*>(p.q);

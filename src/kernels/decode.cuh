@@ -192,6 +192,12 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   const std::uint32_t quad = lane % 4;
   const std::uint32_t first_head = kv_head * p.group + tile * kDecodeHeads;
   const std::uint32_t heads_here = min(kDecodeHeads, p.group - tile * kDecodeHeads);
+  // An e4m3 cache's scales: per-head ones when given (the layer's K scale is then not in
+  // scale_log2).
+  const float score_scale =
+      kFp8 && p.head_scales.k != nullptr ? p.scale_log2 * p.head_scales.k[kv_head] : p.scale_log2;
+  const float v_scale =
+      kFp8 ? (p.head_scales.v != nullptr ? p.head_scales.v[kv_head] : p.v_scale) : 1.0f;
 
   const std::uint32_t length = min(p.lengths[b], p.max_length);
   const std::uint32_t begin = chunk * p.chunk_tokens;
@@ -351,7 +357,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
 #pragma unroll
       for (std::uint32_t e = 0; e < 2; ++e) {
         const bool valid = key0 + 8 * j + 2 * quad + e < end;
-        s[j][e] = valid ? s[j][e] * p.scale_log2 : kNegInf;
+        s[j][e] = valid ? s[j][e] * score_scale : kNegInf;
         tile_max = fmaxf(tile_max, s[j][e]);
       }
     }
@@ -474,7 +480,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
     if (head >= heads_here) continue;
     // The V scale of an e4m3 cache multiplies the output (and so every partial, which the
     // merge only weighs).
-    const float value = sum > 0.0f ? (kFp8 ? total * (p.v_scale / sum) : total / sum) : 0.0f;
+    const float value = sum > 0.0f ? (kFp8 ? total * (v_scale / sum) : total / sum) : 0.0f;
     if (p.chunks == 1) {
       static_cast<T*>(p.out)[(row_base + head) * D + dim] = from_float<T>(value);
     } else {

@@ -128,9 +128,10 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
   kernels::DecodeKernelParams kp(p);
   kp.group = group;
   kp.group_tiles = (group + kernels::kDecodeHeads - 1) / kernels::kDecodeHeads;
-  // An e4m3 cache's K scale multiplies every score (the stored K is read as it is).
-  kp.scale_log2 =
-      scale_log2(p.sm_scale, p.view.head_dim) * (p.view.element == DType::kFp8 ? p.k_scale : 1.0f);
+  // An e4m3 cache's K scale multiplies every score (the stored K is read as it is); per-head
+  // scales are multiplied in by the kernel.
+  const bool layer_scale = p.view.element == DType::kFp8 && p.head_scales.k == nullptr;
+  kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim) * (layer_scale ? p.k_scale : 1.0f);
   kp.chunk_tokens = plan->chunk_tokens;
   kp.chunks = plan->chunks;
   if (plan->chunks > 1) {

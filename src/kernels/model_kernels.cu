@@ -120,6 +120,20 @@ Status silu_mul_cuda(const SiluMulParams& p, void* stream) {
   return last_launch("silu_mul_kernel<<<>>>");
 }
 
+Status absmax_cuda(const AbsMaxParams& p, void* stream) {
+  KVVM_RETURN_IF_ERROR(check_element(p.element, "absmax"));
+  if (p.count == 0) return Status::Ok();
+  if (p.x == nullptr || p.out == nullptr) {
+    return Status::InvalidArgument("absmax: " + std::to_string(p.count) +
+                                   " elements but no x or out");
+  }
+  auto* s = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = flat_blocks(p.count);
+  KVVM_MODEL_DISPATCH(p.element, T,
+                      { kernels::absmax_kernel<T><<<blocks, kernels::kFlatThreads, 0, s>>>(p); })
+  return last_launch("absmax_kernel<<<>>>");
+}
+
 Status broadcast_rows_cuda(const BroadcastRowsParams& p, void* stream) {
   KVVM_RETURN_IF_ERROR(check_element(p.element, "broadcast_rows"));
   if (p.rows == 0) return Status::Ok();

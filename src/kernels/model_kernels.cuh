@@ -142,6 +142,25 @@ __global__ void __launch_bounds__(kFlatThreads) broadcast_rows_kernel(const Broa
   }
 }
 
+// Magnitudes as float bits: for non-negative floats (and a NaN of sign 0, above +inf) the
+// unsigned order is the float order, so atomicMax on the bits is a float max that keeps NaN.
+template <typename T>
+__global__ void __launch_bounds__(kFlatThreads) absmax_kernel(const AbsMaxParams p) {
+  const T* x = static_cast<const T*>(p.x);
+  std::uint32_t most = 0;
+  for (std::uint64_t index = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       index < p.count; index += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    most = max(most, __float_as_uint(fabsf(to_float<T>(x[index]))));
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    most = max(most, __shfl_xor_sync(0xffffffffu, most, offset));
+  }
+  if (threadIdx.x % 32 == 0 && most != 0) {
+    atomicMax(reinterpret_cast<unsigned int*>(p.out), most);
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kFlatThreads) dummy_fill_kernel(const DummyFillParams p) {
   T* out = static_cast<T*>(p.out);

@@ -25,6 +25,7 @@ Status silu_mul_cuda(const SiluMulParams&, void*) { return model_kernels_unbuilt
 Status dummy_fill_cuda(const DummyFillParams&, void*) {
   return model_kernels_unbuilt("dummy_fill_cuda");
 }
+Status absmax_cuda(const AbsMaxParams&, void*) { return model_kernels_unbuilt("absmax_cuda"); }
 Status broadcast_rows_cuda(const BroadcastRowsParams&, void*) {
   return model_kernels_unbuilt("broadcast_rows_cuda");
 }

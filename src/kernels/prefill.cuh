@@ -156,6 +156,12 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
   const std::uint32_t key_end = p.start + last_row / group + 1;  // keys [0, key_end)
   const std::uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const std::uint64_t head0 = std::uint64_t{kv_head} * group;
+  // An e4m3 cache's scales: per-head ones when given (the layer's K scale is then not in
+  // scale_log2).
+  const float score_scale =
+      kFp8 && p.head_scales.k != nullptr ? p.scale_log2 * p.head_scales.k[kv_head] : p.scale_log2;
+  const float v_scale =
+      kFp8 ? (p.head_scales.v != nullptr ? p.head_scales.v[kv_head] : p.v_scale) : 1.0f;
 
   // Q rows (a row past the chunk copies nothing from the block's first row).
   {
@@ -335,7 +341,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
 #pragma unroll
         for (std::uint32_t n = 0; n < kKeyTiles; ++n) {
 #pragma unroll
-          for (std::uint32_t e = 0; e < 4; ++e) s[mt][n][e] *= p.scale_log2;
+          for (std::uint32_t e = 0; e < 4; ++e) s[mt][n][e] *= score_scale;
         }
       }
       if (diagonal) {
@@ -447,7 +453,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_blocks_per_sm<D>())
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       // An e4m3 cache's V scale multiplies the output.
-      const float inverse = sum > 0.0f ? (kFp8 ? p.v_scale : 1.0f) / sum : 0.0f;
+      const float inverse = sum > 0.0f ? v_scale / sum : 0.0f;
       const std::uint32_t r = mt * 16 + h * 8 + lane / 4;
 #pragma unroll
       for (std::uint32_t n = 0; n < kDimTiles; ++n) {

@@ -34,9 +34,10 @@ Status prefill_attention_cuda(const PrefillParams& p, void* stream) {
   kernels::PrefillKernelParams kp(p);
   kp.group = group;
   kp.query_tiles = static_cast<std::uint32_t>(query_tiles);
-  // An e4m3 cache's K scale multiplies every score (the stored K is read as it is).
-  kp.scale_log2 =
-      scale_log2(p.sm_scale, p.view.head_dim) * (p.view.element == DType::kFp8 ? p.k_scale : 1.0f);
+  // An e4m3 cache's K scale multiplies every score (the stored K is read as it is); per-head
+  // scales are multiplied in by the kernel.
+  const bool layer_scale = p.view.element == DType::kFp8 && p.head_scales.k == nullptr;
+  kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim) * (layer_scale ? p.k_scale : 1.0f);
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<std::uint32_t>(query_tiles * p.kv_heads));
   KVVM_DISPATCH_ACCESS(

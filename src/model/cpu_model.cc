@@ -84,10 +84,12 @@ class CpuModel final : public Model {
       }
     }
     cpu::gather_rows(w_->embed, c.hidden_size, batch.token_ids, x_.data());
+    calibrating_ = calibrates(batch);
     for (std::uint32_t layer = 0; layer < c.layers; ++layer) {
       KVVM_RETURN_IF_ERROR(w_->stream_in(layer));
       KVVM_RETURN_IF_ERROR(run_layer(batch, layer, tokens));
     }
+    if (calibrating_) end_calibration();
     finish(batch, out);
     return Status::Ok();
   }
@@ -213,8 +215,20 @@ class CpuModel final : public Model {
     const std::size_t kv_width = std::size_t{c.kv_heads} * c.head_dim;
     const std::size_t bytes = element_bytes(element);
     const bool native = element == DType::kFp32;
+    if (calibrating_) {
+      const auto largest = [&](const std::vector<float>& values) {
+        float most = 0.0f;
+        for (std::size_t i = 0; i < tokens * kv_width; ++i) {
+          const float magnitude = std::fabs(values[i]);
+          if (!(magnitude <= most)) most = magnitude;  // a NaN is kept
+        }
+        return most;
+      };
+      KVVM_RETURN_IF_ERROR(set_calibrated_layer(layer, largest(k_), largest(v_)));
+    }
     const float k_scale = kv_scales().k_of(layer);
     const float v_scale = kv_scales().v_of(layer);
+    const KvHeadScales head_scales{kv_scales().k_heads(layer), kv_scales().v_heads(layer)};
     const void* q = q_.data();
     const void* k = k_.data();
     const void* v = v_.data();
@@ -233,6 +247,7 @@ class CpuModel final : public Model {
     append.activations = element;
     append.k_scale = k_scale;
     append.v_scale = v_scale;
+    append.head_scales = head_scales;
     append.layer = layer;
     append.kv_heads = c.kv_heads;
     append.tokens = static_cast<std::uint32_t>(tokens);
@@ -261,6 +276,7 @@ class CpuModel final : public Model {
         prefill.activations = element;
         prefill.k_scale = k_scale;
         prefill.v_scale = v_scale;
+        prefill.head_scales = head_scales;
         prefill.layer = layer;
         prefill.qo_heads = c.heads;
         prefill.kv_heads = c.kv_heads;
@@ -279,6 +295,7 @@ class CpuModel final : public Model {
       decode.activations = element;
       decode.k_scale = k_scale;
       decode.v_scale = v_scale;
+      decode.head_scales = head_scales;
       decode.layer = layer;
       decode.qo_heads = c.heads;
       decode.kv_heads = c.kv_heads;
@@ -400,6 +417,7 @@ class CpuModel final : public Model {
   std::unique_ptr<cpu::CpuWeights> w_;
   std::vector<float> inv_freq_;
   unsigned threads_;
+  bool calibrating_ = false;  // this step measures the KV scales (Model::calibrate_kv_scales)
   // Activations, sized once from the limits.
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, last_, logits_;
   std::vector<std::uint32_t> positions_, row_slots_;

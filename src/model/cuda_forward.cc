@@ -168,7 +168,8 @@ Status CudaModel::forward(const StepBatch& batch, const StepOutput& out) {
   KVVM_RETURN_IF_ERROR(check_batch(batch, out));
   if (batch.chunks.empty()) return Status::Ok();
   stage(batch, out.sampled != nullptr);
-  const DecodeGraph* graph = graph_for(batch);
+  // A calibrating step reads its maxima back between layers: eager.
+  const DecodeGraph* graph = calibrates(batch) ? nullptr : graph_for(batch);
   Status status = graph != nullptr ? replay(*graph, batch, out) : run_step(batch, out);
   // A failure may leave earlier work queued that still reads the staging buffer: let it end
   // before the next step rewrites it.
@@ -190,6 +191,7 @@ Status CudaModel::copy_arrays() {
 
 Status CudaModel::run_step(const StepBatch& batch, const StepOutput& out) {
   ++eager_steps_;
+  calibrating_ = calibrates(batch);
   KVVM_RETURN_IF_ERROR(copy_arrays());
   if (prompt_rows_ > 0) {
     // Indices, then LogprobRows: two ranges of one block.
@@ -205,9 +207,33 @@ Status CudaModel::run_step(const StepBatch& batch, const StepOutput& out) {
                           cudaMemcpyHostToDevice, stream_)));
     }
   }
-  KVVM_RETURN_IF_ERROR(
-      enqueue_step(batch, out.sampled != nullptr, 0, adjust_entries_ > 0, logprob_chunks_));
+  const Status enqueued =
+      enqueue_step(batch, out.sampled != nullptr, 0, adjust_entries_ > 0, logprob_chunks_);
+  // A failed calibrating step leaves the calibration pending: the next one measures again.
+  if (calibrating_ && enqueued.ok()) end_calibration();
+  calibrating_ = false;
+  KVVM_RETURN_IF_ERROR(enqueued);
   return finish_step(batch, out, static_cast<std::uint32_t>(batch.chunks.size()));
+}
+
+Status CudaModel::calibrate_layer(std::uint32_t layer, std::uint32_t tokens) {
+  const std::uint64_t count = std::uint64_t{tokens} * config().kv_heads * config().head_dim;
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaMemsetAsync",
+                                 cudaMemsetAsync(calibration_max_, 0, 2 * sizeof(float), stream_)));
+  AbsMaxParams largest;
+  largest.element = compute_;
+  largest.count = count;
+  for (std::uint32_t kv = 0; kv < 2; ++kv) {
+    largest.x = kv == 0 ? k_ : v_;
+    largest.out = calibration_max_ + kv;
+    KVVM_RETURN_IF_ERROR(absmax_cuda(largest, stream_));
+  }
+  float most[2] = {0.0f, 0.0f};
+  KVVM_RETURN_IF_ERROR(cuda_call(
+      "cudaMemcpyAsync",
+      cudaMemcpyAsync(most, calibration_max_, sizeof(most), cudaMemcpyDeviceToHost, stream_)));
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
+  return set_calibrated_layer(layer, most[0], most[1]);
 }
 
 Status CudaModel::enqueue_step(const StepBatch& batch, bool sample, std::uint32_t decode_max_length,
@@ -394,11 +420,13 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
   rope.positions = arrays_ + offsets_.positions;
   rope.inv_freq = inv_freq_;
   KVVM_RETURN_IF_ERROR(rope_cuda(rope, stream_));
+  if (calibrating_) KVVM_RETURN_IF_ERROR(calibrate_layer(layer, tokens));
   AppendParams append;
   append.view = batch.kv;
   append.activations = compute_;
   append.k_scale = kv_scales().k_of(layer);
   append.v_scale = kv_scales().v_of(layer);
+  append.head_scales = head_scales(layer);
   append.layer = layer;
   append.kv_heads = c.kv_heads;
   append.tokens = tokens;
@@ -434,6 +462,7 @@ Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch,
     decode.activations = compute_;
     decode.k_scale = kv_scales().k_of(layer);
     decode.v_scale = kv_scales().v_of(layer);
+    decode.head_scales = head_scales(layer);
     decode.layer = layer;
     decode.qo_heads = c.heads;
     decode.kv_heads = c.kv_heads;
@@ -454,6 +483,7 @@ Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch,
     prefill.activations = compute_;
     prefill.k_scale = kv_scales().k_of(layer);
     prefill.v_scale = kv_scales().v_of(layer);
+    prefill.head_scales = head_scales(layer);
     prefill.layer = layer;
     prefill.qo_heads = c.heads;
     prefill.kv_heads = c.kv_heads;

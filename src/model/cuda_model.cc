@@ -205,6 +205,8 @@ Status CudaModel::allocate_buffers() {
   void* results = nullptr;
   void* prompt = nullptr;
   void* adjustments = nullptr;
+  void* kv_scale_table = nullptr;
+  void* calibration = nullptr;
   const Piece pieces[] = {
       {&arrays, std::uint64_t{offsets_.words} * 4},
       {&inv_freq, std::uint64_t{c.head_dim / 2} * sizeof(float)},
@@ -224,6 +226,8 @@ Status CudaModel::allocate_buffers() {
       {&results, result_bytes},
       {&prompt, prompt_bytes},
       {&adjustments, adjust_bytes},
+      {&kv_scale_table, std::uint64_t{2} * c.layers * c.kv_heads * sizeof(float)},
+      {&calibration, 2 * sizeof(float)},
   };
   auto aligned = [](std::uint64_t bytes) {
     return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
@@ -245,6 +249,9 @@ Status CudaModel::allocate_buffers() {
   logprob_results_ = static_cast<LogprobResult*>(results);
   prompt_arrays_ = static_cast<std::uint32_t*>(prompt);
   adjustments_ = static_cast<LogitAdjustEntry*>(adjustments);
+  kv_scale_table_ = static_cast<float*>(kv_scale_table);
+  calibration_max_ = static_cast<float*>(calibration);
+  KVVM_RETURN_IF_ERROR(kv_scales_changed());
 
   void* pinned = nullptr;
   KVVM_RETURN_IF_ERROR(
@@ -300,6 +307,31 @@ Status CudaModel::plan_decode_workspace() {
         cuda_call("cudaMemsetAsync", cudaMemsetAsync(decode_workspace_, 0, most, stream_)));
   }
   return Status::Ok();
+}
+
+Status CudaModel::kv_scales_changed() {
+  if (kv_scale_table_ == nullptr) return Status::Ok();  // allocate_buffers copies them
+  const ModelConfig& c = config();
+  const KvScales& scales = kv_scales();
+  std::vector<float> table(std::size_t{2} * c.layers * c.kv_heads);
+  for (std::uint32_t layer = 0; layer < c.layers; ++layer) {
+    for (std::uint32_t head = 0; head < c.kv_heads; ++head) {
+      const std::size_t at = std::size_t{layer} * c.kv_heads + head;
+      table[at] = scales.k_of(layer, head);
+      table[table.size() / 2 + at] = scales.v_of(layer, head);
+    }
+  }
+  // From pageable memory: the call returns once the bytes are staged, so `table` may go.
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaSetDevice", cudaSetDevice(device_)));
+  return cuda_call("cudaMemcpyAsync",
+                   cudaMemcpyAsync(kv_scale_table_, table.data(), table.size() * sizeof(float),
+                                   cudaMemcpyHostToDevice, stream_));
+}
+
+KvHeadScales CudaModel::head_scales(std::uint32_t layer) const {
+  const std::uint64_t per_layer = config().kv_heads;
+  const std::uint64_t v_first = std::uint64_t{config().layers} * per_layer;
+  return {kv_scale_table_ + layer * per_layer, kv_scale_table_ + v_first + layer * per_layer};
 }
 
 WeightStats CudaModel::weight_stats() const {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "kvvm/attention.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model_kernels.h"
 #include "model/cuda_weight_ring.h"
@@ -108,6 +109,11 @@ class CudaModel final : public Model {
   Status run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens,
                    std::uint32_t decode_max_length);
   Status attention(std::uint32_t layer, const StepBatch& batch, std::uint32_t decode_max_length);
+  // The device's copy of layer `layer`'s scales (kv_scale_table_).
+  KvHeadScales head_scales(std::uint32_t layer) const;
+  // A calibrating step's maxima of the layer's K and V (k_, v_ after RoPE) set its scales.
+  Status calibrate_layer(std::uint32_t layer, std::uint32_t tokens);
+  Status kv_scales_changed() override;
   // y[rows][out] = x[rows][in] . weight^T (+ bias), in the compute type.
   Status linear(const void* x, const void* weight, const void* bias, void* y, std::uint32_t rows,
                 std::uint32_t in, std::uint32_t out);
@@ -156,6 +162,11 @@ class CudaModel final : public Model {
   // [max_logit_adjustments] the step's LogitAdjustment entries, which the logit-transform rows
   // index; a fixed address, so a captured graph reads each replay's.
   LogitAdjustEntry* adjustments_ = nullptr;
+  // [2][layers][kv_heads] float: every layer's fp8 KV scales per KV head (K, then V), which
+  // the kernels read when they run (KvHeadScales), so a captured graph follows a new set.
+  float* kv_scale_table_ = nullptr;
+  float* calibration_max_ = nullptr;  // [2]: a calibrating step's maxima of one layer's K, V
+  bool calibrating_ = false;          // this step measures the KV scales
   void* decode_workspace_ = nullptr;
   std::size_t decode_workspace_bytes_ = 0;
   void* cublas_workspace_ = nullptr;

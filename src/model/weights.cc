@@ -2,8 +2,10 @@
 // against the config, so a checkpoint that does not fit fails here, naming the tensor.
 #include "kvvm/model/weights.h"
 
+#include <algorithm>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kvvm/attention.h"
 
@@ -97,59 +99,81 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
 
 namespace {
 
-// The one value of a scale tensor (shape [] or [1]) as float.
-Result<float> scalar_of(const TensorView& t) {
-  if (t.elements() != 1) {
+// A scale tensor's values as float: one (shape [] or [1]) or one per KV head.
+Result<std::vector<float>> scales_of(const TensorView& t, std::uint32_t kv_heads) {
+  const std::uint64_t count = t.elements();
+  if (count != 1 && count != kv_heads) {
     return Status::InvalidArgument(t.name + ": shape " + shape_string(t.shape) +
-                                   "; only one scale per layer is read (per-head KV scales are "
-                                   "not supported)");
+                                   "; a KV scale holds " + "one value, or one per KV head (" +
+                                   std::to_string(kv_heads) + ")");
   }
-  const auto* at = reinterpret_cast<const unsigned char*>(t.data);
+  DType element = DType::kUnset;
   switch (t.dtype) {
     case TensorDType::kF32:
-      return element_to_float(DType::kFp32, at);
+      element = DType::kFp32;
+      break;
     case TensorDType::kBf16:
-      return element_to_float(DType::kBf16, at);
+      element = DType::kBf16;
+      break;
     case TensorDType::kF16:
-      return element_to_float(DType::kFp16, at);
+      element = DType::kFp16;
+      break;
     default:
       return Status::InvalidArgument(t.name + ": dtype " + std::string(to_string(t.dtype)) +
                                      "; a KV scale is F32, BF16 or F16");
   }
+  const auto* at = reinterpret_cast<const unsigned char*>(t.data);
+  std::vector<float> values(count);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    values[i] = element_to_float(element, at + i * element_bytes(element));
+  }
+  return values;
 }
 
 }  // namespace
 
-Result<KvScales> kv_scales_of(const ModelWeights& weights) {
+Result<KvScales> kv_scales_of(const ModelWeights& weights, std::uint32_t kv_heads) {
   const auto layers = static_cast<std::uint32_t>(weights.layers.size());
   std::uint32_t present = 0;
   for (const LayerWeights& layer : weights.layers) {
     present += (layer.k_scale != nullptr) + (layer.v_scale != nullptr);
   }
   if (present == 0) return KvScales::ones(layers);
-  KvScales scales;
-  scales.source = KvScaleSource::kCheckpoint;
+  // Each tensor's values; one per head for all when any tensor has one per head (a tensor of
+  // one value then holds for every head of its layer).
+  std::vector<std::vector<float>> read[2];
+  std::uint32_t heads = 1;
   for (std::uint32_t i = 0; i < layers; ++i) {
     const LayerWeights& layer = weights.layers[i];
-    for (const auto& [tensor, name, out] : {std::tuple{layer.k_scale, "k_scale", &scales.k},
-                                            std::tuple{layer.v_scale, "v_scale", &scales.v}}) {
+    for (const auto& [tensor, name, kv] :
+         {std::tuple{layer.k_scale, "k_scale", 0}, std::tuple{layer.v_scale, "v_scale", 1}}) {
       if (tensor == nullptr) {
         return Status::InvalidArgument("model.layers." + std::to_string(i) + ".self_attn." + name +
                                        ": missing, while other layers have KV scales");
       }
-      Result<float> value = scalar_of(*tensor);
-      if (!value.ok()) return value.status();
-      out->push_back(*value);
+      Result<std::vector<float>> values = scales_of(*tensor, kv_heads);
+      if (!values.ok()) return values.status();
+      heads = std::max(heads, static_cast<std::uint32_t>(values->size()));
+      read[kv].push_back(std::move(values).value());
     }
   }
-  KVVM_RETURN_IF_ERROR(check_kv_scales(scales, layers));
+  KvScales scales;
+  scales.source = KvScaleSource::kCheckpoint;
+  scales.heads = heads;
+  for (std::uint32_t kv = 0; kv < 2; ++kv) {
+    std::vector<float>& out = kv == 0 ? scales.k : scales.v;
+    for (const std::vector<float>& values : read[kv]) {
+      for (std::uint32_t h = 0; h < heads; ++h) out.push_back(values[values.size() == 1 ? 0 : h]);
+    }
+  }
+  KVVM_RETURN_IF_ERROR(check_kv_scales(scales, layers, kv_heads));
   return scales;
 }
 
 Result<KvScales> checkpoint_kv_scales(const ModelConfig& config, const ModelWeights& weights,
                                       LoadFormat format) {
   if (format == LoadFormat::kDummy) return KvScales::ones(config.layers);
-  return kv_scales_of(weights);
+  return kv_scales_of(weights, config.kv_heads);
 }
 
 }  // namespace kvvm::model

@@ -20,6 +20,11 @@ namespace kvvm::engine {
 // depend on where it runs; a slot nobody admits into costs addresses only.
 inline constexpr std::uint32_t kPadSlots = 1;
 
+// The KV element type when the caller does not say: the CPU model computes in fp32; the CUDA
+// model in the checkpoint's 16-bit type (an F32 checkpoint runs in bf16), the one 16-bit
+// type its kernels read K / V in.
+DType default_kv_dtype(const model::ModelConfig& config, model::Backend backend);
+
 struct KvSpaceOptions {
   model::Backend backend = model::Backend::kCpu;  // kCpu: the host driver; kCuda: the CUDA one
   int device = 0;                                 // CUDA device ordinal

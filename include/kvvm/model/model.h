@@ -167,20 +167,41 @@ class Model {
   // The scales an fp8 KvView is written and read with (kvvm/model/kv_scales.h): the
   // checkpoint's, else ones. A view of another element type ignores them.
   const KvScales& kv_scales() const { return kv_scales_; }
-  // Replaces them (a calibration). InvalidArgument naming the layer for a scale that is not
-  // finite and positive or a count other than one per layer; the old ones stay then.
-  // REQUIRES: no step is running, no fp8 K / V written with the old ones is read again, and
-  // no decode graph captured with the old ones is replayed (release and capture again).
+  // Replaces them. InvalidArgument naming the layer for a scale that is not finite and
+  // positive or a count other than one per layer (or per layer and KV head); the old ones stay
+  // then. REQUIRES: no step is running and no fp8 K / V written with the old ones is read
+  // again. (CUDA decode graphs read the scales from device memory at each replay, so they
+  // stay valid.)
   Status set_kv_scales(KvScales scales);
+
+  // Asks for a calibration (`--kv-scales calibrate`): the scales become ones, and the next step
+  // that starts a sequence (a chunk at position 0) measures each layer's largest |K| and |V|
+  // over the step's rows, after RoPE and before the layer's append, and sets that layer's
+  // scales to them / kCalibrationRange (1.0 where every value is zero or one is not finite);
+  // from then on the source is kCalibrated and the scales stay. The step's own K / V are
+  // written with its layer's calibrated scales. REQUIRES: what set_kv_scales requires.
+  Status calibrate_kv_scales();
+  bool kv_calibration_pending() const { return calibration_pending_; }
 
  protected:
   Model(ModelConfig config, ModelLimits limits)
       : config_(std::move(config)), limits_(limits), kv_scales_(KvScales::ones(config_.layers)) {}
 
+  // For a backend's step: whether it calibrates (one is pending and a chunk starts a sequence).
+  bool calibrates(const StepBatch& batch) const;
+  // The step's maxima of layer `layer`'s K and V: sets the layer's scales.
+  Status set_calibrated_layer(std::uint32_t layer, float k_max, float v_max);
+  // The calibrating step ran every layer: the scales are final.
+  void end_calibration();
+  // After the scales changed (CUDA keeps a device copy the kernels read); set_kv_scales and
+  // the calibration fail with its error.
+  virtual Status kv_scales_changed() { return Status::Ok(); }
+
  private:
   ModelConfig config_;
   ModelLimits limits_;
   KvScales kv_scales_;
+  bool calibration_pending_ = false;
 };
 
 struct CpuModelOptions {

@@ -41,7 +41,8 @@ struct LayerWeights {
   const TensorView* gate = nullptr;
   const TensorView* up = nullptr;
   const TensorView* down = nullptr;
-  // fp8 KV cache scales (self_attn.k_scale / v_scale, one value each); null when absent.
+  // fp8 KV cache scales (self_attn.k_scale / v_scale: one value, or one per KV head); null
+  // when absent.
   const TensorView* k_scale = nullptr;
   const TensorView* v_scale = nullptr;
 };
@@ -55,9 +56,11 @@ struct ModelWeights {
 };
 
 // The checkpoint's KV scales: source kCheckpoint when every layer has both, kDefault (ones)
-// when none has; InvalidArgument naming the tensor when only some have them, a scale is not
-// finite and positive, or one holds more than a value (per-head scales are not read).
-Result<KvScales> kv_scales_of(const ModelWeights& weights);
+// when none has; one per layer, or one per layer and KV head when any tensor holds one per
+// head (a tensor of one value then holds for each head of its layer). InvalidArgument naming
+// the tensor when only some layers have them, a scale is not finite and positive, or a tensor
+// holds neither one value nor `kv_heads`.
+Result<KvScales> kv_scales_of(const ModelWeights& weights, std::uint32_t kv_heads);
 // What a model loads with: kv_scales_of(weights) for a checkpoint, ones for dummy weights.
 Result<KvScales> checkpoint_kv_scales(const ModelConfig& config, const ModelWeights& weights,
                                       LoadFormat format);

@@ -146,6 +146,7 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
       ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   add_weight_flags(*cmd, options.weights);
   add_kv_dtype_flag(*cmd, options.kv_dtype);
+  add_kv_scales_flag(*cmd, options.kv_scales);
   cmd->add_option("--batches", options.batches,
                   "Decode batch sizes, comma-separated (default 1,32)");
   cmd->add_option("--prompt-tokens", options.prompt_tokens,
@@ -328,6 +329,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
       report.kv_budget = kv.budget_bytes;
       report.kv_bytes_per_token = config->kv_geometry(kv.kv_dtype).bytes_per_token();
       report.kv_dtype = std::string(to_string(kv.kv_dtype));
+      KVVM_RETURN_IF_ERROR(apply_kv_scales(options.kv_scales, kv.kv_dtype, *model));
       if (progress != nullptr) print_kv_scales(kv.kv_dtype, *model, kBenchEngine, *progress);
       const std::uint64_t per_sequence = report.kv_bytes_per_token * report.max_context;
       report.preallocated_capacity = per_sequence == 0 ? 0 : report.kv_budget / per_sequence;

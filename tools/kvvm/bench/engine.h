@@ -31,14 +31,15 @@ class App;
 namespace kvvm::cli {
 
 struct BenchEngineOptions {
-  std::string model_dir;           // --model DIR (required)
-  std::string backend = "auto";    // auto | cpu | cuda
-  std::uint64_t max_context = 0;   // 0: min(the config's max_position_embeddings, 8192)
-  std::uint32_t max_running = 0;   // 0: kDefaultMaxRunning (and at least the largest batch)
-  std::uint64_t kv_budget = 0;     // bytes; 0: the KV space's default, resolved once
-  WeightFlags weights;             // --weight-budget, --ring-slots, --load-format
-  DType kv_dtype = DType::kUnset;  // --kv-dtype; kUnset: the KV space's default
-  std::string batches = "1,32";    // decode batch sizes
+  std::string model_dir;                 // --model DIR (required)
+  std::string backend = "auto";          // auto | cpu | cuda
+  std::uint64_t max_context = 0;         // 0: min(the config's max_position_embeddings, 8192)
+  std::uint32_t max_running = 0;         // 0: kDefaultMaxRunning (and at least the largest batch)
+  std::uint64_t kv_budget = 0;           // bytes; 0: the KV space's default, resolved once
+  WeightFlags weights;                   // --weight-budget, --ring-slots, --load-format
+  DType kv_dtype = DType::kUnset;        // --kv-dtype; kUnset: the KV space's default
+  std::string kv_scales = "checkpoint";  // --kv-scales: checkpoint or calibrate
+  std::string batches = "1,32";          // decode batch sizes
   std::uint64_t prompt_tokens = 128;
   std::uint64_t decode_tokens = 128;
   std::string rates = "1,2,4,8";  // trace replay, requests per second

@@ -195,6 +195,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
                 "default; the same tokens either way, only slower without)");
   add_weight_flags(*cmd, options.weights);
   add_kv_dtype_flag(*cmd, options.kv_dtype);
+  add_kv_scales_flag(*cmd, options.kv_scales);
   cmd->add_flag("--json", options.json,
                 "Print one JSON object at the end instead of streaming: prompt_ids, token_ids, "
                 "text, finish_reason (stop: an end token; length: --max-tokens), backend, "
@@ -236,6 +237,9 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(config, kv_options);
   if (!kv.ok()) return fail(kv.status());
   const DType kv_dtype = (*kv)->options().kv_dtype;  // the default resolved
+  if (Status applied = apply_kv_scales(options.kv_scales, kv_dtype, model); !applied.ok()) {
+    return fail(applied);
+  }
   const double load_seconds = seconds_since(load_start);
 
   Result<std::vector<std::int32_t>> prompt = prompt_tokens(options, config, tok);

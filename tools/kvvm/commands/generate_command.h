@@ -40,7 +40,8 @@ struct GenerateOptions {
   bool ignore_eos = false;  // benchmarks: generate exactly --max-tokens tokens
   bool no_graphs = false;   // CUDA: decode steps run kernel by kernel (graphs are the default)
   WeightFlags weights;      // --weight-budget, --ring-slots, --load-format
-  DType kv_dtype = DType::kUnset;  // --kv-dtype; kUnset: the KV space's default
+  DType kv_dtype = DType::kUnset;        // --kv-dtype; kUnset: the KV space's default
+  std::string kv_scales = "checkpoint";  // --kv-scales: checkpoint or calibrate
 };
 
 inline constexpr std::uint64_t kDefaultMaxTokens = 128;

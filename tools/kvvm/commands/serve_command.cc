@@ -148,6 +148,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "model is loaded; on the host 1 GiB)")
       ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   add_kv_dtype_flag(*cmd, options.kv_dtype);
+  add_kv_scales_flag(*cmd, options.kv_scales);
   cmd->add_option("--max-context", options.max_context,
                   "Tokens one sequence may hold, prompt included (default: the config's "
                   "max_position_embeddings)")
@@ -221,6 +222,9 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(loaded->config, kv_options);
   if (!kv.ok()) return fail(kv.status());
   const DType kv_dtype = (*kv)->options().kv_dtype;  // the default resolved
+  if (Status applied = apply_kv_scales(options.kv_scales, kv_dtype, model); !applied.ok()) {
+    return fail(applied);
+  }
   print_kv_scales(kv_dtype, model, kServe, err);
 
   engine::EngineOptions engine_options;
