@@ -126,6 +126,20 @@ class Reservation {
   Status map_shared(std::size_t offset, const HandleInfo& handle, Access access = Access::kReadOnly,
                     std::size_t handle_offset = 0, std::size_t bytes = 0);
 
+  // One whole handle of another owner and where map_shared_many maps it.
+  struct SharedMapping {
+    std::size_t offset = 0;
+    HandleInfo handle;
+  };
+  // map_shared of many whole handles as one transaction (a prefix's windows, admitted as a
+  // sharer): every check first (a refused call maps nothing), then every share and map, then
+  // one set_access per run of contiguous offsets — the driver call that costs most per window —
+  // instead of one per handle. On any failure every mapping made is withdrawn (the handles stay
+  // with their owners, counted as before); a block whose withdrawing unmap fails too is
+  // poisoned and named, as for map_shared.
+  Status map_shared_many(const std::vector<SharedMapping>& mappings,
+                         Access access = Access::kReadOnly);
+
   // Changes the access of the mapped windows in [offset, offset + len).
   Status set_access(std::size_t offset, std::size_t len, Access access);
 

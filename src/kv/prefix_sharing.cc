@@ -231,23 +231,24 @@ Status PrefixSharing::install_prefix(SlotId id, const SharedPrefix& prefix, std:
   const SharedPrefixInfo& info = prefix.info();
   const std::uint64_t k = info.windows_per_fragment;
   const std::uint64_t needed = plan.windows_per_fragment(tokens);
-  // 1. The shared windows, read-only, at the same offsets.
+  // 1. The shared windows, read-only, at the same offsets: one transaction, whose access
+  // changes cover each fragment's run of windows at once (all or nothing).
+  std::vector<Reservation::SharedMapping> shared;
+  shared.reserve(plan.fragments * k);
   std::vector<std::size_t> mapped;
-  Status status = Status::Ok();
-  for (std::uint64_t f = 0; f < plan.fragments && status.ok(); ++f) {
-    for (std::uint64_t w = 0; w < k && status.ok(); ++w) {
+  mapped.reserve(plan.fragments * k);
+  for (std::uint64_t f = 0; f < plan.fragments; ++f) {
+    for (std::uint64_t w = 0; w < k; ++w) {
       const std::size_t at = id * plan.slot_stride + f * plan.fragment_stride + w * plan.granule;
-      status = state_.reservation_->map_shared(at, prefix.handles()[f * k + w], Access::kReadOnly);
-      if (status.ok()) mapped.push_back(at);
+      shared.push_back({at, prefix.handles()[f * k + w]});
+      mapped.push_back(at);
     }
   }
+  Status status = state_.reservation_->map_shared_many(shared, Access::kReadOnly);
+  if (!status.ok()) return status.with_context("mapping the prefix's windows");
   const auto unmap_shared = [&] {
     for (std::size_t at : mapped) (void)state_.reservation_->release(at, plan.granule);  // poisons
   };
-  if (!status.ok()) {
-    unmap_shared();
-    return status.with_context("mapping the prefix's windows");
-  }
   // 2. Private windows for the rest, under a grant for those bytes only.
   if (needed > k) {
     status = state_.commit_windows(id, k, needed, state_.options_.budget_wait);

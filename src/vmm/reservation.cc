@@ -4,6 +4,7 @@
 // reverse order, recording anything that could not be undone instead of forgetting it.
 #include "kvvm/reservation.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/format.h"
@@ -455,6 +456,100 @@ Status Reservation::map_shared(std::size_t offset, const HandleInfo& handle, Acc
   std::string context = what + ": set_access failed, mapping withdrawn";
   if (!residual.empty()) context += "; its unmap failed too, left mapped and poisoned";
   return access_set.with_context(context);
+}
+
+Status Reservation::map_shared_many(const std::vector<SharedMapping>& mappings, Access access) {
+  if (mappings.empty()) return Status::Ok();
+  // In offset order: the runs of contiguous offsets, and the overlap check, read neighbours.
+  std::vector<SharedMapping> sorted = mappings;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const SharedMapping& a, const SharedMapping& b) { return a.offset < b.offset; });
+  const auto what = [&](const SharedMapping& m) {
+    return "map_shared of handle " + std::to_string(m.handle.handle) + " at offset " +
+           std::to_string(m.offset);
+  };
+  std::vector<Range> claimed;
+  claimed.reserve(sorted.size());
+  for (const SharedMapping& m : sorted) {
+    if (m.handle.granule != granule_) {
+      return Status::InvalidArgument(
+          what(m) + ": the handle's granule " + std::to_string(m.handle.granule) +
+          " differs from this reservation's " + std::to_string(granule_));
+    }
+    KVVM_RETURN_IF_ERROR(check_range("map_shared", m.offset, m.handle.bytes));
+    if (!claimed.empty() && claimed.back().offset + claimed.back().len > m.offset) {
+      return Status::InvalidArgument(what(m) + ": overlaps " +
+                                     range_text(claimed.back().offset, claimed.back().len) +
+                                     " of the same transaction");
+    }
+    claimed.push_back(Range{m.offset, m.handle.bytes});
+  }
+  {
+    MutexLock lock(mutex_);
+    for (const Range& range : claimed) {
+      KVVM_RETURN_IF_ERROR(check_unmapped("map_shared", range.offset, range.len));
+    }
+    for (const Range& range : claimed) pending_.emplace(range.offset, range.len);
+  }
+  // Counted before each map, as map_shared does; `shared` handles are counted, `mapped` of
+  // them mapped too.
+  std::size_t shared = 0;
+  Status failure;
+  // Messages are built only on a failure path: a transaction that succeeds formats nothing.
+  for (; shared < sorted.size(); ++shared) {
+    const HandleInfo& h = sorted[shared].handle;
+    Status counted = pool_.share(h.handle, h.bytes, h.epoch);
+    if (!counted.ok()) {
+      failure = counted.with_context(what(sorted[shared]));
+      break;
+    }
+  }
+  std::vector<Block> mapped;
+  std::vector<Taken> taken;
+  mapped.reserve(shared);
+  for (std::size_t i = 0; i < shared && failure.ok(); ++i) {
+    const SharedMapping& m = sorted[i];
+    failure = driver_.map(base_ + m.offset, m.handle.bytes, m.handle.handle, 0);
+    if (!failure.ok()) failure = failure.with_context(what(m));
+    if (failure.ok()) {
+      mapped.push_back(
+          Block{m.offset, m.handle.bytes, m.handle.handle, 0, Access::kNone, true, false});
+      taken.push_back(Taken{m.handle.handle, false});
+    }
+  }
+  // One access change per run of contiguous windows.
+  for (std::size_t first = 0; first < mapped.size() && failure.ok();) {
+    std::size_t end = first + 1;
+    while (end < mapped.size() &&
+           mapped[end].offset == mapped[end - 1].offset + mapped[end - 1].bytes) {
+      ++end;
+    }
+    const std::size_t run = mapped[end - 1].offset + mapped[end - 1].bytes - mapped[first].offset;
+    failure = driver_.set_access(base_ + mapped[first].offset, run, access);
+    if (!failure.ok()) {
+      failure = failure.with_context("set_access " + range_text(mapped[first].offset, run));
+    }
+    first = end;
+  }
+  if (failure.ok()) {
+    MutexLock lock(mutex_);
+    for (Block& block : mapped) {
+      block.access = access;
+      put_block(block);
+    }
+    for (const Range& range : claimed) pending_.erase(range.offset);
+    return Status::Ok();
+  }
+  // Withdraw: the mapped blocks unmapped (poisoned where that fails), the counted but unmapped
+  // handles uncounted; the handles stay with their owners and other sharers.
+  const std::string residual = roll_back(mapped, taken);
+  for (std::size_t i = mapped.size(); i < shared; ++i) pool_.note_unmapped(sorted[i].handle.handle);
+  unclaim(claimed);
+  std::string context = "map_shared of " + std::to_string(sorted.size()) + " handles withdrawn";
+  if (!residual.empty()) {
+    context += "; left mapped and poisoned because their unmap failed: " + residual;
+  }
+  return failure.with_context(context);
 }
 
 Status Reservation::set_access(std::size_t offset, std::size_t len, Access access) {

@@ -7,6 +7,7 @@
 #include "bench/decode_attention.h"
 #include "bench/engine.h"
 #include "bench/growth.h"
+#include "bench/kv_error.h"
 #include "bench/prefill_attention.h"
 #include "bench/serve.h"
 #include "bench/share.h"
@@ -59,6 +60,9 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   BenchServeOptions bench_serve_options;
   CLI::App* bench_serve =
       add_bench_serve_command(*app.get_subcommand("bench"), bench_serve_options);
+  BenchKvErrorOptions bench_kv_error_options;
+  CLI::App* bench_kv_error =
+      add_bench_kv_error_command(*app.get_subcommand("bench"), bench_kv_error_options);
   SimulateOptions simulate_options;
   CLI::App* simulate = add_simulate_command(app, simulate_options);
   GenerateOptions generate_options;
@@ -92,6 +96,7 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
     if (bench_prefill->parsed()) return run_bench_prefill(bench_prefill_options, out, err);
     if (bench_engine->parsed()) return run_bench_engine(bench_engine_options, out, err);
     if (bench_serve->parsed()) return run_bench_serve(bench_serve_options, out, err);
+    if (bench_kv_error->parsed()) return run_bench_kv_error(bench_kv_error_options, out, err);
     if (bench_growth->parsed()) return run_bench_growth(bench_growth_options, out, err);
   } catch (const std::exception& error) {
     err << "kvvm: internal error: " << error.what() << "\n";
