@@ -254,6 +254,9 @@ TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
       {{"--choices", "3", "--choices-prompt-tokens", "46", "--choices-tokens", "4", "--no-decode"},
        {"--choices-prompt-tokens 46", "--max-context 48"}},
       {{"--logprobs", "21"}, {"--logprobs", "21"}},
+      {{"--max-prefill-tokens-while-decoding", "100000", "--no-decode", "--system-prompt-tokens",
+        "8"},
+       {"--max-prefill-tokens-while-decoding 100000", "step token budget"}},
   };
   for (const Case& c : cases) {
     const CliRun r = run(bench_args(c.args));
@@ -276,7 +279,8 @@ TEST(CliBenchEngineOptions, HelpExplainsEachOption) {
   for (const char* option :
        {"--model", "--backend", "--max-context", "--max-running", "--kv-budget", "--batches",
         "--prompt-tokens", "--decode-tokens", "--rates", "--requests", "--duration-limit", "--json",
-        "--plot", "--logprobs", "--choices", "--choices-prompt-tokens", "--choices-tokens"}) {
+        "--plot", "--logprobs", "--choices", "--choices-prompt-tokens", "--choices-tokens",
+        "--no-early-refusal", "--max-prefill-tokens-while-decoding"}) {
     EXPECT_TRUE(contains(r.out, option)) << option;
   }
 }

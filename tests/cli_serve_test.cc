@@ -41,9 +41,10 @@ TEST(CliServe, HelpNamesTheOptions) {
        {"--model", "--host", "--port", "--served-model-name", "--api-keys", "--chat-template",
         "--backend", "--kv-budget", "--max-context", "--max-running", "--max-queue",
         "--max-queue-wait", "--no-graphs", "--no-prefix-cache", "--default-max-tokens",
-        "--max-body", "--drain-timeout", "--http-threads"}) {
+        "--max-body", "--drain-timeout", "--http-threads", "--no-early-refusal"}) {
     EXPECT_TRUE(contains(help.out, option)) << option;
   }
+  EXPECT_TRUE(contains(help.out, "--max-prefill-tokens-while-decoding"));
 }
 
 TEST(CliServe, BadOptionsAreNamed) {
@@ -60,6 +61,10 @@ TEST(CliServe, BadOptionsAreNamed) {
       {{"serve", "--model", model, "--kv-budget", "lots"}, "--kv-budget"},
       {{"serve", "--model", model, "--max-running", "0"}, "--max-running"},
       {{"serve", "--model", model, "--drain-timeout", "soon"}, "--drain-timeout"},
+      {{"serve", "--model", model, "--max-prefill-tokens-while-decoding", "-1"},
+       "--max-prefill-tokens-while-decoding"},
+      {{"serve", "--model", model, "--max-prefill-tokens-while-decoding", "100000"},
+       "--max-prefill-tokens-while-decoding 100000"},
       {{"serve", "--model", model, "--backend", "tpu"}, "--backend"},
       {{"serve", "--model", "/no/such/dir"}, "/no/such/dir"},
       {{"serve", "--model", model, "--api-keys", "/no/such/keys"}, "--api-keys"},

@@ -37,7 +37,7 @@
 #include "support/test_data.h"
 #include "support/tiny_model.h"
 
-namespace kvvm {
+namespace kvvm::model_cpu_parity_test {
 namespace {
 
 using model::Chunk;
@@ -213,4 +213,4 @@ INSTANTIATE_TEST_SUITE_P(Fp8Kv, ModelCpuParityTest, ::testing::ValuesIn(parity_c
                          parity_case_name);
 
 }  // namespace
-}  // namespace kvvm
+}  // namespace kvvm::model_cpu_parity_test

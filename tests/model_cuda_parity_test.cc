@@ -34,7 +34,7 @@
 #include "support/reference_transformer.h"
 #include "support/test_data.h"
 
-namespace kvvm {
+namespace kvvm::model_cuda_parity_test {
 namespace {
 
 using model::Chunk;
@@ -183,4 +183,4 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCudaParityTest,
                          fixture_name);
 
 }  // namespace
-}  // namespace kvvm
+}  // namespace kvvm::model_cuda_parity_test

@@ -393,7 +393,7 @@ TEST_F(ModelKernelsCudaTest, BroadcastRowsCopiesTheRowUnderEveryRow) {
 }
 
 TEST_F(ModelKernelsCudaTest, ArgmaxTakesTheLowestIndexAmongEqualsAndSkipsNaN) {
-  for (std::uint32_t vocab : {151936u, 1001u, 7u}) {
+  for (std::uint32_t vocab : {151936u, 128256u, 4097u, 1001u, 7u}) {
     SCOPED_TRACE("vocab " + std::to_string(vocab) + " seed " + std::to_string(seed_));
     constexpr std::uint32_t kRows = 6;
     std::vector<float> logits(std::size_t{kRows} * vocab);
@@ -423,19 +423,27 @@ TEST_F(ModelKernelsCudaTest, ArgmaxTakesTheLowestIndexAmongEqualsAndSkipsNaN) {
     }
     ASSERT_EQ(want[1], static_cast<std::int32_t>(vocab / 2));
     DeviceBuffer d_logits(logits), d_out(kRows * sizeof(std::int32_t));
-    d_out.poison();
-    ArgmaxParams p;
-    p.rows = kRows;
-    p.vocab = vocab;
-    p.logits = static_cast<const float*>(d_logits.get());
-    p.out = static_cast<std::int32_t*>(d_out.get());
-    Status done = argmax_cuda(p, nullptr);
-    ASSERT_TRUE(done.ok()) << done.to_string();
-    sync_ok();
-    const auto bytes = d_out.download();
-    std::vector<std::int32_t> got(kRows);
-    std::memcpy(got.data(), bytes.data(), kRows * sizeof(std::int32_t));
-    EXPECT_EQ(got, want);
+    DeviceBuffer d_partials(std::size_t{kRows} * kArgmaxSplits * sizeof(ArgmaxPartial));
+    // One block a row, then split over blocks (at 151,936 the two maxima of row 1 fall in
+    // different splits, so the merge decides the tie).
+    for (const bool split : {false, true}) {
+      SCOPED_TRACE(split ? "split over blocks" : "one block a row");
+      d_out.poison();
+      d_partials.poison();
+      ArgmaxParams p;
+      p.rows = kRows;
+      p.vocab = vocab;
+      p.logits = static_cast<const float*>(d_logits.get());
+      p.out = static_cast<std::int32_t*>(d_out.get());
+      p.workspace = split ? static_cast<ArgmaxPartial*>(d_partials.get()) : nullptr;
+      Status done = argmax_cuda(p, nullptr);
+      ASSERT_TRUE(done.ok()) << done.to_string();
+      sync_ok();
+      const auto bytes = d_out.download();
+      std::vector<std::int32_t> got(kRows);
+      std::memcpy(got.data(), bytes.data(), kRows * sizeof(std::int32_t));
+      EXPECT_EQ(got, want);
+    }
   }
 }
 

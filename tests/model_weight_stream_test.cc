@@ -89,6 +89,29 @@ std::unique_ptr<Model> cpu_model(const TinyModel& tiny, const WeightOptions& wei
   return made.ok() ? std::move(made).value() : nullptr;
 }
 
+// The CUDA model's fused projection reads q, k and v as one [q + 2 kv][hidden] matrix and adds
+// their biases as one row: the layout must place each run back to back, whatever the widths
+// (these are not multiples of the 256-byte alignment).
+TEST(WeightLayout, QKVAndTheirBiasesAreOneContiguousRun) {
+  ModelConfig c = deep_config();
+  c.hidden_size = 24;
+  c.heads = 3;
+  c.kv_heads = 1;
+  c.head_dim = 6;
+  for (const DType element : {DType::kBf16, DType::kFp32}) {
+    const std::uint64_t size = element_bytes(element);
+    const detail::WeightLayout layout = detail::weight_layout(c, element);
+    const std::uint64_t q_dim = 18, kv_dim = 6, hidden = 24;
+    EXPECT_EQ(layout.block.k, layout.block.q + q_dim * hidden * size);
+    EXPECT_EQ(layout.block.v, layout.block.k + kv_dim * hidden * size);
+    EXPECT_GE(layout.block.o, layout.block.v + kv_dim * hidden * size);
+    for (const detail::LayerBaseOffsets& layer : layout.layers) {
+      EXPECT_EQ(layer.k_bias, layer.q_bias + q_dim * size);
+      EXPECT_EQ(layer.v_bias, layer.k_bias + kv_dim * size);
+    }
+  }
+}
+
 TEST(WeightSplit, NoBudgetOrEnoughKeepsEveryLayerResident) {
   const WeightSizes sizes = weight_sizes(deep_config(), DType::kFp32);
   for (std::uint64_t budget : {std::uint64_t{0}, std::uint64_t{1} << 40}) {

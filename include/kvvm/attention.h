@@ -63,6 +63,27 @@ struct AppendParams {
   std::uint32_t start = 0;                       // without the arrays
 };
 
+// append_kv_cuda with the rotary position embedding fused in (a step's hot path: one kernel
+// where rope_cuda, model_kernels.h, and the append were two). Each token's row of a fused
+// projection, qkv[t] = [qo_heads q heads | kv_heads k heads | kv_heads v heads] x head_dim in
+// the activations' type, gives q rotated into q_out and k rotated and v stored in the cache,
+// bit for bit what rope_cuda on q and k followed by append_kv_cuda store (same rounding; an
+// fp8 cache: the same scales). Positions: append.row_positions, else append.start + t.
+// append.k / append.v are not read (null). CUDA only (the CPU model runs the two ops).
+struct RopeAppendParams {
+  AppendParams append;
+  std::uint32_t qo_heads = 0;
+  const void* qkv = nullptr;        // [tokens][(qo_heads + 2 * kv_heads) * head_dim]
+  void* q_out = nullptr;            // [tokens][qo_heads][head_dim]
+  const float* inv_freq = nullptr;  // [head_dim / 2], as RopeParams
+  // Dense copies of the rotated k and of v ([tokens][kv_heads][head_dim]) or null; with
+  // `cache` false only q and these are written: a step that must see K and V (its scales'
+  // measurement) before they are stored.
+  void* k_out = nullptr;
+  void* v_out = nullptr;
+  bool cache = true;
+};
+
 // One query token per sequence against its first lengths[b] tokens. A length of 0 gives an
 // output of zeros.
 struct DecodeParams {
@@ -122,6 +143,7 @@ Status check_prefill(const PrefillParams& params);
 bool attention_kernels_built();
 
 Status append_kv_cuda(const AppendParams& params, void* stream);
+Status rope_append_kv_cuda(const RopeAppendParams& params, void* stream);
 
 // How a decode is split over the sequence: `chunks` pieces of `chunk_tokens` per (sequence,
 // KV head); when chunks > 1 the last piece of each to finish merges them (same launch).

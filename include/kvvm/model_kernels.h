@@ -1,7 +1,7 @@
 // The CUDA kernels of a transformer's forward pass besides attention (attention.h) and the
-// projections (cuBLAS GEMMs): embedding gather, RMSNorm fused with the residual add, rotary
-// position embedding, SiLU-and-multiply, bias broadcast, logit transforms (penalties, logit_bias,
-// bans), argmax, sampling and log-probabilities.
+// projections (cuBLAS GEMMs, and a GEMV for small batches): embedding gather, RMSNorm fused with
+// the residual add, rotary position embedding, SiLU-and-multiply, bias broadcast, logit transforms
+// (penalties, logit_bias, bans), argmax, sampling and log-probabilities.
 //
 // Why each kernel rounds where it does: the parity oracle compares against Hugging Face
 // transformers running in bf16 / fp16, where every elementwise torch op computes in float32
@@ -165,14 +165,47 @@ struct LogitAdjustParams {
 Status logit_adjust_cuda(const LogitAdjustParams& params, void* stream);
 
 // out[r] = the index of the largest of logits[r][0, vocab), the lowest index among equals;
-// NaN never wins (a row of NaN gives 0).
+// NaN never wins (a row of NaN gives 0). With a workspace each row is split over up to
+// kArgmaxSplits blocks (a second, small kernel picks among their bests): one block alone
+// streams a 150K-entry row at a fraction of the memory's rate. Without one, one block a row.
+// Either way the answer is the same index.
+inline constexpr std::uint32_t kArgmaxSplits = 64;
+// An entry of the workspace: one split's best value and its index.
+struct ArgmaxPartial {
+  float value;
+  std::uint32_t index;  // 0xffffffff: the split saw no value that is not NaN
+};
 struct ArgmaxParams {
   std::uint32_t rows = 0;
   std::uint32_t vocab = 0;
-  const float* logits = nullptr;  // [rows][vocab]
-  std::int32_t* out = nullptr;    // [rows]
+  const float* logits = nullptr;       // [rows][vocab]
+  std::int32_t* out = nullptr;         // [rows]
+  ArgmaxPartial* workspace = nullptr;  // [rows][kArgmaxSplits] or null
 };
 Status argmax_cuda(const ArgmaxParams& params, void* stream);
+
+// y[r][n] = round(sum over k of x[r][k] * weight[n][k] + b) with b = bias[n] when given, else
+// beta * y[r][n] (bias and beta = 1 over a broadcast bias give the same bits) for the few rows of a
+// small batch's decode step (rows <= kGemvMaxRows): the GEMM shape where a library GEMM does
+// not stream the weights at the memory's rate. Float32 accumulation; y in the element type
+// (rounded once, as a GEMM with float32 compute rounds) or float32 (`y_float`: logits). The
+// sum of each output runs in an order fixed by (in, out) alone, never by `rows`, so a row's
+// result is the same bits whatever the batch beside it. REQUIRES: `in` a multiple of 8 and
+// x, weight 16-byte aligned (16-byte loads).
+inline constexpr std::uint32_t kGemvMaxRows = 16;
+struct GemvParams {
+  DType element = DType::kUnset;  // of x, weight (and y unless y_float)
+  std::uint32_t rows = 0;
+  std::uint32_t in = 0;
+  std::uint32_t out = 0;
+  float beta = 0;                // 1: add to what y holds (a bias broadcast before)
+  const void* bias = nullptr;    // [out] in the element type, or null (then beta applies)
+  bool y_float = false;          // y is float32
+  const void* x = nullptr;       // [rows][in]
+  const void* weight = nullptr;  // [out][in]
+  void* y = nullptr;             // [rows][out]
+};
+Status gemv_cuda(const GemvParams& params, void* stream);
 
 // One row's sampling parameters as the device reads them: 32-bit words only, so the model
 // stages them with a step's other arrays (one pinned block, one copy). The seed and counter

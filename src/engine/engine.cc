@@ -183,7 +183,7 @@ Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback ca
   auto r = make_state(std::move(request), 0);
   r->forks = std::move(forks);
   r->callback = std::move(callback);
-  r->submitted = Clock::now();
+  r->submitted = now();
   for (auto& fork : r->forks) fork->submitted = r->submitted;
 
   RequestId id = 0;
@@ -198,6 +198,11 @@ Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback ca
               std::to_string(options_.max_queue) + "); retry in about " +
               std::to_string(static_cast<int>(retry)) + " s",
           Exhaustion{});
+    }
+    if (Status refused = refuse_predicted_locked(r->submitted); !refused.ok()) {
+      ++refused_at_submit_;
+      ++refused_predicted_;
+      return refused;
     }
     id = next_id_++;
     r->id = id;
@@ -218,9 +223,29 @@ void Engine::Impl::cancel(RequestId id) {
   wake_.notify_one();
 }
 
+Status Engine::Impl::refuse_predicted_locked(Clock::time_point now) const {
+  const auto bound = options_.max_queue_wait;
+  if (!options_.refuse_predicted_wait || bound.count() == 0) return Status::Ok();
+  const std::optional<double> wait = retry_.predicted_wait(queued_, now);
+  if (!wait || *wait <= std::chrono::duration<double>(bound).count()) return Status::Ok();
+  // The backstop would refuse it after the whole wait: refusing now spends no one's time.
+  const double retry = retry_.seconds(queued_, options_.max_running, now);
+  return Status::ResourceExhausted(
+      "overloaded: " + std::to_string(queued_) + " requests waiting would take about " +
+          std::to_string(static_cast<int>(*wait + 0.5)) + " s to admit (max_queue_wait " +
+          std::to_string(bound.count()) + " ms); retry in about " +
+          std::to_string(static_cast<int>(retry)) + " s",
+      Exhaustion{});
+}
+
+Clock::time_point Engine::Impl::now() const {
+  return options_.clock ? options_.clock() : Clock::now();
+}
+
 double Engine::Impl::retry_after() const {
+  const Clock::time_point at = now();
   MutexLock lock(mutex_);
-  return retry_.seconds(queued_, options_.max_running, Clock::now());
+  return retry_.seconds(queued_, options_.max_running, at);
 }
 
 Status Engine::Impl::run_until_idle() {
@@ -301,6 +326,8 @@ EngineStats Engine::Impl::stats() const {
     s.cancelled = published_.cancelled;
     s.failed = published_.failed;
     s.refused_overloaded = refused_at_submit_ + published_.refused_in_queue;
+    s.refused_predicted_wait = refused_predicted_;
+    s.refused_in_queue = published_.refused_in_queue;
     s.preemptions = published_.preemptions;
     s.steps = published_.steps;
     s.decode_only_steps = published_.decode_only_steps;

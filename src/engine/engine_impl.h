@@ -62,6 +62,11 @@ class Engine::Impl {
   };
 
   Status validate(const EngineRequest& request) const;  // engine.cc
+  // The scheduler's time: EngineOptions::clock, else the steady clock (engine.cc).
+  Clock::time_point now() const;
+  // ResourceExhausted when a request submitted `now` is predicted to wait past max_queue_wait
+  // behind the queue (engine.cc).
+  Status refuse_predicted_locked(Clock::time_point now) const KVVM_REQUIRES(mutex_);
   // Choice `index` of `request`, not yet submitted (engine.cc).
   std::unique_ptr<RequestState> make_state(EngineRequest request, std::uint32_t index) const;
   void worker();  // engine.cc
@@ -69,11 +74,21 @@ class Engine::Impl {
   // The step's phases (engine_step.cc).
   // Takes the inbox and the cancellations.
   void take_inbox(Clock::time_point now);
+  // Plans the running sequences' chunks and commits what they write (preempting when growth
+  // is refused), then admits waiting requests into the room left, each with its first chunk
+  // planned and committed, then refuses the overdue; false when there is nothing to run.
+  bool plan_step(Clock::time_point now);
+  // Admits from the front of the queue while a running place, the step's token budget and its
+  // prefill share leave room for a chunk.
   void admit_waiting(Clock::time_point now);
   // Refuses the requests still waiting, never admitted, past max_queue_wait.
   void refuse_overdue(Clock::time_point now);
-  // Plans the step's chunks and commits what they write; false when there is nothing to run.
-  bool plan_step();
+  // Whether the step being planned has room for another prefill chunk.
+  bool room_for_prefill() const;
+  // The tokens of r's next chunk in the step being planned (its decode token: 1).
+  std::uint32_t chunk_tokens(const RequestState& r) const;
+  // Adds r's next `n` tokens to the plan; false when they do not fit it.
+  bool plan_chunk(RequestState& r, std::uint32_t n);
   void run_step(Clock::time_point now);
   // The token sampled after the request's last missing one.
   void on_sampled(RequestState& r, std::int32_t token, Clock::time_point now);
@@ -112,6 +127,12 @@ class Engine::Impl {
   std::vector<RequestState*> touched_;                  // with an event this step
   std::vector<RequestId> cancels_taken_;
   std::vector<Planned> plan_;
+  // What is left of the step being planned: tokens, logit transforms, and the prefill share
+  // (max_prefill_tokens_while_decoding) that binds once a decode token is in it.
+  std::uint32_t budget_ = 0;
+  std::size_t transforms_left_ = 0;
+  std::uint32_t prefill_left_ = 0;
+  bool decoding_ = false;
   std::vector<SlotId> unreleased_;  // released by no request any more; retried after each step
   std::vector<std::int32_t> ids_;
   std::vector<model::Chunk> chunks_;
@@ -141,6 +162,7 @@ class Engine::Impl {
   std::uint64_t queued_ KVVM_GUARDED_BY(mutex_) = 0;  // inbox and queue
   std::uint64_t submitted_ KVVM_GUARDED_BY(mutex_) = 0;
   std::uint64_t refused_at_submit_ KVVM_GUARDED_BY(mutex_) = 0;
+  std::uint64_t refused_predicted_ KVVM_GUARDED_BY(mutex_) = 0;  // of those: predicted wait
   std::uint32_t running_count_ KVVM_GUARDED_BY(mutex_) = 0;
   StepCounters published_ KVVM_GUARDED_BY(mutex_);
   model::GraphStats graphs_ KVVM_GUARDED_BY(mutex_);

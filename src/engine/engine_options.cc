@@ -67,6 +67,12 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
         (pad ? " (one of max_slots is the decode graphs' padding)" : ""));
   }
   if (o.prefill_chunk == 0 || o.prefill_chunk > o.step_tokens) o.prefill_chunk = o.step_tokens;
+  if (o.max_prefill_tokens_while_decoding > o.step_tokens) {
+    return Status::InvalidArgument("max_prefill_tokens_while_decoding " +
+                                   std::to_string(o.max_prefill_tokens_while_decoding) +
+                                   ": exceeds step_tokens " + std::to_string(o.step_tokens) +
+                                   " (0: no bound but step_tokens)");
+  }
   // A shared window is read-only and would need an ensure to be written: the preallocated
   // baseline never grows, so it never shares.
   if (o.preallocate) o.prefix_cache = false;

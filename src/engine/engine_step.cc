@@ -57,11 +57,9 @@ std::size_t rows_of(model::LogprobRows rows, std::uint32_t tokens) {
 }  // namespace
 
 Result<bool> Engine::Impl::step() {
-  take_inbox(Clock::now());
-  admit_waiting(Clock::now());
-  refuse_overdue(Clock::now());
-  if (plan_step()) run_step(Clock::now());
-  deliver(Clock::now());
+  take_inbox(now());
+  if (plan_step(now())) run_step(now());
+  deliver(now());
   MutexLock lock(mutex_);
   return work_left_ || !inbox_.empty() || !cancels_.empty() || cancel_all_;
 }
@@ -103,14 +101,26 @@ void Engine::Impl::take_inbox(Clock::time_point now) {
 
 void Engine::Impl::admit_waiting(Clock::time_point now) {
   admitted_this_step_ = 0;
-  while (!waiting_.empty() && running_.size() < options_.max_running) {
+  while (!waiting_.empty() && running_.size() < options_.max_running && room_for_prefill()) {
     RequestState& r = *waiting_.front();
     // A prompt whose log-probabilities are wanted is computed whole: cached tokens have no
     // logits.
     Result<KvAdmission> admitted =
         kv_->admit(r.tokens, r.request.tenant, !r.wants_prompt_logprobs());
-    if (!admitted.ok()) {
-      const Status& refused = admitted.status();
+    Status refused = admitted.ok() ? Status::Ok() : admitted.status();
+    if (admitted.ok()) {
+      r.slot = admitted->slot;
+      r.computed = static_cast<std::uint32_t>(admitted->cached_tokens);
+      // The first chunk's KV is committed with the admission, or the admission is undone: a
+      // sequence admitted without it would be the newest, the first preempted, its work lost.
+      const std::uint32_t n = chunk_tokens(r);
+      refused = kv_->ensure(*r.slot, std::uint64_t{r.computed} + n);
+      if (!refused.ok()) {
+        release_slot(r);
+        r.computed = 0;
+      }
+    }
+    if (!refused.ok()) {
       const bool later = refused.code() == StatusCode::kResourceExhausted ||
                          refused.code() == StatusCode::kUnavailable;
       // Refused for now: it stays first in line, unless nothing running could ever make room.
@@ -124,8 +134,6 @@ void Engine::Impl::admit_waiting(Clock::time_point now) {
       continue;
     }
     const std::uint64_t cached = admitted->cached_tokens;
-    r.slot = admitted->slot;
-    r.computed = static_cast<std::uint32_t>(cached);
     r.cache_known = static_cast<std::uint32_t>(r.tokens.size());
     r.admission = ++admissions_;
     r.stats.cached_tokens = static_cast<std::uint32_t>(cached);
@@ -134,6 +142,7 @@ void Engine::Impl::admit_waiting(Clock::time_point now) {
       r.admitted = now;
       r.stats.queue_seconds = std::chrono::duration<double>(now - r.submitted).count();
     }
+    plan_chunk(r, chunk_tokens(r));
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     ++admitted_this_step_;
@@ -164,40 +173,58 @@ void Engine::Impl::refuse_overdue(Clock::time_point now) {
   if (!touched_.empty()) sweep_finished(waiting_, done_);
 }
 
-bool Engine::Impl::plan_step() {
-  plan_.clear();
-  const std::size_t max_chunks = model_.limits().max_chunks;
-  const std::uint32_t vocab = model_.config().vocab_size;
-  std::uint32_t budget = options_.step_tokens;
+bool Engine::Impl::room_for_prefill() const {
+  return budget_ > 0 && plan_.size() < model_.limits().max_chunks &&
+         (!decoding_ || prefill_left_ > 0);
+}
+
+std::uint32_t Engine::Impl::chunk_tokens(const RequestState& r) const {
+  if (r.missing() <= 1) return r.missing();  // a decode token (or a prompt cached but its last)
+  std::uint32_t n = std::min({r.missing(), options_.prefill_chunk, budget_});
+  if (decoding_) n = std::min(n, prefill_left_);
+  return n;
+}
+
+bool Engine::Impl::plan_chunk(RequestState& r, std::uint32_t n) {
+  if (n == 0 || n > budget_ || plan_.size() == model_.limits().max_chunks) return false;
   // The draws' logit transforms share the model's bound; a chunk whose transforms do not fit
-  // waits a step (one alone always fits: the bound holds a vocabulary).
-  std::size_t transforms = model_.limits().max_logit_adjustments;
-  const auto transforms_fit = [&](const RequestState& r, std::uint32_t end) {
-    if (end != r.tokens.size()) return true;  // a mid-prompt draw is moot
-    const std::size_t bound = logit_transform_bound(r, vocab);
-    if (bound > transforms) return false;
-    transforms -= bound;
-    return true;
-  };
+  // waits a step (one alone always fits: the bound holds a vocabulary). A mid-prompt draw is
+  // moot.
+  if (r.computed + n == r.tokens.size()) {
+    const std::size_t bound = logit_transform_bound(r, model_.config().vocab_size);
+    if (bound > transforms_left_) return false;
+    transforms_left_ -= bound;
+  }
+  plan_.push_back(Planned{.request = &r, .start = r.computed, .tokens = n});
+  budget_ -= n;
+  if (n > 1 || r.missing() > 1) prefill_left_ -= std::min(prefill_left_, n);
+  return true;
+}
+
+bool Engine::Impl::plan_step(Clock::time_point now) {
+  plan_.clear();
+  budget_ = options_.step_tokens;
+  transforms_left_ = model_.limits().max_logit_adjustments;
+  decoding_ = false;
+  prefill_left_ = options_.max_prefill_tokens_while_decoding != 0
+                      ? options_.max_prefill_tokens_while_decoding
+                      : options_.step_tokens;
   // Decode tokens first: a running answer never waits behind a new prompt.
   for (auto& r : running_) {
-    if (budget == 0 || plan_.size() == max_chunks) break;
+    if (budget_ == 0 || plan_.size() == model_.limits().max_chunks) break;
     if (r->finished || r->missing() != 1) continue;
-    if (!transforms_fit(*r, r->computed + 1)) continue;
-    plan_.push_back(Planned{.request = r.get(), .start = r->computed, .tokens = 1});
-    --budget;
+    decoding_ = plan_chunk(*r, 1) || decoding_;
   }
+  // Then the prompts already running, within what decodes leave of the prefill share.
   for (auto& r : running_) {
-    if (budget == 0 || plan_.size() == max_chunks) break;
+    if (!room_for_prefill()) break;
     if (r->finished || r->missing() <= 1) continue;
-    const std::uint32_t n = std::min({r->missing(), options_.prefill_chunk, budget});
-    if (!transforms_fit(*r, r->computed + n)) continue;
-    plan_.push_back(Planned{.request = r.get(), .start = r->computed, .tokens = n});
-    budget -= n;
+    plan_chunk(*r, chunk_tokens(*r));
   }
   // Commit what each chunk writes. Growth refused after reclaim preempts the newest sequence
   // (possibly this one) and tries again; one that cannot fit alone fails.
   // (Preallocated slots grow through nothing: the KV manager answers OK at once.)
+  const std::uint64_t preempted_before = step_counters_.preemptions;
   for (Planned& p : plan_) {
     while (p.request != nullptr) {
       RequestState& r = *p.request;
@@ -225,6 +252,12 @@ bool Engine::Impl::plan_step() {
       preempt(*victim);
     }
   }
+  // New requests only into what the running ones left, after their growth is committed: one
+  // admitted now is computed in this step, never preempted by it. A step that had to preempt
+  // admits nothing: the room it took back belongs to the sequences already running.
+  if (step_counters_.preemptions == preempted_before) admit_waiting(now);
+  // After admission, so that a request the step could admit is served however late it came.
+  refuse_overdue(now);
   return std::any_of(plan_.begin(), plan_.end(),
                      [](const Planned& p) { return p.request != nullptr; });
 }

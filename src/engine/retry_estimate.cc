@@ -11,8 +11,7 @@ void RetryEstimate::note_admission(Clock::time_point when) {
   count_ = std::min(count_ + 1, kSamples);
 }
 
-double RetryEstimate::seconds(std::uint64_t waiting, std::uint32_t parallel,
-                              Clock::time_point now) const {
+std::optional<double> RetryEstimate::rate(Clock::time_point now) const {
   // Admissions inside the window, and the oldest of them.
   std::size_t recent = 0;
   Clock::time_point oldest = now;
@@ -22,16 +21,27 @@ double RetryEstimate::seconds(std::uint64_t waiting, std::uint32_t parallel,
     ++recent;
     oldest = t;
   }
-  const double ahead = static_cast<double>(waiting) + 1;  // the refused request itself
-  double estimate = 0;
   const double span = std::chrono::duration<double>(now - oldest).count();
-  if (recent >= 2 && span > 0) {
-    // The oldest admission opens the span: the others happened inside it.
-    estimate = ahead / (static_cast<double>(recent - 1) / span);
-  } else {
-    estimate = ahead / static_cast<double>(std::max<std::uint32_t>(parallel, 1));
-  }
+  if (recent < 2 || span <= 0) return std::nullopt;
+  // The oldest admission opens the span: the others happened inside it.
+  return static_cast<double>(recent - 1) / span;
+}
+
+double RetryEstimate::seconds(std::uint64_t waiting, std::uint32_t parallel,
+                              Clock::time_point now) const {
+  const double ahead = static_cast<double>(waiting) + 1;  // the refused request itself
+  const std::optional<double> measured = rate(now);
+  const double estimate = measured
+                              ? ahead / *measured
+                              : ahead / static_cast<double>(std::max<std::uint32_t>(parallel, 1));
   return std::clamp(estimate, kMinSeconds, kMaxSeconds);
+}
+
+std::optional<double> RetryEstimate::predicted_wait(std::uint64_t ahead,
+                                                    Clock::time_point now) const {
+  const std::optional<double> measured = rate(now);
+  if (!measured) return std::nullopt;
+  return static_cast<double>(ahead) / *measured;
 }
 
 }  // namespace kvvm::engine

@@ -1,12 +1,14 @@
-// RetryEstimate: when a request refused as overloaded should come back. The queue ahead of it
-// drains at the rate requests recently left it (admitted); that rate is measured over the
-// last few admissions rather than assumed, so the estimate follows the load.
+// RetryEstimate: when a request refused as overloaded should come back, and how long a new one
+// would wait. The queue ahead of it drains at the rate requests recently left it (admitted);
+// that rate is measured over the last few admissions rather than assumed, so the estimate
+// follows the load.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace kvvm::engine {
 
@@ -21,8 +23,15 @@ class RetryEstimate {
   // Seconds until `waiting` requests ahead have been admitted: at the recent rate, else (no
   // recent admission) one second per `parallel` of them. Clamped to [1, 3600].
   double seconds(std::uint64_t waiting, std::uint32_t parallel, Clock::time_point now) const;
+  // Seconds a request queued now waits behind the `ahead` requests already queued, at the
+  // measured rate, unclamped. nullopt while no rate is measured (fewer than two admissions in
+  // the window, or none yet): a guess must never refuse anyone.
+  std::optional<double> predicted_wait(std::uint64_t ahead, Clock::time_point now) const;
 
  private:
+  // Admissions per second over the window; nullopt when not measured.
+  std::optional<double> rate(Clock::time_point now) const;
+
   // Admissions older than this say nothing about the rate now.
   static constexpr std::chrono::seconds kWindow{60};
   static constexpr std::size_t kSamples = 64;

@@ -1,9 +1,11 @@
-// The append kernel's host launcher, and whether this build has the CUDA kernels.
+// The append kernels' host launchers (plain, and with RoPE fused), and whether this build has the
+// CUDA kernels.
 #include <string>
 
 #include "kernels/append.cuh"
 #include "kernels/common.cuh"
 #include "kernels/launch_support.cuh"
+#include "kernels/rope_append.cuh"
 #include "kvvm/attention.h"
 
 namespace kvvm {
@@ -35,6 +37,35 @@ Status append_kv_cuda(const AppendParams& p, void* stream) {
                                      static_cast<cudaStream_t>(stream)>>>(kp);
   })
   return last_launch("append_kernel<<<>>>");
+}
+
+Status rope_append_kv_cuda(const RopeAppendParams& p, void* stream) {
+  const AppendParams& a = p.append;
+  if (a.k != nullptr || a.v != nullptr) {
+    return Status::InvalidArgument(
+        "rope_append: k and v come from qkv; append.k / .v must be null");
+  }
+  AppendParams checked = a;  // check_append asks for the sources this call reads from qkv
+  checked.k = checked.v = p.qkv;
+  KVVM_RETURN_IF_ERROR(check_append(checked));
+  KVVM_RETURN_IF_ERROR(check_cuda_view(a.view, "rope_append"));
+  KVVM_RETURN_IF_ERROR(check_cuda_activations(a.view, a.activations, "rope_append"));
+  if (p.qo_heads == 0 || p.qo_heads % a.kv_heads != 0) {
+    return Status::InvalidArgument("rope_append: " + str(p.qo_heads) +
+                                   " query heads are not a positive multiple of " +
+                                   str(a.kv_heads) + " KV heads");
+  }
+  KVVM_RETURN_IF_ERROR(check_pointers(
+      {{p.qkv, "qkv"}, {p.q_out, "q_out"}, {p.inv_freq, "inv_freq"}}, "rope_append"));
+  if ((p.k_out == nullptr) != (p.v_out == nullptr)) {
+    return Status::InvalidArgument("rope_append: give both k_out and v_out or neither");
+  }
+  if (a.tokens == 0) return Status::Ok();
+  KVVM_DISPATCH_ACCESS(a.view.element, a.activations, T, FP8, {
+    kernels::rope_append_kernel<T, FP8>
+        <<<a.tokens, kernels::kRopeAppendThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  })
+  return last_launch("rope_append_kernel<<<>>>");
 }
 
 }  // namespace kvvm

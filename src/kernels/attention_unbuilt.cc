@@ -16,6 +16,9 @@ Status attention_unbuilt(const char* what) {
 
 bool attention_kernels_built() { return false; }
 Status append_kv_cuda(const AppendParams&, void*) { return attention_unbuilt("append_kv_cuda"); }
+Status rope_append_kv_cuda(const RopeAppendParams&, void*) {
+  return attention_unbuilt("rope_append_kv_cuda");
+}
 Result<DecodePlan> plan_decode_cuda(const DecodeParams&) {
   return attention_unbuilt("plan_decode_cuda");
 }

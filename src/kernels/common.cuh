@@ -1,4 +1,4 @@
-// Pieces every attention kernel uses: conversion from float, 16-byte cp.async copies, and the
+// Pieces every kernel uses: conversion to and from float, 16-byte cp.async copies, and the
 // dispatch macros that turn run-time sizes into compile-time constants.
 //
 // Why 16-byte copies: HOPPER.md's first habit for memory-bound code; one copy per lane moves
@@ -28,6 +28,37 @@ __device__ __forceinline__ __half from_float<__half>(float value) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
   return __float2bfloat16_rn(value);
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T value);
+template <>
+__device__ __forceinline__ float to_float<__half>(__half value) {
+  return __half2float(value);
+}
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 value) {
+  return __bfloat162float(value);
+}
+
+// Rounds to T and back: the value a torch tensor of type T holds after an op.
+template <typename T>
+__device__ __forceinline__ float rounded(float value) {
+  return to_float<T>(from_float<T>(value));
+}
+
+// Programmatic dependent launch (sm_90). A kernel launched with programmatic stream
+// serialization may start before the kernel ahead of it on the stream has finished; it must
+// call wait_for_previous_kernel before it reads that kernel's output or writes what that kernel
+// reads (a no-op in a kernel launched without the attribute). allow_next_kernel_to_start lets
+// such a dependent be scheduled before this kernel's blocks exit (a no-op when none follows):
+// a short kernel says so at its start, so the next one's blocks fill the idle SMs and start
+// their independent reads (a GEMV's weights) meanwhile.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void allow_next_kernel_to_start() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 // cp.async (sm_80+): a 16-byte global-to-shared copy that does not hold registers while in

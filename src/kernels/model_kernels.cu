@@ -162,8 +162,20 @@ Status argmax_cuda(const ArgmaxParams& p, void* stream) {
   if (p.rows == 0) return Status::Ok();
   KVVM_RETURN_IF_ERROR(check_positive(p.vocab, "vocab", "argmax"));
   KVVM_RETURN_IF_ERROR(check_pointers({{p.logits, "logits"}, {p.out, "out"}}, "argmax"));
-  kernels::argmax_kernel<<<p.rows, kernels::kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  return last_launch("argmax_kernel<<<>>>");
+  auto* s = static_cast<cudaStream_t>(stream);
+  // A stretch of at least 2,048 entries: below that a block's start-up outweighs its reads.
+  constexpr std::uint32_t kLeastStretch = 2048;
+  const std::uint32_t splits =
+      std::min<std::uint32_t>(kArgmaxSplits, (p.vocab + kLeastStretch - 1) / kLeastStretch);
+  if (p.workspace == nullptr || splits == 1) {
+    kernels::argmax_kernel<<<p.rows, kernels::kRowThreads, 0, s>>>(p);
+    return last_launch("argmax_kernel<<<>>>");
+  }
+  const std::uint32_t stretch = (p.vocab + splits - 1) / splits;
+  kernels::argmax_split_kernel<<<dim3(splits, p.rows), kernels::kRowThreads, 0, s>>>(p, stretch);
+  KVVM_RETURN_IF_ERROR(last_launch("argmax_split_kernel<<<>>>"));
+  kernels::argmax_merge_kernel<<<p.rows, 32, 0, s>>>(p, splits);
+  return last_launch("argmax_merge_kernel<<<>>>");
 }
 
 }  // namespace kvvm

@@ -11,6 +11,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/dummy_value.h"
+#include "kernels/rope.cuh"
 #include "kvvm/model_kernels.h"
 
 namespace kvvm::kernels {
@@ -18,23 +19,6 @@ namespace kvvm::kernels {
 constexpr std::uint32_t kRowThreads = 256;   // RMSNorm, rope, argmax, embedding: one block a row
 constexpr std::uint32_t kFlatThreads = 256;  // elementwise kernels
 constexpr std::uint32_t kMaxFlatBlocks = 65535;
-
-template <typename T>
-__device__ __forceinline__ float to_float(T value);
-template <>
-__device__ __forceinline__ float to_float<__half>(__half value) {
-  return __half2float(value);
-}
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 value) {
-  return __bfloat162float(value);
-}
-
-// Rounds to T and back: the value a torch tensor of type T holds after an op.
-template <typename T>
-__device__ __forceinline__ float rounded(float value) {
-  return to_float<T>(from_float<T>(value));
-}
 
 // The sum over the block, in every thread. REQUIRES: blockDim.x a multiple of 32, at most 1024;
 // called once per kernel (the shared partials are not reused).
@@ -68,6 +52,7 @@ __global__ void __launch_bounds__(kRowThreads) embedding_kernel(const EmbeddingP
 
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
+  allow_next_kernel_to_start();  // a GEMV's weights do not depend on this row
   const std::uint32_t r = blockIdx.x;
   const std::uint64_t source = p.row_index != nullptr ? p.row_index[r] : r;
   T* x = static_cast<T*>(p.x) + source * p.hidden;
@@ -106,18 +91,15 @@ __global__ void __launch_bounds__(kRowThreads) rope_kernel(const RopeParams p) {
                   (static_cast<std::uint64_t>(token) * p.q_heads + head) * p.head_dim
             : static_cast<T*>(p.k) +
                   (static_cast<std::uint64_t>(token) * p.k_heads + (head - p.q_heads)) * p.head_dim;
-    const float angle = position * p.inv_freq[i];
-    const float c = rounded<T>(cosf(angle));
-    const float s = rounded<T>(sinf(angle));
-    const float x1 = to_float<T>(row[i]);
-    const float x2 = to_float<T>(row[i + half]);
-    row[i] = from_float<T>(rounded<T>(x1 * c) + rounded<T>(-x2 * s));
-    row[i + half] = from_float<T>(rounded<T>(x2 * c) + rounded<T>(x1 * s));
+    const RotatedPair<T> rotated = rotate_pair<T>(row[i], row[i + half], position, p.inv_freq[i]);
+    row[i] = rotated.low;
+    row[i + half] = rotated.high;
   }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kFlatThreads) silu_mul_kernel(const SiluMulParams p) {
+  allow_next_kernel_to_start();  // the down projection's weights do not depend on this
   const std::uint64_t total = static_cast<std::uint64_t>(p.rows) * p.inter;
   const T* gate_up = static_cast<const T*>(p.gate_up);
   T* out = static_cast<T*>(p.out);
@@ -182,11 +164,14 @@ __device__ __forceinline__ void keep_better(float& value, std::uint32_t& index, 
   }
 }
 
-__global__ void __launch_bounds__(kRowThreads) argmax_kernel(const ArgmaxParams p) {
-  const float* row = p.logits + static_cast<std::uint64_t>(blockIdx.x) * p.vocab;
-  float best = kNegInf;
-  std::uint32_t best_index = 0xffffffffu;
-  for (std::uint32_t i = threadIdx.x; i < p.vocab; i += blockDim.x) {
+// The best (value, index) of row[begin, end) over the block, in thread 0 (the lowest index
+// among equals; (-inf, UINT32_MAX) when every entry is NaN).
+__device__ __forceinline__ void block_argmax(const float* row, std::uint32_t begin,
+                                             std::uint32_t end, float& best,
+                                             std::uint32_t& best_index) {
+  best = kNegInf;
+  best_index = 0xffffffffu;
+  for (std::uint32_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const float value = row[i];
     // Ascending i: strictly greater keeps this thread's lowest index; NaN compares false.
     if (value > best || (value == best && best_index == 0xffffffffu)) {
@@ -215,9 +200,52 @@ __global__ void __launch_bounds__(kRowThreads) argmax_kernel(const ArgmaxParams 
     const std::uint32_t other_index = __shfl_xor_sync(0xffffffffu, best_index, offset);
     keep_better(best, best_index, other, other_index);
   }
-  if (lane == 0) {
-    p.out[blockIdx.x] = best_index == 0xffffffffu ? 0 : static_cast<std::int32_t>(best_index);
+}
+
+__device__ __forceinline__ std::int32_t argmax_answer(std::uint32_t best_index) {
+  return best_index == 0xffffffffu ? 0 : static_cast<std::int32_t>(best_index);
+}
+
+// One block a row.
+__global__ void __launch_bounds__(kRowThreads) argmax_kernel(const ArgmaxParams p) {
+  float best;
+  std::uint32_t best_index;
+  block_argmax(p.logits + static_cast<std::uint64_t>(blockIdx.x) * p.vocab, 0, p.vocab, best,
+               best_index);
+  if (threadIdx.x == 0) p.out[blockIdx.x] = argmax_answer(best_index);
+}
+
+// Block (split, row): the best of the row's split-th stretch of `stretch` entries.
+__global__ void __launch_bounds__(kRowThreads)
+    argmax_split_kernel(const ArgmaxParams p, std::uint32_t stretch) {
+  const std::uint32_t begin = blockIdx.x * stretch;
+  const std::uint32_t end = begin + stretch < p.vocab ? begin + stretch : p.vocab;
+  float best;
+  std::uint32_t best_index;
+  block_argmax(p.logits + static_cast<std::uint64_t>(blockIdx.y) * p.vocab, begin, end, best,
+               best_index);
+  if (threadIdx.x == 0) {
+    p.workspace[static_cast<std::uint64_t>(blockIdx.y) * kArgmaxSplits + blockIdx.x] = {best,
+                                                                                        best_index};
   }
+}
+
+// One warp a row: the best of its `splits` stretches' bests.
+__global__ void __launch_bounds__(32)
+    argmax_merge_kernel(const ArgmaxParams p, std::uint32_t splits) {
+  const ArgmaxPartial* partial =
+      p.workspace + static_cast<std::uint64_t>(blockIdx.x) * kArgmaxSplits;
+  float best = kNegInf;
+  std::uint32_t best_index = 0xffffffffu;
+  for (std::uint32_t i = threadIdx.x; i < splits; i += 32) {
+    keep_better(best, best_index, partial[i].value, partial[i].index);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+    const std::uint32_t other_index = __shfl_xor_sync(0xffffffffu, best_index, offset);
+    keep_better(best, best_index, other, other_index);
+  }
+  if (threadIdx.x == 0) p.out[blockIdx.x] = argmax_answer(best_index);
 }
 
 }  // namespace kvvm::kernels

@@ -30,6 +30,7 @@ Status broadcast_rows_cuda(const BroadcastRowsParams&, void*) {
   return model_kernels_unbuilt("broadcast_rows_cuda");
 }
 Status argmax_cuda(const ArgmaxParams&, void*) { return model_kernels_unbuilt("argmax_cuda"); }
+Status gemv_cuda(const GemvParams&, void*) { return model_kernels_unbuilt("gemv_cuda"); }
 Status sample_cuda(const SampleParams&, void*) { return model_kernels_unbuilt("sample_cuda"); }
 Status logprobs_cuda(const LogprobsParams&, void*) {
   return model_kernels_unbuilt("logprobs_cuda");

@@ -15,8 +15,10 @@
 // more.
 //
 // Attention per layer: K / V of every token are appended in one call (per-row slots and
-// positions), consecutive single-token chunks share one decode call, and each longer chunk
-// is one causal prefill call (it reads its own rows, appended just before).
+// positions; fused, with the RoPE in it, from one q|k|v projection), consecutive single-token
+// chunks share one decode call, and each longer chunk is one causal prefill call (it reads its
+// own rows, appended just before). The unfused path (CudaModelOptions::fused false) keeps one
+// kernel per op and cuBLAS for every projection: the reference the fused one is measured against.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -284,6 +286,7 @@ Status CudaModel::enqueue_step(const StepBatch& batch, bool sample, std::uint32_
   argmax.vocab = c.vocab_size;
   argmax.logits = logits_;
   argmax.out = argmax_;
+  argmax.workspace = argmax_partials_;
   KVVM_RETURN_IF_ERROR(argmax_cuda(argmax, stream_));
   if (!sample) return Status::Ok();
   SampleParams sampling;
@@ -395,7 +398,7 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
                             std::uint32_t decode_max_length) {
   const ModelConfig& c = config();
   const DeviceLayer& w = weights_->layers[layer];
-  const std::uint32_t q_dim = c.heads * c.head_dim, kv_dim = c.kv_heads * c.head_dim;
+  const std::uint32_t q_dim = c.heads * c.head_dim;
   RmsNormParams norm;
   norm.element = compute_;
   norm.rows = tokens;
@@ -406,35 +409,7 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
   norm.weight = w.input_norm;
   norm.out = normed_;
   KVVM_RETURN_IF_ERROR(rmsnorm_cuda(norm, stream_));
-  KVVM_RETURN_IF_ERROR(linear(normed_, w.q, w.q_bias, q_, tokens, c.hidden_size, q_dim));
-  KVVM_RETURN_IF_ERROR(linear(normed_, w.k, w.k_bias, k_, tokens, c.hidden_size, kv_dim));
-  KVVM_RETURN_IF_ERROR(linear(normed_, w.v, w.v_bias, v_, tokens, c.hidden_size, kv_dim));
-  RopeParams rope;
-  rope.element = compute_;
-  rope.tokens = tokens;
-  rope.q_heads = c.heads;
-  rope.k_heads = c.kv_heads;
-  rope.head_dim = c.head_dim;
-  rope.q = q_;
-  rope.k = k_;
-  rope.positions = arrays_ + offsets_.positions;
-  rope.inv_freq = inv_freq_;
-  KVVM_RETURN_IF_ERROR(rope_cuda(rope, stream_));
-  if (calibrating_) KVVM_RETURN_IF_ERROR(calibrate_layer(layer, tokens));
-  AppendParams append;
-  append.view = batch.kv;
-  append.activations = compute_;
-  append.k_scale = kv_scales().k_of(layer);
-  append.v_scale = kv_scales().v_of(layer);
-  append.head_scales = head_scales(layer);
-  append.layer = layer;
-  append.kv_heads = c.kv_heads;
-  append.tokens = tokens;
-  append.k = k_;
-  append.v = v_;
-  append.row_slots = arrays_ + offsets_.row_slots;
-  append.row_positions = arrays_ + offsets_.positions;
-  KVVM_RETURN_IF_ERROR(append_kv_cuda(append, stream_));
+  KVVM_RETURN_IF_ERROR(attention_inputs(layer, batch, tokens));
   KVVM_RETURN_IF_ERROR(attention(layer, batch, decode_max_length));
   KVVM_RETURN_IF_ERROR(linear(attn_, w.o, w.o_bias, delta_, tokens, q_dim, c.hidden_size));
   norm.add = delta_;
@@ -452,6 +427,77 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
   return linear(act_, w.down, nullptr, delta_, tokens, c.intermediate_size, c.hidden_size);
 }
 
+AppendParams CudaModel::append_params(std::uint32_t layer, const StepBatch& batch,
+                                      std::uint32_t tokens) const {
+  AppendParams append;
+  append.view = batch.kv;
+  append.activations = compute_;
+  append.head_scales = head_scales(layer);
+  append.layer = layer;
+  append.kv_heads = config().kv_heads;
+  append.tokens = tokens;
+  append.row_slots = arrays_ + offsets_.row_slots;
+  append.row_positions = arrays_ + offsets_.positions;
+  return append;
+}
+
+Status CudaModel::attention_inputs(std::uint32_t layer, const StepBatch& batch,
+                                   std::uint32_t tokens) {
+  if (fused_) return attention_inputs_fused(layer, batch, tokens);
+  const ModelConfig& c = config();
+  const DeviceLayer& w = weights_->layers[layer];
+  const std::uint32_t q_dim = c.heads * c.head_dim, kv_dim = c.kv_heads * c.head_dim;
+  KVVM_RETURN_IF_ERROR(linear(normed_, w.q, w.q_bias, q_, tokens, c.hidden_size, q_dim));
+  KVVM_RETURN_IF_ERROR(linear(normed_, w.k, w.k_bias, k_, tokens, c.hidden_size, kv_dim));
+  KVVM_RETURN_IF_ERROR(linear(normed_, w.v, w.v_bias, v_, tokens, c.hidden_size, kv_dim));
+  RopeParams rope;
+  rope.element = compute_;
+  rope.tokens = tokens;
+  rope.q_heads = c.heads;
+  rope.k_heads = c.kv_heads;
+  rope.head_dim = c.head_dim;
+  rope.q = q_;
+  rope.k = k_;
+  rope.positions = arrays_ + offsets_.positions;
+  rope.inv_freq = inv_freq_;
+  KVVM_RETURN_IF_ERROR(rope_cuda(rope, stream_));
+  if (calibrating_) KVVM_RETURN_IF_ERROR(calibrate_layer(layer, tokens));
+  AppendParams append = append_params(layer, batch, tokens);
+  append.k = k_;
+  append.v = v_;
+  return append_kv_cuda(append, stream_);
+}
+
+// The layout puts q, k and v (and their biases) back to back, so one projection writes a
+// row [q | k | v] per token; the rope-append kernel then rotates q into q_ and k into the
+// cache. A calibrating step first has the kernel write the rotated K and V to k_ and v_ only,
+// measures them, and appends them with the scales just set.
+Status CudaModel::attention_inputs_fused(std::uint32_t layer, const StepBatch& batch,
+                                         std::uint32_t tokens) {
+  const ModelConfig& c = config();
+  const DeviceLayer& w = weights_->layers[layer];
+  const std::uint32_t qkv_dim = (c.heads + 2 * c.kv_heads) * c.head_dim;
+  KVVM_RETURN_IF_ERROR(linear(normed_, w.q, w.q_bias, qkv_, tokens, c.hidden_size, qkv_dim));
+  RopeAppendParams fused;
+  fused.append = append_params(layer, batch, tokens);
+  fused.qo_heads = c.heads;
+  fused.qkv = qkv_;
+  fused.q_out = q_;
+  fused.inv_freq = inv_freq_;
+  if (calibrating_) {
+    fused.k_out = k_;
+    fused.v_out = v_;
+    fused.cache = false;
+  }
+  KVVM_RETURN_IF_ERROR(rope_append_kv_cuda(fused, stream_));
+  if (!calibrating_) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(calibrate_layer(layer, tokens));
+  AppendParams append = append_params(layer, batch, tokens);  // the table holds the new scales
+  append.k = k_;
+  append.v = v_;
+  return append_kv_cuda(append, stream_);
+}
+
 Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch,
                             std::uint32_t decode_max_length) {
   const ModelConfig& c = config();
@@ -460,8 +506,6 @@ Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch,
     DecodeParams decode;
     decode.view = batch.kv;
     decode.activations = compute_;
-    decode.k_scale = kv_scales().k_of(layer);
-    decode.v_scale = kv_scales().v_of(layer);
     decode.head_scales = head_scales(layer);
     decode.layer = layer;
     decode.qo_heads = c.heads;
@@ -481,8 +525,6 @@ Status CudaModel::attention(std::uint32_t layer, const StepBatch& batch,
     PrefillParams prefill;
     prefill.view = batch.kv;
     prefill.activations = compute_;
-    prefill.k_scale = kv_scales().k_of(layer);
-    prefill.v_scale = kv_scales().v_of(layer);
     prefill.head_scales = head_scales(layer);
     prefill.layer = layer;
     prefill.qo_heads = c.heads;
@@ -501,8 +543,19 @@ void* CudaModel::row_of(void* base, std::uint64_t row, std::uint64_t width) cons
   return static_cast<unsigned char*>(base) + row * width * element_bytes(compute_);
 }
 
+// The projections of a batch of at most this many rows run as gemv_cuda (fused path): a
+// library GEMM of so few rows streams the weights below the memory's rate. Above it the GEMV's
+// float32 products (no tensor cores) cost more than the reads they save: measured on the H200
+// (docs/PERFORMANCE.md), 4 rows of the 8B shape take 8.8 ms a step against cuBLAS's ~6.4.
+constexpr std::uint32_t kGemvRows = 2;
+
+bool CudaModel::gemv_shape(std::uint32_t rows, std::uint32_t in) const {
+  return fused_ && rows <= kGemvRows && in % 8 == 0;
+}
+
 Status CudaModel::linear(const void* x, const void* weight, const void* bias, void* y,
                          std::uint32_t rows, std::uint32_t in, std::uint32_t out) {
+  if (gemv_shape(rows, in)) return gemv(x, weight, bias, y, false, 0.0f, rows, in, out);
   float beta = 0.0f;
   if (bias != nullptr) {
     BroadcastRowsParams under;
@@ -517,10 +570,29 @@ Status CudaModel::linear(const void* x, const void* weight, const void* bias, vo
   return gemm(x, weight, y, data_type_, beta, rows, in, out);
 }
 
+Status CudaModel::gemv(const void* x, const void* weight, const void* bias, void* y, bool y_float,
+                       float beta, std::uint32_t rows, std::uint32_t in, std::uint32_t out) {
+  GemvParams p;
+  p.element = compute_;
+  p.rows = rows;
+  p.in = in;
+  p.out = out;
+  p.beta = beta;
+  p.bias = bias;
+  p.y_float = y_float;
+  p.x = x;
+  p.weight = weight;
+  p.y = y;
+  return gemv_cuda(p, stream_);
+}
+
 // Row-major y[rows][out] = x[rows][in] . W^T with W [out][in] row-major is, in cuBLAS's
 // column-major terms, C[out x rows] = op_T(W as [in x out]) . (x as [in x rows]).
 Status CudaModel::gemm(const void* x, const void* weight, void* y, cudaDataType y_type, float beta,
                        std::uint32_t rows, std::uint32_t in, std::uint32_t out) {
+  if (gemv_shape(rows, in)) {
+    return gemv(x, weight, nullptr, y, y_type == CUDA_R_32F, beta, rows, in, out);
+  }
   const float alpha = 1.0f;
   const CublasApi& api = cublas_library().api;
   return cublas_gemm_status(

@@ -114,6 +114,7 @@ Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& opti
   Result<DType> compute = choose_compute(config(), weights, options.weights, options.compute);
   if (!compute.ok()) return compute.status();
   compute_ = *compute;
+  fused_ = options.fused;
   data_type_ = compute_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   KVVM_RETURN_IF_ERROR(cuda_call("cudaGetDevice", cudaGetDevice(&device_)));
   if (options.stream != nullptr) {
@@ -201,6 +202,7 @@ Status CudaModel::allocate_buffers() {
   void* inv_freq = nullptr;
   void* logits = nullptr;
   void* argmax = nullptr;
+  void* argmax_partials = nullptr;
   void* sampled = nullptr;
   void* results = nullptr;
   void* prompt = nullptr;
@@ -212,6 +214,7 @@ Status CudaModel::allocate_buffers() {
       {&inv_freq, std::uint64_t{c.head_dim / 2} * sizeof(float)},
       {&x_, tokens * c.hidden_size * size},
       {&normed_, tokens * c.hidden_size * size},
+      {&qkv_, tokens * (q_dim + 2 * kv_dim) * size},
       {&q_, tokens * q_dim * size},
       {&k_, tokens * kv_dim * size},
       {&v_, tokens * kv_dim * size},
@@ -222,6 +225,7 @@ Status CudaModel::allocate_buffers() {
       {&final_, chunks * c.hidden_size * size},
       {&logits, chunks * c.vocab_size * sizeof(float)},
       {&argmax, chunks * sizeof(std::int32_t)},
+      {&argmax_partials, fused_ ? chunks * kArgmaxSplits * sizeof(ArgmaxPartial) : 0},
       {&sampled, chunks * sizeof(std::int32_t)},
       {&results, result_bytes},
       {&prompt, prompt_bytes},
@@ -245,6 +249,7 @@ Status CudaModel::allocate_buffers() {
   inv_freq_ = static_cast<float*>(inv_freq);
   logits_ = static_cast<float*>(logits);
   argmax_ = static_cast<std::int32_t*>(argmax);
+  if (fused_) argmax_partials_ = static_cast<ArgmaxPartial*>(argmax_partials);
   sampled_ = static_cast<std::int32_t*>(sampled);
   logprob_results_ = static_cast<LogprobResult*>(results);
   prompt_arrays_ = static_cast<std::uint32_t*>(prompt);

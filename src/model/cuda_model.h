@@ -1,6 +1,6 @@
 // The CUDA backend of Model (include/kvvm/model/model.h): cuBLAS GEMMs in bf16 / fp16 with
-// float32 accumulation, the model kernels (model_kernels.h) and the attention kernels
-// (attention.h) on one stream.
+// float32 accumulation (a GEMV for steps of a row or two), the model kernels (model_kernels.h)
+// and the attention kernels (attention.h) on one stream.
 //
 // Why everything is sized at creation: a step allocates nothing (docs/ARCHITECTURE.md "Model
 // runtime"), so a decode step can be captured in a CUDA graph and replayed (cuda_graphs.cc). The
@@ -108,21 +108,33 @@ class CudaModel final : public Model {
   Status capture_one(std::uint32_t rows, const DecodeGraphOptions& options, cudaGraphExec_t* exec);
   Status run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens,
                    std::uint32_t decode_max_length);
+  // The layer's q, k, v and the KV append: fused (one projection, RoPE in the append) or one
+  // op at a time; either way q_ holds the rotated queries and the cache the new K and V.
+  Status attention_inputs(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens);
+  Status attention_inputs_fused(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens);
+  AppendParams append_params(std::uint32_t layer, const StepBatch& batch,
+                             std::uint32_t tokens) const;
   Status attention(std::uint32_t layer, const StepBatch& batch, std::uint32_t decode_max_length);
   // The device's copy of layer `layer`'s scales (kv_scale_table_).
   KvHeadScales head_scales(std::uint32_t layer) const;
   // A calibrating step's maxima of the layer's K and V (k_, v_ after RoPE) set its scales.
   Status calibrate_layer(std::uint32_t layer, std::uint32_t tokens);
   Status kv_scales_changed() override;
-  // y[rows][out] = x[rows][in] . weight^T (+ bias), in the compute type.
+  // y[rows][out] = x[rows][in] . weight^T (+ bias), in the compute type: gemv_cuda for at most
+  // kGemvRows rows when fused, else cuBLAS.
   Status linear(const void* x, const void* weight, const void* bias, void* y, std::uint32_t rows,
                 std::uint32_t in, std::uint32_t out);
   Status gemm(const void* x, const void* weight, void* y, cudaDataType y_type, float beta,
               std::uint32_t rows, std::uint32_t in, std::uint32_t out);
+  bool gemv_shape(std::uint32_t rows, std::uint32_t in) const;
+  // gemv_cuda with the bias (or null) added in the kernel.
+  Status gemv(const void* x, const void* weight, const void* bias, void* y, bool y_float,
+              float beta, std::uint32_t rows, std::uint32_t in, std::uint32_t out);
   // Byte offset of row `row` of a [..][width] activation in the compute type.
   void* row_of(void* base, std::uint64_t row, std::uint64_t width) const;
 
   int device_ = 0;
+  bool fused_ = true;  // CudaModelOptions::fused
   DType compute_ = DType::kBf16;
   cudaDataType data_type_ = CUDA_R_16BF;
   cudaStream_t stream_ = nullptr;
@@ -142,17 +154,19 @@ class CudaModel final : public Model {
   float* inv_freq_ = nullptr;  // [head_dim / 2]
   void* x_ = nullptr;          // [tokens][hidden]: the residual stream
   void* normed_ = nullptr;     // [tokens][hidden]
+  void* qkv_ = nullptr;        // [tokens][heads + 2 * kv_heads][head_dim]: the fused projection
   void* q_ = nullptr;          // [tokens][heads][head_dim]
   void* k_ = nullptr;          // [tokens][kv_heads][head_dim]
   void* v_ = nullptr;
-  void* attn_ = nullptr;             // [tokens][heads][head_dim]
-  void* delta_ = nullptr;            // [tokens][hidden]: o_proj / down_proj output
-  void* gate_up_ = nullptr;          // [tokens][2 * intermediate]
-  void* act_ = nullptr;              // [tokens][intermediate]
-  void* final_ = nullptr;            // [chunks][hidden]
-  float* logits_ = nullptr;          // [chunks][vocab], float32
-  std::int32_t* argmax_ = nullptr;   // [chunks]
-  std::int32_t* sampled_ = nullptr;  // [chunks]
+  void* attn_ = nullptr;                      // [tokens][heads][head_dim]
+  void* delta_ = nullptr;                     // [tokens][hidden]: o_proj / down_proj output
+  void* gate_up_ = nullptr;                   // [tokens][2 * intermediate]
+  void* act_ = nullptr;                       // [tokens][intermediate]
+  void* final_ = nullptr;                     // [chunks][hidden]
+  float* logits_ = nullptr;                   // [chunks][vocab], float32
+  std::int32_t* argmax_ = nullptr;            // [chunks]
+  ArgmaxPartial* argmax_partials_ = nullptr;  // [chunks][kArgmaxSplits]: null unless fused
+  std::int32_t* sampled_ = nullptr;           // [chunks]
   // [max_chunks] each chunk's last row, then [max_step_tokens] the prompt rows (172 bytes a
   // token, next to the activations' kilobytes).
   LogprobResult* logprob_results_ = nullptr;

@@ -17,14 +17,15 @@ inline constexpr std::uint64_t kNoTensor = ~std::uint64_t{0};
 
 // Byte offsets inside one layer block.
 struct LayerBlockOffsets {
-  std::uint64_t q = 0, k = 0, v = 0, o = 0;
-  std::uint64_t gate_up = 0;  // [2 * intermediate][hidden]: gate rows, then up rows
+  std::uint64_t q = 0, k = 0, v = 0, o = 0;  // q, k, v contiguous: one [q + 2 kv][hidden]
+  std::uint64_t gate_up = 0;                 // [2 * intermediate][hidden]: gate rows, then up rows
   std::uint64_t down = 0;
 };
 
 // Byte offsets of one layer's small tensors inside the base region (kNoTensor: absent).
 struct LayerBaseOffsets {
   std::uint64_t input_norm = 0, post_norm = 0;
+  // q, k, v biases contiguous (one run of q_dim + 2 kv_dim) when present.
   std::uint64_t q_bias = kNoTensor, k_bias = kNoTensor, v_bias = kNoTensor, o_bias = kNoTensor;
 };
 

@@ -46,16 +46,18 @@ WeightLayout weight_layout(const ModelConfig& c, DType element) {
     layer.input_norm = place(base, hidden, size);
     layer.post_norm = place(base, hidden, size);
     if (c.qkv_bias) {
-      layer.q_bias = place(base, q_dim, size);
-      layer.k_bias = place(base, kv_dim, size);
-      layer.v_bias = place(base, kv_dim, size);
+      // One run, as the weights below: the fused q|k|v projection adds them in one pass.
+      layer.q_bias = place(base, q_dim + 2 * kv_dim, size);
+      layer.k_bias = layer.q_bias + q_dim * size;
+      layer.v_bias = layer.k_bias + kv_dim * size;
     }
     if (c.o_bias) layer.o_bias = place(base, hidden, size);
   }
   std::uint64_t block = 0;
-  layout.block.q = place(block, q_dim * hidden, size);
-  layout.block.k = place(block, kv_dim * hidden, size);
-  layout.block.v = place(block, kv_dim * hidden, size);
+  // q, k and v back to back: one [q_dim + 2 * kv_dim][hidden] matrix, the fused projection.
+  layout.block.q = place(block, (q_dim + 2 * kv_dim) * hidden, size);
+  layout.block.k = layout.block.q + q_dim * hidden * size;
+  layout.block.v = layout.block.k + kv_dim * hidden * size;
   layout.block.o = place(block, hidden * q_dim, size);
   layout.block.gate_up = place(block, 2 * inter * hidden, size);
   layout.block.down = place(block, hidden * inter, size);

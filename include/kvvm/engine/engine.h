@@ -143,10 +143,18 @@ struct EngineOptions {
   std::uint32_t max_running = 0;
   std::uint32_t step_tokens = 0;    // token budget of a step; 0: the model's max_step_tokens
   std::uint32_t prefill_chunk = 0;  // tokens of one prefill chunk at most; 0: step_tokens
-  std::uint32_t max_queue = 256;    // waiting requests; a submit beyond is refused (overloaded)
+  // Prefill tokens of a step that also decodes, at most (every prefill chunk together), so
+  // new prompts stretch a running answer's time per token by a bounded amount; 0: no bound
+  // but step_tokens. At most step_tokens. Steps without a decode are not bounded.
+  std::uint32_t max_prefill_tokens_while_decoding = 0;
+  std::uint32_t max_queue = 256;  // waiting requests; a submit beyond is refused (overloaded)
   // Still waiting longer once a step has admitted what it could: refused (overloaded); 0: no
   // limit. A preempted request is never refused.
   std::chrono::milliseconds max_queue_wait{30000};
+  // A submit whose predicted wait (the requests queued ahead of it over the measured admission
+  // rate) exceeds max_queue_wait is refused at once (overloaded) instead of after waiting that
+  // long. Nothing is predicted before two admissions have measured a rate.
+  bool refuse_predicted_wait = true;
   bool prefix_cache = true;
   std::string model_identity;  // folded into cache keys; empty: the config's architecture
   bool graphs = true;          // CUDA: decode steps replay captured graphs
@@ -156,6 +164,9 @@ struct EngineOptions {
   // preallocated-KV baseline (same engine, same kernels) that the arena is compared against.
   bool preallocate = false;
   const tokenizer::Tokenizer* tokenizer = nullptr;  // text and stop strings; outlives the engine
+  // The scheduler's clock (submit and admission times, queue waits, the admission rate, the
+  // request stats); empty: std::chrono::steady_clock::now. Tests step a fake one.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 // Steps by the tokens they computed, as vLLM's vllm:iteration_tokens_total buckets them: a step
@@ -173,6 +184,9 @@ struct EngineStats {
   // queue included).
   std::uint64_t submitted = 0, finished = 0, cancelled = 0, failed = 0;
   std::uint64_t refused_overloaded = 0;  // at submit and in the queue
+  // Of those: at submit for their predicted wait (refuse_predicted_wait), and in the queue
+  // past max_queue_wait (the backstop).
+  std::uint64_t refused_predicted_wait = 0, refused_in_queue = 0;
   std::uint64_t preemptions = 0;
   std::uint64_t steps = 0, decode_only_steps = 0;
   StepTokenCounts step_tokens;  // the steps that ran, by their tokens
@@ -197,7 +211,8 @@ class Engine {
 
   // Queues a request. InvalidArgument naming the field: check_request_limits, and stop
   // strings without a tokenizer; ResourceExhausted "overloaded" with retry_after() filled when
-  // the queue is full; Unavailable while draining. The callback is not called for a refused
+  // the queue is full or its predicted wait exceeds max_queue_wait; Unavailable while
+  // draining. The callback is not called for a refused
   // submit.
   Result<RequestId> submit(EngineRequest request, RequestCallback callback);
   // The request ends (RequestEnd::kCancelled) at the next step; unknown or finished ids are

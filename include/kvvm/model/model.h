@@ -223,6 +223,10 @@ struct CudaModelOptions {
   // checkpoint's (an F32 checkpoint runs in bf16).
   DType compute = DType::kUnset;
   WeightOptions weights;  // a lent driver must be a CUDA one, of the current device
+  // The step's fused kernels: one q|k|v projection, RoPE fused with the KV append, a GEMV for
+  // batches of up to kGemvRows rows, a multi-block argmax. false: one kernel per op and
+  // cuBLAS for every projection (the path the fused one is tested and measured against).
+  bool fused = true;
 };
 // Copies the weights to the device (with weights.format kDummy draws them there; `weights` is
 // not read, and the compute type is `compute`, else the config's). Unavailable (saying why) without

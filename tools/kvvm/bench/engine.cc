@@ -46,6 +46,7 @@ Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& optio
     model::CudaModelOptions cuda_options;
     cuda_options.limits = limits;
     cuda_options.weights = weight_options(options.weights);
+    cuda_options.fused = !options.unfused;
     Result<std::unique_ptr<model::Model>> cuda =
         model::make_cuda_model(config, weights, cuda_options);
     if (cuda.ok() || options.backend == "cuda" ||
@@ -146,6 +147,10 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
       ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   add_weight_flags(*cmd, options.weights);
   add_kv_dtype_flag(*cmd, options.kv_dtype);
+  cmd->add_flag("--unfused-kernels", options.unfused,
+                "CUDA: one kernel per op and cuBLAS for every projection, without the fused "
+                "q|k|v projection, RoPE-in-append, small-batch GEMV and multi-block argmax "
+                "(the baseline they are measured against)");
   add_kv_scales_flag(*cmd, options.kv_scales);
   cmd->add_option("--batches", options.batches,
                   "Decode batch sizes, comma-separated (default 1,32)");
@@ -164,6 +169,14 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "Seconds one replay may take: later arrivals are not submitted and requests "
                   "still running at the limit are cancelled (default 0: none)")
       ->transform(number_validator(0, kMaxDurationLimit));
+  cmd->add_flag("--no-early-refusal", options.no_early_refusal,
+                "Trace replay: refuse a request only after it waited the engine's queue-wait "
+                "bound (30 s), not at once when its predicted wait exceeds it");
+  cmd->add_option("--max-prefill-tokens-while-decoding", options.max_prefill_tokens_while_decoding,
+                  "Trace replay: prefill tokens of a step that also decodes, at most, at most the "
+                  "model's step token budget; bounds the time per output token under new "
+                  "prompts (default 0: no bound but the step's)")
+      ->transform(count_validator(0, kMaxTokens));
   cmd->add_option("--tenants", options.tenants,
                   "Tenants of the trace; each request starts with its tenant's system prompt, "
                   "shared through the prefix cache (default 4; 0: none)")
@@ -280,6 +293,11 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
   chunks = std::max(chunks, options.choices);
   limits.max_chunks = std::max(limits.max_chunks, chunks);
   limits.max_step_tokens = std::max(limits.max_step_tokens, limits.max_chunks);
+  if (options.max_prefill_tokens_while_decoding > limits.max_step_tokens) {
+    return Status::InvalidArgument(
+        "--max-prefill-tokens-while-decoding " + str(options.max_prefill_tokens_while_decoding) +
+        ": exceeds the step token budget of " + str(limits.max_step_tokens));
+  }
   {
     std::unique_ptr<model::WeightFiles> files;
     model::ModelWeights weights;
@@ -298,6 +316,8 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
     if (!made.ok()) return made.status();
     files.reset();  // the model holds its own copy
     report.backend = std::string(model::to_string((*made)->backend()));
+    if ((*made)->backend() == model::Backend::kCuda)
+      report.kernels = options.unfused ? "unfused" : "fused";
     std::unique_ptr<model::Model> model = std::move(made).value();
     const model::WeightStats placed = model->weight_stats();
     report.weights = placed.split.describe();
@@ -381,7 +401,13 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
                     << " requests)\n"
                     << std::flush;
         }
-        ReplayParams params{preallocate, plan->max_running, options.duration_limit_s, progress};
+        ReplayParams params{
+            .preallocate = preallocate,
+            .max_running = plan->max_running,
+            .duration_limit_s = options.duration_limit_s,
+            .refuse_predicted_wait = !options.no_early_refusal,
+            .max_prefill_tokens_while_decoding = options.max_prefill_tokens_while_decoding,
+            .progress = progress};
         Result<TraceRun> run = replay_trace(*model, kv, traces[r], plan->rates[r], params);
         if (!run.ok()) {
           return run.status().with_context("trace at " + fixed(plan->rates[r], 2) + " req/s (" +

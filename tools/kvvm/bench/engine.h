@@ -39,12 +39,15 @@ struct BenchEngineOptions {
   WeightFlags weights;                   // --weight-budget, --ring-slots, --load-format
   DType kv_dtype = DType::kUnset;        // --kv-dtype; kUnset: the KV space's default
   std::string kv_scales = "checkpoint";  // --kv-scales: checkpoint or calibrate
+  bool unfused = false;                  // --unfused-kernels: CudaModelOptions::fused false
   std::string batches = "1,32";          // decode batch sizes
   std::uint64_t prompt_tokens = 128;
   std::uint64_t decode_tokens = 128;
   std::string rates = "1,2,4,8";  // trace replay, requests per second
   std::uint64_t requests = 100;   // per rate
   double duration_limit_s = 0;    // per replay; 0: none
+  bool no_early_refusal = false;  // the replays' engines refuse only after max_queue_wait
+  std::uint32_t max_prefill_tokens_while_decoding = 0;  // the replays' engines; 0: no bound
   std::uint32_t tenants = 4;
   std::uint64_t system_prompt_tokens = 512;
   std::uint64_t seed = 1;

@@ -179,8 +179,12 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
   run.eager_steps = after.graphs.eager_steps - before.graphs.eager_steps;
   if (after.peak_running < params.batch) {
     if (!run.note.empty()) run.note += "; ";
+    // A request is admitted only with room in its step, so prompts start at the step's token
+    // budget: with few decode tokens the first answers end before the last prompt starts.
     run.note += "at most " + std::to_string(after.peak_running) + " of " +
-                std::to_string(params.batch) + " sequences ran at once (the KV budget)";
+                std::to_string(params.batch) +
+                " sequences ran at once (the KV budget, or the first ended before the last "
+                "started: prompts start at the step's token budget; more --decode-tokens)";
   }
   return run;
 }

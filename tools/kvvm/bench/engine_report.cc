@@ -79,6 +79,7 @@ nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
   json["model"] = report.model_dir;
   json["architecture"] = report.architecture;
   json["backend"] = report.backend;
+  if (!report.kernels.empty()) json["kernels"] = report.kernels;
   json["layers"] = report.layers;
   json["vocab_size"] = report.vocab_size;
   json["max_context"] = report.max_context;
@@ -128,7 +129,8 @@ nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
 void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
   out << "kvvm bench engine: " << report.model_dir << " (" << report.architecture << ", "
       << report.layers << " layers, vocab " << report.vocab_size << ") on " << report.backend
-      << "; max context " << report.max_context << ", max running " << report.max_running
+      << (report.kernels.empty() ? "" : " (" + report.kernels + " kernels)") << "; max context "
+      << report.max_context << ", max running " << report.max_running
       << "\nKV: " << format_bytes(report.kv_budget) << " budget, " << report.kv_dtype << ", "
       << format_bytes(report.kv_bytes_per_token) << " per token; preallocated holds "
       << report.preallocated_capacity << " sequences of max context\n"

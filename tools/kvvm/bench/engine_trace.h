@@ -19,11 +19,13 @@
 namespace kvvm::cli {
 
 struct ReplayParams {
-  bool preallocate = false;          // the preallocated-KV engine instead of the arena
-  std::uint32_t max_running = 0;     // > 0
-  double duration_limit_s = 0;       // 0: none; else later arrivals are not submitted and what
-                                     // is still running at the limit is cancelled
-  std::ostream* progress = nullptr;  // a line every few seconds (may be null)
+  bool preallocate = false;           // the preallocated-KV engine instead of the arena
+  std::uint32_t max_running = 0;      // > 0
+  double duration_limit_s = 0;        // 0: none; else later arrivals are not submitted and what
+                                      // is still running at the limit is cancelled
+  bool refuse_predicted_wait = true;  // EngineOptions::refuse_predicted_wait
+  std::uint32_t max_prefill_tokens_while_decoding = 0;  // EngineOptions's; 0: no bound
+  std::ostream* progress = nullptr;                     // a line every few seconds (may be null)
 };
 
 // Builds a KV space (`kv` with max_running + 1 slots) and an engine, replays `trace` (its ids

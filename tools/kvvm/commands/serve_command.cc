@@ -162,6 +162,14 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "Seconds a request may wait to start before it is answered 429; 0: no limit "
                   "(default 30)")
       ->transform(number_validator(0, kMaxWaitSeconds));
+  cmd->add_flag("--no-early-refusal", options.no_early_refusal,
+                "Answer 429 only once a request has waited --max-queue-wait, not at once when the "
+                "queue ahead of it at the measured admission rate predicts a longer wait");
+  cmd->add_option("--max-prefill-tokens-while-decoding", options.max_prefill_tokens_while_decoding,
+                  "Prompt tokens computed in a step that also generates, at most (at most the "
+                  "model's step token budget): new prompts then delay running answers less per "
+                  "token, and start later (default 0: no bound but the step's)")
+      ->transform(count_validator(0, std::numeric_limits<std::uint32_t>::max()));
   cmd->add_flag("--no-graphs", options.no_graphs, "Do not replay CUDA graphs for decode steps");
   add_weight_flags(*cmd, options.weights);
   cmd->add_flag("--no-prefix-cache", options.no_prefix_cache,
@@ -210,6 +218,12 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
     return fail(checked);
   }
 
+  if (options.max_prefill_tokens_while_decoding > model.limits().max_step_tokens) {
+    return fail(Status::InvalidArgument("--max-prefill-tokens-while-decoding " +
+                                        std::to_string(options.max_prefill_tokens_while_decoding) +
+                                        ": exceeds the model's step token budget of " +
+                                        std::to_string(model.limits().max_step_tokens)));
+  }
   const auto running = static_cast<std::uint32_t>(options.max_running);
   engine::KvSpaceOptions kv_options;
   kv_options.backend = model.backend();
@@ -231,6 +245,9 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   engine_options.max_running = running;
   engine_options.max_queue = static_cast<std::uint32_t>(options.max_queue);
   engine_options.max_queue_wait = millis(options.max_queue_wait);
+  engine_options.refuse_predicted_wait = !options.no_early_refusal;
+  engine_options.max_prefill_tokens_while_decoding =
+      static_cast<std::uint32_t>(options.max_prefill_tokens_while_decoding);
   engine_options.graphs = !options.no_graphs;
   engine_options.prefix_cache = !options.no_prefix_cache;
   engine_options.tokenizer = loaded->tokenizer.get();

@@ -35,7 +35,9 @@ struct ServeOptions {
   std::uint64_t max_context = 0;  // 0: the config's max_position_embeddings
   std::uint64_t max_running = 64;
   std::uint64_t max_queue = 256;
-  double max_queue_wait = 30;  // seconds; 0: no limit
+  double max_queue_wait = 30;     // seconds; 0: no limit
+  bool no_early_refusal = false;  // refuse only past max_queue_wait, not on a predicted wait
+  std::uint64_t max_prefill_tokens_while_decoding = 0;  // 0: no bound but the step's
   bool no_graphs = false;
   bool no_prefix_cache = false;
   std::uint64_t default_max_tokens = 256;

@@ -1,0 +1,88 @@
+"""Summarises an ncu CSV (--csv --page raw --print-units base) of consecutive decode steps:
+kernels per step (a step starts at each embedding kernel), GPU time per step, and per kernel
+class (name up to its template arguments) the launches per step, time per step and achieved
+DRAM bandwidth ((read + write bytes) / time). Only whole steps (between two embedding
+kernels) are counted.
+
+Usage: python3 bench/step_profile.py NCU.csv [--step-ms MS]  (MS: the step's wall time from
+`kvvm bench engine` with graphs; the difference to the summed kernel time is launch gaps)."""
+import argparse
+import collections
+import csv
+import json
+import sys
+
+
+def number(text):
+    """ncu's CSV writes thousands separators: "19,520"."""
+    return float(text.replace(",", ""))
+
+
+def kernel_class(name):
+    """`void kvvm::kernels::gemv_kernel<...>(...)` -> `gemv_kernel`."""
+    for anonymous in ("<unnamed>::", "unnamed>::", "(anonymous namespace)::"):
+        name = name.replace(anonymous, "")
+    head = name.split("<")[0].split("(")[0].strip()
+    return head.split()[-1].split("::")[-1] if head else name
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("csv")
+    parser.add_argument("--step-ms", type=float)
+    args = parser.parse_args()
+    rows = []
+    with open(args.csv, newline="") as f:
+        lines = [line for line in f if line.startswith('"')]
+    reader = csv.DictReader(lines)
+    for row in reader:
+        try:
+            time_ns = number(row["gpu__time_duration.sum"])
+        except (KeyError, ValueError):
+            continue  # the units row
+        moved = 0.0
+        for key in ("dram__bytes_read.sum", "dram__bytes_write.sum"):
+            try:
+                moved += number(row.get(key) or "0")
+            except ValueError:
+                pass
+        rows.append((row["Kernel Name"], time_ns, moved))
+    starts = [i for i, (name, _, _) in enumerate(rows) if kernel_class(name) == "embedding_kernel"]
+    if len(starts) < 2:
+        sys.exit("fewer than two embedding kernels: no whole step in the profile")
+    steps = len(starts) - 1
+    whole = rows[starts[0]:starts[-1]]
+    classes = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for name, time_ns, moved in whole:
+        c = classes[kernel_class(name)]
+        c[0] += 1
+        c[1] += time_ns
+        c[2] += moved
+    kernel_ms = sum(t for _, t, _ in whole) / steps / 1e6
+    summary = {
+        "steps": steps,
+        "kernels_per_step": len(whole) / steps,
+        "kernel_ms_per_step": kernel_ms,
+        "classes": {},
+    }
+    if args.step_ms:
+        summary["step_ms"] = args.step_ms
+        summary["gap_ms_per_step"] = args.step_ms - kernel_ms
+    for name, (count, time_ns, moved) in sorted(classes.items(), key=lambda kv: -kv[1][1]):
+        summary["classes"][name] = {
+            "per_step": count / steps,
+            "ms_per_step": time_ns / steps / 1e6,
+            "gb_per_s": moved / time_ns if time_ns else 0.0,
+        }
+    print(json.dumps(summary, indent=1))
+    print(f"{steps} steps: {summary['kernels_per_step']:.0f} kernels and {kernel_ms:.3f} ms of "
+          f"kernel time per step" + (f"; step {args.step_ms:.3f} ms, gaps "
+                                     f"{summary['gap_ms_per_step']:.3f} ms" if args.step_ms else ""),
+          file=sys.stderr)
+    for name, c in summary["classes"].items():
+        print(f"  {name:40} {c['per_step']:6.1f}/step {c['ms_per_step']:8.3f} ms/step "
+              f"{c['gb_per_s']:8.1f} GB/s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

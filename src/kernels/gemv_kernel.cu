@@ -1,0 +1,248 @@
+// GEMV for a small batch's decode step (include/kvvm/model_kernels.h, gemv_cuda): a weight
+// matrix streamed once from memory for every row of the batch.
+//
+// How: a block of 8 warps covers 8 / kSplit outputs; the kSplit warps of one output share its
+// row of `weight`, each taking every kSplit-th 512-byte stretch of it (a lane: one 16-byte
+// vector of 8 weights per stretch, times the matching x vector of each row), kUnroll stretches
+// in flight per lane so the loads cover the memory's latency. Each lane accumulates in
+// float32, the warp sums its lanes by a butterfly, and the output's first warp adds its
+// kSplit warps' sums in warp order. kSplit is chosen from (in, out) alone (enough blocks to
+// fill the GPU several times over), so the order of every sum is fixed by the shape and a
+// row's result does not depend on the rows beside it.
+//
+// Why programmatic dependent launch: a decode step is a chain of short kernels, and a GEMV's
+// weights do not depend on the kernel before it; its blocks may start as that kernel's last
+// blocks finish and have their first weights in flight while they wait for its output.
+//
+// Why the weights are read with the streaming hint: each is used once per step; keeping it
+// out of L1 leaves L1 to the x vectors, which every output re-reads.
+#include <cstdint>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kvvm/model_kernels.h"
+
+namespace kvvm {
+namespace kernels {
+namespace {
+
+constexpr unsigned kGemvThreads = 256;
+constexpr unsigned kGemvWarps = kGemvThreads / 32;
+constexpr unsigned kUnroll = 4;
+
+__device__ __forceinline__ float2 pair_to_float2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 pair_to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+
+template <typename T>
+struct PairOf;
+template <>
+struct PairOf<__half> {
+  using type = __half2;
+};
+template <>
+struct PairOf<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+};
+
+// The dot product of 8 weights and 8 activations, in float32, in element order.
+template <typename T>
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
+  using Pair = typename PairOf<T>::type;
+  const Pair* wp = reinterpret_cast<const Pair*>(&w);
+  const Pair* xp = reinterpret_cast<const Pair*>(&x);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = pair_to_float2(wp[i]), b = pair_to_float2(xp[i]);
+    sum = fmaf(a.x, b.x, sum);
+    sum = fmaf(a.y, b.y, sum);
+  }
+  return sum;
+}
+
+template <typename T, unsigned kRows, unsigned kSplit>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvParams p) {
+  constexpr unsigned kOutputs = kGemvWarps / kSplit;
+  constexpr unsigned kStride = kSplit * 32;  // vectors between a lane's consecutive loads
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::uint32_t output = blockIdx.x * kOutputs + warp / kSplit;
+  const unsigned part = warp % kSplit;
+  const std::uint32_t vectors = p.in / 8;
+  float acc[kRows];
+#pragma unroll
+  for (unsigned r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  if (output < p.out) {
+    const uint4* w =
+        static_cast<const uint4*>(p.weight) + static_cast<std::uint64_t>(output) * vectors;
+    const uint4* x = static_cast<const uint4*>(p.x);
+    std::uint32_t v = part * 32 + lane;
+    // The same sequence of vectors as the tail loop below, kUnroll at a time. The first
+    // stretches' weights are requested before waiting for the previous kernel: they do not
+    // depend on it, so their latency overlaps its tail (programmatic dependent launch).
+    uint4 wv[kUnroll];
+    bool whole = v + (kUnroll - 1) * kStride < vectors;
+    if (whole) {
+#pragma unroll
+      for (unsigned u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + v + u * kStride);
+    }
+    wait_for_previous_kernel();
+    for (; whole; v += kUnroll * kStride) {
+      if (v != part * 32 + lane) {
+#pragma unroll
+        for (unsigned u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + v + u * kStride);
+      }
+#pragma unroll
+      for (unsigned u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (unsigned r = 0; r < kRows; ++r) {
+          if (r < p.rows) {
+            acc[r] += dot8<T>(wv[u],
+                              __ldg(x + static_cast<std::uint64_t>(r) * vectors + v + u * kStride));
+          }
+        }
+      }
+      whole = v + kUnroll * kStride + (kUnroll - 1) * kStride < vectors;
+    }
+    for (; v < vectors; v += kStride) {
+      const uint4 last = __ldcs(w + v);
+#pragma unroll
+      for (unsigned r = 0; r < kRows; ++r) {
+        if (r < p.rows) {
+          acc[r] += dot8<T>(last, __ldg(x + static_cast<std::uint64_t>(r) * vectors + v));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (unsigned r = 0; r < kRows; ++r) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
+    }
+  }
+  if constexpr (kSplit > 1) {
+    __shared__ float partial[kGemvWarps][kRows];
+    if (lane == 0) {
+#pragma unroll
+      for (unsigned r = 0; r < kRows; ++r) partial[warp][r] = acc[r];
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (unsigned r = 0; r < kRows; ++r) {
+      float total = 0.0f;
+#pragma unroll
+      for (unsigned s = 0; s < kSplit; ++s) total += partial[warp + s][r];
+      acc[r] = total;
+    }
+  }
+  if (lane != 0 || output >= p.out) return;
+    // (Rows of y are written only by threads that waited above.)
+#pragma unroll
+  for (unsigned r = 0; r < kRows; ++r) {
+    if (r >= p.rows) break;
+    const std::uint64_t at = static_cast<std::uint64_t>(r) * p.out + output;
+    float value = acc[r];
+    if (p.bias != nullptr) {
+      value += to_float<T>(static_cast<const T*>(p.bias)[output]);
+    } else if (p.beta != 0.0f) {
+      value += p.beta * (p.y_float ? static_cast<const float*>(p.y)[at]
+                                   : to_float<T>(static_cast<const T*>(p.y)[at]));
+    }
+    if (p.y_float) {
+      static_cast<float*>(p.y)[at] = value;
+    } else {
+      static_cast<T*>(p.y)[at] = from_float<T>(value);
+    }
+  }
+}
+
+// Warps per output: the fewest that still give about 1,024 blocks (8 outputs a block at 1).
+unsigned split_for(std::uint32_t out) {
+  constexpr std::uint64_t kWantWarps = 8192;
+  unsigned split = 1;
+  while (split < kGemvWarps && std::uint64_t{out} * split < kWantWarps) split *= 2;
+  return split;
+}
+
+// Launched with programmatic stream serialization: the grid may start while the previous
+// kernel's last blocks run, and waits for it (wait_for_previous_kernel) before reading x.
+template <typename T, unsigned kRows, unsigned kSplit>
+cudaError_t launch_split(const GemvParams& p, cudaStream_t stream) {
+  constexpr unsigned kOutputs = kGemvWarps / kSplit;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((p.out + kOutputs - 1) / kOutputs);
+  config.blockDim = dim3(kGemvThreads);
+  config.stream = stream;
+  cudaLaunchAttribute overlap[1];
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = overlap;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, gemv_kernel<T, kRows, kSplit>, p);
+}
+
+template <typename T, unsigned kRows>
+cudaError_t launch_rows(const GemvParams& p, unsigned split, cudaStream_t stream) {
+  switch (split) {
+    case 1:
+      return launch_split<T, kRows, 1>(p, stream);
+    case 2:
+      return launch_split<T, kRows, 2>(p, stream);
+    case 4:
+      return launch_split<T, kRows, 4>(p, stream);
+    default:
+      return launch_split<T, kRows, 8>(p, stream);
+  }
+}
+
+template <typename T>
+cudaError_t launch(const GemvParams& p, cudaStream_t stream) {
+  const unsigned split = split_for(p.out);
+  if (p.rows <= 1) return launch_rows<T, 1>(p, split, stream);
+  if (p.rows <= 2) return launch_rows<T, 2>(p, split, stream);
+  if (p.rows <= 4) return launch_rows<T, 4>(p, split, stream);
+  if (p.rows <= 8) return launch_rows<T, 8>(p, split, stream);
+  return launch_rows<T, 16>(p, split, stream);
+}
+
+std::string str(std::uint64_t value) { return std::to_string(value); }
+
+}  // namespace
+}  // namespace kernels
+
+Status gemv_cuda(const GemvParams& p, void* stream) {
+  using kernels::str;
+  if (p.element != DType::kFp16 && p.element != DType::kBf16) {
+    return Status::InvalidArgument("gemv: element type " + std::string(to_string(p.element)) +
+                                   " is not supported (fp16, bf16)");
+  }
+  if (p.rows == 0) return Status::Ok();
+  if (p.rows > kGemvMaxRows) {
+    return Status::InvalidArgument("gemv: " + str(p.rows) + " rows, more than " +
+                                   str(kGemvMaxRows) + " (a GEMM's shape)");
+  }
+  if (p.in == 0 || p.in % 8 != 0 || p.out == 0) {
+    return Status::InvalidArgument("gemv: in " + str(p.in) + " x out " + str(p.out) +
+                                   ": both positive, in a multiple of 8");
+  }
+  if (p.x == nullptr || p.weight == nullptr || p.y == nullptr) {
+    return Status::InvalidArgument(std::string("gemv: ") +
+                                   (p.x == nullptr        ? "x"
+                                    : p.weight == nullptr ? "weight"
+                                                          : "y") +
+                                   " is null");
+  }
+  const auto misaligned = [](const void* pointer) {
+    return reinterpret_cast<std::uintptr_t>(pointer) % 16 != 0;
+  };
+  if (misaligned(p.x) || misaligned(p.weight)) {
+    return Status::InvalidArgument(std::string("gemv: ") + (misaligned(p.x) ? "x" : "weight") +
+                                   " is not 16-byte aligned");
+  }
+  auto* s = static_cast<cudaStream_t>(stream);
+  const cudaError_t launched = p.element == DType::kFp16 ? kernels::launch<__half>(p, s)
+                                                         : kernels::launch<__nv_bfloat16>(p, s);
+  return kernels::cuda_status("cudaLaunchKernelEx(gemv_kernel)", launched);
+}
+
+}  // namespace kvvm

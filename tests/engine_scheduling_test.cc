@@ -1,0 +1,344 @@
+// Scheduling under load, on the CPU with a fake clock (no assertion depends on wall time):
+// - a submit predicted to wait past max_queue_wait (the queue ahead of it over the measured
+//   admission rate) is refused at once, never on a guess before a rate is measured, and the
+//   late refusal in the queue stays as the backstop;
+// - admission takes only the room the running sequences' growth leaves, and only with a chunk
+//   of the step to compute: a request is never admitted and then preempted unrun;
+// - max_prefill_tokens_while_decoding bounds the prompt tokens of a step that also decodes.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/retry_estimate.h"
+#include "support/engine_harness.h"
+
+namespace kvvm::engine::scheduling_test {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::Collector;
+using testing::EngineRig;
+using testing::expect_clean;
+using testing::greedy_request;
+using testing::llama;
+using testing::make_kv;
+using testing::no_cache;
+using testing::rig_prompt;
+using testing::solo_tokens;
+
+using SteadyClock = std::chrono::steady_clock;
+
+// The scheduler's time, moved only by the test.
+class FakeClock {
+ public:
+  std::function<SteadyClock::time_point()> fn() {
+    return [this] { return now_; };
+  }
+  void advance(SteadyClock::duration by) { now_ += by; }
+  SteadyClock::time_point now() const { return now_; }
+
+ private:
+  SteadyClock::time_point now_ = SteadyClock::time_point{} + std::chrono::hours(1);
+};
+
+bool mentions_overloaded(const Status& status) {
+  return status.message().find("overloaded") != std::string::npos;
+}
+
+// --- RetryEstimate --------------------------------------------------------------------------
+
+TEST(SchedulingRetryEstimate, PredictsNothingBeforeTwoAdmissions) {
+  RetryEstimate estimate;
+  const SteadyClock::time_point t0 = SteadyClock::time_point{} + std::chrono::hours(1);
+  EXPECT_FALSE(estimate.predicted_wait(10, t0).has_value());
+  estimate.note_admission(t0);
+  EXPECT_FALSE(estimate.predicted_wait(10, t0 + seconds(5)).has_value());
+  estimate.note_admission(t0 + seconds(2));
+  // One admission inside the 4 s since the first: 0.25 per second.
+  const std::optional<double> wait = estimate.predicted_wait(10, t0 + seconds(4));
+  ASSERT_TRUE(wait.has_value());
+  EXPECT_DOUBLE_EQ(*wait, 40.0);
+  EXPECT_DOUBLE_EQ(*estimate.predicted_wait(0, t0 + seconds(4)), 0.0);
+  // The retry estimate counts the refused request too, at the same rate.
+  EXPECT_DOUBLE_EQ(estimate.seconds(10, 4, t0 + seconds(4)), 44.0);
+  // Admissions older than the window measure nothing any more.
+  EXPECT_FALSE(estimate.predicted_wait(10, t0 + seconds(600)).has_value());
+}
+
+// --- Early refusal --------------------------------------------------------------------------
+
+// Declared so the engine goes first: its end may still run callbacks and read the clock.
+struct QueueRig {
+  FakeClock clock;
+  Collector collector;
+  std::unique_ptr<KvSpace> kv;
+  std::unique_ptr<Engine> engine;
+};
+
+EngineRequest short_request(std::uint64_t seed) { return greedy_request(rig_prompt(5, seed), 2); }
+
+// One running place, a 10 s queue-wait bound, and two admissions 4 s apart: a measured rate of
+// one admission per 4 s.
+void make_measured(QueueRig& rig, bool refuse_predicted) {
+  testing::FixtureModel& m = llama();
+  rig.kv = make_kv(m.config, 4);
+  ASSERT_NE(rig.kv, nullptr);
+  EngineOptions options = no_cache();
+  options.max_running = 1;
+  options.max_queue_wait = seconds(10);
+  options.refuse_predicted_wait = refuse_predicted;
+  options.clock = rig.clock.fn();
+  auto made = Engine::create(*m.model, *rig.kv, options);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  rig.engine = std::move(made).value();
+  ASSERT_TRUE(rig.engine->submit(short_request(1), rig.collector.callback()).ok());
+  ASSERT_TRUE(rig.engine->run_until_idle().ok());
+  rig.clock.advance(seconds(4));
+  ASSERT_TRUE(rig.engine->submit(short_request(2), rig.collector.callback()).ok());
+  ASSERT_TRUE(rig.engine->run_until_idle().ok());
+  ASSERT_EQ(rig.collector.finished_count(), 2u);
+}
+
+TEST(SchedulingEarlyRefusal, RefusesAtSubmitWhenThePredictedWaitExceedsTheBound) {
+  QueueRig rig;
+  ASSERT_NO_FATAL_FAILURE(make_measured(rig, /*refuse_predicted=*/true));
+  // Queued ahead: 0, 1, 2 requests, predicted waits 0, 4, 8 s: within the 10 s bound.
+  std::vector<RequestId> accepted;
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    Result<RequestId> id = rig.engine->submit(short_request(10 + i), rig.collector.callback());
+    ASSERT_TRUE(id.ok()) << i << ": " << id.status().to_string();
+    accepted.push_back(*id);
+  }
+  // Three ahead: 12 s predicted, past the bound: refused now, with no callback.
+  Result<RequestId> refused = rig.engine->submit(short_request(20), rig.collector.callback());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(mentions_overloaded(refused.status())) << refused.status().to_string();
+  EXPECT_TRUE(refused.status().message().find("max_queue_wait 10000 ms") != std::string::npos)
+      << refused.status().to_string();
+  // Retry-After: the queue and the refused request itself at the measured rate.
+  EXPECT_DOUBLE_EQ(rig.engine->retry_after(), 16.0);
+  EngineStats stats = rig.engine->stats();
+  EXPECT_EQ(stats.refused_overloaded, 1u);
+  EXPECT_EQ(stats.refused_predicted_wait, 1u);
+  EXPECT_EQ(stats.refused_in_queue, 0u);
+  EXPECT_EQ(stats.waiting, 3u);
+
+  // The accepted ones are served; nothing was refused late.
+  ASSERT_TRUE(rig.engine->run_until_idle().ok());
+  for (const RequestId id : accepted) {
+    EXPECT_TRUE(rig.collector.get(id).completed()) << id;
+  }
+  EXPECT_EQ(rig.collector.finished_count(), 5u);
+  stats = rig.engine->stats();
+  EXPECT_EQ(stats.refused_in_queue, 0u);
+  EXPECT_EQ(stats.finished, 5u);
+  rig.engine.reset();
+  expect_clean(*rig.kv);
+}
+
+TEST(SchedulingEarlyRefusal, OffTheBackstopRefusesLateInTheQueue) {
+  QueueRig rig;
+  ASSERT_NO_FATAL_FAILURE(make_measured(rig, /*refuse_predicted=*/false));
+  std::vector<RequestId> ids;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    Result<RequestId> id = rig.engine->submit(short_request(10 + i), rig.collector.callback());
+    ASSERT_TRUE(id.ok()) << i << ": " << id.status().to_string();
+    ids.push_back(*id);
+  }
+  // Past the bound before any step: the first is admitted (a request the step can admit is
+  // served however late), the three behind it are refused in the queue.
+  rig.clock.advance(seconds(11));
+  ASSERT_TRUE(rig.engine->run_until_idle().ok());
+  EXPECT_TRUE(rig.collector.get(ids[0]).completed());
+  for (std::size_t i = 1; i < ids.size(); ++i) {
+    const testing::Outcome o = rig.collector.get(ids[i]);
+    EXPECT_EQ(o.finished_events, 1) << i;
+    EXPECT_EQ(o.end, RequestEnd::kError) << i;
+    EXPECT_TRUE(mentions_overloaded(o.error)) << i << ": " << o.error.to_string();
+    EXPECT_GT(o.retry_after_seconds, 0.0) << i;
+    EXPECT_TRUE(o.tokens.empty()) << i;
+  }
+  const EngineStats stats = rig.engine->stats();
+  EXPECT_EQ(stats.refused_predicted_wait, 0u);
+  EXPECT_EQ(stats.refused_in_queue, 3u);
+  EXPECT_EQ(stats.refused_overloaded, 3u);
+  rig.engine.reset();
+  expect_clean(*rig.kv);
+}
+
+// A cold engine has measured no rate: however small the bound and long the queue, only the
+// existing bounds refuse; one admission measures none either.
+TEST(SchedulingEarlyRefusal, AColdEngineRefusesNothingOnAPrediction) {
+  testing::FixtureModel& m = llama();
+  FakeClock clock;
+  auto kv = make_kv(m.config, 4);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options = no_cache();
+  options.max_running = 1;
+  options.max_queue_wait = milliseconds(1);
+  options.clock = clock.fn();
+  Collector collector;
+  {
+    auto engine = Engine::create(*m.model, *kv, options);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    for (std::uint64_t i = 0; i < 20; ++i) {
+      Result<RequestId> id = (*engine)->submit(short_request(i), collector.callback());
+      ASSERT_TRUE(id.ok()) << i << ": " << id.status().to_string();
+    }
+    ASSERT_TRUE((*engine)->step().ok());  // one admission
+    clock.advance(milliseconds(500));     // within no bound the queue could meet: no step ran
+    for (std::uint64_t i = 20; i < 25; ++i) {
+      Result<RequestId> id = (*engine)->submit(short_request(i), collector.callback());
+      ASSERT_TRUE(id.ok()) << i << ": " << id.status().to_string();
+    }
+    EXPECT_EQ((*engine)->stats().refused_overloaded, 0u);
+  }
+  // The engine's end cancelled what was left: every submitted request ended exactly once.
+  EXPECT_EQ(collector.finished_count(), 25u);
+  expect_clean(*kv);
+}
+
+// --- Admission ------------------------------------------------------------------------------
+
+// llama-tiny's token-major token is 2 KiB: a 16 KiB window holds 8 tokens.
+constexpr std::uint64_t kWindowBytes = 16 << 10;
+
+KvSpaceOptions windows_space(std::uint64_t windows) {
+  KvSpaceOptions options;
+  options.host_granule = kWindowBytes;
+  options.max_slots = 4;
+  options.max_context = 64;
+  options.budget_bytes = windows * kWindowBytes;
+  return options;
+}
+
+// Two windows of budget: A's decode grows into the second while B's prompt would take it. B
+// waits; it is not admitted, its prompt committed, and then preempted by A's growth unrun.
+TEST(SchedulingAdmission, LeavesTheRoomARunningSequenceGrowsInto) {
+  const KvSpaceOptions space = windows_space(2);
+  const EngineOptions options = no_cache();
+  auto rig = EngineRig::make(llama(), space, options);
+  ASSERT_NE(rig, nullptr);
+  const std::size_t a = rig->submit(greedy_request(rig_prompt(8, 1), 8));
+  ASSERT_TRUE(rig->engine().step().ok());  // A's prompt fills its first window
+  ASSERT_EQ(rig->outcome(a).tokens.size(), 1u);
+  const std::size_t b = rig->submit(greedy_request(rig_prompt(8, 2), 4));
+  ASSERT_TRUE(rig->engine().step().ok());  // A's next token writes into a second window
+  EXPECT_EQ(rig->outcome(a).tokens.size(), 2u);
+  EngineStats stats = rig->engine().stats();
+  EXPECT_EQ(stats.preemptions, 0u);
+  EXPECT_EQ(stats.running, 1u);
+  EXPECT_EQ(stats.waiting, 1u);
+
+  ASSERT_TRUE(rig->run().ok());
+  for (const std::size_t i : {a, b}) {
+    const testing::Outcome& o = rig->outcome(i);
+    ASSERT_TRUE(o.completed()) << i << ": " << o.error.to_string();
+    EXPECT_EQ(o.stats.preemptions, 0u) << i;
+    EXPECT_EQ(o.tokens, solo_tokens(llama(), space, options, o.request)) << i;
+  }
+  EXPECT_EQ(rig->engine().stats().preemptions, 0u);
+  rig->expect_ledger_returns("after admission waited for room");
+}
+
+// A step whose token budget the running prompt takes admits nothing: a request holds KV only
+// from the step that starts computing it.
+TEST(SchedulingAdmission, WaitsForAChunkOfTheStepToCompute) {
+  KvSpaceOptions space = windows_space(0);
+  space.max_context = 128;
+  EngineOptions options = no_cache();
+  options.step_tokens = 8;
+  auto rig = EngineRig::make(llama(), space, options);
+  ASSERT_NE(rig, nullptr);
+  const std::size_t first = rig->submit(greedy_request(rig_prompt(40, 3), 2));
+  const std::size_t second = rig->submit(greedy_request(rig_prompt(5, 4), 2));
+  ASSERT_TRUE(rig->engine().step().ok());  // 8 of the first's 40 prompt tokens
+  const EngineStats stats = rig->engine().stats();
+  EXPECT_EQ(stats.running, 1u);
+  EXPECT_EQ(stats.waiting, 1u);
+  EXPECT_EQ(rig->kv().arena().stats().active_slots, 1u);
+  ASSERT_TRUE(rig->run().ok());
+  for (const std::size_t i : {first, second}) {
+    const testing::Outcome& o = rig->outcome(i);
+    ASSERT_TRUE(o.completed()) << i << ": " << o.error.to_string();
+    EXPECT_EQ(o.tokens, solo_tokens(llama(), space, options, o.request)) << i;
+  }
+  rig->expect_ledger_returns("after admission waited for the step's budget");
+}
+
+// --- Prefill share --------------------------------------------------------------------------
+
+KvSpaceOptions roomy_space() {
+  KvSpaceOptions options;
+  options.max_slots = 3;
+  options.max_context = 128;
+  return options;
+}
+
+// A running answer gains a token every step while a 40-token prompt beside it is computed two
+// tokens a step, not the seven the step's budget would leave; the tokens are those alone.
+TEST(SchedulingPrefillShare, BoundsThePromptTokensOfAStepThatDecodes) {
+  EngineOptions options = no_cache();
+  options.step_tokens = 8;
+  options.max_prefill_tokens_while_decoding = 2;
+  auto rig = EngineRig::make(llama(), roomy_space(), options);
+  ASSERT_NE(rig, nullptr);
+  const std::size_t first = rig->submit(greedy_request(rig_prompt(3, 50), 30));
+  ASSERT_TRUE(rig->engine().step().ok());  // its prompt and first token
+  ASSERT_EQ(rig->outcome(first).tokens.size(), 1u);
+  const std::uint64_t before = rig->engine().stats().step_tokens.tokens;
+  const std::size_t second = rig->submit(greedy_request(rig_prompt(40, 51), 4));
+  for (std::size_t i = 2; i <= 11; ++i) {
+    ASSERT_TRUE(rig->engine().step().ok());
+    EXPECT_EQ(rig->outcome(first).tokens.size(), i) << "a step without the decode token";
+  }
+  // Ten steps of one decode token and two prompt tokens: 20 of the 40, no answer yet.
+  EXPECT_EQ(rig->engine().stats().step_tokens.tokens - before, 30u);
+  EXPECT_TRUE(rig->outcome(second).tokens.empty());
+  ASSERT_TRUE(rig->run().ok());
+  for (const std::size_t i : {first, second}) {
+    const testing::Outcome& o = rig->outcome(i);
+    ASSERT_TRUE(o.completed()) << i << ": " << o.error.to_string();
+    EXPECT_EQ(o.tokens, solo_tokens(llama(), roomy_space(), no_cache(), o.request)) << i;
+  }
+  rig->expect_ledger_returns("after bounded prefill");
+}
+
+// With nothing decoding the bound does not apply: a lone prompt takes the whole step.
+TEST(SchedulingPrefillShare, AStepWithoutADecodeIsNotBounded) {
+  EngineOptions options = no_cache();
+  options.step_tokens = 8;
+  options.max_prefill_tokens_while_decoding = 2;
+  auto rig = EngineRig::make(llama(), roomy_space(), options);
+  ASSERT_NE(rig, nullptr);
+  const std::size_t only = rig->submit(greedy_request(rig_prompt(20, 52), 2));
+  ASSERT_TRUE(rig->engine().step().ok());
+  EXPECT_EQ(rig->engine().stats().step_tokens.tokens, 8u);
+  ASSERT_TRUE(rig->run().ok());
+  EXPECT_TRUE(rig->outcome(only).completed());
+  rig->expect_ledger_returns("after an unbounded prefill");
+}
+
+TEST(SchedulingPrefillShare, ABoundAboveTheStepBudgetIsRefusedNamingIt) {
+  testing::FixtureModel& m = llama();
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options = no_cache();
+  options.step_tokens = 8;
+  options.max_prefill_tokens_while_decoding = 9;
+  auto made = Engine::create(*m.model, *kv, options);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
+  const std::string message = made.status().message();
+  EXPECT_TRUE(message.find("max_prefill_tokens_while_decoding 9") != std::string::npos) << message;
+  EXPECT_TRUE(message.find("step_tokens 8") != std::string::npos) << message;
+}
+
+}  // namespace kvvm::engine::scheduling_test
