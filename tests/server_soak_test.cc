@@ -160,14 +160,18 @@ TEST(ServerSoak, TimeAndMemoryStayFlatAsThePrefixCacheFillsAndReclaims) {
   if (!kSanitized) {
     // The median of the last five blocks against the median of the first five: one block alone
     // took from 5.2 to 6.8 CPU s in one run on an idle machine. CPU time, not wall time, and the
-    // test runs alone (tests/CMakeLists.txt): how busy the machine is changes both.
+    // test runs alone (tests/CMakeLists.txt): how busy the machine is changes both. The bound
+    // is 1.5: the same binary on the idle 2-core machine ran either about 4.4 or about 6.0 CPU s
+    // per 1,000 (the 16 clients' and the server's threads sharing two cores settle in one of
+    // two modes) and switched between them within a run, both ways; the regression this guards
+    // against, a reclaim that scans the cache, made the server several times slower.
     const auto median_of = [](std::vector<double> values) {
       std::sort(values.begin(), values.end());
       return values[values.size() / 2];
     };
     const std::vector<double> first(block_cpu.begin(), block_cpu.begin() + 5);
     const std::vector<double> last(block_cpu.end() - 5, block_cpu.end());
-    EXPECT_LE(median_of(last), 1.15 * median_of(first))
+    EXPECT_LE(median_of(last), 1.5 * median_of(first))
         << "the median CPU time of the last five blocks of 1,000 requests against the first five";
   }
 

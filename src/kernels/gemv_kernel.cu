@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvParams p) 
       acc[r] = total;
     }
   }
+  // Only lane 0 of an output's first warp writes, and it waited for the previous kernel above.
   if (lane != 0 || output >= p.out) return;
-    // (Rows of y are written only by threads that waited above.)
 #pragma unroll
   for (unsigned r = 0; r < kRows; ++r) {
     if (r >= p.rows) break;
