@@ -5,7 +5,10 @@ DRAM bandwidth ((read + write bytes) / time). Only whole steps (between two embe
 kernels) are counted.
 
 Usage: python3 bench/step_profile.py NCU.csv [--step-ms MS]  (MS: the step's wall time from
-`kvvm bench engine` with graphs; the difference to the summed kernel time is launch gaps)."""
+`kvvm bench engine` with graphs; the difference to the summed kernel time is launch gaps).
+--phases: the profile holds several runs (e.g. the graphs, eager and preallocated modes of one
+`kvvm bench engine`, each a warm-up and a timed run); a phase is a run of decode-only steps
+(no prefill kernel) and each is summarised on its own, in order."""
 import argparse
 import collections
 import csv
@@ -30,6 +33,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("csv")
     parser.add_argument("--step-ms", type=float)
+    parser.add_argument("--phases", action="store_true")
     args = parser.parse_args()
     rows = []
     with open(args.csv, newline="") as f:
@@ -50,6 +54,9 @@ def main():
     starts = [i for i, (name, _, _) in enumerate(rows) if kernel_class(name) == "embedding_kernel"]
     if len(starts) < 2:
         sys.exit("fewer than two embedding kernels: no whole step in the profile")
+    if args.phases:
+        summarise_phases(rows, starts)
+        return
     steps = len(starts) - 1
     whole = rows[starts[0]:starts[-1]]
     classes = collections.defaultdict(lambda: [0, 0.0, 0.0])
@@ -82,6 +89,31 @@ def main():
     for name, c in summary["classes"].items():
         print(f"  {name:40} {c['per_step']:6.1f}/step {c['ms_per_step']:8.3f} ms/step "
               f"{c['gb_per_s']:8.1f} GB/s", file=sys.stderr)
+
+
+def summarise_phases(rows, starts):
+    """Per phase of consecutive decode-only steps: steps, kernel ms per step, top classes."""
+    phases, current = [], []
+    for begin, end in zip(starts, starts[1:]):
+        step = rows[begin:end]
+        if any("prefill" in kernel_class(name) for name, _, _ in step):
+            if current:
+                phases.append(current)
+            current = []
+        else:
+            current.append(step)
+    if current:
+        phases.append(current)
+    for index, phase in enumerate(phases):
+        kernels = [k for step in phase for k in step]
+        total = sum(t for _, t, _ in kernels)
+        print(f"phase {index}: {len(phase)} decode steps, {len(kernels) / len(phase):.0f} kernels "
+              f"and {total / len(phase) / 1e6:.3f} ms of kernel time per step")
+        classes = collections.defaultdict(float)
+        for name, time_ns, _ in kernels:
+            classes[kernel_class(name)] += time_ns
+        for name, time_ns in sorted(classes.items(), key=lambda kv: -kv[1])[:6]:
+            print(f"  {name:40} {time_ns / len(phase) / 1e6:8.3f} ms/step")
 
 
 if __name__ == "__main__":

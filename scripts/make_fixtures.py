@@ -7,13 +7,16 @@ the models are trained with torch under deterministic algorithms, so a second ru
 machine writes the same bytes (--check-reproducible proves it for the fixtures).
 
 Outputs (under --out, default the repository):
-  tests/data/models/{llama-tiny,llama-tiny-bf16,qwen2-tiny,qwen2-tiny-bf16}/
+  tests/data/models/{llama-tiny,llama-tiny-bf16,qwen2-tiny,qwen2-tiny-bf16}/ and (--only qwen3,
+  made last, from its own seeds, so the others' bytes do not depend on it)
+  tests/data/models/{qwen3-tiny,qwen3-tiny-bf16}/
       config.json generation_config.json model.safetensors (as save_pretrained writes them)
       tokenizer.json tokenizer_config.json (chat_template.jinja when transformers writes it)
       expected.json: what Hugging Face computes, for the C++ tests to equal:
         dtype   the checkpoint's dtype ("float32" or "bfloat16")
         texts   [{text, ids, ids_with_special}]       encode without / with special tokens
-        chat    [{messages, text, ids}]               apply_chat_template, then its ids
+        chat    [{messages, text, ids}]               apply_chat_template, then its ids (qwen3:
+                with add_generation_prompt / enable_thinking where an entry sets them)
         logits  [{prompt_ids, last, last_fp32}]       last-position logits: `last` in the
                 checkpoint's dtype (fp32 on CPU; bf16 on CUDA), `last_fp32` with the same
                 weights computed in float32 on CPU (what kvvm's CPU path computes)
@@ -24,8 +27,8 @@ Outputs (under --out, default the repository):
   models/kvvm-adder/   the demo model (Qwen2, ChatML): adds two numbers below 1000;
       README.md (model card), eval.json (held-out prompts, HF's answers, accuracy)
 
-Usage: python3 scripts/make_fixtures.py [--out DIR] [--quick] [--only fixtures|demo|prompt-logprobs]
-       [--check-reproducible]
+Usage: python3 scripts/make_fixtures.py [--out DIR] [--quick]
+       [--only fixtures|demo|qwen3|prompt-logprobs] [--check-reproducible]
 """
 
 import argparse
@@ -43,10 +46,10 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import torch  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: E402
-from tokenizers import processors, trainers  # noqa: E402
+from tokenizers import AddedToken, processors, trainers  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,  # noqa: E402
-                          Qwen2Config, Qwen2ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 SEED = 20261130
 VOCAB = 1024
@@ -94,6 +97,115 @@ CHATS = [
      {"role": "user", "content": "Say hi  "},
      {"role": "assistant", "content": "hi"},
      {"role": "user", "content": "again, in 日本語"}],
+]
+
+# Qwen3's chat template as Qwen/Qwen3-0.6B's tokenizer_config.json carries it (tools, tool
+# responses, reasoning_content and the enable_thinking switch).
+QWEN3_TEMPLATE = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}"""
+# Qwen3's thinking tags are added tokens, not special ones (they decode as text).
+QWEN3_ADDED = ["<think>", "</think>"]
+QWEN3_TEXTS = TEXTS + ["<think>\nthe user greets\n</think>\n\nHello!", "a<think>b</think> c"]
+# Beyond the plain chats: reasoning dropped from a turn before the last query, the thinking
+# switch off, and a last assistant turn with and without a <think> block (no generation prompt).
+QWEN3_CHATS = CHATS + [
+    {"messages": [{"role": "user", "content": "2 + 2?"},
+                  {"role": "assistant", "content": "<think>\nadd them\n</think>\n\n4"},
+                  {"role": "user", "content": "and 3 + 3?"}]},
+    {"messages": CHATS[1], "enable_thinking": False},
+    {"messages": [{"role": "user", "content": "hi"},
+                  {"role": "assistant", "content": "<think>\nI greet back.\n</think>\n\nHello!"}],
+     "add_generation_prompt": False},
+    {"messages": [{"role": "user", "content": "hi"},
+                  {"role": "assistant", "content": "Hello!"}],
+     "add_generation_prompt": False},
 ]
 
 
@@ -298,8 +410,27 @@ def build_fixture(kind, tok_hf, corpus_ids, out_dir, quick, device):
     model = train(model, batches, 30 if quick else 1500, 3e-3, device, log_name=kind)
     model.generation_config.bos_token_id = specials.get("bos")
     model.generation_config.eos_token_id = [specials["eos"]]
-
     name = "llama-tiny" if kind == "llama" else "qwen2-tiny"
+    write_fixture(model, tok_hf, name, out_dir, device)
+
+
+def render_chat(tok_hf, chat):
+    """A CHATS entry (a message list, or {messages, add_generation_prompt?, enable_thinking?})
+    as expected.json records it: the options an entry sets are kept beside its text."""
+    options = {}
+    if isinstance(chat, dict):
+        options = {k: v for k, v in chat.items() if k != "messages"}
+        chat = chat["messages"]
+    text = tok_hf.apply_chat_template(chat, tokenize=False,
+                                      **{"add_generation_prompt": True, **options})
+    entry = {"messages": chat, "text": text, "ids": tok_hf.encode(text, add_special_tokens=False)}
+    entry.update(options)
+    return entry
+
+
+def write_fixture(model, tok_hf, name, out_dir, device, texts=TEXTS, chats=CHATS):
+    """NAME and NAME-bf16 under tests/data/models: the checkpoint in float32 and bfloat16 as
+    save_pretrained writes it, the tokenizer, expected.json and prompt_logprobs.json."""
     for dtype, suffix in ((torch.float32, ""), (torch.bfloat16, "-bf16")):
         directory = os.path.join(out_dir, "tests", "data", "models", name + suffix)
         shutil.rmtree(directory, ignore_errors=True)
@@ -318,16 +449,13 @@ def build_fixture(kind, tok_hf, corpus_ids, out_dir, quick, device):
                     "transformers": transformers.__version__, "torch": torch.__version__,
                     "reference_device": ref_device, "texts": [], "chat": [], "logits": [],
                     "greedy": []}
-        for text in TEXTS:
+        for text in texts:
             expected["texts"].append({
                 "text": text,
                 "ids": tok_hf.encode(text, add_special_tokens=False),
                 "ids_with_special": tok_hf.encode(text, add_special_tokens=True)})
-        for messages in CHATS:
-            text = tok_hf.apply_chat_template(messages, tokenize=False,
-                                              add_generation_prompt=True)
-            expected["chat"].append({"messages": messages, "text": text,
-                                     "ids": tok_hf.encode(text, add_special_tokens=False)})
+        for chat in chats:
+            expected["chat"].append(render_chat(tok_hf, chat))
         prompts = ["The quick brown fox", "one two three", "Number 41 is followed by",
                    "The cat and the", "café au", "def f(x):\n   "]
         for p in prompts:
@@ -361,7 +489,8 @@ def write_prompt_logprobs(directory, prompts=PROMPT_LOGPROB_PROMPTS):
     `echo: true, logprobs: k, max_tokens: 0` must report. Reads the saved files only."""
     tok = PreTrainedTokenizerFast.from_pretrained(directory)
     config = transformers.AutoConfig.from_pretrained(directory)
-    cls = LlamaForCausalLM if config.model_type == "llama" else Qwen2ForCausalLM
+    cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM,
+           "qwen3": Qwen3ForCausalLM}[config.model_type]
     model = cls.from_pretrained(directory, dtype=torch.float32,
                                 attn_implementation="eager").eval()
     out = {"transformers": transformers.__version__, "torch": torch.__version__,
@@ -392,6 +521,52 @@ def make_fixtures(out_dir, quick, device):
         tok_hf = wrap_tokenizer(tok, kind)
         ids = tok.encode("\n".join(corpus)).ids
         build_fixture(kind, tok_hf, ids, out_dir, quick, device)
+
+
+QWEN3_SEED = SEED + 13  # its own torch seeds: the other fixtures never see its draws
+
+
+def make_qwen3_fixtures(out_dir, quick, device):
+    """qwen3-tiny(-bf16): Qwen3ForCausalLM with GQA 4 / 2 heads of 64 over hidden 128 (head_dim
+    apart from hidden / heads), q/k norms with weights far from one, no biases, untied; the
+    Qwen2-style tokenizer of the other fixtures (the same corpus) with Qwen3's <think> tags
+    added, and Qwen3's chat template."""
+    corpus = training_text(random.Random(SEED), 2000 if quick else 40000).split("\n") + TEXTS
+    tok = train_tokenizer("qwen2", corpus)
+    ids = tok.encode("\n".join(corpus)).ids
+    tok.add_tokens([AddedToken(t, single_word=False, lstrip=False, rstrip=False,
+                               normalized=False, special=False) for t in QWEN3_ADDED])
+    tok_hf = wrap_tokenizer(tok, "qwen2")
+    tok_hf.chat_template = QWEN3_TEMPLATE
+    eos = tok_hf.convert_tokens_to_ids("<|im_end|>")
+    config = Qwen3Config(vocab_size=len(tok_hf), hidden_size=128, intermediate_size=384,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=64, max_position_embeddings=512, rms_norm_eps=1e-6,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                         tie_word_embeddings=False, attention_bias=False,
+                         use_sliding_window=False, bos_token_id=None, eos_token_id=eos)
+    config._attn_implementation = "eager"
+    torch.manual_seed(QWEN3_SEED)
+    model = Qwen3ForCausalLM(config)
+    # Norm weights drawn away from one (and kept so by training), so a runtime that skipped or
+    # misplaced a q/k norm's weight could not match.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                p.uniform_(0.5, 1.5)
+    seq = 128
+    data = torch.tensor(ids, dtype=torch.long)
+    gen = torch.Generator().manual_seed(QWEN3_SEED)
+
+    def batches(step):
+        starts = torch.randint(0, len(data) - seq - 1, (32,), generator=gen)
+        rows = torch.stack([data[s:s + seq] for s in starts])
+        return rows, torch.ones_like(rows)
+
+    model = train(model, batches, 30 if quick else 1500, 3e-3, device, log_name="qwen3")
+    model.generation_config.bos_token_id = None
+    model.generation_config.eos_token_id = [eos]
+    write_fixture(model, tok_hf, "qwen3-tiny", out_dir, device, QWEN3_TEXTS, QWEN3_CHATS)
 
 
 # ---- the demo model -------------------------------------------------------------------------
@@ -528,6 +703,30 @@ def make_demo(out_dir, quick, device):
     print(f"  demo accuracy: fp32 cpu {acc32:.3f}, bf16 cuda {acc16:.3f}", flush=True)
 
 
+FIXTURES = ["llama-tiny", "llama-tiny-bf16", "qwen2-tiny", "qwen2-tiny-bf16"]
+QWEN3_FIXTURES = ["qwen3-tiny", "qwen3-tiny-bf16"]
+
+
+def fixtures_digest(out_dir, names):
+    """One digest of the named fixture directories (only those a run made: the others under
+    tests/data/models may come from another run)."""
+    h = hashlib.sha256()
+    for name in names:
+        h.update(name.encode())
+        h.update(tree_digest(os.path.join(out_dir, "tests", "data", "models", name)).encode())
+    return h.hexdigest()
+
+
+def check_reproducible(make, names, out_dir, quick, device):
+    with tempfile.TemporaryDirectory() as again:
+        make(again, quick, device)
+        a = fixtures_digest(out_dir, names)
+        b = fixtures_digest(again, names)
+        print(f"reproducible: {a == b} ({a[:16]} / {b[:16]})", flush=True)
+        if a != b:
+            sys.exit(1)
+
+
 def tree_digest(root):
     h = hashlib.sha256()
     for dirpath, _, files in sorted(os.walk(root)):
@@ -543,8 +742,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), ".."))
     parser.add_argument("--quick", action="store_true", help="a few steps only (smoke run)")
-    parser.add_argument("--only", choices=["fixtures", "demo", "prompt-logprobs"],
-                        help="prompt-logprobs: only prompt_logprobs.json of the saved fixtures")
+    parser.add_argument("--only", choices=["fixtures", "demo", "qwen3", "prompt-logprobs"],
+                        help="qwen3: only the Qwen3 fixtures; prompt-logprobs: only "
+                             "prompt_logprobs.json of the saved fixtures")
     parser.add_argument("--check-reproducible", action="store_true",
                         help="make the fixtures twice and compare every byte")
     args = parser.parse_args()
@@ -556,23 +756,25 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, {device}",
           flush=True)
     if args.only == "prompt-logprobs":
-        for name in ("llama-tiny", "llama-tiny-bf16", "qwen2-tiny", "qwen2-tiny-bf16"):
+        for name in FIXTURES + QWEN3_FIXTURES:
             directory = os.path.join(args.out, "tests", "data", "models", name)
+            if name in QWEN3_FIXTURES and not os.path.isdir(directory):
+                continue  # not made yet (--only qwen3 makes it)
             write_prompt_logprobs(directory)
             print(f"  wrote {directory}/prompt_logprobs.json", flush=True)
         return
     if args.only in (None, "fixtures"):
         make_fixtures(args.out, args.quick, device)
         if args.check_reproducible:
-            with tempfile.TemporaryDirectory() as again:
-                make_fixtures(again, args.quick, device)
-                a = tree_digest(os.path.join(args.out, "tests", "data", "models"))
-                b = tree_digest(os.path.join(again, "tests", "data", "models"))
-                print(f"reproducible: {a == b} ({a[:16]} / {b[:16]})", flush=True)
-                if a != b:
-                    sys.exit(1)
+            check_reproducible(make_fixtures, FIXTURES, args.out, args.quick, device)
     if args.only in (None, "demo"):
         make_demo(args.out, args.quick, device)
+    # Last: its training draws nothing the fixtures and the demo above draw.
+    if args.only in (None, "qwen3"):
+        make_qwen3_fixtures(args.out, args.quick, device)
+        if args.check_reproducible:
+            check_reproducible(make_qwen3_fixtures, QWEN3_FIXTURES, args.out, args.quick,
+                               device)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,85 @@ TEST(ChatTemplate, Llama3TrimsContent) {
   EXPECT_EQ(*trimmed, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nx y<|eot_id|>");
 }
 
+// Qwen3's template on messages without a thinking block: ChatML turns, and the generation
+// prompt opens the assistant's turn (thinking on, the template's default) or closes an empty
+// thinking block (enable_thinking false).
+TEST(ChatTemplate, Qwen3PlainTurnsAreChatML) {
+  Result<std::string> text = render_chat(ChatTemplate::kQwen3, kConversation);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_EQ(*text,
+            "<|im_start|>system\nBe brief.<|im_end|>\n"
+            "<|im_start|>user\n  Hi there!\n<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n"
+            "<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  Result<std::string> quiet =
+      render_chat(ChatTemplate::kQwen3, kConversation, ChatRenderOptions{.enable_thinking = false});
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_EQ(*quiet, *text + "<think>\n\n</think>\n\n");
+  Result<std::string> no_prompt =
+      render_chat(ChatTemplate::kQwen3, kConversation,
+                  ChatRenderOptions{.add_generation_prompt = false, .enable_thinking = false});
+  ASSERT_TRUE(no_prompt.ok());
+  EXPECT_EQ(*no_prompt + "<|im_start|>assistant\n", *text);
+  // The other templates have no thinking switch.
+  EXPECT_EQ(
+      render_chat(ChatTemplate::kChatML, kConversation, ChatRenderOptions{.enable_thinking = false})
+          .value(),
+      render_chat(ChatTemplate::kChatML, kConversation).value());
+}
+
+// An assistant turn before the last user turn loses its reasoning; one after it keeps a
+// <think> block (an empty one when it is the last message and has none), with the newlines
+// around reasoning and answer trimmed as the template's Python string methods trim them.
+TEST(ChatTemplate, Qwen3StripsReasoningBeforeTheLastQuery) {
+  const std::vector<ChatMessage> history = {{"user", "2 + 2?"},
+                                            {"assistant", "<think>\nadd them\n</think>\n\n4"},
+                                            {"user", "and 3 + 3?"}};
+  EXPECT_EQ(render_chat(ChatTemplate::kQwen3, history).value(),
+            "<|im_start|>user\n2 + 2?<|im_end|>\n"
+            "<|im_start|>assistant\n4<|im_end|>\n"
+            "<|im_start|>user\nand 3 + 3?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+
+  const std::vector<ChatMessage> answered = {
+      {"user", "hi"}, {"assistant", "\n<think>\n\nfirst\n<think>second\n\n</think>\n\nhello\n"}};
+  EXPECT_EQ(render_chat(ChatTemplate::kQwen3, answered, false).value(),
+            "<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nsecond\n</think>\n\nhello\n<|im_end|>\n");
+
+  const std::vector<ChatMessage> plain_last = {{"user", "hi"}, {"assistant", "\n\nhello"}};
+  EXPECT_EQ(render_chat(ChatTemplate::kQwen3, plain_last, false).value(),
+            "<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\nhello<|im_end|>\n");
+
+  // After the last query but not last: the block only where there is reasoning.
+  const std::vector<ChatMessage> two_answers = {{"user", "hi"},
+                                                {"assistant", "one"},
+                                                {"assistant", "<think>r</think>two"},
+                                                {"assistant", "three"}};
+  EXPECT_EQ(render_chat(ChatTemplate::kQwen3, two_answers, false).value(),
+            "<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\none<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nr\n</think>\n\ntwo<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\nthree<|im_end|>\n");
+
+  // A user turn that is a tool response is no query: the reasoning before it stays.
+  const std::vector<ChatMessage> tool = {{"user", "q"},
+                                         {"assistant", "<think>plan</think>call"},
+                                         {"user", "<tool_response>\n42\n</tool_response>"}};
+  EXPECT_EQ(render_chat(ChatTemplate::kQwen3, tool).value(),
+            "<|im_start|>user\nq<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nplan\n</think>\n\ncall<|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n");
+
+  // No user turn at all: nothing follows a query, so no block.
+  const std::vector<ChatMessage> no_user = {{"system", "s"}, {"assistant", "<think>x</think>y"}};
+  EXPECT_EQ(render_chat(ChatTemplate::kQwen3, no_user, false).value(),
+            "<|im_start|>system\ns<|im_end|>\n<|im_start|>assistant\ny<|im_end|>\n");
+}
+
 TEST(ChatTemplate, UnknownRoleAndNames) {
   const std::vector<ChatMessage> bad = {{"user", "a"}, {"tool", "b"}};
   Result<std::string> text = render_chat(ChatTemplate::kChatML, bad);
@@ -57,9 +137,12 @@ TEST(ChatTemplate, UnknownRoleAndNames) {
   EXPECT_EQ(parse_chat_template("chatml").value(), ChatTemplate::kChatML);
   EXPECT_EQ(parse_chat_template("llama3").value(), ChatTemplate::kLlama3);
   EXPECT_EQ(to_string(ChatTemplate::kLlama3), "llama3");
+  EXPECT_EQ(parse_chat_template("qwen3").value(), ChatTemplate::kQwen3);
+  EXPECT_EQ(to_string(ChatTemplate::kQwen3), "qwen3");
   Result<ChatTemplate> unknown = parse_chat_template("mistral");
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("chatml, llama3"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("chatml, llama3, qwen3"), std::string::npos);
+  EXPECT_FALSE(render_chat(ChatTemplate::kQwen3, bad).ok());
 }
 
 class ChatTemplateDetect : public ::testing::Test {
@@ -88,6 +171,25 @@ TEST_F(ChatTemplateDetect, RecognisesTheMarkers) {
         R"({"chat_template": [{"name": "tool_use", "template": "<|im_start|>"},
                               {"name": "default", "template": "<|start_header_id|>"}]})");
   EXPECT_EQ(detect().value(), ChatTemplate::kLlama3);
+}
+
+// Qwen3's template (abridged: its markers and its thinking switch) is Qwen3's, not plain
+// ChatML; a ChatML template that mentions <think> without the switch stays ChatML.
+TEST_F(ChatTemplateDetect, RecognisesQwen3ByItsThinkingSwitch) {
+  const std::string qwen3 =
+      "{%- for message in messages %}{%- if message.role == \"assistant\" %}"
+      "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1] %}"
+      "{%- endif %}{%- endif %}{{- '<|im_start|>' + message.role }}{%- endfor %}"
+      "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+      "{%- if enable_thinking is defined and enable_thinking is false %}"
+      "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}";
+  write("tokenizer_config.json", nlohmann::json{{"chat_template", qwen3}}.dump());
+  EXPECT_EQ(detect().value(), ChatTemplate::kQwen3);
+  fs::remove(dir_ / "tokenizer_config.json");
+  write("chat_template.jinja", qwen3);
+  EXPECT_EQ(detect().value(), ChatTemplate::kQwen3);
+  write("chat_template.jinja", "{{ '<|im_start|>assistant\n<think>\n' }}");
+  EXPECT_EQ(detect().value(), ChatTemplate::kChatML);
 }
 
 TEST_F(ChatTemplateDetect, UnknownOrAbsentSaysHowToPick) {

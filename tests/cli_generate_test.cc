@@ -383,6 +383,10 @@ TEST_P(CliGenerateFixture, ChatPromptIdsEqualTransformers) {
         usable = false;  // multi-turn: beyond what --chat expresses
       }
     }
+    // --chat renders with the generation prompt and the template's defaults.
+    if (!entry.value("add_generation_prompt", true) || !entry.value("enable_thinking", true)) {
+      usable = false;
+    }
     if (!usable || users != 1) continue;
     CliRun r = run(args);
     ASSERT_EQ(r.code, kExitOk) << r.err;
@@ -413,7 +417,8 @@ TEST_P(CliGenerateFixture, PartialDirectoryIsRefusedNamingTheWeights) {
   EXPECT_TRUE(contains(r.err, "model.safetensors")) << r.err;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CliGenerateFixture, ::testing::Values("llama-tiny", "qwen2-tiny"),
+INSTANTIATE_TEST_SUITE_P(Models, CliGenerateFixture,
+                         ::testing::Values("llama-tiny", "qwen2-tiny", "qwen3-tiny"),
                          [](const auto& param_info) {
                            std::string name = param_info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -104,7 +104,7 @@ std::string fixture_name(const ::testing::TestParamInfo<std::string>& param) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PromptLogprobsParity,
                          ::testing::Values("llama-tiny", "llama-tiny-bf16", "qwen2-tiny",
-                                           "qwen2-tiny-bf16"),
+                                           "qwen2-tiny-bf16", "qwen3-tiny", "qwen3-tiny-bf16"),
                          fixture_name);
 
 }  // namespace

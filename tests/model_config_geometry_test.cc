@@ -76,7 +76,8 @@ TEST(ModelConfigGeometry, BuiltinModelsHaveThePublishedShapes) {
   const Expected expected[] = {
       {"qwen2.5-0.5b", 24, 2, 64, 12'288},  {"llama-3-8b", 32, 8, 128, 131'072},
       {"qwen2.5-7b", 28, 4, 128, 57'344},   {"qwen2.5-14b", 48, 8, 128, 196'608},
-      {"llama-3-70b", 80, 8, 128, 327'680},
+      {"llama-3-70b", 80, 8, 128, 327'680}, {"qwen3-0.6b", 28, 8, 128, 114'688},
+      {"qwen3-8b", 36, 8, 128, 147'456},
   };
   std::vector<std::string> names;
   for (const Expected& model : expected) {
@@ -338,7 +339,14 @@ TEST(ModelConfigGeometry, BuiltinConfigsAreWholeModelConfigs) {
     ASSERT_TRUE(config.ok()) << name;
     EXPECT_EQ(config->name, name);
     EXPECT_EQ(config->heads % config->kv_heads, 0u) << name;
-    EXPECT_EQ(config->hidden_size, config->heads * config->head_dim) << name;
+    // Qwen3 gives its head size apart from hidden / heads (the 0.6B's 16 heads of 128 over 1024).
+    if (config->architecture == "Qwen3ForCausalLM") {
+      EXPECT_EQ(config->head_dim, 128u) << name;
+      EXPECT_TRUE(config->qk_norm) << name;
+    } else {
+      EXPECT_EQ(config->hidden_size, config->heads * config->head_dim) << name;
+      EXPECT_FALSE(config->qk_norm) << name;
+    }
     EXPECT_EQ(kv_geometry(*config, DType::kFp16).bytes_per_token(),
               builtin_geometry(name)->bytes_per_token())
         << name;

@@ -120,7 +120,11 @@ TEST(ModelConfig, ArchitectureMustBeOneOfTheFamilies) {
   ASSERT_TRUE(config.ok()) << config.status().to_string();
   EXPECT_EQ(config->architecture, "MistralForCausalLM");
   json["model_type"] = "qwen3";
-  EXPECT_TRUE(contains(refusal(json), "\"qwen3\""));
+  config = parse(json);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  EXPECT_EQ(config->architecture, "Qwen3ForCausalLM");
+  json["model_type"] = "gemma";
+  EXPECT_TRUE(contains(refusal(json), "\"gemma\""));
 }
 
 TEST(ModelConfig, LanguageFieldsUnderTextConfigAreRead) {

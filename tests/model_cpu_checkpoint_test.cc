@@ -30,7 +30,7 @@ void write_safetensors(const model::ModelWeights& weights, const fs::path& path)
   if (weights.lm_head != weights.embed) tensors.push_back(weights.lm_head);
   for (const model::LayerWeights& l : weights.layers) {
     for (const TensorView* t : {l.input_norm, l.q, l.k, l.v, l.q_bias, l.k_bias, l.v_bias, l.o,
-                                l.o_bias, l.post_norm, l.gate, l.up, l.down}) {
+                                l.o_bias, l.q_norm, l.k_norm, l.post_norm, l.gate, l.up, l.down}) {
       if (t != nullptr) tensors.push_back(t);
     }
   }
@@ -59,6 +59,7 @@ void write_safetensors(const model::ModelWeights& weights, const fs::path& path)
 
 std::string config_json(const ModelConfig& c, const char* dtype) {
   const bool qwen = c.architecture == "Qwen2ForCausalLM";
+  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
   std::string rope =
       "{\"rope_type\":\"default\",\"rope_theta\":" + std::to_string(c.rope.theta) + "}";
   if (c.rope.scaling == model::RopeScaling::kLlama3) {
@@ -70,7 +71,8 @@ std::string config_json(const ModelConfig& c, const char* dtype) {
            "}";
   }
   return std::string("{\"architectures\":[\"") + c.architecture + "\"],\"model_type\":\"" +
-         (qwen ? "qwen2" : "llama") + "\",\"hidden_size\":" + std::to_string(c.hidden_size) +
+         (qwen ? "qwen2" : (qwen3 ? "qwen3" : "llama")) +
+         "\",\"hidden_size\":" + std::to_string(c.hidden_size) +
          ",\"intermediate_size\":" + std::to_string(c.intermediate_size) +
          ",\"num_hidden_layers\":" + std::to_string(c.layers) +
          ",\"num_attention_heads\":" + std::to_string(c.heads) +
@@ -101,6 +103,8 @@ class ModelCpuCheckpointTest : public ::testing::Test {
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
     EXPECT_EQ(loaded->rope.scaling, config.rope.scaling);
     EXPECT_EQ(loaded->qkv_bias, config.qkv_bias);
+    EXPECT_EQ(loaded->qk_norm, config.qk_norm);
+    EXPECT_EQ(loaded->head_dim, config.head_dim);
     auto files = model::WeightFiles::open_dir(dir_.string());
     ASSERT_TRUE(files.ok()) << files.status().to_string();
     auto weights = model::bind_weights(*loaded, **files);
@@ -152,6 +156,15 @@ TEST_F(ModelCpuCheckpointTest, Qwen2WithBiasesAndTiedHeadInBf16) {
   c.architecture = "Qwen2ForCausalLM";
   c.qkv_bias = true;
   c.tie_word_embeddings = true;
+  c.rope.theta = 1000000;
+  round_trip(c, TensorDType::kBf16, "bfloat16");
+}
+
+TEST_F(ModelCpuCheckpointTest, Qwen3WithHeadNormsAndWideHeadsInBf16) {
+  ModelConfig c = testing::tiny_config();
+  c.architecture = "Qwen3ForCausalLM";
+  c.qk_norm = true;
+  c.head_dim = 32;  // q is 128 wide over hidden 64
   c.rope.theta = 1000000;
   round_trip(c, TensorDType::kBf16, "bfloat16");
 }

@@ -14,8 +14,8 @@
 //     (2 x tolerance x max |logit|); a differing step under that margin is reported, not failed.
 // And the same with an fp8 (e4m3) cache at scale 1 (the fixtures carry no k_scale / v_scale):
 // each cached element then carries 3 mantissa bits (a relative error up to 2^-4), which the
-// logits see as a relative difference from `last_fp32` measured over the fixtures' 24 prompts
-// at mean 5.2e-3, median 4.9e-3, max 1.16e-2; the tolerance, 3e-2, is 2.6 times that maximum,
+// logits see as a relative difference from `last_fp32` measured over the fixtures' 36 prompts
+// at mean 6.2e-3, median 5.6e-3, max 1.45e-2; the tolerance, 3e-2, is 2.1 times that maximum,
 // and the greedy comparison allows a flip where the margin is under 2 x 3e-2 x max |logit|
 // (none did: 0 of 32 tokens differ on every fixture).
 #include <gtest/gtest.h>
@@ -59,8 +59,9 @@ std::string parity_case_name(const ::testing::TestParamInfo<ParityCase>& info) {
 }
 
 const std::vector<std::string>& fixture_names() {
-  static const std::vector<std::string> names = {"llama-tiny", "llama-tiny-bf16", "qwen2-tiny",
-                                                 "qwen2-tiny-bf16"};
+  static const std::vector<std::string> names = {"llama-tiny", "llama-tiny-bf16",
+                                                 "qwen2-tiny", "qwen2-tiny-bf16",
+                                                 "qwen3-tiny", "qwen3-tiny-bf16"};
   return names;
 }
 

@@ -43,7 +43,8 @@ constexpr double kTolerance = 2e-2;
 constexpr double kFp8KvTolerance = 3e-2;
 
 const std::vector<std::string>& bf16_fixtures() {
-  static const std::vector<std::string> names = {"llama-tiny-bf16", "qwen2-tiny-bf16"};
+  static const std::vector<std::string> names = {"llama-tiny-bf16", "qwen2-tiny-bf16",
+                                                 "qwen3-tiny-bf16"};
   return names;
 }
 

@@ -1,7 +1,8 @@
 // The CUDA model (make_cuda_model) against the float64 ReferenceTransformer of tests/support
 // on tiny random models (support/tiny_model.h), fresh weights each run: Qwen2-like (q/k/v
-// biases, tied embeddings) in bf16 and fp16, and Llama-like (o bias, untied lm_head, llama3
-// RoPE scaling, an F32 checkpoint run in bf16), head dim 64 with grouped-query
+// biases, tied embeddings) in bf16 and fp16, Llama-like (o bias, untied lm_head, llama3
+// RoPE scaling, an F32 checkpoint run in bf16) and Qwen3-like (q/k norms, heads apart from
+// hidden / heads, untied; on the fused and the unfused step), head dim 64 with grouped-query
 // attention. The KV lives in a CUDA-driver arena with only each sequence's windows committed.
 // Checked: the last logits of every chunk of a chunked prefill followed by decodes, and of a
 // packed batch of two sequences mixing prefill chunks and decodes in one step, within 2e-2
@@ -95,21 +96,44 @@ ModelConfig llama_config() {
   return c;
 }
 
+// Qwen3-like: q/k norms before RoPE, 4 heads of 64 over hidden 192, no biases, untied.
+ModelConfig qwen3_config() {
+  ModelConfig c = testing::tiny_config();
+  c.architecture = "Qwen3ForCausalLM";
+  c.hidden_size = 192;
+  c.intermediate_size = 384;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 263;
+  c.qk_norm = true;
+  c.rms_norm_eps = 1e-6;
+  c.rope.theta = 1000000.0;
+  c.max_position_embeddings = kContext;
+  c.dtype = DType::kBf16;
+  return c;
+}
+
 struct Case {
   std::string name;
   ModelConfig config;
   TensorDType dtype;  // of the checkpoint's tensors
   DType compute;      // what the options ask for
   DType runs_in;      // the compute type that gives (and the KV's)
+  bool fused = true;  // CudaModelOptions::fused
 };
 
 // GoogleTest prints a parameter's bytes unless told how: its name says what it is.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<Case> cases() {
-  return {{"qwen2_bf16", qwen_config(), TensorDType::kBf16, DType::kUnset, DType::kBf16},
-          {"qwen2_fp16", qwen_config(), TensorDType::kBf16, DType::kFp16, DType::kFp16},
-          {"llama3_f32_as_bf16", llama_config(), TensorDType::kF32, DType::kUnset, DType::kBf16}};
+  return {
+      {"qwen2_bf16", qwen_config(), TensorDType::kBf16, DType::kUnset, DType::kBf16, true},
+      {"qwen2_fp16", qwen_config(), TensorDType::kBf16, DType::kFp16, DType::kFp16, true},
+      {"llama3_f32_as_bf16", llama_config(), TensorDType::kF32, DType::kUnset, DType::kBf16, true},
+      {"qwen3_bf16", qwen3_config(), TensorDType::kBf16, DType::kUnset, DType::kBf16, true},
+      {"qwen3_fp16_unfused", qwen3_config(), TensorDType::kBf16, DType::kFp16, DType::kFp16,
+       false}};
 }
 
 class CudaModelTest : public ::testing::TestWithParam<Case> {
@@ -128,6 +152,7 @@ class CudaModelTest : public ::testing::TestWithParam<Case> {
     options.limits.max_step_tokens = 64;
     options.limits.max_chunks = 4;
     options.compute = c.compute;
+    options.fused = c.fused;
     auto made = make_cuda_model(c.config, tiny_->weights(), options);
     ASSERT_TRUE(made.ok()) << made.status().to_string();
     model_ = std::move(made).value();

@@ -163,7 +163,8 @@ class ModelKernelsCudaTest : public ::testing::Test {
 };
 
 constexpr DType kElements[] = {DType::kBf16, DType::kFp16};
-constexpr std::uint32_t kWidths[] = {896, 4096, 13};
+// 896, 4,096 and 16,384: the 16-byte vector kernel (16,384 its widest); 13 and 16,392: the loop.
+constexpr std::uint32_t kWidths[] = {896, 4096, 13, 16384, 16392};
 
 TEST_F(ModelKernelsCudaTest, EmbeddingGathersRowsAndZeroesIdsOutsideTheTable) {
   for (DType element : kElements) {

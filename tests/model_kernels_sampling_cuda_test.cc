@@ -149,8 +149,9 @@ class ModelKernelsSamplingTest : public ::testing::Test {
     return p;
   }
 
-  // Runs every case on the device in one launch; the number of rows whose token differs.
-  void check(std::uint32_t vocab, int rows) {
+  // Runs every case on the device in one launch and compares each row with the CPU's token.
+  // with_argmax: argmax_cuda's answer is passed in, so greedy rows copy it.
+  void check(std::uint32_t vocab, int rows, bool with_argmax = false) {
     std::vector<Case> cases;
     std::vector<float> logits;
     std::vector<SamplingRow> params;
@@ -173,6 +174,18 @@ class ModelKernelsSamplingTest : public ::testing::Test {
     p.logits = static_cast<const float*>(device_logits.get());
     p.rows_params = static_cast<const SamplingRow*>(device_params.get());
     p.out = static_cast<std::int32_t*>(device_out.get());
+    testing::DeviceBuffer device_argmax(rows * sizeof(std::int32_t));
+    testing::DeviceBuffer workspace(rows * kArgmaxSplits * sizeof(ArgmaxPartial));
+    if (with_argmax) {
+      device_argmax.poison();
+      ArgmaxParams argmax{.rows = p.rows,
+                          .vocab = vocab,
+                          .logits = p.logits,
+                          .out = static_cast<std::int32_t*>(device_argmax.get()),
+                          .workspace = static_cast<ArgmaxPartial*>(workspace.get())};
+      ASSERT_TRUE(argmax_cuda(argmax, nullptr).ok());
+      p.argmax = argmax.out;
+    }
     const Status status = sample_cuda(p, nullptr);
     ASSERT_TRUE(status.ok()) << status.to_string();
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -203,6 +216,29 @@ class ModelKernelsSamplingTest : public ::testing::Test {
 TEST_F(ModelKernelsSamplingTest, MatchesTheCpuOnSmallVocabularies) { check(1000, 3000); }
 
 TEST_F(ModelKernelsSamplingTest, MatchesTheCpuOnQwenSizedVocabularies) { check(151936, 90); }
+
+TEST_F(ModelKernelsSamplingTest, GreedyRowsTakeTheArgmaxTheyAreGiven) {
+  check(1000, 900, /*with_argmax=*/true);
+  check(151936, 45, /*with_argmax=*/true);
+  // The copy is taken, not recomputed: a greedy row answers what it is given.
+  const std::vector<float> row(64, std::numeric_limits<float>::quiet_NaN());
+  testing::DeviceBuffer logits(row);
+  testing::DeviceBuffer rows(std::vector<SamplingRow>{SamplingRow{}});
+  testing::DeviceBuffer given(std::vector<std::int32_t>{41});
+  testing::DeviceBuffer out(sizeof(std::int32_t));
+  SampleParams p{.rows = 1,
+                 .vocab = 64,
+                 .logits = static_cast<const float*>(logits.get()),
+                 .rows_params = static_cast<const SamplingRow*>(rows.get()),
+                 .argmax = static_cast<const std::int32_t*>(given.get()),
+                 .out = static_cast<std::int32_t*>(out.get())};
+  ASSERT_TRUE(sample_cuda(p, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<std::uint8_t> bytes = out.download();
+  std::int32_t token = 0;
+  std::memcpy(&token, bytes.data(), sizeof(token));
+  EXPECT_EQ(token, 41);  // the row alone would give 0 (every logit NaN)
+}
 
 TEST_F(ModelKernelsSamplingTest, TinyVocabulariesAndOneRowPerTopK) {
   // Every top_k of an 8-token row with ties, at several seeds: the tie cut by id order.

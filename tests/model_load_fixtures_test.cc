@@ -23,7 +23,7 @@ struct Expected {
   std::uint32_t hidden, intermediate, layers, heads, kv_heads, head_dim, vocab;
   RopeScaling scaling;
   double theta;
-  bool tied, qkv_bias;
+  bool tied, qkv_bias, qk_norm;
   std::vector<std::int32_t> bos, eos;
 };
 
@@ -43,6 +43,7 @@ const std::vector<Expected>& fixtures() {
        10000.0,
        false,
        false,
+       false,
        {1019},
        {1023}},
       {"llama-tiny-bf16",
@@ -56,6 +57,7 @@ const std::vector<Expected>& fixtures() {
        1024,
        RopeScaling::kLlama3,
        10000.0,
+       false,
        false,
        false,
        {1019},
@@ -74,6 +76,7 @@ const std::vector<Expected>& fixtures() {
        1e6,
        true,
        true,
+       false,
        {},
        {673}},
       {"qwen2-tiny-bf16",
@@ -88,6 +91,41 @@ const std::vector<Expected>& fixtures() {
        RopeScaling::kNone,
        1e6,
        true,
+       true,
+       false,
+       {},
+       {673}},
+      // q/k norms, head_dim 64 over hidden 128 (q is 256 wide), no biases, untied; the
+      // Qwen2-style vocabulary with <think> and </think> added.
+      {"qwen3-tiny",
+       "Qwen3ForCausalLM",
+       128,
+       384,
+       2,
+       4,
+       2,
+       64,
+       676,
+       RopeScaling::kNone,
+       1e6,
+       false,
+       false,
+       true,
+       {},
+       {673}},
+      {"qwen3-tiny-bf16",
+       "Qwen3ForCausalLM",
+       128,
+       384,
+       2,
+       4,
+       2,
+       64,
+       676,
+       RopeScaling::kNone,
+       1e6,
+       false,
+       false,
        true,
        {},
        {673}},
@@ -120,6 +158,7 @@ TEST(ModelFixtures, EveryFixtureLoadsWithItsNumbers) {
     EXPECT_EQ(config->tie_word_embeddings, want.tied);
     EXPECT_EQ(config->qkv_bias, want.qkv_bias);
     EXPECT_FALSE(config->o_bias);
+    EXPECT_EQ(config->qk_norm, want.qk_norm);
     EXPECT_EQ(config->max_position_embeddings, 512u);
     EXPECT_EQ(config->bos_token_ids, want.bos);
     EXPECT_EQ(config->eos_token_ids, want.eos);
@@ -146,6 +185,10 @@ TEST(ModelFixtures, EveryFixtureLoadsWithItsNumbers) {
       EXPECT_EQ(layer.o->shape, (std::vector<std::uint64_t>{
                                     want.hidden, std::uint64_t{want.heads} * want.head_dim}));
       EXPECT_EQ(layer.k_bias != nullptr, want.qkv_bias);
+      EXPECT_EQ(layer.q_norm != nullptr, want.qk_norm);
+      if (want.qk_norm) {
+        EXPECT_EQ(layer.k_norm->shape, std::vector<std::uint64_t>{want.head_dim});
+      }
       EXPECT_EQ(layer.down->dtype, tensor_dtype);
     }
   }

@@ -30,7 +30,10 @@ std::vector<std::string> fixture_names() {
     if (fs::exists(it->path() / "expected.json")) names.push_back(it->path().filename().string());
   }
   std::sort(names.begin(), names.end());
-  if (names.empty()) names = {"llama-tiny", "llama-tiny-bf16", "qwen2-tiny", "qwen2-tiny-bf16"};
+  if (names.empty()) {
+    names = {"llama-tiny",      "llama-tiny-bf16", "qwen2-tiny",
+             "qwen2-tiny-bf16", "qwen3-tiny",      "qwen3-tiny-bf16"};
+  }
   return names;
 }
 
@@ -98,7 +101,10 @@ TEST_P(TokenizerParity, ChatRendersAndEncodesAsApplyChatTemplate) {
   ASSERT_FALSE(expected_["chat"].empty());
   Result<ChatTemplate> kind = detect_chat_template(dir_);
   ASSERT_TRUE(kind.ok()) << kind.status().to_string();
-  EXPECT_EQ(*kind, GetParam().starts_with("qwen2") ? ChatTemplate::kChatML : ChatTemplate::kLlama3);
+  const ChatTemplate want = GetParam().starts_with("qwen3")   ? ChatTemplate::kQwen3
+                            : GetParam().starts_with("qwen2") ? ChatTemplate::kChatML
+                                                              : ChatTemplate::kLlama3;
+  EXPECT_EQ(*kind, want);
   for (const auto& entry : expected_["chat"]) {
     std::vector<ChatMessage> messages;
     for (const auto& message : entry["messages"]) {
@@ -107,8 +113,11 @@ TEST_P(TokenizerParity, ChatRendersAndEncodesAsApplyChatTemplate) {
     }
     const std::string text = entry["text"].get<std::string>();
     SCOPED_TRACE("chat: '" + text + "'");
-    Result<std::string> rendered =
-        render_chat(*kind, messages, entry.value("add_generation_prompt", true));
+    // The template's switches where the entry sets them (Qwen3's enable_thinking).
+    const ChatRenderOptions options{
+        .add_generation_prompt = entry.value("add_generation_prompt", true),
+        .enable_thinking = entry.value("enable_thinking", true)};
+    Result<std::string> rendered = render_chat(*kind, messages, options);
     ASSERT_TRUE(rendered.ok()) << rendered.status().to_string();
     EXPECT_EQ(*rendered, text);
     // apply_chat_template tokenizes without adding special tokens: those in the text parse.

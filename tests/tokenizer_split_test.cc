@@ -20,8 +20,10 @@ Pieces pieces(const nlohmann::json& pre_tokenizer, const std::string& text) {
       detail::parse_pre_tokenizer(pre_tokenizer, "pre_tokenizer");
   EXPECT_TRUE(parsed.ok()) << parsed.status().to_string();
   if (!parsed.ok()) return {};
-  Pieces out{text};
-  (*parsed)->apply(out);
+  std::vector<detail::PreToken> tokens{{text, true}};
+  (*parsed)->apply(tokens);
+  Pieces out;
+  for (const detail::PreToken& token : tokens) out.push_back(token.text);
   return out;
 }
 

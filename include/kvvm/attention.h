@@ -134,6 +134,9 @@ struct PrefillParams {
 // 128, activations other than fp16 and bf16, and strides or bases that are not multiples of
 // 16 bytes.
 Status check_append(const AppendParams& params);
+// InvalidArgument unless qo_heads is a positive multiple of a positive kv_heads; `what` names
+// the caller.
+Status check_heads(std::uint32_t qo_heads, std::uint32_t kv_heads, const char* what);
 Status check_decode(const DecodeParams& params);
 Status check_prefill(const PrefillParams& params);
 

@@ -1,7 +1,8 @@
 // The CUDA kernels of a transformer's forward pass besides attention (attention.h) and the
 // projections (cuBLAS GEMMs, and a GEMV for small batches): embedding gather, RMSNorm fused with
-// the residual add, rotary position embedding, SiLU-and-multiply, bias broadcast, logit transforms
-// (penalties, logit_bias, bans), argmax, sampling and log-probabilities.
+// the residual add, the per-head RMSNorm of q and k (Qwen3), rotary position embedding,
+// SiLU-and-multiply, bias broadcast, logit transforms (penalties, logit_bias, bans), argmax,
+// sampling and log-probabilities.
 //
 // Why each kernel rounds where it does: the parity oracle compares against Hugging Face
 // transformers running in bf16 / fp16, where every elementwise torch op computes in float32
@@ -76,6 +77,30 @@ struct RopeParams {
   const float* inv_freq = nullptr;           // [head_dim / 2]
 };
 Status rope_cuda(const RopeParams& params, void* stream);
+
+// Per-head RMSNorm in place (Qwen3's q_norm / k_norm, before RoPE). For each token t and head
+// h < q_heads + kv_heads, the row x_h = x + t * token_stride + h * head_dim (in elements) becomes
+//   x_h[i] = round(w[i] * round(x_h[i] * rsqrt(mean(x_h^2) + eps)))
+// with w = q_weight for h < q_heads and k_weight after: Hugging Face's Qwen3RMSNorm, rounded as
+// RmsNormParams is. What lies past a token's heads (v in a fused q|k|v row) is not touched, so
+// the fused projection's [tokens][q_heads + 2 kv_heads][head_dim] takes one call, and separate
+// q and k buffers one each (kv_heads 0, then q_heads 0). One warp per row.
+inline constexpr std::uint32_t kMaxHeadNormDim = 256;
+struct HeadRmsNormParams {
+  DType element = DType::kUnset;
+  std::uint32_t tokens = 0;
+  std::uint32_t q_heads = 0;
+  std::uint32_t kv_heads = 0;
+  std::uint32_t head_dim = 0;      // even, at most kMaxHeadNormDim
+  std::uint64_t token_stride = 0;  // elements; at least (q_heads + kv_heads) * head_dim
+  float eps = 1e-6f;
+  void* x = nullptr;               // [tokens][token_stride]
+  const void* q_weight = nullptr;  // [head_dim]; read when q_heads > 0
+  const void* k_weight = nullptr;  // [head_dim]; read when kv_heads > 0
+};
+// head_rmsnorm_cuda's checks, in every build (no CUDA call): InvalidArgument naming the value.
+Status check_head_rmsnorm(const HeadRmsNormParams& params);
+Status head_rmsnorm_cuda(const HeadRmsNormParams& params, void* stream);
 
 // out[r][i] = round(round(silu(gate)) * up) with gate = gate_up[r][i], up = gate_up[r][inter + i]
 // (Hugging Face: act_fn(gate_proj(x)) * up_proj(x), both tensors in the element type).
@@ -227,12 +252,15 @@ static_assert(sizeof(SamplingRow) == 32, "eight 32-bit words");
 // then the inverse CDF at counter_uniform(seed, counter) in double; in id order when neither
 // truncation applies, in that descending order when one does. The chosen token is the CPU's
 // except where float rounding of near-equal cumulative masses decides (sums run in another
-// order). One block per row; no sort: radix selections over the logits' bits.
+// order). One block per row; no sort: radix selections over the logits' bits. With `argmax`
+// (argmax_cuda's answer for the same logits) a greedy row copies it and reads no logit: the
+// block would otherwise scan the whole row alone (117 us for 128K entries on an H200).
 struct SampleParams {
   std::uint32_t rows = 0;
   std::uint32_t vocab = 0;
   const float* logits = nullptr;             // [rows][vocab]
   const SamplingRow* rows_params = nullptr;  // [rows]
+  const std::int32_t* argmax = nullptr;      // [rows] or null
   std::int32_t* out = nullptr;               // [rows]
 };
 Status sample_cuda(const SampleParams& params, void* stream);

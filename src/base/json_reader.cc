@@ -149,14 +149,36 @@ std::string reason(const std::string& what) {
 
 }  // namespace
 
-Result<nlohmann::json> read_json(std::string_view text, const JsonLimits& limits,
-                                 std::string_view name) {
+Status check_json_input(std::string_view text, const JsonLimits& limits, std::string_view name) {
   if (text.size() > limits.max_bytes) {
     return Status::InvalidArgument(label(name) + std::to_string(text.size()) +
                                    " bytes, over the limit of " + std::to_string(limits.max_bytes) +
                                    " bytes");
   }
   if (auto why = scan(text, limits)) return Status::InvalidArgument(label(name) + *why);
+  return Status::Ok();
+}
+
+Status json_syntax_error(std::string_view text, std::string_view name, std::size_t byte,
+                         const std::string& what) {
+  // byte counts from 1 (0: unknown); past the end means the input stopped early.
+  const std::size_t offset = byte == 0 ? 0 : byte - 1;
+  return Status::InvalidArgument(label(name) + "not valid JSON at " + where_in(text, offset) +
+                                 ": " + reason(what));
+}
+
+Status json_duplicate_key(std::string_view text, std::string_view name, const std::string& key,
+                          std::size_t index) {
+  const std::string quoted =
+      nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return Status::InvalidArgument(label(name) + "duplicate key " + quoted + " at " +
+                                 where_in(text, key_offset(text, index)) +
+                                 ": a key may appear once in an object");
+}
+
+Result<nlohmann::json> read_json(std::string_view text, const JsonLimits& limits,
+                                 std::string_view name) {
+  KVVM_RETURN_IF_ERROR(check_json_input(text, limits, name));
   // nlohmann keeps the last of a key given twice; a file that says two things is refused
   // instead of read as one of them.
   std::vector<std::set<std::string>> open_objects;
@@ -178,16 +200,9 @@ Result<nlohmann::json> read_json(std::string_view text, const JsonLimits& limits
   try {
     return nlohmann::json::parse(text.begin(), text.end(), refuse_duplicates);
   } catch (const DuplicateKey& duplicate) {
-    const std::string quoted = nlohmann::json(duplicate.key)
-                                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    return Status::InvalidArgument(label(name) + "duplicate key " + quoted + " at " +
-                                   where_in(text, key_offset(text, duplicate.index)) +
-                                   ": a key may appear once in an object");
+    return json_duplicate_key(text, name, duplicate.key, duplicate.index);
   } catch (const nlohmann::json::parse_error& error) {
-    // error.byte counts from 1 (0: unknown); past the end means the input stopped early.
-    const std::size_t offset = error.byte == 0 ? 0 : error.byte - 1;
-    return Status::InvalidArgument(label(name) + "not valid JSON at " + where_in(text, offset) +
-                                   ": " + reason(error.what()));
+    return json_syntax_error(text, name, error.byte, error.what());
   } catch (const nlohmann::json::exception& error) {
     return Status::InvalidArgument(label(name) + "not valid JSON: " + reason(error.what()));
   }

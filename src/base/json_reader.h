@@ -37,6 +37,17 @@ struct JsonLimits {
 Result<nlohmann::json> read_json(std::string_view text, const JsonLimits& limits = {},
                                  std::string_view name = {});
 
+// The checks read_json makes before it parses (the size, UTF-8, the nesting depth), for a
+// caller that parses with nlohmann's SAX interface itself; the same messages.
+Status check_json_input(std::string_view text, const JsonLimits& limits = {},
+                        std::string_view name = {});
+// read_json's message for nlohmann's parse error `what` at `byte` (from 1; 0: unknown).
+Status json_syntax_error(std::string_view text, std::string_view name, std::size_t byte,
+                         const std::string& what);
+// read_json's message for `key` given twice, the document's `index`-th key (from 0).
+Status json_duplicate_key(std::string_view text, std::string_view name, const std::string& key,
+                          std::size_t index);
+
 // Reads and parses the file at `path` (its size is checked before it is read); errors name it.
 Result<nlohmann::json> read_json_file(const std::string& path, const JsonLimits& limits = {});
 

@@ -50,20 +50,20 @@ Status rope_append_kv_cuda(const RopeAppendParams& p, void* stream) {
   KVVM_RETURN_IF_ERROR(check_append(checked));
   KVVM_RETURN_IF_ERROR(check_cuda_view(a.view, "rope_append"));
   KVVM_RETURN_IF_ERROR(check_cuda_activations(a.view, a.activations, "rope_append"));
-  if (p.qo_heads == 0 || p.qo_heads % a.kv_heads != 0) {
-    return Status::InvalidArgument("rope_append: " + str(p.qo_heads) +
-                                   " query heads are not a positive multiple of " +
-                                   str(a.kv_heads) + " KV heads");
-  }
+  KVVM_RETURN_IF_ERROR(check_heads(p.qo_heads, a.kv_heads, "rope_append"));
   KVVM_RETURN_IF_ERROR(check_pointers(
       {{p.qkv, "qkv"}, {p.q_out, "q_out"}, {p.inv_freq, "inv_freq"}}, "rope_append"));
   if ((p.k_out == nullptr) != (p.v_out == nullptr)) {
     return Status::InvalidArgument("rope_append: give both k_out and v_out or neither");
   }
   if (a.tokens == 0) return Status::Ok();
+  const std::uint32_t pairs = (p.qo_heads + 2 * a.kv_heads) * (a.view.head_dim / 2);
+  const std::uint32_t blocks_per_token =
+      (pairs + kernels::kRopeAppendThreads - 1) / kernels::kRopeAppendThreads;
   KVVM_DISPATCH_ACCESS(a.view.element, a.activations, T, FP8, {
     kernels::rope_append_kernel<T, FP8>
-        <<<a.tokens, kernels::kRopeAppendThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+        <<<dim3(a.tokens, blocks_per_token), kernels::kRopeAppendThreads, 0,
+           static_cast<cudaStream_t>(stream)>>>(p);
   })
   return last_launch("rope_append_kernel<<<>>>");
 }

@@ -65,6 +65,8 @@ Status check_activations(const KvView& view, DType activations, float k_scale, f
   return Status::Ok();
 }
 
+}  // namespace
+
 Status check_heads(std::uint32_t qo_heads, std::uint32_t kv_heads, const char* what) {
   if (kv_heads == 0 || qo_heads == 0 || qo_heads % kv_heads != 0) {
     return Status::InvalidArgument(std::string(what) + ": " + std::to_string(qo_heads) +
@@ -73,8 +75,6 @@ Status check_heads(std::uint32_t qo_heads, std::uint32_t kv_heads, const char* w
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 Status check_append(const AppendParams& p) {
   KVVM_RETURN_IF_ERROR(check_view(p.view, "append"));

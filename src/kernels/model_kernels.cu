@@ -2,6 +2,7 @@
 // before any CUDA call, so they run without a GPU too), dispatch the element type, launch, and
 // report the launch's error as a Status.
 #include <algorithm>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -59,6 +60,16 @@ unsigned flat_blocks(std::uint64_t total) {
     __VA_ARGS__                              \
   }
 
+bool aligned_16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
+
+// Rows of whole 16-byte vectors, each row 16-byte aligned, that a block's registers hold.
+bool rmsnorm_fits_vectors(const RmsNormParams& p) {
+  constexpr std::uint32_t kPer = 8;  // 16 bytes of fp16 / bf16
+  return p.hidden % kPer == 0 && p.hidden <= kernels::kRowThreads * kPer * kernels::kNormVectors &&
+         aligned_16(p.x) && aligned_16(p.weight) && aligned_16(p.out) &&
+         (p.add == nullptr || aligned_16(p.add));
+}
+
 }  // namespace
 
 bool model_kernels_built() { return true; }
@@ -86,6 +97,12 @@ Status rmsnorm_cuda(const RmsNormParams& p, void* stream) {
     return Status::InvalidArgument("rmsnorm: eps " + std::to_string(p.eps) + " is negative");
   }
   auto* s = static_cast<cudaStream_t>(stream);
+  if (rmsnorm_fits_vectors(p)) {
+    KVVM_MODEL_DISPATCH(p.element, T, {
+      kernels::rmsnorm_vector_kernel<T><<<p.rows, kernels::kRowThreads, 0, s>>>(p);
+    })
+    return last_launch("rmsnorm_vector_kernel<<<>>>");
+  }
   KVVM_MODEL_DISPATCH(p.element, T,
                       { kernels::rmsnorm_kernel<T><<<p.rows, kernels::kRowThreads, 0, s>>>(p); })
   return last_launch("rmsnorm_kernel<<<>>>");

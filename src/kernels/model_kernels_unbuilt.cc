@@ -21,6 +21,9 @@ Status embedding_cuda(const EmbeddingParams&, void*) {
 }
 Status rmsnorm_cuda(const RmsNormParams&, void*) { return model_kernels_unbuilt("rmsnorm_cuda"); }
 Status rope_cuda(const RopeParams&, void*) { return model_kernels_unbuilt("rope_cuda"); }
+Status head_rmsnorm_cuda(const HeadRmsNormParams&, void*) {
+  return model_kernels_unbuilt("head_rmsnorm_cuda");
+}
 Status silu_mul_cuda(const SiluMulParams&, void*) { return model_kernels_unbuilt("silu_mul_cuda"); }
 Status dummy_fill_cuda(const DummyFillParams&, void*) {
   return model_kernels_unbuilt("dummy_fill_cuda");

@@ -292,6 +292,10 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(const SamplePara
   __shared__ Shared sh;
   const float* row = p.logits + static_cast<std::uint64_t>(blockIdx.x) * p.vocab;
   const SamplingRow params = p.rows_params[blockIdx.x];
+  if (p.argmax != nullptr && (params.temperature == 0 || params.top_k == 1)) {
+    if (threadIdx.x == 0) p.out[blockIdx.x] = p.argmax[blockIdx.x];
+    return;
+  }
 
   // The argmax (lowest id among equal maxima, NaN never) and the count of non-NaN logits.
   float best = kNegInf;

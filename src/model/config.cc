@@ -38,9 +38,15 @@ struct Family {
 constexpr Family kFamilies[] = {
     {"LlamaForCausalLM", "llama"},
     {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},
     {"MistralForCausalLM", "mistral"},
 };
-constexpr const char* kFamilyList = "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM";
+constexpr const char* kFamilyList =
+    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM";
+
+bool is_family(const Family& family, std::string_view model_type) {
+  return std::string_view(family.model_type) == model_type;
+}
 
 Result<const Family*> read_family(const Scopes& scopes) {
   const Family* family = nullptr;
@@ -74,7 +80,7 @@ Result<const Family*> read_family(const Scopes& scopes) {
     }
     if (family == nullptr) {
       return type_scope.bad("model_type", nlohmann::json(**model_type),
-                            "llama, qwen2 or mistral (no 'architectures' names the class)");
+                            "llama, qwen2, qwen3 or mistral (no 'architectures' names the class)");
     }
   } else if (model_type->has_value() && **model_type != family->model_type) {
     return type_scope.bad("model_type", nlohmann::json(**model_type),
@@ -84,9 +90,13 @@ Result<const Family*> read_family(const Scopes& scopes) {
   return family;
 }
 
+// Qwen3's config class declares head_dim = 128, so transformers builds a Qwen3 without the
+// field with heads of 128 whatever hidden_size / num_attention_heads is.
+constexpr std::uint32_t kQwen3DefaultHeadDim = 128;
+
 // The attention shape: heads, KV heads and the head size, with the checks RoPE and grouped-
 // query attention need.
-Status read_attention(const ConfigFields& fields, ModelConfig& config) {
+Status read_attention(const ConfigFields& fields, const Family& family, ModelConfig& config) {
   Result<std::uint32_t> heads = fields.required_whole("num_attention_heads", 1, kMaxHeads);
   if (!heads.ok()) return heads.status();
   config.heads = *heads;
@@ -104,6 +114,8 @@ Status read_attention(const ConfigFields& fields, ModelConfig& config) {
   if (!head_dim.ok()) return head_dim.status();
   if (head_dim->has_value()) {
     config.head_dim = **head_dim;
+  } else if (is_family(family, "qwen3")) {
+    config.head_dim = kQwen3DefaultHeadDim;
   } else if (config.hidden_size % config.heads != 0) {
     return Status::InvalidArgument(fields.where() + ": no 'head_dim', and 'hidden_size' " +
                                    std::to_string(config.hidden_size) +
@@ -113,12 +125,13 @@ Status read_attention(const ConfigFields& fields, ModelConfig& config) {
     config.head_dim = config.hidden_size / config.heads;
   }
   if (config.head_dim > kMaxHeadDim || config.head_dim % 2 != 0) {
-    return Status::InvalidArgument(
-        fields.where() + ": the head size (" +
-        (head_dim->has_value() ? std::string("'head_dim'")
-                               : "'hidden_size' / 'num_attention_heads'") +
-        ") is " + std::to_string(config.head_dim) + ", expected an even number (RoPE rotates " +
-        "pairs) of at most " + std::to_string(kMaxHeadDim));
+    return Status::InvalidArgument(fields.where() + ": the head size (" +
+                                   (head_dim->has_value() || is_family(family, "qwen3")
+                                        ? std::string("'head_dim'")
+                                        : "'hidden_size' / 'num_attention_heads'") +
+                                   ") is " + std::to_string(config.head_dim) +
+                                   ", expected an even number (RoPE rotates " +
+                                   "pairs) of at most " + std::to_string(kMaxHeadDim));
   }
   return Status::Ok();
 }
@@ -133,7 +146,7 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
   }
   Result<std::optional<bool>> attention_bias = fields.boolean("attention_bias");
   if (!attention_bias.ok()) return attention_bias.status();
-  if (std::string_view(family.model_type) == "qwen2") {
+  if (is_family(family, "qwen2")) {
     // Qwen2's attention always has q/k/v biases and never an o bias, whatever the file says.
     config.qkv_bias = true;
     config.o_bias = false;
@@ -141,6 +154,8 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
     config.qkv_bias = attention_bias->value_or(false);
     config.o_bias = config.qkv_bias;
   }
+  // Qwen3 normalises every q and k head; no config field turns it off.
+  config.qk_norm = is_family(family, "qwen3");
   Result<std::optional<std::string>> act = fields.string("hidden_act");
   if (!act.ok()) return act.status();
   if (act->has_value() && **act != "silu" && **act != "swish") {
@@ -164,7 +179,7 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
     }
   }
   // A window at least as long as the context never drops a token, so it changes nothing.
-  if (std::string_view(family.model_type) == "mistral") {
+  if (is_family(family, "mistral")) {
     if (const nlohmann::json* window = fields.find("sliding_window")) {
       Result<std::optional<std::uint32_t>> size =
           fields.whole("sliding_window", 1, std::numeric_limits<std::uint32_t>::max());
@@ -177,7 +192,7 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
       }
     }
   }
-  if (std::string_view(family.model_type) == "qwen2") {
+  if (is_family(family, "qwen2") || is_family(family, "qwen3")) {
     Result<std::optional<bool>> sliding = fields.boolean("use_sliding_window");
     if (!sliding.ok()) return sliding.status();
     if (sliding->value_or(false)) {
@@ -229,7 +244,7 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
     if (!value.ok()) return value.status();
     *whole.out = *value;
   }
-  KVVM_RETURN_IF_ERROR(read_attention(fields, config));
+  KVVM_RETURN_IF_ERROR(read_attention(fields, **family, config));
   Result<std::optional<double>> eps = fields.positive("rms_norm_eps", 1.0);
   if (!eps.ok()) return eps.status();
   config.rms_norm_eps = eps->value_or(1e-6);

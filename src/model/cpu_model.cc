@@ -176,6 +176,11 @@ class CpuModel final : public Model {
       cpu::add_bias(k_.data(), w.k_bias, tokens, kv_width);
       cpu::add_bias(v_.data(), w.v_bias, tokens, kv_width);
     }
+    if (c.qk_norm) {
+      // Every head of every token is one row of head_dim; normalised in place.
+      cpu::rms_norm(q_.data(), w.q_norm, tokens * c.heads, c.head_dim, eps, q_.data());
+      cpu::rms_norm(k_.data(), w.k_norm, tokens * c.kv_heads, c.head_dim, eps, k_.data());
+    }
     for (std::size_t t = 0; t < tokens; ++t) {
       for (std::uint32_t h = 0; h < c.heads; ++h) {
         apply_rope(&q_[t * q_width + std::size_t{h} * c.head_dim], c.head_dim, inv_freq_.data(),

@@ -8,7 +8,8 @@
 namespace kvvm::model::cpu {
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * weight for `rows` rows of `width` (HF's
-// RMSNorm: the variance in float32 or better, then the weight).
+// RMSNorm: the variance in float32 or better, then the weight). `out` may be `x` (each row is
+// read whole before it is written).
 void rms_norm(const float* x, const float* weight, std::size_t rows, std::size_t width, float eps,
               float* out);
 

@@ -28,6 +28,8 @@ struct CpuLayerWeights {
   const float* v_bias = nullptr;
   const float* o = nullptr;       // [hidden][heads * head_dim]
   const float* o_bias = nullptr;  // null unless config.o_bias
+  const float* q_norm = nullptr;  // [head_dim]; null unless config.qk_norm
+  const float* k_norm = nullptr;
   const float* post_norm = nullptr;
   const float* gate = nullptr;  // [intermediate][hidden]
   const float* up = nullptr;

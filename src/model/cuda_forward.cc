@@ -19,6 +19,7 @@
 // chunks share one decode call, and each longer chunk is one causal prefill call (it reads its
 // own rows, appended just before). The unfused path (CudaModelOptions::fused false) keeps one
 // kernel per op and cuBLAS for every projection: the reference the fused one is measured against.
+// Qwen3's q / k norms normalise the projected heads in place before either path's RoPE.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -43,6 +44,19 @@ static_assert(sizeof(LogitAdjustEntry) == sizeof(LogitAdjustment) &&
                   offsetof(LogitAdjustEntry, in_prompt) == offsetof(LogitAdjustment, in_prompt) &&
                   offsetof(LogitAdjustEntry, bias) == offsetof(LogitAdjustment, bias),
               "LogitAdjustEntry is laid out as LogitAdjustment");
+
+// Qwen3's q / k norms of a layer over `tokens` rows; the caller sets x, the heads and the stride.
+HeadRmsNormParams head_norm_params(const ModelConfig& c, const DeviceLayer& w, DType element,
+                                   std::uint32_t tokens) {
+  HeadRmsNormParams norm;
+  norm.element = element;
+  norm.tokens = tokens;
+  norm.head_dim = c.head_dim;
+  norm.eps = static_cast<float>(c.rms_norm_eps);
+  norm.q_weight = w.q_norm;
+  norm.k_weight = w.k_norm;
+  return norm;
+}
 
 Status cublas_gemm_status(cublasStatus_t status) {
   if (status == CUBLAS_STATUS_SUCCESS) return Status::Ok();
@@ -294,6 +308,7 @@ Status CudaModel::enqueue_step(const StepBatch& batch, bool sample, std::uint32_
   sampling.vocab = c.vocab_size;
   sampling.logits = logits_;
   sampling.rows_params = reinterpret_cast<const SamplingRow*>(arrays_ + offsets_.sampling);
+  if (fused_) sampling.argmax = argmax_;  // greedy rows need no second scan of their logits
   sampling.out = sampled_;
   KVVM_RETURN_IF_ERROR(sample_cuda(sampling, stream_));
   if (!logprobs) return Status::Ok();
@@ -450,6 +465,18 @@ Status CudaModel::attention_inputs(std::uint32_t layer, const StepBatch& batch,
   KVVM_RETURN_IF_ERROR(linear(normed_, w.q, w.q_bias, q_, tokens, c.hidden_size, q_dim));
   KVVM_RETURN_IF_ERROR(linear(normed_, w.k, w.k_bias, k_, tokens, c.hidden_size, kv_dim));
   KVVM_RETURN_IF_ERROR(linear(normed_, w.v, w.v_bias, v_, tokens, c.hidden_size, kv_dim));
+  if (c.qk_norm) {
+    HeadRmsNormParams norm = head_norm_params(c, w, compute_, tokens);
+    norm.x = q_;
+    norm.q_heads = c.heads;
+    norm.token_stride = q_dim;
+    KVVM_RETURN_IF_ERROR(head_rmsnorm_cuda(norm, stream_));
+    norm.x = k_;
+    norm.q_heads = 0;
+    norm.kv_heads = c.kv_heads;
+    norm.token_stride = kv_dim;
+    KVVM_RETURN_IF_ERROR(head_rmsnorm_cuda(norm, stream_));
+  }
   RopeParams rope;
   rope.element = compute_;
   rope.tokens = tokens;
@@ -478,6 +505,15 @@ Status CudaModel::attention_inputs_fused(std::uint32_t layer, const StepBatch& b
   const DeviceLayer& w = weights_->layers[layer];
   const std::uint32_t qkv_dim = (c.heads + 2 * c.kv_heads) * c.head_dim;
   KVVM_RETURN_IF_ERROR(linear(normed_, w.q, w.q_bias, qkv_, tokens, c.hidden_size, qkv_dim));
+  if (c.qk_norm) {
+    // The q and k heads of each row [q | k | v] in one launch; v is left as projected.
+    HeadRmsNormParams norm = head_norm_params(c, w, compute_, tokens);
+    norm.x = qkv_;
+    norm.q_heads = c.heads;
+    norm.kv_heads = c.kv_heads;
+    norm.token_stride = qkv_dim;
+    KVVM_RETURN_IF_ERROR(head_rmsnorm_cuda(norm, stream_));
+  }
   RopeAppendParams fused;
   fused.append = append_params(layer, batch, tokens);
   fused.qo_heads = c.heads;

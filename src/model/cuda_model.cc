@@ -214,7 +214,7 @@ Status CudaModel::allocate_buffers() {
       {&inv_freq, std::uint64_t{c.head_dim / 2} * sizeof(float)},
       {&x_, tokens * c.hidden_size * size},
       {&normed_, tokens * c.hidden_size * size},
-      {&qkv_, tokens * (q_dim + 2 * kv_dim) * size},
+      {&qkv_, fused_ ? tokens * (q_dim + 2 * kv_dim) * size : 0},  // the fused projection's
       {&q_, tokens * q_dim * size},
       {&k_, tokens * kv_dim * size},
       {&v_, tokens * kv_dim * size},
@@ -250,6 +250,7 @@ Status CudaModel::allocate_buffers() {
   logits_ = static_cast<float*>(logits);
   argmax_ = static_cast<std::int32_t*>(argmax);
   if (fused_) argmax_partials_ = static_cast<ArgmaxPartial*>(argmax_partials);
+  if (!fused_) qkv_ = nullptr;  // its piece is empty
   sampled_ = static_cast<std::int32_t*>(sampled);
   logprob_results_ = static_cast<LogprobResult*>(results);
   prompt_arrays_ = static_cast<std::uint32_t*>(prompt);

@@ -250,6 +250,8 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
                                       .v_bias = p(a.v_bias),
                                       .o = p(a.o),
                                       .o_bias = p(a.o_bias),
+                                      .q_norm = p(a.q_norm),
+                                      .k_norm = p(a.k_norm),
                                       .post_norm = p(a.post_norm),
                                       .gate_up = p(a.gate_up),
                                       .down = p(a.down)});

@@ -32,6 +32,8 @@ struct DeviceLayer {
   void* v_bias = nullptr;
   void* o = nullptr;
   void* o_bias = nullptr;
+  void* q_norm = nullptr;  // [head_dim]; null without q/k norms
+  void* k_norm = nullptr;
   void* post_norm = nullptr;
   void* gate_up = nullptr;  // [2 * intermediate][hidden]: gate rows, then up rows
   void* down = nullptr;

@@ -150,18 +150,22 @@ struct BuiltinModel {
   std::uint32_t layers;
   std::uint32_t heads;
   std::uint32_t kv_heads;
+  std::uint32_t head_dim;  // 0: hidden_size / heads
   std::uint32_t vocab_size;
   std::uint32_t max_position_embeddings;
   double rope_theta;
   bool tie_word_embeddings;
 };
 
-constexpr std::array<BuiltinModel, 5> kBuiltinModels = {{
-    {"qwen2.5-0.5b", "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 151936, 32768, 1e6, true},
-    {"llama-3-8b", "LlamaForCausalLM", 4096, 14336, 32, 32, 8, 128256, 8192, 5e5, false},
-    {"qwen2.5-7b", "Qwen2ForCausalLM", 3584, 18944, 28, 28, 4, 152064, 32768, 1e6, false},
-    {"qwen2.5-14b", "Qwen2ForCausalLM", 5120, 13824, 48, 40, 8, 152064, 32768, 1e6, false},
-    {"llama-3-70b", "LlamaForCausalLM", 8192, 28672, 80, 64, 8, 128256, 8192, 5e5, false},
+constexpr std::array<BuiltinModel, 7> kBuiltinModels = {{
+    {"qwen2.5-0.5b", "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 0, 151936, 32768, 1e6, true},
+    {"llama-3-8b", "LlamaForCausalLM", 4096, 14336, 32, 32, 8, 0, 128256, 8192, 5e5, false},
+    {"qwen2.5-7b", "Qwen2ForCausalLM", 3584, 18944, 28, 28, 4, 0, 152064, 32768, 1e6, false},
+    {"qwen2.5-14b", "Qwen2ForCausalLM", 5120, 13824, 48, 40, 8, 0, 152064, 32768, 1e6, false},
+    {"llama-3-70b", "LlamaForCausalLM", 8192, 28672, 80, 64, 8, 0, 128256, 8192, 5e5, false},
+    // Qwen3's heads are 128 wide whatever hidden_size / heads is (0.6B: 16 x 128 over 1024).
+    {"qwen3-0.6b", "Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936, 40960, 1e6, true},
+    {"qwen3-8b", "Qwen3ForCausalLM", 4096, 12288, 36, 32, 8, 128, 151936, 40960, 1e6, false},
 }};
 
 ModelConfig to_config(const BuiltinModel& model) {
@@ -173,14 +177,16 @@ ModelConfig to_config(const BuiltinModel& model) {
   config.layers = model.layers;
   config.heads = model.heads;
   config.kv_heads = model.kv_heads;
-  config.head_dim = model.hidden_size / model.heads;
+  config.head_dim = model.head_dim != 0 ? model.head_dim : model.hidden_size / model.heads;
   config.vocab_size = model.vocab_size;
   config.max_position_embeddings = model.max_position_embeddings;
   config.rope.theta = model.rope_theta;
   config.tie_word_embeddings = model.tie_word_embeddings;
-  // Qwen2's attention always has q/k/v biases.
-  config.qkv_bias = std::string_view(model.architecture) == "Qwen2ForCausalLM";
-  config.rms_norm_eps = config.qkv_bias ? 1e-6 : 1e-5;
+  // Qwen2's attention always has q/k/v biases; Qwen3's normalises q and k instead.
+  const std::string_view architecture = model.architecture;
+  config.qkv_bias = architecture == "Qwen2ForCausalLM";
+  config.qk_norm = architecture == "Qwen3ForCausalLM";
+  config.rms_norm_eps = config.qkv_bias || config.qk_norm ? 1e-6 : 1e-5;
   config.dtype = DType::kBf16;
   return config;
 }

@@ -27,6 +27,7 @@ struct LayerBaseOffsets {
   std::uint64_t input_norm = 0, post_norm = 0;
   // q, k, v biases contiguous (one run of q_dim + 2 kv_dim) when present.
   std::uint64_t q_bias = kNoTensor, k_bias = kNoTensor, v_bias = kNoTensor, o_bias = kNoTensor;
+  std::uint64_t q_norm = kNoTensor, k_norm = kNoTensor;  // [head_dim] each, with config.qk_norm
 };
 
 struct WeightLayout {

@@ -52,6 +52,10 @@ WeightLayout weight_layout(const ModelConfig& c, DType element) {
       layer.v_bias = layer.k_bias + kv_dim * size;
     }
     if (c.o_bias) layer.o_bias = place(base, hidden, size);
+    if (c.qk_norm) {
+      layer.q_norm = place(base, c.head_dim, size);
+      layer.k_norm = place(base, c.head_dim, size);
+    }
   }
   std::uint64_t block = 0;
   // q, k and v back to back: one [q_dim + 2 * kv_dim][hidden] matrix, the fused projection.

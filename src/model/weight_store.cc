@@ -162,6 +162,8 @@ WeightAddresses WeightStore::addresses() const {
                                         .k_bias = optional(b.k_bias),
                                         .v_bias = optional(b.v_bias),
                                         .o_bias = optional(b.o_bias),
+                                        .q_norm = optional(b.q_norm),
+                                        .k_norm = optional(b.k_norm),
                                         .q = block + k.q,
                                         .k = block + k.k,
                                         .v = block + k.v,

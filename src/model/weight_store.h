@@ -27,6 +27,7 @@ namespace kvvm::model::detail {
 struct LayerAddresses {
   Address input_norm = 0, post_norm = 0;
   Address q_bias = 0, k_bias = 0, v_bias = 0, o_bias = 0;  // 0: the config has none
+  Address q_norm = 0, k_norm = 0;                          // 0: the config has none
   Address q = 0, k = 0, v = 0, o = 0;
   Address gate_up = 0;  // [2 * intermediate][hidden]: gate rows, then up rows
   Address down = 0;

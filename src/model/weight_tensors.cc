@@ -108,6 +108,21 @@ Result<std::vector<WeightTensor>> weight_tensors(const ModelConfig& c, const Wei
       add(p + biases[i].first, {bias_rows[i]}, view(biases[i].second), kBaseRegion, bias_at[i], 0,
           0.0f);
     }
+    const std::pair<const char*, const TensorView * LayerWeights::*> head_norms[] = {
+        {"self_attn.q_norm.weight", &LayerWeights::q_norm},
+        {"self_attn.k_norm.weight", &LayerWeights::k_norm}};
+    const std::uint64_t head_norm_at[] = {b.q_norm, b.k_norm};
+    for (int i = 0; i < 2; ++i) {
+      if (head_norm_at[i] == kNoTensor) {
+        if (view(head_norms[i].second) != nullptr) {
+          return Status::InvalidArgument("tensor " + p + head_norms[i].first +
+                                         " is given but the config has no q/k norm");
+        }
+        continue;
+      }
+      add(p + head_norms[i].first, {c.head_dim}, view(head_norms[i].second), kBaseRegion,
+          head_norm_at[i], 0, 1.0f);
+    }
     add(p + "self_attn.q_proj.weight", {q_dim, hidden}, view(&LayerWeights::q), l, k.q,
         fan_in_scale(hidden), 0);
     add(p + "self_attn.k_proj.weight", {kv_dim, hidden}, view(&LayerWeights::k), l, k.k,

@@ -78,6 +78,11 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
     if (config.o_bias) {
       KVVM_RETURN_IF_ERROR(bind(layer.o_bias, attn + "o_proj.bias", {hidden}));
     }
+    if (config.qk_norm) {
+      const std::uint64_t head_dim = config.head_dim;
+      KVVM_RETURN_IF_ERROR(bind(layer.q_norm, attn + "q_norm.weight", {head_dim}));
+      KVVM_RETURN_IF_ERROR(bind(layer.k_norm, attn + "k_norm.weight", {head_dim}));
+    }
     KVVM_RETURN_IF_ERROR(
         bind(layer.post_norm, prefix + "post_attention_layernorm.weight", {hidden}));
     KVVM_RETURN_IF_ERROR(bind(layer.gate, prefix + "mlp.gate_proj.weight", {intermediate, hidden}));

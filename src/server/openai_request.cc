@@ -253,7 +253,7 @@ Check read_messages(const json& value, const ParseContext& context, std::vector<
   if (!context.chat_template) {
     return bad_field("messages",
                      "this model has no chat template kvvm recognises; start the server with "
-                     "--chat-template chatml|llama3, or use /v1/completions");
+                     "--chat-template chatml|llama3|qwen3, or use /v1/completions");
   }
   Result<std::string> text =
       tokenizer::render_chat(*context.chat_template, messages, add_generation_prompt);

@@ -43,20 +43,27 @@ std::string bytes_to_byte_level(std::string_view bytes) {
 }
 
 std::string byte_level_to_bytes(std::string_view token) {
-  const Alphabet& table = alphabet();
   std::string out;
   out.reserve(token.size());
+  append_byte_level_to_bytes(token, out);
+  return out;
+}
+
+void append_byte_level_to_bytes(std::string_view token, std::string& out) {
+  const Alphabet& table = alphabet();
+  const std::size_t start = out.size();
   for (std::size_t i = 0; i < token.size();) {
     const std::size_t length = utf8_length(token, i);
-    if (length == 0) return std::string(token);
-    const char32_t code_point = utf8_decode(token, i, length);
-    if (code_point >= table.byte_of.size() || table.byte_of[code_point] < 0) {
-      return std::string(token);
+    char32_t code_point = 0;
+    if (length != 0) code_point = utf8_decode(token, i, length);
+    if (length == 0 || code_point >= table.byte_of.size() || table.byte_of[code_point] < 0) {
+      out.resize(start);
+      out.append(token);
+      return;
     }
     out += static_cast<char>(table.byte_of[code_point]);
     i += length;
   }
-  return out;
 }
 
 }  // namespace kvvm::tokenizer::detail

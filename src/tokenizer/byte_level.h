@@ -14,5 +14,7 @@ std::string bytes_to_byte_level(std::string_view bytes);
 // mapped back to its byte, or the token's own bytes unchanged when any character is outside
 // the alphabet (an added token such as "<|eot_id|>" is all inside it; "a b" is not).
 std::string byte_level_to_bytes(std::string_view token);
+// The same, appended to `out`.
+void append_byte_level_to_bytes(std::string_view token, std::string& out);
 
 }  // namespace kvvm::tokenizer::detail

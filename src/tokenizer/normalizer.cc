@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "tokenizer/regex.h"
 #include "tokenizer/utf8.h"
 
 namespace kvvm::tokenizer::detail {
@@ -59,6 +60,42 @@ class UnicodeForm final : public Normalizer {
   utf8proc_option_t options_;
 };
 
+// Prepends its text to a non-empty input (each stretch between added tokens is one input).
+class Prepend final : public Normalizer {
+ public:
+  explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
+  std::string normalize(std::string_view text) const override {
+    if (text.empty()) return {};
+    return prefix_ + std::string(text);
+  }
+
+ private:
+  std::string prefix_;
+};
+
+// Replaces every match of a string or a regex (leftmost, non-overlapping) by `content`.
+class Replace final : public Normalizer {
+ public:
+  Replace(std::unique_ptr<Regex> pattern, std::string content)
+      : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  std::string normalize(std::string_view text) const override {
+    std::string out;
+    out.reserve(text.size());
+    std::size_t previous = 0;
+    for (const Match& match : pattern_->find_all(text)) {
+      out.append(text.substr(previous, match.begin - previous));
+      out += content_;
+      previous = match.end;
+    }
+    out.append(text.substr(previous));
+    return out;
+  }
+
+ private:
+  std::unique_ptr<Regex> pattern_;
+  std::string content_;
+};
+
 class SequenceNormalizer final : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps)
@@ -76,6 +113,21 @@ class SequenceNormalizer final : public Normalizer {
 
 }  // namespace
 
+Result<std::unique_ptr<Regex>> parse_replace_pattern(const Json& json, std::string_view where) {
+  const std::string pattern_where = member_path(where, "pattern");
+  const Json* pattern = find_member(json, "pattern");
+  if (pattern == nullptr) return field_error(pattern_where, "missing");
+  KVVM_RETURN_IF_ERROR(expect_object(*pattern, pattern_where));
+  const Json* regex_text = find_member(*pattern, "Regex");
+  const Json* literal_text = find_member(*pattern, "String");
+  const Json* text = regex_text != nullptr ? regex_text : literal_text;
+  if (text == nullptr || !text->is_string() || text->get_ref<const std::string&>().empty()) {
+    return field_error(pattern_where,
+                       "expected {\"Regex\": string} or {\"String\": string}, not empty");
+  }
+  return Regex::compile(text->get_ref<const std::string&>(), regex_text == nullptr, pattern_where);
+}
+
 Result<std::unique_ptr<Normalizer>> parse_normalizer(const Json& json, std::string_view where) {
   if (json.is_null()) return std::unique_ptr<Normalizer>();
   KVVM_RETURN_IF_ERROR(expect_object(json, where));
@@ -88,6 +140,19 @@ Result<std::unique_ptr<Normalizer>> parse_normalizer(const Json& json, std::stri
   if (*type == "NFD") return form(UTF8PROC_DECOMPOSE);
   if (*type == "NFKC") return form(UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
   if (*type == "NFKD") return form(UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+  if (*type == "Prepend") {
+    Result<std::string> prefix = string_member(json, "prepend", where);
+    if (!prefix.ok()) return prefix.status();
+    return std::unique_ptr<Normalizer>(std::make_unique<Prepend>(std::move(*prefix)));
+  }
+  if (*type == "Replace") {
+    Result<std::unique_ptr<Regex>> pattern = parse_replace_pattern(json, where);
+    if (!pattern.ok()) return pattern.status();
+    Result<std::string> content = string_member(json, "content", where);
+    if (!content.ok()) return content.status();
+    return std::unique_ptr<Normalizer>(
+        std::make_unique<Replace>(std::move(*pattern), std::move(*content)));
+  }
   if (*type == "Sequence") {
     const std::string list_where = member_path(where, "normalizers");
     const Json* list = find_member(json, "normalizers");
@@ -105,7 +170,7 @@ Result<std::unique_ptr<Normalizer>> parse_normalizer(const Json& json, std::stri
   }
   return field_error(member_path(where, "type"), "normalizer '" + *type +
                                                      "' is not implemented (NFC, NFD, NFKC, NFKD, "
-                                                     "Sequence or null are)");
+                                                     "Prepend, Replace, Sequence or null are)");
 }
 
 }  // namespace kvvm::tokenizer::detail

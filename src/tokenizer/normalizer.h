@@ -1,6 +1,6 @@
-// tokenizer.json's "normalizer": the Unicode normal forms (through utf8proc), a Sequence of
-// them, or null. Others (Lowercase, Replace, Prepend, Bert, Precompiled, ...) are refused by
-// name: a byte-level BPE of the families served needs none of them.
+// tokenizer.json's "normalizer": the Unicode normal forms (through utf8proc), Prepend and
+// Replace (Llama-2's legacy files: Prepend "▁", Replace " " by "▁"), a Sequence of them, or
+// null. Others (Lowercase, Strip, Bert, Precompiled, ...) are refused by name.
 #pragma once
 
 #include <memory>
@@ -19,6 +19,11 @@ class Normalizer {
   // is lost.
   virtual std::string normalize(std::string_view text) const = 0;
 };
+
+class Regex;
+
+// Replace's "pattern" ({"String": ...} or {"Regex": ...}), shared with the decoder of that name.
+Result<std::unique_ptr<Regex>> parse_replace_pattern(const Json& json, std::string_view where);
 
 // nullptr for a null normalizer (or an empty Sequence).
 Result<std::unique_ptr<Normalizer>> parse_normalizer(const Json& json, std::string_view where);

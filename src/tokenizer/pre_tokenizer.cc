@@ -2,21 +2,13 @@
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/split_behavior.h"
 
 namespace kvvm::tokenizer::detail {
 namespace {
 
-// What becomes of the pattern's matches (Hugging Face's SplitDelimiterBehavior).
-enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
-
-struct Segment {
-  std::size_t begin;
-  std::size_t end;
-  bool is_match;
-};
-
 // The whole of `text` as alternating unmatched and matched segments.
-std::vector<Segment> segments(const Regex& regex, std::string_view text, bool invert) {
+std::vector<Segment> regex_segments(const Regex& regex, std::string_view text, bool invert) {
   std::vector<Segment> out;
   std::size_t previous = 0;
   for (const Match& match : regex.find_all(text)) {
@@ -28,71 +20,14 @@ std::vector<Segment> segments(const Regex& regex, std::string_view text, bool in
   return out;
 }
 
-// Folds the segments into pieces as `behavior` says, the way Hugging Face's split does.
-std::vector<Segment> apply_behavior(std::vector<Segment> in, Behavior behavior) {
-  std::vector<Segment> out;
-  bool previous_match = false;
-  switch (behavior) {
-    case Behavior::kIsolated:
-      return in;
-    case Behavior::kRemoved:
-      for (const Segment& s : in) {
-        if (!s.is_match) out.push_back(s);
-      }
-      return out;
-    case Behavior::kMergedWithPrevious:
-      for (const Segment& s : in) {
-        if (s.is_match && !previous_match && !out.empty()) {
-          out.back().end = s.end;
-        } else {
-          out.push_back(s);
-        }
-        previous_match = s.is_match;
-      }
-      return out;
-    case Behavior::kMergedWithNext:
-      for (auto it = in.rbegin(); it != in.rend(); ++it) {
-        if (it->is_match && !previous_match && !out.empty()) {
-          out.back().begin = it->begin;
-        } else {
-          out.push_back(*it);
-        }
-        previous_match = it->is_match;
-      }
-      return {out.rbegin(), out.rend()};
-    case Behavior::kContiguous:
-      for (const Segment& s : in) {
-        if (s.is_match == previous_match && !out.empty()) {
-          out.back().end = s.end;
-        } else {
-          out.push_back(s);
-        }
-        previous_match = s.is_match;
-      }
-      return out;
-  }
-  return in;
-}
-
-void split_pieces(const Regex& regex, bool invert, Behavior behavior,
-                  std::vector<std::string>& pieces) {
-  std::vector<std::string> out;
-  out.reserve(pieces.size());
-  for (const std::string& piece : pieces) {
-    for (const Segment& s : apply_behavior(segments(regex, piece, invert), behavior)) {
-      if (s.end > s.begin) out.emplace_back(piece, s.begin, s.end - s.begin);
-    }
-  }
-  pieces = std::move(out);
-}
-
 class Split final : public PreTokenizer {
  public:
   Split(std::unique_ptr<Regex> regex, Behavior behavior, bool invert)
       : regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
 
-  void apply(std::vector<std::string>& pieces) const override {
-    split_pieces(*regex_, invert_, behavior_, pieces);
+  void apply(std::vector<PreToken>& pieces) const override {
+    split_pieces(pieces, behavior_,
+                 [&](std::string_view text) { return regex_segments(*regex_, text, invert_); });
   }
   bool byte_level() const override { return false; }
 
@@ -107,15 +42,18 @@ class ByteLevel final : public PreTokenizer {
   ByteLevel(bool add_prefix_space, std::unique_ptr<Regex> regex)
       : add_prefix_space_(add_prefix_space), regex_(std::move(regex)) {}
 
-  void apply(std::vector<std::string>& pieces) const override {
+  void apply(std::vector<PreToken>& pieces) const override {
     if (add_prefix_space_) {
-      for (std::string& piece : pieces) {
-        if (!piece.empty() && piece.front() != ' ') piece.insert(piece.begin(), ' ');
+      for (PreToken& piece : pieces) {
+        if (!piece.text.empty() && piece.text.front() != ' ') piece.text.insert(0, 1, ' ');
       }
     }
-    if (regex_) split_pieces(*regex_, false, Behavior::kIsolated, pieces);
-    std::erase_if(pieces, [](const std::string& piece) { return piece.empty(); });
-    for (std::string& piece : pieces) piece = bytes_to_byte_level(piece);
+    if (regex_) {
+      split_pieces(pieces, Behavior::kIsolated,
+                   [&](std::string_view text) { return regex_segments(*regex_, text, false); });
+    }
+    std::erase_if(pieces, [](const PreToken& piece) { return piece.text.empty(); });
+    for (PreToken& piece : pieces) piece.text = bytes_to_byte_level(piece.text);
   }
   bool byte_level() const override { return true; }
 
@@ -129,7 +67,7 @@ class SequencePreTokenizer final : public PreTokenizer {
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps)
       : steps_(std::move(steps)) {}
 
-  void apply(std::vector<std::string>& pieces) const override {
+  void apply(std::vector<PreToken>& pieces) const override {
     for (const auto& step : steps_) step->apply(pieces);
   }
   bool byte_level() const override {
@@ -142,19 +80,6 @@ class SequencePreTokenizer final : public PreTokenizer {
  private:
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
-
-Result<Behavior> parse_behavior(const Json& json, std::string_view where) {
-  Result<std::string> name = string_member(json, "behavior", where);
-  if (!name.ok()) return name.status();
-  if (*name == "Removed") return Behavior::kRemoved;
-  if (*name == "Isolated") return Behavior::kIsolated;
-  if (*name == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
-  if (*name == "MergedWithNext") return Behavior::kMergedWithNext;
-  if (*name == "Contiguous") return Behavior::kContiguous;
-  return field_error(member_path(where, "behavior"),
-                     "unknown behavior '" + *name +
-                         "' (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous)");
-}
 
 Result<std::unique_ptr<PreTokenizer>> parse_split(const Json& json, std::string_view where) {
   const std::string pattern_where = member_path(where, "pattern");
@@ -218,9 +143,12 @@ Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const Json& json,
     if (steps.empty()) return std::unique_ptr<PreTokenizer>();
     return std::unique_ptr<PreTokenizer>(std::make_unique<SequencePreTokenizer>(std::move(steps)));
   }
-  return field_error(member_path(where, "type"), "pre-tokenizer '" + *type +
-                                                     "' is not implemented (Split, ByteLevel, "
-                                                     "Sequence or null are)");
+  Result<std::unique_ptr<PreTokenizer>> by_class = parse_class_pre_tokenizer(json, *type, where);
+  if (!by_class.ok() || *by_class) return by_class;
+  return field_error(member_path(where, "type"),
+                     "pre-tokenizer '" + *type +
+                         "' is not implemented (Split, ByteLevel, Digits, Punctuation, "
+                         "Whitespace, WhitespaceSplit, Metaspace, Sequence or null are)");
 }
 
 }  // namespace kvvm::tokenizer::detail

@@ -30,9 +30,11 @@ struct MatchData {
 
 Result<std::unique_ptr<Regex>> Regex::compile(std::string_view pattern, bool literal,
                                               std::string_view where) {
-  // PCRE2_LITERAL takes no UCP (it has no classes for UCP to change).
+  // PCRE2_LITERAL takes no UCP (it has no classes for UCP to change). MULTILINE: Hugging Face
+  // compiles the patterns with Oniguruma's Ruby syntax, where ^ and $ match at every line's
+  // start and end (DeepSeek's "\s+$").
   const std::uint32_t options =
-      PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
+      PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),

@@ -1,6 +1,7 @@
 // A pre-tokenizer's split pattern, compiled once by PCRE2 (UTF, Unicode properties for \s \d
-// \w, JIT). Ill-formed UTF-8 in the subject is allowed: PCRE2_MATCH_INVALID_UTF makes such
-// bytes match nothing, so they fall between matches and survive as their own pieces.
+// \w, ^ and $ at line ends as in Oniguruma's Ruby syntax, JIT). Ill-formed UTF-8 in the subject is
+// allowed: PCRE2_MATCH_INVALID_UTF makes such bytes match nothing, so they fall between matches and
+// survive as their own pieces.
 #pragma once
 
 #include <cstddef>

@@ -5,11 +5,16 @@
 
 namespace kvvm::tokenizer {
 
-void detail::TokenizerParts::encode_plain(std::string_view text, std::vector<TokenId>& ids) const {
+void detail::TokenizerParts::encode_plain(std::string_view text, bool at_start,
+                                          std::vector<TokenId>& ids) const {
   if (text.empty()) return;
-  std::vector<std::string> pieces{std::string(text)};
+  if (!pre_tokenizer) {
+    model->encode(text, ids);
+    return;
+  }
+  std::vector<PreToken> pieces{{std::string(text), at_start}};
   pre_tokenizer->apply(pieces);
-  for (const std::string& piece : pieces) model->encode(piece, ids);
+  for (const PreToken& piece : pieces) model->encode(piece.text, ids);
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -32,7 +37,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
         ids.push_back(impl.normalized_added.token(piece.token).id);
       } else {
         impl.encode_plain(std::string_view(normalized).substr(piece.begin, piece.end - piece.begin),
-                          ids);
+                          raw.begin == 0 && piece.begin == 0, ids);
       }
     }
   }
@@ -42,29 +47,37 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
 
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) const {
   std::string out;
-  for (const TokenId id : ids) impl_->append_bytes(id, skip_special, out);
-  return out;
+  bool first = true;
+  for (const TokenId id : ids) impl_->append_bytes(id, skip_special, first, out);
+  // A Strip after the tokens are fused takes the text's leading characters.
+  const std::string_view strip = impl_->decoder.strip_content();
+  std::size_t begin = 0;
+  for (std::size_t n = 0; n < impl_->decoder.strip_count() && !strip.empty() &&
+                          std::string_view(out).substr(begin).starts_with(strip);
+       ++n) {
+    begin += strip.size();
+  }
+  return begin == 0 ? out : out.substr(begin);
 }
 
-std::size_t Tokenizer::vocab_size() const { return impl_->spelling.size(); }
+std::size_t Tokenizer::vocab_size() const { return impl_->tokens.size(); }
 
 std::optional<TokenId> Tokenizer::token_id(std::string_view token) const {
   if (const auto found = impl_->added_ids.find(token); found != impl_->added_ids.end()) {
     return found->second;
   }
-  const detail::Vocab& vocab = impl_->model->vocab();
-  if (const auto found = vocab.find(token); found != vocab.end()) return found->second;
+  if (const TokenId id = impl_->model->vocab().find(token); id >= 0) return id;
   return std::nullopt;
 }
 
 std::string_view Tokenizer::token_text(TokenId id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= impl_->spelling.size()) return {};
-  return impl_->spelling[static_cast<std::size_t>(id)];
+  if (id < 0 || static_cast<std::size_t>(id) >= impl_->tokens.size()) return {};
+  return impl_->tokens[static_cast<std::size_t>(id)].spelling;
 }
 
 bool Tokenizer::is_special(TokenId id) const {
-  return id >= 0 && static_cast<std::size_t>(id) < impl_->special.size() &&
-         impl_->special[static_cast<std::size_t>(id)] != 0;
+  return id >= 0 && static_cast<std::size_t>(id) < impl_->tokens.size() &&
+         impl_->tokens[static_cast<std::size_t>(id)].special;
 }
 
 }  // namespace kvvm::tokenizer

@@ -31,4 +31,14 @@ bool is_python_space(char32_t code_point);
 // A word character as an added token's single_word sees it: letters, marks, numbers, '_'.
 bool is_word_char(char32_t code_point);
 
+// The character classes Hugging Face's pre-tokenizers test, as Rust defines them (through
+// utf8proc's general categories):
+// char::is_numeric: Nd, Nl, No (the Digits pre-tokenizer).
+bool is_numeric(char32_t code_point);
+// char::is_ascii_punctuation or a P* category (the Punctuation pre-tokenizer).
+bool is_punctuation(char32_t code_point);
+// The regex crate's Unicode \w: Alphabetic, marks, Nd, Pc and the joiners U+200C / U+200D
+// (the Whitespace pre-tokenizer's \w+|[^\w\s]+).
+bool is_regex_word_char(char32_t code_point);
+
 }  // namespace kvvm::tokenizer::detail

@@ -50,6 +50,17 @@ std::vector<double> rms_norm(const std::vector<double>& x, const std::vector<dou
   return out;
 }
 
+// Each head's row of `v` RMS-normalised with `weight` (Qwen3's q_norm / k_norm).
+void norm_heads(std::vector<double>& v, std::size_t heads, std::size_t dim,
+                const std::vector<double>& weight, double eps) {
+  for (std::size_t h = 0; h < heads; ++h) {
+    const auto begin = v.begin() + static_cast<std::ptrdiff_t>(h * dim);
+    const std::vector<double> normed =
+        rms_norm(std::vector<double>(begin, begin + static_cast<std::ptrdiff_t>(dim)), weight, eps);
+    std::copy(normed.begin(), normed.end(), begin);
+  }
+}
+
 void rotate(std::vector<double>& v, std::size_t heads, std::size_t dim,
             const std::vector<double>& inv_freq, std::size_t position) {
   const std::size_t half = dim / 2;
@@ -104,7 +115,7 @@ ReferenceTransformer::ReferenceTransformer(const model::ModelConfig& config,
                             to_doubles(w.v), to_doubles(w.q_bias), to_doubles(w.k_bias),
                             to_doubles(w.v_bias), to_doubles(w.o), to_doubles(w.o_bias),
                             to_doubles(w.post_norm), to_doubles(w.gate), to_doubles(w.up),
-                            to_doubles(w.down)});
+                            to_doubles(w.down), to_doubles(w.q_norm), to_doubles(w.k_norm)});
   }
 }
 
@@ -127,6 +138,10 @@ std::vector<std::vector<double>> ReferenceTransformer::logits(
       q[t] = apply(w.q, w.q_bias, xn, q_width);
       k[t] = apply(w.k, w.k_bias, xn, kv_width);
       v[t] = apply(w.v, w.v_bias, xn, kv_width);
+      if (c.qk_norm) {
+        norm_heads(q[t], c.heads, dim, w.q_norm, c.rms_norm_eps);
+        norm_heads(k[t], c.kv_heads, dim, w.k_norm, c.rms_norm_eps);
+      }
       rotate(q[t], c.heads, dim, inv_freq_, t);
       rotate(k[t], c.kv_heads, dim, inv_freq_, t);
     }

@@ -1,5 +1,5 @@
 // A float64 reference of the decoder-only forward pass the model layer implements (Llama /
-// Qwen2 / Mistral as Hugging Face defines them), for tests: every position recomputed from
+// Qwen2 / Qwen3 / Mistral as Hugging Face defines them), for tests: every position recomputed from
 // scratch with full causal attention, no KV cache, no packing, no GEMM library, so a bug in
 // the cache, the batching or the kernels shows as a difference.
 #pragma once
@@ -30,6 +30,7 @@ class ReferenceTransformer {
   using Matrix = std::vector<double>;  // row-major, [out][in] as Hugging Face stores it
   struct Layer {
     Matrix input_norm, q, k, v, q_bias, k_bias, v_bias, o, o_bias, post_norm, gate, up, down;
+    Matrix q_norm, k_norm;  // [head_dim] each; empty without q/k norms
   };
   model::ModelConfig config_;
   Matrix embed_, final_norm_, lm_head_;

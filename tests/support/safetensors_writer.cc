@@ -98,10 +98,11 @@ std::vector<float> random_floats(std::size_t count, std::uint64_t seed, float sc
 
 nlohmann::json tiny_config_json(const TinyModel& model) {
   const bool qwen = model.architecture == "Qwen2ForCausalLM";
+  const bool qwen3 = model.architecture == "Qwen3ForCausalLM";
   const bool mistral = model.architecture == "MistralForCausalLM";
   nlohmann::json config = {
       {"architectures", {model.architecture}},
-      {"model_type", qwen ? "qwen2" : (mistral ? "mistral" : "llama")},
+      {"model_type", qwen ? "qwen2" : (qwen3 ? "qwen3" : (mistral ? "mistral" : "llama"))},
       {"hidden_size", model.hidden},
       {"intermediate_size", model.intermediate},
       {"num_hidden_layers", model.layers},
@@ -140,6 +141,7 @@ std::vector<TensorSpec> tiny_model_tensors(const TinyModel& model) {
   const std::uint64_t q_rows = std::uint64_t{model.heads} * model.head_dim;
   const std::uint64_t kv_rows = std::uint64_t{model.kv_heads} * model.head_dim;
   const bool qwen = model.architecture == "Qwen2ForCausalLM";
+  const bool qwen3 = model.architecture == "Qwen3ForCausalLM";
   add("model.embed_tokens.weight", {model.vocab, hidden});
   for (std::uint32_t i = 0; i < model.layers; ++i) {
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
@@ -154,6 +156,10 @@ std::vector<TensorSpec> tiny_model_tensors(const TinyModel& model) {
     }
     add(prefix + "self_attn.o_proj.weight", {hidden, q_rows});
     if (!qwen && model.attention_bias) add(prefix + "self_attn.o_proj.bias", {hidden});
+    if (qwen3) {
+      add(prefix + "self_attn.q_norm.weight", {model.head_dim}, true);
+      add(prefix + "self_attn.k_norm.weight", {model.head_dim}, true);
+    }
     add(prefix + "post_attention_layernorm.weight", {hidden}, true);
     add(prefix + "mlp.gate_proj.weight", {model.intermediate, hidden});
     add(prefix + "mlp.up_proj.weight", {model.intermediate, hidden});

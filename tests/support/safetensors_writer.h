@@ -45,7 +45,8 @@ std::vector<float> random_floats(std::size_t count, std::uint64_t seed, float sc
 
 // A small model's numbers: the config.json and the tensors a checkpoint of it holds.
 struct TinyModel {
-  std::string architecture = "LlamaForCausalLM";  // or Qwen2ForCausalLM, MistralForCausalLM
+  // or Qwen2ForCausalLM, Qwen3ForCausalLM (q/k norms written), MistralForCausalLM
+  std::string architecture = "LlamaForCausalLM";
   std::uint32_t hidden = 64;
   std::uint32_t intermediate = 128;
   std::uint32_t layers = 2;

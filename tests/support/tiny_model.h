@@ -78,6 +78,11 @@ class TinyModel {
       }
       w.o = linear(p + "self_attn.o_proj.weight", hidden, q_rows);
       if (config.o_bias) w.o_bias = tensor(p + "self_attn.o_proj.bias", {hidden}, 0.5, 0);
+      if (config.qk_norm) {
+        // Far from ones, so a head norm that skipped its weight would show.
+        w.q_norm = tensor(p + "self_attn.q_norm.weight", {config.head_dim}, 0.5, 1.0);
+        w.k_norm = tensor(p + "self_attn.k_norm.weight", {config.head_dim}, 0.5, 1.0);
+      }
       w.post_norm = tensor(p + "post_attention_layernorm.weight", {hidden}, 0.2, 1.0);
       w.gate = linear(p + "mlp.gate_proj.weight", inter, hidden);
       w.up = linear(p + "mlp.up_proj.weight", inter, hidden);

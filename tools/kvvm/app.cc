@@ -11,6 +11,7 @@
 #include "bench/prefill_attention.h"
 #include "bench/serve.h"
 #include "bench/share.h"
+#include "bench/tokenizer_load.h"
 #include "commands/generate_command.h"
 #include "commands/info_command.h"
 #include "commands/plan_command.h"
@@ -63,6 +64,9 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   BenchKvErrorOptions bench_kv_error_options;
   CLI::App* bench_kv_error =
       add_bench_kv_error_command(*app.get_subcommand("bench"), bench_kv_error_options);
+  BenchTokenizerLoadOptions bench_tokenizer_load_options;
+  CLI::App* bench_tokenizer_load =
+      add_bench_tokenizer_load_command(*app.get_subcommand("bench"), bench_tokenizer_load_options);
   SimulateOptions simulate_options;
   CLI::App* simulate = add_simulate_command(app, simulate_options);
   GenerateOptions generate_options;
@@ -97,6 +101,9 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
     if (bench_engine->parsed()) return run_bench_engine(bench_engine_options, out, err);
     if (bench_serve->parsed()) return run_bench_serve(bench_serve_options, out, err);
     if (bench_kv_error->parsed()) return run_bench_kv_error(bench_kv_error_options, out, err);
+    if (bench_tokenizer_load->parsed()) {
+      return run_bench_tokenizer_load(bench_tokenizer_load_options, out, err);
+    }
     if (bench_growth->parsed()) return run_bench_growth(bench_growth_options, out, err);
   } catch (const std::exception& error) {
     err << "kvvm: internal error: " << error.what() << "\n";

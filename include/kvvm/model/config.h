@@ -1,6 +1,6 @@
 // ModelConfig: what the model runtime needs of a Hugging Face checkpoint's config.json (and
 // generation_config.json), for the decoder-only families it runs: LlamaForCausalLM,
-// Qwen2ForCausalLM and MistralForCausalLM without a sliding window.
+// Qwen2ForCausalLM, Qwen3ForCausalLM and MistralForCausalLM without a sliding window.
 //
 // Why refuse rather than guess: a field this runtime does not implement (a sliding window, an
 // MLP bias, an unknown RoPE scaling) changes the model's outputs silently if ignored, so the
@@ -37,19 +37,23 @@ struct ModelConfig {
   // Where the config came from, for messages and the KV geometry's name: a built-in model's
   // name or the config.json path (load_kv_config, builtin_model_config); empty otherwise.
   std::string name;
-  std::string architecture;  // "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"
+  // "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"
+  std::string architecture;
   std::uint32_t hidden_size = 0;
   std::uint32_t intermediate_size = 0;
   std::uint32_t layers = 0;    // num_hidden_layers
   std::uint32_t heads = 0;     // num_attention_heads
   std::uint32_t kv_heads = 0;  // num_key_value_heads (heads when absent)
-  std::uint32_t head_dim = 0;  // head_dim, else hidden_size / heads
+  std::uint32_t head_dim = 0;  // head_dim, else hidden_size / heads (Qwen3: 128)
   std::uint32_t vocab_size = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;  // Qwen2: always; Llama / Mistral: attention_bias
-  bool o_bias = false;    // Llama / Mistral: attention_bias
+  bool qkv_bias = false;  // Qwen2: always; Llama / Qwen3 / Mistral: attention_bias
+  bool o_bias = false;    // Llama / Qwen3 / Mistral: attention_bias
+  // Qwen3: each head of q and of k is RMS-normalised (self_attn.q_norm / k_norm, [head_dim],
+  // eps rms_norm_eps) after its projection and before RoPE.
+  bool qk_norm = false;
   std::uint32_t max_position_embeddings = 0;
   DType dtype = DType::kBf16;  // torch_dtype / dtype of the checkpoint
   std::vector<std::int32_t> bos_token_ids;

@@ -2,13 +2,15 @@
 // checked (presence, dtype, shape) before the first byte is used, so a bad checkpoint fails
 // at load with the tensor's name and both shapes, never in the middle of a step.
 //
-// Hugging Face names (Llama / Qwen2 / Mistral):
+// Hugging Face names (Llama / Qwen2 / Qwen3 / Mistral):
 //   model.embed_tokens.weight                     [vocab, hidden]
 //   model.layers.{i}.input_layernorm.weight       [hidden]
 //   model.layers.{i}.self_attn.q_proj.weight      [heads * head_dim, hidden]   (+ .bias)
 //   model.layers.{i}.self_attn.k_proj.weight      [kv_heads * head_dim, hidden] (+ .bias)
 //   model.layers.{i}.self_attn.v_proj.weight      [kv_heads * head_dim, hidden] (+ .bias)
 //   model.layers.{i}.self_attn.o_proj.weight      [hidden, heads * head_dim]   (+ .bias)
+//   model.layers.{i}.self_attn.q_norm.weight      [head_dim]   (Qwen3: config.qk_norm)
+//   model.layers.{i}.self_attn.k_norm.weight      [head_dim]
 //   model.layers.{i}.post_attention_layernorm.weight [hidden]
 //   model.layers.{i}.mlp.gate_proj.weight         [intermediate, hidden]
 //   model.layers.{i}.mlp.up_proj.weight           [intermediate, hidden]
@@ -37,6 +39,8 @@ struct LayerWeights {
   const TensorView* v_bias = nullptr;
   const TensorView* o = nullptr;
   const TensorView* o_bias = nullptr;  // null unless config.o_bias
+  const TensorView* q_norm = nullptr;  // null unless config.qk_norm
+  const TensorView* k_norm = nullptr;
   const TensorView* post_norm = nullptr;
   const TensorView* gate = nullptr;
   const TensorView* up = nullptr;

@@ -1,11 +1,14 @@
-// Tokenizer: Hugging Face tokenizer.json with a byte-level BPE model, as the Llama-3, Qwen2
-// and GPT-2 families ship it.
+// Tokenizer: Hugging Face tokenizer.json with a BPE model, as the Llama-3, Qwen2, GPT-2,
+// DeepSeek, StarCoder, Falcon (byte-level) and Llama-2 / Mistral (Metaspace or Prepend +
+// Replace, byte_fallback) families ship it.
 //
 // Encoding: added tokens (special or not) are matched first, longest at each position; the
-// text between them is normalised (NFC when the file asks, through utf8proc), split by the
-// pre-tokenizer's patterns (PCRE2 with UTF and JIT; GPT-2, Llama-3 and Qwen2 patterns, or
-// whatever Split regex the file gives), mapped to byte-level characters and merged by rank.
-// Decoding maps the byte-level characters back to bytes; StreamDecoder holds back a token's
+// text between them is normalised (NFC and the other normal forms through utf8proc, Prepend,
+// Replace), split by the pre-tokenizer (Split patterns through PCRE2 with UTF and JIT,
+// ByteLevel, Digits, Punctuation, Whitespace, WhitespaceSplit, Metaspace), and merged by rank
+// (a character outside the vocabulary becoming its <0xNN> byte tokens or the unk_token).
+// Decoding applies the file's decoder token by token (ByteLevel's characters back to bytes,
+// Metaspace's "▁" back to spaces, <0xNN> to its byte); StreamDecoder holds back a token's
 // bytes while they end inside a UTF-8 sequence, so streamed text is always whole characters.
 #pragma once
 
@@ -23,13 +26,25 @@ namespace kvvm::tokenizer {
 
 using TokenId = std::int32_t;
 
+namespace detail {
+struct LoadProfile;
+}  // namespace detail
+
 class Tokenizer {
  public:
-  // InvalidArgument naming the path and the defect for a file that is not a byte-level BPE
+  // InvalidArgument naming the path and the defect for a file that is not a BPE
   // tokenizer.json this class implements (malformed JSON, unknown model / pre-tokenizer /
-  // normalizer type, a merge naming an unknown token, ...). NotFound when absent.
+  // normalizer / decoder type, a merge naming an unknown token, ...). NotFound when absent.
+  // The tokenizer_config.json beside the file, when there is one, is read for add_bos_token
+  // and add_eos_token (see parse).
   static Result<std::unique_ptr<Tokenizer>> load(const std::string& path);
-  static Result<std::unique_ptr<Tokenizer>> parse(std::string_view json, std::string_view origin);
+  // `config`: the text of a tokenizer_config.json, or empty for none. A flag it sets decides
+  // its side of encode(text, true): true puts the config's bos_token (eos_token) there once,
+  // false leaves that side empty, as transformers' update_post_processor rebuilds the
+  // template from the flags; a flag it leaves out keeps what tokenizer.json's post-processor
+  // does on that side (src/tokenizer/tokenizer_config.cc says where transformers differs).
+  static Result<std::unique_ptr<Tokenizer>> parse(std::string_view json, std::string_view origin,
+                                                  std::string_view config = {});
 
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
@@ -37,6 +52,7 @@ class Tokenizer {
 
   // Token ids of `text`. `add_special_tokens`: apply the file's post-processor (a BOS, say),
   // as transformers' encode(text) does; false as encode(text, add_special_tokens=False).
+  // Empty text gives no ids (only the post-processor's, when it adds some), as Hugging Face's.
   std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = false) const;
   // Bytes of the ids; special tokens included unless `skip_special`.
   std::string decode(std::span<const TokenId> ids, bool skip_special = false) const;
@@ -52,6 +68,9 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   friend class StreamDecoder;
+  // tokenizer_load.cc's loader, which also reports where a load's time goes.
+  friend Result<std::unique_ptr<Tokenizer>> load_profiled(const std::string& path,
+                                                          detail::LoadProfile* profile);
 };
 
 // Streams decoded text token by token; what push() returns, concatenated with finish(),
@@ -68,6 +87,8 @@ class StreamDecoder {
   const Tokenizer& tokenizer_;
   bool skip_special_;
   std::string pending_;
+  bool first_ = true;           // no token has given text yet (the decoder may treat it apart)
+  std::size_t strip_left_ = 0;  // leading characters the decoder's Strip may still take
 };
 
 }  // namespace kvvm::tokenizer

@@ -157,9 +157,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
   cmd->add_option("--system", options.system, "A system message before the --chat message")
       ->needs(chat);
   cmd->add_option("--chat-template", options.chat_template,
-                  "chatml or llama3 (default: recognised from tokenizer_config.json)")
+                  "chatml, llama3 or qwen3 (default: recognised from tokenizer_config.json)")
       ->needs(chat)
-      ->check(CLI::IsMember({"chatml", "llama3"}));
+      ->check(CLI::IsMember({"chatml", "llama3", "qwen3"}));
   cmd->add_option("--max-tokens", options.max_tokens,
                   "Tokens to generate at most; generation also stops at the config's end tokens "
                   "(default 128, cut to what the context leaves)")

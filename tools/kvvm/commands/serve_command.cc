@@ -137,9 +137,9 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "Key file: one 'KEY TENANT' per line; requests then need 'Authorization: "
                   "Bearer KEY', and tenants never share cached KV (default: no keys)");
   cmd->add_option("--chat-template", options.chat_template,
-                  "chatml or llama3 (default: recognised from tokenizer_config.json; none "
+                  "chatml, llama3 or qwen3 (default: recognised from tokenizer_config.json; none "
                   "recognised: /v1/chat/completions answers 400)")
-      ->check(CLI::IsMember({"chatml", "llama3"}));
+      ->check(CLI::IsMember({"chatml", "llama3", "qwen3"}));
   cmd->add_option("--backend", options.backend,
                   "auto, cpu or cuda (default auto: cuda when a GPU is usable, else cpu)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
