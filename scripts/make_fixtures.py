@@ -24,11 +24,29 @@ Outputs (under --out, default the repository):
                 (no stop on EOS) and HF's top-1 minus top-2 logit at each step
       prompt_logprobs.json: each prompt's log-probabilities (float32 on CPU): row j scores
         token j + 1, with the top 5 (write_prompt_logprobs; --only prompt-logprobs alone)
+  tests/data/models/{qwen3-tiny-fp8,qwen3-tiny-fp8-channel}/ (--only fp8, made last, from the
+  saved qwen3-tiny-bf16 alone, drawing nothing random; needs CUDA):
+      qwen3-tiny-fp8: qwen3-tiny-bf16 loaded with transformers' FineGrainedFP8Config() (each
+        projection e4m3 with one float32 scale per 128 x 128 block, `weight_scale_inv`) and
+        saved with save_pretrained
+      qwen3-tiny-fp8-channel: written here, compressed-tensors' FP8-dynamic: each projection's
+        rows quantized to e4m3 with scale amax / 448 (`weight_scale` [out, 1], float32), its
+        quantization_config in config.json
+      config.json generation_config.json model.safetensors, the tokenizer files copied from
+        qwen3-tiny-bf16 (no prompt_logprobs.json), and expected.json as above (dtype
+        "bfloat16", the unquantized tensors'; texts, chat and the prompts qwen3-tiny-bf16's)
+        with `weight_quant` ("fp8-block128", "fp8-channel") and
+        `reference` (what computed `last`): `last_fp32` / `tokens_fp32` / `margins_fp32` from
+        the weights dequantized (e4m3 * scale) computed in float32 on CPU (what kvvm's CPU path
+        computes); `last` / `tokens` / `margins` from transformers on CUDA: for qwen3-tiny-fp8 the
+        FP8 model itself (its FP8 GEMMs, activations quantized per token and group of 128; its
+        math emulated in torch when transformers' FP8 kernel cannot be loaded, which
+        `reference` then says), for qwen3-tiny-fp8-channel the dequantized weights in bf16
   models/kvvm-adder/   the demo model (Qwen2, ChatML): adds two numbers below 1000;
       README.md (model card), eval.json (held-out prompts, HF's answers, accuracy)
 
 Usage: python3 scripts/make_fixtures.py [--out DIR] [--quick]
-       [--only fixtures|demo|qwen3|prompt-logprobs] [--check-reproducible]
+       [--only fixtures|demo|qwen3|fp8|prompt-logprobs] [--check-reproducible]
 """
 
 import argparse
@@ -569,6 +587,264 @@ def make_qwen3_fixtures(out_dir, quick, device):
     write_fixture(model, tok_hf, "qwen3-tiny", out_dir, device, QWEN3_TEXTS, QWEN3_CHATS)
 
 
+# ---- FP8 checkpoints ------------------------------------------------------------------------
+FP8_SOURCE = "qwen3-tiny-bf16"
+FP8_FIXTURES = ["qwen3-tiny-fp8", "qwen3-tiny-fp8-channel"]
+FP8_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
+FP8_BLOCK = 128
+# What llm-compressor writes for its FP8_DYNAMIC scheme.
+FP8_DYNAMIC_CONFIG = {
+    "quant_method": "compressed-tensors",
+    "format": "float-quantized",
+    "quantization_status": "compressed",
+    "global_compression_ratio": None,
+    "kv_cache_scheme": None,
+    "ignore": ["lm_head"],
+    "config_groups": {"group_0": {
+        "targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True,
+                    "dynamic": False, "group_size": None, "block_structure": None,
+                    "actorder": None, "observer": "minmax"},
+        "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                              "symmetric": True, "dynamic": True, "group_size": None,
+                              "observer": None},
+        "output_activations": None,
+    }},
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                   "special_tokens_map.json")
+
+
+def fp8_projection_names(layers):
+    return [f"model.layers.{i}.{p}" for i in range(layers) for p in FP8_PROJECTIONS]
+
+
+def load_safetensors_dir(directory):
+    from safetensors.torch import load_file
+    tensors = {}
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".safetensors"):
+            tensors.update(load_file(os.path.join(directory, name)))
+    return tensors
+
+
+def block_scales(scale, rows, cols):
+    """A [ceil(rows / 128), ceil(cols / 128)] grid of block scales expanded to [rows, cols]."""
+    grid_rows, grid_cols = scale.shape
+    return (scale.float()[:, None, :, None]
+            .expand(grid_rows, FP8_BLOCK, grid_cols, FP8_BLOCK)
+            .reshape(grid_rows * FP8_BLOCK, grid_cols * FP8_BLOCK)[:rows, :cols])
+
+
+def dequantized_state(directory, quant):
+    """Every tensor of the saved checkpoint in float32, each projection e4m3 * its scale (per
+    128 x 128 block, or per row): what kvvm's CPU path holds after its load."""
+    tensors = load_safetensors_dir(directory)
+    suffix = ".weight_scale_inv" if quant == "fp8-block128" else ".weight_scale"
+    state = {}
+    for name, t in tensors.items():
+        if name.endswith(suffix):
+            continue
+        scale_name = name[:-len(".weight")] + suffix if name.endswith(".weight") else None
+        if scale_name in tensors:
+            w = t.float()
+            scale = tensors[scale_name]
+            if quant == "fp8-block128":
+                state[name] = w * block_scales(scale, w.shape[0], w.shape[1])
+            else:
+                state[name] = w * scale.float()
+        else:
+            state[name] = t.float()
+    return state
+
+
+def dequantized_model(source, state, dtype, device):
+    """qwen3-tiny-bf16's architecture holding `state` in `dtype` on `device`."""
+    config = Qwen3Config.from_pretrained(source)
+    config._attn_implementation = "eager"
+    model = Qwen3ForCausalLM(config).to(torch.float32)
+    model.load_state_dict(state, strict=True)
+    return model.to(dtype).to(device).eval()
+
+
+def check_fp8_checkpoint(directory, quant, layers):
+    """The saved checkpoint holds each projection as e4m3 beside its scales of the format's
+    shape, and nothing else in FP8; config.json names the scheme."""
+    with open(os.path.join(directory, "config.json")) as f:
+        q = json.load(f).get("quantization_config")
+    if quant == "fp8-block128":
+        assert q is not None and q.get("quant_method") == "fp8", q
+        assert list(q.get("weight_block_size", [])) == [FP8_BLOCK, FP8_BLOCK], q
+        assert q.get("activation_scheme", "dynamic") == "dynamic", q
+    else:
+        assert q is not None and q.get("quant_method") == "compressed-tensors", q
+    tensors = load_safetensors_dir(directory)
+    suffix = ".weight_scale_inv" if quant == "fp8-block128" else ".weight_scale"
+    projections = set(fp8_projection_names(layers))
+    for module in sorted(projections):
+        w = tensors[module + ".weight"]
+        assert w.dtype == torch.float8_e4m3fn, (module, w.dtype)
+        scale = tensors.get(module + suffix)
+        assert scale is not None, f"{module}{suffix} is missing: {sorted(tensors)}"
+        assert scale.dtype in (torch.float32, torch.bfloat16), (module, scale.dtype)
+        rows, cols = w.shape
+        want = ([-(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK)] if quant == "fp8-block128"
+                else [rows, 1])
+        assert list(scale.shape) == want, (module + suffix, list(scale.shape), want)
+    for name, t in tensors.items():
+        if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            assert name[:-len(".weight")] in projections, f"{name} is {t.dtype}"
+
+
+def fp8_block_linear_emulated(module, x):
+    """What transformers' FP8Linear computes (128 x 128 block weights, dynamic activations):
+    each token's activations quantized to e4m3 per group of 128 with scale amax / 448, the
+    product accumulated in float32 and returned in the input's dtype."""
+    shape = x.shape
+    k = shape[-1]
+    groups = -(-k // FP8_BLOCK)
+    xs = torch.nn.functional.pad(x.reshape(-1, k).float(), (0, groups * FP8_BLOCK - k))
+    xs = xs.view(-1, groups, FP8_BLOCK)
+    scale = xs.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / FP8_MAX
+    xq = (xs / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).float() * scale
+    xq = xq.view(-1, groups * FP8_BLOCK)[:, :k]
+    w = module.weight
+    wq = w.float() * block_scales(module.weight_scale_inv, w.shape[0], w.shape[1])
+    out = xq @ wq.t()
+    if module.bias is not None:
+        out = out + module.bias.float()
+    return out.to(x.dtype).reshape(*shape[:-1], w.shape[0])
+
+
+def fp8_reference(model, ids, device):
+    """Runs the FP8 model once; when transformers' FP8 kernel cannot run here (it is fetched
+    from the Hugging Face Hub, and this machine has no network), swaps every FP8Linear's
+    forward for fp8_block_linear_emulated. Returns how `last` is computed."""
+    try:
+        last_logits(model, ids, device)
+        return "transformers FP8Linear (its FP8 kernel) on CUDA"
+    except Exception as error:  # the kernel's loader raises ImportError, RuntimeError, ...
+        reason = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+    import types
+    swapped = 0
+    for module in model.modules():
+        if getattr(module, "weight_scale_inv", None) is not None and \
+                module.weight.dtype == torch.float8_e4m3fn:
+            module.forward = types.MethodType(fp8_block_linear_emulated, module)
+            swapped += 1
+    assert swapped > 0, "no FP8Linear module found"
+    print(f"  transformers' FP8 kernel did not run ({reason}); emulating it in torch", flush=True)
+    return ("transformers FP8Linear's math emulated in torch on CUDA (128-group e4m3 "
+            f"activations, float32 accumulation); its kernel did not run: {reason}")
+
+
+def write_fp8_expected(directory, source, quant, reference, ref, ref_device, ref32):
+    """expected.json: texts, chat and prompts as the source fixture's, the logits and greedy
+    tokens of `ref` (on `ref_device`) and of `ref32` (float32, CPU)."""
+    with open(os.path.join(source, "expected.json")) as f:
+        src = json.load(f)
+    expected = {"dtype": "bfloat16", "weight_quant": quant,
+                "transformers": transformers.__version__, "torch": torch.__version__,
+                "reference_device": ref_device, "reference": reference,
+                "reference_fp32": "the weights dequantized (e4m3 * scale), float32 on CPU",
+                "texts": src["texts"], "chat": src["chat"], "logits": [], "greedy": []}
+    for entry in src["logits"]:
+        ids = entry["prompt_ids"]
+        expected["logits"].append({"prompt": entry["prompt"], "prompt_ids": ids,
+                                   "last": floats(last_logits(ref, ids, ref_device)),
+                                   "last_fp32": floats(last_logits(ref32, ids, "cpu"))})
+    for entry in src["greedy"]:
+        ids = entry["prompt_ids"]
+        tokens, margins = greedy(ref, ids, len(entry["tokens"]), ref_device)
+        tokens32, margins32 = greedy(ref32, ids, len(entry["tokens"]), "cpu")
+        expected["greedy"].append({"prompt": entry["prompt"], "prompt_ids": ids,
+                                   "tokens": tokens, "margins": margins,
+                                   "tokens_fp32": tokens32, "margins_fp32": margins32})
+    with open(os.path.join(directory, "expected.json"), "w") as f:
+        json.dump(expected, f, ensure_ascii=False)
+        f.write("\n")
+
+
+def copy_tokenizer(source, directory):
+    for name in TOKENIZER_FILES:
+        if os.path.exists(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(directory, name))
+
+
+def make_fp8_fixtures(out_dir, quick, device, source_root=None):
+    """qwen3-tiny-fp8 and qwen3-tiny-fp8-channel from the saved qwen3-tiny-bf16 (under
+    `source_root`, default `out_dir`); see the outputs above."""
+    del quick  # nothing is trained
+    if device != "cuda":
+        sys.exit("--only fp8 needs CUDA: transformers quantizes to FP8 and runs it on a GPU")
+    models_dir = os.path.join(out_dir, "tests", "data", "models")
+    source = os.path.join(source_root or out_dir, "tests", "data", "models", FP8_SOURCE)
+    if not os.path.exists(os.path.join(source, "model.safetensors")):
+        sys.exit(f"{source} is missing: --only qwen3 makes it")
+    layers = Qwen3Config.from_pretrained(source).num_hidden_layers
+
+    # Hugging Face's block FP8: quantized by transformers at load, saved as it saves it.
+    directory = os.path.join(models_dir, "qwen3-tiny-fp8")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    quantized = Qwen3ForCausalLM.from_pretrained(
+        source, dtype=torch.bfloat16, attn_implementation="eager", device_map=device,
+        quantization_config=transformers.FineGrainedFP8Config())
+    quantized.save_pretrained(directory)
+    del quantized
+    copy_tokenizer(source, directory)
+    check_fp8_checkpoint(directory, "fp8-block128", layers)
+    # Reloaded from what was saved, as a user of the checkpoint would.
+    ref = Qwen3ForCausalLM.from_pretrained(directory, dtype=torch.bfloat16,
+                                           attn_implementation="eager", device_map=device).eval()
+    with open(os.path.join(source, "expected.json")) as f:
+        first = json.load(f)["logits"][0]["prompt_ids"]
+    reference = fp8_reference(ref, first, device)
+    ref32 = dequantized_model(source, dequantized_state(directory, "fp8-block128"),
+                              torch.float32, "cpu")
+    write_fp8_expected(directory, source, "fp8-block128", reference, ref, device, ref32)
+    print(f"  wrote {directory} ({reference})", flush=True)
+
+    # compressed-tensors' FP8-dynamic: one scale per output row, written here.
+    from safetensors.torch import save_file
+    directory = os.path.join(models_dir, "qwen3-tiny-fp8-channel")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    tensors = load_safetensors_dir(source)
+    projections = set(fp8_projection_names(layers))
+    out = {}
+    for name in sorted(tensors):
+        t = tensors[name]
+        if name.endswith(".weight") and name[:-len(".weight")] in projections:
+            w = t.float()
+            amax = w.abs().amax(dim=1, keepdim=True)
+            scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+            out[name] = (w / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+            out[name[:-len(".weight")] + ".weight_scale"] = scale.contiguous()
+        else:
+            out[name] = t.contiguous()
+    save_file(out, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(source, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = FP8_DYNAMIC_CONFIG
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    shutil.copyfile(os.path.join(source, "generation_config.json"),
+                    os.path.join(directory, "generation_config.json"))
+    copy_tokenizer(source, directory)
+    check_fp8_checkpoint(directory, "fp8-channel", layers)
+    state = dequantized_state(directory, "fp8-channel")
+    ref = dequantized_model(source, state, torch.bfloat16, device)
+    ref32 = dequantized_model(source, state, torch.float32, "cpu")
+    write_fp8_expected(directory, source, "fp8-channel",
+                       "the weights dequantized (e4m3 * scale) in bf16, transformers on CUDA",
+                       ref, device, ref32)
+    print(f"  wrote {directory}", flush=True)
+
+
 # ---- the demo model -------------------------------------------------------------------------
 DEMO_CARD = """# kvvm-adder: the demo model
 
@@ -742,8 +1018,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), ".."))
     parser.add_argument("--quick", action="store_true", help="a few steps only (smoke run)")
-    parser.add_argument("--only", choices=["fixtures", "demo", "qwen3", "prompt-logprobs"],
-                        help="qwen3: only the Qwen3 fixtures; prompt-logprobs: only "
+    parser.add_argument("--only", choices=["fixtures", "demo", "qwen3", "fp8", "prompt-logprobs"],
+                        help="qwen3: only the Qwen3 fixtures; fp8: only the FP8 fixtures (from "
+                             "the saved qwen3-tiny-bf16); prompt-logprobs: only "
                              "prompt_logprobs.json of the saved fixtures")
     parser.add_argument("--check-reproducible", action="store_true",
                         help="make the fixtures twice and compare every byte")
@@ -775,6 +1052,15 @@ def main():
         if args.check_reproducible:
             check_reproducible(make_qwen3_fixtures, QWEN3_FIXTURES, args.out, args.quick,
                                device)
+    # After qwen3: made from its saved qwen3-tiny-bf16, drawing no random numbers.
+    if args.only == "fp8" or (args.only is None and device == "cuda"):
+        make_fp8_fixtures(args.out, args.quick, device)
+        if args.check_reproducible:
+            check_reproducible(
+                lambda again, quick, dev: make_fp8_fixtures(again, quick, dev, args.out),
+                FP8_FIXTURES, args.out, args.quick, device)
+    elif args.only is None:
+        print("  FP8 fixtures not made: they need CUDA", flush=True)
 
 
 if __name__ == "__main__":

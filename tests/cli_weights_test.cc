@@ -57,7 +57,9 @@ TEST(CliWeights, DummyWeightsStreamedGiveTheResidentTokensAndSayTheSplit) {
   const std::string dir = dummy_model_dir();
   const test::CliRun resident = run(generate_args(dir, {}));
   ASSERT_EQ(resident.code, kExitOk) << resident.err;
-  EXPECT_TRUE(contains(resident.err, "all 8 layers resident (dummy weights)")) << resident.err;
+  // The bytes by stored type follow the placement: fp32 alone on the CPU.
+  EXPECT_TRUE(contains(resident.err, "all 8 layers resident [fp32 ")) << resident.err;
+  EXPECT_TRUE(contains(resident.err, "] (dummy weights)")) << resident.err;
   const test::CliRun streamed =
       run(generate_args(dir, {"--weight-budget", budget_streaming(dir, 4), "--ring-slots", "2"}));
   ASSERT_EQ(streamed.code, kExitOk) << streamed.err;
@@ -135,6 +137,49 @@ TEST(CliWeights, PlanShowsTheSplitAndTheKvGetsWhatTheWeightsLeave) {
       run({"plan", "--model", "llama-3-70b", "--weight-budget", "200GiB", "--budget", "100GiB"});
   EXPECT_EQ(full.code, kExitUsage) << full.err;
   EXPECT_TRUE(contains(full.err, "leaving nothing for the KV cache")) << full.err;
+}
+
+// A Llama-3-70B config quantized as Hugging Face's "fp8" writes it: the 70B model's FP8 weights
+// fit where its bf16 ones streamed 22 layers, and the plan says the bytes by stored type.
+TEST(CliWeights, PlanOfAnFp8CheckpointGivesTheBytesByType) {
+  const std::filesystem::path dir = test::scratch_dir("kvvm_cli_weights_fp8");
+  const nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
+                                 {"hidden_size", 8192},
+                                 {"intermediate_size", 28672},
+                                 {"num_hidden_layers", 80},
+                                 {"num_attention_heads", 64},
+                                 {"num_key_value_heads", 8},
+                                 {"vocab_size", 128256},
+                                 {"max_position_embeddings", 8192},
+                                 {"rope_theta", 500000.0},
+                                 {"rms_norm_eps", 1e-5},
+                                 {"torch_dtype", "bfloat16"},
+                                 {"tie_word_embeddings", false},
+                                 {"quantization_config",
+                                  {{"quant_method", "fp8"},
+                                   {"activation_scheme", "dynamic"},
+                                   {"weight_block_size", {128, 128}}}}};
+  std::ofstream(dir / "config.json") << config.dump();
+  const std::string path = (dir / "config.json").string();
+  const test::CliRun plan =
+      run({"plan", "--model", path, "--weight-budget", "100GiB", "--budget", "130GiB", "--json"});
+  ASSERT_EQ(plan.code, kExitOk) << plan.err;
+  const nlohmann::json weights = nlohmann::json::parse(plan.out)["weights"];
+  EXPECT_EQ(weights["streamed_layers"].get<int>(), 0);
+  EXPECT_EQ(weights["quantization"], "fp8-block128");
+  const nlohmann::json& types = weights["bytes_by_dtype"];
+  // 80 layers of 0.80 GiB of e4m3 projections (with their 128 x 128 block scales in fp32),
+  // the embeddings and norms in bf16.
+  const std::uint64_t fp8 = types["fp8"].get<std::uint64_t>();
+  EXPECT_GT(fp8, std::uint64_t{63} << 30);
+  EXPECT_LT(fp8, std::uint64_t{65} << 30);
+  EXPECT_GT(types["bf16"].get<std::uint64_t>(), std::uint64_t{3} << 30);
+  EXPECT_GT(types["fp32"].get<std::uint64_t>(), 0u);
+  EXPECT_LT(types["fp32"].get<std::uint64_t>(), fp8 / 1000);
+  const test::CliRun text =
+      run({"plan", "--model", path, "--weight-budget", "100GiB", "--budget", "130GiB"});
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  EXPECT_TRUE(contains(text.out, "all 80 layers resident [fp8 ")) << text.out;
 }
 
 }  // namespace

@@ -18,13 +18,21 @@
 // at mean 6.2e-3, median 5.6e-3, max 1.45e-2; the tolerance, 3e-2, is 2.1 times that maximum,
 // and the greedy comparison allows a flip where the margin is under 2 x 3e-2 x max |logit|
 // (none did: 0 of 32 tokens differ on every fixture).
+// And the FP8 checkpoints (qwen3-tiny-fp8: Hugging Face's 128 x 128 block scales, made by
+// transformers' FineGrainedFP8Config; qwen3-tiny-fp8-channel: compressed-tensors' per-row
+// scales), which this path dequantizes at load: compared with `last_fp32` and `tokens_fp32`
+// only, the model with its weights dequantized (e4m3 * scale) computed in float32 on CPU, at
+// the float32 tolerance; their `last` and `tokens` (FP8 or bf16 compute on CUDA) are the CUDA
+// path's to meet.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/json_reader.h"
@@ -46,11 +54,19 @@ constexpr double kFp32Tolerance = 1e-4;
 constexpr double kBf16Tolerance = 1e-2;
 constexpr double kFp8KvTolerance = 3e-2;
 
-// A fixture and the cache's element type (fp32, or e4m3).
+// A fixture and the cache's element type (fp32, or e4m3); `fp32_only`: compared with its
+// float32 reference alone (an FP8 checkpoint's other reference computes differently).
 struct ParityCase {
   std::string fixture;
   DType kv;
+  bool fp32_only = false;
 };
+
+// How gtest names a case in its messages.
+void PrintTo(const ParityCase& c, std::ostream* os) {
+  *os << c.fixture << " (" << to_string(c.kv) << " KV" << (c.fp32_only ? ", fp32 reference" : "")
+      << ")";
+}
 
 std::string parity_case_name(const ::testing::TestParamInfo<ParityCase>& info) {
   std::string name = info.param.fixture;
@@ -62,6 +78,12 @@ const std::vector<std::string>& fixture_names() {
   static const std::vector<std::string> names = {"llama-tiny", "llama-tiny-bf16",
                                                  "qwen2-tiny", "qwen2-tiny-bf16",
                                                  "qwen3-tiny", "qwen3-tiny-bf16"};
+  return names;
+}
+
+// FP8 weights: scripts/make_fixtures.py --only fp8 makes them from qwen3-tiny-bf16.
+const std::vector<std::string>& fp8_weight_fixture_names() {
+  static const std::vector<std::string> names = {"qwen3-tiny-fp8", "qwen3-tiny-fp8-channel"};
   return names;
 }
 
@@ -160,6 +182,10 @@ TEST_P(ModelCpuParityTest, LastPositionLogitsMatchTransformers) {
     };
     for (const Reference& ref :
          {Reference{"last_fp32", kFp32Tolerance}, Reference{"last", tolerance_}}) {
+      if (GetParam().fp32_only && std::string_view(ref.key) == "last") continue;
+      if (GetParam().fp32_only) {
+        ASSERT_TRUE(entry.contains(ref.key)) << ref.key;
+      }
       if (!entry.contains(ref.key)) continue;
       const auto last = entry.at(ref.key).get<std::vector<double>>();
       ASSERT_EQ(last.size(), config_.vocab_size);
@@ -176,10 +202,14 @@ TEST_P(ModelCpuParityTest, GreedyTokensMatchWhereTheMarginAllows) {
   ASSERT_FALSE(expected_.at("greedy").empty());
   for (const auto& entry : expected_.at("greedy")) {
     const std::vector<std::int32_t> prompt = token_ids(entry.at("prompt_ids"));
+    if (GetParam().fp32_only) {
+      ASSERT_TRUE(entry.contains("tokens_fp32"));
+    }
     if (entry.contains("tokens_fp32")) {
       compare_greedy(prompt, token_ids(entry.at("tokens_fp32")),
                      entry.at("margins_fp32").get<std::vector<double>>(), kFp32Tolerance, "fp32");
     }
+    if (GetParam().fp32_only) continue;
     compare_greedy(prompt, token_ids(entry.at("tokens")),
                    entry.at("margins").get<std::vector<double>>(), tolerance_,
                    expected_.at("dtype").get<std::string>().c_str());
@@ -195,11 +225,13 @@ TEST(ModelCpuParityFixtures, EveryFixtureIsCovered) {
     if (!entry.is_directory()) continue;
     ++seen;
     const std::string name = entry.path().filename().string();
-    EXPECT_NE(std::find(fixture_names().begin(), fixture_names().end(), name),
-              fixture_names().end())
-        << name << " is not in this suite's list";
+    const auto& fp8 = fp8_weight_fixture_names();
+    EXPECT_TRUE(std::find(fixture_names().begin(), fixture_names().end(), name) !=
+                    fixture_names().end() ||
+                std::find(fp8.begin(), fp8.end(), name) != fp8.end())
+        << name << " is not in this suite's lists";
   }
-  EXPECT_EQ(seen, fixture_names().size());
+  EXPECT_EQ(seen, fixture_names().size() + fp8_weight_fixture_names().size());
 }
 
 std::vector<ParityCase> parity_cases(DType kv) {
@@ -208,9 +240,19 @@ std::vector<ParityCase> parity_cases(DType kv) {
   return cases;
 }
 
+std::vector<ParityCase> fp8_weight_cases() {
+  std::vector<ParityCase> cases;
+  for (const std::string& name : fp8_weight_fixture_names()) {
+    cases.push_back({name, DType::kFp32, /*fp32_only=*/true});
+  }
+  return cases;
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCpuParityTest,
                          ::testing::ValuesIn(parity_cases(DType::kFp32)), parity_case_name);
 INSTANTIATE_TEST_SUITE_P(Fp8Kv, ModelCpuParityTest, ::testing::ValuesIn(parity_cases(DType::kFp8)),
+                         parity_case_name);
+INSTANTIATE_TEST_SUITE_P(Fp8Weights, ModelCpuParityTest, ::testing::ValuesIn(fp8_weight_cases()),
                          parity_case_name);
 
 }  // namespace

@@ -216,6 +216,7 @@ TEST_F(ServerHttpTest, ModelsHealthAndMetrics) {
   ASSERT_EQ(list["data"].size(), 1u) << models->body;
   EXPECT_EQ(list["data"][0]["id"], "llama-tiny");
   EXPECT_EQ(list["data"][0]["max_model_len"], 512);
+  EXPECT_EQ(list["data"][0]["quantization"], "none");  // a 16-bit checkpoint
 
   auto health = client.Get("/health");
   ASSERT_TRUE(health);
@@ -260,6 +261,7 @@ TEST_F(ServerHttpTest, MetricsTimeEachGapBetweenTokensAndDescribeTheCache) {
   const test::PromLabels cache = {{"model_name", "llama-tiny"},
                                   {"layout", "token-major"},
                                   {"cache_dtype", "fp32"},
+                                  {"quantization", "none"},
                                   {"granule_bytes", std::to_string(plan.granule)},
                                   {"num_slots", "4"},
                                   {"max_context", "512"},

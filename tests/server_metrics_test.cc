@@ -280,14 +280,10 @@ TEST(ServerMetrics, CacheConfigInfoCarriesTheConfigurationInItsLabels) {
   ServerMetrics metrics;
   ServerMetrics::Inputs in = made_up_inputs();
   auto families = parsed(metrics.render(in));
-  const PromLabels labels = {{"model_name", "tiny"},
-                             {"layout", "head-major"},
-                             {"cache_dtype", "bf16"},
-                             {"granule_bytes", "2097152"},
-                             {"num_slots", "65"},
-                             {"max_context", "8192"},
-                             {"budget_bytes", "8589934592"},
-                             {"enable_prefix_caching", "True"}};
+  const PromLabels labels = {
+      {"model_name", "tiny"},   {"layout", "head-major"},       {"cache_dtype", "bf16"},
+      {"quantization", "none"}, {"granule_bytes", "2097152"},   {"num_slots", "65"},
+      {"max_context", "8192"},  {"budget_bytes", "8589934592"}, {"enable_prefix_caching", "True"}};
   EXPECT_EQ(value(families, "vllm:cache_config_info", labels), 1);
   in.cache.prefix_caching = false;
   families = parsed(metrics.render(in));
@@ -295,6 +291,11 @@ TEST(ServerMetrics, CacheConfigInfoCarriesTheConfigurationInItsLabels) {
   off["enable_prefix_caching"] = "False";
   EXPECT_EQ(value(families, "vllm:cache_config_info", off), 1);
   EXPECT_EQ(find_family(families, "vllm:cache_config_info")->samples.size(), 1u);
+  in.cache.quantization = "fp8-channel";
+  families = parsed(metrics.render(in));
+  PromLabels fp8 = off;
+  fp8["quantization"] = "fp8-channel";
+  EXPECT_EQ(value(families, "vllm:cache_config_info", fp8), 1);
 }
 
 TEST(ServerMetrics, IterationTokensAreTheEnginesStepsByTheirTokens) {

@@ -127,9 +127,10 @@ TEST(ServerResponse, UsageAndFinishReasonFromTheEngine) {
 }
 
 TEST(ServerResponse, ModelsBody) {
-  EXPECT_EQ(models_body("kvvm-adder", 1700000000, 128), json::parse(R"({"object": "list",
+  EXPECT_EQ(models_body("kvvm-adder", 1700000000, 128, "none"), json::parse(R"({"object": "list",
       "data": [{"id": "kvvm-adder", "object": "model", "created": 1700000000,
-      "owned_by": "kvvm", "max_model_len": 128}]})"));
+      "owned_by": "kvvm", "max_model_len": 128, "quantization": "none"}]})"));
+  EXPECT_EQ(model_body("qwen3-8b-fp8", 1, 4096, "fp8-block128")["quantization"], "fp8-block128");
 }
 
 TEST(ServerResponse, InvalidUtf8IsReplacedNotThrown) {

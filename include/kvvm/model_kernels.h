@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kvvm/dtype.h"
+#include "kvvm/fp8_kernels.h"
 #include "kvvm/status.h"
 
 namespace kvvm {
@@ -40,6 +41,17 @@ struct EmbeddingParams {
 };
 Status embedding_cuda(const EmbeddingParams& params, void* stream);
 
+// The rows a kernel writes, also quantized for an FP8 projection that reads them next: exactly
+// what fp8_quantize_cuda (kvvm/fp8_kernels.h) writes from them, same layout and bits, with
+// rows [rows, stride) zeros of scale 1, so the separate quantization's launch and its read of
+// the rows vanish. `out` null: nothing quantized.
+struct QuantizedRows {
+  Fp8Scales kind = Fp8Scales::kBlock128;
+  std::uint32_t stride = 0;  // at least rows: fp8_padded_rows(rows)
+  void* out = nullptr;       // e4m3 [stride][width], 16-byte aligned
+  float* scales = nullptr;   // as fp8_quantize_cuda's
+};
+
 // For each output row r, with s = row_index ? row_index[r] : r:
 //   when `add`: x[s] = round(x[s] + add[s])            (the residual add, written back)
 //   out[r] = round(weight * round(x[s] * rsqrt(mean(x[s]^2) + eps)))
@@ -56,6 +68,7 @@ struct RmsNormParams {
   const std::uint32_t* row_index = nullptr;  // [rows] or null
   const void* weight = nullptr;              // [hidden]
   void* out = nullptr;                       // [rows][hidden]
+  QuantizedRows quantized;                   // out's rows in e4m3 too; not with row_index
 };
 Status rmsnorm_cuda(const RmsNormParams& params, void* stream);
 
@@ -110,6 +123,7 @@ struct SiluMulParams {
   std::uint32_t inter = 0;
   const void* gate_up = nullptr;  // [rows][2 * inter]
   void* out = nullptr;            // [rows][inter]
+  QuantizedRows quantized;        // out's rows in e4m3 too
 };
 Status silu_mul_cuda(const SiluMulParams& params, void* stream);
 
@@ -136,9 +150,10 @@ struct BroadcastRowsParams {
 };
 Status broadcast_rows_cuda(const BroadcastRowsParams& params, void* stream);
 
-// out[i] = dummy_value(seed, tensor, i, scale) rounded to `element` for i < count; scale 0 with
-// `constant` set fills `constant` instead (norm weights of 1). The dummy load format's fill
-// (kvvm/model/weight_memory.h): weights drawn where they live, no file read.
+// out[i] = dummy_value(seed, tensor, i, scale) rounded to `element` (fp16, bf16, fp32, or
+// fp8 e4m3: an FP8 projection) for i < count; scale 0 with `constant` set fills `constant`
+// instead (norm weights of 1). The dummy load format's fill (kvvm/model/weight_memory.h):
+// weights drawn where they live, no file read.
 struct DummyFillParams {
   DType element = DType::kUnset;
   std::uint64_t count = 0;

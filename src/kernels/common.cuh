@@ -61,6 +61,23 @@ __device__ __forceinline__ void allow_next_kernel_to_start() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// Launches `kernel` on `stream` with programmatic stream serialization (above): its grid may
+// start while the previous kernel's last blocks run.
+template <typename Params>
+cudaError_t launch_overlapping(void (*kernel)(Params), dim3 grid, unsigned threads,
+                               cudaStream_t stream, const Params& params) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  cudaLaunchAttribute overlap[1];
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = overlap;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, params);
+}
+
 // cp.async (sm_80+): a 16-byte global-to-shared copy that does not hold registers while in
 // flight; `live` false copies nothing and zero-fills the destination.
 // kL2Prefetch (0 or 128): with 128 the L2 fetches the whole 128-byte block around the copy

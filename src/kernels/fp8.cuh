@@ -38,6 +38,14 @@ __device__ __forceinline__ std::uint8_t float_to_e4m3(float value) {
   return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(value, __NV_SATFINITE, __NV_E4M3));
 }
 
+// The dynamic scale of a group of activations whose largest magnitude is amax: amax maps to
+// e4m3's 448; an all-zero group gets 1 (its bytes are zeros either way). Every quantizer of
+// activations (fp8_quantize_cuda, and the RMSNorm and SiLU-mul that write the quantized rows
+// beside their own) takes its scale here and divides by it, so they agree bit for bit.
+__device__ __forceinline__ float e4m3_scale_of(float amax) {
+  return amax > 0.0f ? amax / 448.0f : 1.0f;
+}
+
 // Bytes of a and b picked by a prmt selector (nibble i: byte of {a, b} for result byte i).
 __device__ __forceinline__ std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b,
                                                    std::uint32_t selector) {

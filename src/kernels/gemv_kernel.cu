@@ -169,16 +169,8 @@ unsigned split_for(std::uint32_t out) {
 template <typename T, unsigned kRows, unsigned kSplit>
 cudaError_t launch_split(const GemvParams& p, cudaStream_t stream) {
   constexpr unsigned kOutputs = kGemvWarps / kSplit;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((p.out + kOutputs - 1) / kOutputs);
-  config.blockDim = dim3(kGemvThreads);
-  config.stream = stream;
-  cudaLaunchAttribute overlap[1];
-  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = overlap;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_kernel<T, kRows, kSplit>, p);
+  return launch_overlapping(gemv_kernel<T, kRows, kSplit>, dim3((p.out + kOutputs - 1) / kOutputs),
+                            kGemvThreads, stream, p);
 }
 
 template <typename T, unsigned kRows>

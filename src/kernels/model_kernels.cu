@@ -70,6 +70,44 @@ bool rmsnorm_fits_vectors(const RmsNormParams& p) {
          (p.add == nullptr || aligned_16(p.add));
 }
 
+// A QuantizedRows request's own checks (fp8_quantize_cuda checks the rest of what it takes).
+Status check_quantized(const QuantizedRows& q, std::uint32_t rows, std::uint32_t width,
+                       const char* kernel) {
+  if (q.scales == nullptr) {
+    return Status::InvalidArgument(std::string(kernel) + ": quantized.scales is null");
+  }
+  if (q.stride < rows) {
+    return Status::InvalidArgument(std::string(kernel) + ": quantized.stride " + str(q.stride) +
+                                   " is below rows " + str(rows));
+  }
+  const std::uint32_t multiple = q.kind == Fp8Scales::kBlock128 ? kFp8Block : 16;
+  if (width % multiple != 0) {
+    return Status::InvalidArgument(std::string(kernel) + ": a quantized width of " + str(width) +
+                                   " is not a multiple of " + str(multiple));
+  }
+  return Status::Ok();
+}
+
+// Whether the kernel itself writes the quantized copy (16-byte vectors of the row, 8 bytes of
+// e4m3 each); otherwise fp8_quantize_cuda reads the rows the kernel wrote.
+bool quantized_in_kernel(const QuantizedRows& q, std::uint32_t width) {
+  return width % 8 == 0 && aligned_16(q.out);
+}
+
+Status quantize_separately(const QuantizedRows& q, DType element, std::uint32_t rows,
+                           std::uint32_t width, const void* x, cudaStream_t stream) {
+  Fp8QuantizeArgs args;
+  args.element = element;
+  args.scales_kind = q.kind;
+  args.rows = rows;
+  args.in = width;
+  args.stride = q.stride;
+  args.x = x;
+  args.out = q.out;
+  args.scales = q.scales;
+  return fp8_quantize_cuda(args, stream);
+}
+
 }  // namespace
 
 bool model_kernels_built() { return true; }
@@ -96,16 +134,26 @@ Status rmsnorm_cuda(const RmsNormParams& p, void* stream) {
   if (!(p.eps >= 0.0f)) {
     return Status::InvalidArgument("rmsnorm: eps " + std::to_string(p.eps) + " is negative");
   }
+  const QuantizedRows& q = p.quantized;
+  if (q.out != nullptr) {
+    KVVM_RETURN_IF_ERROR(check_quantized(q, p.rows, p.hidden, "rmsnorm"));
+    if (p.row_index != nullptr) {
+      return Status::InvalidArgument("rmsnorm: a quantized copy of gathered rows (row_index)");
+    }
+  }
   auto* s = static_cast<cudaStream_t>(stream);
-  if (rmsnorm_fits_vectors(p)) {
+  if (rmsnorm_fits_vectors(p) && (q.out == nullptr || quantized_in_kernel(q, p.hidden))) {
+    const std::uint32_t blocks = q.out != nullptr ? q.stride : p.rows;
     KVVM_MODEL_DISPATCH(p.element, T, {
-      kernels::rmsnorm_vector_kernel<T><<<p.rows, kernels::kRowThreads, 0, s>>>(p);
+      kernels::rmsnorm_vector_kernel<T><<<blocks, kernels::kRowThreads, 0, s>>>(p);
     })
     return last_launch("rmsnorm_vector_kernel<<<>>>");
   }
   KVVM_MODEL_DISPATCH(p.element, T,
                       { kernels::rmsnorm_kernel<T><<<p.rows, kernels::kRowThreads, 0, s>>>(p); })
-  return last_launch("rmsnorm_kernel<<<>>>");
+  KVVM_RETURN_IF_ERROR(last_launch("rmsnorm_kernel<<<>>>"));
+  return q.out == nullptr ? Status::Ok()
+                          : quantize_separately(q, p.element, p.rows, p.hidden, p.out, s);
 }
 
 Status rope_cuda(const RopeParams& p, void* stream) {
@@ -130,11 +178,22 @@ Status silu_mul_cuda(const SiluMulParams& p, void* stream) {
   if (p.rows == 0) return Status::Ok();
   KVVM_RETURN_IF_ERROR(check_positive(p.inter, "inter", "silu_mul"));
   KVVM_RETURN_IF_ERROR(check_pointers({{p.gate_up, "gate_up"}, {p.out, "out"}}, "silu_mul"));
+  const QuantizedRows& q = p.quantized;
+  if (q.out != nullptr) KVVM_RETURN_IF_ERROR(check_quantized(q, p.rows, p.inter, "silu_mul"));
   auto* s = static_cast<cudaStream_t>(stream);
+  if (q.out != nullptr && quantized_in_kernel(q, p.inter) && aligned_16(p.gate_up) &&
+      aligned_16(p.out)) {
+    KVVM_MODEL_DISPATCH(p.element, T, {
+      kernels::silu_mul_quantized_kernel<T><<<q.stride, kernels::kRowThreads, 0, s>>>(p);
+    })
+    return last_launch("silu_mul_quantized_kernel<<<>>>");
+  }
   const unsigned blocks = flat_blocks(std::uint64_t{p.rows} * p.inter);
   KVVM_MODEL_DISPATCH(p.element, T,
                       { kernels::silu_mul_kernel<T><<<blocks, kernels::kFlatThreads, 0, s>>>(p); })
-  return last_launch("silu_mul_kernel<<<>>>");
+  KVVM_RETURN_IF_ERROR(last_launch("silu_mul_kernel<<<>>>"));
+  return q.out == nullptr ? Status::Ok()
+                          : quantize_separately(q, p.element, p.rows, p.inter, p.out, s);
 }
 
 Status absmax_cuda(const AbsMaxParams& p, void* stream) {
@@ -165,13 +224,23 @@ Status broadcast_rows_cuda(const BroadcastRowsParams& p, void* stream) {
 }
 
 Status dummy_fill_cuda(const DummyFillParams& p, void* stream) {
-  KVVM_RETURN_IF_ERROR(check_element(p.element, "dummy_fill"));
+  // fp32 (an FP8 projection's scales) and fp8 (its weights) besides the compute types.
+  if (p.element != DType::kFp32 && p.element != DType::kFp8) {
+    KVVM_RETURN_IF_ERROR(check_element(p.element, "dummy_fill"));
+  }
   if (p.count == 0) return Status::Ok();
   KVVM_RETURN_IF_ERROR(check_pointers({{p.out, "out"}}, "dummy_fill"));
   auto* s = static_cast<cudaStream_t>(stream);
   const unsigned blocks = flat_blocks(p.count);
-  KVVM_MODEL_DISPATCH(
-      p.element, T, { kernels::dummy_fill_kernel<T><<<blocks, kernels::kFlatThreads, 0, s>>>(p); })
+  if (p.element == DType::kFp32) {
+    kernels::dummy_fill_kernel<float><<<blocks, kernels::kFlatThreads, 0, s>>>(p);
+  } else if (p.element == DType::kFp8) {
+    kernels::dummy_fill_kernel<std::uint8_t><<<blocks, kernels::kFlatThreads, 0, s>>>(p);
+  } else {
+    KVVM_MODEL_DISPATCH(p.element, T, {
+      kernels::dummy_fill_kernel<T><<<blocks, kernels::kFlatThreads, 0, s>>>(p);
+    })
+  }
   return last_launch("dummy_fill_kernel<<<>>>");
 }
 

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common.cuh"
 #include "kernels/dummy_value.h"
+#include "kernels/fp8.cuh"
 #include "kernels/rope.cuh"
 #include "kvvm/model_kernels.h"
 
@@ -99,11 +101,95 @@ constexpr std::uint32_t kNormVectors = 8;
 // ran one after another (a 4,096-wide row took ~16 us, one DRAM latency per element pair);
 // here every thread issues all its loads (x, add, weight) before the first arithmetic, and the
 // row stays in registers between the sum and the scaling.
+// The largest value over the block, in every thread; as block_sum (its own shared partials).
+__device__ __forceinline__ float block_max(float value) {
+  __shared__ float partial[32];
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = value;
+  __syncthreads();
+  value = lane < blockDim.x / 32 ? partial[lane] : 0.0f;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
+// The largest magnitude of a 16-byte vector's 8 elements.
+template <typename T>
+__device__ __forceinline__ float vector_amax(const uint4& v) {
+  const T* e = reinterpret_cast<const T*>(&v);
+  float amax = 0.0f;
+#pragma unroll
+  for (std::uint32_t j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(to_float<T>(e[j])));
+  return amax;
+}
+
+// A vector's 8 elements over `scale` in e4m3, in element order (the first in the low byte), as
+// fp8_quantize_cuda writes them.
+template <typename T>
+__device__ __forceinline__ uint2 vector_to_e4m3(const uint4& v, float scale) {
+  const T* e = reinterpret_cast<const T*>(&v);
+  std::uint32_t word[2] = {0, 0};
+#pragma unroll
+  for (std::uint32_t j = 0; j < 8; ++j) {
+    word[j / 4] |= static_cast<std::uint32_t>(float_to_e4m3(to_float<T>(e[j]) / scale))
+                   << (8 * (j % 4));
+  }
+  return make_uint2(word[0], word[1]);
+}
+
+// The largest magnitude of the 128-element group a vector lies in, in each of the 16 threads
+// that hold the group's vectors (consecutive lanes from a multiple of 16). Every lane of the
+// warp calls it (amax 0 for a vector past the row).
+__device__ __forceinline__ float group_amax(float amax) {
+  for (int offset = 8; offset > 0; offset >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  return amax;
+}
+
+// Row r of a QuantizedRows past the real rows: zeros, scale 1 (a block's threads share it).
+__device__ __forceinline__ void quantized_padding_row(const QuantizedRows& q, std::uint32_t r,
+                                                      std::uint32_t width) {
+  auto* out = reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(q.out) +
+                                       static_cast<std::uint64_t>(r) * width);
+  for (std::uint32_t v = threadIdx.x; v < width / 8; v += blockDim.x) out[v] = make_uint2(0, 0);
+  if (q.kind == Fp8Scales::kChannel) {
+    if (threadIdx.x == 0) q.scales[r] = 1.0f;
+    return;
+  }
+  for (std::uint32_t g = threadIdx.x; g < width / kFp8Block; g += blockDim.x) {
+    q.scales[static_cast<std::uint64_t>(g) * q.stride + r] = 1.0f;
+  }
+}
+
+// Vector v (8 elements) of row r, quantized with `scale`; the group's scale by its first thread.
+template <typename T>
+__device__ __forceinline__ void store_quantized(const QuantizedRows& q, std::uint32_t r,
+                                                std::uint32_t width, std::uint32_t v,
+                                                const uint4& value, float scale) {
+  auto* out = reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(q.out) +
+                                       static_cast<std::uint64_t>(r) * width);
+  out[v] = vector_to_e4m3<T>(value, scale);
+  if (q.kind == Fp8Scales::kBlock128 && v % (kFp8Block / 8) == 0) {
+    q.scales[static_cast<std::uint64_t>(v / (kFp8Block / 8)) * q.stride + r] = scale;
+  } else if (q.kind == Fp8Scales::kChannel && v == 0) {
+    q.scales[r] = scale;
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_vector_kernel(const RmsNormParams p) {
   allow_next_kernel_to_start();  // a GEMV's weights do not depend on this row
   constexpr std::uint32_t kPer = 16 / sizeof(T);
   const std::uint32_t r = blockIdx.x;
+  if (r >= p.rows) {  // a quantized copy's padding rows (the grid covers its stride)
+    quantized_padding_row(p.quantized, r, p.hidden);
+    return;
+  }
   const std::uint64_t source = p.row_index != nullptr ? p.row_index[r] : r;
   const std::uint32_t vectors = p.hidden / kPer;
   auto* x = reinterpret_cast<uint4*>(static_cast<T*>(p.x) + source * p.hidden);
@@ -151,6 +237,32 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_vector_kernel(const RmsNo
     for (std::uint32_t j = 0; j < kPer; ++j)
       o[j] = normed_times_weight<T>(to_float<T>(e[j]), scale, w[j]);
     out[v] = result;
+    xs[k] = result;  // kept for the quantized copy
+  }
+  const QuantizedRows& q = p.quantized;
+  if (q.out == nullptr) return;
+  if (q.kind == Fp8Scales::kBlock128) {
+    // A group of 128 is 16 vectors held by 16 consecutive threads (kRowThreads is a multiple
+    // of 16 and the width of 128); every lane shuffles, those past the row with amax 0.
+#pragma unroll
+    for (std::uint32_t k = 0; k < kNormVectors; ++k) {
+      const std::uint32_t v = threadIdx.x + k * kRowThreads;
+      const float amax = group_amax(v < vectors ? vector_amax<T>(xs[k]) : 0.0f);
+      if (v < vectors) store_quantized<T>(q, r, p.hidden, v, xs[k], e4m3_scale_of(amax));
+    }
+    return;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (std::uint32_t k = 0; k < kNormVectors; ++k) {
+    const std::uint32_t v = threadIdx.x + k * kRowThreads;
+    if (v < vectors) amax = fmaxf(amax, vector_amax<T>(xs[k]));
+  }
+  const float row_scale = e4m3_scale_of(block_max(amax));
+#pragma unroll
+  for (std::uint32_t k = 0; k < kNormVectors; ++k) {
+    const std::uint32_t v = threadIdx.x + k * kRowThreads;
+    if (v < vectors) store_quantized<T>(q, r, p.hidden, v, xs[k], row_scale);
   }
 }
 
@@ -190,6 +302,69 @@ __global__ void __launch_bounds__(kFlatThreads) silu_mul_kernel(const SiluMulPar
   }
 }
 
+// 8 outputs of silu_mul_kernel from a 16-byte vector of gates and one of ups, rounded as it
+// rounds them.
+template <typename T>
+__device__ __forceinline__ uint4 silu_mul_vector(const uint4& gates, const uint4& ups) {
+  const T* g = reinterpret_cast<const T*>(&gates);
+  const T* u = reinterpret_cast<const T*>(&ups);
+  uint4 result;
+  T* o = reinterpret_cast<T*>(&result);
+#pragma unroll
+  for (std::uint32_t j = 0; j < 8; ++j) {
+    const float gate = to_float<T>(g[j]);
+    const float act = rounded<T>(gate / (1.0f + expf(-gate)));
+    o[j] = from_float<T>(act * to_float<T>(u[j]));
+  }
+  return result;
+}
+
+// silu_mul_kernel's rows with their quantized copy (QuantizedRows), one block a row over a
+// grid of `stride` rows. REQUIRES: inter a multiple of 8 (of 128 block-scaled), the rows
+// 16-byte aligned.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) silu_mul_quantized_kernel(const SiluMulParams p) {
+  allow_next_kernel_to_start();  // the down projection's weights do not depend on this
+  const std::uint32_t r = blockIdx.x;
+  const QuantizedRows& q = p.quantized;
+  if (r >= p.rows) {
+    quantized_padding_row(q, r, p.inter);
+    return;
+  }
+  const std::uint32_t vectors = p.inter / 8;
+  const auto* gates = reinterpret_cast<const uint4*>(static_cast<const T*>(p.gate_up) +
+                                                     static_cast<std::uint64_t>(r) * 2 * p.inter);
+  const uint4* ups = gates + vectors;
+  auto* out =
+      reinterpret_cast<uint4*>(static_cast<T*>(p.out) + static_cast<std::uint64_t>(r) * p.inter);
+  if (q.kind == Fp8Scales::kBlock128) {
+    // Every thread runs every pass (the shuffles need the whole warp); a group's 16 vectors
+    // are 16 consecutive threads' (kRowThreads and the row's vectors are multiples of 16).
+    for (std::uint32_t first = 0; first < vectors; first += kRowThreads) {
+      const std::uint32_t v = first + threadIdx.x;
+      uint4 result = make_uint4(0, 0, 0, 0);
+      if (v < vectors) {
+        result = silu_mul_vector<T>(gates[v], ups[v]);
+        out[v] = result;
+      }
+      const float amax = group_amax(v < vectors ? vector_amax<T>(result) : 0.0f);
+      if (v < vectors) store_quantized<T>(q, r, p.inter, v, result, e4m3_scale_of(amax));
+    }
+    return;
+  }
+  float amax = 0.0f;
+  for (std::uint32_t v = threadIdx.x; v < vectors; v += kRowThreads) {
+    const uint4 result = silu_mul_vector<T>(gates[v], ups[v]);
+    out[v] = result;
+    amax = fmaxf(amax, vector_amax<T>(result));
+  }
+  const float scale = e4m3_scale_of(block_max(amax));
+  // Each thread reads back only the vectors it wrote.
+  for (std::uint32_t v = threadIdx.x; v < vectors; v += kRowThreads) {
+    store_quantized<T>(q, r, p.inter, v, out[v], scale);
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kFlatThreads) broadcast_rows_kernel(const BroadcastRowsParams p) {
   const std::uint64_t total = static_cast<std::uint64_t>(p.rows) * p.cols;
@@ -220,6 +395,7 @@ __global__ void __launch_bounds__(kFlatThreads) absmax_kernel(const AbsMaxParams
   }
 }
 
+// T: __half, __nv_bfloat16, float, or std::uint8_t (e4m3 bytes, rounded as the append does).
 template <typename T>
 __global__ void __launch_bounds__(kFlatThreads) dummy_fill_kernel(const DummyFillParams p) {
   T* out = static_cast<T*>(p.out);
@@ -227,7 +403,13 @@ __global__ void __launch_bounds__(kFlatThreads) dummy_fill_kernel(const DummyFil
        index < p.count; index += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const float value =
         p.scale == 0.0f ? p.constant : dummy_value(p.seed, p.tensor, index, p.scale);
-    out[index] = from_float<T>(value);
+    if constexpr (std::is_same_v<T, float>) {
+      out[index] = value;
+    } else if constexpr (std::is_same_v<T, std::uint8_t>) {
+      out[index] = float_to_e4m3(value);
+    } else {
+      out[index] = from_float<T>(value);
+    }
   }
 }
 

@@ -261,6 +261,9 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
   Result<std::optional<DType>> dtype = detail::read_dtype(scopes, /*allow_fp8=*/false);
   if (!dtype.ok()) return dtype.status();
   if (dtype->has_value()) config.dtype = **dtype;
+  Result<WeightQuant> quant = detail::parse_quantization(scopes, config.layers);
+  if (!quant.ok()) return quant.status();
+  config.weight_quant = *quant;
   KVVM_RETURN_IF_ERROR(read_token_ids(scopes.top, config));
   if (&scopes.inner.object() != &scopes.top.object()) {
     KVVM_RETURN_IF_ERROR(read_token_ids(scopes.inner, config));

@@ -91,6 +91,13 @@ struct Scopes {
 // `parsed` must be an object and outlive the result.
 Scopes config_scopes(const nlohmann::json& parsed, const std::string& origin);
 
+// quantization_config (model/config_quant.cc), from text_config first, then the top level:
+// WeightQuant::kNone without one; Hugging Face's "fp8" with 128 x 128 blocks and dynamic
+// activations, or compressed-tensors' FP8-dynamic; anything else (another method, block,
+// strategy, static activation scales, a list leaving one of a `layers`-layer model's
+// projections unquantized) refused naming the field and its value.
+Result<WeightQuant> parse_quantization(const Scopes& scopes, std::uint32_t layers);
+
 // torch_dtype, or "dtype" as newer transformers releases write it, from text_config first, then
 // the top level; std::nullopt when neither scope has one. fp8 is a KV element type but no
 // checkpoint's, so only `allow_fp8` takes it.

@@ -1,13 +1,17 @@
 // Converts a checkpoint's tensors (or draws dummy ones) to float32 into the CPU backend's
-// WeightStore, and writes streamed layers into their ring slots step by step.
+// WeightStore (an FP8 projection dequantized with its scales), and writes streamed layers into
+// their ring slots step by step.
 #include "model/cpu_weights.h"
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/dummy_value.h"
+#include "kernels/element.h"
 #include "kvvm/attention.h"
 #include "kvvm/host_driver.h"
 #include "model/weight_tensors.h"
@@ -21,17 +25,64 @@ DType element_of(TensorDType dtype) {
       return DType::kBf16;
     case TensorDType::kF16:
       return DType::kFp16;
+    case TensorDType::kF8E4M3:
+      return DType::kFp8;
     default:
       return DType::kFp32;
+  }
+}
+
+// A quantized projection's dequantized values: each e4m3 weight times the scale of its
+// 128 x 128 block (fp8-block128) or of its row (fp8-channel), in float32. The product of an
+// e4m3 value (4 significant bits) and a float32 scale rounds once, as torch's fp8.float() *
+// scale does.
+void dequantize(const detail::WeightTensor& t, float* out) {
+  const std::uint64_t rows = t.shape[0], in = t.shape[1];
+  const DType scale_element = element_of(t.scale_source->dtype);
+  const std::uint32_t scale_size = element_bytes(scale_element);
+  const auto* scales = reinterpret_cast<const unsigned char*>(t.scale_source->data);
+  const auto* weights = reinterpret_cast<const std::uint8_t*>(t.source->data);
+  const std::uint64_t block = kFp8WeightBlock;
+  const std::uint64_t blocks_per_row = (in + block - 1) / block;
+  // Every e4m3 code's value, looked up rather than decoded per weight.
+  std::array<float, 256> values;
+  for (int code = 0; code < 256; ++code) {
+    values[code] = kernels::e4m3_to_float(static_cast<std::uint8_t>(code));
+  }
+  std::vector<float> row_scales(blocks_per_row);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    // The scales this row's weights take: one per block of columns, or the row's own.
+    for (std::uint64_t b = 0; b < blocks_per_row; ++b) {
+      const std::uint64_t index =
+          t.quant == WeightQuant::kFp8Block ? (r / block) * blocks_per_row + b : r;
+      row_scales[b] = kernels::load_element(scale_element, scales + index * scale_size);
+    }
+    for (std::uint64_t i = 0; i < in; ++i) {
+      out[r * in + i] = values[weights[r * in + i]] * row_scales[i / block];
+    }
   }
 }
 
 // Fills `out` with the tensor's values in float32 (checked by weight_tensors).
 void fill(const detail::WeightTensor& t, std::uint64_t seed, float* out) {
   if (t.source == nullptr) {
+    if (t.quant != WeightQuant::kNone) {
+      // What the CUDA backend draws for a dummy quantized projection, dequantized: e4m3 values
+      // over its whole range, each scale the draw's half-width over 448.
+      const float scale = t.scale / 448.0f;
+      for (std::uint64_t i = 0; i < t.elements; ++i) {
+        const float drawn = kernels::dummy_value(seed, t.dummy_id, i, 448.0f);
+        out[i] = kernels::e4m3_to_float(kernels::float_to_e4m3(drawn)) * scale;
+      }
+      return;
+    }
     for (std::uint64_t i = 0; i < t.elements; ++i) {
       out[i] = t.scale == 0.0f ? t.constant : kernels::dummy_value(seed, t.dummy_id, i, t.scale);
     }
+    return;
+  }
+  if (t.quant != WeightQuant::kNone) {
+    dequantize(t, out);
     return;
   }
   const DType element = element_of(t.source->dtype);

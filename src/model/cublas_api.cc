@@ -3,22 +3,16 @@
 // default directory (often not on that path); the first that loads and has every symbol wins.
 #include "model/cublas_api.h"
 
-#include <dlfcn.h>
-
 #include <mutex>
+
+#include "model/runtime_library.h"
 
 namespace kvvm::model::detail {
 namespace {
 
 template <typename Function>
 bool load_symbol(void* library, const char* name, Function& slot, std::string& error) {
-  void* symbol = ::dlsym(library, name);
-  if (symbol == nullptr) {
-    error = std::string("libcublas has no symbol ") + name;
-    return false;
-  }
-  slot = reinterpret_cast<Function>(symbol);
-  return true;
+  return bind_symbol(library, "libcublas", name, slot, error);
 }
 
 bool load_table(void* library, CublasApi& api, std::string& error) {
@@ -33,24 +27,20 @@ bool load_table(void* library, CublasApi& api, std::string& error) {
 CublasLibrary load_library() {
   CublasLibrary library;
   std::string tried;
-  for (const char* name :
-       {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.12",
-        "/usr/local/cuda/lib64/libcublas.so.12", "libcublas.so"}) {
-    void* handle = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* why = ::dlerror();
-      tried += std::string(tried.empty() ? "" : "; ") + (why != nullptr ? why : name);
-      continue;
-    }
-    std::string error;
-    if (load_table(handle, library.api, error)) return library;  // kept open for the process
-    tried += std::string(tried.empty() ? "" : "; ") + name + ": " + error;
-    ::dlclose(handle);
-    library.api = CublasApi{};
+  const bool opened = open_first_library(
+      {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.12",
+       "/usr/local/cuda/lib64/libcublas.so.12", "libcublas.so"},
+      [&library](void* handle, std::string& error) {
+        if (load_table(handle, library.api, error)) return true;
+        library.api = CublasApi{};
+        return false;
+      },
+      tried);
+  if (!opened) {
+    library.error = "cannot load cuBLAS (" + tried +
+                    "); install the CUDA toolkit's libcublas or add its directory to "
+                    "LD_LIBRARY_PATH";
   }
-  library.error = "cannot load cuBLAS (" + tried +
-                  "); install the CUDA toolkit's libcublas or add its directory to "
-                  "LD_LIBRARY_PATH";
   return library;
 }
 

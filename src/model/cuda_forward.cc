@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "kvvm/attention.h"
+#include "kvvm/fp8_kernels.h"
 #include "kvvm/model_kernels.h"
 #include "model/cublas_api.h"
 #include "model/cuda_model.h"
@@ -423,23 +424,28 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
   norm.add = layer == 0 ? nullptr : delta_;  // the previous layer's MLP output
   norm.weight = w.input_norm;
   norm.out = normed_;
+  norm.quantized = quantized_input(tokens);  // the q|k|v projection's input
   KVVM_RETURN_IF_ERROR(rmsnorm_cuda(norm, stream_));
   KVVM_RETURN_IF_ERROR(attention_inputs(layer, batch, tokens));
   KVVM_RETURN_IF_ERROR(attention(layer, batch, decode_max_length));
-  KVVM_RETURN_IF_ERROR(linear(attn_, w.o, w.o_bias, delta_, tokens, q_dim, c.hidden_size));
+  KVVM_RETURN_IF_ERROR(
+      linear(attn_, w.o, w.o_scales, w.o_bias, delta_, tokens, q_dim, c.hidden_size));
+  const bool quantized = norm.quantized.out != nullptr;
   norm.add = delta_;
   norm.weight = w.post_norm;
-  KVVM_RETURN_IF_ERROR(rmsnorm_cuda(norm, stream_));
-  KVVM_RETURN_IF_ERROR(linear(normed_, w.gate_up, nullptr, gate_up_, tokens, c.hidden_size,
-                              2 * c.intermediate_size));
+  KVVM_RETURN_IF_ERROR(rmsnorm_cuda(norm, stream_));  // and the gate|up projection's input
+  KVVM_RETURN_IF_ERROR(linear(normed_, w.gate_up, w.gate_up_scales, nullptr, gate_up_, tokens,
+                              c.hidden_size, 2 * c.intermediate_size, quantized));
   SiluMulParams silu;
   silu.element = compute_;
   silu.rows = tokens;
   silu.inter = c.intermediate_size;
   silu.gate_up = gate_up_;
   silu.out = act_;
+  silu.quantized = quantized_input(tokens);
   KVVM_RETURN_IF_ERROR(silu_mul_cuda(silu, stream_));
-  return linear(act_, w.down, nullptr, delta_, tokens, c.intermediate_size, c.hidden_size);
+  return linear(act_, w.down, w.down_scales, nullptr, delta_, tokens, c.intermediate_size,
+                c.hidden_size, quantized);
 }
 
 AppendParams CudaModel::append_params(std::uint32_t layer, const StepBatch& batch,
@@ -462,9 +468,13 @@ Status CudaModel::attention_inputs(std::uint32_t layer, const StepBatch& batch,
   const ModelConfig& c = config();
   const DeviceLayer& w = weights_->layers[layer];
   const std::uint32_t q_dim = c.heads * c.head_dim, kv_dim = c.kv_heads * c.head_dim;
-  KVVM_RETURN_IF_ERROR(linear(normed_, w.q, w.q_bias, q_, tokens, c.hidden_size, q_dim));
-  KVVM_RETURN_IF_ERROR(linear(normed_, w.k, w.k_bias, k_, tokens, c.hidden_size, kv_dim));
-  KVVM_RETURN_IF_ERROR(linear(normed_, w.v, w.v_bias, v_, tokens, c.hidden_size, kv_dim));
+  const bool quantized = quantized_input(tokens).out != nullptr;  // the input norm wrote xq_
+  KVVM_RETURN_IF_ERROR(
+      linear(normed_, w.q, w.q_scales, w.q_bias, q_, tokens, c.hidden_size, q_dim, quantized));
+  KVVM_RETURN_IF_ERROR(
+      linear(normed_, w.k, w.k_scales, w.k_bias, k_, tokens, c.hidden_size, kv_dim, quantized));
+  KVVM_RETURN_IF_ERROR(
+      linear(normed_, w.v, w.v_scales, w.v_bias, v_, tokens, c.hidden_size, kv_dim, quantized));
   if (c.qk_norm) {
     HeadRmsNormParams norm = head_norm_params(c, w, compute_, tokens);
     norm.x = q_;
@@ -504,7 +514,9 @@ Status CudaModel::attention_inputs_fused(std::uint32_t layer, const StepBatch& b
   const ModelConfig& c = config();
   const DeviceLayer& w = weights_->layers[layer];
   const std::uint32_t qkv_dim = (c.heads + 2 * c.kv_heads) * c.head_dim;
-  KVVM_RETURN_IF_ERROR(linear(normed_, w.q, w.q_bias, qkv_, tokens, c.hidden_size, qkv_dim));
+  const bool quantized = quantized_input(tokens).out != nullptr;  // the input norm wrote xq_
+  KVVM_RETURN_IF_ERROR(
+      linear(normed_, w.q, w.q_scales, w.q_bias, qkv_, tokens, c.hidden_size, qkv_dim, quantized));
   if (c.qk_norm) {
     // The q and k heads of each row [q | k | v] in one launch; v is left as projected.
     HeadRmsNormParams norm = head_norm_params(c, w, compute_, tokens);
@@ -589,21 +601,97 @@ bool CudaModel::gemv_shape(std::uint32_t rows, std::uint32_t in) const {
   return fused_ && rows <= kGemvRows && in % 8 == 0;
 }
 
-Status CudaModel::linear(const void* x, const void* weight, const void* bias, void* y,
-                         std::uint32_t rows, std::uint32_t in, std::uint32_t out) {
-  if (gemv_shape(rows, in)) return gemv(x, weight, bias, y, false, 0.0f, rows, in, out);
-  float beta = 0.0f;
-  if (bias != nullptr) {
-    BroadcastRowsParams under;
-    under.element = compute_;
-    under.rows = rows;
-    under.cols = out;
-    under.row = bias;
-    under.out = y;
-    KVVM_RETURN_IF_ERROR(broadcast_rows_cuda(under, stream_));
-    beta = 1.0f;
+Status CudaModel::linear(const void* x, const void* weight, const float* scales, const void* bias,
+                         void* y, std::uint32_t rows, std::uint32_t in, std::uint32_t out,
+                         bool x_quantized) {
+  if (scales != nullptr) {
+    return linear_fp8(x, weight, scales, bias, y, rows, in, out, x_quantized);
   }
-  return gemm(x, weight, y, data_type_, beta, rows, in, out);
+  if (gemv_shape(rows, in)) return gemv(x, weight, bias, y, false, 0.0f, rows, in, out);
+  KVVM_RETURN_IF_ERROR(lay_bias_under(bias, y, rows, out));
+  return gemm(x, weight, y, data_type_, bias != nullptr ? 1.0f : 0.0f, rows, in, out);
+}
+
+Status CudaModel::lay_bias_under(const void* bias, void* y, std::uint32_t rows, std::uint32_t out) {
+  if (bias == nullptr) return Status::Ok();
+  BroadcastRowsParams under;
+  under.element = compute_;
+  under.rows = rows;
+  under.cols = out;
+  under.row = bias;
+  under.out = y;
+  return broadcast_rows_cuda(under, stream_);
+}
+
+// The FP8 projections of a batch of at most this many rows run as fp8_gemv_cuda (its reads half
+// the bf16 GEMV's); past it the GEMV's float32 products on the CUDA cores cost more than the
+// tensor cores' GEMM with its quantization launch: measured on the H200, 16 rows of the 8B shape
+// took 24.7 ms a step through the GEMV (docs/PERFORMANCE.md, "FP8 weights").
+constexpr std::uint32_t kFp8GemvRows = 2;
+
+namespace {
+Fp8Scales fp8_scales_of(WeightQuant quant) {
+  return quant == WeightQuant::kFp8Block ? Fp8Scales::kBlock128 : Fp8Scales::kChannel;
+}
+}  // namespace
+
+QuantizedRows CudaModel::quantized_input(std::uint32_t rows) const {
+  QuantizedRows q;
+  if (config().weight_quant == WeightQuant::kNone || !fused_ || rows <= kFp8GemvRows) return q;
+  q.kind = fp8_scales_of(config().weight_quant);
+  q.stride = fp8_padded_rows(rows);
+  q.out = xq_;
+  q.scales = xq_scales_;
+  return q;
+}
+
+Status CudaModel::linear_fp8(const void* x, const void* weight, const float* scales,
+                             const void* bias, void* y, std::uint32_t rows, std::uint32_t in,
+                             std::uint32_t out, bool x_quantized) {
+  const Fp8Scales kind = fp8_scales_of(config().weight_quant);
+  if (rows <= kFp8GemvRows) {
+    Fp8GemvArgs p;
+    p.element = compute_;
+    p.scales_kind = kind;
+    p.rows = rows;
+    p.in = in;
+    p.out = out;
+    p.bias = bias;
+    p.x = x;
+    p.weight = weight;
+    p.scales = scales;
+    p.y = y;
+    return fp8_gemv_cuda(p, stream_);
+  }
+  // cuBLASLt takes a multiple of 4 rows: the padding rows are quantized as zeros and their
+  // outputs land in the buffers' padding (allocate_buffers sizes them so), never read.
+  const std::uint32_t padded = fp8_padded_rows(rows);
+  KVVM_RETURN_IF_ERROR(lay_bias_under(bias, y, padded, out));
+  if (!x_quantized) {
+    Fp8QuantizeArgs quantize;
+    quantize.element = compute_;
+    quantize.scales_kind = kind;
+    quantize.rows = rows;
+    quantize.in = in;
+    quantize.stride = padded;
+    quantize.x = x;
+    quantize.out = xq_;
+    quantize.scales = xq_scales_;
+    KVVM_RETURN_IF_ERROR(fp8_quantize_cuda(quantize, stream_));
+  }
+  Fp8MatmulArgs gemm;
+  gemm.scales_kind = kind;
+  gemm.element = compute_;
+  gemm.rows = padded;
+  gemm.in = in;
+  gemm.out = out;
+  gemm.xq = xq_;
+  gemm.x_scales = xq_scales_;
+  gemm.weight = weight;
+  gemm.w_scales = scales;
+  gemm.y = y;
+  gemm.beta = bias != nullptr ? 1.0f : 0.0f;
+  return fp8_matmul_->run(gemm, stream_);
 }
 
 Status CudaModel::gemv(const void* x, const void* weight, const void* bias, void* y, bool y_float,

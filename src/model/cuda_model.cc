@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kvvm/attention.h"
+#include "kvvm/fp8_kernels.h"
 #include "kvvm/model_kernels.h"
 #include "model/cublas_api.h"
 #include "model/cuda_status.h"
@@ -71,6 +72,34 @@ Result<DType> choose_compute(const ModelConfig& config, const ModelWeights& weig
   return DType::kBf16;
 }
 
+// Floats of the activation scales for `rows` rows of `in`: one per row and group of 128
+// (block-scaled), one per row (per channel), rows padded as fp8_padded_rows says.
+std::uint64_t fp8_scale_floats(WeightQuant quant, std::uint64_t rows, std::uint64_t in) {
+  const std::uint64_t stride = fp8_padded_rows(static_cast<std::uint32_t>(rows));
+  return quant == WeightQuant::kFp8Block ? (in + kFp8WeightBlock - 1) / kFp8WeightBlock * stride
+                                         : stride;
+}
+
+// The FP8 GEMMs' shapes: cuBLASLt's block-scaled FP8 reads whole 128 x 128 blocks, so every
+// projection's dimensions must be multiples of 128 (those of every released FP8 model are).
+Status check_fp8_shapes(const ModelConfig& c) {
+  if (c.weight_quant != WeightQuant::kFp8Block) return Status::Ok();
+  const std::pair<const char*, std::uint64_t> dims[] = {
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_attention_heads * head_dim", std::uint64_t{c.heads} * c.head_dim},
+      {"num_key_value_heads * head_dim", std::uint64_t{c.kv_heads} * c.head_dim}};
+  for (const auto& [name, value] : dims) {
+    if (value % kFp8WeightBlock != 0) {
+      return Status::InvalidArgument(
+          "CUDA model: " + std::string(name) + " = " + std::to_string(value) +
+          " is not a multiple of 128, which the block-scaled FP8 GEMMs need (the CPU backend "
+          "runs this checkpoint)");
+    }
+  }
+  return Status::Ok();
+}
+
 Status cuda_device_available() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
@@ -96,6 +125,7 @@ Result<std::unique_ptr<Model>> CudaModel::create(const ModelConfig& config,
                                                  const ModelWeights& weights,
                                                  const CudaModelOptions& options) {
   KVVM_RETURN_IF_ERROR(check_config(config, options.limits));
+  KVVM_RETURN_IF_ERROR(check_fp8_shapes(config));
   if (!attention_kernels_built() || !model_kernels_built()) {
     return Status::Unavailable("CUDA model: this build has no CUDA kernels");
   }
@@ -146,6 +176,14 @@ Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& opti
       cublas_call("cublasSetWorkspace_v2",
                   api.set_workspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes)));
 
+  if (config().weight_quant != WeightQuant::kNone) {
+    // cuBLASLt's FP8 GEMM shares the cuBLAS workspace: both run on the one stream, in turn.
+    Result<std::unique_ptr<Fp8Matmul>> gemm =
+        Fp8Matmul::create(cublas_workspace_, kCublasWorkspaceBytes);
+    if (!gemm.ok()) return gemm.status().with_context("CUDA model: FP8 weights");
+    fp8_matmul_ = std::move(gemm).value();
+  }
+
   const std::vector<float> inv_freq = rope_inv_freq(config());
   KVVM_RETURN_IF_ERROR(
       cuda_call("cudaMemcpy", cudaMemcpy(inv_freq_, inv_freq.data(),
@@ -169,7 +207,9 @@ Result<void*> CudaModel::device_alloc(std::uint64_t bytes) {
 
 Status CudaModel::allocate_buffers() {
   const ModelConfig& c = config();
-  const std::uint64_t tokens = limits().max_step_tokens, chunks = limits().max_chunks;
+  // Rows padded to a multiple of 4: an FP8 GEMM writes whole groups of 4 rows (linear_fp8).
+  const std::uint64_t tokens = fp8_padded_rows(limits().max_step_tokens);
+  const std::uint64_t chunks = limits().max_chunks;
   const std::uint64_t size = element_bytes(compute_);
   const std::uint64_t q_dim = std::uint64_t{c.heads} * c.head_dim;
   const std::uint64_t kv_dim = std::uint64_t{c.kv_heads} * c.head_dim;
@@ -209,6 +249,11 @@ Status CudaModel::allocate_buffers() {
   void* adjustments = nullptr;
   void* kv_scale_table = nullptr;
   void* calibration = nullptr;
+  void* xq = nullptr;
+  void* xq_scales = nullptr;
+  const bool fp8 = c.weight_quant != WeightQuant::kNone;
+  const std::uint64_t widest =
+      std::max({std::uint64_t{c.hidden_size}, q_dim, std::uint64_t{c.intermediate_size}});
   const Piece pieces[] = {
       {&arrays, std::uint64_t{offsets_.words} * 4},
       {&inv_freq, std::uint64_t{c.head_dim / 2} * sizeof(float)},
@@ -232,6 +277,9 @@ Status CudaModel::allocate_buffers() {
       {&adjustments, adjust_bytes},
       {&kv_scale_table, std::uint64_t{2} * c.layers * c.kv_heads * sizeof(float)},
       {&calibration, 2 * sizeof(float)},
+      // An FP8 checkpoint's quantized activations and their scales, for the widest input.
+      {&xq, fp8 ? tokens * widest : 0},
+      {&xq_scales, fp8 ? fp8_scale_floats(c.weight_quant, tokens, widest) * sizeof(float) : 0},
   };
   auto aligned = [](std::uint64_t bytes) {
     return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
@@ -257,6 +305,10 @@ Status CudaModel::allocate_buffers() {
   adjustments_ = static_cast<LogitAdjustEntry*>(adjustments);
   kv_scale_table_ = static_cast<float*>(kv_scale_table);
   calibration_max_ = static_cast<float*>(calibration);
+  if (fp8) {
+    xq_ = xq;
+    xq_scales_ = static_cast<float*>(xq_scales);
+  }
   KVVM_RETURN_IF_ERROR(kv_scales_changed());
 
   void* pinned = nullptr;

@@ -26,6 +26,7 @@
 #include "kvvm/model_kernels.h"
 #include "model/cuda_weight_ring.h"
 #include "model/cuda_weights.h"
+#include "model/fp8_matmul.h"
 
 namespace kvvm::model::detail {
 
@@ -121,9 +122,21 @@ class CudaModel final : public Model {
   Status calibrate_layer(std::uint32_t layer, std::uint32_t tokens);
   Status kv_scales_changed() override;
   // y[rows][out] = x[rows][in] . weight^T (+ bias), in the compute type: gemv_cuda for at most
-  // kGemvRows rows when fused, else cuBLAS.
-  Status linear(const void* x, const void* weight, const void* bias, void* y, std::uint32_t rows,
-                std::uint32_t in, std::uint32_t out);
+  // kGemvRows rows when fused, else cuBLAS. With `scales` (an FP8 projection): linear_fp8.
+  // `x_quantized`: x's rows already sit in xq_ (quantized_input's kernel wrote them).
+  Status linear(const void* x, const void* weight, const float* scales, const void* bias, void* y,
+                std::uint32_t rows, std::uint32_t in, std::uint32_t out, bool x_quantized = false);
+  // An FP8 projection: fp8_gemv_cuda (weights widened in registers) for at most kFp8GemvRows
+  // rows, else the activations quantized (xq_) and cuBLASLt's FP8 GEMM (Fp8Matmul).
+  Status linear_fp8(const void* x, const void* weight, const float* scales, const void* bias,
+                    void* y, std::uint32_t rows, std::uint32_t in, std::uint32_t out,
+                    bool x_quantized);
+  // Where the kernel before an FP8 projection of `rows` rows (RMSNorm, SiLU-mul) writes its
+  // rows quantized beside its own output, so the GEMM needs no quantizing launch: xq_ when
+  // the projections are FP8, fused and past the GEMV's rows; otherwise none (out null).
+  QuantizedRows quantized_input(std::uint32_t rows) const;
+  // y's rows set to the bias (nothing without one), for a GEMM that adds onto them (beta 1).
+  Status lay_bias_under(const void* bias, void* y, std::uint32_t rows, std::uint32_t out);
   Status gemm(const void* x, const void* weight, void* y, cudaDataType y_type, float beta,
               std::uint32_t rows, std::uint32_t in, std::uint32_t out);
   bool gemv_shape(std::uint32_t rows, std::uint32_t in) const;
@@ -184,6 +197,11 @@ class CudaModel final : public Model {
   void* decode_workspace_ = nullptr;
   std::size_t decode_workspace_bytes_ = 0;
   void* cublas_workspace_ = nullptr;
+  // An FP8 checkpoint's: the GEMM, a step's quantized activations [tokens][widest input] and
+  // their scales (fp8_quantize_cuda's layout). Null unquantized.
+  std::unique_ptr<Fp8Matmul> fp8_matmul_;
+  void* xq_ = nullptr;
+  float* xq_scales_ = nullptr;
 
   // Host scratch of a step, reserved at creation.
   std::vector<DecodeRun> runs_;

@@ -36,9 +36,34 @@ DType element_of(TensorDType dtype) {
       return DType::kFp16;
     case TensorDType::kBf16:
       return DType::kBf16;
+    case TensorDType::kF8E4M3:
+      return DType::kFp8;
     default:
       return DType::kFp32;
   }
+}
+
+// The type a tensor is stored in on the device: the projections' (fp8 for a quantized
+// checkpoint) for a layer block's tensors, the compute type for the rest.
+DType stored_type(const WeightTensor& t, const WeightLayout& layout) {
+  return t.region == kBaseRegion ? layout.element : layout.projection;
+}
+
+// A projection's scales as float32 in the store's layout (checked by weight_tensors: F32, BF16
+// or F16): block-scaled rows of blocks padded to device_scale_row (the padding 0, never read).
+std::vector<float> scales_of(const WeightTensor& t, WeightQuant quant) {
+  const std::uint64_t rows = t.shape[0], in = t.shape[1];
+  std::vector<float> out(device_scale_count(quant, rows, in), 0.0f);
+  const DType from = element_of(t.scale_source->dtype);
+  const std::uint32_t size = element_bytes(from);
+  const auto* at = reinterpret_cast<const unsigned char*>(t.scale_source->data);
+  const std::uint64_t width =
+      quant == WeightQuant::kFp8Block ? (in + kFp8WeightBlock - 1) / kFp8WeightBlock : 1;
+  const std::uint64_t row = quant == WeightQuant::kFp8Block ? device_scale_row(in) : 1;
+  for (std::uint64_t i = 0; i < t.scale_count; ++i) {
+    out[i / width * row + i % width] = kernels::load_element(from, at + i * size);
+  }
+  return out;
 }
 
 // memcpy split across threads: one thread reads page cache at a few GB/s, several near the
@@ -213,21 +238,56 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
                                          static_cast<const unsigned char*>(out->staged(t.region))) +
                                          t.offset
                                    : nullptr;
-      const std::uint64_t bytes = t.elements * element_bytes(compute);
+      const DType type = stored_type(t, layout);
+      const std::uint64_t bytes = t.elements * element_bytes(type);
       out->load_bytes_ += bytes;
+      const bool quantized = type == DType::kFp8 && t.scale_offset != kNoTensor;
       if (dummy) {
         // Drawn where the compute reads it; a streamed layer's is drawn into its ring slot and
-        // copied back to its staging.
-        KVVM_RETURN_IF_ERROR(dummy_fill(t, compute, options.dummy_seed, device_at(t), stream));
+        // copied back to its staging. FP8: e4m3 values over its whole range, each scale the
+        // draw's half-width over 448, so the dequantized weights have the 16-bit draw's spread.
+        WeightTensor drawn = t;
+        if (quantized) drawn.scale = 448.0f;
+        KVVM_RETURN_IF_ERROR(dummy_fill(drawn, type, options.dummy_seed, device_at(t), stream));
+        WeightTensor scales;  // a constant: the draw's half-width over 448
+        scales.elements =
+            quantized ? device_scale_count(config.weight_quant, t.shape[0], t.shape[1]) : 0;
+        scales.constant = t.scale / 448.0f;
+        if (quantized) {
+          unsigned char* at = device_at(t) - t.offset + t.scale_offset;
+          KVVM_RETURN_IF_ERROR(dummy_fill(scales, DType::kFp32, 0, at, stream));
+        }
         if (staged) {
+          // The block's scales follow its projections: copy the whole span once, at the last.
           KVVM_RETURN_IF_ERROR(cuda_call(
               "cudaMemcpyAsync",
               cudaMemcpyAsync(host, device_at(t), bytes, cudaMemcpyDeviceToHost, stream)));
+          if (quantized) {
+            KVVM_RETURN_IF_ERROR(
+                cuda_call("cudaMemcpyAsync",
+                          cudaMemcpyAsync(host - t.offset + t.scale_offset,
+                                          device_at(t) - t.offset + t.scale_offset,
+                                          scales.elements * 4, cudaMemcpyDeviceToHost, stream)));
+          }
         }
-      } else if (staged) {
-        produce(t, compute, 0, t.elements, host);
+        continue;
+      }
+      if (staged) {
+        produce(t, type, 0, t.elements, host);
       } else {
-        KVVM_RETURN_IF_ERROR(pipeline.upload(t, compute, device_at(t)));
+        KVVM_RETURN_IF_ERROR(pipeline.upload(t, type, device_at(t)));
+      }
+      if (quantized) {
+        // A few floats per 16,384 weights: converted here, copied at once.
+        const std::vector<float> scales = scales_of(t, config.weight_quant);
+        out->load_bytes_ += scales.size() * 4;
+        if (staged) {
+          std::memcpy(host - t.offset + t.scale_offset, scales.data(), scales.size() * 4);
+        } else {
+          KVVM_RETURN_IF_ERROR(cuda_call(
+              "cudaMemcpy", cudaMemcpy(device_at(t) - t.offset + t.scale_offset, scales.data(),
+                                       scales.size() * 4, cudaMemcpyHostToDevice)));
+        }
       }
     }
   }
@@ -240,21 +300,41 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
   out->embed = p(at.embed);
   out->lm_head = p(at.lm_head);
   out->final_norm = p(at.final_norm);
+  const auto fp8 = [&](std::uint32_t layer, std::uint64_t offset) -> const float* {
+    if (offset == kNoTensor) return nullptr;
+    return reinterpret_cast<const float*>(s.layer(layer) + offset);
+  };
+  const WeightQuant quant = config.weight_quant;
+  const std::uint64_t hidden = config.hidden_size;
+  const std::uint64_t q_scales =
+      device_scale_count(quant, std::uint64_t{config.heads} * config.head_dim, hidden);
+  const std::uint64_t kv_scales =
+      device_scale_count(quant, std::uint64_t{config.kv_heads} * config.head_dim, hidden);
+  const LayerBlockOffsets& block = layout.block;
   for (const LayerAddresses& a : at.layers) {
-    out->layers.push_back(DeviceLayer{.input_norm = p(a.input_norm),
-                                      .q = p(a.q),
-                                      .k = p(a.k),
-                                      .v = p(a.v),
-                                      .q_bias = p(a.q_bias),
-                                      .k_bias = p(a.k_bias),
-                                      .v_bias = p(a.v_bias),
-                                      .o = p(a.o),
-                                      .o_bias = p(a.o_bias),
-                                      .q_norm = p(a.q_norm),
-                                      .k_norm = p(a.k_norm),
-                                      .post_norm = p(a.post_norm),
-                                      .gate_up = p(a.gate_up),
-                                      .down = p(a.down)});
+    const auto layer = static_cast<std::uint32_t>(out->layers.size());
+    const float* qkv = fp8(layer, block.qkv_scale);
+    out->layers.push_back(
+        DeviceLayer{.input_norm = p(a.input_norm),
+                    .q = p(a.q),
+                    .k = p(a.k),
+                    .v = p(a.v),
+                    .q_bias = p(a.q_bias),
+                    .k_bias = p(a.k_bias),
+                    .v_bias = p(a.v_bias),
+                    .o = p(a.o),
+                    .o_bias = p(a.o_bias),
+                    .q_norm = p(a.q_norm),
+                    .k_norm = p(a.k_norm),
+                    .post_norm = p(a.post_norm),
+                    .gate_up = p(a.gate_up),
+                    .down = p(a.down),
+                    .q_scales = qkv,
+                    .k_scales = qkv == nullptr ? nullptr : qkv + q_scales,
+                    .v_scales = qkv == nullptr ? nullptr : qkv + q_scales + kv_scales,
+                    .o_scales = fp8(layer, block.o_scale),
+                    .gate_up_scales = fp8(layer, block.gate_up_scale),
+                    .down_scales = fp8(layer, block.down_scale)});
   }
   return out;
 }

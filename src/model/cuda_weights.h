@@ -2,7 +2,8 @@
 // driver: every tensor at a stable device address, resident layers committed at load, streamed
 // layers' bytes in pinned host memory (copied into their ring slots step by step by
 // WeightRing, model/cuda_weight_ring.h). gate and up are one [2 * intermediate][hidden] matrix
-// so the MLP's two input projections are one GEMM; lm_head is the embedding's when tied.
+// so the MLP's two input projections are one GEMM; lm_head is the embedding's when tied. An FP8
+// checkpoint's projections are copied as stored (e4m3) with their scales converted to float32.
 //
 // Why the load is a pipeline: a checkpoint's pages are pageable memory, which the device copies
 // from at a few GB/s; staged through a few pinned buffers (filled by several host threads while
@@ -37,6 +38,15 @@ struct DeviceLayer {
   void* post_norm = nullptr;
   void* gate_up = nullptr;  // [2 * intermediate][hidden]: gate rows, then up rows
   void* down = nullptr;
+  // An FP8 checkpoint's projections (q ... down e4m3 as stored) and their float32 scales
+  // (model/weight_layout.h): null unquantized. k's and v's point into q's run, up's into
+  // gate's, as the weights do.
+  const float* q_scales = nullptr;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  const float* o_scales = nullptr;
+  const float* gate_up_scales = nullptr;
+  const float* down_scales = nullptr;
 };
 
 class DeviceWeights {

@@ -20,6 +20,11 @@ struct LayerBlockOffsets {
   std::uint64_t q = 0, k = 0, v = 0, o = 0;  // q, k, v contiguous: one [q + 2 kv][hidden]
   std::uint64_t gate_up = 0;                 // [2 * intermediate][hidden]: gate rows, then up rows
   std::uint64_t down = 0;
+  // float32 scales of FP8 projections (kNoTensor unquantized): block-scaled, one per 128 x 128
+  // block, [ceil(rows / 128)][device_scale_row(in)] row-major; per channel, one per row. q, k,
+  // v's scales back to back as their rows are, gate's then up's likewise.
+  std::uint64_t qkv_scale = kNoTensor, o_scale = kNoTensor, gate_up_scale = kNoTensor,
+                down_scale = kNoTensor;
 };
 
 // Byte offsets of one layer's small tensors inside the base region (kNoTensor: absent).
@@ -32,6 +37,7 @@ struct LayerBaseOffsets {
 
 struct WeightLayout {
   DType element = DType::kUnset;
+  DType projection = DType::kUnset;  // projection_element(config, element)
   std::uint64_t embed = 0;
   std::uint64_t lm_head = 0;  // == embed when tied
   std::uint64_t final_norm = 0;
@@ -41,5 +47,14 @@ struct WeightLayout {
 };
 
 WeightLayout weight_layout(const ModelConfig& config, DType element);
+
+// The float32 scales of a quantized [rows][in] projection as the checkpoint stores them:
+// ceil(rows / 128) * ceil(in / 128) block-scaled, rows per channel, 0 unquantized.
+std::uint64_t weight_scale_count(WeightQuant quant, std::uint64_t rows, std::uint64_t in);
+// Block-scaled scales as the CUDA store keeps them: [ceil(rows / 128)][device_scale_row(in)],
+// each row of blocks padded to a multiple of 4 floats (cuBLASLt reads 128 x 128 block scales
+// with 16-byte aligned rows); per channel as stored.
+std::uint64_t device_scale_row(std::uint64_t in);
+std::uint64_t device_scale_count(WeightQuant quant, std::uint64_t rows, std::uint64_t in);
 
 }  // namespace kvvm::model::detail

@@ -29,6 +29,28 @@ std::string layer_count(std::uint32_t n) {
 
 namespace detail {
 
+std::uint64_t weight_scale_count(WeightQuant quant, std::uint64_t rows, std::uint64_t in) {
+  switch (quant) {
+    case WeightQuant::kFp8Block:
+      return ((rows + kFp8WeightBlock - 1) / kFp8WeightBlock) *
+             ((in + kFp8WeightBlock - 1) / kFp8WeightBlock);
+    case WeightQuant::kFp8Channel:
+      return rows;
+    case WeightQuant::kNone:
+      break;
+  }
+  return 0;
+}
+
+std::uint64_t device_scale_row(std::uint64_t in) {
+  return ((in + kFp8WeightBlock - 1) / kFp8WeightBlock + 3) / 4 * 4;
+}
+
+std::uint64_t device_scale_count(WeightQuant quant, std::uint64_t rows, std::uint64_t in) {
+  if (quant != WeightQuant::kFp8Block) return weight_scale_count(quant, rows, in);
+  return (rows + kFp8WeightBlock - 1) / kFp8WeightBlock * device_scale_row(in);
+}
+
 WeightLayout weight_layout(const ModelConfig& c, DType element) {
   const std::uint32_t size = element_bytes(element);
   const std::uint64_t hidden = c.hidden_size, inter = c.intermediate_size;
@@ -57,19 +79,44 @@ WeightLayout weight_layout(const ModelConfig& c, DType element) {
       layer.k_norm = place(base, c.head_dim, size);
     }
   }
+  layout.projection = projection_element(c, element);
+  const std::uint32_t psize = element_bytes(layout.projection);
   std::uint64_t block = 0;
   // q, k and v back to back: one [q_dim + 2 * kv_dim][hidden] matrix, the fused projection.
-  layout.block.q = place(block, (q_dim + 2 * kv_dim) * hidden, size);
-  layout.block.k = layout.block.q + q_dim * hidden * size;
-  layout.block.v = layout.block.k + kv_dim * hidden * size;
-  layout.block.o = place(block, hidden * q_dim, size);
-  layout.block.gate_up = place(block, 2 * inter * hidden, size);
-  layout.block.down = place(block, hidden * inter, size);
-  layout.sizes = WeightSizes{.base_bytes = base, .layer_bytes = block, .layers = c.layers};
+  layout.block.q = place(block, (q_dim + 2 * kv_dim) * hidden, psize);
+  layout.block.k = layout.block.q + q_dim * hidden * psize;
+  layout.block.v = layout.block.k + kv_dim * hidden * psize;
+  layout.block.o = place(block, hidden * q_dim, psize);
+  layout.block.gate_up = place(block, 2 * inter * hidden, psize);
+  layout.block.down = place(block, hidden * inter, psize);
+  std::uint64_t scale_bytes = 0;
+  if (layout.projection != element) {
+    const std::uint64_t projections = block;
+    const WeightQuant quant = c.weight_quant;
+    layout.block.qkv_scale = place(
+        block,
+        device_scale_count(quant, q_dim, hidden) + 2 * device_scale_count(quant, kv_dim, hidden),
+        4);
+    layout.block.o_scale = place(block, device_scale_count(quant, hidden, q_dim), 4);
+    layout.block.gate_up_scale = place(block, 2 * device_scale_count(quant, inter, hidden), 4);
+    layout.block.down_scale = place(block, device_scale_count(quant, hidden, inter), 4);
+    scale_bytes = block - projections;
+  }
+  layout.sizes = WeightSizes{.base_bytes = base,
+                             .layer_bytes = block,
+                             .layers = c.layers,
+                             .element = element,
+                             .projection = layout.projection,
+                             .layer_scale_bytes = scale_bytes};
   return layout;
 }
 
 }  // namespace detail
+
+DType projection_element(const ModelConfig& config, DType element) {
+  const bool sixteen_bit = element == DType::kBf16 || element == DType::kFp16;
+  return config.weight_quant != WeightQuant::kNone && sixteen_bit ? DType::kFp8 : element;
+}
 
 WeightSizes weight_sizes(const ModelConfig& config, DType element) {
   return detail::weight_layout(config, element).sizes;
@@ -138,17 +185,48 @@ std::uint64_t weight_budget_for(const WeightSizes& sizes, std::uint64_t granule,
          (std::uint64_t{sizes.layers} - streamed + ring) * round_up(sizes.layer_bytes, granule);
 }
 
+std::vector<std::pair<std::string, std::uint64_t>> WeightSizes::bytes_by_type() const {
+  const std::uint64_t n = layers;
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  auto add = [&out](DType type, std::uint64_t bytes) {
+    if (bytes == 0) return;
+    const std::string name(to_string(type));
+    for (auto& [have, sum] : out) {
+      if (have == name) {
+        sum += bytes;
+        return;
+      }
+    }
+    out.emplace_back(name, bytes);
+  };
+  add(element, base_bytes);
+  add(projection == DType::kUnset ? element : projection, n * (layer_bytes - layer_scale_bytes));
+  add(DType::kFp32, n * layer_scale_bytes);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+std::string WeightSizes::describe_types() const {
+  std::string out;
+  for (const auto& [type, bytes] : bytes_by_type()) {
+    out += (out.empty() ? "" : ", ") + type + " " + format_bytes(bytes);
+  }
+  return out;
+}
+
 std::string WeightSplit::describe() const {
   const std::uint32_t n = sizes.layers;
+  const std::string types = " [" + sizes.describe_types() + "]";
   if (streamed_layers == 0) {
     return "weights: " + format_bytes(device_bytes) + " on the device, all " + layer_count(n) +
-           " resident";
+           " resident" + types;
   }
   return "weights: " + format_bytes(device_bytes) + " on the device (" +
          std::to_string(n - streamed_layers) + " of " + layer_count(n) + " resident, a ring of " +
          std::to_string(ring_slots) + " slots of " + format_bytes(layer_block) + "); " +
          layer_count(streamed_layers) + " streamed from host memory, " +
-         format_bytes(streamed_bytes_per_step) + " copied per step";
+         format_bytes(streamed_bytes_per_step) + " copied per step" + types;
 }
 
 }  // namespace kvvm::model

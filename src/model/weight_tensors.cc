@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "kvvm/model/safetensors.h"
 
@@ -14,10 +16,64 @@ bool readable(TensorDType dtype) {
   return dtype == TensorDType::kBf16 || dtype == TensorDType::kF16 || dtype == TensorDType::kF32;
 }
 
+// The bytes of `view` are those of `elements` of its dtype, and present.
+Status check_bytes(const TensorView& view, const std::string& name, std::uint64_t elements) {
+  const std::uint64_t bytes = elements * element_size(view.dtype);
+  if (view.bytes != bytes || (bytes > 0 && view.data == nullptr)) {
+    return Status::InvalidArgument("tensor " + name + " holds " + std::to_string(view.bytes) +
+                                   " bytes, its shape and dtype need " + std::to_string(bytes));
+  }
+  return Status::Ok();
+}
+
+// Where a quantized projection's scales are stored beside it: "<module>.weight_scale_inv"
+// (block-scaled) or "<module>.weight_scale" (per channel).
+std::string scale_name(const WeightTensor& t) {
+  const std::string_view weight = ".weight";
+  std::string module = t.name;
+  if (module.ends_with(weight)) module.resize(module.size() - weight.size());
+  return module + (t.quant == WeightQuant::kFp8Block ? ".weight_scale_inv" : ".weight_scale");
+}
+
+// A quantized projection's scales: present, F32 / BF16 / F16, [ceil(rows / 128)][ceil(in /
+// 128)] or [rows][1].
+Status check_scale(const WeightTensor& t) {
+  const std::string name = scale_name(t);
+  const TensorView* view = t.scale_source;
+  if (view == nullptr) {
+    return Status::InvalidArgument("tensor " + name + " is missing (the scales of " + t.name +
+                                   ", " + std::string(to_string(t.quant)) + ")");
+  }
+  if (!readable(view->dtype)) {
+    return Status::InvalidArgument("tensor " + name + " has dtype " +
+                                   std::string(to_string(view->dtype)) +
+                                   "; a weight scale is F32, BF16 or F16");
+  }
+  const std::uint64_t block = kFp8WeightBlock;
+  const std::uint64_t rows = t.shape[0], in = t.shape[1];
+  const std::vector<std::uint64_t> shape =
+      t.quant == WeightQuant::kFp8Block
+          ? std::vector<std::uint64_t>{(rows + block - 1) / block, (in + block - 1) / block}
+          : std::vector<std::uint64_t>{rows, 1};
+  if (view->shape != shape) {
+    return Status::InvalidArgument("tensor " + name + " has shape " + shape_string(view->shape) +
+                                   ", the config (" + std::string(to_string(t.quant)) +
+                                   ") expects " + shape_string(shape));
+  }
+  return check_bytes(*view, name, t.scale_count);
+}
+
 Status check_source(const WeightTensor& t) {
   const TensorView* view = t.source;
   if (view == nullptr) return Status::InvalidArgument("tensor " + t.name + " is missing");
-  if (!readable(view->dtype)) {
+  const bool quantized = t.quant != WeightQuant::kNone;
+  if (quantized && view->dtype != TensorDType::kF8E4M3) {
+    return Status::InvalidArgument("tensor " + t.name + " has dtype " +
+                                   std::string(to_string(view->dtype)) +
+                                   "; the config's quantization_config (" +
+                                   std::string(to_string(t.quant)) + ") stores it as F8_E4M3");
+  }
+  if (!quantized && !readable(view->dtype)) {
     return Status::InvalidArgument("tensor " + t.name + " has dtype " +
                                    std::string(to_string(view->dtype)) +
                                    "; the model runtime reads BF16, F16 or F32");
@@ -26,12 +82,8 @@ Status check_source(const WeightTensor& t) {
     return Status::InvalidArgument("tensor " + t.name + " has shape " + shape_string(view->shape) +
                                    ", the config expects " + shape_string(t.shape));
   }
-  const std::uint64_t bytes = t.elements * element_size(view->dtype);
-  if (view->bytes != bytes || (bytes > 0 && view->data == nullptr)) {
-    return Status::InvalidArgument("tensor " + t.name + " holds " + std::to_string(view->bytes) +
-                                   " bytes, its shape and dtype need " + std::to_string(bytes));
-  }
-  return Status::Ok();
+  KVVM_RETURN_IF_ERROR(check_bytes(*view, t.name, t.elements));
+  return quantized ? check_scale(t) : Status::Ok();
 }
 
 // A uniform draw of this half-width has the variance of 1 / fan_in: activations keep their
@@ -46,7 +98,8 @@ Result<std::vector<WeightTensor>> weight_tensors(const ModelConfig& c, const Wei
   const std::uint64_t vocab = c.vocab_size;
   const std::uint64_t q_dim = std::uint64_t{c.heads} * c.head_dim;
   const std::uint64_t kv_dim = std::uint64_t{c.kv_heads} * c.head_dim;
-  const std::uint32_t size = element_bytes(layout.element);
+  // The projections' element: fp8 kept as stored, or what the backend computes in.
+  const std::uint32_t psize = element_bytes(layout.projection);
   std::vector<WeightTensor> out;
   std::uint32_t next_id = 0;
   auto add = [&](std::string name, std::vector<std::uint64_t> shape, const TensorView* source,
@@ -135,9 +188,36 @@ Result<std::vector<WeightTensor>> weight_tensors(const ModelConfig& c, const Wei
     add(p + "mlp.gate_proj.weight", {inter, hidden}, view(&LayerWeights::gate), l, k.gate_up,
         fan_in_scale(hidden), 0);
     add(p + "mlp.up_proj.weight", {inter, hidden}, view(&LayerWeights::up), l,
-        k.gate_up + inter * hidden * size, fan_in_scale(hidden), 0);
+        k.gate_up + inter * hidden * psize, fan_in_scale(hidden), 0);
     add(p + "mlp.down_proj.weight", {hidden, inter}, view(&LayerWeights::down), l, k.down,
         fan_in_scale(inter), 0);
+    if (c.weight_quant != WeightQuant::kNone) {
+      // The seven projections just added, in the order of their scales in the block.
+      const TensorView* LayerWeights::*const scales[] = {
+          &LayerWeights::q_weight_scale,    &LayerWeights::k_weight_scale,
+          &LayerWeights::v_weight_scale,    &LayerWeights::o_weight_scale,
+          &LayerWeights::gate_weight_scale, &LayerWeights::up_weight_scale,
+          &LayerWeights::down_weight_scale};
+      // Each run of scales starts at its offset in the layout, the next projection's where the
+      // previous ends as the store keeps it (device_scale_count: rows of blocks padded): k
+      // after q, v after k, up after gate.
+      const std::uint64_t runs[] = {k.qkv_scale,     kNoTensor, kNoTensor,   k.o_scale,
+                                    k.gate_up_scale, kNoTensor, k.down_scale};
+      const bool stored = k.qkv_scale != kNoTensor;
+      std::uint64_t at = kNoTensor;
+      WeightTensor* projection = &out[out.size() - 7];
+      for (int i = 0; i < 7; ++i, ++projection) {
+        WeightTensor& t = *projection;
+        t.quant = c.weight_quant;
+        t.scale_source = view(scales[i]);
+        t.scale_count = weight_scale_count(c.weight_quant, t.shape[0], t.shape[1]);
+        if (runs[i] != kNoTensor) at = runs[i];
+        t.scale_offset = stored ? at : kNoTensor;
+        if (stored) {
+          at += device_scale_count(c.weight_quant, t.shape[0], t.shape[1]) * sizeof(float);
+        }
+      }
+    }
   }
   if (!dummy) {
     for (const WeightTensor& t : out) KVVM_RETURN_IF_ERROR(check_source(t));

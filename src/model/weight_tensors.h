@@ -28,10 +28,22 @@ struct WeightTensor {
   std::uint32_t dummy_id = 0;
   float scale = 0;
   float constant = 0;
+  // A quantized checkpoint's projection (config.weight_quant; kNone for every other tensor):
+  // `source` is F8_E4M3 and `scale_source` its scale_count scales as the checkpoint stores
+  // them (weight_scale_count; F32, BF16 or F16; null for the dummy format), w = e4m3 * the
+  // scale of its 128 x 128 block or of its row. scale_offset: where the store keeps them as
+  // float32 (device_scale_count of them: rows of blocks padded), bytes from the start of the
+  // layer's block (q's, k's and v's back to back, gate's then up's); kNoTensor where the layout
+  // keeps none (the projections in float32, the CPU backend's: it multiplies them in at load).
+  WeightQuant quant = WeightQuant::kNone;
+  const TensorView* scale_source = nullptr;
+  std::uint64_t scale_count = 0;
+  std::uint64_t scale_offset = kNoTensor;
 };
 
 // The tensors of `layout` in load order. With `weights` (null: the dummy format) each is bound
-// to its view and checked: present, BF16 / F16 / F32, the config's shape, its bytes; a bias the
+// to its view and checked: present, BF16 / F16 / F32 (a quantized projection F8_E4M3, with its
+// scales present, F32 / BF16 / F16, of their shape), the config's shape, its bytes; a bias the
 // config does not have is refused. InvalidArgument naming the tensor (and both shapes).
 Result<std::vector<WeightTensor>> weight_tensors(const ModelConfig& config,
                                                  const WeightLayout& layout,

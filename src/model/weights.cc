@@ -14,20 +14,74 @@ namespace {
 
 class Binder {
  public:
-  explicit Binder(const WeightFiles& files) : files_(files) {}
+  Binder(const WeightFiles& files, WeightQuant quant) : files_(files), quant_(quant) {}
 
   Result<const TensorView*> bind(const std::string& name,
                                  const std::vector<std::uint64_t>& shape) const {
     const TensorView* view = files_.find(name);
-    if (view == nullptr) {
-      return Status::InvalidArgument(name + ": missing from the checkpoint, which the config (" +
-                                     shape_string(shape) + ") needs");
-    }
+    if (view == nullptr) return missing(name, shape);
     if (view->dtype != TensorDType::kBf16 && view->dtype != TensorDType::kF16 &&
         view->dtype != TensorDType::kF32) {
+      const bool fp8 = view->dtype == TensorDType::kF8E4M3 || view->dtype == TensorDType::kF8E5M2;
+      std::string why;
+      if (fp8) {
+        why = quant_ == WeightQuant::kNone
+                  ? " (config.json has no quantization_config, which an FP8 checkpoint needs)"
+                  : " (only the q, k, v, o, gate, up and down projections are quantized)";
+      }
       return Status::InvalidArgument(name + ": dtype " + std::string(to_string(view->dtype)) +
-                                     ", but the model runtime computes with BF16, F16 or F32");
+                                     ", but the model runtime computes with BF16, F16 or F32" +
+                                     why);
     }
+    return shaped(name, view, shape);
+  }
+
+  // A quantized checkpoint's projection: F8_E4M3 of `shape`.
+  Result<const TensorView*> bind_fp8(const std::string& name,
+                                     const std::vector<std::uint64_t>& shape) const {
+    const TensorView* view = files_.find(name);
+    if (view == nullptr) return missing(name, shape);
+    if (view->dtype != TensorDType::kF8E4M3) {
+      return Status::InvalidArgument(name + ": dtype " + std::string(to_string(view->dtype)) +
+                                     ", but the config's quantization_config (" +
+                                     std::string(to_string(quant_)) +
+                                     ") stores every projection as F8_E4M3");
+    }
+    return shaped(name, view, shape);
+  }
+
+  // A quantized projection's scales (`weight` names it): F32, BF16 or F16 of `shape`.
+  Result<const TensorView*> bind_scale(const std::string& name, const std::string& weight,
+                                       const std::vector<std::uint64_t>& shape) const {
+    const TensorView* view = files_.find(name);
+    if (view == nullptr) {
+      return Status::InvalidArgument(name + ": missing from the checkpoint; " + weight +
+                                     " is F8_E4M3 and the config's quantization_config (" +
+                                     std::string(to_string(quant_)) + ") needs its scales " +
+                                     shape_string(shape));
+    }
+    if (view->dtype != TensorDType::kF32 && view->dtype != TensorDType::kBf16 &&
+        view->dtype != TensorDType::kF16) {
+      return Status::InvalidArgument(name + ": dtype " + std::string(to_string(view->dtype)) +
+                                     ", but a weight scale is F32, BF16 or F16");
+    }
+    if (view->shape != shape) {
+      return Status::InvalidArgument(
+          name + ": shape " + shape_string(view->shape) + " but the config (" +
+          std::string(to_string(quant_)) + ") needs " + shape_string(shape) +
+          (quant_ == WeightQuant::kFp8Block ? ", one scale per 128 x 128 block of " + weight
+                                            : ", one scale per output row of " + weight));
+    }
+    return view;
+  }
+
+ private:
+  static Status missing(const std::string& name, const std::vector<std::uint64_t>& shape) {
+    return Status::InvalidArgument(name + ": missing from the checkpoint, which the config (" +
+                                   shape_string(shape) + ") needs");
+  }
+  static Result<const TensorView*> shaped(const std::string& name, const TensorView* view,
+                                          const std::vector<std::uint64_t>& shape) {
     if (view->shape != shape) {
       return Status::InvalidArgument(name + ": shape " + shape_string(view->shape) +
                                      " but the config needs " + shape_string(shape));
@@ -35,14 +89,14 @@ class Binder {
     return view;
   }
 
- private:
   const WeightFiles& files_;
+  WeightQuant quant_;
 };
 
 }  // namespace
 
 Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& files) {
-  const Binder binder(files);
+  const Binder binder(files, config.weight_quant);
   const std::uint64_t hidden = config.hidden_size;
   const std::uint64_t q_rows = std::uint64_t{config.heads} * config.head_dim;
   const std::uint64_t kv_rows = std::uint64_t{config.kv_heads} * config.head_dim;
@@ -58,6 +112,26 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
     slot = *view;
     return Status::Ok();
   };
+  // A projection ("...q_proj"): as any tensor unquantized; else its F8_E4M3 weight and scales.
+  const WeightQuant quant = config.weight_quant;
+  const auto bind_projection = [&](const TensorView*& slot, const TensorView*& scale_slot,
+                                   const std::string& module, std::uint64_t rows,
+                                   std::uint64_t in) -> Status {
+    const std::string name = module + ".weight";
+    if (quant == WeightQuant::kNone) return bind(slot, name, {rows, in});
+    Result<const TensorView*> view = binder.bind_fp8(name, {rows, in});
+    if (!view.ok()) return view.status();
+    slot = *view;
+    const std::uint64_t block = kFp8WeightBlock;
+    const bool blocks = quant == WeightQuant::kFp8Block;
+    Result<const TensorView*> scale = binder.bind_scale(
+        module + (blocks ? ".weight_scale_inv" : ".weight_scale"), name,
+        blocks ? std::vector<std::uint64_t>{(rows + block - 1) / block, (in + block - 1) / block}
+               : std::vector<std::uint64_t>{rows, 1});
+    if (!scale.ok()) return scale.status();
+    scale_slot = *scale;
+    return Status::Ok();
+  };
   KVVM_RETURN_IF_ERROR(bind(weights.embed, "model.embed_tokens.weight", {vocab, hidden}));
   weights.layers.resize(config.layers);
   for (std::uint32_t i = 0; i < config.layers; ++i) {
@@ -65,16 +139,20 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     const std::string attn = prefix + "self_attn.";
     KVVM_RETURN_IF_ERROR(bind(layer.input_norm, prefix + "input_layernorm.weight", {hidden}));
-    KVVM_RETURN_IF_ERROR(bind(layer.q, attn + "q_proj.weight", {q_rows, hidden}));
-    KVVM_RETURN_IF_ERROR(bind(layer.k, attn + "k_proj.weight", {kv_rows, hidden}));
-    KVVM_RETURN_IF_ERROR(bind(layer.v, attn + "v_proj.weight", {kv_rows, hidden}));
+    KVVM_RETURN_IF_ERROR(
+        bind_projection(layer.q, layer.q_weight_scale, attn + "q_proj", q_rows, hidden));
+    KVVM_RETURN_IF_ERROR(
+        bind_projection(layer.k, layer.k_weight_scale, attn + "k_proj", kv_rows, hidden));
+    KVVM_RETURN_IF_ERROR(
+        bind_projection(layer.v, layer.v_weight_scale, attn + "v_proj", kv_rows, hidden));
     // Biases the config does not ask for are ignored, as transformers ignores them.
     if (config.qkv_bias) {
       KVVM_RETURN_IF_ERROR(bind(layer.q_bias, attn + "q_proj.bias", {q_rows}));
       KVVM_RETURN_IF_ERROR(bind(layer.k_bias, attn + "k_proj.bias", {kv_rows}));
       KVVM_RETURN_IF_ERROR(bind(layer.v_bias, attn + "v_proj.bias", {kv_rows}));
     }
-    KVVM_RETURN_IF_ERROR(bind(layer.o, attn + "o_proj.weight", {hidden, q_rows}));
+    KVVM_RETURN_IF_ERROR(
+        bind_projection(layer.o, layer.o_weight_scale, attn + "o_proj", hidden, q_rows));
     if (config.o_bias) {
       KVVM_RETURN_IF_ERROR(bind(layer.o_bias, attn + "o_proj.bias", {hidden}));
     }
@@ -85,9 +163,12 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
     }
     KVVM_RETURN_IF_ERROR(
         bind(layer.post_norm, prefix + "post_attention_layernorm.weight", {hidden}));
-    KVVM_RETURN_IF_ERROR(bind(layer.gate, prefix + "mlp.gate_proj.weight", {intermediate, hidden}));
-    KVVM_RETURN_IF_ERROR(bind(layer.up, prefix + "mlp.up_proj.weight", {intermediate, hidden}));
-    KVVM_RETURN_IF_ERROR(bind(layer.down, prefix + "mlp.down_proj.weight", {hidden, intermediate}));
+    KVVM_RETURN_IF_ERROR(bind_projection(layer.gate, layer.gate_weight_scale,
+                                         prefix + "mlp.gate_proj", intermediate, hidden));
+    KVVM_RETURN_IF_ERROR(bind_projection(layer.up, layer.up_weight_scale, prefix + "mlp.up_proj",
+                                         intermediate, hidden));
+    KVVM_RETURN_IF_ERROR(bind_projection(layer.down, layer.down_weight_scale,
+                                         prefix + "mlp.down_proj", hidden, intermediate));
     // fp8 KV scales are optional; their values are checked by kv_scales_of.
     layer.k_scale = files.find(attn + "k_scale");
     layer.v_scale = files.find(attn + "v_scale");

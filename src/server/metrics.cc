@@ -309,11 +309,13 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   const std::string context = format_uint(cache.max_context);
   const std::string budget = format_uint(inputs.tier.limit);
   w.single("vllm:cache_config_info", "gauge",
-           "The KV cache's configuration, in the labels (value 1): layout, element type, "
-           "granule, slots, tokens a slot holds, byte budget and whether prefixes are cached.",
+           "The KV cache's configuration, in the labels (value 1): layout, element type, the "
+           "weights' quantization, granule, slots, tokens a slot holds, byte budget and whether "
+           "prefixes are cached.",
            {{"model_name", inputs.model_name},
             {"layout", cache.layout},
             {"cache_dtype", cache.cache_dtype},
+            {"quantization", cache.quantization},
             {"granule_bytes", granule},
             {"num_slots", slots},
             {"max_context", context},

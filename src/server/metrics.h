@@ -87,6 +87,9 @@ class ServerMetrics {
     // The KV space's element type in use, as to_string(DType) names it (fp8, bf16, fp16,
     // fp32), never vLLM's "auto": a dashboard can tell an fp8 cache apart.
     std::string cache_dtype;
+    // The weights' quantization, as to_string(WeightQuant) names it ("none", "fp8-block128",
+    // "fp8-channel"): vLLM's dashboards read the model's quantization off this gauge too.
+    std::string quantization = "none";
     std::uint64_t granule_bytes = 0;
     std::uint64_t num_slots = 0;    // the arena's slots (the graphs' padding slot included)
     std::uint64_t max_context = 0;  // tokens a slot holds

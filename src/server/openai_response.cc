@@ -131,16 +131,20 @@ json usage_chunk(const ResponseHead& head, const Usage& usage) {
   return body;
 }
 
-json model_body(std::string_view model, std::int64_t created, std::uint64_t max_model_len) {
+json model_body(std::string_view model, std::int64_t created, std::uint64_t max_model_len,
+                std::string_view quantization) {
   return {{"id", std::string(model)},
           {"object", "model"},
           {"created", created},
           {"owned_by", "kvvm"},
-          {"max_model_len", max_model_len}};
+          {"max_model_len", max_model_len},
+          {"quantization", std::string(quantization)}};
 }
 
-json models_body(std::string_view model, std::int64_t created, std::uint64_t max_model_len) {
-  return {{"object", "list"}, {"data", json::array({model_body(model, created, max_model_len)})}};
+json models_body(std::string_view model, std::int64_t created, std::uint64_t max_model_len,
+                 std::string_view quantization) {
+  return {{"object", "list"},
+          {"data", json::array({model_body(model, created, max_model_len, quantization)})}};
 }
 
 std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }

@@ -63,12 +63,13 @@ nlohmann::json stream_chunk(const ResponseHead& head, std::string_view text, boo
                             std::optional<std::string_view> finish, bool usage_follows = false);
 // The last chunk before [DONE] when usage is asked for: choices [] and usage.
 nlohmann::json usage_chunk(const ResponseHead& head, const Usage& usage);
-// GET /v1/models/{model}: {id, object: model, created, owned_by: kvvm, max_model_len}.
-nlohmann::json model_body(std::string_view model, std::int64_t created,
-                          std::uint64_t max_model_len);
+// GET /v1/models/{model}: {id, object: model, created, owned_by: kvvm, max_model_len,
+// quantization} (quantization: to_string(WeightQuant), "none" for a 16-bit checkpoint).
+nlohmann::json model_body(std::string_view model, std::int64_t created, std::uint64_t max_model_len,
+                          std::string_view quantization);
 // GET /v1/models: {object: list, data: [model_body]}.
 nlohmann::json models_body(std::string_view model, std::int64_t created,
-                           std::uint64_t max_model_len);
+                           std::uint64_t max_model_len, std::string_view quantization);
 
 // "data: JSON\n\n", and the stream's end "data: [DONE]\n\n".
 std::string sse_event(const nlohmann::json& value);

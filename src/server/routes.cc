@@ -173,7 +173,8 @@ void Routes::chat_completions(const httplib::Request& req, httplib::Response& re
 
 void Routes::models(const httplib::Request& req, httplib::Response& res) {
   if (!authorized(req, res)) return;
-  const nlohmann::json body = models_body(options_.model_name, created_, context_tokens_);
+  const nlohmann::json body = models_body(options_.model_name, created_, context_tokens_,
+                                          model::to_string(deps_.config->weight_quant));
   res.set_content(dump_json(body), kJson);
 }
 
@@ -189,7 +190,9 @@ void Routes::model(const httplib::Request& req, httplib::Response& res) {
     reply_error(res, missing);
     return;
   }
-  res.set_content(dump_json(model_body(options_.model_name, created_, context_tokens_)), kJson);
+  res.set_content(dump_json(model_body(options_.model_name, created_, context_tokens_,
+                                       model::to_string(deps_.config->weight_quant))),
+                  kJson);
 }
 
 void Routes::tokenize(const httplib::Request& req, httplib::Response& res) {
@@ -250,6 +253,7 @@ void Routes::metrics(const httplib::Request&, httplib::Response& res) {
   const engine::EngineOptions& engine_options = deps_.engine->options();
   inputs.cache.layout = std::string(to_string(plan.layout));
   inputs.cache.cache_dtype = std::string(to_string(plan.geometry.dtype));
+  inputs.cache.quantization = std::string(model::to_string(deps_.config->weight_quant));
   inputs.cache.granule_bytes = plan.granule;
   inputs.cache.num_slots = deps_.kv->options().max_slots;
   inputs.cache.max_context = plan.max_context;

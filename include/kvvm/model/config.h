@@ -24,6 +24,23 @@ enum class RopeScaling : std::uint8_t {
   kLlama3,  // Llama 3.1's frequency-dependent scaling (factor, low/high_freq_factor, original)
 };
 
+// How a checkpoint stores its seven projections per layer (q, k, v, o, gate, up, down); the
+// embedding, lm_head and the norms are never quantized.
+enum class WeightQuant : std::uint8_t {
+  kNone,
+  // Hugging Face's "fp8" (quant_method "fp8", weight_block_size [128, 128], activation_scheme
+  // "dynamic"): e4m3 weights, one float scale per 128 x 128 block in `weight_scale_inv`
+  // [ceil(out / 128)][ceil(in / 128)]; activations quantized per token and group of 128.
+  kFp8Block,
+  // compressed-tensors FP8-dynamic (format "float-quantized", weights strategy "channel",
+  // input_activations strategy "token", dynamic): e4m3 weights, one scale per output channel in
+  // `weight_scale` [out][1]; activations quantized per token.
+  kFp8Channel,
+};
+// "none", "fp8-block128", "fp8-channel".
+std::string_view to_string(WeightQuant quant);
+inline constexpr std::uint32_t kFp8WeightBlock = 128;
+
 struct RopeConfig {
   double theta = 10000.0;
   RopeScaling scaling = RopeScaling::kNone;
@@ -55,7 +72,8 @@ struct ModelConfig {
   // eps rms_norm_eps) after its projection and before RoPE.
   bool qk_norm = false;
   std::uint32_t max_position_embeddings = 0;
-  DType dtype = DType::kBf16;  // torch_dtype / dtype of the checkpoint
+  DType dtype = DType::kBf16;  // torch_dtype / dtype of the checkpoint (its unquantized tensors)
+  WeightQuant weight_quant = WeightQuant::kNone;  // config.json's quantization_config
   std::vector<std::int32_t> bos_token_ids;
   std::vector<std::int32_t> eos_token_ids;  // generation_config.json's list, else config's
 

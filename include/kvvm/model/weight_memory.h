@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvvm/driver.h"
@@ -42,8 +43,19 @@ struct WeightSizes {
   // unit a streamed step copies.
   std::uint64_t layer_bytes = 0;
   std::uint32_t layers = 0;
+  // The types they are stored in: the base region's tensors in `element`; the projections in
+  // `projection` (fp8 for a quantized checkpoint kept as stored, else `element`), followed in
+  // each block by their float32 scales (`layer_scale_bytes` of layer_bytes; 0 unquantized).
+  DType element = DType::kUnset;
+  DType projection = DType::kUnset;
+  std::uint64_t layer_scale_bytes = 0;
   // base_bytes + layers * layer_bytes.
   std::uint64_t total() const { return base_bytes + std::uint64_t{layers} * layer_bytes; }
+  // total() by the type it is stored in, largest first: {"bf16", bytes}, {"fp8", bytes},
+  // {"fp32", bytes} (the FP8 projections' scales); one entry unquantized.
+  std::vector<std::pair<std::string, std::uint64_t>> bytes_by_type() const;
+  // "bf16 1.2 GiB, fp8 7.2 GiB, fp32 3.5 MiB" (the same, for logs).
+  std::string describe_types() const;
 };
 
 // Every tensor starts at a multiple of this inside its region (what cuBLAS and vector loads
@@ -51,8 +63,13 @@ struct WeightSizes {
 inline constexpr std::uint64_t kWeightAlignment = 256;
 
 // The sizes of `config`'s weights stored in `element` (fp32 on the CPU backend, the compute
-// type on CUDA).
+// type on CUDA), the projections of a quantized checkpoint as projection_element says.
 WeightSizes weight_sizes(const ModelConfig& config, DType element);
+
+// The element a backend computing in `element` keeps the projections in: fp8 as stored when
+// the checkpoint is quantized and `element` is a 16-bit type (the CUDA backend's GEMMs read
+// FP8); `element` otherwise (the CPU backend dequantizes to float32 at load).
+DType projection_element(const ModelConfig& config, DType element);
 
 // Which layers are resident and which streamed, and what that costs, for a budget.
 struct WeightSplit {
@@ -69,7 +86,8 @@ struct WeightSplit {
   std::uint64_t ring_bytes = 0;               // ring_slots * layer_block
   std::uint64_t streamed_bytes_per_step = 0;  // streamed_layers * layer_bytes
   std::uint64_t host_staging_bytes = 0;       // streamed_layers * layer_bytes, in host memory
-  // One line for start-up logs and `kvvm plan`: resident and streamed layers, R, the bytes.
+  // One line for start-up logs and `kvvm plan`: resident and streamed layers, R, the bytes,
+  // and the bytes by the type they are stored in.
   std::string describe() const;
 };
 

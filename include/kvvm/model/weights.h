@@ -17,6 +17,12 @@
 //   model.layers.{i}.mlp.down_proj.weight         [hidden, intermediate]
 //   model.norm.weight                             [hidden]
 //   lm_head.weight                                [vocab, hidden] (embed_tokens when tied)
+//
+// A quantized checkpoint (config.weight_quant) stores each of the seven projections' .weight as
+// F8_E4M3 beside its scales (F32, BF16 or F16), w = e4m3 * scale:
+//   fp8-block128: <projection>.weight_scale_inv [ceil(out / 128), ceil(in / 128)], one per
+//                 128 x 128 block
+//   fp8-channel:  <projection>.weight_scale     [out, 1], one per output row
 #pragma once
 
 #include <vector>
@@ -45,6 +51,15 @@ struct LayerWeights {
   const TensorView* gate = nullptr;
   const TensorView* up = nullptr;
   const TensorView* down = nullptr;
+  // The projections' scales when config.weight_quant is not kNone (the projections are then
+  // F8_E4M3); null otherwise.
+  const TensorView* q_weight_scale = nullptr;
+  const TensorView* k_weight_scale = nullptr;
+  const TensorView* v_weight_scale = nullptr;
+  const TensorView* o_weight_scale = nullptr;
+  const TensorView* gate_weight_scale = nullptr;
+  const TensorView* up_weight_scale = nullptr;
+  const TensorView* down_weight_scale = nullptr;
   // fp8 KV cache scales (self_attn.k_scale / v_scale: one value, or one per KV head); null
   // when absent.
   const TensorView* k_scale = nullptr;
@@ -70,8 +85,10 @@ Result<KvScales> checkpoint_kv_scales(const ModelConfig& config, const ModelWeig
                                       LoadFormat format);
 
 // Binds and checks every tensor: InvalidArgument naming the tensor for one that is missing,
-// of a dtype other than BF16 / F16 / F32, or of a shape other than the config's (both shapes
-// named). Tensors the checkpoint holds beyond these (rotary inv_freq buffers) are ignored.
+// of a dtype other than BF16 / F16 / F32 (F8_E4M3 for a quantized checkpoint's projections,
+// and only for them), or of a shape other than the config's (both shapes named); a quantized
+// projection's scale likewise (missing, not F32 / BF16 / F16, or of another shape). Tensors
+// the checkpoint holds beyond these (rotary inv_freq buffers) are ignored.
 Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& files);
 
 }  // namespace kvvm::model

@@ -413,7 +413,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
   plan->add_option_function<std::uint64_t>(
           "--weight-budget",
           [&options](const std::uint64_t& bytes) { options.weight_budget = bytes; },
-          "Also place the model's weights (in its 16-bit type) under this many device bytes, "
+          "Also place the model's weights (in its 16-bit type; an FP8 checkpoint's projections in "
+          "e4m3 with their float32 scales) under this many device bytes, "
           "as `kvvm serve --weight-budget` would: which layers stay resident and which stream, "
           "the ring, the bytes copied per step; --budget is then the device's, and the KV gets "
           "what the weights leave")
@@ -474,6 +475,7 @@ Result<PlanReport> make_plan(const PlanOptions& options) {
     }
     kv_budget = options.budget - split->device_bytes;
     report.weights = *split;
+    report.weight_quant = std::string(model::to_string(config->weight_quant));
     report.device_budget = options.budget;
   }
   report.geometry = *geometry;
@@ -509,6 +511,13 @@ Result<PlanReport> make_plan(const PlanOptions& options) {
   return report;
 }
 
+// {"bf16": bytes, "fp8": bytes, "fp32": bytes}: what each stored type takes.
+nlohmann::ordered_json bytes_by_dtype(const model::WeightSizes& sizes) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [type, bytes] : sizes.bytes_by_type()) out[type] = bytes;
+  return out;
+}
+
 nlohmann::ordered_json plan_json(const PlanReport& report) {
   const Geometry& g = report.geometry;
   nlohmann::ordered_json json;
@@ -534,6 +543,8 @@ nlohmann::ordered_json plan_json(const PlanReport& report) {
                        {"layer_block_bytes", w.layer_block},
                        {"streamed_bytes_per_step", w.streamed_bytes_per_step},
                        {"host_staging_bytes", w.host_staging_bytes},
+                       {"quantization", report.weight_quant},
+                       {"bytes_by_dtype", bytes_by_dtype(w.sizes)},
                        {"placement", w.describe()}};
   }
   nlohmann::ordered_json layouts = nlohmann::ordered_json::array();

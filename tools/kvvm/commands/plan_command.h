@@ -73,6 +73,7 @@ struct PlanReport {
   // With --weight-budget: the weights' split (in the model's 16-bit type) and the device budget
   // it came out of; `budget` is then what the KV gets.
   std::optional<model::WeightSplit> weights;
+  std::string weight_quant;  // to_string(WeightQuant) of the checkpoint, with `weights`
   std::uint64_t device_budget = 0;
   std::vector<LayoutFigures> layouts;
 };

@@ -1,0 +1,73 @@
+// The host-side checks of the FP8 kernels' arguments (include/kvvm/fp8_kernels.h), in plain C++
+// (header-only: the CUDA library and the CPU build's stand-ins both run them, and the CPU
+// suite tests them): each names the bad value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kvvm/fp8_kernels.h"
+#include "kvvm/status.h"
+
+namespace kvvm::kernels {
+
+namespace fp8_detail {
+
+inline std::string str(std::uint64_t value) { return std::to_string(value); }
+
+inline bool misaligned(const void* pointer) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % 16 != 0;
+}
+
+inline Status check_type(DType element, const char* who) {
+  if (element == DType::kFp16 || element == DType::kBf16) return Status::Ok();
+  return Status::InvalidArgument(std::string(who) + ": element type " +
+                                 std::string(to_string(element)) + " is not fp16 or bf16");
+}
+
+inline Status check_pointer(const void* pointer, const char* name, const char* who, bool aligned) {
+  if (pointer == nullptr)
+    return Status::InvalidArgument(std::string(who) + ": " + name + " is null");
+  if (aligned && misaligned(pointer)) {
+    return Status::InvalidArgument(std::string(who) + ": " + name + " is not 16-byte aligned");
+  }
+  return Status::Ok();
+}
+
+}  // namespace fp8_detail
+
+inline Status check_fp8_gemv(const Fp8GemvArgs& p) {
+  KVVM_RETURN_IF_ERROR(fp8_detail::check_type(p.element, "fp8_gemv"));
+  if (p.rows > kFp8GemvMaxRows) {
+    return Status::InvalidArgument("fp8_gemv: " + fp8_detail::str(p.rows) + " rows, more than " +
+                                   fp8_detail::str(kFp8GemvMaxRows) + " (a GEMM's shape)");
+  }
+  if (p.in == 0 || p.in % 16 != 0 || p.out == 0) {
+    return Status::InvalidArgument("fp8_gemv: in " + fp8_detail::str(p.in) + " x out " +
+                                   fp8_detail::str(p.out) + ": both positive, in a multiple of 16");
+  }
+  if (p.rows == 0) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.x, "x", "fp8_gemv", true));
+  KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.weight, "weight", "fp8_gemv", true));
+  KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.scales, "scales", "fp8_gemv", false));
+  return fp8_detail::check_pointer(p.y, "y", "fp8_gemv", false);
+}
+
+inline Status check_fp8_quantize(const Fp8QuantizeArgs& p) {
+  KVVM_RETURN_IF_ERROR(fp8_detail::check_type(p.element, "fp8_quantize"));
+  const std::uint32_t multiple = p.scales_kind == Fp8Scales::kBlock128 ? kFp8Block : 16;
+  if (p.in == 0 || p.in % multiple != 0) {
+    return Status::InvalidArgument("fp8_quantize: in " + fp8_detail::str(p.in) +
+                                   " is not a positive multiple of " + fp8_detail::str(multiple));
+  }
+  if (p.stride < p.rows) {
+    return Status::InvalidArgument("fp8_quantize: stride " + fp8_detail::str(p.stride) +
+                                   " is below rows " + fp8_detail::str(p.rows));
+  }
+  if (p.stride == 0) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.x, "x", "fp8_quantize", true));
+  KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.out, "out", "fp8_quantize", true));
+  return fp8_detail::check_pointer(p.scales, "scales", "fp8_quantize", false);
+}
+
+}  // namespace kvvm::kernels

@@ -1,0 +1,334 @@
+// The FP8 projections' kernels (include/kvvm/fp8_kernels.h).
+//
+// The GEMV: as gemv_kernel.cu, a block of 8 warps covers 8 / kSplit outputs and the kSplit
+// warps of one output share its row of weights, each taking every kSplit-th 512-byte stretch
+// (a lane: one 16-byte vector of 16 e4m3 weights per stretch, against the two 16-byte vectors
+// of x of each row). Weights are widened exactly (e4m3 -> fp16 pairs, one instruction per
+// pair), multiplied in float32 and summed per vector; a block-scaled vector (16 of one 128 x
+// 128 block) is scaled after its sum, a per-channel output once at the end. The order of every
+// sum is fixed by (in, out), so a row's result does not depend on the rows beside it.
+//
+// The quantization: block-scaled, one warp per (row, group of 128): each lane four elements, the
+// group's amax by a butterfly; per channel, one block per row, the amax by the block, then the
+// row quantized in a second pass (it is in L1 / L2).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
+#include "kernels/fp8_checks.h"
+#include "kvvm/fp8_kernels.h"
+
+namespace kvvm {
+namespace kernels {
+namespace {
+
+constexpr unsigned kThreads = 256;
+constexpr unsigned kWarps = kThreads / 32;
+
+template <typename T>
+struct PairOf;
+template <>
+struct PairOf<__half> {
+  using type = __half2;
+  static __device__ __forceinline__ float2 widen(__half2 v) { return __half22float2(v); }
+};
+template <>
+struct PairOf<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ __forceinline__ float2 widen(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+};
+
+// 16 weights (a vector of e4m3) widened to float pairs once, then used by every row.
+struct Widened16 {
+  float2 pair[8];
+};
+__device__ __forceinline__ Widened16 widen16(const uint4& w) {
+  Widened16 out;
+  const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    std::uint32_t low, high;
+    e4m3x4_to_half2x2(words[i], low, high);
+    out.pair[2 * i] = __half22float2(*reinterpret_cast<const __half2*>(&low));
+    out.pair[2 * i + 1] = __half22float2(*reinterpret_cast<const __half2*>(&high));
+  }
+  return out;
+}
+
+// The widened vector against row r's matching 16 activations, in element order.
+template <typename T>
+__device__ __forceinline__ float dot16(const Widened16& w, const uint4* x_row, std::uint32_t v) {
+  using Pair = typename PairOf<T>::type;
+  float sum = 0.0f;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint4 x = __ldg(x_row + 2 * v + half);
+    const Pair* xp = reinterpret_cast<const Pair*>(&x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 a = w.pair[4 * half + i];
+      const float2 b = PairOf<T>::widen(xp[i]);
+      sum = fmaf(a.x, b.x, sum);
+      sum = fmaf(a.y, b.y, sum);
+    }
+  }
+  return sum;
+}
+
+template <typename T, unsigned kRows, unsigned kSplit, bool kBlock>
+__global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const Fp8GemvArgs p) {
+  // Weight vectors a thread has in flight: a step of few rows is a pure stream of the weights
+  // and wants more bytes in the air; more rows want the registers for their sums.
+  constexpr unsigned kUnroll = kRows <= 2 ? 8 : 4;
+  constexpr unsigned kOutputs = kWarps / kSplit;
+  constexpr unsigned kStride = kSplit * 32;
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::uint32_t output = blockIdx.x * kOutputs + warp / kSplit;
+  const unsigned part = warp % kSplit;
+  const std::uint32_t vectors = p.in / 16;
+  float acc[kRows];
+#pragma unroll
+  for (unsigned r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  if (output < p.out) {
+    const uint4* w =
+        static_cast<const uint4*>(p.weight) + static_cast<std::uint64_t>(output) * vectors;
+    const uint4* x = static_cast<const uint4*>(p.x);
+    const std::uint32_t blocks_in = (p.in + kFp8Block - 1) / kFp8Block;
+    const std::uint32_t scale_row = (blocks_in + 3) / 4 * 4;  // the store's padded row
+    const float* scales = p.scales + static_cast<std::uint64_t>(output / kFp8Block) * scale_row;
+    std::uint32_t v = part * 32 + lane;
+    uint4 wv[kUnroll];
+    bool whole = v + (kUnroll - 1) * kStride < vectors;
+    if (whole) {
+#pragma unroll
+      for (unsigned u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + v + u * kStride);
+    }
+    wait_for_previous_kernel();
+    for (; whole; v += kUnroll * kStride) {
+      if (v != part * 32 + lane) {
+#pragma unroll
+        for (unsigned u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + v + u * kStride);
+      }
+#pragma unroll
+      for (unsigned u = 0; u < kUnroll; ++u) {
+        const std::uint32_t at = v + u * kStride;
+        const float scale = kBlock ? __ldg(scales + at / (kFp8Block / 16)) : 1.0f;
+        const Widened16 widened = widen16(wv[u]);
+#pragma unroll
+        for (unsigned r = 0; r < kRows; ++r) {
+          if (r < p.rows) {
+            const float d = dot16<T>(widened, x + static_cast<std::uint64_t>(r) * vectors * 2, at);
+            acc[r] = kBlock ? fmaf(scale, d, acc[r]) : acc[r] + d;
+          }
+        }
+      }
+      whole = v + kUnroll * kStride + (kUnroll - 1) * kStride < vectors;
+    }
+    for (; v < vectors; v += kStride) {
+      const Widened16 last = widen16(__ldcs(w + v));
+      const float scale = kBlock ? __ldg(scales + v / (kFp8Block / 16)) : 1.0f;
+#pragma unroll
+      for (unsigned r = 0; r < kRows; ++r) {
+        if (r < p.rows) {
+          const float d = dot16<T>(last, x + static_cast<std::uint64_t>(r) * vectors * 2, v);
+          acc[r] = kBlock ? fmaf(scale, d, acc[r]) : acc[r] + d;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (unsigned r = 0; r < kRows; ++r) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
+    }
+  }
+  if constexpr (kSplit > 1) {
+    __shared__ float partial[kWarps][kRows];
+    if (lane == 0) {
+#pragma unroll
+      for (unsigned r = 0; r < kRows; ++r) partial[warp][r] = acc[r];
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (unsigned r = 0; r < kRows; ++r) {
+      float total = 0.0f;
+#pragma unroll
+      for (unsigned s = 0; s < kSplit; ++s) total += partial[warp + s][r];
+      acc[r] = total;
+    }
+  }
+  if (lane != 0 || output >= p.out) return;
+  const float channel = kBlock ? 1.0f : __ldg(p.scales + output);
+#pragma unroll
+  for (unsigned r = 0; r < kRows; ++r) {
+    if (r >= p.rows) break;
+    const std::uint64_t at = static_cast<std::uint64_t>(r) * p.out + output;
+    float value = acc[r] * channel;
+    if (p.bias != nullptr) {
+      value += to_float<T>(static_cast<const T*>(p.bias)[output]);
+    } else if (p.beta != 0.0f) {
+      value += p.beta * to_float<T>(static_cast<const T*>(p.y)[at]);
+    }
+    static_cast<T*>(p.y)[at] = from_float<T>(value);
+  }
+}
+
+unsigned split_for(std::uint32_t out) {
+  constexpr std::uint64_t kWantWarps = 8192;
+  unsigned split = 1;
+  while (split < kWarps && std::uint64_t{out} * split < kWantWarps) split *= 2;
+  return split;
+}
+
+template <typename T, unsigned kRows, unsigned kSplit, bool kBlock>
+cudaError_t launch_gemv(const Fp8GemvArgs& p, cudaStream_t stream) {
+  constexpr unsigned kOutputs = kWarps / kSplit;
+  return launch_overlapping(fp8_gemv_kernel<T, kRows, kSplit, kBlock>,
+                            dim3((p.out + kOutputs - 1) / kOutputs), kThreads, stream, p);
+}
+
+template <typename T, unsigned kRows, bool kBlock>
+cudaError_t launch_rows(const Fp8GemvArgs& p, unsigned split, cudaStream_t stream) {
+  switch (split) {
+    case 1:
+      return launch_gemv<T, kRows, 1, kBlock>(p, stream);
+    case 2:
+      return launch_gemv<T, kRows, 2, kBlock>(p, stream);
+    case 4:
+      return launch_gemv<T, kRows, 4, kBlock>(p, stream);
+    default:
+      return launch_gemv<T, kRows, 8, kBlock>(p, stream);
+  }
+}
+
+template <typename T, bool kBlock>
+cudaError_t launch_scaled(const Fp8GemvArgs& p, cudaStream_t stream) {
+  const unsigned split = split_for(p.out);
+  if (p.rows <= 1) return launch_rows<T, 1, kBlock>(p, split, stream);
+  if (p.rows <= 2) return launch_rows<T, 2, kBlock>(p, split, stream);
+  if (p.rows <= 4) return launch_rows<T, 4, kBlock>(p, split, stream);
+  if (p.rows <= 8) return launch_rows<T, 8, kBlock>(p, split, stream);
+  return launch_rows<T, 16, kBlock>(p, split, stream);
+}
+
+template <typename T>
+cudaError_t launch_typed(const Fp8GemvArgs& p, cudaStream_t stream) {
+  return p.scales_kind == Fp8Scales::kBlock128 ? launch_scaled<T, true>(p, stream)
+                                               : launch_scaled<T, false>(p, stream);
+}
+
+// Four e4m3 bytes of x[i..i+3] / scale, the lower in the low byte.
+template <typename T>
+__device__ __forceinline__ std::uint32_t quantize4(const T* x, float scale) {
+  std::uint32_t word = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    word |= static_cast<std::uint32_t>(float_to_e4m3(to_float<T>(x[i]) / scale)) << (8 * i);
+  }
+  return word;
+}
+
+// Block-scaled: warp w of the grid quantizes (row, group) = (w / groups, w % groups).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) fp8_quantize_groups_kernel(const Fp8QuantizeArgs p) {
+  const std::uint32_t groups = p.in / kFp8Block;
+  const std::uint64_t item = (static_cast<std::uint64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const unsigned lane = threadIdx.x % 32;
+  if (item >= static_cast<std::uint64_t>(p.stride) * groups) return;
+  const auto row = static_cast<std::uint32_t>(item / groups);
+  const auto group = static_cast<std::uint32_t>(item % groups);
+  const std::uint64_t first = static_cast<std::uint64_t>(row) * p.in + group * kFp8Block + lane * 4;
+  auto* out = static_cast<std::uint32_t*>(p.out) + first / 4;
+  wait_for_previous_kernel();
+  if (row >= p.rows) {
+    *out = 0;
+    if (lane == 0) p.scales[static_cast<std::uint64_t>(group) * p.stride + row] = 1.0f;
+    return;
+  }
+  const T* x = static_cast<const T*>(p.x) + first;
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(to_float<T>(x[i])));
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  const float scale = e4m3_scale_of(amax);
+  *out = quantize4(x, scale);
+  if (lane == 0) p.scales[static_cast<std::uint64_t>(group) * p.stride + row] = scale;
+}
+
+// Per channel (per token): block b quantizes row b.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) fp8_quantize_rows_kernel(const Fp8QuantizeArgs p) {
+  const std::uint32_t row = blockIdx.x;
+  const std::uint64_t first = static_cast<std::uint64_t>(row) * p.in;
+  auto* out = static_cast<std::uint32_t*>(p.out) + first / 4;
+  const std::uint32_t words = p.in / 4;
+  wait_for_previous_kernel();
+  if (row >= p.rows) {
+    for (std::uint32_t i = threadIdx.x; i < words; i += kThreads) out[i] = 0;
+    if (threadIdx.x == 0) p.scales[row] = 1.0f;
+    return;
+  }
+  const T* x = static_cast<const T*>(p.x) + first;
+  float amax = 0.0f;
+  for (std::uint32_t i = threadIdx.x; i < p.in; i += kThreads) {
+    amax = fmaxf(amax, fabsf(to_float<T>(x[i])));
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  __shared__ float warp_max[kWarps];
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+#pragma unroll
+  for (unsigned w = 0; w < kWarps; ++w) amax = fmaxf(amax, warp_max[w]);
+  const float scale = e4m3_scale_of(amax);
+  for (std::uint32_t i = threadIdx.x; i < words; i += kThreads)
+    out[i] = quantize4(x + 4 * i, scale);
+  if (threadIdx.x == 0) p.scales[row] = scale;
+}
+
+template <typename T>
+cudaError_t launch_quantize(const Fp8QuantizeArgs& p, cudaStream_t stream) {
+  if (p.scales_kind == Fp8Scales::kBlock128) {
+    const std::uint64_t warps = static_cast<std::uint64_t>(p.stride) * (p.in / kFp8Block);
+    return launch_overlapping(fp8_quantize_groups_kernel<T>,
+                              dim3(static_cast<unsigned>((warps + kWarps - 1) / kWarps)), kThreads,
+                              stream, p);
+  }
+  return launch_overlapping(fp8_quantize_rows_kernel<T>, dim3(p.stride), kThreads, stream, p);
+}
+
+}  // namespace
+}  // namespace kernels
+
+bool fp8_kernels_built() { return true; }
+
+Status fp8_gemv_cuda(const Fp8GemvArgs& p, void* stream) {
+  KVVM_RETURN_IF_ERROR(kernels::check_fp8_gemv(p));
+  if (p.rows == 0) return Status::Ok();
+  auto* s = static_cast<cudaStream_t>(stream);
+  const cudaError_t launched = p.element == DType::kFp16
+                                   ? kernels::launch_typed<__half>(p, s)
+                                   : kernels::launch_typed<__nv_bfloat16>(p, s);
+  return kernels::cuda_status("cudaLaunchKernelEx(fp8_gemv_kernel)", launched);
+}
+
+Status fp8_quantize_cuda(const Fp8QuantizeArgs& p, void* stream) {
+  KVVM_RETURN_IF_ERROR(kernels::check_fp8_quantize(p));
+  if (p.stride == 0) return Status::Ok();
+  auto* s = static_cast<cudaStream_t>(stream);
+  const cudaError_t launched = p.element == DType::kFp16
+                                   ? kernels::launch_quantize<__half>(p, s)
+                                   : kernels::launch_quantize<__nv_bfloat16>(p, s);
+  return kernels::cuda_status("cudaLaunchKernelEx(fp8_quantize)", launched);
+}
+
+}  // namespace kvvm
