@@ -8,7 +8,8 @@
 #      decode, then `kvvm serve` under `kvvm bench serve` at one rate (bench/serve-gpu.sh).
 # The GEMMs alone (prefill TFLOP/s at 4K tokens, FP8 against bf16) are bench/fp8_gemm_bench's.
 # Usage: OUT=dir CLI=build/gpu/tools/kvvm/kvvm bench/fp8-gpu.sh. Needs python3 for the configs.
-#   PARTS="engine 70b" (default both), BATCHES, DECODE_TOKENS, RATE.
+#   PARTS="engine 70b" (default both), BATCHES, DECODE_TOKENS, RATE; BATCHES_70B (default
+#   1,16); SERVE=0 leaves out the 70B serve run.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -84,7 +85,7 @@ if [[ " $PARTS " == *" 70b "* ]]; then
   config "$dir" llama-3-70b block
   echo "== kvvm bench engine, llama-3-70b (dummy), FP8 block-scaled"
   "$CLI" bench engine --model "$dir" --backend cuda --load-format dummy --kv-budget 24GiB \
-    --max-context 8192 --batches 1,16 --prompt-tokens 128 --decode-tokens 32 --no-trace \
+    --max-context 8192 --batches "${BATCHES_70B:-1,16}" --prompt-tokens 128 --decode-tokens 32 --no-trace \
     --json >"$OUT/engine-70b-block.json" 2>"$OUT/engine-70b-block.log"
   grep -E "weights:" "$OUT/engine-70b-block.log" | head -2 || true
   python3 - "$OUT/engine-70b-block.json" <<'PY' | tee "$OUT/summary-70b.txt"
@@ -94,6 +95,7 @@ for r in json.load(open(sys.argv[1]))["decode"]["runs"]:
         print(f'llama-3-70b fp8 block: {r["mode"]:>12} batch {r["batch"]:>3}: '
               f'{r["ms_per_step"]:.3f} ms/step ({r["decode_tokens_per_s"]:.0f} tok/s)')
 PY
+  [[ "${SERVE:-1}" == 0 ]] && exit 0
   echo "== kvvm serve, llama-3-70b (dummy), FP8 block-scaled, kvvm bench serve at $RATE req/s"
   MODEL="$dir" HF=0 OUT="$OUT/serve-70b" RATES="$RATE" REQUESTS="${REQUESTS:-64}" DURATION=30 \
     SERVE_ARGS="--load-format dummy ${SERVE_ARGS:-}" CLI="$CLI" "$ROOT/bench/serve-gpu.sh" ||

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_timing.h"
 #include "kernels/element.h"
 #include "kvvm/fp8_kernels.h"
 #include "kvvm/model_kernels.h"
@@ -34,74 +35,17 @@ using kvvm::DType;
 using kvvm::Fp8Scales;
 using kvvm::Status;
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "fp8_gemm_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-void check(cudaError_t error, const char* call) {
-  if (error != cudaSuccess) die(std::string(call) + ": " + cudaGetErrorString(error));
-}
-void check(const Status& status, const char* call) {
-  if (!status.ok()) die(std::string(call) + ": " + status.to_string());
-}
+using kvvm::bench::check;
+using kvvm::bench::Copies;
+using kvvm::bench::device;
+using kvvm::bench::time_us;
 
-void* device(std::uint64_t bytes) {
-  void* p = nullptr;
-  check(cudaMalloc(&p, bytes), "cudaMalloc");
-  return p;
-}
+[[noreturn]] void die(const std::string& what) { kvvm::bench::die("fp8_gemm_bench", what); }
 
 struct Shape {
   const char* name;
   std::uint32_t in, out;
 };
-
-// `copies` copies of one matrix of `bytes`, together at least 2x the L2.
-struct Copies {
-  std::vector<void*> at;
-  std::size_t next = 0;
-  Copies(const std::vector<std::uint8_t>& host, std::uint64_t l2) {
-    const std::uint64_t bytes = host.size();
-    std::uint64_t count = (2 * l2 + bytes - 1) / bytes;
-    if (count < 2) count = 2;
-    for (std::uint64_t i = 0; i < count; ++i) {
-      at.push_back(device(bytes));
-      check(cudaMemcpy(at.back(), host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-    }
-  }
-  ~Copies() {
-    for (void* p : at) (void)cudaFree(p);
-  }
-  void* take() {
-    void* p = at[next];
-    next = (next + 1) % at.size();
-    return p;
-  }
-};
-
-// Microseconds per call of `run`, timed over about `budget_ms`.
-double time_us(const std::function<void()>& run, cudaStream_t stream, double budget_ms) {
-  for (int i = 0; i < 3; ++i) run();
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  check(cudaEventRecord(start, stream), "cudaEventRecord");
-  run();
-  check(cudaEventRecord(stop, stream), "cudaEventRecord");
-  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-  float one = 0;
-  check(cudaEventElapsedTime(&one, start, stop), "cudaEventElapsedTime");
-  const int iterations = std::max(5, std::min(2000, static_cast<int>(budget_ms / (one + 1e-3))));
-  check(cudaEventRecord(start, stream), "cudaEventRecord");
-  for (int i = 0; i < iterations; ++i) run();
-  check(cudaEventRecord(stop, stream), "cudaEventRecord");
-  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-  float total = 0;
-  check(cudaEventElapsedTime(&total, start, stop), "cudaEventElapsedTime");
-  (void)cudaEventDestroy(start);
-  (void)cudaEventDestroy(stop);
-  return 1000.0 * total / iterations;
-}
 
 void report(const Shape& s, std::uint32_t rows, const char* method, double us,
             std::uint64_t weight_bytes) {

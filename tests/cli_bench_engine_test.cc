@@ -254,6 +254,7 @@ TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
       {{"--choices", "3", "--choices-prompt-tokens", "46", "--choices-tokens", "4", "--no-decode"},
        {"--choices-prompt-tokens 46", "--max-context 48"}},
       {{"--logprobs", "21"}, {"--logprobs", "21"}},
+      {{"--tpot-target-ms", "-2"}, {"--tpot-target-ms", "-2"}},
       {{"--max-prefill-tokens-while-decoding", "100000", "--no-decode", "--system-prompt-tokens",
         "8"},
        {"--max-prefill-tokens-while-decoding 100000", "step token budget"}},
@@ -276,11 +277,26 @@ TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
 TEST(CliBenchEngineOptions, HelpExplainsEachOption) {
   const CliRun r = run({"bench", "engine", "--help"});
   EXPECT_EQ(r.code, kExitOk);
-  for (const char* option :
-       {"--model", "--backend", "--max-context", "--max-running", "--kv-budget", "--batches",
-        "--prompt-tokens", "--decode-tokens", "--rates", "--requests", "--duration-limit", "--json",
-        "--plot", "--logprobs", "--choices", "--choices-prompt-tokens", "--choices-tokens",
-        "--no-early-refusal", "--max-prefill-tokens-while-decoding"}) {
+  for (const char* option : {"--model",
+                             "--backend",
+                             "--max-context",
+                             "--max-running",
+                             "--kv-budget",
+                             "--batches",
+                             "--prompt-tokens",
+                             "--decode-tokens",
+                             "--rates",
+                             "--requests",
+                             "--duration-limit",
+                             "--json",
+                             "--plot",
+                             "--logprobs",
+                             "--choices",
+                             "--choices-prompt-tokens",
+                             "--choices-tokens",
+                             "--no-early-refusal",
+                             "--max-prefill-tokens-while-decoding",
+                             "--tpot-target-ms"}) {
     EXPECT_TRUE(contains(r.out, option)) << option;
   }
 }

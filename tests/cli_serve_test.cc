@@ -45,6 +45,7 @@ TEST(CliServe, HelpNamesTheOptions) {
     EXPECT_TRUE(contains(help.out, option)) << option;
   }
   EXPECT_TRUE(contains(help.out, "--max-prefill-tokens-while-decoding"));
+  EXPECT_TRUE(contains(help.out, "--tpot-target-ms"));
 }
 
 TEST(CliServe, BadOptionsAreNamed) {
@@ -65,6 +66,8 @@ TEST(CliServe, BadOptionsAreNamed) {
        "--max-prefill-tokens-while-decoding"},
       {{"serve", "--model", model, "--max-prefill-tokens-while-decoding", "100000"},
        "--max-prefill-tokens-while-decoding 100000"},
+      {{"serve", "--model", model, "--tpot-target-ms", "-1"}, "--tpot-target-ms"},
+      {{"serve", "--model", model, "--tpot-target-ms", "soon"}, "--tpot-target-ms"},
       {{"serve", "--model", model, "--backend", "tpu"}, "--backend"},
       {{"serve", "--model", "/no/such/dir"}, "/no/such/dir"},
       {{"serve", "--model", model, "--api-keys", "/no/such/keys"}, "--api-keys"},

@@ -4,7 +4,9 @@
 //   late refusal in the queue stays as the backstop;
 // - admission takes only the room the running sequences' growth leaves, and only with a chunk
 //   of the step to compute: a request is never admitted and then preempted unrun;
-// - max_prefill_tokens_while_decoding bounds the prompt tokens of a step that also decodes.
+// - max_prefill_tokens_while_decoding bounds the prompt tokens of a step that also decodes;
+// - tpot_target sizes that bound from the steps' measured times (a model whose steps take a
+//   known time on the fake clock).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,10 +18,12 @@
 #include <vector>
 
 #include "engine/retry_estimate.h"
+#include "kvvm/model/model.h"
 #include "support/engine_harness.h"
 
 namespace kvvm::engine::scheduling_test {
 
+using std::chrono::microseconds;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing::Collector;
@@ -339,6 +343,132 @@ TEST(SchedulingPrefillShare, ABoundAboveTheStepBudgetIsRefusedNamingIt) {
   const std::string message = made.status().message();
   EXPECT_TRUE(message.find("max_prefill_tokens_while_decoding 9") != std::string::npos) << message;
   EXPECT_TRUE(message.find("step_tokens 8") != std::string::npos) << message;
+}
+
+// --- tpot_target --------------------------------------------------------------------------
+
+// The fixture's model, each step of which takes `fixed` + `per_token` a token on the fake clock
+// (and nothing else moves it): the step times the engine measures are exactly that line.
+class TimedModel : public model::Model {
+ public:
+  TimedModel(model::Model& inner, FakeClock& clock, microseconds fixed, microseconds per_token)
+      : Model(inner.config(), inner.limits()),
+        inner_(inner),
+        clock_(clock),
+        fixed_(fixed),
+        per_token_(per_token) {}
+  model::Backend backend() const override { return inner_.backend(); }
+  Status forward(const model::StepBatch& batch, const model::StepOutput& out) override {
+    clock_.advance(fixed_ + per_token_ * static_cast<std::int64_t>(batch.token_ids.size()));
+    steps.push_back(batch.token_ids.size());
+    return inner_.forward(batch, out);
+  }
+  std::vector<std::size_t> steps;  // each step's tokens
+
+ private:
+  model::Model& inner_;
+  FakeClock& clock_;
+  microseconds fixed_, per_token_;
+};
+
+struct TimedRig {
+  FakeClock clock;
+  testing::FixtureModel fixture;  // owns the TimedModel
+  TimedModel* model = nullptr;
+  std::unique_ptr<EngineRig> rig;
+};
+
+// The llama fixture behind a TimedModel of 1 ms a step + 100 us a token.
+std::unique_ptr<TimedRig> timed_rig(EngineOptions options) {
+  auto t = std::make_unique<TimedRig>();
+  testing::FixtureModel& base = llama();
+  auto model =
+      std::make_unique<TimedModel>(*base.model, t->clock, microseconds(1000), microseconds(100));
+  t->model = model.get();
+  t->fixture.config = base.config;
+  t->fixture.limits = base.limits;
+  t->fixture.model = std::move(model);
+  options.clock = t->clock.fn();
+  t->rig = EngineRig::make(t->fixture, roomy_space(), options);
+  if (t->rig == nullptr) return nullptr;
+  return t;
+}
+
+// Once the fit has seen steps of two sizes, a step that decodes computes only the prompt
+// tokens the target leaves: 3 ms at 1 ms + 100 us a token is 20 tokens, one of them the decode.
+TEST(SchedulingTpotTarget, KeepsADecodingStepWithinTheTargetOnceFitted) {
+  EngineOptions options = no_cache();
+  options.step_tokens = 64;
+  options.tpot_target = microseconds(3050);
+  auto t = timed_rig(options);
+  ASSERT_NE(t, nullptr);
+  EngineRig& rig = *t->rig;
+  const std::size_t first = rig.submit(greedy_request(rig_prompt(30, 60), 20));
+  ASSERT_TRUE(rig.engine().step().ok());  // 30 tokens: the prompt and its first token
+  ASSERT_TRUE(rig.engine().step().ok());  // 1 token: the fit has two sizes now
+  const std::size_t second = rig.submit(greedy_request(rig_prompt(60, 61), 4));
+  const std::size_t before = t->model->steps.size();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(rig.engine().step().ok());
+  // Each of the three: the decode token and 19 of the 60 prompt tokens (20 x 100 us + 1 ms).
+  ASSERT_EQ(t->model->steps.size(), before + 3);
+  for (std::size_t i = before; i < before + 3; ++i) {
+    EXPECT_EQ(t->model->steps[i], 20u) << "step " << i;
+  }
+  EXPECT_TRUE(rig.outcome(second).tokens.empty());
+  ASSERT_TRUE(rig.run().ok());
+  for (const std::size_t i : {first, second}) {
+    const testing::Outcome& o = rig.outcome(i);
+    ASSERT_TRUE(o.completed()) << i << ": " << o.error.to_string();
+    EXPECT_EQ(o.tokens, solo_tokens(llama(), roomy_space(), no_cache(), o.request)) << i;
+  }
+  rig.expect_ledger_returns("after steps sized to a target");
+}
+
+// No bound while the fit has seen steps of one size; a target the decodes alone exceed leaves
+// the floor (prompts still advance); max_prefill_tokens_while_decoding still bounds below it.
+TEST(SchedulingTpotTarget, BoundsNothingBeforeTheFitAndLeavesTheFloorUnderIt) {
+  EngineOptions options = no_cache();
+  options.step_tokens = 64;
+  options.tpot_target = microseconds(500);  // below even a decode step's 1.1 ms
+  auto t = timed_rig(options);
+  ASSERT_NE(t, nullptr);
+  EngineRig& rig = *t->rig;
+  rig.submit(greedy_request(rig_prompt(30, 62), 30));
+  ASSERT_TRUE(rig.engine().step().ok());  // 30 tokens
+  rig.submit(greedy_request(rig_prompt(40, 63), 30));
+  ASSERT_TRUE(rig.engine().step().ok());  // unfitted: the decode and all 40 prompt tokens
+  ASSERT_EQ(t->model->steps.back(), 41u);
+  rig.submit(greedy_request(rig_prompt(40, 64), 30));
+  ASSERT_TRUE(rig.engine().step().ok());  // fitted: two decodes and the floor's 16
+  EXPECT_EQ(t->model->steps.back(), 2u + kTpotPrefillFloor);
+
+  EngineOptions both = no_cache();
+  both.step_tokens = 64;
+  both.tpot_target = microseconds(3050);
+  both.max_prefill_tokens_while_decoding = 5;
+  auto u = timed_rig(both);
+  ASSERT_NE(u, nullptr);
+  u->rig->submit(greedy_request(rig_prompt(30, 65), 30));
+  ASSERT_TRUE(u->rig->engine().step().ok());
+  ASSERT_TRUE(u->rig->engine().step().ok());
+  u->rig->submit(greedy_request(rig_prompt(40, 66), 30));
+  ASSERT_TRUE(u->rig->engine().step().ok());
+  EXPECT_EQ(u->model->steps.back(), 6u) << "the fixed bound is below the target's 19";
+  ASSERT_TRUE(rig.run().ok());
+  ASSERT_TRUE(u->rig->run().ok());
+}
+
+TEST(SchedulingTpotTarget, ANegativeTargetIsRefusedNamingIt) {
+  testing::FixtureModel& m = llama();
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options = no_cache();
+  options.tpot_target = microseconds(-5);
+  auto made = Engine::create(*m.model, *kv, options);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("tpot_target -5 us"), std::string::npos)
+      << made.status().message();
 }
 
 }  // namespace kvvm::engine::scheduling_test

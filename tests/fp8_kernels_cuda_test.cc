@@ -54,6 +54,13 @@ TEST(Fp8KernelChecks, MalformedCallsAreRefusedNamingTheValue) {
       {[](Fp8GemvArgs& p) { p.x = host + 1; }, "x is not 16-byte aligned"},
       {[](Fp8GemvArgs& p) { p.weight = nullptr; }, "weight is null"},
       {[](Fp8GemvArgs& p) { p.scales = nullptr; }, "scales is null"},
+      {[](Fp8GemvArgs& p) { p.split = 3; }, "split 3 is not 0, 1, 2, 4 or 8"},
+      {[](Fp8GemvArgs& p) { p.unroll = 6; }, "unroll 6 with 2 rows"},
+      {[](Fp8GemvArgs& p) {
+         p.rows = 3;
+         p.unroll = 8;
+       },
+       "unroll 8 with 3 rows"},
   };
   for (const auto& [edit, words] : bad) {
     Fp8GemvArgs p = gemv();
@@ -215,6 +222,69 @@ TEST(Fp8KernelsCuda, GemvMatchesAFloat64ReferenceForEveryRowCount) {
               EXPECT_TRUE(std::equal(first.begin(), first.end(), y.begin()))
                   << "a row's result depends on the batch beside it";
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every forced split (warps per output) and unroll (loads in flight per lane) computes the same
+// function: shapes whose rows end inside a lane's round of loads, whose outputs end inside a
+// block, and rows as long as Llama-3-8B's down projection's, at one and two rows.
+TEST(Fp8KernelsCuda, GemvMatchesAFloat64ReferenceWithEverySplitAndUnroll) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(11);
+  struct Shape {
+    std::uint32_t out, in;
+  };
+  for (const Fp8Scales kind : {Fp8Scales::kBlock128, Fp8Scales::kChannel}) {
+    for (const Shape shape : {Shape{37, 272}, Shape{200, 2064}, Shape{256, 14336}}) {
+      const Weights w = make_weights(shape.out, shape.in, kind, rng);
+      DeviceBuffer codes(w.codes), scales(w.scales);
+      const DType type = DType::kBf16;
+      const std::vector<std::uint16_t> x = random_activations(type, std::size_t{2} * shape.in, rng);
+      DeviceBuffer dx(x), dy(std::size_t{2} * shape.out * 2);
+      std::vector<double> want(std::size_t{2} * shape.out), magnitude(want.size());
+      for (std::uint32_t r = 0; r < 2; ++r) {
+        for (std::uint32_t n = 0; n < shape.out; ++n) {
+          for (std::uint32_t k = 0; k < shape.in; ++k) {
+            const double term = w.at(n, k) * from_bits(type, x[std::size_t{r} * shape.in + k]);
+            want[std::size_t{r} * shape.out + n] += term;
+            magnitude[std::size_t{r} * shape.out + n] += std::fabs(term);
+          }
+        }
+      }
+      for (const std::uint32_t rows : {1u, 2u}) {
+        for (const std::uint32_t split : {1u, 2u, 4u, 8u}) {
+          for (const std::uint32_t unroll : {4u, 8u}) {
+            Fp8GemvArgs p;
+            p.element = type;
+            p.scales_kind = kind;
+            p.rows = rows;
+            p.in = shape.in;
+            p.out = shape.out;
+            p.x = dx.get();
+            p.weight = codes.get();
+            p.scales = static_cast<const float*>(scales.get());
+            p.y = dy.get();
+            p.split = split;
+            p.unroll = unroll;
+            dy.poison();
+            ASSERT_TRUE(fp8_gemv_cuda(p, nullptr).ok());
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            const std::vector<std::uint16_t> y = download<std::uint16_t>(dy);
+            std::size_t bad = 0;
+            for (std::size_t i = 0; i < std::size_t{rows} * shape.out; ++i) {
+              const double got = from_bits(type, y[i]);
+              if (!(std::fabs(got - want[i]) <=
+                    std::fabs(want[i]) / 128 + magnitude[i] * 1e-5 + 1e-6)) {
+                ++bad;
+              }
+            }
+            EXPECT_EQ(bad, 0u) << shape.out << "x" << shape.in << " rows " << rows << " split "
+                               << split << " unroll " << unroll
+                               << (kind == Fp8Scales::kBlock128 ? " block" : " channel");
           }
         }
       }

@@ -55,6 +55,19 @@ TEST(FusedStepKernelsChecks, MalformedCallsAreRefusedByName) {
   gemv.weight = nullptr;
   refused = gemv_cuda(gemv, nullptr);
   EXPECT_NE(refused.message().find("weight is null"), std::string::npos) << refused.to_string();
+  gemv.weight = dummy;
+  gemv.split = 3;
+  refused = gemv_cuda(gemv, nullptr);
+  EXPECT_NE(refused.message().find("split 3 is not 0, 1, 2, 4 or 8"), std::string::npos)
+      << refused.to_string();
+  gemv.split = 0;
+  gemv.rows = 3;
+  gemv.unroll = 8;
+  refused = gemv_cuda(gemv, nullptr);
+  EXPECT_NE(refused.message().find("unroll 8 with 3 rows"), std::string::npos)
+      << refused.to_string();
+  gemv.unroll = 0;
+  gemv.weight = nullptr;
   gemv.element = DType::kFp32;
   refused = gemv_cuda(gemv, nullptr);
   EXPECT_NE(refused.message().find("fp32"), std::string::npos) << refused.to_string();
@@ -235,6 +248,63 @@ TEST_F(FusedStepKernelsCuda, GemvGivesARowTheSameBitsWhateverRowsAreBesideIt) {
       const auto some = run_gemv(element, false, 0, used, shape, d_x, d_w, y0);
       EXPECT_EQ(std::memcmp(some.data(), all.data(), std::size_t{used} * shape.out * 2), 0)
           << "rows 0.." << used - 1 << " alone differ from the same rows among " << rows;
+    }
+  }
+}
+
+// Every forced split (warps per output) and unroll (loads in flight per lane) computes the same
+// function, float32 out against float64: shapes whose rows end inside a lane's round of loads
+// and whose outputs end inside a block, and rows as long as Llama-3-8B's down projection's.
+TEST_F(FusedStepKernelsCuda, GemvMatchesAFloat64ReferenceWithEverySplitAndUnroll) {
+  const DType element = DType::kBf16;
+  for (const GemvShape& shape : {kShapes[6], kShapes[3], GemvShape{"long rows", 14336, 256}}) {
+    const auto x = random_elements(element, std::size_t{2} * shape.in, random_, -1, 1);
+    const auto w = random_elements(element, std::size_t{shape.out} * shape.in, random_, -1, 1);
+    DeviceBuffer d_x(x), d_w(w);
+    std::vector<double> want(std::size_t{2} * shape.out), magnitude(want.size());
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      for (std::uint32_t n = 0; n < shape.out; ++n) {
+        for (std::uint32_t k = 0; k < shape.in; ++k) {
+          const double term = double{to_float(element, &x[(std::size_t{r} * shape.in + k) * 2])} *
+                              to_float(element, &w[(std::size_t{n} * shape.in + k) * 2]);
+          want[std::size_t{r} * shape.out + n] += term;
+          magnitude[std::size_t{r} * shape.out + n] += std::fabs(term);
+        }
+      }
+    }
+    for (const std::uint32_t rows : {1u, 2u}) {
+      for (const std::uint32_t split : {1u, 2u, 4u, 8u}) {
+        for (const std::uint32_t unroll : {4u, 8u}) {
+          DeviceBuffer y(std::size_t{2} * shape.out * 4);
+          y.poison();
+          GemvParams p;
+          p.element = element;
+          p.rows = rows;
+          p.in = shape.in;
+          p.out = shape.out;
+          p.y_float = true;
+          p.x = d_x.get();
+          p.weight = d_w.get();
+          p.y = y.get();
+          p.split = split;
+          p.unroll = unroll;
+          const Status done = gemv_cuda(p, nullptr);
+          ASSERT_TRUE(done.ok()) << done.to_string();
+          sync_ok();
+          const std::vector<std::uint8_t> got = y.download();
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < std::size_t{rows} * shape.out; ++i) {
+            float value = 0;
+            std::memcpy(&value, &got[i * 4], 4);
+            if (!(std::fabs(value - want[i]) <=
+                  (shape.in / 64.0 + 64.0) * std::ldexp(magnitude[i], -24))) {
+              ++bad;
+            }
+          }
+          EXPECT_EQ(bad, 0u) << shape.what << " rows " << rows << " split " << split << " unroll "
+                             << unroll;
+        }
+      }
     }
   }
 }

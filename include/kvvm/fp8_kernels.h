@@ -36,6 +36,11 @@ struct Fp8GemvArgs {
   const void* weight = nullptr;  // e4m3 [out][in]
   const float* scales = nullptr;
   void* y = nullptr;  // [rows][out]
+  // For measuring; 0 lets the kernel choose. Warps per output: 1, 2, 4 or 8 (chosen from
+  // (in, out) alone). Weight vectors a lane has in flight: 4, or 8 for at most 2 rows (chosen:
+  // 8 for at most 2 rows, else 4).
+  std::uint32_t split = 0;
+  std::uint32_t unroll = 0;
 };
 Status fp8_gemv_cuda(const Fp8GemvArgs& args, void* stream);
 

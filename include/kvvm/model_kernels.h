@@ -244,6 +244,11 @@ struct GemvParams {
   const void* x = nullptr;       // [rows][in]
   const void* weight = nullptr;  // [out][in]
   void* y = nullptr;             // [rows][out]
+  // For measuring; 0 lets the kernel choose. Warps per output: 1, 2, 4 or 8 (chosen from
+  // (in, out) alone). Weight vectors a lane has in flight: 4, or 8 for at most 2 rows (chosen:
+  // 8 for at most 2 rows, else 4).
+  std::uint32_t split = 0;
+  std::uint32_t unroll = 0;
 };
 Status gemv_cuda(const GemvParams& params, void* stream);
 

@@ -20,6 +20,7 @@
 #include "kvvm/mutex.h"
 #include "request_state.h"
 #include "retry_estimate.h"
+#include "step_time_model.h"
 
 namespace kvvm::engine {
 
@@ -133,6 +134,7 @@ class Engine::Impl {
   std::size_t transforms_left_ = 0;
   std::uint32_t prefill_left_ = 0;
   bool decoding_ = false;
+  StepTimeModel step_time_;         // the steps' times by their tokens (EngineOptions::tpot_target)
   std::vector<SlotId> unreleased_;  // released by no request any more; retried after each step
   std::vector<std::int32_t> ids_;
   std::vector<model::Chunk> chunks_;

@@ -73,6 +73,10 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
                                    ": exceeds step_tokens " + std::to_string(o.step_tokens) +
                                    " (0: no bound but step_tokens)");
   }
+  if (o.tpot_target.count() < 0) {
+    return Status::InvalidArgument("tpot_target " + std::to_string(o.tpot_target.count()) +
+                                   " us: negative (0: no target)");
+  }
   // A shared window is read-only and would need an ensure to be written: the preallocated
   // baseline never grows, so it never shares.
   if (o.preallocate) o.prefix_cache = false;

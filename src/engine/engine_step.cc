@@ -1,5 +1,6 @@
 // One engine step: take the inbox, admit, plan and commit, run the model once, deliver.
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "engine_impl.h"
@@ -57,9 +58,15 @@ std::size_t rows_of(model::LogprobRows rows, std::uint32_t tokens) {
 }  // namespace
 
 Result<bool> Engine::Impl::step() {
-  take_inbox(now());
+  const Clock::time_point started = now();
+  take_inbox(started);
+  const std::uint64_t steps_before = step_counters_.steps;
   if (plan_step(now())) run_step(now());
   deliver(now());
+  // What a running answer waits between two tokens: the whole step, plan to delivery.
+  if (step_counters_.steps != steps_before) {
+    step_time_.observe(static_cast<std::uint32_t>(ids_.size()), now() - started);
+  }
   MutexLock lock(mutex_);
   return work_left_ || !inbox_.empty() || !cancels_.empty() || cancel_all_;
 }
@@ -214,6 +221,12 @@ bool Engine::Impl::plan_step(Clock::time_point now) {
     if (budget_ == 0 || plan_.size() == model_.limits().max_chunks) break;
     if (r->finished || r->missing() != 1) continue;
     decoding_ = plan_chunk(*r, 1) || decoding_;
+  }
+  // The share a time-per-token target leaves after this step's decode tokens.
+  if (decoding_ && options_.tpot_target.count() > 0) {
+    const std::optional<std::uint32_t> share = step_time_.prefill_share(
+        options_.tpot_target, static_cast<std::uint32_t>(plan_.size()), kTpotPrefillFloor);
+    if (share) prefill_left_ = std::min(prefill_left_, *share);
   }
   // Then the prompts already running, within what decodes leave of the prefill share.
   for (auto& r : running_) {

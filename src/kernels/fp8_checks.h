@@ -42,6 +42,15 @@ inline Status check_fp8_gemv(const Fp8GemvArgs& p) {
     return Status::InvalidArgument("fp8_gemv: " + fp8_detail::str(p.rows) + " rows, more than " +
                                    fp8_detail::str(kFp8GemvMaxRows) + " (a GEMM's shape)");
   }
+  if (p.split != 0 && p.split != 1 && p.split != 2 && p.split != 4 && p.split != 8) {
+    return Status::InvalidArgument("fp8_gemv: split " + fp8_detail::str(p.split) +
+                                   " is not 0, 1, 2, 4 or 8");
+  }
+  if (p.unroll != 0 && p.unroll != 4 && !(p.unroll == 8 && p.rows <= 2)) {
+    return Status::InvalidArgument("fp8_gemv: unroll " + fp8_detail::str(p.unroll) + " with " +
+                                   fp8_detail::str(p.rows) +
+                                   " rows (0, 4, or 8 for at most 2 rows)");
+  }
   if (p.in == 0 || p.in % 16 != 0 || p.out == 0) {
     return Status::InvalidArgument("fp8_gemv: in " + fp8_detail::str(p.in) + " x out " +
                                    fp8_detail::str(p.out) + ": both positive, in a multiple of 16");

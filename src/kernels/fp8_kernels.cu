@@ -3,10 +3,11 @@
 // The GEMV: as gemv_kernel.cu, a block of 8 warps covers 8 / kSplit outputs and the kSplit
 // warps of one output share its row of weights, each taking every kSplit-th 512-byte stretch
 // (a lane: one 16-byte vector of 16 e4m3 weights per stretch, against the two 16-byte vectors
-// of x of each row). Weights are widened exactly (e4m3 -> fp16 pairs, one instruction per
-// pair), multiplied in float32 and summed per vector; a block-scaled vector (16 of one 128 x
-// 128 block) is scaled after its sum, a per-channel output once at the end. The order of every
-// sum is fixed by (in, out), so a row's result does not depend on the rows beside it.
+// of x of each row), streamed as weight_stream.cuh says. Weights are widened exactly (e4m3 -> fp16
+// pairs, one instruction per pair), multiplied in float32 and summed per vector; a block-scaled
+// vector (16 of one 128 x 128 block) is scaled after its sum, a per-channel output once at the end.
+// The order of every sum is fixed by (in, out), so a row's result does not depend on the rows
+// beside it.
 //
 // The quantization: block-scaled, one warp per (row, group of 128): each lane four elements, the
 // group's amax by a butterfly; per channel, one block per row, the amax by the block, then the
@@ -20,6 +21,7 @@
 #include "kernels/common.cuh"
 #include "kernels/fp8.cuh"
 #include "kernels/fp8_checks.h"
+#include "kernels/weight_stream.cuh"
 #include "kvvm/fp8_kernels.h"
 
 namespace kvvm {
@@ -28,6 +30,8 @@ namespace {
 
 constexpr unsigned kThreads = 256;
 constexpr unsigned kWarps = kThreads / 32;
+// Warps the GEMV's split aims to put on the GPU: about what one wave holds (132 SMs x 32).
+constexpr std::uint64_t kWantWarps = 4096;
 
 template <typename T>
 struct PairOf;
@@ -79,11 +83,8 @@ __device__ __forceinline__ float dot16(const Widened16& w, const uint4* x_row, s
   return sum;
 }
 
-template <typename T, unsigned kRows, unsigned kSplit, bool kBlock>
+template <typename T, unsigned kRows, unsigned kSplit, unsigned kUnroll, bool kBlock>
 __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const Fp8GemvArgs p) {
-  // Weight vectors a thread has in flight: a step of few rows is a pure stream of the weights
-  // and wants more bytes in the air; more rows want the registers for their sums.
-  constexpr unsigned kUnroll = kRows <= 2 ? 8 : 4;
   constexpr unsigned kOutputs = kWarps / kSplit;
   constexpr unsigned kStride = kSplit * 32;
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -100,45 +101,19 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const Fp8GemvArgs p)
     const std::uint32_t blocks_in = (p.in + kFp8Block - 1) / kFp8Block;
     const std::uint32_t scale_row = (blocks_in + 3) / 4 * 4;  // the store's padded row
     const float* scales = p.scales + static_cast<std::uint64_t>(output / kFp8Block) * scale_row;
-    std::uint32_t v = part * 32 + lane;
-    uint4 wv[kUnroll];
-    bool whole = v + (kUnroll - 1) * kStride < vectors;
-    if (whole) {
+    stream_weights<kUnroll>(
+        w, part * 32 + lane, kStride, vectors, [&](const uint4& weights, std::uint32_t at) {
+          const float scale = kBlock ? __ldg(scales + at / (kFp8Block / 16)) : 1.0f;
+          const Widened16 widened = widen16(weights);
 #pragma unroll
-      for (unsigned u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + v + u * kStride);
-    }
-    wait_for_previous_kernel();
-    for (; whole; v += kUnroll * kStride) {
-      if (v != part * 32 + lane) {
-#pragma unroll
-        for (unsigned u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + v + u * kStride);
-      }
-#pragma unroll
-      for (unsigned u = 0; u < kUnroll; ++u) {
-        const std::uint32_t at = v + u * kStride;
-        const float scale = kBlock ? __ldg(scales + at / (kFp8Block / 16)) : 1.0f;
-        const Widened16 widened = widen16(wv[u]);
-#pragma unroll
-        for (unsigned r = 0; r < kRows; ++r) {
-          if (r < p.rows) {
-            const float d = dot16<T>(widened, x + static_cast<std::uint64_t>(r) * vectors * 2, at);
-            acc[r] = kBlock ? fmaf(scale, d, acc[r]) : acc[r] + d;
+          for (unsigned r = 0; r < kRows; ++r) {
+            if (r < p.rows) {
+              const float d =
+                  dot16<T>(widened, x + static_cast<std::uint64_t>(r) * vectors * 2, at);
+              acc[r] = kBlock ? fmaf(scale, d, acc[r]) : acc[r] + d;
+            }
           }
-        }
-      }
-      whole = v + kUnroll * kStride + (kUnroll - 1) * kStride < vectors;
-    }
-    for (; v < vectors; v += kStride) {
-      const Widened16 last = widen16(__ldcs(w + v));
-      const float scale = kBlock ? __ldg(scales + v / (kFp8Block / 16)) : 1.0f;
-#pragma unroll
-      for (unsigned r = 0; r < kRows; ++r) {
-        if (r < p.rows) {
-          const float d = dot16<T>(last, x + static_cast<std::uint64_t>(r) * vectors * 2, v);
-          acc[r] = kBlock ? fmaf(scale, d, acc[r]) : acc[r] + d;
-        }
-      }
-    }
+        });
   }
 #pragma unroll
   for (unsigned r = 0; r < kRows; ++r) {
@@ -178,42 +153,16 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const Fp8GemvArgs p)
   }
 }
 
-unsigned split_for(std::uint32_t out) {
-  constexpr std::uint64_t kWantWarps = 8192;
-  unsigned split = 1;
-  while (split < kWarps && std::uint64_t{out} * split < kWantWarps) split *= 2;
-  return split;
-}
-
-template <typename T, unsigned kRows, unsigned kSplit, bool kBlock>
-cudaError_t launch_gemv(const Fp8GemvArgs& p, cudaStream_t stream) {
-  constexpr unsigned kOutputs = kWarps / kSplit;
-  return launch_overlapping(fp8_gemv_kernel<T, kRows, kSplit, kBlock>,
-                            dim3((p.out + kOutputs - 1) / kOutputs), kThreads, stream, p);
-}
-
-template <typename T, unsigned kRows, bool kBlock>
-cudaError_t launch_rows(const Fp8GemvArgs& p, unsigned split, cudaStream_t stream) {
-  switch (split) {
-    case 1:
-      return launch_gemv<T, kRows, 1, kBlock>(p, stream);
-    case 2:
-      return launch_gemv<T, kRows, 2, kBlock>(p, stream);
-    case 4:
-      return launch_gemv<T, kRows, 4, kBlock>(p, stream);
-    default:
-      return launch_gemv<T, kRows, 8, kBlock>(p, stream);
-  }
-}
-
 template <typename T, bool kBlock>
 cudaError_t launch_scaled(const Fp8GemvArgs& p, cudaStream_t stream) {
-  const unsigned split = split_for(p.out);
-  if (p.rows <= 1) return launch_rows<T, 1, kBlock>(p, split, stream);
-  if (p.rows <= 2) return launch_rows<T, 2, kBlock>(p, split, stream);
-  if (p.rows <= 4) return launch_rows<T, 4, kBlock>(p, split, stream);
-  if (p.rows <= 8) return launch_rows<T, 8, kBlock>(p, split, stream);
-  return launch_rows<T, 16, kBlock>(p, split, stream);
+  return dispatch_weight_stream(
+      p.rows, weight_stream_split(p.out, p.in / 16, p.split, 0, kWantWarps),
+      weight_stream_unroll(p.unroll), [&](auto rows, auto split, auto unroll) {
+        constexpr unsigned kOutputs = kWarps / decltype(split)::value;
+        return launch_overlapping(fp8_gemv_kernel<T, decltype(rows)::value, decltype(split)::value,
+                                                  decltype(unroll)::value, kBlock>,
+                                  dim3((p.out + kOutputs - 1) / kOutputs), kThreads, stream, p);
+      });
 }
 
 template <typename T>

@@ -3,23 +3,17 @@
 //
 // How: a block of 8 warps covers 8 / kSplit outputs; the kSplit warps of one output share its
 // row of `weight`, each taking every kSplit-th 512-byte stretch of it (a lane: one 16-byte
-// vector of 8 weights per stretch, times the matching x vector of each row), kUnroll stretches
-// in flight per lane so the loads cover the memory's latency. Each lane accumulates in
-// float32, the warp sums its lanes by a butterfly, and the output's first warp adds its
-// kSplit warps' sums in warp order. kSplit is chosen from (in, out) alone (enough blocks to
-// fill the GPU several times over), so the order of every sum is fixed by the shape and a
+// vector of 8 weights per stretch, times the matching x vector of each row), streamed as
+// weight_stream.cuh says (a round of loads in flight while the last is used; the first before
+// waiting for the previous kernel). Each lane accumulates in float32, the warp sums its lanes
+// by a butterfly, and the output's first warp adds its kSplit warps' sums in warp order.
+// kSplit is chosen from (in, out) alone, so the order of every sum is fixed by the shape and a
 // row's result does not depend on the rows beside it.
-//
-// Why programmatic dependent launch: a decode step is a chain of short kernels, and a GEMV's
-// weights do not depend on the kernel before it; its blocks may start as that kernel's last
-// blocks finish and have their first weights in flight while they wait for its output.
-//
-// Why the weights are read with the streaming hint: each is used once per step; keeping it
-// out of L1 leaves L1 to the x vectors, which every output re-reads.
 #include <cstdint>
 #include <string>
 
 #include "kernels/common.cuh"
+#include "kernels/weight_stream.cuh"
 #include "kvvm/model_kernels.h"
 
 namespace kvvm {
@@ -28,7 +22,8 @@ namespace {
 
 constexpr unsigned kGemvThreads = 256;
 constexpr unsigned kGemvWarps = kGemvThreads / 32;
-constexpr unsigned kUnroll = 4;
+// Vectors a lane streams at most before the split grows (weight_stream_split).
+constexpr std::uint32_t kLaneVectors = 4;
 
 __device__ __forceinline__ float2 pair_to_float2(__half2 v) { return __half22float2(v); }
 __device__ __forceinline__ float2 pair_to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
@@ -60,7 +55,7 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
   return sum;
 }
 
-template <typename T, unsigned kRows, unsigned kSplit>
+template <typename T, unsigned kRows, unsigned kSplit, unsigned kUnroll>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvParams p) {
   constexpr unsigned kOutputs = kGemvWarps / kSplit;
   constexpr unsigned kStride = kSplit * 32;  // vectors between a lane's consecutive loads
@@ -75,43 +70,15 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvParams p) 
     const uint4* w =
         static_cast<const uint4*>(p.weight) + static_cast<std::uint64_t>(output) * vectors;
     const uint4* x = static_cast<const uint4*>(p.x);
-    std::uint32_t v = part * 32 + lane;
-    // The same sequence of vectors as the tail loop below, kUnroll at a time. The first
-    // stretches' weights are requested before waiting for the previous kernel: they do not
-    // depend on it, so their latency overlaps its tail (programmatic dependent launch).
-    uint4 wv[kUnroll];
-    bool whole = v + (kUnroll - 1) * kStride < vectors;
-    if (whole) {
+    stream_weights<kUnroll>(
+        w, part * 32 + lane, kStride, vectors, [&](const uint4& weights, std::uint32_t at) {
 #pragma unroll
-      for (unsigned u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + v + u * kStride);
-    }
-    wait_for_previous_kernel();
-    for (; whole; v += kUnroll * kStride) {
-      if (v != part * 32 + lane) {
-#pragma unroll
-        for (unsigned u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + v + u * kStride);
-      }
-#pragma unroll
-      for (unsigned u = 0; u < kUnroll; ++u) {
-#pragma unroll
-        for (unsigned r = 0; r < kRows; ++r) {
-          if (r < p.rows) {
-            acc[r] += dot8<T>(wv[u],
-                              __ldg(x + static_cast<std::uint64_t>(r) * vectors + v + u * kStride));
+          for (unsigned r = 0; r < kRows; ++r) {
+            if (r < p.rows) {
+              acc[r] += dot8<T>(weights, __ldg(x + static_cast<std::uint64_t>(r) * vectors + at));
+            }
           }
-        }
-      }
-      whole = v + kUnroll * kStride + (kUnroll - 1) * kStride < vectors;
-    }
-    for (; v < vectors; v += kStride) {
-      const uint4 last = __ldcs(w + v);
-#pragma unroll
-      for (unsigned r = 0; r < kRows; ++r) {
-        if (r < p.rows) {
-          acc[r] += dot8<T>(last, __ldg(x + static_cast<std::uint64_t>(r) * vectors + v));
-        }
-      }
-    }
+        });
   }
 #pragma unroll
   for (unsigned r = 0; r < kRows; ++r) {
@@ -156,45 +123,18 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvParams p) 
   }
 }
 
-// Warps per output: the fewest that still give about 1,024 blocks (8 outputs a block at 1).
-unsigned split_for(std::uint32_t out) {
-  constexpr std::uint64_t kWantWarps = 8192;
-  unsigned split = 1;
-  while (split < kGemvWarps && std::uint64_t{out} * split < kWantWarps) split *= 2;
-  return split;
-}
-
 // Launched with programmatic stream serialization: the grid may start while the previous
 // kernel's last blocks run, and waits for it (wait_for_previous_kernel) before reading x.
-template <typename T, unsigned kRows, unsigned kSplit>
-cudaError_t launch_split(const GemvParams& p, cudaStream_t stream) {
-  constexpr unsigned kOutputs = kGemvWarps / kSplit;
-  return launch_overlapping(gemv_kernel<T, kRows, kSplit>, dim3((p.out + kOutputs - 1) / kOutputs),
-                            kGemvThreads, stream, p);
-}
-
-template <typename T, unsigned kRows>
-cudaError_t launch_rows(const GemvParams& p, unsigned split, cudaStream_t stream) {
-  switch (split) {
-    case 1:
-      return launch_split<T, kRows, 1>(p, stream);
-    case 2:
-      return launch_split<T, kRows, 2>(p, stream);
-    case 4:
-      return launch_split<T, kRows, 4>(p, stream);
-    default:
-      return launch_split<T, kRows, 8>(p, stream);
-  }
-}
-
 template <typename T>
 cudaError_t launch(const GemvParams& p, cudaStream_t stream) {
-  const unsigned split = split_for(p.out);
-  if (p.rows <= 1) return launch_rows<T, 1>(p, split, stream);
-  if (p.rows <= 2) return launch_rows<T, 2>(p, split, stream);
-  if (p.rows <= 4) return launch_rows<T, 4>(p, split, stream);
-  if (p.rows <= 8) return launch_rows<T, 8>(p, split, stream);
-  return launch_rows<T, 16>(p, split, stream);
+  return dispatch_weight_stream(
+      p.rows, weight_stream_split(p.out, p.in / 8, p.split, kLaneVectors, 0),
+      weight_stream_unroll(p.unroll), [&](auto rows, auto split, auto unroll) {
+        constexpr unsigned kOutputs = kGemvWarps / decltype(split)::value;
+        return launch_overlapping(
+            gemv_kernel<T, decltype(rows)::value, decltype(split)::value, decltype(unroll)::value>,
+            dim3((p.out + kOutputs - 1) / kOutputs), kGemvThreads, stream, p);
+      });
 }
 
 std::string str(std::uint64_t value) { return std::to_string(value); }
@@ -212,6 +152,14 @@ Status gemv_cuda(const GemvParams& p, void* stream) {
   if (p.rows > kGemvMaxRows) {
     return Status::InvalidArgument("gemv: " + str(p.rows) + " rows, more than " +
                                    str(kGemvMaxRows) + " (a GEMM's shape)");
+  }
+  if (p.split != 0 && p.split != 1 && p.split != 2 && p.split != 4 && p.split != 8) {
+    return Status::InvalidArgument("gemv: split " + str(p.split) + " is not 0, 1, 2, 4 or 8");
+  }
+  if (p.unroll != 0 && p.unroll != 4 && !(p.unroll == 8 && p.rows <= kernels::kWideRows)) {
+    return Status::InvalidArgument("gemv: unroll " + str(p.unroll) + " with " + str(p.rows) +
+                                   " rows (0, 4, or 8 for at most " + str(kernels::kWideRows) +
+                                   " rows)");
   }
   if (p.in == 0 || p.in % 8 != 0 || p.out == 0) {
     return Status::InvalidArgument("gemv: in " + str(p.in) + " x out " + str(p.out) +

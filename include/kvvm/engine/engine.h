@@ -147,6 +147,13 @@ struct EngineOptions {
   // new prompts stretch a running answer's time per token by a bounded amount; 0: no bound
   // but step_tokens. At most step_tokens. Steps without a decode are not bounded.
   std::uint32_t max_prefill_tokens_while_decoding = 0;
+  // A time-per-output-token target for the steps that decode (0: none): the engine fits each
+  // step's time as a fixed part plus a part per token over the steps it ran (its clock, plan
+  // to delivery) and bounds a decoding step's prefill tokens to what the target leaves after
+  // its decode tokens, at least kTpotPrefillFloor so prompts still advance; within
+  // max_prefill_tokens_while_decoding when that is set too. No bound until the fit has seen
+  // steps of two sizes.
+  std::chrono::microseconds tpot_target{0};
   std::uint32_t max_queue = 256;  // waiting requests; a submit beyond is refused (overloaded)
   // Still waiting longer once a step has admitted what it could: refused (overloaded); 0: no
   // limit. A preempted request is never refused.
@@ -168,6 +175,9 @@ struct EngineOptions {
   // request stats); empty: std::chrono::steady_clock::now. Tests step a fake one.
   std::function<std::chrono::steady_clock::time_point()> clock;
 };
+
+// The fewest prefill tokens EngineOptions::tpot_target leaves a decoding step.
+inline constexpr std::uint32_t kTpotPrefillFloor = 16;
 
 // Steps by the tokens they computed, as vLLM's vllm:iteration_tokens_total buckets them: a step
 // of n tokens counts in the first bucket whose bound is >= n, else in the last.

@@ -177,6 +177,12 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "model's step token budget; bounds the time per output token under new "
                   "prompts (default 0: no bound but the step's)")
       ->transform(count_validator(0, kMaxTokens));
+  cmd->add_option("--tpot-target-ms", options.tpot_target_ms,
+                  "Trace replay: time per output token, in milliseconds, the engines keep "
+                  "decoding steps within by computing only the prompt tokens it leaves (each "
+                  "step's time fitted as a fixed part plus a part per token; at least 16) "
+                  "(default 0: no target)")
+      ->transform(number_validator(0, kMaxTpotTargetMs));
   cmd->add_option("--tenants", options.tenants,
                   "Tenants of the trace; each request starts with its tenant's system prompt, "
                   "shared through the prefix cache (default 4; 0: none)")
@@ -407,6 +413,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
             .duration_limit_s = options.duration_limit_s,
             .refuse_predicted_wait = !options.no_early_refusal,
             .max_prefill_tokens_while_decoding = options.max_prefill_tokens_while_decoding,
+            .tpot_target = tpot_target(options.tpot_target_ms),
             .progress = progress};
         Result<TraceRun> run = replay_trace(*model, kv, traces[r], plan->rates[r], params);
         if (!run.ok()) {

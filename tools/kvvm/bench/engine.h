@@ -48,6 +48,7 @@ struct BenchEngineOptions {
   double duration_limit_s = 0;    // per replay; 0: none
   bool no_early_refusal = false;  // the replays' engines refuse only after max_queue_wait
   std::uint32_t max_prefill_tokens_while_decoding = 0;  // the replays' engines; 0: no bound
+  double tpot_target_ms = 0;                            // the replays' engines; 0: no target
   std::uint32_t tenants = 4;
   std::uint64_t system_prompt_tokens = 512;
   std::uint64_t seed = 1;

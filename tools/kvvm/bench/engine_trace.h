@@ -7,6 +7,7 @@
 // request's EngineRequest::tenant), folded into the vocabulary.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 
@@ -25,6 +26,7 @@ struct ReplayParams {
                                       // is still running at the limit is cancelled
   bool refuse_predicted_wait = true;  // EngineOptions::refuse_predicted_wait
   std::uint32_t max_prefill_tokens_while_decoding = 0;  // EngineOptions's; 0: no bound
+  std::chrono::microseconds tpot_target{0};             // EngineOptions's; 0: no target
   std::ostream* progress = nullptr;                     // a line every few seconds (may be null)
 };
 

@@ -170,6 +170,13 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "model's step token budget): new prompts then delay running answers less per "
                   "token, and start later (default 0: no bound but the step's)")
       ->transform(count_validator(0, std::numeric_limits<std::uint32_t>::max()));
+  cmd->add_option(
+         "--tpot-target-ms", options.tpot_target_ms,
+         "Time per output token to keep decoding steps within, in milliseconds: each step's time "
+         "is fitted as a fixed part plus a part per token, and a step that generates "
+         "computes only the prompt tokens the target leaves (at least 16; within "
+         "--max-prefill-tokens-while-decoding too) (default 0: no target)")
+      ->transform(number_validator(0, kMaxTpotTargetMs));
   cmd->add_flag("--no-graphs", options.no_graphs, "Do not replay CUDA graphs for decode steps");
   add_weight_flags(*cmd, options.weights);
   cmd->add_flag("--no-prefix-cache", options.no_prefix_cache,
@@ -248,6 +255,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   engine_options.refuse_predicted_wait = !options.no_early_refusal;
   engine_options.max_prefill_tokens_while_decoding =
       static_cast<std::uint32_t>(options.max_prefill_tokens_while_decoding);
+  engine_options.tpot_target = tpot_target(options.tpot_target_ms);
   engine_options.graphs = !options.no_graphs;
   engine_options.prefix_cache = !options.no_prefix_cache;
   engine_options.tokenizer = loaded->tokenizer.get();

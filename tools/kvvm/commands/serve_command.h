@@ -38,6 +38,7 @@ struct ServeOptions {
   double max_queue_wait = 30;     // seconds; 0: no limit
   bool no_early_refusal = false;  // refuse only past max_queue_wait, not on a predicted wait
   std::uint64_t max_prefill_tokens_while_decoding = 0;  // 0: no bound but the step's
+  double tpot_target_ms = 0;                            // 0: no target
   bool no_graphs = false;
   bool no_prefix_cache = false;
   std::uint64_t default_max_tokens = 256;

@@ -7,6 +7,8 @@
 // so each refuses a sign, reads decimal only and states its bounds in the error.
 #pragma once
 
+#include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -83,6 +85,13 @@ Result<std::uint64_t> parse_count(std::string_view text, std::uint64_t min, std:
 // nan. InvalidArgument naming the text and the bounds otherwise.
 Result<double> parse_number(std::string_view text, double min, double max,
                             bool min_exclusive = false);
+
+// --tpot-target-ms (serve, bench engine): at most a minute a token; as EngineOptions takes it,
+// rounded to the microsecond.
+inline constexpr double kMaxTpotTargetMs = 60000;
+inline std::chrono::microseconds tpot_target(double ms) {
+  return std::chrono::microseconds(static_cast<std::int64_t>(std::llround(ms * 1000)));
+}
 
 // CLI11 transforms over parse_count / parse_number: they rewrite the value to plain decimal
 // before CLI11 converts it, and their errors reach the user prefixed with the option's name.
