@@ -5,6 +5,8 @@
 //               plus bytes written over the time) a pure stream reaches on this GPU
 //   gemv-bf16   gemv_cuda on bf16 weights
 //   fp8-blk     fp8_gemv_cuda, 128x128 block scales;  fp8-chn: per-channel scales
+//   mma-blk     fp8_gemv_cuda's tensor-core form (quantized activations), block scales, at one,
+//               two and eight rows;  mma-chn: per-channel scales
 // each with the split (warps per output) and unroll (vectors in flight per lane) the kernel
 // chooses, and with every split x unroll forced: the table says which is fastest and what the
 // choice gives, as the weights' bytes over the time and as a share of the copy's rate. Each
@@ -97,8 +99,9 @@ int main(int argc, char** argv) {
     for (const std::uint32_t unroll : {4u, 8u}) variants.push_back({split, unroll});
   }
 
-  // x for two rows of the deepest input, y for two rows of the widest output, float scales.
-  const std::uint32_t deepest = 28672, widest = 151936;
+  // x for two rows of the deepest input (and 8 rows quantized), y for 8 rows of the widest
+  // output, float scales.
+  const std::uint32_t deepest = 28672, widest = 151936, quantized_rows = kvvm::kFp8MmaGemvRows;
   std::vector<std::uint8_t> x_host(std::uint64_t{2} * deepest * 2);
   for (std::uint64_t i = 0; i < x_host.size() / 2; ++i) {
     kvvm::kernels::store_element(DType::kBf16,
@@ -107,7 +110,17 @@ int main(int argc, char** argv) {
   }
   void* x = device(x_host.size());
   check(cudaMemcpy(x, x_host.data(), x_host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-  void* y = device(std::uint64_t{2} * widest * 4);
+  std::vector<std::uint8_t> xq_host(std::uint64_t{quantized_rows} * deepest);
+  for (std::uint64_t i = 0; i < xq_host.size(); ++i) {
+    xq_host[i] = kvvm::kernels::float_to_e4m3(static_cast<float>((i * 2654435761u) % 801) - 400.0f);
+  }
+  void* xq = device(xq_host.size());
+  check(cudaMemcpy(xq, xq_host.data(), xq_host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  const std::vector<float> xs_host(std::uint64_t{deepest / 128} * quantized_rows, 1.0f / 448.0f);
+  auto* x_scales = static_cast<float*>(device(xs_host.size() * 4));
+  check(cudaMemcpy(x_scales, xs_host.data(), xs_host.size() * 4, cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+  void* y = device(std::uint64_t{quantized_rows} * widest * 4);
   void* copy_target = nullptr;
 
   std::printf("%-5s %-8s %6s %6s %-10s %4s | %9s %7s %6s | %-11s %9s %7s\n", "model", "matrix",
@@ -140,14 +153,22 @@ int main(int argc, char** argv) {
         check(cudaMemcpy(scales, scale_host.data(), scale_host.size() * 4, cudaMemcpyHostToDevice),
               "cudaMemcpy");
       }
-      const std::vector<Fp8Scales> kinds =
-          fp8 ? std::vector<Fp8Scales>{Fp8Scales::kBlock128, Fp8Scales::kChannel}
-              : std::vector<Fp8Scales>{Fp8Scales::kBlock128};
-      for (const Fp8Scales kind : kinds) {
-        const char* kernel = !fp8                           ? "gemv-bf16"
-                             : kind == Fp8Scales::kBlock128 ? "fp8-blk"
-                                                            : "fp8-chn";
-        for (const std::uint32_t rows : {1u, 2u}) {
+      struct Form {
+        const char* kernel;
+        Fp8Scales kind;
+        bool mma;
+      };
+      const std::vector<Form> forms =
+          fp8 ? std::vector<Form>{{"fp8-blk", Fp8Scales::kBlock128, false},
+                                  {"fp8-chn", Fp8Scales::kChannel, false},
+                                  {"mma-blk", Fp8Scales::kBlock128, true},
+                                  {"mma-chn", Fp8Scales::kChannel, true}}
+              : std::vector<Form>{{"gemv-bf16", Fp8Scales::kBlock128, false}};
+      for (const Form& form : forms) {
+        const char* kernel = form.kernel;
+        const Fp8Scales kind = form.kind;
+        for (const std::uint32_t rows : {1u, 2u, quantized_rows}) {
+          if (rows > 2 && !form.mma) continue;
           double chosen = 0, best = 1e30;
           Variant best_variant{};
           for (const Variant& v : variants) {
@@ -160,7 +181,13 @@ int main(int argc, char** argv) {
                     p.rows = rows;
                     p.in = s.in;
                     p.out = s.out;
-                    p.x = x;
+                    if (form.mma) {
+                      p.xq = xq;
+                      p.x_scales = x_scales;
+                      p.x_stride = quantized_rows;
+                    } else {
+                      p.x = x;
+                    }
                     p.weight = weights.take();
                     p.scales = scales;
                     p.y = y;
@@ -208,6 +235,8 @@ int main(int argc, char** argv) {
   }
   (void)cudaFree(copy_target);
   (void)cudaFree(x);
+  (void)cudaFree(xq);
+  (void)cudaFree(x_scales);
   (void)cudaFree(y);
   (void)cudaStreamDestroy(stream);
   return 0;

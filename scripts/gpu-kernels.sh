@@ -27,7 +27,7 @@ OUT="${OUT:-$ROOT/out}"
 BUILD="${BUILD:-build/gpu}"
 SANITIZE="${SANITIZE:-1}"
 TESTS_TOO="${TESTS_TOO:-1}"  # 0: skip step 1 (gpu-check.sh already ran the whole suite)
-RUNS="${RUNS:-3}"
+RUNS="${RUNS:-3}"  # 0: no benchmark runs (the sanitizers only, when the device time is short)
 NCU="${NCU:-1}"
 PACK="${PACK:-1}"
 mkdir -p "$OUT"
@@ -62,10 +62,12 @@ for ((r = 1; r <= RUNS; ++r)); do
     >"$dir/prefill.txt" 2>&1 || status=1
   cat "$dir/prefill.txt"
 done
-cp "$OUT/run$RUNS/decode.txt" "$OUT/decode.txt" 2>/dev/null || true
-echo "==> kernels: summary of $RUNS run(s) -> $OUT/attention-summary.md (printed at the end)"
-python3 bench/attention_summary.py "${runs[@]}" --out "$OUT/attention-summary.md" >/dev/null ||
-  status=1
+if ((RUNS > 0)); then
+  cp "$OUT/run$RUNS/decode.txt" "$OUT/decode.txt" 2>/dev/null || true
+  echo "==> kernels: summary of $RUNS run(s) -> $OUT/attention-summary.md (printed at the end)"
+  python3 bench/attention_summary.py "${runs[@]}" --out "$OUT/attention-summary.md" >/dev/null ||
+    status=1
+fi
 
 if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   # A subset of the suite: the masking tests (stale tail; planned, forced and no split), two
@@ -90,8 +92,9 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   filter+=':*DecodeMatches*headmajor_fp16_d64_g7_fp8kv:*CausalPrefill*d128_g4_fp8kv'
   filter+=':Fp8HeadScalesCuda*:KvCalibrationCuda*:KvHeadScalesModelCuda*'
   # The fused step's kernels: GEMV (small shapes; the float64 test's large ones would outlast
-  # the step under the sanitizer; every split and unroll, 16-bit and FP8, whose rounds end
-  # past a row's end) and RoPE fused with the append on 16-bit and fp8 caches.
+  # the step under the sanitizer; every split and unroll, 16-bit, FP8 and FP8 on the tensor
+  # cores, whose rounds end past a row's end) and RoPE fused with the append on 16-bit and fp8
+  # caches.
   filter+=':FusedStepKernelsCuda.GemvGives*:FusedStepKernelsCuda.RopeAppend*'
   filter+=':*GemvMatchesAFloat64ReferenceWithEverySplitAndUnroll'
   # Qwen3's per-head q / k norms, and greedy rows that copy the argmax they are given.

@@ -145,6 +145,9 @@ TEST_F(CliBenchEngine, TraceCountsAddUpForBothSystems) {
                   run["cancelled"].get<std::uint64_t>() + run["failed"].get<std::uint64_t>(),
               submitted)
         << run;
+    EXPECT_LE(run["refused_at_arrival"].get<std::uint64_t>(),
+              run["refused_overloaded"].get<std::uint64_t>())
+        << run;
     EXPECT_EQ(run["failed"], 0) << run;
     EXPECT_EQ(run["completed"], kRequests) << run;  // no limit, a short queue: all finish
     EXPECT_GT(run["output_tokens"].get<std::uint64_t>(), 0u) << run;

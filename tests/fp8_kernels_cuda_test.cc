@@ -2,18 +2,21 @@
 // (model/fp8_matmul.h) against float64 references computed on the host from the same e4m3
 // bytes and scales: the GEMV for 1 to 16 rows, both scalings, bf16 and fp16, bias and beta; the
 // activations' quantization bit for bit (codes, scales, the zeroed padding rows), and the same
-// bits from the RMSNorm and the SiLU-mul that write the quantized rows themselves; the GEMM on
+// bits from the RMSNorm and the SiLU-mul that write the quantized rows themselves; the GEMV's
+// tensor-core form over quantized activations for 1 to 8 rows; the GEMM on
 // the shapes of the models it serves, rows 4 to 8,192. Scales differ block by block (powers of
 // two from 1/8 to 8), so a scale read from the wrong block or in the wrong layout fails. The
 // argument checks run in every build; the rest is skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/element.h"
@@ -46,6 +49,7 @@ TEST(Fp8KernelChecks, MalformedCallsAreRefusedNamingTheValue) {
     return p;
   };
   ASSERT_TRUE(kernels::check_fp8_gemv(gemv()).ok());
+  constexpr std::size_t kWidening = 10;  // the cases of x as it is, then those of xq
   const std::pair<std::function<void(Fp8GemvArgs&)>, std::string> bad[] = {
       {[](Fp8GemvArgs& p) { p.element = DType::kFp32; }, "element type fp32"},
       {[](Fp8GemvArgs& p) { p.rows = 17; }, "17 rows, more than 16"},
@@ -61,14 +65,45 @@ TEST(Fp8KernelChecks, MalformedCallsAreRefusedNamingTheValue) {
          p.unroll = 8;
        },
        "unroll 8 with 3 rows"},
+      // The tensor-core form (xq; `quantized` below sets it up).
+      {[](Fp8GemvArgs& p) { p.x = p.xq; }, "both x and xq given"},
+      {[](Fp8GemvArgs& p) { p.x_scales = nullptr; }, "x_scales is null"},
+      {[](Fp8GemvArgs& p) { p.x_stride = 1; }, "x_stride 1 is below rows 2"},
+      {[](Fp8GemvArgs& p) {
+         p.x_stride = 12;
+         p.rows = 9;
+       },
+       "9 rows, more than 8 with xq"},
+      {[](Fp8GemvArgs& p) { p.xq = host + 8; }, "xq is not 16-byte aligned"},
+      // Block-scaled activations come in groups of 128.
+      {[](Fp8GemvArgs& p) { p.in = 144; }, "in 144 x out 4: both positive, in a multiple of 128"},
   };
-  for (const auto& [edit, words] : bad) {
+  const auto quantized = [&] {
     Fp8GemvArgs p = gemv();
+    std::swap(p.x, p.xq);
+    p.x_scales = reinterpret_cast<const float*>(host);
+    p.x_stride = 4;
+    p.in = 128;
+    return p;
+  };
+  ASSERT_TRUE(kernels::check_fp8_gemv(quantized()).ok());
+  for (std::size_t i = 0; i < std::size(bad); ++i) {
+    const auto& [edit, words] = bad[i];
+    Fp8GemvArgs p = i < kWidening ? gemv() : quantized();
     edit(p);
     const Status status = kernels::check_fp8_gemv(p);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << words;
     EXPECT_NE(status.message().find(words), std::string::npos) << status.message();
   }
+  Fp8GemvArgs mma = quantized();
+  mma.x_stride = 8;
+  mma.rows = 8;
+  mma.unroll = 8;  // 8 vectors in flight: allowed for any rows of the tensor-core form
+  mma.in = 128;
+  EXPECT_TRUE(kernels::check_fp8_gemv(mma).ok()) << kernels::check_fp8_gemv(mma).message();
+  mma.scales_kind = Fp8Scales::kChannel;
+  mma.in = 48;
+  EXPECT_TRUE(kernels::check_fp8_gemv(mma).ok()) << kernels::check_fp8_gemv(mma).message();
   Fp8QuantizeArgs q;
   q.element = DType::kFp16;
   q.rows = 3;
@@ -353,6 +388,124 @@ TEST(Fp8KernelsCuda, QuantizationIsBitExactAndPadsWithZeros) {
         EXPECT_EQ(scales, want.scales) << "rows " << rows;
       }
     }
+  }
+}
+
+// The tensor-core form (xq): y = dq(xq) . dq(w)^T against float64 from the same codes and
+// scales (the activations quantized on the host as fp8_quantize_cuda does, bit for bit above),
+// for 1 to 8 rows, with every forced split and unroll or the kernel's own choice, bf16 and
+// fp16, with a bias. Each step's 64 products are summed by the tensor core (fewer bits than
+// float32 kept), so the bound allows 2^-11 of the terms' magnitude; a k misplaced between the
+// operands or a scale of the wrong group or row is off by far more. With the kernel's choice
+// a row's bits do not depend on the rows beside it; rows past `rows` are never written.
+struct MmaShape {
+  std::uint32_t out, in;
+};
+struct MmaVariant {
+  std::uint32_t split, unroll;
+};
+void expect_mma_gemv_matches(Fp8Scales kind, MmaShape shape,
+                             const std::vector<std::uint32_t>& row_counts,
+                             const std::vector<MmaVariant>& variants, std::mt19937& rng) {
+  constexpr std::uint32_t kRows = kFp8MmaGemvRows, kStride = kRows;
+  const bool block = kind == Fp8Scales::kBlock128;
+  const Weights w = make_weights(shape.out, shape.in, kind, rng);
+  DeviceBuffer codes(w.codes), scales(w.scales);
+  for (const DType type : {DType::kBf16, DType::kFp16}) {
+    const std::vector<std::uint16_t> x =
+        random_activations(type, std::size_t{kRows} * shape.in, rng);
+    const std::vector<std::uint16_t> bias = random_activations(type, shape.out, rng);
+    const Quantized q = quantize_on_host(x, type, kind, kRows, shape.in, kStride);
+    DeviceBuffer dxq(q.codes), dxs(q.scales), dbias(bias);
+    // Outputs one row past the last one a call may write, to see it untouched.
+    DeviceBuffer dy(std::size_t{kRows + 1} * shape.out * 2);
+    std::vector<double> want(std::size_t{kRows} * shape.out), magnitude(want.size());
+    for (std::uint32_t r = 0; r < kRows; ++r) {
+      for (std::uint32_t n = 0; n < shape.out; ++n) {
+        double sum = from_bits(type, bias[n]), size = 0;
+        for (std::uint32_t k = 0; k < shape.in; ++k) {
+          const double xs = block ? q.scales[std::size_t{k / 128} * kStride + r] : q.scales[r];
+          const double term =
+              w.at(n, k) * kernels::e4m3_to_float(q.codes[std::size_t{r} * shape.in + k]) * xs;
+          sum += term;
+          size += std::fabs(term);
+        }
+        want[std::size_t{r} * shape.out + n] = sum;
+        magnitude[std::size_t{r} * shape.out + n] = size;
+      }
+    }
+    std::vector<std::uint16_t> alone;  // row 0 of the one-row call, the kernel's choice
+    for (const std::uint32_t rows : row_counts) {
+      for (const MmaVariant v : variants) {
+        Fp8GemvArgs p;
+        p.element = type;
+        p.scales_kind = kind;
+        p.rows = rows;
+        p.in = shape.in;
+        p.out = shape.out;
+        p.bias = dbias.get();
+        p.xq = dxq.get();
+        p.x_scales = static_cast<const float*>(dxs.get());
+        p.x_stride = kStride;
+        p.weight = codes.get();
+        p.scales = static_cast<const float*>(scales.get());
+        p.y = dy.get();
+        p.split = v.split;
+        p.unroll = v.unroll;
+        dy.poison();
+        ASSERT_TRUE(fp8_gemv_cuda(p, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<std::uint16_t> y = download<std::uint16_t>(dy);
+        std::size_t bad = 0, first_bad = 0;
+        for (std::size_t i = 0; i < std::size_t{rows} * shape.out; ++i) {
+          const double got = from_bits(type, y[i]);
+          if (!(std::fabs(got - want[i]) <=
+                std::fabs(want[i]) / 128 + magnitude[i] * 0x1p-11 + 1e-6)) {
+            if (bad++ == 0) first_bad = i;
+          }
+        }
+        EXPECT_EQ(bad, 0u) << shape.out << "x" << shape.in << " rows " << rows << " split "
+                           << v.split << " unroll " << v.unroll << " " << to_string(type)
+                           << (block ? " block" : " channel") << "; first: output " << first_bad
+                           << " got " << from_bits(type, y[first_bad]) << " want "
+                           << want[first_bad];
+        EXPECT_TRUE(std::all_of(y.begin() + std::size_t{rows} * shape.out, y.end(),
+                                [](std::uint16_t value) { return value == 0xffff; }))
+            << "a row past `rows` was written";
+        if (v.split == 0 && v.unroll == 0) {
+          if (alone.empty()) alone.assign(y.begin(), y.begin() + shape.out);
+          EXPECT_TRUE(std::equal(alone.begin(), alone.end(), y.begin()))
+              << "row 0 differs with " << rows << " rows beside it";
+        }
+      }
+    }
+  }
+}
+
+// Shapes with partial tiles of 16 outputs, a row ending inside a 64-byte step (per channel)
+// and rows as long as Llama-3-8B's down projection's.
+TEST(Fp8KernelsCuda, MmaGemvMatchesAFloat64ReferenceWithEverySplitAndUnroll) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(17);
+  std::vector<MmaVariant> variants = {{0, 0}};
+  for (const std::uint32_t split : {1u, 2u, 4u, 8u}) {
+    for (const std::uint32_t unroll : {4u, 8u}) variants.push_back({split, unroll});
+  }
+  for (const Fp8Scales kind : {Fp8Scales::kBlock128, Fp8Scales::kChannel}) {
+    const bool block = kind == Fp8Scales::kBlock128;
+    for (const MmaShape shape : {MmaShape{200, block ? 384u : 272u},
+                                 MmaShape{37, block ? 256u : 48u}, MmaShape{256, 14336}}) {
+      expect_mma_gemv_matches(kind, shape, {1, 2, 3, 5, 8}, variants, rng);
+    }
+  }
+}
+
+// Llama-3-8B's q|k|v, as the model calls it.
+TEST(Fp8KernelsCuda, MmaGemvMatchesAFloat64ReferenceOnAServedShape) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(19);
+  for (const Fp8Scales kind : {Fp8Scales::kBlock128, Fp8Scales::kChannel}) {
+    expect_mma_gemv_matches(kind, MmaShape{6144, 4096}, {1, 4, 8}, {{0, 0}}, rng);
   }
 }
 

@@ -1,7 +1,6 @@
 // The CUDA kernels of an FP8 checkpoint's projections (the CUDA model's, src/model/cuda_*.cc):
-// a GEMV that reads e4m3 weights and widens them in registers, for the few rows of a small
-// batch's decode step, and the activations' dynamic quantization that feeds cuBLASLt's FP8
-// GEMM (src/model/fp8_matmul.h) for larger steps.
+// a GEMV for the few rows of a small batch's decode step, and the activations' dynamic
+// quantization that feeds it and cuBLASLt's FP8 GEMM (src/model/fp8_matmul.h) for larger steps.
 //
 // Weights are e4m3 [out][in] row-major as the checkpoint stores them, with float32 scales:
 // block-scaled (Hugging Face "fp8"): scales [ceil(out / 128)][ceil(in / 128)] row-major,
@@ -19,11 +18,19 @@ namespace kvvm {
 enum class Fp8Scales : std::uint8_t { kBlock128, kChannel };
 inline constexpr std::uint32_t kFp8Block = 128;
 
-// y[r][n] = sum over k of x[r][k] * w[n][k] (+ bias[n], or + beta * y[r][n]) for rows <=
-// kFp8GemvMaxRows: float32 sums in an order fixed by (in, out) alone, so a row's result is the
-// same bits whatever the batch beside it; y rounded once to the element type. REQUIRES: `in`
-// a multiple of 16, x and weight 16-byte aligned.
+// y[r][n] = sum over k of x[r][k] * w[n][k] (+ bias[n], or + beta * y[r][n]): float32 sums in
+// an order fixed by (in, out) alone, so a row's result is the same bits whatever the batch
+// beside it; y rounded once to the element type. Two forms:
+//   - x as it is (fp16 / bf16), rows <= kFp8GemvMaxRows: the weights widened exactly in
+//     registers and multiplied on the CUDA cores;
+//   - x quantized (`xq`: fp8_quantize_cuda's e4m3 rows and scales, the dequantized values
+//     being the x multiplied, as the FP8 GEMM takes them), rows <= kFp8MmaGemvRows: the
+//     products on the tensor cores (m16n8k32 e4m3, the rows as its 8 columns), so 8 rows cost
+//     what one does; each 64 of `in` summed by the tensor core, then scaled and added in float32.
+// REQUIRES: `in` a multiple of 16 (of 128 with xq, block-scaled), x / xq and weight 16-byte
+// aligned.
 inline constexpr std::uint32_t kFp8GemvMaxRows = 16;
+inline constexpr std::uint32_t kFp8MmaGemvRows = 8;
 struct Fp8GemvArgs {
   DType element = DType::kUnset;  // x, y, bias: fp16 or bf16
   Fp8Scales scales_kind = Fp8Scales::kBlock128;
@@ -32,13 +39,18 @@ struct Fp8GemvArgs {
   std::uint32_t out = 0;
   float beta = 0;
   const void* bias = nullptr;    // [out] or null
-  const void* x = nullptr;       // [rows][in]
+  const void* x = nullptr;       // [rows][in]; null with xq
   const void* weight = nullptr;  // e4m3 [out][in]
   const float* scales = nullptr;
   void* y = nullptr;  // [rows][out]
-  // For measuring; 0 lets the kernel choose. Warps per output: 1, 2, 4 or 8 (chosen from
-  // (in, out) alone). Weight vectors a lane has in flight: 4, or 8 for at most 2 rows (chosen:
-  // 8 for at most 2 rows, else 4).
+  // The quantized form: e4m3 [x_stride][in] and its scales in fp8_quantize_cuda's layout for
+  // `scales_kind` (block: [in / 128][x_stride]; channel: [x_stride]); x_stride >= rows.
+  const void* xq = nullptr;
+  const float* x_scales = nullptr;
+  std::uint32_t x_stride = 0;
+  // For measuring; 0 lets the kernel choose from (in, out) alone. Warps per output (per 16
+  // outputs with xq): 1, 2, 4 or 8. Weight vectors of 16 bytes a lane has in flight: 4, or 8
+  // for at most 2 rows or with xq.
   std::uint32_t split = 0;
   std::uint32_t unroll = 0;
 };

@@ -38,25 +38,43 @@ inline Status check_pointer(const void* pointer, const char* name, const char* w
 
 inline Status check_fp8_gemv(const Fp8GemvArgs& p) {
   KVVM_RETURN_IF_ERROR(fp8_detail::check_type(p.element, "fp8_gemv"));
-  if (p.rows > kFp8GemvMaxRows) {
+  const bool quantized = p.xq != nullptr;
+  const std::uint32_t max_rows = quantized ? kFp8MmaGemvRows : kFp8GemvMaxRows;
+  if (p.rows > max_rows) {
     return Status::InvalidArgument("fp8_gemv: " + fp8_detail::str(p.rows) + " rows, more than " +
-                                   fp8_detail::str(kFp8GemvMaxRows) + " (a GEMM's shape)");
+                                   fp8_detail::str(max_rows) + (quantized ? " with xq" : "") +
+                                   " (a GEMM's shape)");
   }
   if (p.split != 0 && p.split != 1 && p.split != 2 && p.split != 4 && p.split != 8) {
     return Status::InvalidArgument("fp8_gemv: split " + fp8_detail::str(p.split) +
                                    " is not 0, 1, 2, 4 or 8");
   }
-  if (p.unroll != 0 && p.unroll != 4 && !(p.unroll == 8 && p.rows <= 2)) {
+  if (p.unroll != 0 && p.unroll != 4 && !(p.unroll == 8 && (p.rows <= 2 || quantized))) {
     return Status::InvalidArgument("fp8_gemv: unroll " + fp8_detail::str(p.unroll) + " with " +
                                    fp8_detail::str(p.rows) +
-                                   " rows (0, 4, or 8 for at most 2 rows)");
+                                   " rows (0, 4, or 8 for at most 2 rows or with xq)");
   }
-  if (p.in == 0 || p.in % 16 != 0 || p.out == 0) {
+  const std::uint32_t multiple =
+      quantized && p.scales_kind == Fp8Scales::kBlock128 ? kFp8Block : 16;
+  if (p.in == 0 || p.in % multiple != 0 || p.out == 0) {
     return Status::InvalidArgument("fp8_gemv: in " + fp8_detail::str(p.in) + " x out " +
-                                   fp8_detail::str(p.out) + ": both positive, in a multiple of 16");
+                                   fp8_detail::str(p.out) + ": both positive, in a multiple of " +
+                                   fp8_detail::str(multiple));
+  }
+  if (quantized && p.x != nullptr) {
+    return Status::InvalidArgument("fp8_gemv: both x and xq given (one form of the activations)");
+  }
+  if (quantized && p.x_stride < p.rows) {
+    return Status::InvalidArgument("fp8_gemv: x_stride " + fp8_detail::str(p.x_stride) +
+                                   " is below rows " + fp8_detail::str(p.rows));
   }
   if (p.rows == 0) return Status::Ok();
-  KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.x, "x", "fp8_gemv", true));
+  if (quantized) {
+    KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.xq, "xq", "fp8_gemv", true));
+    KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.x_scales, "x_scales", "fp8_gemv", false));
+  } else {
+    KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.x, "x", "fp8_gemv", true));
+  }
   KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.weight, "weight", "fp8_gemv", true));
   KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.scales, "scales", "fp8_gemv", false));
   return fp8_detail::check_pointer(p.y, "y", "fp8_gemv", false);

@@ -1,6 +1,7 @@
 // The FP8 projections' kernels (include/kvvm/fp8_kernels.h).
 //
-// The GEMV: as gemv_kernel.cu, a block of 8 warps covers 8 / kSplit outputs and the kSplit
+// The GEMV of activations as they are (the tensor-core form, with quantized activations, is
+// fp8_mma_gemv.cuh): as gemv_kernel.cu, a block of 8 warps covers 8 / kSplit outputs and the kSplit
 // warps of one output share its row of weights, each taking every kSplit-th 512-byte stretch
 // (a lane: one 16-byte vector of 16 e4m3 weights per stretch, against the two 16-byte vectors
 // of x of each row), streamed as weight_stream.cuh says. Weights are widened exactly (e4m3 -> fp16
@@ -21,6 +22,7 @@
 #include "kernels/common.cuh"
 #include "kernels/fp8.cuh"
 #include "kernels/fp8_checks.h"
+#include "kernels/fp8_mma_gemv.cuh"
 #include "kernels/weight_stream.cuh"
 #include "kvvm/fp8_kernels.h"
 
@@ -165,10 +167,40 @@ cudaError_t launch_scaled(const Fp8GemvArgs& p, cudaStream_t stream) {
       });
 }
 
+// The tensor-core form: tiles of 16 outputs, kSplit warps a tile from the shape (about one
+// wave of warps, as the widening form), 2 steps (4 vectors) a lane in flight, or 4 forced.
+template <typename T, bool kBlock>
+cudaError_t launch_mma(const Fp8GemvArgs& p, cudaStream_t stream) {
+  const std::uint32_t tiles = (p.out + kMmaTileOutputs - 1) / kMmaTileOutputs;
+  const unsigned split = weight_stream_split(tiles, p.in / 16, p.split, 0, kWantWarps);
+  const auto launch = [&](auto split_c, auto steps_c) {
+    constexpr unsigned kSplit = decltype(split_c)::value;
+    constexpr unsigned kTiles = kMmaGemvWarps / kSplit;
+    return launch_overlapping(fp8_mma_gemv_kernel<T, kSplit, decltype(steps_c)::value, kBlock>,
+                              dim3((tiles + kTiles - 1) / kTiles), kMmaGemvThreads, stream, p);
+  };
+  const auto with_steps = [&](auto steps_c) {
+    switch (split) {
+      case 1:
+        return launch(std::integral_constant<unsigned, 1>{}, steps_c);
+      case 2:
+        return launch(std::integral_constant<unsigned, 2>{}, steps_c);
+      case 4:
+        return launch(std::integral_constant<unsigned, 4>{}, steps_c);
+      default:
+        return launch(std::integral_constant<unsigned, 8>{}, steps_c);
+    }
+  };
+  return weight_stream_unroll(p.unroll) == 8 ? with_steps(std::integral_constant<unsigned, 4>{})
+                                             : with_steps(std::integral_constant<unsigned, 2>{});
+}
+
 template <typename T>
 cudaError_t launch_typed(const Fp8GemvArgs& p, cudaStream_t stream) {
-  return p.scales_kind == Fp8Scales::kBlock128 ? launch_scaled<T, true>(p, stream)
-                                               : launch_scaled<T, false>(p, stream);
+  const bool block = p.scales_kind == Fp8Scales::kBlock128;
+  if (p.xq != nullptr)
+    return block ? launch_mma<T, true>(p, stream) : launch_mma<T, false>(p, stream);
+  return block ? launch_scaled<T, true>(p, stream) : launch_scaled<T, false>(p, stream);
 }
 
 // Four e4m3 bytes of x[i..i+3] / scale, the lower in the low byte.

@@ -1,6 +1,7 @@
 // Tensor-core building blocks (sm_80+): ldmatrix loads of 8x8 b16 matrices from shared
-// memory, the m16n8k16 MMA with fp32 accumulation for fp16 and bf16, and the packing of two
-// floats into one 32-bit register of two elements (an A / B operand register).
+// memory, the m16n8k16 MMA with fp32 accumulation for fp16 and bf16 (and m16n8k32 for e4m3,
+// sm_89+), and the packing of two floats into one 32-bit register of two elements (an A / B
+// operand register).
 //
 // Fragment layout of mma.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"), lane =
 // 4 * group + quad (group = lane / 4, quad = lane % 4):
@@ -66,6 +67,20 @@ __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&c)[4],
                                                             const std::uint32_t (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// c += a * b for one 16x8x32 tile of e4m3 (sm_89+), fp32 accumulation. Fragments as
+// m16n8k16's with four 8-bit elements a register where that has two 16-bit ones (PTX ISA,
+// "Matrix fragments for mma.m16n8k32"): a[0] = (row group, k 4quad..+3), a[1] = (row group + 8,
+// same k), a[2] = (row group, k 16 + 4quad..+3), a[3] = (row group + 8, same k); b[0] = (k
+// 4quad..+3, n group), b[1] = (k 16 + 4quad..+3, n group); the lowest k in the lowest byte.
+__device__ __forceinline__ void mma_m16n8k32_e4m3(float (&c)[4], const std::uint32_t (&a)[4],
+                                                  const std::uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));

@@ -623,11 +623,14 @@ Status CudaModel::lay_bias_under(const void* bias, void* y, std::uint32_t rows, 
   return broadcast_rows_cuda(under, stream_);
 }
 
-// The FP8 projections of a batch of at most this many rows run as fp8_gemv_cuda (its reads half
-// the bf16 GEMV's); past it the GEMV's float32 products on the CUDA cores cost more than the
-// tensor cores' GEMM with its quantization launch: measured on the H200, 16 rows of the 8B shape
-// took 24.7 ms a step through the GEMV (docs/PERFORMANCE.md, "FP8 weights").
-constexpr std::uint32_t kFp8GemvRows = 2;
+// How an FP8 projection of `rows` rows runs, measured on the H200 (docs/PERFORMANCE.md, "FP8
+// weights"): one row as fp8_gemv_cuda on the activations as they are (no quantizing launch;
+// the widening GEMV is as fast as the tensor-core one at one row, and an 8B step took 3.1 ms
+// against 3.7 quantizing first); up to kFp8GemvRows rows as its tensor-core form (8 rows read
+// the weights once, as one does: at 2 rows the widening form took 1.3-2x as long); past it
+// cuBLASLt's GEMM. The last two take the activations quantized the same way.
+constexpr std::uint32_t kFp8WideningRows = 1;
+constexpr std::uint32_t kFp8GemvRows = kFp8MmaGemvRows;
 
 namespace {
 Fp8Scales fp8_scales_of(WeightQuant quant) {
@@ -637,7 +640,7 @@ Fp8Scales fp8_scales_of(WeightQuant quant) {
 
 QuantizedRows CudaModel::quantized_input(std::uint32_t rows) const {
   QuantizedRows q;
-  if (config().weight_quant == WeightQuant::kNone || !fused_ || rows <= kFp8GemvRows) return q;
+  if (config().weight_quant == WeightQuant::kNone || !fused_ || rows <= kFp8WideningRows) return q;
   q.kind = fp8_scales_of(config().weight_quant);
   q.stride = fp8_padded_rows(rows);
   q.out = xq_;
@@ -649,7 +652,7 @@ Status CudaModel::linear_fp8(const void* x, const void* weight, const float* sca
                              const void* bias, void* y, std::uint32_t rows, std::uint32_t in,
                              std::uint32_t out, bool x_quantized) {
   const Fp8Scales kind = fp8_scales_of(config().weight_quant);
-  if (rows <= kFp8GemvRows) {
+  if (rows <= kFp8WideningRows) {
     Fp8GemvArgs p;
     p.element = compute_;
     p.scales_kind = kind;
@@ -663,10 +666,10 @@ Status CudaModel::linear_fp8(const void* x, const void* weight, const float* sca
     p.y = y;
     return fp8_gemv_cuda(p, stream_);
   }
-  // cuBLASLt takes a multiple of 4 rows: the padding rows are quantized as zeros and their
-  // outputs land in the buffers' padding (allocate_buffers sizes them so), never read.
+  // Rows are padded to a multiple of 4 (cuBLASLt's): the padding rows are quantized as zeros
+  // and the GEMM's outputs for them land in the buffers' padding (allocate_buffers sizes them
+  // so), never read; the GEMV writes only `rows`.
   const std::uint32_t padded = fp8_padded_rows(rows);
-  KVVM_RETURN_IF_ERROR(lay_bias_under(bias, y, padded, out));
   if (!x_quantized) {
     Fp8QuantizeArgs quantize;
     quantize.element = compute_;
@@ -679,6 +682,23 @@ Status CudaModel::linear_fp8(const void* x, const void* weight, const float* sca
     quantize.scales = xq_scales_;
     KVVM_RETURN_IF_ERROR(fp8_quantize_cuda(quantize, stream_));
   }
+  if (rows <= kFp8GemvRows) {
+    Fp8GemvArgs p;
+    p.element = compute_;
+    p.scales_kind = kind;
+    p.rows = rows;
+    p.in = in;
+    p.out = out;
+    p.bias = bias;
+    p.xq = xq_;
+    p.x_scales = xq_scales_;
+    p.x_stride = padded;
+    p.weight = weight;
+    p.scales = scales;
+    p.y = y;
+    return fp8_gemv_cuda(p, stream_);
+  }
+  KVVM_RETURN_IF_ERROR(lay_bias_under(bias, y, padded, out));
   Fp8MatmulArgs gemm;
   gemm.scales_kind = kind;
   gemm.element = compute_;

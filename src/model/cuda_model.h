@@ -126,14 +126,15 @@ class CudaModel final : public Model {
   // `x_quantized`: x's rows already sit in xq_ (quantized_input's kernel wrote them).
   Status linear(const void* x, const void* weight, const float* scales, const void* bias, void* y,
                 std::uint32_t rows, std::uint32_t in, std::uint32_t out, bool x_quantized = false);
-  // An FP8 projection: fp8_gemv_cuda (weights widened in registers) for at most kFp8GemvRows
-  // rows, else the activations quantized (xq_) and cuBLASLt's FP8 GEMM (Fp8Matmul).
+  // An FP8 projection: fp8_gemv_cuda on x as it is for one row; else the activations
+  // quantized into xq_ (unless x_quantized), then fp8_gemv_cuda's tensor-core form for at
+  // most kFp8GemvRows rows, or cuBLASLt's FP8 GEMM (Fp8Matmul).
   Status linear_fp8(const void* x, const void* weight, const float* scales, const void* bias,
                     void* y, std::uint32_t rows, std::uint32_t in, std::uint32_t out,
                     bool x_quantized);
   // Where the kernel before an FP8 projection of `rows` rows (RMSNorm, SiLU-mul) writes its
-  // rows quantized beside its own output, so the GEMM needs no quantizing launch: xq_ when
-  // the projections are FP8, fused and past the GEMV's rows; otherwise none (out null).
+  // rows quantized beside its own output, so the projection needs no quantizing launch: xq_
+  // when the projections are FP8, fused and past one row; otherwise none (out null).
   QuantizedRows quantized_input(std::uint32_t rows) const;
   // y's rows set to the bias (nothing without one), for a GEMM that adds onto them (beta 1).
   Status lay_bias_under(const void* bias, void* y, std::uint32_t rows, std::uint32_t out);

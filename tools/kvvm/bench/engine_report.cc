@@ -39,6 +39,7 @@ nlohmann::ordered_json trace_json(const TraceRun& run) {
   json["submitted"] = run.submitted;
   json["completed"] = run.completed;
   json["refused_overloaded"] = run.refused_overloaded;
+  json["refused_at_arrival"] = run.refused_at_arrival;
   json["cancelled"] = run.cancelled;
   json["failed"] = run.failed;
   json["not_submitted"] = run.not_submitted;

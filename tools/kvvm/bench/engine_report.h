@@ -37,6 +37,7 @@ struct TraceRun {
   std::uint64_t submitted = 0;           // submit() calls (arrivals inside --duration-limit)
   std::uint64_t completed = 0;           // ended by their length (or an end token)
   std::uint64_t refused_overloaded = 0;  // at submit or in the queue
+  std::uint64_t refused_at_arrival = 0;  // of those, at submit (the 429 a client sees at once)
   std::uint64_t cancelled = 0;           // still running when the duration limit ended it
   std::uint64_t failed = 0;              // any other error
   std::uint64_t not_submitted = 0;       // arrivals after the duration limit

@@ -152,6 +152,7 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
       // A refusal at submit, one in the queue, or a failure.
       if (overloaded(record.error)) {
         ++run.refused_overloaded;
+        if (!record.accepted) ++run.refused_at_arrival;
       } else {
         ++run.failed;
         if (run.first_error.empty()) {
