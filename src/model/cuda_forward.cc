@@ -623,12 +623,12 @@ Status CudaModel::lay_bias_under(const void* bias, void* y, std::uint32_t rows, 
   return broadcast_rows_cuda(under, stream_);
 }
 
-// How an FP8 projection of `rows` rows runs, measured on the H200 (docs/PERFORMANCE.md, "FP8
-// weights"): one row as fp8_gemv_cuda on the activations as they are (no quantizing launch;
-// the widening GEMV is as fast as the tensor-core one at one row, and an 8B step took 3.1 ms
-// against 3.7 quantizing first); up to kFp8GemvRows rows as its tensor-core form (8 rows read
-// the weights once, as one does: at 2 rows the widening form took 1.3-2x as long); past it
-// cuBLASLt's GEMM. The last two take the activations quantized the same way.
+// How an FP8 projection of `rows` rows runs, measured on the H200 (docs/PERFORMANCE.md, "The
+// FP8 GEMV on the tensor cores"): one row as fp8_gemv_cuda on the activations as they are (the
+// tensor-core form saves at most 4 us a layer there, less than its quantizing costs: an 8B step
+// took 3.7 ms quantizing first against 3.1); up to kFp8GemvRows rows as its tensor-core form (8
+// rows read the weights once, as one does: at 2 rows the widening form took 1.3-2x as long);
+// past it cuBLASLt's GEMM. The last two take the activations quantized the same way.
 constexpr std::uint32_t kFp8WideningRows = 1;
 constexpr std::uint32_t kFp8GemvRows = kFp8MmaGemvRows;
 
