@@ -26,6 +26,7 @@ cd "$ROOT" || exit 1
 OUT="${OUT:-$ROOT/out}"
 BUILD="${BUILD:-build/gpu}"
 SANITIZE="${SANITIZE:-1}"
+SANITIZERS="${SANITIZERS:-memcheck racecheck}"  # which of the two (one alone fits a short call)
 TESTS_TOO="${TESTS_TOO:-1}"  # 0: skip step 1 (gpu-check.sh already ran the whole suite)
 RUNS="${RUNS:-3}"  # 0: no benchmark runs (the sanitizers only, when the device time is short)
 NCU="${NCU:-1}"
@@ -99,20 +100,24 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   filter+=':*GemvMatchesAFloat64ReferenceWithEverySplitAndUnroll'
   # Qwen3's per-head q / k norms, and greedy rows that copy the argmax they are given.
   filter+=':HeadNormCuda*:ModelKernelsSampling*Greedy*'
-  echo "==> kernels: compute-sanitizer memcheck ($filter)"
-  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
-    >"$OUT/kernels-memcheck.log" 2>&1 || status=1
-  tail -n 5 "$OUT/kernels-memcheck.log"
+  if [[ " $SANITIZERS " == *" memcheck "* ]]; then
+    echo "==> kernels: compute-sanitizer memcheck ($filter)"
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
+      >"$OUT/kernels-memcheck.log" 2>&1 || status=1
+    tail -n 5 "$OUT/kernels-memcheck.log"
+  fi
   filter='*Masking*:*CausalPrefill*tokenmajor_fp16_d128_g4:ModelKernelsCuda*'
   filter+=':*DecodeMatches*tokenmajor_bf16_d128_g4:*ChunkedPrefill*tokenmajor_bf16_d64_g4'
   filter+=':ModelKernelsSampling*TinyVocabularies*'
   filter+=':*DecodeMatches*tokenmajor_bf16_d128_g4_fp8kv:*CausalPrefill*tokenmajor_bf16_d128_g4_fp8kv'
   filter+=':FusedStepKernelsCuda.GemvGives*'  # the GEMV's sum of its warps' partials
   filter+=':*GemvMatchesAFloat64ReferenceWithEverySplitAndUnroll'  # every split's partials
-  echo "==> kernels: compute-sanitizer racecheck ($filter)"
-  timeout 200 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
-    >"$OUT/kernels-racecheck.log" 2>&1 || status=1
-  tail -n 5 "$OUT/kernels-racecheck.log"
+  if [[ " $SANITIZERS " == *" racecheck "* ]]; then
+    echo "==> kernels: compute-sanitizer racecheck ($filter)"
+    timeout 200 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_filter="$filter" \
+      >"$OUT/kernels-racecheck.log" 2>&1 || status=1
+    tail -n 5 "$OUT/kernels-racecheck.log"
+  fi
 fi
 
 if [[ "$NCU" == 1 ]] && command -v ncu >/dev/null 2>&1; then

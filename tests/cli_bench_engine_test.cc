@@ -129,6 +129,15 @@ TEST_F(CliBenchEngine, DecodeRunsEveryModeAndSkipsGraphsOnTheCpu) {
     EXPECT_EQ(run["peak_running"], batch) << run;
     const double per_step = run["decode_seconds"].get<double>() * 1000 / (kDecodeTokens - 1);
     EXPECT_NEAR(run["ms_per_step"].get<double>(), per_step, 1e-9 + per_step * 1e-9);
+    // Equal prompts and lengths: every sequence ends in the window's last step, and the steps
+    // before it end none; the two parts are each step's own time, within the window's.
+    EXPECT_EQ(run["retiring_steps"], 1) << run;
+    const double running = run["ms_per_running_step"].get<double>();
+    const double retiring = run["retiring_ms"].get<double>();
+    EXPECT_GT(running, 0) << run;
+    EXPECT_GT(retiring, 0) << run;
+    EXPECT_LE(running * (kDecodeTokens - 2) + retiring, per_step * (kDecodeTokens - 1) + 1e-6)
+        << run;
   }
   EXPECT_EQ(modes, (std::set<std::string>{"graphs", "eager", "preallocated"}));
 }

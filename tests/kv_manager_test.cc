@@ -2,7 +2,7 @@
 // releases is run through a manager and, on a second identical space, straight against the
 // arena (caching off) or a PrefixCache over it (caching on). Slots, cached tokens and every
 // statistic must match; the padding slot is counted in the space's slots; preallocation
-// commits the whole context once.
+// commits the whole context once and keeps it mapped for the next admission.
 #include "kvvm/engine/kv_manager.h"
 
 #include <gtest/gtest.h>
@@ -325,6 +325,25 @@ TEST(KvManager, PreallocationCommitsTheContextOnceAndNeverGrows) {
   EXPECT_EQ(kv.stats().arena.ensures, ensures);
   EXPECT_TRUE(kv.release(a->slot).ok());
   EXPECT_EQ(kv.stats().arena.active_slots, 0u);
+
+  // Released, the slot keeps its windows (reclaimable, not in use): the next admission takes
+  // them without a driver call, as a preallocating server reuses the cache it allocated once.
+  const KvManagerStats released = kv.stats();
+  EXPECT_EQ(released.arena.reclaimable_bytes, released.arena.physical_bytes);
+  EXPECT_GT(released.arena.physical_bytes, 0u);
+  EXPECT_EQ(released.usage, 0.0);
+  const Driver& driver = space->arena().pool().driver();
+  const DriverCallCounts before = driver.counts();
+  Result<KvAdmission> b = kv.admit(ids(20, 3), 0);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(b->slot, a->slot);
+  EXPECT_EQ(space->arena().tokens(b->slot), kContext);
+  EXPECT_EQ(kv.stats().arena.reused_admissions, 1u);
+  const DriverCallCounts after = driver.counts();
+  for (DriverOp op : {DriverOp::kCreate, DriverOp::kMap, DriverOp::kSetAccess, DriverOp::kUnmap}) {
+    EXPECT_EQ(after.of(op), before.of(op)) << to_string(op) << " calls on reuse";
+  }
+  EXPECT_TRUE(kv.release(b->slot).ok());
 }
 
 TEST(KvManager, RefusalsAreTheArenasAndHoldNothing) {

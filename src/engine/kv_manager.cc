@@ -99,7 +99,12 @@ Status KvManager::written(SlotId slot, std::uint64_t tokens) {
 
 Status KvManager::release(SlotId slot) {
   if (!cache_ || uncached_.contains(slot)) {
-    const Status released = space_.arena().release(slot);
+    // A preallocated slot keeps its windows mapped (reclaimable) for the next admission, as a
+    // preallocating server allocates its cache once: unmapping max context's windows at every
+    // end costs the driver tens of microseconds a granule, which the next admission would pay
+    // again to map them back.
+    const Status released =
+        options_.preallocate ? space_.arena().finish(slot) : space_.arena().release(slot);
     // A failed release changed nothing: the slot stays known for the caller's retry (a
     // quarantined one is gone for good).
     if (released.ok() || released.code() == StatusCode::kFailedPrecondition) uncached_.erase(slot);

@@ -652,19 +652,20 @@ Status CudaModel::linear_fp8(const void* x, const void* weight, const float* sca
                              const void* bias, void* y, std::uint32_t rows, std::uint32_t in,
                              std::uint32_t out, bool x_quantized) {
   const Fp8Scales kind = fp8_scales_of(config().weight_quant);
+  // The GEMV's fields but its activations, which depend on the form below.
+  Fp8GemvArgs gemv;
+  gemv.element = compute_;
+  gemv.scales_kind = kind;
+  gemv.rows = rows;
+  gemv.in = in;
+  gemv.out = out;
+  gemv.bias = bias;
+  gemv.weight = weight;
+  gemv.scales = scales;
+  gemv.y = y;
   if (rows <= kFp8WideningRows) {
-    Fp8GemvArgs p;
-    p.element = compute_;
-    p.scales_kind = kind;
-    p.rows = rows;
-    p.in = in;
-    p.out = out;
-    p.bias = bias;
-    p.x = x;
-    p.weight = weight;
-    p.scales = scales;
-    p.y = y;
-    return fp8_gemv_cuda(p, stream_);
+    gemv.x = x;
+    return fp8_gemv_cuda(gemv, stream_);
   }
   // Rows are padded to a multiple of 4 (cuBLASLt's): the padding rows are quantized as zeros
   // and the GEMM's outputs for them land in the buffers' padding (allocate_buffers sizes them
@@ -683,20 +684,10 @@ Status CudaModel::linear_fp8(const void* x, const void* weight, const float* sca
     KVVM_RETURN_IF_ERROR(fp8_quantize_cuda(quantize, stream_));
   }
   if (rows <= kFp8GemvRows) {
-    Fp8GemvArgs p;
-    p.element = compute_;
-    p.scales_kind = kind;
-    p.rows = rows;
-    p.in = in;
-    p.out = out;
-    p.bias = bias;
-    p.xq = xq_;
-    p.x_scales = xq_scales_;
-    p.x_stride = padded;
-    p.weight = weight;
-    p.scales = scales;
-    p.y = y;
-    return fp8_gemv_cuda(p, stream_);
+    gemv.xq = xq_;
+    gemv.x_scales = xq_scales_;
+    gemv.x_stride = padded;
+    return fp8_gemv_cuda(gemv, stream_);
   }
   KVVM_RETURN_IF_ERROR(lay_bias_under(bias, y, padded, out));
   Fp8MatmulArgs gemm;

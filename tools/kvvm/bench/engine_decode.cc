@@ -30,6 +30,11 @@ struct BatchTimes {
   std::uint64_t decode_steps = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  // The decode window's steps that ended no sequence, and those that ended one or more.
+  std::uint64_t running_steps = 0;
+  double running_seconds = 0;
+  std::uint64_t retiring_steps = 0;
+  double retiring_seconds = 0;
   bool all_first = false;
 };
 
@@ -37,6 +42,7 @@ struct BatchTimes {
 struct BatchProgress {
   std::uint64_t tokens = 0;
   std::uint32_t started = 0;  // sequences with their first token
+  std::uint32_t ended = 0;    // sequences finished, however
   std::uint32_t failed = 0;
   Status first_error;
 };
@@ -61,6 +67,7 @@ Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
             *seen = true;
             ++progress.started;
           }
+          if (event.finished) ++progress.ended;
           if (event.finished && event.end == engine::RequestEnd::kError) {
             if (progress.failed++ == 0) progress.first_error = event.error;
           }
@@ -73,6 +80,8 @@ Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
   Clock::time_point last = start;
   for (;;) {
     const std::uint64_t tokens_before = progress.tokens;
+    const std::uint32_t ended_before = progress.ended;
+    const Clock::time_point step_start = Clock::now();
     Result<bool> more = engine.step();
     if (!more.ok()) return more.status().with_context("engine step");
     // Only steps that produced tokens count: a last step that only retires sequences (or a
@@ -80,6 +89,16 @@ Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
     if (progress.tokens > tokens_before) {
       ++steps;
       last = Clock::now();
+      if (times.all_first) {
+        const double took = seconds(last - step_start);
+        if (progress.ended > ended_before) {
+          ++times.retiring_steps;
+          times.retiring_seconds += took;
+        } else {
+          ++times.running_steps;
+          times.running_seconds += took;
+        }
+      }
     }
     if (!times.all_first && progress.started == batch) {
       times.all_first = true;
@@ -173,6 +192,12 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
   }
   if (times->decode_steps > 0) {
     run.ms_per_step = times->decode_seconds * 1000 / static_cast<double>(times->decode_steps);
+  }
+  run.retiring_steps = times->retiring_steps;
+  run.retiring_ms = times->retiring_seconds * 1000;
+  if (times->running_steps > 0) {
+    run.ms_per_running_step =
+        times->running_seconds * 1000 / static_cast<double>(times->running_steps);
   }
   run.peak_running = after.peak_running;
   run.graph_replays = after.graphs.replays - before.graphs.replays;

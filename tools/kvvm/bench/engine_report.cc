@@ -20,6 +20,9 @@ nlohmann::ordered_json decode_json(const DecodeRun& run) {
   }
   json["decode_tokens_per_s"] = run.decode_tokens_per_s;
   json["ms_per_step"] = run.ms_per_step;
+  json["ms_per_running_step"] = run.ms_per_running_step;
+  json["retiring_steps"] = run.retiring_steps;
+  json["retiring_ms"] = run.retiring_ms;
   json["decode_tokens"] = run.decode_tokens;
   json["decode_steps"] = run.decode_steps;
   json["decode_seconds"] = run.decode_seconds;
@@ -143,18 +146,20 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
     out << "\nDecode (" << report.prompt_tokens << "-token random prompts, " << report.decode_tokens
         << " greedy tokens each, end tokens ignored; timed after every sequence has its first "
            "token):\n";
-    TextTable table(
-        {"mode", "batch", "tokens/s", "ms/step", "steps", "prefill s", "peak", "graph replays"}, 1,
-        "note");
+    TextTable table({"mode", "batch", "tokens/s", "ms/step", "steps", "ms/step ending none",
+                     "ending steps (ms)", "prefill s", "peak", "graph replays"},
+                    1, "note");
     for (const DecodeRun& run : report.decode) {
       if (!run.skipped.empty()) {
         table.add({run.mode, str(run.batch)}, "skipped: " + run.skipped);
         continue;
       }
-      table.add({run.mode, str(run.batch), fixed(run.decode_tokens_per_s, 1),
-                 fixed(run.ms_per_step, 3), str(run.decode_steps), fixed(run.prefill_seconds, 3),
-                 str(run.peak_running), str(run.graph_replays)},
-                run.note);
+      table.add(
+          {run.mode, str(run.batch), fixed(run.decode_tokens_per_s, 1), fixed(run.ms_per_step, 3),
+           str(run.decode_steps), fixed(run.ms_per_running_step, 3),
+           str(run.retiring_steps) + " (" + fixed(run.retiring_ms, 1) + ")",
+           fixed(run.prefill_seconds, 3), str(run.peak_running), str(run.graph_replays)},
+          run.note);
     }
     table.print(out);
   }

@@ -25,6 +25,12 @@ struct DecodeRun {
   double decode_seconds = 0;           // that moment to the last token
   double decode_tokens_per_s = 0;
   double ms_per_step = 0;
+  // The window's steps split by whether they ended a sequence: a step that ends one also
+  // releases its slot (the arena unmaps its windows, tens of microseconds a granule on a GPU),
+  // work ms_per_step spreads over all the steps.
+  double ms_per_running_step = 0;    // steps that ended no sequence
+  std::uint64_t retiring_steps = 0;  // steps that ended at least one
+  double retiring_ms = 0;            // their time, in all
   std::uint32_t peak_running = 0;
   std::uint64_t graph_replays = 0;
   std::uint64_t eager_steps = 0;
