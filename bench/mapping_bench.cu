@@ -12,8 +12,8 @@
 //   graph    a graph of 100 empty kernels launched 20 times, per kernel
 //   sync     one empty kernel then cudaStreamSynchronize, per round trip
 //   copy     4 KiB of pinned host memory to the device then cudaStreamSynchronize
-//   spread   a kernel reading one 128-byte line from each of 4,096 granules spread evenly over
-//            the mapped span (one read per granule when 4,096 or fewer are mapped), per kernel
+//   spread   a kernel reading 16 bytes from each of 4,096 granules spread evenly over the
+//            mapped span (one read per granule when 4,096 or fewer are mapped), per kernel
 // Usage: mapping_bench [most handles, default 16384]
 #include <cuda_runtime.h>
 
@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 

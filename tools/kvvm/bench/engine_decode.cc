@@ -30,9 +30,7 @@ struct BatchTimes {
   std::uint64_t decode_steps = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;
-  // The decode window's steps that ended no sequence, and those that ended one or more.
-  std::uint64_t running_steps = 0;
-  double running_seconds = 0;
+  // The decode window's steps that ended one or more sequences (the rest ended none).
   std::uint64_t retiring_steps = 0;
   double retiring_seconds = 0;
   bool all_first = false;
@@ -89,15 +87,9 @@ Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
     if (progress.tokens > tokens_before) {
       ++steps;
       last = Clock::now();
-      if (times.all_first) {
-        const double took = seconds(last - step_start);
-        if (progress.ended > ended_before) {
-          ++times.retiring_steps;
-          times.retiring_seconds += took;
-        } else {
-          ++times.running_steps;
-          times.running_seconds += took;
-        }
+      if (times.all_first && progress.ended > ended_before) {
+        ++times.retiring_steps;
+        times.retiring_seconds += seconds(last - step_start);
       }
     }
     if (!times.all_first && progress.started == batch) {
@@ -195,9 +187,11 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
   }
   run.retiring_steps = times->retiring_steps;
   run.retiring_ms = times->retiring_seconds * 1000;
-  if (times->running_steps > 0) {
-    run.ms_per_running_step =
-        times->running_seconds * 1000 / static_cast<double>(times->running_steps);
+  // The window is its steps (and the loop between them): what the ending steps did not take,
+  // the others did.
+  if (times->decode_steps > times->retiring_steps) {
+    run.ms_per_running_step = (times->decode_seconds - times->retiring_seconds) * 1000 /
+                              static_cast<double>(times->decode_steps - times->retiring_steps);
   }
   run.peak_running = after.peak_running;
   run.graph_replays = after.graphs.replays - before.graphs.replays;

@@ -3,11 +3,10 @@
 // on this thread. After each step the clock is read; the decode window opens at the end of
 // the step that gave the last sequence its first token, and closes at the end of the last
 // step, so decode tokens/s and ms per step leave prefill (and decode steps that ran mixed with
-// it) out; the window's steps are also timed one by one and split by whether they ended a
-// sequence (ending one releases its slot, whose windows the arena unmaps), so the release is
-// reported apart from the steady step. A warm-up batch of other random prompts (two tokens
-// each) runs first on the same engine, so first-use costs (cuBLAS handles, lazy kernel loads)
-// are not counted.
+// it) out; the steps that ended a sequence (ending one releases its slot, whose windows the
+// arena unmaps) are also timed one by one, so the release is reported apart from the steady
+// step. A warm-up batch of other random prompts (two tokens each) runs first on the same
+// engine, so first-use costs (cuBLAS handles, lazy kernel loads) are not counted.
 #pragma once
 
 #include <cstdint>
