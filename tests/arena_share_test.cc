@@ -102,6 +102,100 @@ TYPED_TEST(ArenaShareTest, APrefixIsChargedOnceAndLivesAsLongAsItsLastUser) {
   EXPECT_EQ(testing::check_invariants(this->world()), "");
 }
 
+// An engine ends its sequences with finish: the next sharer of the same prefix takes a
+// finished slot that still maps it, with no driver call for the prefix's windows.
+TYPED_TEST(ArenaShareTest, TheNextSharerTakesTheFinishedSlotStillMappingItsPrefix) {
+  this->make_budget(4096, 0);
+  Arena& arena = this->make_arena(Layout::kTokenMajor, 6, 16);
+  const LayoutPlan& plan = arena.plan();
+  const std::uint64_t g = plan.granule;
+  const std::uint64_t p = this->prefix_tokens(plan, 3);
+  const std::uint64_t w = this->tokens_for_windows(plan, 1);
+  const std::uint64_t tokens = p + 2 * w;
+  const std::uint64_t windows = plan.windows_per_fragment(tokens);  // 3 shared, 3 private
+  ASSERT_EQ(windows, 6u);
+  const std::uint64_t seed = testing::fresh_seed();
+  const auto published = [&](std::uint64_t s) -> std::pair<SlotId, std::shared_ptr<SharedPrefix>> {
+    auto owner = arena.admit(p);
+    EXPECT_TRUE(owner.ok()) << owner.status().to_string();
+    this->write_tokens(arena, *owner, 0, p, s);
+    auto prefix = arena.publish(*owner, p);
+    EXPECT_TRUE(prefix.ok()) << prefix.status().to_string();
+    return {*owner, *prefix};
+  };
+  const auto [owner, prefix] = published(seed);
+  const auto [other_owner, other_prefix] = published(seed ^ 7);
+  // A sharer of each prefix writes its own tokens, turns its first private window read-only
+  // (as the prefix cache publishes a finished window) and ends.
+  const auto shared_and_finished = [&](const SharedPrefix& of) {
+    auto sharer = arena.admit_shared(of, tokens);
+    EXPECT_TRUE(sharer.ok()) << sharer.status().to_string();
+    this->write_tokens(arena, *sharer, p, tokens, seed ^ 1);
+    EXPECT_TRUE(arena.seal_windows(*sharer, 3, 4).ok());
+    EXPECT_TRUE(arena.finish(*sharer).ok());
+    return *sharer;
+  };
+  const SlotId other_finished = shared_and_finished(*other_prefix);
+  const SlotId finished = shared_and_finished(*prefix);
+  EXPECT_EQ(arena.stats().finished_slots, 2u);
+  // Their prefix windows belong to the owners: not reclaimable; the private ones are.
+  EXPECT_EQ(arena.stats().reclaimable_bytes, 2 * (windows - 3) * g);
+
+  const DriverCallCounts before = this->fault_->counts();
+  const ArenaStats stats_before = arena.stats();
+  auto next = arena.admit_shared(*prefix, tokens);
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  EXPECT_EQ(*next, finished) << "not the other prefix's slot " << other_finished;
+  const DriverCallCounts after = this->fault_->counts();
+  // The read-only window 3 and the windows after it are unmapped (in one coalesced call) and
+  // committed again; the prefix's windows stay: maps for windows [3, 6) only.
+  EXPECT_EQ(after.of(DriverOp::kMap) - before.of(DriverOp::kMap), windows - 3);
+  EXPECT_EQ(arena.stats().reclaimed_bytes - stats_before.reclaimed_bytes, (windows - 3) * g);
+  const ArenaStats stats = arena.stats();
+  EXPECT_EQ(stats.reused_admissions, stats_before.reused_admissions + 1);
+  EXPECT_EQ(stats.shared_admissions, stats_before.shared_admissions + 1);
+  EXPECT_EQ(stats.readonly_windows, 3u + 3u + 3u) << "the owners' 3 each, the sharer's 3";
+  this->expect_tokens(arena, *next, 0, p, seed);  // the prefix, and the boundary copied
+  this->write_tokens(arena, *next, p, tokens, seed ^ 2);
+  EXPECT_EQ(stats.cow_copies + stats.cow_in_place,
+            stats_before.cow_copies + stats_before.cow_in_place)
+      << "window 3 was replaced, not copied";
+  this->expect_tokens(arena, owner, 0, p, seed);
+  this->expect_tokens(arena, other_owner, 0, p, seed ^ 7);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+
+  // A failed commit of the private windows leaves the slot finished with the prefix still
+  // mapped, and the next admission takes it again.
+  ASSERT_TRUE(arena.finish(*next).ok());
+  auto ended = arena.admit_shared(*prefix, tokens + 2 * w);
+  ASSERT_TRUE(ended.ok()) << ended.status().to_string();
+  ASSERT_EQ(*ended, finished);
+  ASSERT_TRUE(arena.finish(*ended).ok());
+  this->fault_->fail_nth(DriverOp::kMap, 1);
+  auto refused = arena.admit_shared(*prefix, tokens + 4 * w);
+  EXPECT_EQ(refused.status().code(), StatusCode::kDriverError) << refused.status().to_string();
+  EXPECT_EQ(arena.stats().finished_slots, 2u);
+  EXPECT_EQ(arena.stats().quarantined_slots, 0u);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+  auto retried = arena.admit_shared(*prefix, tokens + 4 * w);
+  ASSERT_TRUE(retried.ok()) << retried.status().to_string();
+  EXPECT_EQ(*retried, finished);
+  this->expect_tokens(arena, *retried, 0, p, seed);
+
+  // A failed unmap of what the slot does not keep quarantines it; the sharer gets an empty
+  // slot instead.
+  ASSERT_TRUE(arena.seal_windows(*retried, 3, 4).ok());
+  ASSERT_TRUE(arena.finish(*retried).ok());
+  this->fault_->fail_fraction(DriverOp::kUnmap, 1.0, 1);  // the coalesced call and each retry
+  auto elsewhere = arena.admit_shared(*prefix, tokens);
+  this->fault_->clear();
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.status().to_string();
+  EXPECT_NE(*elsewhere, finished);
+  EXPECT_EQ(arena.stats().quarantined_slots, 1u);
+  this->expect_tokens(arena, *elsewhere, 0, p, seed);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
 TYPED_TEST(ArenaShareTest, ASharerIsChargedOnlyItsPrivateBytesInEveryLayout) {
   for (Layout layout : all_layouts()) {
     SCOPED_TRACE(std::string(to_string(layout)));

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -45,6 +46,37 @@ TEST(HostDriver, InfoDescribesTheHost) {
   EXPECT_TRUE(info.vmm_supported);
   EXPECT_GT(info.total_bytes, 0u);
   EXPECT_FALSE(info.device_name.empty());
+}
+
+TEST(HostDriver, CountsTheTimeOfEveryCallByKind) {
+  std::unique_ptr<Driver> driver = host();
+  ASSERT_NE(driver, nullptr);
+  const std::size_t granule = driver->granule();
+  const auto start = std::chrono::steady_clock::now();
+  Result<Address> base = driver->reserve(4 * granule);
+  ASSERT_TRUE(base.ok()) << base.status().to_string();
+  Result<Handle> handle = driver->create(granule);
+  ASSERT_TRUE(handle.ok()) << handle.status().to_string();
+  for (std::size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(driver->map(*base + i * granule, granule, *handle, 0).ok());
+    ASSERT_TRUE(driver->set_access(*base + i * granule, granule, Access::kReadWrite).ok());
+  }
+  for (std::size_t i = 0; i < 4; ++i) ASSERT_TRUE(driver->unmap(*base + i * granule, granule).ok());
+  ASSERT_TRUE(driver->release(*handle).ok());
+  ASSERT_TRUE(driver->free(*base, 4 * granule).ok());
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const DriverCallCounts counts = driver->counts();
+  double sum = 0;
+  for (DriverOp op : {DriverOp::kReserve, DriverOp::kCreate, DriverOp::kMap, DriverOp::kSetAccess,
+                      DriverOp::kUnmap, DriverOp::kRelease, DriverOp::kFree}) {
+    // Every call is a system call (mmap, mprotect, munmap, memfd): never free.
+    EXPECT_GT(counts.seconds(op), 0.0) << to_string(op);
+    sum += counts.seconds(op);
+  }
+  // Only the calls' own time: within the caller's wall time around them all.
+  EXPECT_LE(sum, wall);
+  EXPECT_EQ(counts.seconds(DriverOp::kCopy), 0.0);  // no call of that kind
 }
 
 TEST(HostDriver, OneHandleAtTwoAddressesIsOneCopy) {

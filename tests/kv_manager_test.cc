@@ -124,8 +124,9 @@ class Direct : public Kv {
   Status written(SlotId slot, std::uint64_t tokens) override {
     return cache_ ? cache_->written(slot, tokens) : Status::Ok();
   }
+  // Ends keep the windows mapped for the next admission (finish, not release).
   Status release(SlotId slot) override {
-    return cache_ ? cache_->release(slot) : space_.arena().release(slot);
+    return cache_ ? cache_->finish(slot) : space_.arena().finish(slot);
   }
   KvManagerStats stats() override {
     KvManagerStats s;
@@ -133,7 +134,8 @@ class Direct : public Kv {
     if (cache_) s.prefix = cache_->stats();
     s.arena = space_.arena().stats();
     // In use: what active sequences map, physically (finished slots' windows are reclaimable).
-    s.usage = static_cast<double>(s.arena.physical_bytes - s.arena.reclaimable_bytes) /
+    s.usage = static_cast<double>(s.arena.physical_bytes -
+                                  std::min(s.arena.physical_bytes, s.arena.reclaimable_bytes)) /
               static_cast<double>(tier.limit);
     return s;
   }

@@ -41,7 +41,10 @@ ServerMetrics::Inputs made_up_inputs() {
   in.weights.physical_bytes = 5ull << 30;
   in.weights.split.streamed_bytes_per_step = 7ull << 29;
   in.weights.split.streamed_layers = 11;
-  for (std::size_t i = 0; i < kDriverOpCount; ++i) in.driver.calls[i] = 100 + i;
+  for (std::size_t i = 0; i < kDriverOpCount; ++i) {
+    in.driver.calls[i] = 100 + i;
+    in.driver.nanoseconds[i] = 250'000'000 * (i + 1);  // a quarter second per op index
+  }
   in.draining = true;
   in.cache.layout = "head-major";
   in.cache.cache_dtype = "bf16";
@@ -135,6 +138,11 @@ TEST(ServerMetrics, CountersAndGaugesEqualTheInputs) {
     EXPECT_EQ(value(families, "kvvm_driver_calls_total", {{"op", op}}), double(100 + i)) << op;
   }
   EXPECT_EQ(find_family(families, "kvvm_driver_calls_total")->samples.size(), kDriverOpCount);
+  for (std::size_t i = 0; i < kDriverOpCount; ++i) {
+    const std::string op(to_string(static_cast<DriverOp>(i)));
+    EXPECT_EQ(value(families, "kvvm_driver_seconds_total", {{"op", op}}), 0.25 * double(i + 1))
+        << op;
+  }
   // Nothing counted yet: the fixed label sets are there at 0.
   EXPECT_EQ(value(families, "vllm:request_success_total",
                   {{"model_name", "tiny"}, {"finished_reason", "stop"}}),

@@ -73,10 +73,12 @@ struct ArenaOptions {
 using SlotId = std::uint32_t;
 
 struct ArenaStats {
-  std::uint64_t committed_bytes = 0;    // mapped under the arena, every slot
-  std::uint64_t live_bytes = 0;         // tokens * bytes per token, active slots
-  std::uint64_t reclaimable_bytes = 0;  // mapped in finished slots
-  double waste_ratio = 0;               // (committed - live) / live; 0 when nothing is live
+  std::uint64_t committed_bytes = 0;  // mapped under the arena, every slot
+  std::uint64_t live_bytes = 0;       // tokens * bytes per token, active slots
+  // Mapped in finished slots, less the prefix windows they still map read-only (a sharer's or
+  // the prefix cache's bytes: unmapping them there gives nothing back).
+  std::uint64_t reclaimable_bytes = 0;
+  double waste_ratio = 0;  // (committed - live) / live; 0 when nothing is live
   std::uint32_t active_slots = 0;
   std::uint32_t finished_slots = 0;
   std::uint32_t quarantined_slots = 0;

@@ -6,8 +6,9 @@
 // on a GPU and on the host, and a fault-injecting driver can sit in between to force every
 // rollback path in tests.
 //
-// RMM-style: the public entry points are non-virtual and count every call by kind (so no
-// driver call is hidden from the bookkeeping); implementations override the protected do_*.
+// RMM-style: the public entry points are non-virtual and count every call by kind, with the
+// time it took (so no driver call, and none of its cost, is hidden from the bookkeeping);
+// implementations override the protected do_*.
 //
 // Thread-safety: implementations are safe to call from several threads at once; the call
 // counters are atomic.
@@ -15,6 +16,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -74,12 +76,18 @@ enum class DriverOp {
 inline constexpr std::size_t kDriverOpCount = 10;
 std::string_view to_string(DriverOp op);
 
-// Calls made so far, by kind, and how many of them failed.
+// Calls made so far, by kind, how many of them failed, and the wall time they took (summed
+// over every calling thread: the cost of mapping on a GPU is the driver's, tens of
+// microseconds a granule, and where it is paid is what an engine's step time hides).
 struct DriverCallCounts {
   std::array<std::uint64_t, kDriverOpCount> calls{};
   std::array<std::uint64_t, kDriverOpCount> failures{};
+  std::array<std::uint64_t, kDriverOpCount> nanoseconds{};
   std::uint64_t of(DriverOp op) const { return calls[static_cast<std::size_t>(op)]; }
   std::uint64_t failed(DriverOp op) const { return failures[static_cast<std::size_t>(op)]; }
+  double seconds(DriverOp op) const {
+    return static_cast<double>(nanoseconds[static_cast<std::size_t>(op)]) * 1e-9;
+  }
   std::uint64_t total() const;
 };
 
@@ -154,15 +162,19 @@ class Driver {
   virtual Status do_wait_fence(Fence fence) = 0;
 
  private:
-  Status count(DriverOp op, Status status);
+  using Clock = std::chrono::steady_clock;
+  // Counts a call that started at `start` (taken before the call: the arguments of one
+  // expression are evaluated in no set order).
+  Status count(DriverOp op, Clock::time_point start, Status status);
   template <typename T>
-  Result<T> count(DriverOp op, Result<T> result) {
-    count(op, result.ok() ? Status::Ok() : result.status()).ignore();
+  Result<T> count(DriverOp op, Clock::time_point start, Result<T> result) {
+    count(op, start, result.ok() ? Status::Ok() : result.status()).ignore();
     return result;
   }
 
   std::array<std::atomic<std::uint64_t>, kDriverOpCount> calls_{};
   std::array<std::atomic<std::uint64_t>, kDriverOpCount> failures_{};
+  std::array<std::atomic<std::uint64_t>, kDriverOpCount> nanoseconds_{};
 };
 
 }  // namespace kvvm

@@ -113,6 +113,9 @@ class PrefixCache {
   Status written(SlotId slot, std::uint64_t tokens);
   // The sequence is done: its pins go, then Arena::release.
   Status release(SlotId slot, Stream stream = nullptr);
+  // The same with Arena::finish: the slot's windows stay mapped (reclaimable), so the next
+  // sharer of its prefix can take the slot with that prefix still mapped (an engine's ends).
+  Status finish(SlotId slot, Stream stream = nullptr);
 
   // Evicts unpinned entries (least recently used leaves first) until the pool has given
   // `bytes` back to the tier or none is left; returns the bytes given back.
@@ -164,6 +167,8 @@ class PrefixCache {
   void add_child(Entry* parent) KVVM_REQUIRES(mutex_);
   void update_evictable(Entry* entry) KVVM_REQUIRES(mutex_);
   void drop_locked(Entry* entry, std::vector<HandleInfo>& unheld) KVVM_REQUIRES(mutex_);
+  // The sequence in the slot is done: its pins go (release and finish).
+  void forget(SlotId slot) KVVM_EXCLUDES(mutex_);
 
   Arena& arena_;
   Governor& governor_;

@@ -98,19 +98,20 @@ Status KvManager::written(SlotId slot, std::uint64_t tokens) {
 }
 
 Status KvManager::release(SlotId slot) {
+  // A sequence ends with its windows kept mapped (reclaimable, given back under budget
+  // pressure): unmapping them at every end costs the driver tens of microseconds a granule on
+  // a GPU, and the next admission would pay as much again to map its own. The arena admits
+  // into a finished slot's private windows, the prefix cache's next sharer of a prefix into
+  // the slot that still maps it, and a preallocated slot is reused whole, as a preallocating
+  // server allocates its cache once.
   if (!cache_ || uncached_.contains(slot)) {
-    // A preallocated slot keeps its windows mapped (reclaimable) for the next admission, as a
-    // preallocating server allocates its cache once: unmapping max context's windows at every
-    // end costs the driver tens of microseconds a granule, which the next admission would pay
-    // again to map them back.
-    const Status released =
-        options_.preallocate ? space_.arena().finish(slot) : space_.arena().release(slot);
+    const Status released = space_.arena().finish(slot);
     // A failed release changed nothing: the slot stays known for the caller's retry (a
     // quarantined one is gone for good).
     if (released.ok() || released.code() == StatusCode::kFailedPrecondition) uncached_.erase(slot);
     return released;
   }
-  return cache_->release(slot);
+  return cache_->finish(slot);
 }
 
 Status KvManager::reserve_pad_slot() {

@@ -204,7 +204,7 @@ ArenaStats ArenaState::stats() const {
   const SlotTotals& t = totals_;
   stats.committed_bytes = t.committed_windows * window_bytes;
   stats.live_bytes = t.live_tokens * plan.bytes_per_token;
-  stats.reclaimable_bytes = t.finished_windows * window_bytes;
+  stats.reclaimable_bytes = (t.finished_windows - t.finished_shared_windows) * window_bytes;
   stats.active_slots = static_cast<std::uint32_t>(t.active);
   stats.finished_slots = static_cast<std::uint32_t>(t.finished);
   stats.quarantined_slots = static_cast<std::uint32_t>(t.quarantined);
@@ -236,10 +236,16 @@ void ArenaState::SlotTotals::add(const Slot& slot, int sign) {
       readonly_windows += k * static_cast<std::uint64_t>(
                                   std::count(slot.readonly.begin(), slot.readonly.end(), true));
       break;
-    case SlotState::kFinished:
+    case SlotState::kFinished: {
       finished += k;
       finished_windows += k * slot.windows;
+      const auto first = slot.readonly.begin();
+      const auto shared = static_cast<std::ptrdiff_t>(
+          std::min<std::uint64_t>(slot.shared_windows, slot.readonly.size()));
+      finished_shared_windows +=
+          k * static_cast<std::uint64_t>(std::count(first, first + shared, true));
       break;
+    }
     case SlotState::kQuarantined:
       quarantined += k;
       break;

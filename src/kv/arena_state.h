@@ -73,6 +73,13 @@ struct ArenaState {
     std::vector<bool> readonly;
     // Prefixes whose boundary bytes this sequence holds intact (a source for new sharers).
     std::vector<std::weak_ptr<const SharedPrefix>> sourcing;
+    // The handles ([f * k + w]) the last admit_shared() here mapped read-only at windows
+    // [0, k): a hint that lets the next sharer of that prefix take this slot once finished and
+    // keep them mapped. Checked against the reservation before use, so it may go stale.
+    std::vector<Handle> prefix_handles;
+    // Windows [0, this) were mapped from a prefix by admit_shared() (those still read-only
+    // hold a sharer's or the prefix cache's bytes, which unmapping them here gives no one).
+    std::uint64_t shared_windows = 0;
   };
   // What stats() reports about the slots, kept as they change so stats() does no per-slot or
   // per-block work. Windows are per fragment.
@@ -80,9 +87,10 @@ struct ArenaState {
     std::uint64_t committed_windows = 0;  // every slot
     std::uint64_t active_windows = 0;
     std::uint64_t finished_windows = 0;
-    std::uint64_t live_tokens = 0;       // active slots
-    std::uint64_t readonly_windows = 0;  // active slots
-    std::uint64_t dummy_windows = 0;     // every slot
+    std::uint64_t finished_shared_windows = 0;  // read-only prefix windows of finished slots
+    std::uint64_t live_tokens = 0;              // active slots
+    std::uint64_t readonly_windows = 0;         // active slots
+    std::uint64_t dummy_windows = 0;            // every slot
     std::uint64_t active = 0;
     std::uint64_t finished = 0;
     std::uint64_t quarantined = 0;

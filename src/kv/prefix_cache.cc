@@ -302,16 +302,22 @@ void PrefixCache::update_evictable(Entry* entry) {
   entry->evictable = leaf;
 }
 
+void PrefixCache::forget(SlotId slot) {
+  MutexLock lock(mutex_);
+  auto it = sequences_.find(slot);
+  if (it == sequences_.end()) return;
+  for (Entry* entry : it->second.pinned) unpin(entry);
+  sequences_.erase(it);
+}
+
 Status PrefixCache::release(SlotId slot, Stream stream) {
-  {
-    MutexLock lock(mutex_);
-    auto it = sequences_.find(slot);
-    if (it != sequences_.end()) {
-      for (Entry* entry : it->second.pinned) unpin(entry);
-      sequences_.erase(it);
-    }
-  }
+  forget(slot);
   return arena_.release(slot, stream);
+}
+
+Status PrefixCache::finish(SlotId slot, Stream stream) {
+  forget(slot);
+  return arena_.finish(slot, stream);
 }
 
 void PrefixCache::drop_locked(Entry* entry, std::vector<HandleInfo>& unheld) {

@@ -226,39 +226,44 @@ void PrefixSharing::restore_writable(SlotId id, const std::vector<std::uint64_t>
 }
 
 Status PrefixSharing::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_t tokens,
-                                     Stream stream) {
+                                     std::uint64_t kept, Stream stream) {
   const LayoutPlan& plan = state_.options_.plan;
   const SharedPrefixInfo& info = prefix.info();
   const std::uint64_t k = info.windows_per_fragment;
   const std::uint64_t needed = plan.windows_per_fragment(tokens);
   // 1. The shared windows, read-only, at the same offsets: one transaction, whose access
-  // changes cover each fragment's run of windows at once (all or nothing).
-  std::vector<Reservation::SharedMapping> shared;
-  shared.reserve(plan.fragments * k);
+  // changes cover each fragment's run of windows at once (all or nothing). A kept slot maps
+  // them already.
   std::vector<std::size_t> mapped;
-  mapped.reserve(plan.fragments * k);
-  for (std::uint64_t f = 0; f < plan.fragments; ++f) {
-    for (std::uint64_t w = 0; w < k; ++w) {
-      const std::size_t at = id * plan.slot_stride + f * plan.fragment_stride + w * plan.granule;
-      shared.push_back({at, prefix.handles()[f * k + w]});
-      mapped.push_back(at);
+  if (kept == 0) {
+    std::vector<Reservation::SharedMapping> shared;
+    shared.reserve(plan.fragments * k);
+    mapped.reserve(plan.fragments * k);
+    for (std::uint64_t f = 0; f < plan.fragments; ++f) {
+      for (std::uint64_t w = 0; w < k; ++w) {
+        const std::size_t at = id * plan.slot_stride + f * plan.fragment_stride + w * plan.granule;
+        shared.push_back({at, prefix.handles()[f * k + w]});
+        mapped.push_back(at);
+      }
     }
+    Status status = state_.reservation_->map_shared_many(shared, Access::kReadOnly);
+    if (!status.ok()) return status.with_context("mapping the prefix's windows");
   }
-  Status status = state_.reservation_->map_shared_many(shared, Access::kReadOnly);
-  if (!status.ok()) return status.with_context("mapping the prefix's windows");
   const auto unmap_shared = [&] {
     for (std::size_t at : mapped) (void)state_.reservation_->release(at, plan.granule);  // poisons
   };
   // 2. Private windows for the rest, under a grant for those bytes only.
-  if (needed > k) {
-    status = state_.commit_windows(id, k, needed, state_.options_.budget_wait);
+  const std::uint64_t first_private = std::max(k, kept);
+  Status status = Status::Ok();
+  if (needed > first_private) {
+    status = state_.commit_windows(id, first_private, needed, state_.options_.budget_wait);
     if (!status.ok()) {
       unmap_shared();
       return status;
     }
   }
   const auto undo_all = [&] {
-    if (needed > k) (void)state_.release_windows(id, k, needed);
+    if (needed > first_private) (void)state_.release_windows(id, first_private, needed);
     unmap_shared();
   };
   // 3. The boundary: the prefix's bytes in window k of each fragment.
@@ -271,7 +276,7 @@ Status PrefixSharing::install_prefix(SlotId id, const SharedPrefix& prefix, std:
   }
   // 4. The padded tail, as for any admission.
   if (state_.padded_windows() > 0) {
-    status = state_.cover_tail(id, std::max(k, needed));
+    status = state_.cover_tail(id, std::max(first_private, needed));
     if (!status.ok()) {
       undo_all();
       return status.with_context("mapping the dummy tail page");
@@ -338,30 +343,125 @@ Result<SlotId> PrefixSharing::admit_shared(const SharedPrefix& prefix, std::uint
                                       ": the prefix is no longer usable (every sequence that "
                                       "mapped it has gone, or none holds its boundary bytes)");
   }
+  // The last sharer of this prefix in a finished slot left it mapped: take that slot and
+  // keep the mapping (no driver call for the shared windows, where unmapping them from one
+  // slot and mapping them into another costs tens of microseconds a granule on a GPU).
+  const std::uint64_t k = prefix.info().windows_per_fragment;
+  std::vector<Handle> handles;
+  handles.reserve(prefix.handles().size());
+  for (const HandleInfo& info : prefix.handles()) handles.push_back(info.handle);
+  if (std::optional<SlotId> mapping = take_slot_mapping(handles, k)) {
+    MutexLock lock(state_.mutex_, std::defer_lock);
+    SlotClaim claim = SlotClaim::adopt(state_, *mapping, lock);
+    const std::uint64_t kept = keep_prefix_windows(*mapping, handles, k);
+    if (kept > 0) {
+      return start_sharer(*mapping, lock, prefix, std::move(handles), tokens, kept, stream, what);
+    }
+  }
   Result<SlotId> taken = state_.take_empty_slot(what);
   if (!taken.ok()) return taken.status();
-  const SlotId id = *taken;
   MutexLock lock(state_.mutex_, std::defer_lock);
-  SlotClaim claim = SlotClaim::adopt(state_, id, lock);
-  Status installed = install_prefix(id, prefix, tokens, stream);
+  SlotClaim claim = SlotClaim::adopt(state_, *taken, lock);
+  return start_sharer(*taken, lock, prefix, std::move(handles), tokens, 0, stream, what);
+}
+
+Result<SlotId> PrefixSharing::start_sharer(SlotId id, MutexLock& lock, const SharedPrefix& prefix,
+                                           std::vector<Handle> handles, std::uint64_t tokens,
+                                           std::uint64_t kept, Stream stream,
+                                           const std::string& what) {
+  const LayoutPlan& plan = state_.options_.plan;
+  Status installed = install_prefix(id, prefix, tokens, kept, stream);
   const bool poisoned = !installed.ok() && state_.has_poison(id);
   lock.lock();
   Slot& slot = state_.slots_[id];
   SlotEdit edit(state_, slot);
   if (!installed.ok()) {
+    // A kept slot stays finished with what it kept; an empty one stays empty.
     if (installed.code() == StatusCode::kResourceExhausted) ++state_.counters_.refusals;
     if (poisoned) slot.state = SlotState::kQuarantined;
     return installed.with_context(what + " into " + slot_text(id));
   }
   const std::uint64_t k = prefix.info().windows_per_fragment;
-  slot.windows = std::max(k, plan.windows_per_fragment(tokens));
+  slot.windows = std::max({k, kept, plan.windows_per_fragment(tokens)});
   state_.start_sequence(slot, tokens);
-  slot.readonly.assign(k, true);
+  if (slot.readonly.size() < k) slot.readonly.resize(k);
+  std::fill(slot.readonly.begin(), slot.readonly.begin() + static_cast<std::ptrdiff_t>(k), true);
+  slot.prefix_handles = std::move(handles);
+  slot.shared_windows = k;
   slot.sourcing.push_back(prefix.weak_from_this());
   prefix.add_source({this, id, slot.occupancy, state_.slot_base(id)});
   ++state_.counters_.admissions;
   ++state_.counters_.shared_admissions;
+  if (kept > 0) ++state_.counters_.reused_admissions;
   return id;
+}
+
+std::optional<SlotId> PrefixSharing::take_slot_mapping(const std::vector<Handle>& handles,
+                                                       std::uint64_t k) {
+  if (k == 0) return std::nullopt;
+  MutexLock lock(state_.mutex_);
+  if (state_.capture_depth_ > 0) return std::nullopt;
+  std::optional<SlotId> chosen;
+  for (SlotId id = 0; id < state_.slots_.size(); ++id) {
+    const Slot& slot = state_.slots_[id];
+    if (slot.state != SlotState::kFinished || slot.busy || slot.windows < k ||
+        slot.readonly.size() < k || slot.prefix_handles != handles) {
+      continue;
+    }
+    const auto first = slot.readonly.begin();
+    if (!std::all_of(first, first + static_cast<std::ptrdiff_t>(k), [](bool r) { return r; })) {
+      continue;
+    }
+    // The least recently used: its fence is the likeliest to have completed.
+    if (!chosen || slot.last_used < state_.slots_[*chosen].last_used) chosen = id;
+  }
+  if (chosen) state_.slots_[*chosen].busy = true;
+  return chosen;
+}
+
+std::uint64_t PrefixSharing::keep_prefix_windows(SlotId id, const std::vector<Handle>& handles,
+                                                 std::uint64_t k) {
+  const LayoutPlan& plan = state_.options_.plan;
+  // The hint against what is mapped: window w of fragment f must be one block of the
+  // prefix's handle, read-only.
+  const std::vector<Range> ranges = state_.window_ranges(id, 0, k);
+  for (std::uint64_t f = 0; f < ranges.size(); ++f) {
+    const std::vector<Block> blocks =
+        state_.reservation_->blocks_in(ranges[f].offset, ranges[f].len);
+    if (blocks.size() != k) return 0;
+    for (std::uint64_t w = 0; w < k; ++w) {
+      const Block& block = blocks[w];
+      if (block.offset != ranges[f].offset + w * plan.granule || block.bytes != plan.granule ||
+          block.handle != handles[f * k + w] || block.access != Access::kReadOnly) {
+        return 0;
+      }
+    }
+  }
+  std::uint64_t windows = 0;
+  std::uint64_t keep = k;
+  {
+    MutexLock lock(state_.mutex_);
+    const Slot& slot = state_.slots_[id];
+    windows = slot.windows;
+    while (keep < windows && !(keep < slot.readonly.size() && slot.readonly[keep])) ++keep;
+  }
+  if (keep == windows) return keep;
+  // The windows after the kept ones: a kernel of the last sequence may still read them.
+  if (!state_.fence_completed(id)) return 0;
+  Status released = state_.release_windows(id, keep, windows);
+  const bool poisoned = !released.ok() && state_.has_poison(id);
+  MutexLock lock(state_.mutex_);
+  Slot& slot = state_.slots_[id];
+  SlotEdit edit(state_, slot);
+  if (!released.ok()) {
+    if (poisoned) slot.state = SlotState::kQuarantined;
+    return 0;
+  }
+  slot.windows = keep;
+  if (slot.readonly.size() > keep) slot.readonly.resize(keep);
+  while (!slot.readonly.empty() && !slot.readonly.back()) slot.readonly.pop_back();
+  state_.counters_.reclaimed_bytes += plan.fragments * (windows - keep) * plan.granule;
+  return keep;
 }
 
 Result<SlotId> PrefixSharing::fork(SlotId parent, std::uint64_t position, Stream stream) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -62,9 +63,27 @@ class PrefixSharing final : public BoundaryHolder {
   // Makes windows read-write again in every fragment (undoing a publish no one used).
   void restore_writable(SlotId slot, const std::vector<std::uint64_t>& windows);
   // Maps the prefix, commits windows up to `tokens`, copies the boundary; all or nothing.
-  // REQUIRES the slot claimed and empty.
+  // `kept` = 0: the slot is empty. `kept` >= k: a finished slot whose windows [0, k) already
+  // map the prefix read-only and [k, kept) are private read-write (keep_prefix_windows()):
+  // only what lies past them is committed. REQUIRES the slot claimed.
   Status install_prefix(SlotId slot, const SharedPrefix& prefix, std::uint64_t tokens,
-                        Stream stream) KVVM_EXCLUDES(state_.mutex_);
+                        std::uint64_t kept, Stream stream) KVVM_EXCLUDES(state_.mutex_);
+  // The least recently used finished, idle slot whose windows [0, k) the table's hint says
+  // map `handles` ([f * k + w]) read-only, claimed (busy set for the caller to adopt).
+  std::optional<SlotId> take_slot_mapping(const std::vector<Handle>& handles, std::uint64_t k)
+      KVVM_EXCLUDES(state_.mutex_);
+  // For a slot take_slot_mapping() claimed: checks against the reservation that windows
+  // [0, k) of every fragment map `handles` read-only, then unmaps what follows the private
+  // read-write windows after them (the last sequence's published windows, which the next one
+  // would have to copy before writing). Returns the windows per fragment kept; 0 when the slot
+  // cannot be used (another mapping, a fence still pending, or a failed unmap, which
+  // quarantines it).
+  std::uint64_t keep_prefix_windows(SlotId slot, const std::vector<Handle>& handles,
+                                    std::uint64_t k) KVVM_EXCLUDES(state_.mutex_);
+  // admit_shared() with its slot claimed (`lock` defers arena.mutex_, unlocked).
+  Result<SlotId> start_sharer(SlotId slot, MutexLock& lock, const SharedPrefix& prefix,
+                              std::vector<Handle> handles, std::uint64_t tokens, std::uint64_t kept,
+                              Stream stream, const std::string& what) KVVM_EXCLUDES(state_.mutex_);
   // Copies the prefix's boundary bytes into the slot from a sequence that holds them intact.
   Status copy_boundary(SlotId slot, const SharedPrefix& prefix, Stream stream);
 

@@ -66,6 +66,8 @@ Result<SlotId> ArenaState::admit(std::uint64_t tokens) {
   SlotEdit edit(*this, slot);
   slot.windows = std::max(have, needed);
   start_sequence(slot, tokens);
+  slot.shared_windows = 0;  // a slot with read-only windows is never admitted into here
+  slot.prefix_handles.clear();
   ++counters_.admissions;
   if (previous == SlotState::kFinished) ++counters_.reused_admissions;
   return id;
@@ -473,7 +475,11 @@ std::uint64_t ArenaState::unmap_slot(SlotId id) {
     slot.windows = from;
     if (slot.readonly.size() > from) slot.readonly.resize(from);
     while (!slot.readonly.empty() && !slot.readonly.back()) slot.readonly.pop_back();
-    if (finished_slot) slot.state = SlotState::kFree;
+    if (finished_slot) {
+      slot.state = SlotState::kFree;
+      slot.prefix_handles.clear();
+      slot.shared_windows = 0;
+    }
   } else if (poisoned) {
     slot.state = SlotState::kQuarantined;
   }
@@ -489,7 +495,14 @@ bool ArenaState::fence_completed(SlotId id) {
   }
   if (fence == 0) return true;
   Result<bool> done = pool_.driver().fence_done(fence);
-  if (!done.ok() || !*done) return false;  // not yet (or unknown): keep the memory mapped
+  if (!done.ok()) {
+    // Unknown: wait for it instead (it was recorded when the sequence ended, so the wait is
+    // short); finished slots are the reclaim's first source, and a failed poll must not leave
+    // their memory to look taken. A failed wait keeps the memory mapped.
+    if (!pool_.driver().wait_fence(fence).ok()) return false;
+  } else if (!*done) {
+    return false;  // a kernel may still read it: keep the memory mapped
+  }
   Status destroyed = pool_.driver().destroy_fence(fence);
   if (!destroyed.ok()) {
     log(LogLevel::kWarning, "reclaim: " + destroyed.to_string());

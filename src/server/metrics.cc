@@ -372,6 +372,12 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
     const auto op = static_cast<DriverOp>(i);
     w.sample("kvvm_driver_calls_total", {{"op", to_string(op)}}, inputs.driver.of(op));
   }
+  w.family("kvvm_driver_seconds_total", "counter",
+           "Wall time spent in memory driver calls, by operation (summed over threads).");
+  for (std::size_t i = 0; i < kDriverOpCount; ++i) {
+    const auto op = static_cast<DriverOp>(i);
+    w.sample("kvvm_driver_seconds_total", {{"op", to_string(op)}}, inputs.driver.seconds(op));
+  }
   w.single("kvvm_weights_resident_bytes", "gauge",
            "Device bytes the weights hold (physical: the store's handles, ring slots included).",
            {}, inputs.weights.physical_bytes);

@@ -15,7 +15,8 @@
 //               vllm:request_decode_time_seconds, vllm:request_params_n,
 //               vllm:request_prompt_tokens, vllm:request_generation_tokens,
 //               vllm:iteration_tokens_total (tokens per engine step, from EngineStats)
-// and kvvm's own: kvvm_driver_calls_total{op}, kvvm_kv_committed_bytes,
+// and kvvm's own: kvvm_driver_calls_total{op}, kvvm_driver_seconds_total{op},
+// kvvm_kv_committed_bytes,
 // kvvm_kv_physical_bytes, kvvm_kv_reclaimable_bytes, kvvm_kv_budget_bytes, kvvm_kv_commits_total,
 // kvvm_kv_reclaimed_bytes_total, kvvm_requests_refused_total{reason} (overloaded = the 429s),
 // kvvm_http_responses_total{endpoint,status}, kvvm_ignored_fields_total{field}, kvvm_draining.

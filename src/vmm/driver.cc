@@ -46,72 +46,98 @@ std::uint64_t DriverCallCounts::total() const {
   return sum;
 }
 
-Status Driver::count(DriverOp op, Status status) {
+Status Driver::count(DriverOp op, Clock::time_point start, Status status) {
   const auto index = static_cast<std::size_t>(op);
+  const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start);
+  nanoseconds_[index].fetch_add(static_cast<std::uint64_t>(elapsed.count()),
+                                std::memory_order_relaxed);
   calls_[index].fetch_add(1, std::memory_order_relaxed);
   if (!status.ok()) failures_[index].fetch_add(1, std::memory_order_relaxed);
   return status;
 }
 
 Result<Address> Driver::reserve(std::size_t bytes, std::size_t alignment) {
-  return count(DriverOp::kReserve, do_reserve(bytes, alignment == 0 ? granule() : alignment));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kReserve, start,
+               do_reserve(bytes, alignment == 0 ? granule() : alignment));
 }
 
 Status Driver::free(Address base, std::size_t bytes) {
-  return count(DriverOp::kFree, do_free(base, bytes));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kFree, start, do_free(base, bytes));
 }
 
 Result<Handle> Driver::create(std::size_t bytes) {
-  return count(DriverOp::kCreate, do_create(bytes));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kCreate, start, do_create(bytes));
 }
 
-Status Driver::release(Handle handle) { return count(DriverOp::kRelease, do_release(handle)); }
+Status Driver::release(Handle handle) {
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kRelease, start, do_release(handle));
+}
 
 Status Driver::map(Address address, std::size_t bytes, Handle handle, std::size_t handle_offset) {
-  return count(DriverOp::kMap, do_map(address, bytes, handle, handle_offset));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kMap, start, do_map(address, bytes, handle, handle_offset));
 }
 
 Status Driver::set_access(Address address, std::size_t bytes, Access access) {
-  return count(DriverOp::kSetAccess, do_set_access(address, bytes, access));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kSetAccess, start, do_set_access(address, bytes, access));
 }
 
 Status Driver::unmap(Address address, std::size_t bytes) {
-  return count(DriverOp::kUnmap, do_unmap(address, bytes));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kUnmap, start, do_unmap(address, bytes));
 }
 
-Status Driver::synchronize() { return count(DriverOp::kSynchronize, do_synchronize()); }
+Status Driver::synchronize() {
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kSynchronize, start, do_synchronize());
+}
 
 Status Driver::write(Address address, const void* source, std::size_t bytes) {
-  return count(DriverOp::kCopy, do_write(address, source, bytes));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kCopy, start, do_write(address, source, bytes));
 }
 
 Status Driver::read(void* destination, Address address, std::size_t bytes) {
-  return count(DriverOp::kCopy, do_read(destination, address, bytes));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kCopy, start, do_read(destination, address, bytes));
 }
 
 Result<Fence> Driver::record_fence(Stream stream) {
-  return count(DriverOp::kFence, do_record_fence(stream));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kFence, start, do_record_fence(stream));
 }
 
 Result<bool> Driver::fence_done(Fence fence) {
-  return count(DriverOp::kFence, do_fence_done(fence));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kFence, start, do_fence_done(fence));
 }
 
 Status Driver::destroy_fence(Fence fence) {
-  return count(DriverOp::kFence, do_destroy_fence(fence));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kFence, start, do_destroy_fence(fence));
 }
 
 Status Driver::copy(Address destination, Address source, std::size_t bytes, Stream stream) {
-  return count(DriverOp::kCopy, do_copy(destination, source, bytes, stream));
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kCopy, start, do_copy(destination, source, bytes, stream));
 }
 
-Status Driver::wait_fence(Fence fence) { return count(DriverOp::kFence, do_wait_fence(fence)); }
+Status Driver::wait_fence(Fence fence) {
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kFence, start, do_wait_fence(fence));
+}
 
 DriverCallCounts Driver::counts() const {
   DriverCallCounts counts;
   for (std::size_t i = 0; i < kDriverOpCount; ++i) {
     counts.calls[i] = calls_[i].load(std::memory_order_relaxed);
     counts.failures[i] = failures_[i].load(std::memory_order_relaxed);
+    counts.nanoseconds[i] = nanoseconds_[i].load(std::memory_order_relaxed);
   }
   return counts;
 }

@@ -56,6 +56,12 @@ nlohmann::ordered_json trace_json(const TraceRun& run) {
   json["peak_running"] = run.peak_running;
   json["prefix_hit_tokens"] = run.prefix_hit_tokens;
   json["preemptions"] = run.preemptions;
+  json["kv_map_seconds"] = run.kv_map_seconds;
+  json["kv_unmap_seconds"] = run.kv_unmap_seconds;
+  json["kv_create_release_seconds"] = run.kv_create_release_seconds;
+  json["kv_map_calls"] = run.kv_map_calls;
+  json["kv_unmap_calls"] = run.kv_unmap_calls;
+  json["reused_admissions"] = run.reused_admissions;
   if (!run.first_error.empty()) json["first_error"] = run.first_error;
   if (!run.note.empty()) json["note"] = run.note;
   return json;
@@ -191,15 +197,18 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
         << "-token system prompts, seed " << report.seed;
     if (report.duration_limit_s > 0) out << ", limit " << fixed(report.duration_limit_s, 1) << " s";
     out << "):\n";
-    TextTable table({"system", "rate", "out tok/s", "TTFT p50 ms", "p99", "TPOT p50 ms", "p99",
-                     "peak", "hit tokens", "done", "429", "cancel", "fail", "preempt"},
-                    1, "note");
+    TextTable table(
+        {"system", "rate", "out tok/s", "TTFT p50 ms", "p99", "TPOT p50 ms", "p99", "peak",
+         "hit tokens", "done", "429", "cancel", "fail", "preempt", "KV map/unmap s", "reused"},
+        1, "note");
     for (const TraceRun& run : report.trace) {
       table.add(
           {run.system, fixed(run.rate, 2), fixed(run.output_tokens_per_s, 1), ms(run.ttft_p50_s),
            ms(run.ttft_p99_s), ms(run.tpot_p50_s), ms(run.tpot_p99_s), str(run.peak_running),
            str(run.prefix_hit_tokens), str(run.completed) + "/" + str(run.submitted),
-           str(run.refused_overloaded), str(run.cancelled), str(run.failed), str(run.preemptions)},
+           str(run.refused_overloaded), str(run.cancelled), str(run.failed), str(run.preemptions),
+           fixed(run.kv_map_seconds, 2) + "/" + fixed(run.kv_unmap_seconds, 2),
+           str(run.reused_admissions)},
           run.first_error);
     }
     table.print(out);

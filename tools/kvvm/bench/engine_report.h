@@ -55,8 +55,14 @@ struct TraceRun {
   std::uint32_t peak_running = 0;
   std::uint64_t prefix_hit_tokens = 0;
   std::uint64_t preemptions = 0;
-  std::string first_error;  // the first failure's message, when any failed
-  std::string note;         // what the reader should know (a preallocated engine over capacity)
+  // The KV's memory-driver calls during the replay, the engine's thread and the arena's
+  // commit-ahead worker together: seconds in map and set_access (which includes the access
+  // changes that publish windows to the prefix cache), in unmap, and in create and release.
+  double kv_map_seconds = 0, kv_unmap_seconds = 0, kv_create_release_seconds = 0;
+  std::uint64_t kv_map_calls = 0, kv_unmap_calls = 0;
+  std::uint64_t reused_admissions = 0;  // admitted into a finished slot's mapped windows
+  std::string first_error;              // the first failure's message, when any failed
+  std::string note;  // what the reader should know (a preallocated engine over capacity)
 };
 
 // One system of the choices part: one prompt answered n times.

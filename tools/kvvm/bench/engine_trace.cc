@@ -70,6 +70,8 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
   Result<std::unique_ptr<engine::Engine>> made = engine::Engine::create(model, **space, options);
   if (!made.ok()) return made.status().with_context("engine (" + run.system + ")");
   engine::Engine& engine = **made;
+  // What the space and the graphs' capture cost before the first arrival is not the replay's.
+  const ArenaStats arena_before = engine.stats().arena;
 
   const std::uint32_t vocab = model.config().vocab_size;
   std::vector<RequestRecord> records(trace.requests.size());
@@ -187,6 +189,16 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
   run.peak_running = stats.peak_running;
   run.prefix_hit_tokens = stats.cached_tokens;
   run.preemptions = stats.preemptions;
+  const DriverCallCounts& calls = stats.arena.driver_calls;
+  const DriverCallCounts& calls_before = arena_before.driver_calls;
+  const auto seconds = [&](DriverOp op) { return calls.seconds(op) - calls_before.seconds(op); };
+  const auto count = [&](DriverOp op) { return calls.of(op) - calls_before.of(op); };
+  run.kv_map_seconds = seconds(DriverOp::kMap) + seconds(DriverOp::kSetAccess);
+  run.kv_unmap_seconds = seconds(DriverOp::kUnmap);
+  run.kv_create_release_seconds = seconds(DriverOp::kCreate) + seconds(DriverOp::kRelease);
+  run.kv_map_calls = count(DriverOp::kMap);
+  run.kv_unmap_calls = count(DriverOp::kUnmap);
+  run.reused_admissions = stats.arena.reused_admissions - arena_before.reused_admissions;
   return run;
 }
 
