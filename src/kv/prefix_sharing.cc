@@ -355,24 +355,24 @@ Result<SlotId> PrefixSharing::admit_shared(const SharedPrefix& prefix, std::uint
     SlotClaim claim = SlotClaim::adopt(state_, *mapping, lock);
     const std::uint64_t kept = keep_prefix_windows(*mapping, handles, k);
     if (kept > 0) {
-      return start_sharer(*mapping, lock, prefix, std::move(handles), tokens, kept, stream, what);
+      return start_sharer(*mapping, prefix, std::move(handles), tokens, kept, stream, what);
     }
   }
   Result<SlotId> taken = state_.take_empty_slot(what);
   if (!taken.ok()) return taken.status();
   MutexLock lock(state_.mutex_, std::defer_lock);
   SlotClaim claim = SlotClaim::adopt(state_, *taken, lock);
-  return start_sharer(*taken, lock, prefix, std::move(handles), tokens, 0, stream, what);
+  return start_sharer(*taken, prefix, std::move(handles), tokens, 0, stream, what);
 }
 
-Result<SlotId> PrefixSharing::start_sharer(SlotId id, MutexLock& lock, const SharedPrefix& prefix,
+Result<SlotId> PrefixSharing::start_sharer(SlotId id, const SharedPrefix& prefix,
                                            std::vector<Handle> handles, std::uint64_t tokens,
                                            std::uint64_t kept, Stream stream,
                                            const std::string& what) {
   const LayoutPlan& plan = state_.options_.plan;
   Status installed = install_prefix(id, prefix, tokens, kept, stream);
   const bool poisoned = !installed.ok() && state_.has_poison(id);
-  lock.lock();
+  MutexLock lock(state_.mutex_);  // released before the caller's claim ends
   Slot& slot = state_.slots_[id];
   SlotEdit edit(state_, slot);
   if (!installed.ok()) {

@@ -80,10 +80,10 @@ class PrefixSharing final : public BoundaryHolder {
   // quarantines it).
   std::uint64_t keep_prefix_windows(SlotId slot, const std::vector<Handle>& handles,
                                     std::uint64_t k) KVVM_EXCLUDES(state_.mutex_);
-  // admit_shared() with its slot claimed (`lock` defers arena.mutex_, unlocked).
-  Result<SlotId> start_sharer(SlotId slot, MutexLock& lock, const SharedPrefix& prefix,
-                              std::vector<Handle> handles, std::uint64_t tokens, std::uint64_t kept,
-                              Stream stream, const std::string& what) KVVM_EXCLUDES(state_.mutex_);
+  // admit_shared() with its slot claimed (the claim's lock not held).
+  Result<SlotId> start_sharer(SlotId slot, const SharedPrefix& prefix, std::vector<Handle> handles,
+                              std::uint64_t tokens, std::uint64_t kept, Stream stream,
+                              const std::string& what) KVVM_EXCLUDES(state_.mutex_);
   // Copies the prefix's boundary bytes into the slot from a sequence that holds them intact.
   Status copy_boundary(SlotId slot, const SharedPrefix& prefix, Stream stream);
 
