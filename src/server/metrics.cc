@@ -392,7 +392,8 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
            "KV bytes of physical memory mapped, each shared handle counted once.", {},
            arena.physical_bytes);
   w.single("kvvm_kv_reclaimable_bytes", "gauge",
-           "KV bytes finished sequences keep mapped for reuse (reclaimed when memory is short).",
+           "KV bytes finished sequences keep mapped for reuse (reclaimed when memory is short), "
+           "less the prefix windows they map read-only (a sharer's or the prefix cache's).",
            {}, arena.reclaimable_bytes);
   w.single("kvvm_kv_budget_bytes", "gauge", "The KV tier's byte budget.", {}, inputs.tier.limit);
   // Not the driver's map count: that also counts the mappings of shared prefixes, copy-on-write
