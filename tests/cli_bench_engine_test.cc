@@ -165,6 +165,11 @@ TEST_F(CliBenchEngine, TraceCountsAddUpForBothSystems) {
     EXPECT_LE(run["tpot_p50_s"].get<double>(), run["tpot_p99_s"].get<double>()) << run;
     EXPECT_GT(run["ttft_p50_s"].get<double>(), 0) << run;
     EXPECT_GE(run["peak_running"].get<int>(), 1) << run;
+    // The KV's driver calls during the replay: the host driver maps every committed window.
+    EXPECT_GT(run["kv_map_calls"].get<std::uint64_t>(), 0u) << run;
+    EXPECT_GT(run["kv_map_seconds"].get<double>(), 0.0) << run;
+    EXPECT_GE(run["kv_unmap_seconds"].get<double>(), 0.0) << run;
+    EXPECT_LE(run["reused_admissions"].get<std::uint64_t>(), kRequests) << run;
     hits += run["prefix_hit_tokens"].get<std::uint64_t>();
   }
   EXPECT_EQ(trace["runs"][0]["system"], "arena");
@@ -247,6 +252,24 @@ TEST(CliBenchEngineChoices, ForkHoldsThePromptOnceAndLogprobsRunBesideGraphs) {
       << runs;
 }
 
+TEST(CliBenchEngineOptions, TraceSystemsChooseTheReplaysAndTheirOrder) {
+  const CliRun r = run(bench_args({"--no-decode", "--rates", "40", "--requests", "3", "--tenants",
+                                   "1", "--system-prompt-tokens", "16", "--trace-systems",
+                                   "preallocated,arena", "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const ordered_json runs = ordered_json::parse(r.out)["trace"]["runs"];
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0]["system"], "preallocated");
+  EXPECT_EQ(runs[1]["system"], "arena");
+  const CliRun one =
+      run(bench_args({"--no-decode", "--rates", "40", "--requests", "3", "--tenants", "1",
+                      "--system-prompt-tokens", "16", "--trace-systems", "arena", "--json"}));
+  ASSERT_EQ(one.code, kExitOk) << one.err;
+  const ordered_json alone = ordered_json::parse(one.out)["trace"]["runs"];
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(alone[0]["system"], "arena");
+}
+
 TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
   struct Case {
     std::vector<std::string> args;
@@ -267,6 +290,9 @@ TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
        {"--choices-prompt-tokens 46", "--max-context 48"}},
       {{"--logprobs", "21"}, {"--logprobs", "21"}},
       {{"--tpot-target-ms", "-2"}, {"--tpot-target-ms", "-2"}},
+      {{"--trace-systems", "arena,paged", "--no-decode"}, {"--trace-systems", "'paged'"}},
+      {{"--trace-systems", "arena,arena", "--no-decode"}, {"--trace-systems", "twice"}},
+      {{"--trace-systems", "", "--no-decode"}, {"--trace-systems", "''"}},
       {{"--max-prefill-tokens-while-decoding", "100000", "--no-decode", "--system-prompt-tokens",
         "8"},
        {"--max-prefill-tokens-while-decoding 100000", "step token budget"}},
@@ -308,7 +334,8 @@ TEST(CliBenchEngineOptions, HelpExplainsEachOption) {
                              "--choices-tokens",
                              "--no-early-refusal",
                              "--max-prefill-tokens-while-decoding",
-                             "--tpot-target-ms"}) {
+                             "--tpot-target-ms",
+                             "--trace-systems"}) {
     EXPECT_TRUE(contains(r.out, option)) << option;
   }
 }

@@ -43,9 +43,10 @@ struct BenchEngineOptions {
   std::string batches = "1,32";          // decode batch sizes
   std::uint64_t prompt_tokens = 128;
   std::uint64_t decode_tokens = 128;
-  std::string rates = "1,2,4,8";  // trace replay, requests per second
-  std::uint64_t requests = 100;   // per rate
-  double duration_limit_s = 0;    // per replay; 0: none
+  std::string rates = "1,2,4,8";                     // trace replay, requests per second
+  std::string trace_systems = "arena,preallocated";  // --trace-systems: which engines replay
+  std::uint64_t requests = 100;                      // per rate
+  double duration_limit_s = 0;                       // per replay; 0: none
   bool no_early_refusal = false;  // the replays' engines refuse only after max_queue_wait
   std::uint32_t max_prefill_tokens_while_decoding = 0;  // the replays' engines; 0: no bound
   double tpot_target_ms = 0;                            // the replays' engines; 0: no target
