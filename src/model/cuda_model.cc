@@ -184,10 +184,14 @@ Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& opti
     fp8_matmul_ = std::move(gemm).value();
   }
 
+  // On the model's stream, so every forward is ordered after it (a cudaMemcpy from pageable
+  // memory returns before its DMA to the device is done, on the legacy stream, which the
+  // non-blocking stream_ does not wait for); the bytes are staged when the call returns.
   const std::vector<float> inv_freq = rope_inv_freq(config());
   KVVM_RETURN_IF_ERROR(
-      cuda_call("cudaMemcpy", cudaMemcpy(inv_freq_, inv_freq.data(),
-                                         inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice)));
+      cuda_call("cudaMemcpyAsync",
+                cudaMemcpyAsync(inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, stream_)));
   runs_.reserve(limits().max_chunks);
   chunk_rows_.reserve(limits().max_chunks);
   return Status::Ok();

@@ -284,9 +284,14 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
         if (staged) {
           std::memcpy(host - t.offset + t.scale_offset, scales.data(), scales.size() * 4);
         } else {
-          KVVM_RETURN_IF_ERROR(cuda_call(
-              "cudaMemcpy", cudaMemcpy(device_at(t) - t.offset + t.scale_offset, scales.data(),
-                                       scales.size() * 4, cudaMemcpyHostToDevice)));
+          // On the upload's stream, which the load synchronizes: a cudaMemcpy from pageable
+          // memory returns once the bytes are staged, its DMA on the legacy stream ordered
+          // with nothing the model's non-blocking stream runs (the first forward could read
+          // the scales half written). The vector may go at once: the bytes are staged.
+          KVVM_RETURN_IF_ERROR(
+              cuda_call("cudaMemcpyAsync",
+                        cudaMemcpyAsync(device_at(t) - t.offset + t.scale_offset, scales.data(),
+                                        scales.size() * 4, cudaMemcpyHostToDevice, stream)));
         }
       }
     }
