@@ -40,6 +40,7 @@ ArenaState::ArenaState(HandlePool& pool, Governor& governor, ArenaOptions option
       slots_(options_.max_slots),
       sharing_(std::make_unique<PrefixSharing>(*this)) {
   counters_.commit_latency_us_log2.assign(detail::kLatencyBuckets, 0);
+  totals_.fragments = options_.plan.fragments;
   reclaimer_ = governor_.add_reclaimer(options_.tier,
                                        [this](std::uint64_t wanted) { return reclaim(wanted); });
   if (options_.commit_ahead_windows > 0) ahead_ = start_commit_ahead();
@@ -241,7 +242,7 @@ void ArenaState::SlotTotals::add(const Slot& slot, int sign) {
       finished_windows += k * slot.windows;
       const auto first = slot.readonly.begin();
       const auto shared = static_cast<std::ptrdiff_t>(
-          std::min<std::uint64_t>(slot.shared_windows, slot.readonly.size()));
+          std::min<std::uint64_t>(slot.prefix_handles.size() / fragments, slot.readonly.size()));
       finished_shared_windows +=
           k * static_cast<std::uint64_t>(std::count(first, first + shared, true));
       break;

@@ -75,11 +75,10 @@ struct ArenaState {
     std::vector<std::weak_ptr<const SharedPrefix>> sourcing;
     // The handles ([f * k + w]) the last admit_shared() here mapped read-only at windows
     // [0, k): a hint that lets the next sharer of that prefix take this slot once finished and
-    // keep them mapped. Checked against the reservation before use, so it may go stale.
+    // keep them mapped. Checked against the reservation before use, so it may go stale. Those
+    // of its windows still read-only hold a sharer's or the prefix cache's bytes, which
+    // unmapping them here gives no one (not reclaimable).
     std::vector<Handle> prefix_handles;
-    // Windows [0, this) were mapped from a prefix by admit_shared() (those still read-only
-    // hold a sharer's or the prefix cache's bytes, which unmapping them here gives no one).
-    std::uint64_t shared_windows = 0;
   };
   // What stats() reports about the slots, kept as they change so stats() does no per-slot or
   // per-block work. Windows are per fragment.
@@ -94,6 +93,7 @@ struct ArenaState {
     std::uint64_t active = 0;
     std::uint64_t finished = 0;
     std::uint64_t quarantined = 0;
+    std::uint64_t fragments = 1;  // the plan's: a slot's prefix_handles over its windows
     // Adds (sign > 0) or takes out (sign < 0) one slot's share.
     void add(const Slot& slot, int sign);
   };

@@ -387,7 +387,6 @@ Result<SlotId> PrefixSharing::start_sharer(SlotId id, const SharedPrefix& prefix
   if (slot.readonly.size() < k) slot.readonly.resize(k);
   std::fill(slot.readonly.begin(), slot.readonly.begin() + static_cast<std::ptrdiff_t>(k), true);
   slot.prefix_handles = std::move(handles);
-  slot.shared_windows = k;
   slot.sourcing.push_back(prefix.weak_from_this());
   prefix.add_source({this, id, slot.occupancy, state_.slot_base(id)});
   ++state_.counters_.admissions;

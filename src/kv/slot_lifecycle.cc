@@ -66,8 +66,7 @@ Result<SlotId> ArenaState::admit(std::uint64_t tokens) {
   SlotEdit edit(*this, slot);
   slot.windows = std::max(have, needed);
   start_sequence(slot, tokens);
-  slot.shared_windows = 0;  // a slot with read-only windows is never admitted into here
-  slot.prefix_handles.clear();
+  slot.prefix_handles.clear();  // a slot with read-only windows is never admitted into here
   ++counters_.admissions;
   if (previous == SlotState::kFinished) ++counters_.reused_admissions;
   return id;
@@ -478,7 +477,6 @@ std::uint64_t ArenaState::unmap_slot(SlotId id) {
     if (finished_slot) {
       slot.state = SlotState::kFree;
       slot.prefix_handles.clear();
-      slot.shared_windows = 0;
     }
   } else if (poisoned) {
     slot.state = SlotState::kQuarantined;

@@ -84,27 +84,6 @@ struct Plan {
   std::uint32_t max_running = 0;
 };
 
-// "arena", "preallocated" or both, comma-separated, each once.
-Result<std::vector<bool>> parse_trace_systems(const std::string& text) {
-  std::vector<bool> systems;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string name = text.substr(at, comma - at);
-    if (name != "arena" && name != "preallocated") {
-      return Status::InvalidArgument("--trace-systems: '" + name +
-                                     "' is not a system (arena, preallocated)");
-    }
-    const bool preallocate = name == "preallocated";
-    if (std::find(systems.begin(), systems.end(), preallocate) != systems.end()) {
-      return Status::InvalidArgument("--trace-systems: '" + name + "' given twice");
-    }
-    systems.push_back(preallocate);
-    at = comma + 1;
-  }
-  return systems;
-}
-
 Result<Plan> plan_options(const BenchEngineOptions& options) {
   Plan plan;
   if (!options.skip_decode) {
@@ -123,9 +102,10 @@ Result<Plan> plan_options(const BenchEngineOptions& options) {
     Result<std::vector<double>> rates = parse_rate_list(options.rates, "--rates", kMaxRate);
     if (!rates.ok()) return rates.status();
     plan.rates = std::move(rates).value();
-    Result<std::vector<bool>> systems = parse_trace_systems(options.trace_systems);
+    Result<std::vector<std::string>> systems =
+        parse_choice_list(options.trace_systems, "--trace-systems", {"arena", "preallocated"});
     if (!systems.ok()) return systems.status();
-    plan.preallocate = std::move(systems).value();
+    for (const std::string& system : *systems) plan.preallocate.push_back(system == "preallocated");
   }
   plan.max_running = options.max_running != 0 ? options.max_running : kDefaultMaxRunning;
   return plan;

@@ -86,4 +86,25 @@ Result<std::vector<double>> parse_rate_list(const std::string& text, const char*
   });
 }
 
+Result<std::vector<std::string>> parse_choice_list(const std::string& text, const char* option,
+                                                   const std::vector<std::string>& allowed) {
+  std::string names;
+  for (const std::string& name : allowed) names += (names.empty() ? "" : ", ") + name;
+  Result<std::vector<std::string>> chosen =
+      parse_list<std::string>(text, option, [&](std::string_view item) -> Result<std::string> {
+        if (std::find(allowed.begin(), allowed.end(), item) == allowed.end()) {
+          return Status::InvalidArgument("'" + std::string(item) + "' is not one of " + names);
+        }
+        return std::string(item);
+      });
+  if (!chosen.ok()) return chosen.status();
+  for (auto it = chosen->begin(); it != chosen->end(); ++it) {
+    if (std::find(chosen->begin(), it, *it) != it) {
+      return Status::InvalidArgument(std::string(option) + " '" + text + "': '" + *it +
+                                     "' given twice");
+    }
+  }
+  return chosen;
+}
+
 }  // namespace kvvm::cli

@@ -27,5 +27,9 @@ Result<std::vector<std::uint32_t>> parse_count_list(const std::string& text, con
 // "1,2.5" as positive numbers up to `max`; InvalidArgument naming `option` and the bad item.
 Result<std::vector<double>> parse_rate_list(const std::string& text, const char* option,
                                             double max);
+// "a,b" as names from `allowed`, each at most once, in the order given; InvalidArgument naming
+// `option` and the bad or repeated item.
+Result<std::vector<std::string>> parse_choice_list(const std::string& text, const char* option,
+                                                   const std::vector<std::string>& allowed);
 
 }  // namespace kvvm::cli
