@@ -78,6 +78,15 @@ cudaError_t launch_overlapping(void (*kernel)(Params), dim3 grid, unsigned threa
   return cudaLaunchKernelEx(&config, kernel, params);
 }
 
+// Launches `kernel` on `stream` in plain stream order: its grid starts once the previous
+// kernel has ended (its wait_for_previous_kernel is then a no-op).
+template <typename Params>
+cudaError_t launch_in_order(void (*kernel)(Params), dim3 grid, unsigned threads,
+                            cudaStream_t stream, const Params& params) {
+  kernel<<<grid, threads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
 // cp.async (sm_80+): a 16-byte global-to-shared copy that does not hold registers while in
 // flight; `live` false copies nothing and zero-fills the destination.
 // kL2Prefetch (0 or 128): with 128 the L2 fetches the whole 128-byte block around the copy

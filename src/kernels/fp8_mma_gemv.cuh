@@ -59,9 +59,10 @@ __global__ void __launch_bounds__(kMmaGemvThreads) fp8_mma_gemv_kernel(const Fp8
       p.scales + static_cast<std::uint64_t>(tile * kMmaTileOutputs / kFp8Block) *
                      ((blocks_in + 3) / 4 * 4);  // the store's padded row of blocks
 
-  // One round of kSteps steps: the weights and their block scales (requested before waiting
-  // for the previous kernel: they never depend on it), then the activations and theirs. The
-  // scales travel with their step, a round ahead, so no step waits on a scale's load.
+  // One round of kSteps steps: the weights and their block scales (they never depend on the
+  // previous kernel; the wait below is a no-op while fp8_kernels.cu launches this kernel in
+  // order), then the activations and theirs. The scales travel with their step, a round
+  // ahead, so no step waits on a scale's load.
   struct Round {
     uint4 lo[kSteps], hi[kSteps], x[kSteps];
     float ws[kSteps], xs0[kSteps], xs1[kSteps];
