@@ -41,6 +41,17 @@ class ArenaShareTest : public testing::ArenaFixture<Backend> {
     const std::uint64_t per_window = this->tokens_for_windows(plan, 1);
     return windows * per_window + std::max<std::uint64_t>(1, per_window / 2);
   }
+  // An owner of `p` tokens written from `seed`, and the prefix it published.
+  std::pair<SlotId, std::shared_ptr<SharedPrefix>> published(Arena& arena, std::uint64_t p,
+                                                             std::uint64_t seed) {
+    auto owner = arena.admit(p);
+    EXPECT_TRUE(owner.ok()) << owner.status().to_string();
+    if (!owner.ok()) return {0, nullptr};
+    this->write_tokens(arena, *owner, 0, p, seed);
+    auto prefix = arena.publish(*owner, p);
+    EXPECT_TRUE(prefix.ok()) << prefix.status().to_string();
+    return {*owner, prefix.ok() ? *prefix : nullptr};
+  }
 };
 TYPED_TEST_SUITE(ArenaShareTest, testing::AllBackends, testing::BackendNames);
 
@@ -115,16 +126,10 @@ TYPED_TEST(ArenaShareTest, TheNextSharerTakesTheFinishedSlotStillMappingItsPrefi
   const std::uint64_t windows = plan.windows_per_fragment(tokens);  // 3 shared, 3 private
   ASSERT_EQ(windows, 6u);
   const std::uint64_t seed = testing::fresh_seed();
-  const auto published = [&](std::uint64_t s) -> std::pair<SlotId, std::shared_ptr<SharedPrefix>> {
-    auto owner = arena.admit(p);
-    EXPECT_TRUE(owner.ok()) << owner.status().to_string();
-    this->write_tokens(arena, *owner, 0, p, s);
-    auto prefix = arena.publish(*owner, p);
-    EXPECT_TRUE(prefix.ok()) << prefix.status().to_string();
-    return {*owner, *prefix};
-  };
-  const auto [owner, prefix] = published(seed);
-  const auto [other_owner, other_prefix] = published(seed ^ 7);
+  const auto [owner, prefix] = this->published(arena, p, seed);
+  const auto [other_owner, other_prefix] = this->published(arena, p, seed ^ 7);
+  ASSERT_NE(prefix, nullptr);
+  ASSERT_NE(other_prefix, nullptr);
   // A sharer of each prefix writes its own tokens, turns its first private window read-only
   // (as the prefix cache publishes a finished window) and ends.
   const auto shared_and_finished = [&](const SharedPrefix& of) {
@@ -193,6 +198,81 @@ TYPED_TEST(ArenaShareTest, TheNextSharerTakesTheFinishedSlotStillMappingItsPrefi
   EXPECT_NE(*elsewhere, finished);
   EXPECT_EQ(arena.stats().quarantined_slots, 1u);
   this->expect_tokens(arena, *elsewhere, 0, p, seed);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+}
+
+// Budget pressure takes back what a finished sharer maps past its prefix and leaves it the
+// prefix (whose bytes the owner holds), so the next sharer maps and unmaps nothing for it;
+// the prefix windows go only when what else is reclaimable does not suffice. A slot whose
+// last kernels may still run is passed over, and counted.
+TYPED_TEST(ArenaShareTest, ReclaimLeavesAFinishedSharerItsPrefixForTheNext) {
+  this->make_budget(4096, 0);
+  Arena& arena = this->make_arena(Layout::kTokenMajor, 4, 16);
+  const LayoutPlan& plan = arena.plan();
+  ASSERT_EQ(plan.fragments, 1u);
+  const std::uint64_t g = plan.granule;
+  const std::uint64_t p = this->prefix_tokens(plan, 3);
+  const std::uint64_t tokens = p + 2 * this->tokens_for_windows(plan, 1);
+  const std::uint64_t windows = plan.windows_per_fragment(tokens);  // 3 shared, 3 private
+  ASSERT_EQ(windows, 6u);
+  const std::uint64_t seed = testing::fresh_seed();
+  const auto [owner, prefix] = this->published(arena, p, seed);
+  ASSERT_NE(prefix, nullptr);
+  auto sharer = arena.admit_shared(*prefix, tokens);
+  ASSERT_TRUE(sharer.ok()) << sharer.status().to_string();
+  this->write_tokens(arena, *sharer, p, tokens, seed ^ 1);
+  ASSERT_TRUE(arena.seal_windows(*sharer, 3, 4).ok());  // as the cache publishes a window
+  ASSERT_TRUE(arena.finish(*sharer).ok());
+  const std::uint64_t owner_bytes = plan.windows_per_fragment(p) * g;
+
+  // One granule asked for: the finished slot gives all it maps past its prefix.
+  const ArenaStats before_reclaim = arena.stats();
+  EXPECT_EQ(before_reclaim.reclaimable_bytes, (windows - 3) * g);
+  EXPECT_EQ(arena.reclaim(g), (windows - 3) * g);
+  ArenaStats stats = arena.stats();
+  EXPECT_EQ(stats.prefix_kept_reclaims, before_reclaim.prefix_kept_reclaims + 1);
+  EXPECT_EQ(stats.finished_slots, 1u) << "it still maps the prefix";
+  EXPECT_EQ(stats.committed_bytes, owner_bytes + 3 * g);
+  EXPECT_EQ(stats.reclaimable_bytes, 0u);
+  EXPECT_EQ(this->used(), owner_bytes) << "the prefix is billed once, to the owner";
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+
+  // The next sharer lands there: maps for its private windows, no unmap, no fence.
+  const DriverCallCounts calls = this->fault_->counts();
+  auto next = arena.admit_shared(*prefix, tokens);
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  EXPECT_EQ(*next, *sharer);
+  const DriverCallCounts after = this->fault_->counts();
+  EXPECT_EQ(after.of(DriverOp::kMap) - calls.of(DriverOp::kMap), windows - 3);
+  EXPECT_EQ(after.of(DriverOp::kUnmap), calls.of(DriverOp::kUnmap));
+  EXPECT_EQ(arena.stats().reused_admissions, stats.reused_admissions + 1);
+  this->expect_tokens(arena, *next, 0, p, seed);
+  this->write_tokens(arena, *next, p, tokens, seed ^ 2);
+  this->expect_tokens(arena, owner, 0, p, seed);
+  EXPECT_EQ(testing::check_invariants(this->world()), "");
+
+  // Its last kernels may still run: reclaim passes it over, and so does the next sharer,
+  // which takes an empty slot.
+  this->fault_->hold_fences(true);
+  ASSERT_TRUE(arena.seal_windows(*next, 3, 4).ok());
+  ASSERT_TRUE(arena.finish(*next).ok());
+  EXPECT_EQ(arena.reclaim(g), 0u);
+  stats = arena.stats();
+  auto elsewhere = arena.admit_shared(*prefix, tokens);
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.status().to_string();
+  EXPECT_NE(*elsewhere, *next);
+  EXPECT_EQ(arena.stats().reuse_fence_pending, stats.reuse_fence_pending + 1);
+  EXPECT_EQ(arena.stats().reused_admissions, stats.reused_admissions);
+  this->fault_->hold_fences(false);
+  ASSERT_TRUE(arena.release(*elsewhere).ok());
+
+  // The owner goes: only the finished slot maps the prefix now, and a reclaim that needs
+  // more than its private windows unmaps the prefix too, which gives its bytes back.
+  ASSERT_TRUE(arena.release(owner).ok());
+  EXPECT_EQ(arena.reclaim(4096 * g), (windows - 3) * g + 3 * g);
+  EXPECT_EQ(arena.stats().finished_slots, 0u);
+  EXPECT_EQ(arena.stats().committed_bytes, 0u);
+  EXPECT_EQ(this->used(), 0u);
   EXPECT_EQ(testing::check_invariants(this->world()), "");
 }
 

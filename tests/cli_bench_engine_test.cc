@@ -170,6 +170,16 @@ TEST_F(CliBenchEngine, TraceCountsAddUpForBothSystems) {
     EXPECT_GT(run["kv_map_seconds"].get<double>(), 0.0) << run;
     EXPECT_GE(run["kv_unmap_seconds"].get<double>(), 0.0) << run;
     EXPECT_LE(run["reused_admissions"].get<std::uint64_t>(), kRequests) << run;
+    // A request that found its tenant's prompt cached was admitted sharing it (the
+    // preallocated engine copies instead: none), and the host's fences complete when recorded.
+    const std::uint64_t shared = run["shared_admissions"];
+    if (run["system"] == "arena") {
+      EXPECT_EQ(shared > 0, run["prefix_hit_tokens"].get<std::uint64_t>() > 0) << run;
+    } else {
+      EXPECT_EQ(shared, 0u) << run;
+    }
+    EXPECT_EQ(run["reuse_fence_pending"], 0) << run;
+    EXPECT_LE(run["prefix_kept_reclaims"].get<std::uint64_t>(), shared) << run;
     hits += run["prefix_hit_tokens"].get<std::uint64_t>();
   }
   EXPECT_EQ(trace["runs"][0]["system"], "arena");
@@ -261,11 +271,19 @@ TEST(CliBenchEngineOptions, TraceSystemsChooseTheReplaysAndTheirOrder) {
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0]["system"], "preallocated");
   EXPECT_EQ(runs[1]["system"], "arena");
+  // By default the arena parks as many slots as run, and the queue waits as kvvm serve's.
+  const ordered_json defaults = ordered_json::parse(r.out);
+  EXPECT_EQ(defaults["trace"]["parked_slots"], defaults["max_running"]);
+  EXPECT_EQ(defaults["trace"]["max_queue_wait_s"], 30.0);
   const CliRun one =
       run(bench_args({"--no-decode", "--rates", "40", "--requests", "3", "--tenants", "1",
-                      "--system-prompt-tokens", "16", "--trace-systems", "arena", "--json"}));
+                      "--system-prompt-tokens", "16", "--trace-systems", "arena", "--parked-slots",
+                      "0", "--max-queue-wait", "2.5", "--json"}));
   ASSERT_EQ(one.code, kExitOk) << one.err;
-  const ordered_json alone = ordered_json::parse(one.out)["trace"]["runs"];
+  const ordered_json chosen = ordered_json::parse(one.out);
+  EXPECT_EQ(chosen["trace"]["parked_slots"], 0);
+  EXPECT_EQ(chosen["trace"]["max_queue_wait_s"], 2.5);
+  const ordered_json alone = chosen["trace"]["runs"];
   ASSERT_EQ(alone.size(), 1u);
   EXPECT_EQ(alone[0]["system"], "arena");
 }
@@ -293,6 +311,8 @@ TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
       {{"--trace-systems", "arena,paged", "--no-decode"}, {"--trace-systems", "'paged'"}},
       {{"--trace-systems", "arena,arena", "--no-decode"}, {"--trace-systems", "twice"}},
       {{"--trace-systems", "", "--no-decode"}, {"--trace-systems", "''"}},
+      {{"--parked-slots", "-1", "--no-decode"}, {"--parked-slots", "-1"}},
+      {{"--max-queue-wait", "-0.5", "--no-decode"}, {"--max-queue-wait", "-0.5"}},
       {{"--max-prefill-tokens-while-decoding", "100000", "--no-decode", "--system-prompt-tokens",
         "8"},
        {"--max-prefill-tokens-while-decoding 100000", "step token budget"}},
@@ -335,7 +355,9 @@ TEST(CliBenchEngineOptions, HelpExplainsEachOption) {
                              "--no-early-refusal",
                              "--max-prefill-tokens-while-decoding",
                              "--tpot-target-ms",
-                             "--trace-systems"}) {
+                             "--trace-systems",
+                             "--max-queue-wait",
+                             "--parked-slots"}) {
     EXPECT_TRUE(contains(r.out, option)) << option;
   }
 }

@@ -329,6 +329,7 @@ TEST(CliKvDtype, ServeStatesTheKvTypeAtStartUpAndInMetrics) {
     options.max_running = 2;
     options.http_threads = 4;
     options.kv_dtype = dtype;
+    options.parked_slots = 0;
     cli::ShutdownRequest shutdown;
     std::ostringstream out, err;
     int code = -1;
@@ -345,7 +346,8 @@ TEST(CliKvDtype, ServeStatesTheKvTypeAtStartUpAndInMetrics) {
     serving.join();
     ASSERT_TRUE(port.has_value()) << err.str();
     EXPECT_EQ(code, 0) << err.str();
-    EXPECT_TRUE(contains(out.str(), "(cpu, KV budget 1 GiB, " + name + " KV, 3 slots)"))
+    EXPECT_TRUE(
+        contains(out.str(), "(cpu, KV budget 1 GiB, " + name + " KV, 3 slots, 0 of them parked)"))
         << out.str();
     EXPECT_EQ(contains(err.str(), "kvvm serve: fp8 (e4m3) KV scales: k_scale "),
               dtype == DType::kFp8)

@@ -37,11 +37,26 @@ using test::run;
 TEST(CliServe, HelpNamesTheOptions) {
   const test::CliRun help = run({"serve", "--help"});
   EXPECT_EQ(help.code, 0) << help.err;
-  for (const char* option :
-       {"--model", "--host", "--port", "--served-model-name", "--api-keys", "--chat-template",
-        "--backend", "--kv-budget", "--max-context", "--max-running", "--max-queue",
-        "--max-queue-wait", "--no-graphs", "--no-prefix-cache", "--default-max-tokens",
-        "--max-body", "--drain-timeout", "--http-threads", "--no-early-refusal"}) {
+  for (const char* option : {"--model",
+                             "--host",
+                             "--port",
+                             "--served-model-name",
+                             "--api-keys",
+                             "--chat-template",
+                             "--backend",
+                             "--kv-budget",
+                             "--max-context",
+                             "--max-running",
+                             "--max-queue",
+                             "--max-queue-wait",
+                             "--no-graphs",
+                             "--no-prefix-cache",
+                             "--default-max-tokens",
+                             "--max-body",
+                             "--drain-timeout",
+                             "--http-threads",
+                             "--no-early-refusal",
+                             "--parked-slots"}) {
     EXPECT_TRUE(contains(help.out, option)) << option;
   }
   EXPECT_TRUE(contains(help.out, "--max-prefill-tokens-while-decoding"));
@@ -109,7 +124,8 @@ TEST(CliServe, ServesUntilShutdownIsRequested) {
   EXPECT_TRUE(contains(out.str(), "kvvm serve: kvvm-adder on http://127.0.0.1:" +
                                       std::to_string(*port) + " (cpu, KV budget "))
       << out.str();
-  EXPECT_TRUE(contains(out.str(), "3 slots)")) << out.str();
+  // Two running, as many parked by default, and the decode graphs' padding slot.
+  EXPECT_TRUE(contains(out.str(), "5 slots, 2 of them parked)")) << out.str();
   EXPECT_TRUE(contains(out.str(), "draining (test)")) << out.str();
 }
 

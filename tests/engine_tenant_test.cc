@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kvvm/arena.h"
 #include "support/engine_harness.h"
 
 namespace kvvm::engine {
@@ -103,6 +104,43 @@ TEST(EngineTenant, TenantsNeverShareCachedPrefixes) {
     EXPECT_EQ(rig->outcome(mine).tokens, alone) << where;
     EXPECT_EQ(rig->outcome(theirs).tokens, alone) << where;
     EXPECT_EQ(rig->kv().arena().stats().active_slots, 0u) << where;
+    rig->expect_ledger_returns(where);
+  }
+}
+
+// A parked slot: with every slot taken, a finished one is emptied for the next request of
+// another tenant, unless there are slots beyond the running sequences where the ended ones
+// stay mapped. Then the next request of the same tenant lands in the slot that still maps its
+// system prompt. The tokens are the same either way.
+TEST(EngineTenant, AParkedSlotKeepsATenantsPromptMappedForItsNextRequest) {
+  auto model = testing::load_fixture("llama-tiny", testing::kSmallStepLimits);
+  ASSERT_NE(model, nullptr);
+  const EngineOptions options;
+  const EngineRequest last = request_of(1, 2, false);
+  const std::vector<std::int32_t> alone =
+      solo_tokens(*model, testing::small_space_options(), options, last);
+  for (const std::uint32_t parked : {0u, 1u}) {
+    const std::string where = "parked slots " + std::to_string(parked);
+    KvSpaceOptions space = testing::small_space_options();
+    space.sequences = 1;  // and the padding slot, which no CPU engine takes
+    space.parked_slots = parked;
+    auto rig = EngineRig::make(*model, space, options);
+    ASSERT_NE(rig, nullptr);
+    EXPECT_EQ(rig->kv().options().max_slots, 2u + parked) << where;
+    // Tenant 1 publishes its prompt; its second question shares it; tenants 2 and 3 follow.
+    for (const EngineRequest& request : {request_of(1, 0, false), request_of(1, 1, false),
+                                         request_of(2, 0, false), request_of(3, 0, false)}) {
+      serve(*rig, request);
+    }
+    const ArenaStats before = rig->kv().arena().stats();
+    const Served served = serve(*rig, last);
+    const ArenaStats after = rig->kv().arena().stats();
+    EXPECT_EQ(served.outcome.stats.cached_tokens, kTenantSystemTokens) << where;
+    EXPECT_EQ(after.shared_admissions, before.shared_admissions + 1) << where;
+    EXPECT_EQ(after.reused_admissions, before.reused_admissions + parked)
+        << where << ": the slot of tenant 1's second question still maps its system prompt only "
+        << "where it was parked";
+    EXPECT_EQ(served.outcome.tokens, alone) << where;
     rig->expect_ledger_returns(where);
   }
 }

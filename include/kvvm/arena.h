@@ -99,6 +99,12 @@ struct ArenaStats {
   std::uint64_t readonly_windows = 0;    // mapped read-only in active slots, all fragments
   std::uint64_t published_prefixes = 0;
   std::uint64_t shared_admissions = 0;  // admit_shared() and fork() successes
+  // admit_shared() found a finished slot still mapping its prefix but could not take it: a
+  // kernel of the last sequence may still read the windows that slot would have to unmap.
+  std::uint64_t reuse_fence_pending = 0;
+  // Reclaims of a finished slot that unmapped only what follows the prefix it maps read-only
+  // (the prefix's bytes are a sharer's or the cache's), leaving it for the next sharer.
+  std::uint64_t prefix_kept_reclaims = 0;
   std::uint64_t forks = 0;
   std::uint64_t cow_copies = 0;           // windows copied into a private handle on write
   std::uint64_t cow_in_place = 0;         // read-only windows made writable with no copy
@@ -168,8 +174,11 @@ class Arena {
 
   // Unmaps reclaimable windows until `bytes` were given back or none is left whose fence
   // completed: finished slots least recently used first (largest first among equals), then
-  // commit-ahead windows beyond live lengths. Returns the bytes given back. Registered as the
-  // governor's reclaimer for the tier.
+  // commit-ahead windows beyond live lengths, then the shared prefix windows finished slots
+  // still map. A finished slot that maps a shared prefix keeps it in the first pass (its
+  // bytes are a sharer's or the cache's; the next sharer of that prefix takes the slot with
+  // no driver call for it) and loses only what follows. Returns the bytes given back.
+  // Registered as the governor's reclaimer for the tier.
   std::uint64_t reclaim(std::uint64_t bytes);
 
   // Turns windows [from, to) of every fragment of an active slot read-only and returns their

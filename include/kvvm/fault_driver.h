@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "kvvm/driver.h"
 #include "kvvm/mutex.h"
@@ -29,7 +30,10 @@ class FaultDriver final : public Driver {
   // Fails each call of `op` with probability `fraction`, drawn from a generator seeded
   // with `seed` (reproducible).
   void fail_fraction(DriverOp op, double fraction, std::uint64_t seed);
-  // Removes every plan.
+  // While on, every fence recorded reports not done (as a GPU's does while the stream is
+  // still running the work before it) until it is waited for or this is turned off.
+  void hold_fences(bool on);
+  // Removes every plan (held fences stay held).
   void clear();
   // Faults injected so far.
   std::uint64_t injected() const;
@@ -70,6 +74,8 @@ class FaultDriver final : public Driver {
   std::array<Plan, kDriverOpCount> plans_ KVVM_GUARDED_BY(mutex_){};
   std::uint64_t any_countdown_ KVVM_GUARDED_BY(mutex_) = 0;
   std::uint64_t injected_ KVVM_GUARDED_BY(mutex_) = 0;
+  bool holding_fences_ KVVM_GUARDED_BY(mutex_) = false;
+  std::set<Fence> held_fences_ KVVM_GUARDED_BY(mutex_);
 };
 
 }  // namespace kvvm

@@ -75,11 +75,16 @@ Result<std::unique_ptr<KvSpace>> KvSpace::create(const model::ModelConfig& confi
         "context length");
   }
   if (o.sequences != 0) {
-    if (o.sequences > std::numeric_limits<std::uint32_t>::max() - kPadSlots) {
+    const std::uint64_t slots = std::uint64_t{o.sequences} + o.parked_slots + kPadSlots;
+    if (slots > std::numeric_limits<std::uint32_t>::max()) {
       return Status::InvalidArgument("sequences " + std::to_string(o.sequences) +
+                                     " and parked_slots " + std::to_string(o.parked_slots) +
                                      ": no room for the padding slot in 32-bit slot ids");
     }
-    o.max_slots = o.sequences + kPadSlots;
+    o.max_slots = static_cast<std::uint32_t>(slots);
+  } else if (o.parked_slots != 0) {
+    return Status::InvalidArgument("parked_slots " + std::to_string(o.parked_slots) +
+                                   " without sequences: parked slots are counted beyond them");
   }
   if (o.max_slots == 0) return Status::InvalidArgument("max_slots 0: at least one slot is needed");
 

@@ -190,10 +190,14 @@ struct ArenaState {
   // or the window whose copy-on-write failed left unmapped).
   bool broken_after(SlotId slot, const std::vector<std::uint64_t>& shared,
                     std::size_t made_writable) const KVVM_EXCLUDES(mutex_);
-  // Unmaps what the slot does not need (all of a finished slot once its fence completed;
-  // the commit-ahead windows of an active one); returns the bytes unmapped (0 when the slot
-  // is busy, during capture, or its fence is pending).
-  std::uint64_t unmap_slot(SlotId slot) KVVM_EXCLUDES(mutex_);
+  // Unmaps what the slot does not need (all of a finished slot once its fence completed, or
+  // with `keep_prefix` all but the shared prefix it maps read-only; the commit-ahead windows
+  // of an active one); returns the bytes unmapped (0 when the slot is busy, during capture,
+  // its fence is pending, or nothing lies past what it keeps).
+  std::uint64_t unmap_slot(SlotId slot, bool keep_prefix = false) KVVM_EXCLUDES(mutex_);
+  // The windows per fragment at the start of a finished slot that map the shared prefix its
+  // prefix_handles name read-only (0 when it maps none).
+  std::uint64_t prefix_windows(const Slot& slot) const KVVM_REQUIRES(mutex_);
   // Whether the slot's fence (if any) completed; destroys it once it has. REQUIRES the slot
   // claimed.
   bool fence_completed(SlotId slot) KVVM_EXCLUDES(mutex_);

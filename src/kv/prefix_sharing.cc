@@ -446,7 +446,11 @@ std::uint64_t PrefixSharing::keep_prefix_windows(SlotId id, const std::vector<Ha
   }
   if (keep == windows) return keep;
   // The windows after the kept ones: a kernel of the last sequence may still read them.
-  if (!state_.fence_completed(id)) return 0;
+  if (!state_.fence_completed(id)) {
+    MutexLock lock(state_.mutex_);
+    ++state_.counters_.reuse_fence_pending;
+    return 0;
+  }
   Status released = state_.release_windows(id, keep, windows);
   const bool poisoned = !released.ok() && state_.has_poison(id);
   MutexLock lock(state_.mutex_);

@@ -427,21 +427,38 @@ std::uint64_t ArenaState::reclaim(std::uint64_t bytes) {
   };
   std::sort(finished.begin(), finished.end(), order);
   std::sort(ahead.begin(), ahead.end(), order);
-  finished.insert(finished.end(), ahead.begin(), ahead.end());
 
   // What the tier gets back is what the pool releases: handles above its bound go at once,
   // the rest when it is trimmed.
   const std::uint64_t released_before = pool_.released_bytes();
   const auto given_back = [&] { return pool_.released_bytes() - released_before; };
-  for (const Candidate& candidate : finished) {
-    if (given_back() >= bytes) break;
-    if (unmap_slot(candidate.id) == 0) continue;
-    if (given_back() < bytes) pool_.trim(bytes - given_back());
-  }
+  const auto unmap_until_given = [&](const std::vector<Candidate>& candidates, bool keep_prefix) {
+    for (const Candidate& candidate : candidates) {
+      if (given_back() >= bytes) break;
+      if (unmap_slot(candidate.id, keep_prefix) == 0) continue;
+      if (given_back() < bytes) pool_.trim(bytes - given_back());
+    }
+  };
+  // A finished slot's shared prefix windows free nothing while a sharer or the cache holds
+  // the prefix, and kept they spare its next sharer every map: they go last, and then only
+  // for what an evicted prefix gives back.
+  const std::size_t finished_count = finished.size();
+  finished.insert(finished.end(), ahead.begin(), ahead.end());
+  unmap_until_given(finished, true);
+  finished.resize(finished_count);
+  unmap_until_given(finished, false);
   return given_back();
 }
 
-std::uint64_t ArenaState::unmap_slot(SlotId id) {
+std::uint64_t ArenaState::prefix_windows(const Slot& slot) const {
+  const std::uint64_t k = slot.prefix_handles.size() / options_.plan.fragments;
+  if (k == 0 || slot.windows < k || slot.readonly.size() < k) return 0;
+  const auto first = slot.readonly.begin();
+  return std::all_of(first, first + static_cast<std::ptrdiff_t>(k), [](bool r) { return r; }) ? k
+                                                                                              : 0;
+}
+
+std::uint64_t ArenaState::unmap_slot(SlotId id, bool keep_prefix) {
   const LayoutPlan& plan = options_.plan;
   MutexLock lock(mutex_);
   Slot& slot = slots_[id];
@@ -449,7 +466,9 @@ std::uint64_t ArenaState::unmap_slot(SlotId id) {
   if (slot.busy || capture_depth_ > 0) return 0;
   const bool finished_slot = slot.state == SlotState::kFinished;
   if (!finished_slot && slot.state != SlotState::kActive) return 0;
-  const std::uint64_t from = finished_slot ? 0 : plan.windows_per_fragment(slot.tokens);
+  const std::uint64_t from = !finished_slot ? plan.windows_per_fragment(slot.tokens)
+                             : keep_prefix  ? prefix_windows(slot)
+                                            : 0;
   const std::uint64_t to = slot.windows;
   if (to <= from) return 0;
   slot.busy = true;
@@ -474,9 +493,11 @@ std::uint64_t ArenaState::unmap_slot(SlotId id) {
     slot.windows = from;
     if (slot.readonly.size() > from) slot.readonly.resize(from);
     while (!slot.readonly.empty() && !slot.readonly.back()) slot.readonly.pop_back();
-    if (finished_slot) {
+    if (finished_slot && from == 0) {
       slot.state = SlotState::kFree;
       slot.prefix_handles.clear();
+    } else if (finished_slot) {
+      ++counters_.prefix_kept_reclaims;
     }
   } else if (poisoned) {
     slot.state = SlotState::kQuarantined;

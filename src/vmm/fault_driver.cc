@@ -21,6 +21,12 @@ void FaultDriver::fail_fraction(DriverOp op, double fraction, std::uint64_t seed
   plan.random.seed(seed);
 }
 
+void FaultDriver::hold_fences(bool on) {
+  MutexLock lock(mutex_);
+  holding_fences_ = on;
+  if (!on) held_fences_.clear();
+}
+
 void FaultDriver::clear() {
   MutexLock lock(mutex_);
   for (Plan& plan : plans_) {
@@ -107,17 +113,26 @@ Status FaultDriver::do_read(void* destination, Address address, std::size_t byte
 
 Result<Fence> FaultDriver::do_record_fence(Stream stream) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
-  return inner_.record_fence(stream);
+  Result<Fence> fence = inner_.record_fence(stream);
+  MutexLock lock(mutex_);
+  if (fence.ok() && holding_fences_) held_fences_.insert(*fence);
+  return fence;
 }
 
 Result<bool> FaultDriver::do_fence_done(Fence fence) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
-  return inner_.fence_done(fence);
+  Result<bool> done = inner_.fence_done(fence);
+  MutexLock lock(mutex_);
+  if (done.ok() && held_fences_.contains(fence)) return false;
+  return done;
 }
 
 Status FaultDriver::do_destroy_fence(Fence fence) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
-  return inner_.destroy_fence(fence);
+  Status destroyed = inner_.destroy_fence(fence);
+  MutexLock lock(mutex_);
+  if (destroyed.ok()) held_fences_.erase(fence);
+  return destroyed;
 }
 
 Status FaultDriver::do_copy(Address destination, Address source, std::size_t bytes, Stream stream) {
@@ -127,7 +142,10 @@ Status FaultDriver::do_copy(Address destination, Address source, std::size_t byt
 
 Status FaultDriver::do_wait_fence(Fence fence) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
-  return inner_.wait_fence(fence);
+  Status waited = inner_.wait_fence(fence);
+  MutexLock lock(mutex_);
+  if (waited.ok()) held_fences_.erase(fence);
+  return waited;
 }
 
 }  // namespace kvvm

@@ -34,8 +34,13 @@ struct KvSpaceOptions {
   // Slots of the arena, the padding slot included. Ignored when `sequences` is set.
   std::uint32_t max_slots = 8;
   // Sequences meant to run at once; non-zero: the space sizes itself, max_slots becomes
-  // sequences + kPadSlots (and options() reports that).
+  // sequences + parked_slots + kPadSlots (and options() reports that).
   std::uint32_t sequences = 0;
+  // With `sequences`: slots beyond them where ended sequences stay mapped. The next request of
+  // the same prefix takes such a slot with the prefix still mapped (no map, no access change
+  // for it) and budget pressure takes their private windows back first, so they cost
+  // addresses only. 0: a sequence's slot is emptied for the next one as soon as all are taken.
+  std::uint32_t parked_slots = 0;
   std::uint64_t max_context = 0;   // tokens per slot; 0: the config's max_position_embeddings
   std::uint64_t budget_bytes = 0;  // governor budget of the tier; 0: see device_budget_bytes
   // With budget_bytes 0: the budget the KV tier shares with the lent governor's other tiers (the

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -36,6 +37,7 @@ namespace {
 constexpr const char* kBenchEngine = "kvvm bench engine";
 constexpr std::uint64_t kMaxBatch = 4096;
 constexpr double kMaxDurationLimit = 1e7;
+constexpr double kMaxQueueWaitSeconds = 86400;
 
 Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& options,
                                                  const model::ModelConfig& config,
@@ -178,6 +180,16 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "Seconds one replay may take: later arrivals are not submitted and requests "
                   "still running at the limit are cancelled (default 0: none)")
       ->transform(number_validator(0, kMaxDurationLimit));
+  cmd->add_option("--max-queue-wait", options.max_queue_wait_s,
+                  "Trace replay: seconds a request may wait to start before it is refused "
+                  "(429), and the bound its predicted wait is refused at arrival against; 0: no "
+                  "limit (default 30, as kvvm serve)")
+      ->transform(number_validator(0, kMaxQueueWaitSeconds));
+  cmd->add_option("--parked-slots", options.parked_slots,
+                  "Trace replay: the arena engine's KV slots beyond --max-running where ended "
+                  "requests stay mapped, so the next request of the same system prompt finds it "
+                  "mapped (as kvvm serve; default: as many as --max-running; 0: none)")
+      ->transform(count_validator(0, kMaxBatch));
   cmd->add_flag("--no-early-refusal", options.no_early_refusal,
                 "Trace replay: refuse a request only after it waited the engine's queue-wait "
                 "bound (30 s), not at once when its predicted wait exceeds it");
@@ -280,6 +292,8 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
   report.system_prompt_tokens = options.system_prompt_tokens;
   report.seed = options.seed;
   report.duration_limit_s = options.duration_limit_s;
+  report.max_queue_wait_s = options.max_queue_wait_s;
+  report.parked_slots = options.parked_slots.value_or(plan->max_running);
 
   // The traces first: a generator option that makes no sense is refused before the model loads.
   std::vector<Trace> traces;
@@ -421,6 +435,9 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
             .max_running = plan->max_running,
             .duration_limit_s = options.duration_limit_s,
             .refuse_predicted_wait = !options.no_early_refusal,
+            .max_queue_wait =
+                std::chrono::milliseconds(std::llround(options.max_queue_wait_s * 1000.0)),
+            .parked_slots = preallocate ? 0 : report.parked_slots,
             .max_prefill_tokens_while_decoding = options.max_prefill_tokens_while_decoding,
             .tpot_target = tpot_target(options.tpot_target_ms),
             .progress = progress};

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,10 @@ struct BenchEngineOptions {
   std::uint64_t requests = 100;                      // per rate
   double duration_limit_s = 0;                       // per replay; 0: none
   bool no_early_refusal = false;  // the replays' engines refuse only after max_queue_wait
+  double max_queue_wait_s = 30;   // the replays' engines' EngineOptions::max_queue_wait
+  // The arena replays' KV slots beyond max_running (KvSpaceOptions::parked_slots); unset: as
+  // many as max_running.
+  std::optional<std::uint32_t> parked_slots;
   std::uint32_t max_prefill_tokens_while_decoding = 0;  // the replays' engines; 0: no bound
   double tpot_target_ms = 0;                            // the replays' engines; 0: no target
   std::uint32_t tenants = 4;

@@ -62,6 +62,9 @@ nlohmann::ordered_json trace_json(const TraceRun& run) {
   json["kv_map_calls"] = run.kv_map_calls;
   json["kv_unmap_calls"] = run.kv_unmap_calls;
   json["reused_admissions"] = run.reused_admissions;
+  json["shared_admissions"] = run.shared_admissions;
+  json["reuse_fence_pending"] = run.reuse_fence_pending;
+  json["prefix_kept_reclaims"] = run.prefix_kept_reclaims;
   if (!run.first_error.empty()) json["first_error"] = run.first_error;
   if (!run.note.empty()) json["note"] = run.note;
   return json;
@@ -129,6 +132,8 @@ nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
   trace["system_prompt_tokens"] = report.system_prompt_tokens;
   trace["seed"] = report.seed;
   trace["duration_limit_s"] = report.duration_limit_s;
+  trace["max_queue_wait_s"] = report.max_queue_wait_s;
+  trace["parked_slots"] = report.parked_slots;
   trace["runs"] = nlohmann::ordered_json::array();
   for (const TraceRun& run : report.trace) trace["runs"].push_back(trace_json(run));
   json["trace"] = std::move(trace);
@@ -196,11 +201,13 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
         << report.tenants << " tenants with " << report.system_prompt_tokens
         << "-token system prompts, seed " << report.seed;
     if (report.duration_limit_s > 0) out << ", limit " << fixed(report.duration_limit_s, 1) << " s";
+    out << ", queue wait " << fixed(report.max_queue_wait_s, 1) << " s, " << report.parked_slots
+        << " parked slots";
     out << "):\n";
-    TextTable table(
-        {"system", "rate", "out tok/s", "TTFT p50 ms", "p99", "TPOT p50 ms", "p99", "peak",
-         "hit tokens", "done", "429", "cancel", "fail", "preempt", "KV map/unmap s", "reused"},
-        1, "note");
+    TextTable table({"system", "rate", "out tok/s", "TTFT p50 ms", "p99", "TPOT p50 ms", "p99",
+                     "peak", "hit tokens", "done", "429", "cancel", "fail", "preempt",
+                     "KV map/unmap s", "reused/shared"},
+                    1, "note");
     for (const TraceRun& run : report.trace) {
       table.add(
           {run.system, fixed(run.rate, 2), fixed(run.output_tokens_per_s, 1), ms(run.ttft_p50_s),
@@ -208,7 +215,7 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
            str(run.prefix_hit_tokens), str(run.completed) + "/" + str(run.submitted),
            str(run.refused_overloaded), str(run.cancelled), str(run.failed), str(run.preemptions),
            fixed(run.kv_map_seconds, 2) + "/" + fixed(run.kv_unmap_seconds, 2),
-           str(run.reused_admissions)},
+           str(run.reused_admissions) + "/" + str(run.shared_admissions)},
           run.first_error);
     }
     table.print(out);

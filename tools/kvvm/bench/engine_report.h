@@ -61,8 +61,13 @@ struct TraceRun {
   double kv_map_seconds = 0, kv_unmap_seconds = 0, kv_create_release_seconds = 0;
   std::uint64_t kv_map_calls = 0, kv_unmap_calls = 0;
   std::uint64_t reused_admissions = 0;  // admitted into a finished slot's mapped windows
-  std::string first_error;              // the first failure's message, when any failed
-  std::string note;  // what the reader should know (a preallocated engine over capacity)
+  std::uint64_t shared_admissions = 0;  // admitted sharing a cached prefix's windows
+  // Shared admissions that passed over a finished slot still mapping their prefix (its last
+  // sequence's kernels may still read what it would unmap), and reclaims that left a
+  // finished slot its prefix's windows.
+  std::uint64_t reuse_fence_pending = 0, prefix_kept_reclaims = 0;
+  std::string first_error;  // the first failure's message, when any failed
+  std::string note;         // what the reader should know (a preallocated engine over capacity)
 };
 
 // One system of the choices part: one prompt answered n times.
@@ -114,7 +119,9 @@ struct BenchEngineReport {
   std::uint32_t tenants = 0;
   std::uint64_t system_prompt_tokens = 0;
   std::uint64_t seed = 0;
-  double duration_limit_s = 0;  // 0: none
+  double duration_limit_s = 0;     // 0: none
+  double max_queue_wait_s = 0;     // the engines' queue-wait bound; 0: none
+  std::uint32_t parked_slots = 0;  // the arena engine's slots beyond max_running
   std::vector<TraceRun> trace;
   double wall_seconds = 0;
 };

@@ -57,6 +57,7 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
   }
   engine::KvSpaceOptions kv_options = kv;
   kv_options.sequences = params.max_running;  // the space adds the graphs' padding slot
+  kv_options.parked_slots = params.parked_slots;
   Result<std::unique_ptr<engine::KvSpace>> space =
       engine::KvSpace::create(model.config(), kv_options);
   if (!space.ok()) return space.status().with_context("KV space");
@@ -64,6 +65,7 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
   options.max_running = params.max_running;
   options.preallocate = params.preallocate;
   options.refuse_predicted_wait = params.refuse_predicted_wait;
+  options.max_queue_wait = params.max_queue_wait;
   options.max_prefill_tokens_while_decoding = params.max_prefill_tokens_while_decoding;
   options.tpot_target = params.tpot_target;
   options.graphs = model.backend() == model::Backend::kCuda;  // as a server runs it
@@ -198,7 +200,11 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
   run.kv_create_release_seconds = seconds(DriverOp::kCreate) + seconds(DriverOp::kRelease);
   run.kv_map_calls = count(DriverOp::kMap);
   run.kv_unmap_calls = count(DriverOp::kUnmap);
-  run.reused_admissions = stats.arena.reused_admissions - arena_before.reused_admissions;
+  const ArenaStats& arena = stats.arena;
+  run.reused_admissions = arena.reused_admissions - arena_before.reused_admissions;
+  run.shared_admissions = arena.shared_admissions - arena_before.shared_admissions;
+  run.reuse_fence_pending = arena.reuse_fence_pending - arena_before.reuse_fence_pending;
+  run.prefix_kept_reclaims = arena.prefix_kept_reclaims - arena_before.prefix_kept_reclaims;
   return run;
 }
 

@@ -25,13 +25,15 @@ struct ReplayParams {
   double duration_limit_s = 0;        // 0: none; else later arrivals are not submitted and what
                                       // is still running at the limit is cancelled
   bool refuse_predicted_wait = true;  // EngineOptions::refuse_predicted_wait
+  std::chrono::milliseconds max_queue_wait{30000};      // EngineOptions's; 0: no limit
+  std::uint32_t parked_slots = 0;                       // KvSpaceOptions's
   std::uint32_t max_prefill_tokens_while_decoding = 0;  // EngineOptions's; 0: no bound
   std::chrono::microseconds tpot_target{0};             // EngineOptions's; 0: no target
   std::ostream* progress = nullptr;                     // a line every few seconds (may be null)
 };
 
-// Builds a KV space (`kv` with max_running + 1 slots) and an engine, replays `trace` (its ids
-// synthesized, see synthesize_ids) and reports. `rate` is only recorded.
+// Builds a KV space (`kv` with max_running + parked_slots + 1 slots) and an engine, replays `trace`
+// (its ids synthesized, see synthesize_ids) and reports. `rate` is only recorded.
 Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions& kv,
                               const Trace& trace, double rate, const ReplayParams& params);
 

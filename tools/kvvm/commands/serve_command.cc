@@ -155,6 +155,12 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
       ->transform(count_validator(2, std::numeric_limits<std::uint32_t>::max()));
   cmd->add_option("--max-running", options.max_running, "Sequences generating at once (default 64)")
       ->transform(count_validator(1, 4096));
+  cmd->add_option("--parked-slots", options.parked_slots,
+                  "KV slots beyond --max-running where ended requests stay mapped: the next "
+                  "request of the same prompt prefix takes one with the prefix still mapped, "
+                  "and memory pressure takes back their own windows first; they cost addresses "
+                  "only (default: as many as --max-running)")
+      ->transform(count_validator(0, 4096));
   cmd->add_option("--max-queue", options.max_queue,
                   "Requests waiting at most; more are answered 429 (default 256)")
       ->transform(count_validator(1, 1000000));
@@ -236,6 +242,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   kv_options.backend = model.backend();
   kv_options.kv_dtype = options.kv_dtype;
   kv_options.sequences = running;  // the space adds the decode graphs' padding slot
+  kv_options.parked_slots = static_cast<std::uint32_t>(options.parked_slots.value_or(running));
   kv_options.max_context = options.max_context;
   kv_options.budget_bytes = options.kv_budget;
   kv_options.driver = loaded->driver.get();
@@ -292,7 +299,8 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   const TierStats tier = (*kv)->governor().stats((*kv)->arena().tier());
   out << kServe << ": " << model_name << " on http://" << options.host << ":" << *port << " ("
       << model::to_string(model.backend()) << ", KV budget " << format_bytes(tier.limit) << ", "
-      << to_string(kv_dtype) << " KV, " << (*kv)->options().max_slots << " slots)" << std::endl;
+      << to_string(kv_dtype) << " KV, " << (*kv)->options().max_slots << " slots, "
+      << kv_options.parked_slots << " of them parked)" << std::endl;
   shutdown.set_ready(*port);
 
   while (!shutdown.wait(std::chrono::seconds(1))) {

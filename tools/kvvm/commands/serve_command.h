@@ -35,7 +35,8 @@ struct ServeOptions {
   std::uint64_t max_context = 0;  // 0: the config's max_position_embeddings
   std::uint64_t max_running = 64;
   std::uint64_t max_queue = 256;
-  double max_queue_wait = 30;     // seconds; 0: no limit
+  std::optional<std::uint64_t> parked_slots;  // unset: as many as max_running
+  double max_queue_wait = 30;                 // seconds; 0: no limit
   bool no_early_refusal = false;  // refuse only past max_queue_wait, not on a predicted wait
   std::uint64_t max_prefill_tokens_while_decoding = 0;  // 0: no bound but the step's
   double tpot_target_ms = 0;                            // 0: no target
