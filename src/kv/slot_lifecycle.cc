@@ -440,8 +440,8 @@ std::uint64_t ArenaState::reclaim(std::uint64_t bytes) {
     }
   };
   // A finished slot's shared prefix windows free nothing while a sharer or the cache holds
-  // the prefix, and kept they spare its next sharer every map: they go last, and then only
-  // for what an evicted prefix gives back.
+  // the prefix, and kept they spare its next sharer every map: they go last, when the rest
+  // did not suffice (bytes come back only for a prefix the cache has let go).
   const std::size_t finished_count = finished.size();
   finished.insert(finished.end(), ahead.begin(), ahead.end());
   unmap_until_given(finished, true);
