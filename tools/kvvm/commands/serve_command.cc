@@ -158,8 +158,9 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   cmd->add_option("--parked-slots", options.parked_slots,
                   "KV slots beyond --max-running where ended requests stay mapped: the next "
                   "request of the same prompt prefix takes one with the prefix still mapped, "
-                  "and memory pressure takes back their own windows first; they cost addresses "
-                  "only (default: as many as --max-running)")
+                  "and memory pressure takes back their own windows first; each costs a slot's "
+                  "addresses only, its max context of KV (default: as many as --max-running; 0 "
+                  "where the device's address space is short)")
       ->transform(count_validator(0, 4096));
   cmd->add_option("--max-queue", options.max_queue,
                   "Requests waiting at most; more are answered 429 (default 256)")
