@@ -195,8 +195,8 @@ struct ArenaState {
   // of an active one); returns the bytes unmapped (0 when the slot is busy, during capture,
   // its fence is pending, or nothing lies past what it keeps).
   std::uint64_t unmap_slot(SlotId slot, bool keep_prefix = false) KVVM_EXCLUDES(mutex_);
-  // The windows per fragment at the start of a finished slot that map the shared prefix its
-  // prefix_handles name read-only (0 when it maps none).
+  // The windows per fragment at the start of a slot that map the shared prefix its
+  // prefix_handles name, when all of them are still read-only (else 0).
   std::uint64_t prefix_windows(const Slot& slot) const KVVM_REQUIRES(mutex_);
   // Whether the slot's fence (if any) completed; destroys it once it has. REQUIRES the slot
   // claimed.

@@ -403,12 +403,8 @@ std::optional<SlotId> PrefixSharing::take_slot_mapping(const std::vector<Handle>
   std::optional<SlotId> chosen;
   for (SlotId id = 0; id < state_.slots_.size(); ++id) {
     const Slot& slot = state_.slots_[id];
-    if (slot.state != SlotState::kFinished || slot.busy || slot.windows < k ||
-        slot.readonly.size() < k || slot.prefix_handles != handles) {
-      continue;
-    }
-    const auto first = slot.readonly.begin();
-    if (!std::all_of(first, first + static_cast<std::ptrdiff_t>(k), [](bool r) { return r; })) {
+    if (slot.state != SlotState::kFinished || slot.busy || slot.prefix_handles != handles ||
+        state_.prefix_windows(slot) != k) {
       continue;
     }
     // The least recently used: its fence is the likeliest to have completed.

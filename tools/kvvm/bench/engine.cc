@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -435,8 +434,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
             .max_running = plan->max_running,
             .duration_limit_s = options.duration_limit_s,
             .refuse_predicted_wait = !options.no_early_refusal,
-            .max_queue_wait =
-                std::chrono::milliseconds(std::llround(options.max_queue_wait_s * 1000.0)),
+            .max_queue_wait = seconds_to_millis(options.max_queue_wait_s),
             .parked_slots = preallocate ? 0 : report.parked_slots,
             .max_prefill_tokens_while_decoding = options.max_prefill_tokens_while_decoding,
             .tpot_target = tpot_target(options.tpot_target_ms),

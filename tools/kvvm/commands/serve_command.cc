@@ -32,10 +32,6 @@ namespace {
 constexpr const char* kServe = "kvvm serve";
 constexpr std::uint64_t kMaxWaitSeconds = 1000000;
 
-std::chrono::milliseconds millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
-}
-
 // The directory's own name ("models/kvvm-adder/" -> "kvvm-adder").
 std::string dir_name(const std::string& dir) {
   std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
@@ -259,7 +255,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   engine::EngineOptions engine_options;
   engine_options.max_running = running;
   engine_options.max_queue = static_cast<std::uint32_t>(options.max_queue);
-  engine_options.max_queue_wait = millis(options.max_queue_wait);
+  engine_options.max_queue_wait = seconds_to_millis(options.max_queue_wait);
   engine_options.refuse_predicted_wait = !options.no_early_refusal;
   engine_options.max_prefill_tokens_while_decoding =
       static_cast<std::uint32_t>(options.max_prefill_tokens_while_decoding);
@@ -311,7 +307,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   out << kServe << ": draining (" << shutdown.reason() << "): " << before.running << " running and "
       << before.waiting << " waiting get " << options.drain_timeout
       << " s to finish; new requests get 503" << std::endl;
-  const bool drained = (*engine)->drain(millis(options.drain_timeout));
+  const bool drained = (*engine)->drain(seconds_to_millis(options.drain_timeout));
   server.stop();
   serving.join();
   if (!served.ok()) return fail(served);

@@ -93,6 +93,11 @@ inline std::chrono::microseconds tpot_target(double ms) {
   return std::chrono::microseconds(static_cast<std::int64_t>(std::llround(ms * 1000)));
 }
 
+// A duration option given in seconds (--max-queue-wait, --drain-timeout), to the millisecond.
+inline std::chrono::milliseconds seconds_to_millis(double seconds) {
+  return std::chrono::milliseconds(std::llround(seconds * 1000.0));
+}
+
 // CLI11 transforms over parse_count / parse_number: they rewrite the value to plain decimal
 // before CLI11 converts it, and their errors reach the user prefixed with the option's name.
 CLI::Validator count_validator(std::uint64_t min, std::uint64_t max);
