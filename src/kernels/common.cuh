@@ -61,8 +61,19 @@ __device__ __forceinline__ void allow_next_kernel_to_start() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// Reads bytes the previous kernel wrote, in a kernel launched overlapping it (below): a coherent
+// load (ld.global.ca). __ldg's non-coherent path (ld.global.nc) is only for bytes no kernel
+// writes while this one runs, which an overlapping launch breaks: its line may be stale, and
+// ptxas may move the load above wait_for_previous_kernel. Weights, written before any step,
+// keep __ldg / __ldcs.
+template <typename V>
+__device__ __forceinline__ V load_previous_output(const V* address) {
+  return __ldca(address);
+}
+
 // Launches `kernel` on `stream` with programmatic stream serialization (above): its grid may
-// start while the previous kernel's last blocks run.
+// start while the previous kernel's last blocks run. Such a kernel reads the previous kernel's
+// output after wait_for_previous_kernel, through load_previous_output or a plain load.
 template <typename Params>
 cudaError_t launch_overlapping(void (*kernel)(Params), dim3 grid, unsigned threads,
                                cudaStream_t stream, const Params& params) {
@@ -76,15 +87,6 @@ cudaError_t launch_overlapping(void (*kernel)(Params), dim3 grid, unsigned threa
   config.attrs = overlap;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, params);
-}
-
-// Launches `kernel` on `stream` in plain stream order: its grid starts once the previous
-// kernel has ended (its wait_for_previous_kernel is then a no-op).
-template <typename Params>
-cudaError_t launch_in_order(void (*kernel)(Params), dim3 grid, unsigned threads,
-                            cudaStream_t stream, const Params& params) {
-  kernel<<<grid, threads, 0, stream>>>(params);
-  return cudaGetLastError();
 }
 
 // cp.async (sm_80+): a 16-byte global-to-shared copy that does not hold registers while in

@@ -72,7 +72,7 @@ __device__ __forceinline__ float dot16(const Widened16& w, const uint4* x_row, s
   float sum = 0.0f;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const uint4 x = __ldg(x_row + 2 * v + half);
+    const uint4 x = load_previous_output(x_row + 2 * v + half);
     const Pair* xp = reinterpret_cast<const Pair*>(&x);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -169,9 +169,9 @@ cudaError_t launch_scaled(const Fp8GemvArgs& p, cudaStream_t stream) {
 
 // The tensor-core form: tiles of 16 outputs, kSplit warps a tile from the shape (about one
 // wave of warps, as the widening form), 2 steps (4 vectors) a lane in flight, or 4 forced.
-// Launched in plain stream order, not overlapping the kernel before it: overlapping, it read
-// activations that kernel had not finished writing (a Qwen3 FP8 fixture's first forward
-// differed from transformers by 0.06-0.28 relative in every run on an H200; in order, none).
+// Launched overlapping the kernel before it; its activations come through
+// load_previous_output (read through __ldg, a Qwen3 FP8 fixture's first forward differed from
+// transformers by 0.06-0.28 relative in nearly every run on an H200).
 template <typename T, bool kBlock>
 cudaError_t launch_mma(const Fp8GemvArgs& p, cudaStream_t stream) {
   const std::uint32_t tiles = (p.out + kMmaTileOutputs - 1) / kMmaTileOutputs;
@@ -179,8 +179,8 @@ cudaError_t launch_mma(const Fp8GemvArgs& p, cudaStream_t stream) {
   const auto launch = [&](auto split_c, auto steps_c) {
     constexpr unsigned kSplit = decltype(split_c)::value;
     constexpr unsigned kTiles = kMmaGemvWarps / kSplit;
-    return launch_in_order(fp8_mma_gemv_kernel<T, kSplit, decltype(steps_c)::value, kBlock>,
-                           dim3((tiles + kTiles - 1) / kTiles), kMmaGemvThreads, stream, p);
+    return launch_overlapping(fp8_mma_gemv_kernel<T, kSplit, decltype(steps_c)::value, kBlock>,
+                              dim3((tiles + kTiles - 1) / kTiles), kMmaGemvThreads, stream, p);
   };
   const auto with_steps = [&](auto steps_c) {
     switch (split) {

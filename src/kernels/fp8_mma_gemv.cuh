@@ -60,9 +60,9 @@ __global__ void __launch_bounds__(kMmaGemvThreads) fp8_mma_gemv_kernel(const Fp8
                      ((blocks_in + 3) / 4 * 4);  // the store's padded row of blocks
 
   // One round of kSteps steps: the weights and their block scales (they never depend on the
-  // previous kernel; the wait below is a no-op while fp8_kernels.cu launches this kernel in
-  // order), then the activations and theirs. The scales travel with their step, a round
-  // ahead, so no step waits on a scale's load.
+  // previous kernel, so the first round's are requested before the wait), then the
+  // activations and theirs (that kernel's output: coherent loads). The scales travel with their
+  // step, a round ahead, so no step waits on a scale's load.
   struct Round {
     uint4 lo[kSteps], hi[kSteps], x[kSteps];
     float ws[kSteps], xs0[kSteps], xs1[kSteps];
@@ -82,13 +82,13 @@ __global__ void __launch_bounds__(kMmaGemvThreads) fp8_mma_gemv_kernel(const Fp8
 #pragma unroll
     for (unsigned u = 0; u < kSteps; ++u) {
       const std::uint32_t s = at + u * kSplit;
-      r.x[u] =
-          live(s) && x_row && s * 4 + quad < vectors ? __ldg(xq + s * 4) : make_uint4(0, 0, 0, 0);
+      r.x[u] = live(s) && x_row && s * 4 + quad < vectors ? load_previous_output(xq + s * 4)
+                                                          : make_uint4(0, 0, 0, 0);
       if constexpr (kBlock) {
         // The step's group of 128 along `in` is s / 2.
         const float* xs = p.x_scales + static_cast<std::uint64_t>(s / 2) * p.x_stride;
-        r.xs0[u] = live(s) && col0 < p.rows ? __ldg(xs + col0) : 0.0f;
-        r.xs1[u] = live(s) && col1 < p.rows ? __ldg(xs + col1) : 0.0f;
+        r.xs0[u] = live(s) && col0 < p.rows ? load_previous_output(xs + col0) : 0.0f;
+        r.xs1[u] = live(s) && col1 < p.rows ? load_previous_output(xs + col1) : 0.0f;
       }
     }
   };
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads) fp8_mma_gemv_kernel(const Fp8
     const unsigned col = i % 2 == 0 ? col0 : col1;
     if (row >= p.out || col >= p.rows) continue;
     float value = total[i];
-    if constexpr (!kBlock) value *= __ldg(p.scales + row) * __ldg(p.x_scales + col);
+    if constexpr (!kBlock) value *= __ldg(p.scales + row) * load_previous_output(p.x_scales + col);
     const std::uint64_t at = static_cast<std::uint64_t>(col) * p.out + row;
     if (p.bias != nullptr) {
       value += to_float<T>(static_cast<const T*>(p.bias)[row]);

@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvParams p) 
 #pragma unroll
           for (unsigned r = 0; r < kRows; ++r) {
             if (r < p.rows) {
-              acc[r] += dot8<T>(weights, __ldg(x + static_cast<std::uint64_t>(r) * vectors + at));
+              acc[r] += dot8<T>(
+                  weights, load_previous_output(x + static_cast<std::uint64_t>(r) * vectors + at));
             }
           }
         });
