@@ -402,7 +402,6 @@ std::uint64_t ArenaState::reclaim(std::uint64_t bytes) {
   const LayoutPlan& plan = options_.plan;
   struct Candidate {
     SlotId id;
-    std::uint64_t keep;  // windows per fragment to keep
     std::uint64_t last_used;
     std::uint64_t windows;
   };
@@ -414,10 +413,10 @@ std::uint64_t ArenaState::reclaim(std::uint64_t bytes) {
       const Slot& slot = slots_[id];
       if (slot.busy || slot.windows == 0) continue;
       if (slot.state == SlotState::kFinished) {
-        finished.push_back({id, 0, slot.last_used, slot.windows});
+        finished.push_back({id, slot.last_used, slot.windows});
       } else if (slot.state == SlotState::kActive) {
         const std::uint64_t live = plan.windows_per_fragment(slot.tokens);
-        if (slot.windows > live) ahead.push_back({id, live, slot.last_used, slot.windows});
+        if (slot.windows > live) ahead.push_back({id, slot.last_used, slot.windows});
       }
     }
   }
@@ -442,10 +441,8 @@ std::uint64_t ArenaState::reclaim(std::uint64_t bytes) {
   // A finished slot's shared prefix windows free nothing while a sharer or the cache holds
   // the prefix, and kept they spare its next sharer every map: they go last, when the rest
   // did not suffice (bytes come back only for a prefix the cache has let go).
-  const std::size_t finished_count = finished.size();
-  finished.insert(finished.end(), ahead.begin(), ahead.end());
   unmap_until_given(finished, true);
-  finished.resize(finished_count);
+  unmap_until_given(ahead, true);  // active slots: keep_prefix does not apply
   unmap_until_given(finished, false);
   return given_back();
 }

@@ -190,8 +190,8 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "mapped (as kvvm serve; default: as many as --max-running; 0: none)")
       ->transform(count_validator(0, kMaxBatch));
   cmd->add_flag("--no-early-refusal", options.no_early_refusal,
-                "Trace replay: refuse a request only after it waited the engine's queue-wait "
-                "bound (30 s), not at once when its predicted wait exceeds it");
+                "Trace replay: refuse a request only after it waited --max-queue-wait, not at "
+                "once when its predicted wait exceeds it");
   cmd->add_option("--max-prefill-tokens-while-decoding", options.max_prefill_tokens_while_decoding,
                   "Trace replay: prefill tokens of a step that also decodes, at most, at most the "
                   "model's step token budget; bounds the time per output token under new "
