@@ -552,8 +552,10 @@ TEST(Fp8KernelChecks, AQuantizedCopyIsRefusedWhereItCannotBeMade) {
 
 // The kernel's own quantized copy against its plain output quantized by fp8_quantize_cuda: the
 // same codes and scales bit for bit, the padding rows zeros of scale 1, the plain output
-// unchanged. Widths: the vector kernels' (RMSNorm up to 16,384) and one past them (16,512: the
-// RMSNorm falls back to its loop and a separate quantization).
+// unchanged. Widths: the vector kernels' (RMSNorm up to 16,384; the SiLU-mul's blocks of 1,024
+// elements block-scaled, whole or the last one part full) and past them (16,512: the RMSNorm
+// falls back to its loop and a separate quantization; 32,896: so does the per-channel SiLU-mul,
+// whose row kernel holds 32,768).
 TEST(Fp8KernelsCuda, NormAndSiluMulWriteTheQuantizationsBits) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(13);
@@ -567,8 +569,9 @@ TEST(Fp8KernelsCuda, NormAndSiluMulWriteTheQuantizationsBits) {
   };
   for (const Fp8Scales kind : {Fp8Scales::kBlock128, Fp8Scales::kChannel}) {
     for (const DType type : {DType::kBf16, DType::kFp16}) {
-      for (const std::uint32_t width : {512u, 4096u, 16512u}) {
+      for (const std::uint32_t width : {512u, 4096u, 16512u, 32896u}) {
         for (const std::uint32_t rows : {1u, 5u, 17u, 64u}) {
+          if (width > 16512 && rows > 5) continue;  // the fallback once is enough
           SCOPED_TRACE(::testing::Message()
                        << "kind " << static_cast<int>(kind) << ", " << to_string(type) << ", width "
                        << width << ", rows " << rows);
@@ -629,7 +632,6 @@ TEST(Fp8KernelsCuda, NormAndSiluMulWriteTheQuantizationsBits) {
           expect_same("rmsnorm");
           EXPECT_EQ(download<std::uint16_t>(x1), download<std::uint16_t>(x2));  // the residual
 
-          if (width > 4096) continue;  // the SiLU-mul's rows: the intermediate widths served
           for (DeviceBuffer* b : {&out1, &out2, &codes1, &codes2, &scales1, &scales2}) b->poison();
           SiluMulParams silu;
           silu.element = type;

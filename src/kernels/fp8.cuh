@@ -38,6 +38,19 @@ __device__ __forceinline__ std::uint8_t float_to_e4m3(float value) {
   return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(value, __NV_SATFINITE, __NV_E4M3));
 }
 
+// Two floats in e4m3 (the lower in the low byte), rounded as float_to_e4m3 rounds each: one
+// instruction for the pair on sm_89+.
+__device__ __forceinline__ std::uint16_t floats_to_e4m3x2(float low, float high) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  std::uint16_t pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(pair) : "f"(high), "f"(low));
+  return pair;
+#else
+  return static_cast<std::uint16_t>(float_to_e4m3(low) |
+                                    (static_cast<std::uint16_t>(float_to_e4m3(high)) << 8));
+#endif
+}
+
 // The dynamic scale of a group of activations whose largest magnitude is amax: amax maps to
 // e4m3's 448; an all-zero group gets 1 (its bytes are zeros either way). Every quantizer of
 // activations (fp8_quantize_cuda, and the RMSNorm and SiLU-mul that write the quantized rows

@@ -209,12 +209,11 @@ cudaError_t launch_typed(const Fp8GemvArgs& p, cudaStream_t stream) {
 // Four e4m3 bytes of x[i..i+3] / scale, the lower in the low byte.
 template <typename T>
 __device__ __forceinline__ std::uint32_t quantize4(const T* x, float scale) {
-  std::uint32_t word = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    word |= static_cast<std::uint32_t>(float_to_e4m3(to_float<T>(x[i]) / scale)) << (8 * i);
-  }
-  return word;
+  return static_cast<std::uint32_t>(
+             floats_to_e4m3x2(to_float<T>(x[0]) / scale, to_float<T>(x[1]) / scale)) |
+         static_cast<std::uint32_t>(
+             floats_to_e4m3x2(to_float<T>(x[2]) / scale, to_float<T>(x[3]) / scale))
+             << 16;
 }
 
 // Block-scaled: warp w of the grid quantizes (row, group) = (w / groups, w % groups).

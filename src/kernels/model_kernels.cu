@@ -181,12 +181,21 @@ Status silu_mul_cuda(const SiluMulParams& p, void* stream) {
   const QuantizedRows& q = p.quantized;
   if (q.out != nullptr) KVVM_RETURN_IF_ERROR(check_quantized(q, p.rows, p.inter, "silu_mul"));
   auto* s = static_cast<cudaStream_t>(stream);
-  if (q.out != nullptr && quantized_in_kernel(q, p.inter) && aligned_16(p.gate_up) &&
-      aligned_16(p.out)) {
+  const bool in_kernel = q.out != nullptr && quantized_in_kernel(q, p.inter) &&
+                         aligned_16(p.gate_up) && aligned_16(p.out);
+  if (in_kernel && q.kind == Fp8Scales::kBlock128) {
+    const dim3 grid(q.stride,
+                    (p.inter / 8 + kernels::kSiluGroupThreads - 1) / kernels::kSiluGroupThreads);
     KVVM_MODEL_DISPATCH(p.element, T, {
-      kernels::silu_mul_quantized_kernel<T><<<q.stride, kernels::kRowThreads, 0, s>>>(p);
+      kernels::silu_mul_groups_kernel<T><<<grid, kernels::kSiluGroupThreads, 0, s>>>(p);
     })
-    return last_launch("silu_mul_quantized_kernel<<<>>>");
+    return last_launch("silu_mul_groups_kernel<<<>>>");
+  }
+  if (in_kernel && p.inter <= kernels::kSiluRowThreads * kernels::kSiluRowVectors * 8) {
+    KVVM_MODEL_DISPATCH(p.element, T, {
+      kernels::silu_mul_row_kernel<T><<<q.stride, kernels::kSiluRowThreads, 0, s>>>(p);
+    })
+    return last_launch("silu_mul_row_kernel<<<>>>");
   }
   const unsigned blocks = flat_blocks(std::uint64_t{p.rows} * p.inter);
   KVVM_MODEL_DISPATCH(p.element, T,

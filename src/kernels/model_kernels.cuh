@@ -134,8 +134,9 @@ __device__ __forceinline__ uint2 vector_to_e4m3(const uint4& v, float scale) {
   const T* e = reinterpret_cast<const T*>(&v);
   std::uint32_t word[2] = {0, 0};
 #pragma unroll
-  for (std::uint32_t j = 0; j < 8; ++j) {
-    word[j / 4] |= static_cast<std::uint32_t>(float_to_e4m3(to_float<T>(e[j]) / scale))
+  for (std::uint32_t j = 0; j < 8; j += 2) {
+    word[j / 4] |= static_cast<std::uint32_t>(
+                       floats_to_e4m3x2(to_float<T>(e[j]) / scale, to_float<T>(e[j + 1]) / scale))
                    << (8 * (j % 4));
   }
   return make_uint2(word[0], word[1]);
@@ -244,8 +245,10 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_vector_kernel(const RmsNo
   if (q.kind == Fp8Scales::kBlock128) {
     // A group of 128 is 16 vectors held by 16 consecutive threads (kRowThreads is a multiple
     // of 16 and the width of 128); every lane shuffles, those past the row with amax 0.
+    // A pass whose first vector is past the row has none in it, for every thread alike.
 #pragma unroll
     for (std::uint32_t k = 0; k < kNormVectors; ++k) {
+      if (k * kRowThreads >= vectors) break;
       const std::uint32_t v = threadIdx.x + k * kRowThreads;
       const float amax = group_amax(v < vectors ? vector_amax<T>(xs[k]) : 0.0f);
       if (v < vectors) store_quantized<T>(q, r, p.hidden, v, xs[k], e4m3_scale_of(amax));
@@ -261,6 +264,7 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_vector_kernel(const RmsNo
   const float row_scale = e4m3_scale_of(block_max(amax));
 #pragma unroll
   for (std::uint32_t k = 0; k < kNormVectors; ++k) {
+    if (k * kRowThreads >= vectors) break;
     const std::uint32_t v = threadIdx.x + k * kRowThreads;
     if (v < vectors) store_quantized<T>(q, r, p.hidden, v, xs[k], row_scale);
   }
@@ -319,14 +323,51 @@ __device__ __forceinline__ uint4 silu_mul_vector(const uint4& gates, const uint4
   return result;
 }
 
-// silu_mul_kernel's rows with their quantized copy (QuantizedRows), one block a row over a
-// grid of `stride` rows. REQUIRES: inter a multiple of 8 (of 128 block-scaled), the rows
-// 16-byte aligned.
+// silu_mul_kernel's rows with their quantized copy (QuantizedRows), in two shapes. Why not one
+// block a row looping over it: a 14,336-wide row was 7 dependent rounds of loads and stores in
+// one block while the other SMs idled (18 us a call at 2 rows on an H200, 3 us unquantized).
+//
+// Block-scaled: block (row, part) computes kSiluGroupThreads vectors of the row, one 16-byte
+// vector a thread, and quantizes each 128-element group (16 threads' vectors); a grid of
+// (stride, vectors / kSiluGroupThreads) blocks, the padding rows' blocks writing zeros of scale
+// 1. REQUIRES: inter a multiple of 128, the rows 16-byte aligned.
+constexpr std::uint32_t kSiluGroupThreads = 128;
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads) silu_mul_quantized_kernel(const SiluMulParams p) {
+__global__ void __launch_bounds__(kSiluGroupThreads) silu_mul_groups_kernel(const SiluMulParams p) {
   allow_next_kernel_to_start();  // the down projection's weights do not depend on this
-  const std::uint32_t r = blockIdx.x;
   const QuantizedRows& q = p.quantized;
+  const std::uint32_t r = blockIdx.x;
+  const std::uint32_t vectors = p.inter / 8;
+  const std::uint32_t v = blockIdx.y * kSiluGroupThreads + threadIdx.x;
+  if (r >= p.rows) {
+    if (v < vectors) store_quantized<T>(q, r, p.inter, v, make_uint4(0, 0, 0, 0), 1.0f);
+    return;
+  }
+  const auto* gates = reinterpret_cast<const uint4*>(static_cast<const T*>(p.gate_up) +
+                                                     static_cast<std::uint64_t>(r) * 2 * p.inter);
+  auto* out =
+      reinterpret_cast<uint4*>(static_cast<T*>(p.out) + static_cast<std::uint64_t>(r) * p.inter);
+  // Every lane shuffles; a group's 16 vectors are all in the row or all past it.
+  uint4 result = make_uint4(0, 0, 0, 0);
+  if (v < vectors) {
+    result = silu_mul_vector<T>(gates[v], gates[vectors + v]);
+    out[v] = result;
+  }
+  const float amax = group_amax(v < vectors ? vector_amax<T>(result) : 0.0f);
+  if (v < vectors) store_quantized<T>(q, r, p.inter, v, result, e4m3_scale_of(amax));
+}
+
+// Per channel (a scale a row): one block of kSiluRowThreads a row, every thread loading all its
+// vectors (up to kSiluRowVectors) before computing any, the results kept in registers between
+// the row's largest magnitude and the quantized writes. REQUIRES: inter a multiple of 8, at
+// most kSiluRowThreads * kSiluRowVectors * 8 (wider rows quantize separately), 16-byte aligned.
+constexpr std::uint32_t kSiluRowThreads = 1024;
+constexpr std::uint32_t kSiluRowVectors = 4;
+template <typename T>
+__global__ void __launch_bounds__(kSiluRowThreads) silu_mul_row_kernel(const SiluMulParams p) {
+  allow_next_kernel_to_start();  // the down projection's weights do not depend on this
+  const QuantizedRows& q = p.quantized;
+  const std::uint32_t r = blockIdx.x;
   if (r >= p.rows) {
     quantized_padding_row(q, r, p.inter);
     return;
@@ -334,34 +375,31 @@ __global__ void __launch_bounds__(kRowThreads) silu_mul_quantized_kernel(const S
   const std::uint32_t vectors = p.inter / 8;
   const auto* gates = reinterpret_cast<const uint4*>(static_cast<const T*>(p.gate_up) +
                                                      static_cast<std::uint64_t>(r) * 2 * p.inter);
-  const uint4* ups = gates + vectors;
   auto* out =
       reinterpret_cast<uint4*>(static_cast<T*>(p.out) + static_cast<std::uint64_t>(r) * p.inter);
-  if (q.kind == Fp8Scales::kBlock128) {
-    // Every thread runs every pass (the shuffles need the whole warp); a group's 16 vectors
-    // are 16 consecutive threads' (kRowThreads and the row's vectors are multiples of 16).
-    for (std::uint32_t first = 0; first < vectors; first += kRowThreads) {
-      const std::uint32_t v = first + threadIdx.x;
-      uint4 result = make_uint4(0, 0, 0, 0);
-      if (v < vectors) {
-        result = silu_mul_vector<T>(gates[v], ups[v]);
-        out[v] = result;
-      }
-      const float amax = group_amax(v < vectors ? vector_amax<T>(result) : 0.0f);
-      if (v < vectors) store_quantized<T>(q, r, p.inter, v, result, e4m3_scale_of(amax));
+  uint4 values[kSiluRowVectors], ups[kSiluRowVectors];
+#pragma unroll
+  for (std::uint32_t k = 0; k < kSiluRowVectors; ++k) {
+    const std::uint32_t v = threadIdx.x + k * kSiluRowThreads;
+    if (v < vectors) {
+      values[k] = gates[v];
+      ups[k] = gates[vectors + v];
     }
-    return;
   }
   float amax = 0.0f;
-  for (std::uint32_t v = threadIdx.x; v < vectors; v += kRowThreads) {
-    const uint4 result = silu_mul_vector<T>(gates[v], ups[v]);
-    out[v] = result;
-    amax = fmaxf(amax, vector_amax<T>(result));
+#pragma unroll
+  for (std::uint32_t k = 0; k < kSiluRowVectors; ++k) {
+    const std::uint32_t v = threadIdx.x + k * kSiluRowThreads;
+    if (v >= vectors) continue;
+    values[k] = silu_mul_vector<T>(values[k], ups[k]);
+    out[v] = values[k];
+    amax = fmaxf(amax, vector_amax<T>(values[k]));
   }
   const float scale = e4m3_scale_of(block_max(amax));
-  // Each thread reads back only the vectors it wrote.
-  for (std::uint32_t v = threadIdx.x; v < vectors; v += kRowThreads) {
-    store_quantized<T>(q, r, p.inter, v, out[v], scale);
+#pragma unroll
+  for (std::uint32_t k = 0; k < kSiluRowVectors; ++k) {
+    const std::uint32_t v = threadIdx.x + k * kSiluRowThreads;
+    if (v < vectors) store_quantized<T>(q, r, p.inter, v, values[k], scale);
   }
 }
 
