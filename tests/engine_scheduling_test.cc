@@ -1,7 +1,7 @@
 // Scheduling under load, on the CPU with a fake clock (no assertion depends on wall time):
 // - a submit predicted to wait past max_queue_wait (the queue ahead of it over the measured
-//   admission rate) is refused at once, never on a guess before a rate is measured, and the
-//   late refusal in the queue stays as the backstop;
+//   admission rate, times how far recent predictions fell short) is refused at once, never on
+//   a guess before a rate is measured, and the late refusal in the queue stays as the backstop;
 // - admission takes only the room the running sequences' growth leaves, and only with a chunk
 //   of the step to compute: a request is never admitted and then preempted unrun;
 // - max_prefill_tokens_while_decoding bounds the prompt tokens of a step that also decodes;
@@ -75,6 +75,28 @@ TEST(SchedulingRetryEstimate, PredictsNothingBeforeTwoAdmissions) {
   EXPECT_FALSE(estimate.predicted_wait(10, t0 + seconds(600)).has_value());
 }
 
+// The margin: the largest waited / predicted of the recent admissions, a prediction under the
+// floor counted as the floor, within [1, 8]; the oldest sample leaves after 32 newer ones.
+TEST(SchedulingRetryEstimate, TheMarginIsTheWorstRecentShortfall) {
+  RetryEstimate estimate;
+  EXPECT_DOUBLE_EQ(estimate.margin(), 1.0);
+  estimate.note_wait(4.0, 2.0, 1.0);  // shorter than predicted: no margin
+  EXPECT_DOUBLE_EQ(estimate.margin(), 1.0);
+  estimate.note_wait(4.0, 6.0, 1.0);
+  EXPECT_DOUBLE_EQ(estimate.margin(), 1.5);
+  estimate.note_wait(0.1, 2.0, 1.0);  // predicted under the floor: 2 / 1
+  EXPECT_DOUBLE_EQ(estimate.margin(), 2.0);
+  estimate.note_wait(0.0, 100.0, 1.0);
+  EXPECT_DOUBLE_EQ(estimate.margin(), RetryEstimate::kMaxMargin);
+  estimate.note_wait(1.0, 5.0, 0.0);  // no floor (a zero bound's quarter)
+  for (int i = 0; i < 31; ++i) estimate.note_wait(1.0, 1.0, 1.0);
+  EXPECT_DOUBLE_EQ(estimate.margin(), 5.0);  // the 100-s wait has left the window
+  estimate.note_wait(1.0, 1.0, 1.0);
+  EXPECT_DOUBLE_EQ(estimate.margin(), 1.0);
+  estimate.note_wait(0.0, 1.0, 0.0);  // nothing to measure against: not a sample
+  EXPECT_DOUBLE_EQ(estimate.margin(), 1.0);
+}
+
 // --- Early refusal --------------------------------------------------------------------------
 
 // Declared so the engine goes first: its end may still run callbacks and read the clock.
@@ -143,6 +165,40 @@ TEST(SchedulingEarlyRefusal, RefusesAtSubmitWhenThePredictedWaitExceedsTheBound)
   stats = rig.engine->stats();
   EXPECT_EQ(stats.refused_in_queue, 0u);
   EXPECT_EQ(stats.finished, 5u);
+  rig.engine.reset();
+  expect_clean(*rig.kv);
+}
+
+// A wait that outlasted its prediction makes the next predictions count for more: a request
+// the bare prediction would accept (5 s ahead of it, bound 10 s) is refused at arrival once a
+// wait came out 2.4x its prediction, and the message says so.
+TEST(SchedulingEarlyRefusal, WaitsLongerThanPredictedWidenTheMargin) {
+  QueueRig rig;
+  ASSERT_NO_FATAL_FAILURE(make_measured(rig, /*refuse_predicted=*/true));
+  // Nothing ahead: predicted 0 s, counted as the floor of 2.5 s (a quarter of the bound). No
+  // step runs for 6 s: it waits 6 s, 2.4x.
+  Result<RequestId> first = rig.engine->submit(short_request(10), rig.collector.callback());
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  rig.clock.advance(seconds(6));
+  ASSERT_TRUE(rig.engine->step().ok());  // admitted
+  ASSERT_TRUE(rig.engine->run_until_idle().ok());
+  ASSERT_TRUE(rig.collector.get(*first).completed());
+  // Admissions 4 s and 6 s apart: 0.2 a second. One ahead: 5 s predicted, 12 s with the margin.
+  Result<RequestId> second = rig.engine->submit(short_request(11), rig.collector.callback());
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  Result<RequestId> third = rig.engine->submit(short_request(12), rig.collector.callback());
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(mentions_overloaded(third.status())) << third.status().to_string();
+  EXPECT_NE(third.status().message().find("about 5 s to admit, recent waits up to 2.4x their "
+                                          "prediction (max_queue_wait 10000 ms)"),
+            std::string::npos)
+      << third.status().to_string();
+  EngineStats stats = rig.engine->stats();
+  EXPECT_EQ(stats.refused_predicted_wait, 1u);
+  EXPECT_EQ(stats.refused_in_queue, 0u);
+  ASSERT_TRUE(rig.engine->run_until_idle().ok());
+  EXPECT_TRUE(rig.collector.get(*second).completed());
   rig.engine.reset();
   expect_clean(*rig.kv);
 }

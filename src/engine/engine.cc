@@ -3,6 +3,7 @@
 #include "kvvm/engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -199,7 +200,7 @@ Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback ca
               std::to_string(static_cast<int>(retry)) + " s",
           Exhaustion{});
     }
-    if (Status refused = refuse_predicted_locked(r->submitted); !refused.ok()) {
+    if (Status refused = refuse_predicted_locked(*r); !refused.ok()) {
       ++refused_at_submit_;
       ++refused_predicted_;
       return refused;
@@ -223,17 +224,31 @@ void Engine::Impl::cancel(RequestId id) {
   wake_.notify_one();
 }
 
-Status Engine::Impl::refuse_predicted_locked(Clock::time_point now) const {
+Status Engine::Impl::refuse_predicted_locked(RequestState& r) const {
   const auto bound = options_.max_queue_wait;
   if (!options_.refuse_predicted_wait || bound.count() == 0) return Status::Ok();
+  const Clock::time_point now = r.submitted;
   const std::optional<double> wait = retry_.predicted_wait(queued_, now);
-  if (!wait || *wait <= std::chrono::duration<double>(bound).count()) return Status::Ok();
+  if (!wait) return Status::Ok();
+  // Recent waits outlasted their predictions by up to this factor: a request accepted on the
+  // bare prediction could still be refused late, after the whole wait.
+  const double margin = retry_.margin();
+  if (*wait * margin <= std::chrono::duration<double>(bound).count()) {
+    r.predicted_wait = *wait;
+    return Status::Ok();
+  }
   // The backstop would refuse it after the whole wait: refusing now spends no one's time.
   const double retry = retry_.seconds(queued_, options_.max_running, now);
+  std::string shortfall;
+  if (margin > 1) {
+    char text[96];
+    std::snprintf(text, sizeof(text), ", recent waits up to %.1fx their prediction", margin);
+    shortfall = text;
+  }
   return Status::ResourceExhausted(
       "overloaded: " + std::to_string(queued_) + " requests waiting would take about " +
-          std::to_string(static_cast<int>(*wait + 0.5)) + " s to admit (max_queue_wait " +
-          std::to_string(bound.count()) + " ms); retry in about " +
+          std::to_string(static_cast<int>(*wait + 0.5)) + " s to admit" + shortfall +
+          " (max_queue_wait " + std::to_string(bound.count()) + " ms); retry in about " +
           std::to_string(static_cast<int>(retry)) + " s",
       Exhaustion{});
 }

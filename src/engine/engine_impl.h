@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kvvm/engine/engine.h"
@@ -65,9 +66,10 @@ class Engine::Impl {
   Status validate(const EngineRequest& request) const;  // engine.cc
   // The scheduler's time: EngineOptions::clock, else the steady clock (engine.cc).
   Clock::time_point now() const;
-  // ResourceExhausted when a request submitted `now` is predicted to wait past max_queue_wait
-  // behind the queue (engine.cc).
-  Status refuse_predicted_locked(Clock::time_point now) const KVVM_REQUIRES(mutex_);
+  // ResourceExhausted when r, just submitted, is predicted to wait past max_queue_wait behind
+  // the queue, its prediction times the measured margin; else records the prediction in r
+  // (engine.cc).
+  Status refuse_predicted_locked(RequestState& r) const KVVM_REQUIRES(mutex_);
   // Choice `index` of `request`, not yet submitted (engine.cc).
   std::unique_ptr<RequestState> make_state(EngineRequest request, std::uint32_t index) const;
   void worker();  // engine.cc
@@ -146,6 +148,9 @@ class Engine::Impl {
   std::vector<RequestState*> owners_;
   std::uint64_t admissions_ = 0;
   std::uint32_t admitted_this_step_ = 0;
+  // The step's first admissions that had a prediction: {predicted, waited} seconds, given to
+  // retry_ with the admissions.
+  std::vector<std::pair<double, double>> admitted_waits_;
   double retry_now_ = 1;  // the estimate when the step began
   StepCounters step_counters_;
 

@@ -108,6 +108,7 @@ void Engine::Impl::take_inbox(Clock::time_point now) {
 
 void Engine::Impl::admit_waiting(Clock::time_point now) {
   admitted_this_step_ = 0;
+  admitted_waits_.clear();
   while (!waiting_.empty() && running_.size() < options_.max_running && room_for_prefill()) {
     RequestState& r = *waiting_.front();
     // A prompt whose log-probabilities are wanted is computed whole: cached tokens have no
@@ -148,6 +149,8 @@ void Engine::Impl::admit_waiting(Clock::time_point now) {
       r.ever_admitted = true;
       r.admitted = now;
       r.stats.queue_seconds = std::chrono::duration<double>(now - r.submitted).count();
+      if (r.predicted_wait >= 0)
+        admitted_waits_.emplace_back(r.predicted_wait, r.stats.queue_seconds);
     }
     plan_chunk(r, chunk_tokens(r));
     running_.push_back(std::move(waiting_.front()));
@@ -440,6 +443,11 @@ void Engine::Impl::deliver(Clock::time_point now) {
     work_left_ = !running_.empty() || !waiting_.empty();
     graphs_ = model_.graph_stats();
     for (std::uint32_t i = 0; i < admitted_this_step_; ++i) retry_.note_admission(now);
+    // A quarter of the bound: the scale of waits the bound is compared with.
+    const double floor = std::chrono::duration<double>(options_.max_queue_wait).count() / 4;
+    for (const auto& [predicted, waited] : admitted_waits_) {
+      retry_.note_wait(predicted, waited, floor);
+    }
   }
   for (RequestState* r : touched_) {
     if (r->callback) {

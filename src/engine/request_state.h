@@ -49,6 +49,7 @@ struct RequestState {
   model::RowLogprobs token_logprobs;  // the emitted token's, when asked
 
   Clock::time_point submitted{};
+  double predicted_wait = -1;    // seconds, at submit; negative: none (no rate measured yet)
   Clock::time_point admitted{};  // first admission
   Clock::time_point first_token{};
   Clock::time_point last_token{};

@@ -44,4 +44,17 @@ std::optional<double> RetryEstimate::predicted_wait(std::uint64_t ahead,
   return static_cast<double>(ahead) / *measured;
 }
 
+void RetryEstimate::note_wait(double predicted, double waited, double floor) {
+  const double expected = std::max(predicted, floor);
+  if (!(expected > 0)) return;  // no scale to measure against (a zero bound)
+  shortfalls_[next_shortfall_] = waited / expected;
+  next_shortfall_ = (next_shortfall_ + 1) % kWaitSamples;
+}
+
+double RetryEstimate::margin() const {
+  // Unused entries are 0, below the floor of 1.
+  const double worst = *std::max_element(shortfalls_.begin(), shortfalls_.end());
+  return std::clamp(worst, 1.0, kMaxMargin);
+}
+
 }  // namespace kvvm::engine

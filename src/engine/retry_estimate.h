@@ -1,7 +1,9 @@
 // RetryEstimate: when a request refused as overloaded should come back, and how long a new one
 // would wait. The queue ahead of it drains at the rate requests recently left it (admitted);
 // that rate is measured over the last few admissions rather than assumed, so the estimate
-// follows the load.
+// follows the load. How far the predictions fell short of the waits that followed is measured
+// too (margin): a bound compared with a prediction times the margin refuses at arrival the
+// requests the queue would otherwise refuse after making them wait.
 #pragma once
 
 #include <array>
@@ -28,6 +30,15 @@ class RetryEstimate {
   // the window, or none yet): a guess must never refuse anyone.
   std::optional<double> predicted_wait(std::uint64_t ahead, Clock::time_point now) const;
 
+  // A request predicted at submit to wait `predicted` seconds was admitted after `waited`.
+  // Predictions below `floor` count as `floor`: a wait far past a near-zero prediction but well
+  // inside the bound it is checked against says little about the predictions near the bound.
+  void note_wait(double predicted, double waited, double floor);
+  // The largest waited / predicted of the last kWaitSamples admissions noted, within
+  // [1, kMaxMargin]: 1 until a wait outlasted its prediction.
+  double margin() const;
+  static constexpr double kMaxMargin = 8;
+
  private:
   // Admissions per second over the window; nullopt when not measured.
   std::optional<double> rate(Clock::time_point now) const;
@@ -38,6 +49,10 @@ class RetryEstimate {
   std::array<Clock::time_point, kSamples> times_{};  // a ring of the latest admissions
   std::size_t next_ = 0;
   std::size_t count_ = 0;
+  // Waited over predicted, for the latest admissions that had a prediction.
+  static constexpr std::size_t kWaitSamples = 32;
+  std::array<double, kWaitSamples> shortfalls_{};
+  std::size_t next_shortfall_ = 0;
 };
 
 }  // namespace kvvm::engine

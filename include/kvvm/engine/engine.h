@@ -160,7 +160,10 @@ struct EngineOptions {
   std::chrono::milliseconds max_queue_wait{30000};
   // A submit whose predicted wait (the requests queued ahead of it over the measured admission
   // rate) exceeds max_queue_wait is refused at once (overloaded) instead of after waiting that
-  // long. Nothing is predicted before two admissions have measured a rate.
+  // long. The prediction is first multiplied by how far recent ones fell short of the waits
+  // that followed (the largest waited / predicted of the last 32 admissions, a prediction under
+  // a quarter of the bound counted as that quarter; 1 to 8), so a request accepted is rarely
+  // refused later. Nothing is predicted before two admissions have measured a rate.
   bool refuse_predicted_wait = true;
   bool prefix_cache = true;
   std::string model_identity;  // folded into cache keys; empty: the config's architecture

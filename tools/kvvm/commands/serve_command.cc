@@ -167,7 +167,8 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
       ->transform(number_validator(0, kMaxWaitSeconds));
   cmd->add_flag("--no-early-refusal", options.no_early_refusal,
                 "Answer 429 only once a request has waited --max-queue-wait, not at once when the "
-                "queue ahead of it at the measured admission rate predicts a longer wait");
+                "queue ahead of it at the measured admission rate (times how far recent "
+                "predictions fell short) predicts a longer wait");
   cmd->add_option("--max-prefill-tokens-while-decoding", options.max_prefill_tokens_while_decoding,
                   "Prompt tokens computed in a step that also generates, at most (at most the "
                   "model's step token budget): new prompts then delay running answers less per "
