@@ -31,6 +31,10 @@ ServerMetrics::Inputs made_up_inputs() {
   in.engine.prompt_tokens = 12345;
   in.engine.generated_tokens = 6789;
   in.engine.preemptions = 7;
+  in.engine.refused_overloaded = 30;  // 4 for a full queue
+  in.engine.refused_predicted_wait = 23;
+  in.engine.refused_in_queue = 3;
+  in.engine.wait_margin = 2.5;
   in.engine.arena.committed_bytes = 3ull << 30;
   in.engine.arena.physical_bytes = 2ull << 30;
   in.engine.arena.reclaimable_bytes = 1ull << 29;
@@ -130,6 +134,10 @@ TEST(ServerMetrics, CountersAndGaugesEqualTheInputs) {
   EXPECT_EQ(value(families, "kvvm_weights_streamed_bytes_per_step", {}), double(7ull << 29));
   EXPECT_EQ(value(families, "kvvm_weights_streamed_layers", {}), 11);
   EXPECT_EQ(value(families, "kvvm_draining", {}), 1);
+  EXPECT_EQ(value(families, "kvvm_engine_overloaded_total", {{"when", "full_queue"}}), 4);
+  EXPECT_EQ(value(families, "kvvm_engine_overloaded_total", {{"when", "predicted_wait"}}), 23);
+  EXPECT_EQ(value(families, "kvvm_engine_overloaded_total", {{"when", "in_queue"}}), 3);
+  EXPECT_EQ(value(families, "kvvm_queue_wait_margin", {}), 2.5);
   // Integers are printed exactly, not through a double.
   EXPECT_NE(text.find("\nkvvm_kv_reclaimed_bytes_total 9007199254740993\n"), std::string::npos)
       << text;

@@ -343,6 +343,7 @@ EngineStats Engine::Impl::stats() const {
     s.refused_overloaded = refused_at_submit_ + published_.refused_in_queue;
     s.refused_predicted_wait = refused_predicted_;
     s.refused_in_queue = published_.refused_in_queue;
+    s.wait_margin = retry_.margin();
     s.preemptions = published_.preemptions;
     s.steps = published_.steps;
     s.decode_only_steps = published_.decode_only_steps;

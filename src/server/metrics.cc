@@ -405,6 +405,22 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   w.single("kvvm_kv_reclaimed_bytes_total", "counter",
            "KV bytes reclaimed from finished sequences by the arena.", {}, arena.reclaimed_bytes);
 
+  // The engine's overload refusals by when: a client refused at once lost nothing, one refused
+  // in the queue waited the whole bound first.
+  const std::uint64_t full_queue =
+      engine.refused_overloaded - engine.refused_predicted_wait - engine.refused_in_queue;
+  w.family("kvvm_engine_overloaded_total", "counter",
+           "Requests the engine refused as overloaded, by when: at arrival for a full queue "
+           "(full_queue) or a predicted wait past the bound (predicted_wait), or after "
+           "waiting past it (in_queue).");
+  w.sample("kvvm_engine_overloaded_total", {{"when", "full_queue"}}, full_queue);
+  w.sample("kvvm_engine_overloaded_total", {{"when", "predicted_wait"}},
+           engine.refused_predicted_wait);
+  w.sample("kvvm_engine_overloaded_total", {{"when", "in_queue"}}, engine.refused_in_queue);
+  w.single("kvvm_queue_wait_margin", "gauge",
+           "The factor predicted queue waits are multiplied by before the wait bound: the "
+           "largest wait / prediction of the last 32 admissions, 1 to 8.",
+           {}, engine.wait_margin);
   w.family("kvvm_requests_refused_total", "counter",
            "Requests refused by the server, by reason (overloaded = the 429s).");
   for (const auto& [reason, count] : refusals) {

@@ -200,6 +200,9 @@ struct EngineStats {
   // Of those: at submit for their predicted wait (refuse_predicted_wait), and in the queue
   // past max_queue_wait (the backstop).
   std::uint64_t refused_predicted_wait = 0, refused_in_queue = 0;
+  // What the predicted waits are multiplied by before the bound (refuse_predicted_wait): how
+  // far recent predictions fell short of the waits that followed, 1 to 8.
+  double wait_margin = 1;
   std::uint64_t preemptions = 0;
   std::uint64_t steps = 0, decode_only_steps = 0;
   StepTokenCounts step_tokens;  // the steps that ran, by their tokens
