@@ -4,12 +4,13 @@
 #   1. `kvvm bench engine` decode on the Llama-3-8B shape at batches 1, 16, 256 over 128-token
 #      prompts, in bf16, FP8 block-scaled (Hugging Face's "fp8") and FP8 per-channel
 #      (compressed-tensors FP8-dynamic): ms/step and tokens/s, and each FP8 run over bf16.
-#   2. A Llama-3-70B shape in FP8 (block-scaled) on the one GPU: load, batch-1 and batch-16
-#      decode, then `kvvm serve` under `kvvm bench serve` at one rate (bench/serve-gpu.sh).
+#   2. A Llama-3-70B shape in FP8 (block-scaled; per channel too with QUANTS_70B) on the one
+#      GPU: load, batch-1 and batch-16 decode, then `kvvm serve` under `kvvm bench serve` at one rate (bench/serve-gpu.sh).
 # The GEMMs alone (prefill TFLOP/s at 4K tokens, FP8 against bf16) are bench/fp8_gemm_bench's.
 # Usage: OUT=dir CLI=build/gpu/tools/kvvm/kvvm bench/fp8-gpu.sh. Needs python3 for the configs.
 #   PARTS="engine 70b" (default both), BATCHES, DECODE_TOKENS, RATE; BATCHES_70B (default
-#   1,16); SERVE=0 leaves out the 70B serve run.
+#   1,16); QUANTS_70B (default block; "block channel" adds the per-channel format, which the
+#   common Llama-3.x FP8 releases use); SERVE=0 leaves out the 70B serve run (block-scaled).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -81,21 +82,26 @@ PY
 fi
 
 if [[ " $PARTS " == *" 70b "* ]]; then
-  dir="$WORK/llama-3-70b-block"
-  config "$dir" llama-3-70b block
-  echo "== kvvm bench engine, llama-3-70b (dummy), FP8 block-scaled"
-  "$CLI" bench engine --model "$dir" --backend cuda --load-format dummy --kv-budget 24GiB \
-    --max-context 8192 --batches "${BATCHES_70B:-1,16}" --prompt-tokens 128 --decode-tokens 32 --no-trace \
-    --json >"$OUT/engine-70b-block.json" 2>"$OUT/engine-70b-block.log"
-  grep -E "weights:" "$OUT/engine-70b-block.log" | head -2 || true
-  python3 - "$OUT/engine-70b-block.json" <<'PY' | tee "$OUT/summary-70b.txt"
+  : >"$OUT/summary-70b.txt"
+  for quant in ${QUANTS_70B:-block}; do
+    dir="$WORK/llama-3-70b-$quant"
+    config "$dir" llama-3-70b "$quant"
+    echo "== kvvm bench engine, llama-3-70b (dummy), FP8 $quant"
+    "$CLI" bench engine --model "$dir" --backend cuda --load-format dummy --kv-budget 24GiB \
+      --max-context 8192 --batches "${BATCHES_70B:-1,16}" --prompt-tokens 128 --decode-tokens 32 \
+      --no-trace --json >"$OUT/engine-70b-$quant.json" 2>"$OUT/engine-70b-$quant.log"
+    grep -E "weights:" "$OUT/engine-70b-$quant.log" | head -2 || true
+    python3 - "$OUT/engine-70b-$quant.json" "$quant" <<'PY' | tee -a "$OUT/summary-70b.txt"
 import json, sys
 for r in json.load(open(sys.argv[1]))["decode"]["runs"]:
     if r.get("ms_per_step"):
-        print(f'llama-3-70b fp8 block: {r["mode"]:>12} batch {r["batch"]:>3}: '
+        print(f'llama-3-70b fp8 {sys.argv[2]}: {r["mode"]:>12} batch {r["batch"]:>3}: '
               f'{r["ms_per_step"]:.3f} ms/step ({r["decode_tokens_per_s"]:.0f} tok/s)')
 PY
+  done
   [[ "${SERVE:-1}" == 0 ]] && exit 0
+  dir="$WORK/llama-3-70b-block"
+  config "$dir" llama-3-70b block
   echo "== kvvm serve, llama-3-70b (dummy), FP8 block-scaled, kvvm bench serve at $RATE req/s"
   MODEL="$dir" HF=0 OUT="$OUT/serve-70b" RATES="$RATE" REQUESTS="${REQUESTS:-64}" DURATION=30 \
     SERVE_ARGS="--load-format dummy ${SERVE_ARGS:-}" CLI="$CLI" "$ROOT/bench/serve-gpu.sh" ||

@@ -100,9 +100,9 @@ if [[ "$SANITIZE" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   filter+=':*GemvMatchesAFloat64ReferenceWithEverySplitAndUnroll'
   # Qwen3's per-head q / k norms, and greedy rows that copy the argmax they are given.
   filter+=':HeadNormCuda*:ModelKernelsSampling*Greedy*'
-  # The overlapped launches' readers behind a late copy (the sanitizer serializes them: this
-  # checks their accesses, not the overlap).
-  filter+=':OverlappedLaunch*'
+  # The overlapped launches' readers behind a late copy, the projections and the step's other
+  # kernels (the sanitizer serializes them: this checks their accesses, not the overlap).
+  filter+=':OverlappedLaunch*:OverlappedStepKernels*'
   # The RMSNorm's and SiLU-mul's quantized rows, in every kernel shape and fallback.
   filter+=':Fp8KernelsCuda.NormAndSiluMulWriteTheQuantizationsBits'
   if [[ " $SANITIZERS " == *" memcheck "* ]]; then

@@ -28,6 +28,14 @@ namespace kvvm {
 // Whether this build has the kernels (built with nvcc).
 bool model_kernels_built();
 
+// Whether a decode step's kernels launch overlapping the kernel before them (programmatic
+// dependent launch, sm_90: a kernel's blocks start under its predecessor's tail and wait for
+// it before reading its output). On by default; off launches every kernel in plain stream
+// order, to measure what the overlap saves (`kvvm bench engine --in-order-launches`). Read at
+// each launch, so a graph keeps the order it was captured with. A no-op without the kernels.
+void set_overlapped_launches(bool on);
+bool overlapped_launches();
+
 // out[t] = table[ids[t]]. An id outside [0, vocab) gives a row of zeros (the model checks ids
 // on the host; the kernel never reads outside the table).
 struct EmbeddingParams {

@@ -60,12 +60,13 @@ Status rope_append_kv_cuda(const RopeAppendParams& p, void* stream) {
   const std::uint32_t pairs = (p.qo_heads + 2 * a.kv_heads) * (a.view.head_dim / 2);
   const std::uint32_t blocks_per_token =
       (pairs + kernels::kRopeAppendThreads - 1) / kernels::kRopeAppendThreads;
+  cudaError_t launched = cudaSuccess;
   KVVM_DISPATCH_ACCESS(a.view.element, a.activations, T, FP8, {
-    kernels::rope_append_kernel<T, FP8>
-        <<<dim3(a.tokens, blocks_per_token), kernels::kRopeAppendThreads, 0,
-           static_cast<cudaStream_t>(stream)>>>(p);
+    launched = kernels::launch_overlapping(
+        kernels::rope_append_kernel<T, FP8>, dim3(a.tokens, blocks_per_token),
+        kernels::kRopeAppendThreads, 0, static_cast<cudaStream_t>(stream), p);
   })
-  return last_launch("rope_append_kernel<<<>>>");
+  return kernels::cuda_status("cudaLaunchKernelEx(rope_append_kernel)", launched);
 }
 
 }  // namespace kvvm

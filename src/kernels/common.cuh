@@ -10,9 +10,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
+#include "kvvm/model_kernels.h"
 #include "kvvm/status.h"
 
 namespace kvvm::kernels {
@@ -71,22 +74,25 @@ __device__ __forceinline__ V load_previous_output(const V* address) {
   return __ldca(address);
 }
 
-// Launches `kernel` on `stream` with programmatic stream serialization (above): its grid may
-// start while the previous kernel's last blocks run. Such a kernel reads the previous kernel's
-// output after wait_for_previous_kernel, through load_previous_output or a plain load.
-template <typename Params>
-cudaError_t launch_overlapping(void (*kernel)(Params), dim3 grid, unsigned threads,
-                               cudaStream_t stream, const Params& params) {
+// Launches `kernel` on `stream` with programmatic stream serialization (above), unless
+// set_overlapped_launches(false): its grid may start while the previous kernel's last blocks
+// run. Such a kernel reads the previous kernel's output after wait_for_previous_kernel, through
+// load_previous_output or a plain load, writes nothing before it, and calls it in every block
+// (so its completion implies its predecessor's, and a chain of such kernels stays ordered).
+template <typename... Params, typename... Args>
+cudaError_t launch_overlapping(void (*kernel)(Params...), dim3 grid, unsigned threads,
+                               std::size_t shared, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = shared;
   config.stream = stream;
   cudaLaunchAttribute overlap[1];
   overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = overlap;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, params);
+  config.numAttrs = overlapped_launches() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // cp.async (sm_80+): a 16-byte global-to-shared copy that does not hold registers while in

@@ -36,7 +36,11 @@
 //     and log2-sum-exp to the workspace, then counts itself done on a counter of its
 //     (sequence, KV head, tile); the last block of the group merges all partials, loading
 //     every chunk's partial and log2-sum-exp before using any (one round trip to L2 for up
-//     to 16 chunks), and sets the counter back to zero. No second launch.
+//     to 16 chunks), and sets the counter back to zero. No second launch. Only the chunks
+//     that hold a key of the sequence take part (the plan is for max_length, a graph's bound;
+//     the lengths are read on the device): the others exit at once, and a sequence within
+//     one chunk writes its output directly, with no partial, counter or merge (a batch-1
+//     step at a short context skips a fence, an atomic and an L2 round trip a layer).
 //   - An fp8 (e4m3) cache: the stage holds the same keys in half the bytes, copied by 16-byte
 //     cp.async (rows are 64 / 128 bytes, where bulk rows lost) into an unpadded tile whose
 //     32-byte units are XOR-swizzled per 128-byte line (fp8_tile_offset), and the operands
@@ -182,6 +186,10 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   __shared__ alignas(8) std::uint64_t s_barriers[kDecodeWarps][kDecodeStages];
   __shared__ bool s_last;
 
+  // Launched overlapping the kernel that wrote q and the new keys: the o projection after it
+  // may start its weight reads at once, and this kernel reads nothing before the wait.
+  allow_next_kernel_to_start();
+  wait_for_previous_kernel();
   const std::uint32_t chunk = blockIdx.x;
   const std::uint32_t kv_head = blockIdx.y / p.group_tiles;
   const std::uint32_t tile = blockIdx.y % p.group_tiles;
@@ -200,6 +208,12 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
       kFp8 ? (p.head_scales.v != nullptr ? p.head_scales.v[kv_head] : p.v_scale) : 1.0f;
 
   const std::uint32_t length = min(p.lengths[b], p.max_length);
+  // The chunks that hold a key of this sequence (one at least: an empty sequence writes zeros).
+  // The plan covers max_length, so in a graph most of a short sequence's chunks are past it:
+  // they exit here, and a sequence within one chunk writes its output with no merge.
+  const std::uint32_t live_chunks = max(1u, (length + p.chunk_tokens - 1) / p.chunk_tokens);
+  if (chunk >= live_chunks) return;
+  const bool alone = live_chunks == 1;
   const std::uint32_t begin = chunk * p.chunk_tokens;
   const std::uint32_t end = min(begin + p.chunk_tokens, length);  // <= begin: empty chunk
 
@@ -215,7 +229,8 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
 #pragma unroll
       for (std::uint32_t kk = 0; kk < D / 32; ++kk) {
         uint4 raw = make_uint4(0u, 0u, 0u, 0u);
-        if (live) raw = __ldg(reinterpret_cast<const uint4*>(q_row + 32 * kk + 8 * quad));
+        if (live)
+          raw = load_previous_output(reinterpret_cast<const uint4*>(q_row + 32 * kk + 8 * quad));
         const T* e = reinterpret_cast<const T*>(&raw);
         qa[2 * kk][0] = half2_saturated(e[0], e[1]);
         qa[2 * kk][1] = half2_saturated(e[2], e[3]);
@@ -227,8 +242,8 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
       for (std::uint32_t ks = 0; ks < D / 16; ++ks) {
         const std::uint32_t* pair =
             reinterpret_cast<const std::uint32_t*>(q_row + ks * 16 + 2 * quad);
-        qa[ks][0] = live ? __ldg(pair) : 0u;
-        qa[ks][1] = live ? __ldg(pair + 4) : 0u;  // 8 elements further
+        qa[ks][0] = live ? load_previous_output(pair) : 0u;
+        qa[ks][1] = live ? load_previous_output(pair + 4) : 0u;  // 8 elements further
       }
     }
   }
@@ -481,7 +496,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
     // The V scale of an e4m3 cache multiplies the output (and so every partial, which the
     // merge only weighs).
     const float value = sum > 0.0f ? (kFp8 ? total * (v_scale / sum) : total / sum) : 0.0f;
-    if (p.chunks == 1) {
+    if (alone) {
       static_cast<T*>(p.out)[(row_base + head) * D + dim] = from_float<T>(value);
     } else {
       p.partial_out[((row_base + head) * p.chunks + chunk) * D + dim] = value;
@@ -491,7 +506,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
       }
     }
   }
-  if (p.chunks == 1) return;
+  if (alone) return;
 
   // The last block of this (sequence, KV head, tile) to finish merges every chunk's partial.
   __threadfence();  // this block's partials are visible device-wide before it counts itself
@@ -499,7 +514,7 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
   std::uint32_t* counter =
       p.counters - 1 -
       ((static_cast<std::uint64_t>(b) * p.kv_heads + kv_head) * p.group_tiles + tile);
-  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1u) == p.chunks - 1;
+  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1u) == live_chunks - 1;
   __syncthreads();
   if (!s_last) return;
   __threadfence();  // and the others' partials are seen by this one
@@ -519,12 +534,12 @@ __global__ void __launch_bounds__(Shape::kThreads) decode_kernel(const DecodeKer
         reinterpret_cast<const float4*>(p.partial_out + (row_base + head) * p.chunks * D) + part;
     float most = kNegInf, sum = 0.0f;
     float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (std::uint32_t c0 = 0; c0 < p.chunks; c0 += kMergeBatch) {
+    for (std::uint32_t c0 = 0; c0 < live_chunks; c0 += kMergeBatch) {
       float x[kMergeBatch];
       float4 y[kMergeBatch];
 #pragma unroll
       for (std::uint32_t u = 0; u < kMergeBatch; ++u) {
-        const bool here = c0 + u < p.chunks;
+        const bool here = c0 + u < live_chunks;
         x[u] = here ? __ldcg(lse + c0 + u) : kNegInf;
         y[u] = here ? __ldcg(partial + static_cast<std::uint64_t>(c0 + u) * kPerHead)
                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);

@@ -18,7 +18,6 @@ namespace {
 using kernels::check_cuda_activations;
 using kernels::check_cuda_view;
 using kernels::check_pointers;
-using kernels::last_launch;
 using kernels::scale_log2;
 using kernels::str;
 
@@ -72,8 +71,10 @@ template <typename T, std::uint32_t D, bool kFp8>
 Status launch_for(const kernels::DecodeKernelParams& kp, cudaStream_t stream) {
   using Shape = kernels::DecodeShape<D, kFp8 ? 1 : 2>;
   const dim3 grid(kp.chunks, kp.kv_heads * kp.group_tiles, kp.batch);
-  kernels::decode_kernel<T, Shape><<<grid, Shape::kThreads, Shape::kSharedBytes, stream>>>(kp);
-  return last_launch("decode_kernel<<<>>>");
+  return kernels::cuda_status(
+      "cudaLaunchKernelEx(decode_kernel)",
+      kernels::launch_overlapping(kernels::decode_kernel<T, Shape>, grid, Shape::kThreads,
+                                  Shape::kSharedBytes, stream, kp));
 }
 
 }  // namespace

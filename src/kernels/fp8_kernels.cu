@@ -163,7 +163,7 @@ cudaError_t launch_scaled(const Fp8GemvArgs& p, cudaStream_t stream) {
         constexpr unsigned kOutputs = kWarps / decltype(split)::value;
         return launch_overlapping(fp8_gemv_kernel<T, decltype(rows)::value, decltype(split)::value,
                                                   decltype(unroll)::value, kBlock>,
-                                  dim3((p.out + kOutputs - 1) / kOutputs), kThreads, stream, p);
+                                  dim3((p.out + kOutputs - 1) / kOutputs), kThreads, 0, stream, p);
       });
 }
 
@@ -180,7 +180,7 @@ cudaError_t launch_mma(const Fp8GemvArgs& p, cudaStream_t stream) {
     constexpr unsigned kSplit = decltype(split_c)::value;
     constexpr unsigned kTiles = kMmaGemvWarps / kSplit;
     return launch_overlapping(fp8_mma_gemv_kernel<T, kSplit, decltype(steps_c)::value, kBlock>,
-                              dim3((tiles + kTiles - 1) / kTiles), kMmaGemvThreads, stream, p);
+                              dim3((tiles + kTiles - 1) / kTiles), kMmaGemvThreads, 0, stream, p);
   };
   const auto with_steps = [&](auto steps_c) {
     switch (split) {
@@ -284,9 +284,9 @@ cudaError_t launch_quantize(const Fp8QuantizeArgs& p, cudaStream_t stream) {
     const std::uint64_t warps = static_cast<std::uint64_t>(p.stride) * (p.in / kFp8Block);
     return launch_overlapping(fp8_quantize_groups_kernel<T>,
                               dim3(static_cast<unsigned>((warps + kWarps - 1) / kWarps)), kThreads,
-                              stream, p);
+                              0, stream, p);
   }
-  return launch_overlapping(fp8_quantize_rows_kernel<T>, dim3(p.stride), kThreads, stream, p);
+  return launch_overlapping(fp8_quantize_rows_kernel<T>, dim3(p.stride), kThreads, 0, stream, p);
 }
 
 }  // namespace

@@ -134,7 +134,7 @@ cudaError_t launch(const GemvParams& p, cudaStream_t stream) {
         constexpr unsigned kOutputs = kGemvWarps / decltype(split)::value;
         return launch_overlapping(
             gemv_kernel<T, decltype(rows)::value, decltype(split)::value, decltype(unroll)::value>,
-            dim3((p.out + kOutputs - 1) / kOutputs), kGemvThreads, stream, p);
+            dim3((p.out + kOutputs - 1) / kOutputs), kGemvThreads, 0, stream, p);
       });
 }
 

@@ -1,5 +1,7 @@
-// Host-side helpers of the attention launchers (launch_support.cuh).
+// Host-side helpers of the attention launchers (launch_support.cuh), and the switch between
+// overlapped and in-order launches (kvvm/model_kernels.h).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -113,3 +115,15 @@ Result<Residency> prepare_kernel(const void* kernel, int threads, std::size_t sh
 }
 
 }  // namespace kvvm::kernels
+
+namespace kvvm {
+namespace {
+
+std::atomic<bool> overlapped{true};
+
+}  // namespace
+
+void set_overlapped_launches(bool on) { overlapped.store(on, std::memory_order_relaxed); }
+bool overlapped_launches() { return overlapped.load(std::memory_order_relaxed); }
+
+}  // namespace kvvm

@@ -15,6 +15,7 @@ namespace kvvm {
 namespace {
 
 using kernels::cuda_status;
+using kernels::launch_overlapping;
 
 std::string str(std::uint64_t value) { return std::to_string(value); }
 
@@ -145,13 +146,16 @@ Status rmsnorm_cuda(const RmsNormParams& p, void* stream) {
   if (rmsnorm_fits_vectors(p) && (q.out == nullptr || quantized_in_kernel(q, p.hidden))) {
     const std::uint32_t blocks = q.out != nullptr ? q.stride : p.rows;
     KVVM_MODEL_DISPATCH(p.element, T, {
-      kernels::rmsnorm_vector_kernel<T><<<blocks, kernels::kRowThreads, 0, s>>>(p);
+      return cuda_status("cudaLaunchKernelEx(rmsnorm_vector_kernel)",
+                         launch_overlapping(kernels::rmsnorm_vector_kernel<T>, dim3(blocks),
+                                            kernels::kRowThreads, 0, s, p));
     })
-    return last_launch("rmsnorm_vector_kernel<<<>>>");
   }
-  KVVM_MODEL_DISPATCH(p.element, T,
-                      { kernels::rmsnorm_kernel<T><<<p.rows, kernels::kRowThreads, 0, s>>>(p); })
-  KVVM_RETURN_IF_ERROR(last_launch("rmsnorm_kernel<<<>>>"));
+  KVVM_MODEL_DISPATCH(p.element, T, {
+    KVVM_RETURN_IF_ERROR(cuda_status("cudaLaunchKernelEx(rmsnorm_kernel)",
+                                     launch_overlapping(kernels::rmsnorm_kernel<T>, dim3(p.rows),
+                                                        kernels::kRowThreads, 0, s, p)));
+  })
   return q.out == nullptr ? Status::Ok()
                           : quantize_separately(q, p.element, p.rows, p.hidden, p.out, s);
 }
@@ -187,20 +191,24 @@ Status silu_mul_cuda(const SiluMulParams& p, void* stream) {
     const dim3 grid(q.stride,
                     (p.inter / 8 + kernels::kSiluGroupThreads - 1) / kernels::kSiluGroupThreads);
     KVVM_MODEL_DISPATCH(p.element, T, {
-      kernels::silu_mul_groups_kernel<T><<<grid, kernels::kSiluGroupThreads, 0, s>>>(p);
+      return cuda_status("cudaLaunchKernelEx(silu_mul_groups_kernel)",
+                         launch_overlapping(kernels::silu_mul_groups_kernel<T>, grid,
+                                            kernels::kSiluGroupThreads, 0, s, p));
     })
-    return last_launch("silu_mul_groups_kernel<<<>>>");
   }
   if (in_kernel && p.inter <= kernels::kSiluRowThreads * kernels::kSiluRowVectors * 8) {
     KVVM_MODEL_DISPATCH(p.element, T, {
-      kernels::silu_mul_row_kernel<T><<<q.stride, kernels::kSiluRowThreads, 0, s>>>(p);
+      return cuda_status("cudaLaunchKernelEx(silu_mul_row_kernel)",
+                         launch_overlapping(kernels::silu_mul_row_kernel<T>, dim3(q.stride),
+                                            kernels::kSiluRowThreads, 0, s, p));
     })
-    return last_launch("silu_mul_row_kernel<<<>>>");
   }
   const unsigned blocks = flat_blocks(std::uint64_t{p.rows} * p.inter);
-  KVVM_MODEL_DISPATCH(p.element, T,
-                      { kernels::silu_mul_kernel<T><<<blocks, kernels::kFlatThreads, 0, s>>>(p); })
-  KVVM_RETURN_IF_ERROR(last_launch("silu_mul_kernel<<<>>>"));
+  KVVM_MODEL_DISPATCH(p.element, T, {
+    KVVM_RETURN_IF_ERROR(cuda_status("cudaLaunchKernelEx(silu_mul_kernel)",
+                                     launch_overlapping(kernels::silu_mul_kernel<T>, dim3(blocks),
+                                                        kernels::kFlatThreads, 0, s, p)));
+  })
   return q.out == nullptr ? Status::Ok()
                           : quantize_separately(q, p.element, p.rows, p.inter, p.out, s);
 }
@@ -263,14 +271,18 @@ Status argmax_cuda(const ArgmaxParams& p, void* stream) {
   const std::uint32_t splits =
       std::min<std::uint32_t>(kArgmaxSplits, (p.vocab + kLeastStretch - 1) / kLeastStretch);
   if (p.workspace == nullptr || splits == 1) {
-    kernels::argmax_kernel<<<p.rows, kernels::kRowThreads, 0, s>>>(p);
-    return last_launch("argmax_kernel<<<>>>");
+    return cuda_status(
+        "cudaLaunchKernelEx(argmax_kernel)",
+        launch_overlapping(kernels::argmax_kernel, dim3(p.rows), kernels::kRowThreads, 0, s, p));
   }
   const std::uint32_t stretch = (p.vocab + splits - 1) / splits;
-  kernels::argmax_split_kernel<<<dim3(splits, p.rows), kernels::kRowThreads, 0, s>>>(p, stretch);
-  KVVM_RETURN_IF_ERROR(last_launch("argmax_split_kernel<<<>>>"));
-  kernels::argmax_merge_kernel<<<p.rows, 32, 0, s>>>(p, splits);
-  return last_launch("argmax_merge_kernel<<<>>>");
+  KVVM_RETURN_IF_ERROR(
+      cuda_status("cudaLaunchKernelEx(argmax_split_kernel)",
+                  launch_overlapping(kernels::argmax_split_kernel, dim3(splits, p.rows),
+                                     kernels::kRowThreads, 0, s, p, stretch)));
+  return cuda_status(
+      "cudaLaunchKernelEx(argmax_merge_kernel)",
+      launch_overlapping(kernels::argmax_merge_kernel, dim3(p.rows), 32, 0, s, p, splits));
 }
 
 }  // namespace kvvm

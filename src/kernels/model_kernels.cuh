@@ -6,6 +6,10 @@
 // Why 16-byte vectors only in the RMSNorm: it runs twice a layer on the decode step's critical
 // path (a batch-1 step is a chain of one-block kernels), so its latency counts; the others move
 // a few activations' worth of bytes per layer, and clarity of the rounding order wins.
+//
+// The RMSNorms, SiLU-muls and argmax kernels launch overlapping the kernel before them
+// (common.cuh, launch_overlapping): each waits for it first thing, and the ones a projection
+// follows let it start at once (its weights do not depend on them).
 #pragma once
 
 #include <cstdint>
@@ -75,6 +79,7 @@ __device__ __forceinline__ T normed_times_weight(float x, float scale, T weight)
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
   allow_next_kernel_to_start();  // a GEMV's weights do not depend on this row
+  wait_for_previous_kernel();
   const std::uint32_t r = blockIdx.x;
   const std::uint64_t source = p.row_index != nullptr ? p.row_index[r] : r;
   T* x = static_cast<T*>(p.x) + source * p.hidden;
@@ -185,6 +190,7 @@ __device__ __forceinline__ void store_quantized(const QuantizedRows& q, std::uin
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_vector_kernel(const RmsNormParams p) {
   allow_next_kernel_to_start();  // a GEMV's weights do not depend on this row
+  wait_for_previous_kernel();
   constexpr std::uint32_t kPer = 16 / sizeof(T);
   const std::uint32_t r = blockIdx.x;
   if (r >= p.rows) {  // a quantized copy's padding rows (the grid covers its stride)
@@ -293,6 +299,7 @@ __global__ void __launch_bounds__(kRowThreads) rope_kernel(const RopeParams p) {
 template <typename T>
 __global__ void __launch_bounds__(kFlatThreads) silu_mul_kernel(const SiluMulParams p) {
   allow_next_kernel_to_start();  // the down projection's weights do not depend on this
+  wait_for_previous_kernel();
   const std::uint64_t total = static_cast<std::uint64_t>(p.rows) * p.inter;
   const T* gate_up = static_cast<const T*>(p.gate_up);
   T* out = static_cast<T*>(p.out);
@@ -335,6 +342,7 @@ constexpr std::uint32_t kSiluGroupThreads = 128;
 template <typename T>
 __global__ void __launch_bounds__(kSiluGroupThreads) silu_mul_groups_kernel(const SiluMulParams p) {
   allow_next_kernel_to_start();  // the down projection's weights do not depend on this
+  wait_for_previous_kernel();
   const QuantizedRows& q = p.quantized;
   const std::uint32_t r = blockIdx.x;
   const std::uint32_t vectors = p.inter / 8;
@@ -366,6 +374,7 @@ constexpr std::uint32_t kSiluRowVectors = 4;
 template <typename T>
 __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_row_kernel(const SiluMulParams p) {
   allow_next_kernel_to_start();  // the down projection's weights do not depend on this
+  wait_for_previous_kernel();
   const QuantizedRows& q = p.quantized;
   const std::uint32_t r = blockIdx.x;
   if (r >= p.rows) {
@@ -505,6 +514,7 @@ __device__ __forceinline__ std::int32_t argmax_answer(std::uint32_t best_index) 
 
 // One block a row.
 __global__ void __launch_bounds__(kRowThreads) argmax_kernel(const ArgmaxParams p) {
+  wait_for_previous_kernel();
   float best;
   std::uint32_t best_index;
   block_argmax(p.logits + static_cast<std::uint64_t>(blockIdx.x) * p.vocab, 0, p.vocab, best,
@@ -515,6 +525,7 @@ __global__ void __launch_bounds__(kRowThreads) argmax_kernel(const ArgmaxParams 
 // Block (split, row): the best of the row's split-th stretch of `stretch` entries.
 __global__ void __launch_bounds__(kRowThreads)
     argmax_split_kernel(const ArgmaxParams p, std::uint32_t stretch) {
+  wait_for_previous_kernel();
   const std::uint32_t begin = blockIdx.x * stretch;
   const std::uint32_t end = begin + stretch < p.vocab ? begin + stretch : p.vocab;
   float best;
@@ -530,6 +541,7 @@ __global__ void __launch_bounds__(kRowThreads)
 // One warp a row: the best of its `splits` stretches' bests.
 __global__ void __launch_bounds__(32)
     argmax_merge_kernel(const ArgmaxParams p, std::uint32_t splits) {
+  wait_for_previous_kernel();
   const ArgmaxPartial* partial =
       p.workspace + static_cast<std::uint64_t>(blockIdx.x) * kArgmaxSplits;
   float best = kNegInf;

@@ -16,6 +16,8 @@ Status model_kernels_unbuilt(const char* what) {
 }  // namespace
 
 bool model_kernels_built() { return false; }
+void set_overlapped_launches(bool) {}
+bool overlapped_launches() { return false; }
 Status embedding_cuda(const EmbeddingParams&, void*) {
   return model_kernels_unbuilt("embedding_cuda");
 }

@@ -10,6 +10,9 @@
 // memory of the rotated k that it removes. Why not one block per token looping over its pairs:
 // the loop's stores may alias its next loads, so a batch-1 step's one block ran its ten rounds
 // of loads one after another (11 us a layer on the 8B shape).
+//
+// Launched overlapping the projection before it (launch_overlapping): it waits for that kernel
+// before its first load.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,8 @@ constexpr std::uint32_t kRopeAppendThreads = 256;
 // T: the activations' type (and a 16-bit cache's); kFp8: the cache holds e4m3.
 template <typename T, bool kFp8>
 __global__ void __launch_bounds__(kRopeAppendThreads) rope_append_kernel(const RopeAppendParams p) {
+  allow_next_kernel_to_start();  // the decode kernel's set-up does not depend on this
+  wait_for_previous_kernel();
   const AppendParams& a = p.append;
   const std::uint32_t token = blockIdx.x;
   const std::uint32_t d = a.view.head_dim, half = d / 2;

@@ -53,6 +53,9 @@ __device__ __forceinline__ void stream_weights(const uint4* w, std::uint32_t fir
 #pragma unroll
     for (unsigned u = 0; u < kUnroll; ++u) current[u] = next[u];
   }
+  // Every weight is in: the next kernel (a norm, RoPE, SiLU-mul, the argmax) may be scheduled
+  // on the SMs this one leaves; it waits for this one before reading what it writes.
+  allow_next_kernel_to_start();
 }
 
 // Warps per output (1, 2, 4 or 8), from the shape alone (so a row's sums run in one order

@@ -28,6 +28,7 @@
 #include "kvvm/model/model.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
+#include "kvvm/model_kernels.h"
 #include "sim/trace.h"
 
 namespace kvvm::cli {
@@ -48,6 +49,7 @@ Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& optio
     cuda_options.limits = limits;
     cuda_options.weights = weight_options(options.weights);
     cuda_options.fused = !options.unfused;
+    set_overlapped_launches(!options.in_order_launches);
     Result<std::unique_ptr<model::Model>> cuda =
         model::make_cuda_model(config, weights, cuda_options);
     if (cuda.ok() || options.backend == "cuda" ||
@@ -157,6 +159,10 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                 "CUDA: one kernel per op and cuBLAS for every projection, without the fused "
                 "q|k|v projection, RoPE-in-append, small-batch GEMV and multi-block argmax "
                 "(the baseline they are measured against)");
+  cmd->add_flag("--in-order-launches", options.in_order_launches,
+                "CUDA: launch every kernel in plain stream order instead of overlapping the "
+                "kernel before it (programmatic dependent launch; the baseline the overlap is "
+                "measured against)");
   add_kv_scales_flag(*cmd, options.kv_scales);
   cmd->add_option("--batches", options.batches,
                   "Decode batch sizes, comma-separated (default 1,32)");
@@ -345,7 +351,8 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
     files.reset();  // the model holds its own copy
     report.backend = std::string(model::to_string((*made)->backend()));
     if ((*made)->backend() == model::Backend::kCuda)
-      report.kernels = options.unfused ? "unfused" : "fused";
+      report.kernels = std::string(options.unfused ? "unfused" : "fused") +
+                       (options.in_order_launches ? ", in-order launches" : "");
     std::unique_ptr<model::Model> model = std::move(made).value();
     const model::WeightStats placed = model->weight_stats();
     report.weights = placed.split.describe();

@@ -41,6 +41,7 @@ struct BenchEngineOptions {
   DType kv_dtype = DType::kUnset;        // --kv-dtype; kUnset: the KV space's default
   std::string kv_scales = "checkpoint";  // --kv-scales: checkpoint or calibrate
   bool unfused = false;                  // --unfused-kernels: CudaModelOptions::fused false
+  bool in_order_launches = false;        // --in-order-launches: set_overlapped_launches(false)
   std::string batches = "1,32";          // decode batch sizes
   std::uint64_t prompt_tokens = 128;
   std::uint64_t decode_tokens = 128;

@@ -86,7 +86,8 @@ struct BenchEngineReport {
   std::string model_dir;
   std::string architecture;
   std::string backend;  // "cpu" or "cuda"
-  std::string kernels;  // CUDA: "fused" or "unfused" (--unfused-kernels); else empty
+  std::string kernels;  // CUDA: "fused" or "unfused" (--unfused-kernels), then
+                        // ", in-order launches" (--in-order-launches); else empty
   std::uint32_t layers = 0;
   std::uint32_t vocab_size = 0;
   std::uint64_t max_context = 0;
