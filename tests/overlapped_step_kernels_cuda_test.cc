@@ -38,6 +38,32 @@ using testing::random_bf16;
 constexpr std::uint32_t kHidden = 4096, kInter = 14336;
 constexpr std::uint32_t kQoHeads = 32, kKvHeads = 8, kHeadDim = 128;
 
+// Rows of `width` bf16 outputs, then room for their quantized copy: the codes of
+// fp8_padded_rows(rows) rows and their scales (at most one per 128 elements of a row).
+struct RowsOut {
+  RowsOut(std::uint32_t rows, std::uint32_t width)
+      : stride(fp8_padded_rows(rows)),
+        out_bytes(std::size_t{rows} * width * 2),
+        code_bytes(std::size_t{stride} * width),
+        buffer(out_bytes + code_bytes + std::size_t{width / 128} * stride * 4) {}
+
+  // Form 0: no copy; 1: block-scaled; 2: per channel.
+  QuantizedRows quantized(int form) const {
+    QuantizedRows q;
+    if (form == 0) return q;
+    auto* bytes = static_cast<std::uint8_t*>(buffer.get());
+    q.kind = form == 1 ? Fp8Scales::kBlock128 : Fp8Scales::kChannel;
+    q.stride = stride;
+    q.out = bytes + out_bytes;
+    q.scales = reinterpret_cast<float*>(bytes + out_bytes + code_bytes);
+    return q;
+  }
+
+  std::uint32_t stride;
+  std::size_t out_bytes, code_bytes;
+  DeviceBuffer buffer;
+};
+
 class OverlappedStepKernels : public testing::LateCopyTest {
  protected:
   // Puts overlapped launches back as they were, whatever a test set.
@@ -77,34 +103,25 @@ TEST_F(OverlappedStepKernels, RmsNormReadsThePreviousKernelsRowInEveryForm) {
   // 4,096 wide: the vector form (and its quantized copy, both scalings); 4,100: the loop form.
   for (const std::uint32_t hidden : {kHidden, kHidden + 4}) {
     DeviceBuffer weight(random_bf16(hidden, rng_));
-    for (const int quantized : {0, 1, 2}) {
-      if (quantized != 0 && hidden != kHidden) continue;
-      const Fp8Scales kind = quantized == 1 ? Fp8Scales::kBlock128 : Fp8Scales::kChannel;
-      const std::uint32_t rows = 2, stride = fp8_padded_rows(rows);
-      const std::size_t out_bytes = std::size_t{rows} * hidden * 2;
-      const std::size_t code_bytes = std::size_t{stride} * hidden;
-      DeviceBuffer out(out_bytes + code_bytes + std::size_t{hidden / 128} * stride * 4);
+    for (const int form : {0, 1, 2}) {
+      if (form != 0 && hidden != kHidden) continue;
+      constexpr std::uint32_t kRows = 2;
+      RowsOut out(kRows, hidden);
       const auto read = [&](const void* x) {
         RmsNormParams p;
         p.element = DType::kBf16;
-        p.rows = rows;
+        p.rows = kRows;
         p.hidden = hidden;
         p.x = const_cast<void*>(x);  // not written without `add`
         p.weight = weight.get();
-        p.out = out.get();
-        if (quantized != 0) {
-          auto* bytes = static_cast<std::uint8_t*>(out.get());
-          p.quantized.kind = kind;
-          p.quantized.stride = stride;
-          p.quantized.out = bytes + out_bytes;
-          p.quantized.scales = reinterpret_cast<float*>(bytes + out_bytes + code_bytes);
-        }
+        p.out = out.buffer.get();
+        p.quantized = out.quantized(form);
         return rmsnorm_cuda(p, stream_);
       };
-      check(bytes_of(random_bf16(std::size_t{rows} * hidden, rng_)),
-            bytes_of(random_bf16(std::size_t{rows} * hidden, rng_)), out, read,
-            "rmsnorm_cuda, hidden " + std::to_string(hidden) + ", quantized " +
-                std::to_string(quantized));
+      check(bytes_of(random_bf16(std::size_t{kRows} * hidden, rng_)),
+            bytes_of(random_bf16(std::size_t{kRows} * hidden, rng_)), out.buffer, read,
+            "rmsnorm_cuda, hidden " + std::to_string(hidden) + ", quantized form " +
+                std::to_string(form));
       if (HasFatalFailure()) return;
     }
   }
@@ -113,28 +130,20 @@ TEST_F(OverlappedStepKernels, RmsNormReadsThePreviousKernelsRowInEveryForm) {
 TEST_F(OverlappedStepKernels, SiluMulReadsThePreviousKernelsRowsInEveryForm) {
   // Unquantized (the flat form), block-scaled (groups) and per channel (a block a row).
   for (const int form : {0, 1, 2}) {
-    const std::uint32_t rows = 2, stride = fp8_padded_rows(rows);
-    const std::size_t out_bytes = std::size_t{rows} * kInter * 2;
-    const std::size_t code_bytes = std::size_t{stride} * kInter;
-    DeviceBuffer out(out_bytes + code_bytes + std::size_t{kInter / 128} * stride * 4);
+    constexpr std::uint32_t kRows = 2;
+    RowsOut out(kRows, kInter);
     const auto read = [&](const void* gate_up) {
       SiluMulParams p;
       p.element = DType::kBf16;
-      p.rows = rows;
+      p.rows = kRows;
       p.inter = kInter;
       p.gate_up = gate_up;
-      p.out = out.get();
-      if (form != 0) {
-        auto* bytes = static_cast<std::uint8_t*>(out.get());
-        p.quantized.kind = form == 1 ? Fp8Scales::kBlock128 : Fp8Scales::kChannel;
-        p.quantized.stride = stride;
-        p.quantized.out = bytes + out_bytes;
-        p.quantized.scales = reinterpret_cast<float*>(bytes + out_bytes + code_bytes);
-      }
+      p.out = out.buffer.get();
+      p.quantized = out.quantized(form);
       return silu_mul_cuda(p, stream_);
     };
-    check(bytes_of(random_bf16(std::size_t{rows} * 2 * kInter, rng_)),
-          bytes_of(random_bf16(std::size_t{rows} * 2 * kInter, rng_)), out, read,
+    check(bytes_of(random_bf16(std::size_t{kRows} * 2 * kInter, rng_)),
+          bytes_of(random_bf16(std::size_t{kRows} * 2 * kInter, rng_)), out.buffer, read,
           "silu_mul_cuda, form " + std::to_string(form));
     if (HasFatalFailure()) return;
   }
