@@ -8,7 +8,9 @@ Usage: python3 bench/step_profile.py NCU.csv [--step-ms MS]  (MS: the step's wal
 `kvvm bench engine` with graphs; the difference to the summed kernel time is launch gaps).
 --phases: the profile holds several runs (e.g. the graphs, eager and preallocated modes of one
 `kvvm bench engine`, each a warm-up and a timed run); a phase is a run of decode-only steps
-(no prefill kernel) and each is summarised on its own, in order."""
+(no prefill kernel) and each is summarised on its own, in order.
+--by-grid: each class split by its launches' grid sizes (a GEMV's grid tells its projection
+apart: at batch 1 on the 8B shape q|k|v, o and down, gate|up and lm_head)."""
 import argparse
 import collections
 import csv
@@ -34,6 +36,7 @@ def main():
     parser.add_argument("csv")
     parser.add_argument("--step-ms", type=float)
     parser.add_argument("--phases", action="store_true")
+    parser.add_argument("--by-grid", action="store_true")
     args = parser.parse_args()
     rows = []
     with open(args.csv, newline="") as f:
@@ -50,8 +53,8 @@ def main():
                 moved += number(row.get(key) or "0")
             except ValueError:
                 pass
-        rows.append((row["Kernel Name"], time_ns, moved))
-    starts = [i for i, (name, _, _) in enumerate(rows) if kernel_class(name) == "embedding_kernel"]
+        rows.append((row["Kernel Name"], time_ns, moved, row.get("Grid Size", "")))
+    starts = [i for i, (name, *_) in enumerate(rows) if kernel_class(name) == "embedding_kernel"]
     if len(starts) < 2:
         sys.exit("fewer than two embedding kernels: no whole step in the profile")
     if args.phases:
@@ -60,12 +63,12 @@ def main():
     steps = len(starts) - 1
     whole = rows[starts[0]:starts[-1]]
     classes = collections.defaultdict(lambda: [0, 0.0, 0.0])
-    for name, time_ns, moved in whole:
-        c = classes[kernel_class(name)]
+    for name, time_ns, moved, grid in whole:
+        c = classes[kernel_class(name) + (f" {grid}" if args.by_grid else "")]
         c[0] += 1
         c[1] += time_ns
         c[2] += moved
-    kernel_ms = sum(t for _, t, _ in whole) / steps / 1e6
+    kernel_ms = sum(t for _, t, *_ in whole) / steps / 1e6
     summary = {
         "steps": steps,
         "kernels_per_step": len(whole) / steps,
@@ -96,7 +99,7 @@ def summarise_phases(rows, starts):
     phases, current = [], []
     for begin, end in zip(starts, starts[1:]):
         step = rows[begin:end]
-        if any("prefill" in kernel_class(name) for name, _, _ in step):
+        if any("prefill" in kernel_class(name) for name, *_ in step):
             if current:
                 phases.append(current)
             current = []
@@ -106,11 +109,11 @@ def summarise_phases(rows, starts):
         phases.append(current)
     for index, phase in enumerate(phases):
         kernels = [k for step in phase for k in step]
-        total = sum(t for _, t, _ in kernels)
+        total = sum(t for _, t, *_ in kernels)
         print(f"phase {index}: {len(phase)} decode steps, {len(kernels) / len(phase):.0f} kernels "
               f"and {total / len(phase) / 1e6:.3f} ms of kernel time per step")
         classes = collections.defaultdict(float)
-        for name, time_ns, _ in kernels:
+        for name, time_ns, *_ in kernels:
             classes[kernel_class(name)] += time_ns
         for name, time_ns in sorted(classes.items(), key=lambda kv: -kv[1])[:6]:
             print(f"  {name:40} {time_ns / len(phase) / 1e6:8.3f} ms/step")
