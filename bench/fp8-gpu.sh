@@ -10,7 +10,8 @@
 # Usage: OUT=dir CLI=build/gpu/tools/kvvm/kvvm bench/fp8-gpu.sh. Needs python3 for the configs.
 #   PARTS="engine 70b" (default both), BATCHES, DECODE_TOKENS, RATE; BATCHES_70B (default
 #   1,16); QUANTS_70B (default block; "block channel" adds the per-channel format, which the
-#   common Llama-3.x FP8 releases use); SERVE=0 leaves out the 70B serve run (block-scaled).
+#   common Llama-3.x FP8 releases use); SERVE=0 leaves out the 70B serve run, SERVE_QUANT_70B
+#   (block or channel, default block) picks the format it serves.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +23,14 @@ BATCHES="${BATCHES:-1,16,256}"
 DECODE_TOKENS="${DECODE_TOKENS:-64}"
 KV_BUDGET="${KV_BUDGET:-40GiB}"
 RATE="${RATE:-4}"
+serve_quant="${SERVE_QUANT_70B:-block}"
+case "$serve_quant" in
+  block | channel) ;;
+  *)
+    echo "fp8-gpu: SERVE_QUANT_70B=$serve_quant is neither block nor channel" >&2
+    exit 2
+    ;;
+esac
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$ROOT/bench${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -100,9 +109,9 @@ for r in json.load(open(sys.argv[1]))["decode"]["runs"]:
 PY
   done
   [[ "${SERVE:-1}" == 0 ]] && exit 0
-  dir="$WORK/llama-3-70b-block"
-  config "$dir" llama-3-70b block
-  echo "== kvvm serve, llama-3-70b (dummy), FP8 block-scaled, kvvm bench serve at $RATE req/s"
+  dir="$WORK/llama-3-70b-$serve_quant"
+  config "$dir" llama-3-70b "$serve_quant"
+  echo "== kvvm serve, llama-3-70b (dummy), FP8 $serve_quant, kvvm bench serve at $RATE req/s"
   MODEL="$dir" HF=0 OUT="$OUT/serve-70b" RATES="$RATE" REQUESTS="${REQUESTS:-64}" DURATION=30 \
     SERVE_ARGS="--load-format dummy ${SERVE_ARGS:-}" CLI="$CLI" "$ROOT/bench/serve-gpu.sh" ||
     echo "fp8-gpu: the 70B serve run failed (see $OUT/serve-70b)"
