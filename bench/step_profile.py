@@ -58,13 +58,13 @@ def main():
     if len(starts) < 2:
         sys.exit("fewer than two embedding kernels: no whole step in the profile")
     if args.phases:
-        summarise_phases(rows, starts)
+        summarise_phases(rows, starts, args.by_grid)
         return
     steps = len(starts) - 1
     whole = rows[starts[0]:starts[-1]]
     classes = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for name, time_ns, moved, grid in whole:
-        c = classes[kernel_class(name) + (f" {grid}" if args.by_grid else "")]
+        c = classes[label(name, grid, args.by_grid)]
         c[0] += 1
         c[1] += time_ns
         c[2] += moved
@@ -94,7 +94,12 @@ def main():
               f"{c['gb_per_s']:8.1f} GB/s", file=sys.stderr)
 
 
-def summarise_phases(rows, starts):
+def label(name, grid, by_grid):
+    """A kernel's class, with its grid size under --by-grid."""
+    return kernel_class(name) + (f" {grid}" if by_grid else "")
+
+
+def summarise_phases(rows, starts, by_grid):
     """Per phase of consecutive decode-only steps: steps, kernel ms per step, top classes."""
     phases, current = [], []
     for begin, end in zip(starts, starts[1:]):
@@ -113,8 +118,8 @@ def summarise_phases(rows, starts):
         print(f"phase {index}: {len(phase)} decode steps, {len(kernels) / len(phase):.0f} kernels "
               f"and {total / len(phase) / 1e6:.3f} ms of kernel time per step")
         classes = collections.defaultdict(float)
-        for name, time_ns, *_ in kernels:
-            classes[kernel_class(name)] += time_ns
+        for name, time_ns, _, grid in kernels:
+            classes[label(name, grid, by_grid)] += time_ns
         for name, time_ns in sorted(classes.items(), key=lambda kv: -kv[1])[:6]:
             print(f"  {name:40} {time_ns / len(phase) / 1e6:8.3f} ms/step")
 
