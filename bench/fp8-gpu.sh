@@ -5,7 +5,8 @@
 #      prompts, in bf16, FP8 block-scaled (Hugging Face's "fp8") and FP8 per-channel
 #      (compressed-tensors FP8-dynamic): ms/step and tokens/s, and each FP8 run over bf16.
 #   2. A Llama-3-70B shape in FP8 (block-scaled; per channel too with QUANTS_70B) on the one
-#      GPU: load, batch-1 and batch-16 decode, then `kvvm serve` under `kvvm bench serve` at one rate (bench/serve-gpu.sh).
+#      GPU: load, batch-1 and batch-16 decode, then `kvvm serve` under `kvvm bench serve` at
+#      one rate (bench/serve-gpu.sh).
 # The GEMMs alone (prefill TFLOP/s at 4K tokens, FP8 against bf16) are bench/fp8_gemm_bench's.
 # Usage: OUT=dir CLI=build/gpu/tools/kvvm/kvvm bench/fp8-gpu.sh. Needs python3 for the configs.
 #   PARTS="engine 70b" (default both), BATCHES, DECODE_TOKENS, RATE; BATCHES_70B (default
@@ -23,14 +24,18 @@ BATCHES="${BATCHES:-1,16,256}"
 DECODE_TOKENS="${DECODE_TOKENS:-64}"
 KV_BUDGET="${KV_BUDGET:-40GiB}"
 RATE="${RATE:-4}"
+# The 70B formats, checked before any run: an unknown one would make a bf16 config (140 GB).
+quants_70b="${QUANTS_70B:-block}"
 serve_quant="${SERVE_QUANT_70B:-block}"
-case "$serve_quant" in
-  block | channel) ;;
-  *)
-    echo "fp8-gpu: SERVE_QUANT_70B=$serve_quant is neither block nor channel" >&2
-    exit 2
-    ;;
-esac
+for quant in $quants_70b "$serve_quant"; do
+  case "$quant" in
+    block | channel) ;;
+    *)
+      echo "fp8-gpu: 70B format '$quant' (QUANTS_70B, SERVE_QUANT_70B): not block or channel" >&2
+      exit 2
+      ;;
+  esac
+done
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$ROOT/bench${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -92,7 +97,7 @@ fi
 
 if [[ " $PARTS " == *" 70b "* ]]; then
   : >"$OUT/summary-70b.txt"
-  for quant in ${QUANTS_70B:-block}; do
+  for quant in $quants_70b; do
     dir="$WORK/llama-3-70b-$quant"
     config "$dir" llama-3-70b "$quant"
     echo "== kvvm bench engine, llama-3-70b (dummy), FP8 $quant"
