@@ -52,7 +52,8 @@ for row in r.get("decode", {}).get("runs", []):
     print({k: row.get(k) for k in ("mode", "batch", "decode_tokens_per_s", "ms_per_step", "skipped")})
 for run in r.get("trace", {}).get("runs", []):
     print({k: run.get(k) for k in ("system", "rate", "submitted", "completed", "refused_overloaded",
-                                   "output_tokens_per_s", "ttft_p50_s", "tpot_p50_s", "peak_running",
+                                   "output_tokens_per_s", "steady_output_tokens_per_s", "ttft_p50_s",
+                                   "tpot_p50_s", "peak_running",
                                    "prefix_hit_tokens", "preemptions")})
 PY
       done

@@ -161,6 +161,10 @@ TEST_F(CliBenchEngine, TraceCountsAddUpForBothSystems) {
     EXPECT_EQ(run["completed"], kRequests) << run;  // no limit, a short queue: all finish
     EXPECT_GT(run["output_tokens"].get<std::uint64_t>(), 0u) << run;
     EXPECT_GT(run["output_tokens_per_s"].get<double>(), 0) << run;
+    // The loaded window (steady_rate.h) is in order; six requests keep the engine loaded for
+    // well under its least second.
+    EXPECT_LE(run["steady_start_s"].get<double>(), run["steady_end_s"].get<double>()) << run;
+    EXPECT_EQ(run["steady_output_tokens_per_s"].get<double>(), 0.0) << run;
     EXPECT_LE(run["ttft_p50_s"].get<double>(), run["ttft_p99_s"].get<double>()) << run;
     EXPECT_LE(run["tpot_p50_s"].get<double>(), run["tpot_p99_s"].get<double>()) << run;
     EXPECT_GT(run["ttft_p50_s"].get<double>(), 0) << run;

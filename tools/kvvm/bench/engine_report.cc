@@ -49,6 +49,9 @@ nlohmann::ordered_json trace_json(const TraceRun& run) {
   json["output_tokens"] = run.output_tokens;
   json["wall_seconds"] = run.wall_seconds;
   json["output_tokens_per_s"] = run.output_tokens_per_s;
+  json["steady_start_s"] = run.steady_start_s;
+  json["steady_end_s"] = run.steady_end_s;
+  json["steady_output_tokens_per_s"] = run.steady_output_tokens_per_s;
   json["ttft_p50_s"] = run.ttft_p50_s;
   json["ttft_p99_s"] = run.ttft_p99_s;
   json["tpot_p50_s"] = run.tpot_p50_s;
@@ -204,21 +207,25 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
     out << ", queue wait " << fixed(report.max_queue_wait_s, 1) << " s, " << report.parked_slots
         << " parked slots";
     out << "):\n";
-    TextTable table({"system", "rate", "out tok/s", "TTFT p50 ms", "p99", "TPOT p50 ms", "p99",
-                     "peak", "hit tokens", "done", "429", "cancel", "fail", "preempt",
-                     "KV map/unmap s", "reused/shared"},
+    TextTable table({"system", "rate", "out tok/s", "loaded tok/s", "TTFT p50 ms", "p99",
+                     "TPOT p50 ms", "p99", "peak", "hit tokens", "done", "429", "cancel", "fail",
+                     "preempt", "KV map/unmap s", "reused/shared"},
                     1, "note");
     for (const TraceRun& run : report.trace) {
       table.add(
-          {run.system, fixed(run.rate, 2), fixed(run.output_tokens_per_s, 1), ms(run.ttft_p50_s),
-           ms(run.ttft_p99_s), ms(run.tpot_p50_s), ms(run.tpot_p99_s), str(run.peak_running),
-           str(run.prefix_hit_tokens), str(run.completed) + "/" + str(run.submitted),
-           str(run.refused_overloaded), str(run.cancelled), str(run.failed), str(run.preemptions),
+          {run.system, fixed(run.rate, 2), fixed(run.output_tokens_per_s, 1),
+           run.steady_output_tokens_per_s > 0 ? fixed(run.steady_output_tokens_per_s, 1) : "-",
+           ms(run.ttft_p50_s), ms(run.ttft_p99_s), ms(run.tpot_p50_s), ms(run.tpot_p99_s),
+           str(run.peak_running), str(run.prefix_hit_tokens),
+           str(run.completed) + "/" + str(run.submitted), str(run.refused_overloaded),
+           str(run.cancelled), str(run.failed), str(run.preemptions),
            fixed(run.kv_map_seconds, 2) + "/" + fixed(run.kv_unmap_seconds, 2),
            str(run.reused_admissions) + "/" + str(run.shared_admissions)},
           run.first_error);
     }
     table.print(out);
+    out << "(loaded tok/s: from the first to the last moment the engine held 9/10 of its peak "
+           "running; '-' when that is under a second)\n";
   }
   out << "\nWall time " << fixed(report.wall_seconds, 1) << " s\n";
 }

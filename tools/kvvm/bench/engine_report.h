@@ -49,7 +49,11 @@ struct TraceRun {
   std::uint64_t not_submitted = 0;       // arrivals after the duration limit
   std::uint64_t output_tokens = 0;       // delivered to the callbacks
   double wall_seconds = 0;               // first arrival to the last event
-  double output_tokens_per_s = 0;
+  double output_tokens_per_s = 0;        // output_tokens / wall_seconds
+  // The rate while loaded (bench/steady_rate.h): from the first to the last moment the engine
+  // held 9/10 of its peak running; 0 when that window is under a second.
+  double steady_start_s = 0, steady_end_s = 0;
+  double steady_output_tokens_per_s = 0;
   double ttft_p50_s = 0, ttft_p99_s = 0;  // completed requests
   double tpot_p50_s = 0, tpot_p99_s = 0;  // completed requests with two tokens or more
   std::uint32_t peak_running = 0;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/steady_rate.h"
 #include "kit/op_timing.h"  // percentile
 #include "kit/text_table.h"
 #include "kvvm/engine/engine.h"
@@ -32,6 +33,11 @@ struct RequestRecord {
 // A day: "no limit" for drain().
 constexpr std::chrono::milliseconds kNoLimit{24LL * 3600 * 1000};
 constexpr std::chrono::seconds kProgressEvery{5};
+// How often the replay samples its tokens and running requests (for the loaded rate, whose
+// window is seconds long: the engine's stats are read no more often than this), and the
+// shortest loaded window it reports a rate for.
+constexpr std::chrono::milliseconds kSampleEvery{100};
+constexpr double kLeastSteadySeconds = 1.0;
 
 std::vector<std::int32_t> prompt_of(const TraceRequest& request, std::uint32_t vocab) {
   std::vector<std::int32_t> prompt(request.prompt_tokens);
@@ -128,11 +134,17 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
     done.store(true);
   });
   Clock::time_point next_line = start + kProgressEvery;
+  Clock::time_point next_sample = start + kSampleEvery;
+  std::vector<ReplaySample> samples;
   while (!done.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (Clock::now() < next_sample) continue;
+    next_sample += kSampleEvery;
+    const engine::EngineStats stats = engine.stats();
+    samples.push_back({std::chrono::duration<double>(Clock::now() - start).count(),
+                       tokens.load(std::memory_order_relaxed), stats.running});
     if (params.progress != nullptr && Clock::now() >= next_line) {
       next_line += kProgressEvery;
-      const engine::EngineStats stats = engine.stats();
       *params.progress << "kvvm bench engine: trace " << run.system << " at " << fixed(rate, 2)
                        << " req/s: "
                        << fixed(std::chrono::duration<double>(Clock::now() - start).count(), 0)
@@ -180,6 +192,10 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
   if (run.wall_seconds > 0) {
     run.output_tokens_per_s = static_cast<double>(run.output_tokens) / run.wall_seconds;
   }
+  const SteadyRate steady = steady_rate(samples, kLeastSteadySeconds);
+  run.steady_start_s = steady.start_s;
+  run.steady_end_s = steady.end_s;
+  run.steady_output_tokens_per_s = steady.tokens_per_s;
   if (!ttft.empty()) {
     run.ttft_p50_s = percentile(ttft, 50);
     run.ttft_p99_s = percentile(ttft, 99);
