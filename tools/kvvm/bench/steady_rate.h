@@ -13,8 +13,8 @@
 
 namespace kvvm::cli {
 
-// The replay's state at one moment: seconds since the first arrival, tokens delivered so far,
-// requests running.
+// The replay's state at one moment: seconds since the replay began (the trace's time zero), tokens
+// delivered so far, requests running.
 struct ReplaySample {
   double seconds = 0;
   std::uint64_t tokens = 0;
