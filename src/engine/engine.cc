@@ -224,30 +224,36 @@ void Engine::Impl::cancel(RequestId id) {
   wake_.notify_one();
 }
 
-Status Engine::Impl::refuse_predicted_locked(RequestState& r) const {
+Status Engine::Impl::refuse_predicted_locked(RequestState& r) {
   const auto bound = options_.max_queue_wait;
   if (!options_.refuse_predicted_wait || bound.count() == 0) return Status::Ok();
   const Clock::time_point now = r.submitted;
-  const std::optional<double> wait = retry_.predicted_wait(queued_, now);
-  if (!wait) return Status::Ok();
+  // Each sees a cause of waiting the other misses: the rate, admissions held back by the KV
+  // budget or the prefill share; the work left, a wave of long answers holding every place.
+  const std::optional<double> by_rate = retry_.predicted_wait(queued_, now);
+  const std::optional<double> by_work = forecast_.wait(queued_, now);
+  if (!by_rate && !by_work) return Status::Ok();
+  const double wait = std::max(by_rate.value_or(0), by_work.value_or(0));
   // Recent waits outlasted their predictions by up to this factor: a request accepted on the
   // bare prediction could still be refused late, after the whole wait.
   const double margin = retry_.margin();
-  if (*wait * margin <= std::chrono::duration<double>(bound).count()) {
-    r.predicted_wait = *wait;
+  if (wait * margin <= std::chrono::duration<double>(bound).count()) {
+    r.predicted_wait = wait;
     return Status::Ok();
   }
   // The backstop would refuse it after the whole wait: refusing now spends no one's time.
   const double retry = retry_.seconds(queued_, options_.max_running, now);
   std::string shortfall;
+  if (by_work && *by_work > by_rate.value_or(0))
+    shortfall = " (the work the running answers and the queue have left)";
   if (margin > 1) {
     char text[96];
     std::snprintf(text, sizeof(text), ", recent waits up to %.1fx their prediction", margin);
-    shortfall = text;
+    shortfall += text;
   }
   return Status::ResourceExhausted(
       "overloaded: " + std::to_string(queued_) + " requests waiting would take about " +
-          std::to_string(static_cast<int>(*wait + 0.5)) + " s to admit" + shortfall +
+          std::to_string(static_cast<int>(wait + 0.5)) + " s to admit" + shortfall +
           " (max_queue_wait " + std::to_string(bound.count()) + " ms); retry in about " +
           std::to_string(static_cast<int>(retry)) + " s",
       Exhaustion{});

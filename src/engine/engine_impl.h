@@ -19,9 +19,11 @@
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_manager.h"
 #include "kvvm/mutex.h"
+#include "output_lengths.h"
 #include "request_state.h"
 #include "retry_estimate.h"
 #include "step_time_model.h"
+#include "wait_forecast.h"
 
 namespace kvvm::engine {
 
@@ -67,9 +69,9 @@ class Engine::Impl {
   // The scheduler's time: EngineOptions::clock, else the steady clock (engine.cc).
   Clock::time_point now() const;
   // ResourceExhausted when r, just submitted, is predicted to wait past max_queue_wait behind
-  // the queue, its prediction times the measured margin; else records the prediction in r
-  // (engine.cc).
-  Status refuse_predicted_locked(RequestState& r) const KVVM_REQUIRES(mutex_);
+  // the queue (the larger of the admission rate's prediction and the wait forecast's), its
+  // prediction times the measured margin; else records the prediction in r (engine.cc).
+  Status refuse_predicted_locked(RequestState& r) KVVM_REQUIRES(mutex_);
   // Choice `index` of `request`, not yet submitted (engine.cc).
   std::unique_ptr<RequestState> make_state(EngineRequest request, std::uint32_t index) const;
   void worker();  // engine.cc
@@ -103,6 +105,12 @@ class Engine::Impl {
   void fork_choices(RequestState& parent, Clock::time_point now);
   // Moves finished requests out of the queue and the running set, runs the callbacks.
   void deliver(Clock::time_point now);
+  // Plays out when each position in line gets a running place into forecast_next_ (cleared
+  // while forecasting is off or nothing is learned yet).
+  void build_forecast(Clock::time_point now);
+  // Steps r has left once running: its prompt's chunks and the tokens it is expected to
+  // generate still.
+  double steps_left(const RequestState& r) const;
 
   // Request outcomes (engine_request.cc).
   void touch(RequestState& r);
@@ -152,6 +160,14 @@ class Engine::Impl {
   // retry_ with the admissions.
   std::vector<std::pair<double, double>> admitted_waits_;
   double retry_now_ = 1;  // the estimate when the step began
+  // The wait forecast's inputs: the answers that ended, the step period (a moving mean), and
+  // the forecast being built, published into forecast_ after each step.
+  OutputLengths lengths_;
+  double step_seconds_ = 0;
+  Clock::time_point last_step_started_{};
+  bool last_step_ran_ = false;  // it ran a step and left work for the next
+  WaitForecast forecast_next_;
+  std::vector<double> busy_, holds_;
   StepCounters step_counters_;
 
   // Shared, under mutex_.
@@ -174,6 +190,7 @@ class Engine::Impl {
   StepCounters published_ KVVM_GUARDED_BY(mutex_);
   model::GraphStats graphs_ KVVM_GUARDED_BY(mutex_);
   RetryEstimate retry_ KVVM_GUARDED_BY(mutex_);
+  WaitForecast forecast_ KVVM_GUARDED_BY(mutex_);
   // Started under mutex_ (start()), joined by the thread that stops the engine.
   std::thread worker_;
 };

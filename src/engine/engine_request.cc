@@ -88,6 +88,11 @@ void Engine::Impl::finish_stats(RequestState& r, Clock::time_point now) {
                               static_cast<double>(r.generated - 1);
   }
   step_counters_.generated_tokens += r.generated;
+  // What the wait forecast learns answers' lengths from: those that ended on their own or at
+  // their max_tokens (a cancelled or failed one says neither).
+  if (r.end == RequestEnd::kStop || r.end == RequestEnd::kLength) {
+    lengths_.note(r.generated, r.end == RequestEnd::kLength);
+  }
   // A request of n choices counts once, by its first choice, and its prompt once.
   if (r.index != 0) return;
   switch (r.end) {

@@ -59,10 +59,20 @@ std::size_t rows_of(model::LogprobRows rows, std::uint32_t tokens) {
 
 Result<bool> Engine::Impl::step() {
   const Clock::time_point started = now();
+  // The forecast's step period: start to start of two steps with work between them, so what
+  // lies between steps (the thread's wake-up, a descheduled engine thread) counts as the queue
+  // sees it; a moving mean over the last fifty steps or so, prefill and decode steps in the
+  // mix the load brings.
+  if (last_step_ran_) {
+    const double seconds = std::chrono::duration<double>(started - last_step_started_).count();
+    step_seconds_ = step_seconds_ == 0 ? seconds : 0.98 * step_seconds_ + 0.02 * seconds;
+  }
   take_inbox(started);
   const std::uint64_t steps_before = step_counters_.steps;
   if (plan_step(now())) run_step(now());
   deliver(now());
+  last_step_started_ = started;
+  last_step_ran_ = step_counters_.steps != steps_before && (!running_.empty() || !waiting_.empty());
   // What a running answer waits between two tokens: the whole step, plan to delivery.
   if (step_counters_.steps != steps_before) {
     step_time_.observe(static_cast<std::uint32_t>(ids_.size()), now() - started);
@@ -435,8 +445,10 @@ void Engine::Impl::deliver(Clock::time_point now) {
     sweep_finished(running_, done_);
     sweep_finished(waiting_, done_);
   }
+  build_forecast(now);
   {
     MutexLock lock(mutex_);
+    std::swap(forecast_, forecast_next_);
     published_ = step_counters_;
     running_count_ = static_cast<std::uint32_t>(running_.size());
     queued_ = inbox_.size() + waiting_.size();
@@ -463,6 +475,41 @@ void Engine::Impl::deliver(Clock::time_point now) {
   touched_.clear();
   done_.clear();
   idle_.notify_all();
+}
+
+void Engine::Impl::build_forecast(Clock::time_point now) {
+  const bool on = options_.wait_forecast && options_.refuse_predicted_wait &&
+                  options_.max_queue_wait.count() > 0;
+  lengths_.refresh();
+  if (!on || !lengths_.known() || !(step_seconds_ > 0)) {
+    forecast_next_.clear();
+    return;
+  }
+  busy_.clear();
+  for (const auto& r : running_) busy_.push_back(steps_left(*r));
+  holds_.clear();
+  for (const auto& r : waiting_) holds_.push_back(steps_left(*r));
+  // A request not yet in line: the mean answer, its prompt in one chunk.
+  const double typical = lengths_.mean();
+  forecast_next_.build(options_.max_running, busy_, holds_, typical, step_seconds_, now);
+}
+
+double Engine::Impl::steps_left(const RequestState& r) const {
+  const double remaining = lengths_.remaining(r.generated, r.request.max_tokens);
+  const std::uint32_t missing = r.missing();
+  if (missing <= 1) return remaining;  // decoding: a token a step
+  // A prompt (or a preempted answer recomputed) takes its chunks, the last of which samples
+  // the next token, in the prompt tokens a step full of decodes leaves.
+  std::uint32_t chunk = options_.prefill_chunk;
+  if (options_.step_tokens > options_.max_running) {
+    chunk = std::min(chunk, options_.step_tokens - options_.max_running);
+  }
+  if (options_.max_prefill_tokens_while_decoding > 0) {
+    chunk = std::min(chunk, options_.max_prefill_tokens_while_decoding);
+  }
+  chunk = std::max<std::uint32_t>(chunk, 1);
+  const double chunks = static_cast<double>((missing + chunk - 1) / chunk);
+  return chunks + std::max(remaining - 1, 0.0);
 }
 
 }  // namespace kvvm::engine

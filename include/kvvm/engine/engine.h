@@ -165,6 +165,14 @@ struct EngineOptions {
   // a quarter of the bound counted as that quarter; 1 to 8), so a request accepted is rarely
   // refused later. Nothing is predicted before two admissions have measured a rate.
   bool refuse_predicted_wait = true;
+  // With refuse_predicted_wait: the prediction is the larger of that rate's and a forecast
+  // played out from the work left (docs/ARCHITECTURE.md "Refusal at arrival"): each running
+  // answer frees its place after its prompt's chunks and the tokens it is expected to generate
+  // still (learned from the answers that ended: those that ran to their max_tokens, and how
+  // long those that stopped went on), each request in line then holds the first place to free,
+  // and a step takes the measured step period. It sees a wave of long answers holding every
+  // place before any admission is late. Nothing is forecast before 8 answers have ended.
+  bool wait_forecast = true;
   bool prefix_cache = true;
   std::string model_identity;  // folded into cache keys; empty: the config's architecture
   bool graphs = true;          // CUDA: decode steps replay captured graphs

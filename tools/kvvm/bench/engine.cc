@@ -198,6 +198,10 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
   cmd->add_flag("--no-early-refusal", options.no_early_refusal,
                 "Trace replay: refuse a request only after it waited --max-queue-wait, not at "
                 "once when its predicted wait exceeds it");
+  cmd->add_flag("--no-wait-forecast", options.no_wait_forecast,
+                "Trace replay: predict a request's wait at arrival from the measured admission "
+                "rate alone, without the forecast played out from the work the running answers "
+                "and the queue have left (the baseline of that forecast)");
   cmd->add_option("--max-prefill-tokens-while-decoding", options.max_prefill_tokens_while_decoding,
                   "Trace replay: prefill tokens of a step that also decodes, at most, at most the "
                   "model's step token budget; bounds the time per output token under new "
@@ -441,6 +445,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
             .max_running = plan->max_running,
             .duration_limit_s = options.duration_limit_s,
             .refuse_predicted_wait = !options.no_early_refusal,
+            .wait_forecast = !options.no_wait_forecast,
             .max_queue_wait = seconds_to_millis(options.max_queue_wait_s),
             .parked_slots = preallocate ? 0 : report.parked_slots,
             .max_prefill_tokens_while_decoding = options.max_prefill_tokens_while_decoding,

@@ -50,6 +50,7 @@ struct BenchEngineOptions {
   std::uint64_t requests = 100;                      // per rate
   double duration_limit_s = 0;                       // per replay; 0: none
   bool no_early_refusal = false;  // the replays' engines refuse only after max_queue_wait
+  bool no_wait_forecast = false;  // their predicted waits from the admission rate alone
   double max_queue_wait_s = 30;   // the replays' engines' EngineOptions::max_queue_wait
   // The arena replays' KV slots beyond max_running (KvSpaceOptions::parked_slots); unset: as
   // many as max_running.

@@ -71,6 +71,7 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
   options.max_running = params.max_running;
   options.preallocate = params.preallocate;
   options.refuse_predicted_wait = params.refuse_predicted_wait;
+  options.wait_forecast = params.wait_forecast;
   options.max_queue_wait = params.max_queue_wait;
   options.max_prefill_tokens_while_decoding = params.max_prefill_tokens_while_decoding;
   options.tpot_target = params.tpot_target;

@@ -25,6 +25,7 @@ struct ReplayParams {
   double duration_limit_s = 0;        // 0: none; else later arrivals are not submitted and what
                                       // is still running at the limit is cancelled
   bool refuse_predicted_wait = true;  // EngineOptions::refuse_predicted_wait
+  bool wait_forecast = true;          // EngineOptions::wait_forecast
   std::chrono::milliseconds max_queue_wait{30000};      // EngineOptions's; 0: no limit
   std::uint32_t parked_slots = 0;                       // KvSpaceOptions's
   std::uint32_t max_prefill_tokens_while_decoding = 0;  // EngineOptions's; 0: no bound

@@ -169,6 +169,12 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                 "Answer 429 only once a request has waited --max-queue-wait, not at once when the "
                 "queue ahead of it at the measured admission rate (times how far recent "
                 "predictions fell short) predicts a longer wait");
+  cmd->add_flag("--no-wait-forecast", options.no_wait_forecast,
+                "Predict a request's wait at arrival from the measured admission rate alone. By "
+                "default the larger of that and a forecast from the work left counts: each "
+                "running answer frees its place after the tokens it is expected to generate "
+                "still (learned from the answers that ended), each request in line then holds "
+                "the first place to free");
   cmd->add_option("--max-prefill-tokens-while-decoding", options.max_prefill_tokens_while_decoding,
                   "Prompt tokens computed in a step that also generates, at most (at most the "
                   "model's step token budget): new prompts then delay running answers less per "
@@ -258,6 +264,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   engine_options.max_queue = static_cast<std::uint32_t>(options.max_queue);
   engine_options.max_queue_wait = seconds_to_millis(options.max_queue_wait);
   engine_options.refuse_predicted_wait = !options.no_early_refusal;
+  engine_options.wait_forecast = !options.no_wait_forecast;
   engine_options.max_prefill_tokens_while_decoding =
       static_cast<std::uint32_t>(options.max_prefill_tokens_while_decoding);
   engine_options.tpot_target = tpot_target(options.tpot_target_ms);

@@ -38,6 +38,7 @@ struct ServeOptions {
   std::optional<std::uint64_t> parked_slots;  // unset: as many as max_running
   double max_queue_wait = 30;                 // seconds; 0: no limit
   bool no_early_refusal = false;  // refuse only past max_queue_wait, not on a predicted wait
+  bool no_wait_forecast = false;  // predict waits from the admission rate alone
   std::uint64_t max_prefill_tokens_while_decoding = 0;  // 0: no bound but the step's
   double tpot_target_ms = 0;                            // 0: no target
   bool no_graphs = false;
