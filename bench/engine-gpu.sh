@@ -53,7 +53,7 @@ print({k: r.get(k) for k in ("model", "kv_budget", "kv_bytes_per_token", "preall
 for row in r.get("decode", {}).get("runs", []):
     print({k: row.get(k) for k in ("mode", "batch", "decode_tokens_per_s", "ms_per_step", "prefill_seconds", "graph_replays", "eager_steps", "skipped")})
 for run in r.get("trace", {}).get("runs", []):
-    print({k: run.get(k) for k in ("system", "rate", "submitted", "completed", "refused_overloaded", "output_tokens_per_s", "steady_output_tokens_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "peak_running", "prefix_hit_tokens", "preemptions")})
+    print({k: run.get(k) for k in ("system", "rate", "submitted", "completed", "refused_overloaded", "refused_at_arrival", "output_tokens_per_s", "steady_output_tokens_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "peak_running", "prefix_hit_tokens", "preemptions")})
 EOF
   if [[ "$HF" != 0 ]]; then
     echo "== HF transformers generate on $shape"

@@ -551,6 +551,16 @@ WaveOutcome long_answers_ahead(TimedRig& t) {
   return w;
 }
 
+// The third is accepted at arrival, then refused in the queue after the whole bound; the one in
+// line is served.
+void expect_accepted_then_refused_late(TimedRig& t) {
+  const WaveOutcome w = long_answers_ahead(t);
+  ASSERT_FALSE(t.rig->outcome(w.third).refused_at_submit());
+  ASSERT_TRUE(t.rig->run().ok());
+  EXPECT_TRUE(t.rig->outcome(w.third).overloaded_in_queue());
+  EXPECT_TRUE(t.rig->outcome(w.in_line).completed());
+}
+
 std::unique_ptr<TimedRig> learned_rig(bool forecast, int learned) {
   EngineOptions options = no_cache();
   options.max_running = 1;
@@ -588,11 +598,7 @@ TEST(SchedulingWaitForecast, RefusesAtArrivalWhatTheRateAcceptsAndTheQueueRefuse
   // The rate alone: accepted, then refused in the queue after the whole bound.
   auto off = learned_rig(/*forecast=*/false, 8);
   ASSERT_NE(off, nullptr);
-  const WaveOutcome v = long_answers_ahead(*off);
-  ASSERT_FALSE(off->rig->outcome(v.third).refused_at_submit());
-  ASSERT_TRUE(off->rig->run().ok());
-  EXPECT_TRUE(off->rig->outcome(v.third).overloaded_in_queue());
-  EXPECT_TRUE(off->rig->outcome(v.in_line).completed());
+  ASSERT_NO_FATAL_FAILURE(expect_accepted_then_refused_late(*off));
   stats = off->rig->engine().stats();
   EXPECT_EQ(stats.refused_predicted_wait, 0u);
   EXPECT_EQ(stats.refused_in_queue, 1u);
@@ -603,10 +609,7 @@ TEST(SchedulingWaitForecast, RefusesAtArrivalWhatTheRateAcceptsAndTheQueueRefuse
 TEST(SchedulingWaitForecast, ForecastsNothingBeforeEightAnswersEnded) {
   auto t = learned_rig(/*forecast=*/true, 7);
   ASSERT_NE(t, nullptr);
-  const WaveOutcome w = long_answers_ahead(*t);
-  ASSERT_FALSE(t->rig->outcome(w.third).refused_at_submit());
-  ASSERT_TRUE(t->rig->run().ok());
-  EXPECT_TRUE(t->rig->outcome(w.third).overloaded_in_queue());
+  ASSERT_NO_FATAL_FAILURE(expect_accepted_then_refused_late(*t));
 }
 
 }  // namespace kvvm::engine::scheduling_test
