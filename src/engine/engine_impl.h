@@ -159,7 +159,8 @@ class Engine::Impl {
   // The step's first admissions that had a prediction: {predicted, waited} seconds, given to
   // retry_ with the admissions.
   std::vector<std::pair<double, double>> admitted_waits_;
-  double retry_now_ = 1;  // the estimate when the step began
+  double retry_now_ = 1;     // the estimate when the step began
+  bool backlogged_ = false;  // the last step left requests waiting (RetryEstimate::note_step)
   // The wait forecast's inputs: the answers that ended, the step period (a moving mean), and
   // the forecast being built, published into forecast_ after each step.
   OutputLengths lengths_;

@@ -455,6 +455,8 @@ void Engine::Impl::deliver(Clock::time_point now) {
     work_left_ = !running_.empty() || !waiting_.empty();
     graphs_ = model_.graph_stats();
     for (std::uint32_t i = 0; i < admitted_this_step_; ++i) retry_.note_admission(now);
+    retry_.note_step(now, backlogged_, admitted_this_step_);
+    backlogged_ = !waiting_.empty();
     // A quarter of the bound: the scale of waits the bound is compared with.
     const double floor = std::chrono::duration<double>(options_.max_queue_wait).count() / 4;
     for (const auto& [predicted, waited] : admitted_waits_) {

@@ -2,6 +2,7 @@
 #include "retry_estimate.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kvvm::engine {
 
@@ -24,7 +25,22 @@ std::optional<double> RetryEstimate::rate(Clock::time_point now) const {
   const double span = std::chrono::duration<double>(now - oldest).count();
   if (recent < 2 || span <= 0) return std::nullopt;
   // The oldest admission opens the span: the others happened inside it.
-  return static_cast<double>(recent - 1) / span;
+  const double window = static_cast<double>(recent - 1) / span;
+  if (!(backlog_seconds_ > 0)) return window;
+  return std::min(window, (backlog_admissions_ + 1) / backlog_seconds_);
+}
+
+void RetryEstimate::note_step(Clock::time_point now, bool backlog, std::uint32_t admitted) {
+  const std::optional<Clock::time_point> last = last_step_;
+  last_step_ = now;
+  if (!last || now <= *last) return;
+  const double dt = std::chrono::duration<double>(now - *last).count();
+  const double keep = std::exp(-dt / kBacklogDecay);
+  backlog_seconds_ *= keep;
+  backlog_admissions_ *= keep;
+  if (!backlog) return;
+  backlog_seconds_ += dt;
+  backlog_admissions_ += admitted;
 }
 
 double RetryEstimate::seconds(std::uint64_t waiting, std::uint32_t parallel,

@@ -1,8 +1,11 @@
 // RetryEstimate: when a request refused as overloaded should come back, and how long a new one
 // would wait. The queue ahead of it drains at the rate requests recently left it (admitted);
 // that rate is measured over the last few admissions rather than assumed, so the estimate
-// follows the load. How far the predictions fell short of the waits that followed is measured
-// too (margin): a bound compared with a prediction times the margin refuses at arrival the
+// follows the load. It is bounded by the drain measured while requests waited: admissions into
+// places that were free (a cold engine filling up, a queue that ran empty) are arrivals passing
+// through, not the queue draining, and alone they make the rate look as fast as the arrivals
+// just when a queue forms. How far the predictions fell short of the waits that followed is
+// measured too (margin): a bound compared with a prediction times the margin refuses at arrival the
 // requests the queue would otherwise refuse after making them wait.
 #pragma once
 
@@ -22,6 +25,11 @@ class RetryEstimate {
 
   // A request left the queue (was admitted) at `when`.
   void note_admission(Clock::time_point when);
+  // A step ended at `now`: since the last call requests were waiting (`backlog`, as the last
+  // step left the queue), and `admitted` of them were admitted. Counts toward the drain
+  // while backlogged, both sums decaying by e^(-t / kBacklogDecay).
+  void note_step(Clock::time_point now, bool backlog, std::uint32_t admitted);
+  static constexpr double kBacklogDecay = 30;  // seconds
   // Seconds until `waiting` requests ahead have been admitted: at the recent rate, else (no
   // recent admission) one second per `parallel` of them. Clamped to [1, 3600].
   double seconds(std::uint64_t waiting, std::uint32_t parallel, Clock::time_point now) const;
@@ -40,7 +48,9 @@ class RetryEstimate {
   static constexpr double kMaxMargin = 8;
 
  private:
-  // Admissions per second over the window; nullopt when not measured.
+  // Admissions per second over the window, at most the backlog's (admitted + 1) / seconds
+  // once requests have waited: n admissions in t seconds of waiting say the drain is not
+  // much faster than (n + 1) / t. nullopt when the window measures none.
   std::optional<double> rate(Clock::time_point now) const;
 
   // Admissions older than this say nothing about the rate now.
@@ -53,6 +63,9 @@ class RetryEstimate {
   static constexpr std::size_t kWaitSamples = 32;
   std::array<double, kWaitSamples> shortfalls_{};
   std::size_t next_shortfall_ = 0;
+  // The decayed seconds spent with requests waiting, and the admissions out of that backlog.
+  double backlog_seconds_ = 0, backlog_admissions_ = 0;
+  std::optional<Clock::time_point> last_step_;
 };
 
 }  // namespace kvvm::engine
