@@ -108,9 +108,9 @@ class Engine::Impl {
   // Plays out when each position in line gets a running place into forecast_next_ (cleared
   // while forecasting is off or nothing is learned yet).
   void build_forecast(Clock::time_point now);
-  // Steps r has left once running: its prompt's chunks and the tokens it is expected to
-  // generate still.
-  double steps_left(const RequestState& r) const;
+  // Steps r has left once running: its prompt's chunks of `chunk` tokens and the tokens it is
+  // expected to generate still.
+  double steps_left(const RequestState& r, std::uint32_t chunk) const;
 
   // Request outcomes (engine_request.cc).
   void touch(RequestState& r);

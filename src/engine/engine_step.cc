@@ -482,26 +482,12 @@ void Engine::Impl::deliver(Clock::time_point now) {
 void Engine::Impl::build_forecast(Clock::time_point now) {
   const bool on = options_.wait_forecast && options_.refuse_predicted_wait &&
                   options_.max_queue_wait.count() > 0;
-  lengths_.refresh();
   if (!on || !lengths_.known() || !(step_seconds_ > 0)) {
     forecast_next_.clear();
     return;
   }
-  busy_.clear();
-  for (const auto& r : running_) busy_.push_back(steps_left(*r));
-  holds_.clear();
-  for (const auto& r : waiting_) holds_.push_back(steps_left(*r));
-  // A request not yet in line: the mean answer, its prompt in one chunk.
-  const double typical = lengths_.mean();
-  forecast_next_.build(options_.max_running, busy_, holds_, typical, step_seconds_, now);
-}
-
-double Engine::Impl::steps_left(const RequestState& r) const {
-  const double remaining = lengths_.remaining(r.generated, r.request.max_tokens);
-  const std::uint32_t missing = r.missing();
-  if (missing <= 1) return remaining;  // decoding: a token a step
-  // A prompt (or a preempted answer recomputed) takes its chunks, the last of which samples
-  // the next token, in the prompt tokens a step full of decodes leaves.
+  lengths_.refresh();
+  // The prompt tokens a step full of decodes leaves for a chunk.
   std::uint32_t chunk = options_.prefill_chunk;
   if (options_.step_tokens > options_.max_running) {
     chunk = std::min(chunk, options_.step_tokens - options_.max_running);
@@ -510,6 +496,21 @@ double Engine::Impl::steps_left(const RequestState& r) const {
     chunk = std::min(chunk, options_.max_prefill_tokens_while_decoding);
   }
   chunk = std::max<std::uint32_t>(chunk, 1);
+  busy_.clear();
+  for (const auto& r : running_) busy_.push_back(steps_left(*r, chunk));
+  holds_.clear();
+  for (const auto& r : waiting_) holds_.push_back(steps_left(*r, chunk));
+  // A request not yet in line: the mean answer, its prompt in one chunk.
+  const double typical = lengths_.mean();
+  forecast_next_.build(options_.max_running, busy_, holds_, typical, step_seconds_, now);
+}
+
+double Engine::Impl::steps_left(const RequestState& r, std::uint32_t chunk) const {
+  const double remaining = lengths_.remaining(r.generated, r.request.max_tokens);
+  const std::uint32_t missing = r.missing();
+  if (missing <= 1) return remaining;  // decoding: a token a step
+  // A prompt (or a preempted answer recomputed) takes its chunks, the last of which samples
+  // the next token.
   const double chunks = static_cast<double>((missing + chunk - 1) / chunk);
   return chunks + std::max(remaining - 1, 0.0);
 }

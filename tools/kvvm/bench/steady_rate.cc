@@ -1,3 +1,5 @@
+// The output rate of a trace replay while the engine was loaded: the first to the last sample
+// at kSteadyShare of the peak running.
 #include "bench/steady_rate.h"
 
 #include <algorithm>
