@@ -23,6 +23,9 @@
 #   QUICK=1 GTEST_FILTER='*Weight*' scripts/gpu-check.sh   (build and those tests only)
 #   OUT=/some/dir scripts/gpu-check.sh   (results elsewhere)
 #   JOBS=8 CMAKE_EXTRA="-DKVVM_WERROR=ON" scripts/gpu-check.sh
+#   SHARDS=4 (default) runs the suite again as that many concurrent processes on the one GPU
+#   (SHARD_FILTER narrows them; 0: skipped); MEMCHECK=0 skips compute-sanitizer memcheck over
+#   the sharing, fork and copy-on-write sweeps. Both run with QUICK=1 too.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -138,10 +141,60 @@ elif ((built)); then
   failed_steps+=("tests (no test binary at $TESTS)")
 fi
 
+# --- The suite again as concurrent shards on the one GPU ------------------------------------
+# Contention is what exposed a copy that outlived its failed fence: with several processes on
+# the GPU, a copy queued behind other work is still running when a rollback after a failed
+# fence returns, and unmapping what it writes kills the context (every later CUDA test of that
+# process then fails with an illegal address). SHARDS=N processes at once (default 4; 0 or 1:
+# skipped), each a gtest shard of the whole suite (SHARD_FILTER narrows it, GTEST_FILTER does
+# not), each with its own log.
+run_shards() {  # run_shards N
+  local n=$1 i rc=0 pids=()
+  for ((i = 0; i < n; i++)); do
+    GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i "$TESTS" --gtest_filter="${SHARD_FILTER:-*}" \
+      >"$OUT/shard$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < n; i++)); do
+    if wait "${pids[i]}"; then
+      echo "shard $i of $n: $(grep -E '^\[  PASSED  \]' "$OUT/shard$i.log" | tail -n1)"
+    else
+      rc=1
+      echo "shard $i of $n FAILED:"
+      grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/shard$i.log" | sort -u | head -n 40
+    fi
+  done
+  return "$rc"
+}
+shards_state="not run"
+if ((built)) && [[ -x "$TESTS" ]] && ((${SHARDS:-4} > 1)); then
+  step shards "$OUT/shards.log" run_shards "${SHARDS:-4}"
+  shards_state="${SHARDS:-4} concurrent shards passed"
+  step_failed shards && shards_state="FAILED ($OUT/shards.log)"
+fi
+
+# --- compute-sanitizer memcheck over the sweeps that copy and fence ------------------------
+# Sharing, fork and copy-on-write under every injected fault, the fences failing with the
+# copies still running (the sweeps hold each copy behind a spinning kernel on a GPU): an
+# access to memory a rollback unmapped is an error here even when the context survives it.
+# MEMCHECK=0 skips it.
+memcheck_state="not run"
+if ((built)) && [[ -x "$TESTS" ]] && [[ "${MEMCHECK:-1}" != 0 ]] &&
+  command -v compute-sanitizer >/dev/null 2>&1; then
+  step memcheck "$OUT/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$TESTS" --gtest_filter='ArenaShareSweepTest/cuda*:UnconfirmedCopyTest/cuda*:ArenaShareTest/cuda*'
+  memcheck_state="passed (share, fork and copy-on-write sweeps)"
+  step_failed memcheck && memcheck_state="FAILED ($OUT/memcheck.log)"
+fi
+
 # QUICK=1: the build and the tests only (GTEST_FILTER narrows them), for a check before the
 # whole run.
 if [[ "${QUICK:-0}" == 1 ]]; then
-  echo "tests: ${passed} passed, ${failed} failed, ${skipped} skipped" | tee "$OUT/summary.txt"
+  {
+    echo "tests: ${passed} passed, ${failed} failed, ${skipped} skipped"
+    echo "shards: ${shards_state}"
+    echo "memcheck: ${memcheck_state}"
+  } | tee "$OUT/summary.txt"
   for entry in "${failed_steps[@]+"${failed_steps[@]}"}"; do echo "FAILED: $entry"; done
   ((${#failed_steps[@]} == 0))
   exit
@@ -242,6 +295,8 @@ fi
     --format=csv,noheader 2>/dev/null | head -n1 || echo unknown)"
   printf '%-10s passed %s, failed %s, skipped %s  (%s)\n' "tests" "$passed" "$failed" \
     "$skipped" "$OUT/tests.xml"
+  printf '%-10s %s\n' "shards" "$shards_state"
+  printf '%-10s %s\n' "memcheck" "$memcheck_state"
   printf '%-10s %s\n' "bench" "$bench_state"
   printf '%-10s %s\n' "growth" "$growth_state"
   printf '%-10s %s\n' "share" "$share_state"

@@ -11,6 +11,7 @@
 #include "kvvm/fault_driver.h"
 #include "kvvm/host_driver.h"
 #include "support/engine_harness.h"
+#include "support/lost_context_model.h"
 
 namespace kvvm::engine {
 namespace {
@@ -130,6 +131,61 @@ TEST(EngineFailure, ADriverFaultEndsOneRequestAndTheOthersFinish) {
     EXPECT_EQ(collector.get(after).tokens, expected);
   }
   EXPECT_EQ((*kv)->arena().stats().active_slots, 0u);
+}
+
+TEST(EngineFailure, ALostContextEndsEveryRequestAndRefusesNewOnes) {
+  auto kv = make_kv(llama().config, 3);
+  // Lost at the third step: the requests running then and the one waiting all go with it.
+  kvvm::testing::LostContextModel lost(*llama().model, 3);
+  Collector collector;
+  EngineOptions options = no_cache();
+  options.max_running = 2;
+  auto engine = Engine::create(lost, *kv, options);
+  ASSERT_TRUE(engine.ok());
+  EXPECT_TRUE((*engine)->health().ok());
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(*(*engine)->submit(greedy_request(kFailurePrompt, 8), collector.callback()));
+  }
+  const Status ran = (*engine)->run_until_idle();
+  EXPECT_FALSE(ran.ok()) << "a lost context is a broken engine";
+  EXPECT_TRUE(context_lost(ran)) << ran.to_string();
+  for (const RequestId id : ids) {
+    const testing::Outcome o = collector.get(id);
+    EXPECT_EQ(o.finished_events, 1);
+    EXPECT_EQ(o.end, RequestEnd::kError);
+    EXPECT_TRUE(context_lost(o.error)) << o.error.to_string();
+    EXPECT_NE(o.error.message().find("the GPU context was lost"), std::string::npos)
+        << o.error.to_string();
+  }
+  const Status health = (*engine)->health();
+  EXPECT_FALSE(health.ok());
+  EXPECT_NE(health.message().find("cudaErrorIllegalAddress"), std::string::npos)
+      << health.to_string();
+  EXPECT_TRUE((*engine)->stats().context_lost);
+  EXPECT_EQ((*engine)->stats().failed, 3u);
+  // No new request is taken, and the model is not called again.
+  Result<RequestId> refused =
+      (*engine)->submit(greedy_request(kFailurePrompt, 8), collector.callback());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("the GPU context was lost"), std::string::npos);
+  EXPECT_EQ(lost.calls(), 3);
+}
+
+TEST(EngineFailure, AnErrorThatIsNotStickyLosesNothing) {
+  EXPECT_FALSE(context_lost(Status::Internal("injected model failure")));
+  EXPECT_FALSE(context_lost(Status::DriverError(
+      "out of memory", DriverFailure{"cudaMalloc", "cudaErrorMemoryAllocation", 2})));
+  EXPECT_FALSE(context_lost(
+      Status::DriverError("injected", DriverFailure{"fence", "KVVM_INJECTED_FAULT", -1})));
+  for (const char* name : {"CUDA_ERROR_ILLEGAL_ADDRESS", "cudaErrorLaunchFailure",
+                           "CUDA_ERROR_ECC_UNCORRECTABLE", "cudaErrorIllegalAddress"}) {
+    EXPECT_TRUE(
+        context_lost(Status::DriverError("lost", DriverFailure{"cuStreamSynchronize", name, 700})
+                         .with_context("a step")))
+        << name;
+  }
 }
 
 TEST(EngineFailure, ALentDriverOfAnotherBackendIsRefused) {

@@ -109,6 +109,14 @@ struct ArenaStats {
   std::uint64_t cow_copies = 0;           // windows copied into a private handle on write
   std::uint64_t cow_in_place = 0;         // read-only windows made writable with no copy
   std::uint64_t boundary_copy_bytes = 0;  // copied by sharers from the partial windows
+  // Copies queued (a boundary copy, a copy-on-write) whose fence then failed, so whether they
+  // completed is unknown (invariant 6): what they may still read or write stays mapped and
+  // charged until a later fence on their stream completes. So far; and now: the slots and
+  // copy-on-write scratch lanes waiting for that fence, and the bytes they keep mapped.
+  std::uint64_t unconfirmed_copies = 0;
+  std::uint32_t unconfirmed_slots = 0;
+  std::uint32_t unconfirmed_lanes = 0;
+  std::uint64_t unconfirmed_bytes = 0;
   // Commit latency histogram: bucket i counts commits that took [2^i, 2^(i+1)) microseconds
   // (bucket 0 includes anything under 2 µs).
   std::vector<std::uint64_t> commit_latency_us_log2;

@@ -60,6 +60,13 @@ struct DriverInfo {
   std::uint64_t total_bytes = 0;
 };
 
+// Whether a failed call's error is one a CUDA context does not survive (a sticky error: an
+// illegal address, a kernel that faulted or trapped, an uncorrectable ECC error, a device that
+// fell off the bus or a destroyed context), named by the driver API or the runtime. Every later
+// call on the context fails the same way: whatever ran on it is gone, and only a new process
+// (or a device reset) serves again.
+bool context_lost(const Status& status);
+
 // Every kind of driver call, for counters and fault injection.
 enum class DriverOp {
   kReserve,
@@ -140,6 +147,10 @@ class Driver {
   Status destroy_fence(Fence fence);
   // Blocks until the fence completed.
   Status wait_fence(Fence fence);
+  // Records a fence after the work queued so far on `stream`, waits for it and destroys it.
+  // OK: every earlier piece of work on the stream completed. An error: their completion is
+  // unknown, so whatever they read or write must stay mapped (invariant 6).
+  Status drain(Stream stream);
 
   DriverCallCounts counts() const;
 

@@ -2,16 +2,30 @@
 // rollback path is forced in tests rather than hoped for.
 //
 // An injected failure does nothing in the wrapped driver and returns DriverError with
-// error_name "KVVM_INJECTED_FAULT" and the call's name.
+// error_name "KVVM_INJECTED_FAULT" and the call's name. A failed fence therefore returns before
+// the work before it completed, which is what a real failed synchronization means: that work's
+// completion is unknown.
+//
+// Copies in flight: whatever the wrapped driver does (the host copies at once), a copy counts
+// as running, as on a GPU, from when it is queued until a fence recorded after it on its stream
+// is seen complete (fence_done true, or a successful wait) or synchronize() succeeds. An unmap
+// or a free over memory a copy in flight reads or writes breaks invariant 6 (on a GPU the copy
+// would write unmapped memory and the context would die): it is recorded as a violation, which
+// the tests' invariant check reports, and still carried out. So every sweep proves the rule on
+// the host too, without depending on timing; on a GPU delay_copies() makes the hazard real.
 //
 // Thread-safety: safe to call from several threads; the plan may be changed at any time.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "kvvm/driver.h"
 #include "kvvm/mutex.h"
@@ -33,10 +47,19 @@ class FaultDriver final : public Driver {
   // While on, every fence recorded reports not done (as a GPU's does while the stream is
   // still running the work before it) until it is waited for or this is turned off.
   void hold_fences(bool on);
-  // Removes every plan (held fences stay held).
+  // Removes every plan (held fences stay held, copies in flight stay in flight).
   void clear();
   // Faults injected so far.
   std::uint64_t injected() const;
+
+  // While set, called with the copy's stream right before each copy is queued (an error stops
+  // the copy): a GPU test makes the stream busy (a kernel that spins) so that the copy is truly
+  // still running when a fence after it fails.
+  void delay_copies(std::function<Status(Stream)> delay);
+  // Copies queued and not yet known complete.
+  std::size_t copies_in_flight() const;
+  // Every unmap or free made over a copy in flight, described; empty when none was.
+  std::vector<std::string> in_flight_violations() const;
 
   DriverInfo info() const override { return inner_.info(); }
   Granularity granularity() const override { return inner_.granularity(); }
@@ -68,6 +91,23 @@ class FaultDriver final : public Driver {
     double fraction = 0.0;
     std::mt19937_64 random;
   };
+  struct CopyInFlight {
+    Address destination = 0;
+    Address source = 0;
+    std::size_t bytes = 0;
+    Stream stream = nullptr;
+    std::uint64_t number = 0;  // queue order
+  };
+  // Where a fence stands: after the copies of its stream numbered below `copies_before`.
+  struct FenceMark {
+    Stream stream = nullptr;
+    std::uint64_t copies_before = 0;
+  };
+  // The fence completed: the copies queued before it on its stream did too.
+  void complete_before(Fence fence) KVVM_REQUIRES(mutex_);
+  // Records a violation when [address, address + bytes) meets a copy in flight.
+  void check_not_in_flight(std::string_view what, Address address, std::size_t bytes)
+      KVVM_EXCLUDES(mutex_);
 
   Driver& inner_;
   mutable Mutex mutex_;
@@ -76,6 +116,11 @@ class FaultDriver final : public Driver {
   std::uint64_t injected_ KVVM_GUARDED_BY(mutex_) = 0;
   bool holding_fences_ KVVM_GUARDED_BY(mutex_) = false;
   std::set<Fence> held_fences_ KVVM_GUARDED_BY(mutex_);
+  std::function<Status(Stream)> delay_ KVVM_GUARDED_BY(mutex_);
+  std::vector<CopyInFlight> copies_ KVVM_GUARDED_BY(mutex_);
+  std::uint64_t copies_queued_ KVVM_GUARDED_BY(mutex_) = 0;
+  std::map<Fence, FenceMark> marks_ KVVM_GUARDED_BY(mutex_);
+  std::vector<std::string> violations_ KVVM_GUARDED_BY(mutex_);
 };
 
 }  // namespace kvvm

@@ -190,6 +190,7 @@ Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback ca
   RequestId id = 0;
   {
     MutexLock lock(mutex_);
+    if (!lost_.ok()) return Status::Unavailable(lost_.message());
     if (draining_) return Status::Unavailable("the engine is draining: no new request");
     if (queued_ >= options_.max_queue) {
       ++refused_at_submit_;
@@ -361,6 +362,7 @@ EngineStats Engine::Impl::stats() const {
     s.waiting = static_cast<std::uint32_t>(queued_);
     s.peak_running = published_.peak_running;
     s.graphs = graphs_;
+    s.context_lost = !lost_.ok();
   }
   KvManagerStats kv = kv_->stats();
   s.kv_usage = kv.usage;
@@ -379,6 +381,7 @@ Status Engine::run_until_idle() { return impl_->run_until_idle(); }
 Status Engine::start() { return impl_->start(); }
 bool Engine::drain(std::chrono::milliseconds timeout) { return impl_->drain(timeout); }
 EngineStats Engine::stats() const { return impl_->stats(); }
+Status Engine::health() const { return impl_->lost(); }
 const EngineOptions& Engine::options() const { return impl_->options(); }
 
 const model::Model& Engine::model() const { return impl_->model(); }

@@ -41,6 +41,8 @@ class Engine::Impl {
   Result<RequestId> submit(EngineRequest request, RequestCallback callback);
   void cancel(RequestId id);
   double retry_after() const;
+  // Engine::health(): OK, or the status the lost context ended every request with.
+  Status lost() const;
   Result<bool> step();
   Status run_until_idle();
   Status start();
@@ -115,6 +117,9 @@ class Engine::Impl {
   // Request outcomes (engine_request.cc).
   void touch(RequestState& r);
   void end_request(RequestState& r, RequestEnd end, Status error = Status::Ok());
+  // The GPU context is gone (context_lost(cause)): every running and waiting request ends with
+  // the error, and from now on submit() refuses and health() says why.
+  void lose_context(const Status& cause);
   void release_slot(RequestState& r);
   bool retry_releases();  // the slots whose release failed; whether any was released
   void preempt(RequestState& victim);
@@ -170,6 +175,9 @@ class Engine::Impl {
   WaitForecast forecast_next_;
   std::vector<double> busy_, holds_;
   StepCounters step_counters_;
+  // The stepping thread's copy of !lost_.ok(): slots on a lost context are not released (every
+  // driver call fails there; the memory goes with the process).
+  bool context_lost_ = false;
 
   // Shared, under mutex_.
   mutable Mutex mutex_;
@@ -179,6 +187,7 @@ class Engine::Impl {
   std::vector<RequestId> cancels_ KVVM_GUARDED_BY(mutex_);
   bool cancel_all_ KVVM_GUARDED_BY(mutex_) = false;
   bool draining_ KVVM_GUARDED_BY(mutex_) = false;
+  Status lost_ KVVM_GUARDED_BY(mutex_);  // not OK once the GPU context was lost
   bool stop_ KVVM_GUARDED_BY(mutex_) = false;
   bool started_ KVVM_GUARDED_BY(mutex_) = false;
   bool work_left_ KVVM_GUARDED_BY(mutex_) = false;  // as of the last step

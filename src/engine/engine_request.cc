@@ -27,8 +27,34 @@ void Engine::Impl::end_request(RequestState& r, RequestEnd end, Status error) {
   touch(r);
 }
 
+void Engine::Impl::lose_context(const Status& cause) {
+  const std::optional<DriverFailure>& failure = cause.driver_failure();
+  const Status lost = cause.with_context(
+      "the GPU context was lost (" + (failure ? failure->error_name + " in " + failure->call : "") +
+      "): every request on it ended and the engine takes no more; the process must be restarted");
+  {
+    MutexLock lock(mutex_);
+    if (!lost_.ok()) return;
+    lost_ = lost;
+  }
+  context_lost_ = true;
+  log(LogLevel::kError, "engine: " + lost.to_string());
+  for (auto& r : running_) end_request(*r, RequestEnd::kError, lost);
+  for (auto& r : waiting_) end_request(*r, RequestEnd::kError, lost);
+  unreleased_.clear();
+}
+
+Status Engine::Impl::lost() const {
+  MutexLock lock(mutex_);
+  return lost_;
+}
+
 void Engine::Impl::release_slot(RequestState& r) {
   if (!r.slot) return;
+  if (context_lost_) {
+    r.slot.reset();  // every driver call fails on a lost context: its memory goes with it
+    return;
+  }
   const Status released = kv_->release(*r.slot);
   // The request's own outcome stands. A failed release changed nothing (a fence that could
   // not be recorded leaves the slot active, holding its bytes): it is tried again after the

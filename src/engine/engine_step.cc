@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine_impl.h"
+#include "kvvm/driver.h"
 #include "kvvm/log.h"
 #include "logit_transforms.h"
 
@@ -68,9 +69,17 @@ Result<bool> Engine::Impl::step() {
     step_seconds_ = step_seconds_ == 0 ? seconds : 0.98 * step_seconds_ + 0.02 * seconds;
   }
   take_inbox(started);
+  if (context_lost_) {
+    // Requests that reached the queue before the loss was seen end with it too.
+    const Status lost = this->lost();
+    for (auto& r : waiting_) end_request(*r, RequestEnd::kError, lost);
+    deliver(now());
+    return lost;
+  }
   const std::uint64_t steps_before = step_counters_.steps;
   if (plan_step(now())) run_step(now());
   deliver(now());
+  if (context_lost_) return lost();  // this step lost it: a broken engine
   last_step_started_ = started;
   last_step_ran_ = step_counters_.steps != steps_before && (!running_.empty() || !waiting_.empty());
   // What a running answer waits between two tokens: the whole step, plan to delivery.
@@ -346,9 +355,14 @@ void Engine::Impl::run_step(Clock::time_point now) {
   if (decode_only) ++step_counters_.decode_only_steps;
   step_counters_.step_tokens.add(ids_.size());
   if (!ran.ok()) {
-    // The step's KV is in an unknown state: its requests end, the others carry on.
+    // The step's KV is in an unknown state: its requests end, the others carry on; unless the
+    // context itself is gone, which takes every request with it.
     const Status failed = ran.with_context("model step of " + std::to_string(chunks_.size()) +
                                            " chunks, " + std::to_string(ids_.size()) + " tokens");
+    if (context_lost(ran)) {
+      lose_context(failed);
+      return;
+    }
     for (RequestState* r : owners_) end_request(*r, RequestEnd::kError, failed);
     return;
   }

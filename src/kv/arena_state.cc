@@ -200,6 +200,7 @@ ArenaStats ArenaState::stats() const {
   // the reservation keeps the figure as blocks come and go.
   const std::uint64_t physical =
       reservation_->distinct_handle_bytes(dummy_ ? dummy_->handle() : kNoHandle);
+  const CopyOnWrite::Unsettled lanes = cow_->unsettled();
   MutexLock lock(mutex_);
   ArenaStats stats = counters_;
   const SlotTotals& t = totals_;
@@ -221,6 +222,9 @@ ArenaStats ArenaState::stats() const {
   stats.shared_saved_bytes =
       stats.committed_bytes > physical ? stats.committed_bytes - physical : 0;
   stats.dummy_windows = plan.fragments * t.dummy_windows;
+  stats.unconfirmed_slots = static_cast<std::uint32_t>(t.unconfirmed);
+  stats.unconfirmed_lanes = lanes.lanes;
+  stats.unconfirmed_bytes = t.unconfirmed_windows * window_bytes + lanes.bytes;
   return stats;
 }
 
@@ -229,6 +233,10 @@ void ArenaState::SlotTotals::add(const Slot& slot, int sign) {
   const std::uint64_t k = sign > 0 ? 1 : ~std::uint64_t{0};
   committed_windows += k * slot.windows;
   dummy_windows += k * (slot.dummy_to - slot.dummy_from);
+  if (!slot.unconfirmed.empty()) {
+    unconfirmed += k;
+    unconfirmed_windows += k * slot.windows;
+  }
   switch (slot.state) {
     case SlotState::kActive:
       active += k;

@@ -57,13 +57,19 @@ struct ArenaState {
   enum class SlotState { kFree, kActive, kFinished, kQuarantined };
   struct Slot {
     SlotState state = SlotState::kFree;
-    std::uint64_t tokens = 0;      // live length
-    std::uint64_t windows = 0;     // committed windows per fragment, from the start
-    bool busy = false;             // a commit or unmap of this slot is in flight (a SlotClaim)
-    bool shrinking = false;        // ... and it is an unmap (reclaim), which may take windows
-                                   // the live length needs; a commit only ever adds windows
-    std::uint64_t last_used = 0;   // tick of the last admit / ensure / finish
-    Fence fence = 0;               // recorded at finish; 0: none pending
+    std::uint64_t tokens = 0;     // live length
+    std::uint64_t windows = 0;    // committed windows per fragment, from the start
+    bool busy = false;            // a commit or unmap of this slot is in flight (a SlotClaim)
+    bool shrinking = false;       // ... and it is an unmap (reclaim), which may take windows
+                                  // the live length needs; a commit only ever adds windows
+    std::uint64_t last_used = 0;  // tick of the last admit / ensure / finish
+    Fence fence = 0;              // recorded at finish; 0: none pending
+    // Streams where work on this slot's windows (a boundary copy into or out of them, a
+    // copy-on-write reading them) was queued and then its fence failed: its completion is
+    // unknown. Before the windows are unmapped (or taken by another sequence) a fence recorded
+    // on each, after `fence`, must complete. A stream leaves the list once such a fence is
+    // recorded (`fence` then holds it). Non-empty: the slot is unconfirmed.
+    std::vector<Stream> unconfirmed;
     bool ahead_stalled = false;    // the worker could not commit ahead; retried on growth
     std::uint64_t dummy_from = 0;  // windows [dummy_from, dummy_to) of every fragment are
     std::uint64_t dummy_to = 0;    // mapped to the dummy tail page
@@ -93,6 +99,8 @@ struct ArenaState {
     std::uint64_t active = 0;
     std::uint64_t finished = 0;
     std::uint64_t quarantined = 0;
+    std::uint64_t unconfirmed = 0;
+    std::uint64_t unconfirmed_windows = 0;
     std::uint64_t fragments = 1;  // the plan's: a slot's prefix_handles over its windows
     // Adds (sign > 0) or takes out (sign < 0) one slot's share.
     void add(const Slot& slot, int sign);
@@ -198,9 +206,12 @@ struct ArenaState {
   // The windows per fragment at the start of a slot that map the shared prefix its
   // prefix_handles name, when all of them are still read-only (else 0).
   std::uint64_t prefix_windows(const Slot& slot) const KVVM_REQUIRES(mutex_);
-  // Whether the slot's fence (if any) completed; destroys it once it has. REQUIRES the slot
-  // claimed.
+  // Whether the slot's fence (if any) completed, and then, for an unconfirmed slot, a fence
+  // recorded after its unconfirmed work; destroys each once it has. REQUIRES the slot claimed.
   bool fence_completed(SlotId slot) KVVM_EXCLUDES(mutex_);
+  // Work queued on `stream` over the slot's windows had its fence fail (see Slot::unconfirmed).
+  // REQUIRES a SlotEdit of the slot alive.
+  void mark_unconfirmed(Slot& slot, Stream stream) KVVM_REQUIRES(mutex_);
   // The windows per fragment the worker wants for a slot.
   std::uint64_t ahead_target(const Slot& slot) const KVVM_REQUIRES(mutex_);
   // The worker, with hooks that pick the slot furthest behind its target, commit its lead

@@ -41,6 +41,7 @@ Status CopyOnWrite::copy(Reservation& target, std::size_t offset, std::uint32_t 
                          Stream stream) {
   const std::uint64_t granule = target.granule();
   const std::string what = "copy-on-write at offset " + std::to_string(offset);
+  KVVM_RETURN_IF_ERROR(settle(lane).with_context(what));
   Result<Grant> grant = governor_.prepare(tier_, granule, wait_);
   if (!grant.ok()) return grant.status().with_context(what);
   bool created = false;
@@ -58,16 +59,23 @@ Status CopyOnWrite::copy(Reservation& target, std::size_t offset, std::uint32_t 
       info.ok() ? scratch_->map_shared(scratch, *info, Access::kReadWrite) : info.status();
   const bool scratch_mapped = status.ok();
   Driver& driver = pool_.driver();
+  bool queued = false;
   if (status.ok()) {
     status = driver.copy(scratch_->base() + scratch, target.base() + offset, granule, stream);
+    queued = status.ok();
   }
-  if (status.ok()) {
-    Result<Fence> fence = driver.record_fence(stream);
-    status = fence.status();
-    if (fence.ok()) {
-      status = driver.wait_fence(*fence);
-      driver.destroy_fence(*fence).ignore();
+  if (queued) status = driver.drain(stream);
+  if (queued && !status.ok()) {
+    // The copy may still write the fresh handle and read the target's window: the scratch
+    // mapping and the hold stay (the target keeps its old mapping) until a fence confirms it.
+    {
+      MutexLock lock(mutex_);
+      pending_[lane] = Pending{*fresh, on_failure, stream, false};
     }
+    return status.with_context(what + ": the copy's completion is unknown, so scratch lane " +
+                               std::to_string(lane) +
+                               " keeps the fresh handle mapped, held and charged until a later "
+                               "fence on its stream completes");
   }
   if (status.ok()) status = target.replace(offset, *fresh, Access::kReadWrite);
   Status unscratched = scratch_mapped ? scratch_->release(scratch, granule) : Status::Ok();
@@ -79,6 +87,85 @@ Status CopyOnWrite::copy(Reservation& target, std::size_t offset, std::uint32_t 
     return unscratched.with_context(what + ": copied, but the scratch window stays mapped");
   }
   return Status::Ok();
+}
+
+CopyOnWrite::Unsettled CopyOnWrite::unsettled() const {
+  MutexLock lock(mutex_);
+  return Unsettled{static_cast<std::uint32_t>(pending_.size()),
+                   pending_.size() * static_cast<std::uint64_t>(scratch_->granule())};
+}
+
+bool CopyOnWrite::unsettled(std::uint32_t lane) const {
+  MutexLock lock(mutex_);
+  return pending_.contains(lane);
+}
+
+Status CopyOnWrite::settle(std::uint32_t lane) {
+  Pending pending;
+  {
+    MutexLock lock(mutex_);
+    auto it = pending_.find(lane);
+    if (it == pending_.end()) return Status::Ok();
+    if (it->second.settling) {
+      return Status::Unavailable("scratch lane " + std::to_string(lane) +
+                                 " is being settled by another call");
+    }
+    it->second.settling = true;
+    pending = it->second;
+  }
+  Status drained = pool_.driver().drain(pending.stream);
+  if (!drained.ok()) {
+    MutexLock lock(mutex_);
+    pending_[lane].settling = false;
+    return Status::Unavailable(
+        "scratch lane " + std::to_string(lane) +
+        " still holds a copy that no fence has confirmed complete: " + drained.to_string());
+  }
+  return release_lane(lane, pending);
+}
+
+Status CopyOnWrite::release_lane(std::uint32_t lane, const Pending& pending) {
+  const std::size_t granule = scratch_->granule();
+  // A failed unmap poisons the scratch window (its handle quarantined, still charged).
+  Status released = scratch_->release(static_cast<std::size_t>(lane) * granule, granule);
+  pool_.unhold(pending.fresh, pending.disposition);
+  {
+    MutexLock lock(mutex_);
+    pending_.erase(lane);
+  }
+  return released.with_context("settling scratch lane " + std::to_string(lane));
+}
+
+std::uint32_t CopyOnWrite::settle_all() {
+  std::vector<std::uint32_t> lanes;
+  {
+    MutexLock lock(mutex_);
+    for (const auto& [lane, pending] : pending_) lanes.push_back(lane);
+  }
+  std::uint32_t settled = 0;
+  for (std::uint32_t lane : lanes) {
+    if (settle(lane).ok()) ++settled;
+  }
+  return settled;
+}
+
+CopyOnWrite::~CopyOnWrite() {
+  settle_all();
+  std::vector<std::pair<std::uint32_t, Pending>> left;
+  {
+    MutexLock lock(mutex_);
+    left.assign(pending_.begin(), pending_.end());
+  }
+  if (left.empty()) return;
+  // The last chance: a whole-device synchronization, as the reservation's teardown makes.
+  if (pool_.driver().synchronize().ok()) {
+    for (const auto& [lane, pending] : left) release_lane(lane, pending).ignore();
+    return;
+  }
+  for (const auto& [lane, pending] : left) {
+    pool_.quarantine(pending.fresh, "a copy-on-write copy through scratch lane " +
+                                        std::to_string(lane) + " was never confirmed complete");
+  }
 }
 
 }  // namespace kvvm

@@ -202,14 +202,17 @@ Result<std::shared_ptr<SharedPrefix>> PrefixSharing::publish_windows(
 
 void PrefixSharing::restore_writable(SlotId id, const std::vector<std::uint64_t>& windows) {
   // Best effort: a window that stays read-only is still correct (a later write copies it or
-  // switches it in place), so the flags follow what the table says afterwards.
+  // switches it in place), so the flags follow what the table says afterwards. One that another
+  // slot still maps (a fork's child kept mapped because its boundary copy was left unconfirmed)
+  // stays read-only: shared windows are read-only everywhere.
   const LayoutPlan& plan = state_.options_.plan;
   for (std::uint64_t w : windows) {
     for (const Range& range : state_.window_ranges(id, w, w + 1)) {
       const auto blocks = state_.reservation_->blocks_in(range.offset, range.len);
-      if (!blocks.empty() && blocks.front().access == Access::kReadOnly) {
-        (void)state_.reservation_->set_access(range.offset, plan.granule, Access::kReadWrite);
-      }
+      if (blocks.empty() || blocks.front().access != Access::kReadOnly) continue;
+      Result<HandleInfo> info = state_.pool_.describe(blocks.front().handle);
+      if (!info.ok() || info->mappings > 1) continue;
+      (void)state_.reservation_->set_access(range.offset, plan.granule, Access::kReadWrite);
     }
   }
   MutexLock lock(state_.mutex_);
@@ -226,7 +229,7 @@ void PrefixSharing::restore_writable(SlotId id, const std::vector<std::uint64_t>
 }
 
 Status PrefixSharing::install_prefix(SlotId id, const SharedPrefix& prefix, std::uint64_t tokens,
-                                     std::uint64_t kept, Stream stream) {
+                                     std::uint64_t kept, Stream stream, bool* unconfirmed) {
   const LayoutPlan& plan = state_.options_.plan;
   const SharedPrefixInfo& info = prefix.info();
   const std::uint64_t k = info.windows_per_fragment;
@@ -266,11 +269,12 @@ Status PrefixSharing::install_prefix(SlotId id, const SharedPrefix& prefix, std:
     if (needed > first_private) (void)state_.release_windows(id, first_private, needed);
     unmap_shared();
   };
-  // 3. The boundary: the prefix's bytes in window k of each fragment.
+  // 3. The boundary: the prefix's bytes in window k of each fragment. A copy whose completion
+  // is unknown may still write them: then nothing is undone (see start_sharer()).
   if (info.boundary_bytes > 0) {
-    status = copy_boundary(id, prefix, stream);
+    status = copy_boundary(id, prefix, stream, unconfirmed);
     if (!status.ok()) {
-      undo_all();
+      if (!*unconfirmed) undo_all();
       return status;
     }
   }
@@ -285,9 +289,12 @@ Status PrefixSharing::install_prefix(SlotId id, const SharedPrefix& prefix, std:
   return Status::Ok();
 }
 
-Status PrefixSharing::copy_boundary(SlotId id, const SharedPrefix& prefix, Stream stream) {
+Status PrefixSharing::copy_boundary(SlotId id, const SharedPrefix& prefix, Stream stream,
+                                    bool* unconfirmed) {
   // From a sequence that holds the bytes intact, on the caller's stream; waited for, because
-  // the source may leave as soon as this returns.
+  // the source may leave as soon as this returns. Copies queued are always fenced, also after
+  // a later one failed to queue: until a fence completes they may write this slot's windows
+  // and read the source's.
   const LayoutPlan& plan = state_.options_.plan;
   const SharedPrefixInfo& info = prefix.info();
   const std::uint64_t k = info.windows_per_fragment;
@@ -307,17 +314,29 @@ Status PrefixSharing::copy_boundary(SlotId id, const SharedPrefix& prefix, Strea
   }
   const Address from = source->base;
   const Address to = state_.slot_base(id);
+  Driver& driver = state_.pool_.driver();
   Status status = Status::Ok();
-  for (std::uint64_t f = 0; f < plan.fragments && status.ok(); ++f) {
-    const std::uint64_t at = f * plan.fragment_stride + k * plan.granule;
-    status = state_.pool_.driver().copy(to + at, from + at, boundary, stream);
+  std::uint64_t queued = 0;
+  for (; queued < plan.fragments && status.ok(); ++queued) {
+    const std::uint64_t at = queued * plan.fragment_stride + k * plan.granule;
+    status = driver.copy(to + at, from + at, boundary, stream);
+    if (!status.ok()) break;
   }
-  if (status.ok()) {
-    Result<Fence> fence = state_.pool_.driver().record_fence(stream);
-    status = fence.status();
-    if (fence.ok()) {
-      status = state_.pool_.driver().wait_fence(*fence);
-      (void)state_.pool_.driver().destroy_fence(*fence);
+  if (queued > 0) {
+    Status drained = driver.drain(stream);
+    if (!drained.ok()) {
+      // Whether the copies ended is unknown: this slot keeps its windows (start_sharer()), and
+      // the source, when it is a slot of this arena, its own, until a later fence on `stream`
+      // completes.
+      *unconfirmed = true;
+      MutexLock lock(state_.mutex_);
+      if (source->holder == this) {
+        Slot& from_slot = state_.slots_[source->slot];
+        SlotEdit edit(state_, from_slot);
+        state_.mark_unconfirmed(from_slot, stream);
+      }
+      return drained.with_context("copying the prefix's boundary bytes (" + std::to_string(queued) +
+                                  " copies queued)");
     }
   }
   if (!status.ok()) return status.with_context("copying the prefix's boundary bytes");
@@ -370,19 +389,37 @@ Result<SlotId> PrefixSharing::start_sharer(SlotId id, const SharedPrefix& prefix
                                            std::uint64_t kept, Stream stream,
                                            const std::string& what) {
   const LayoutPlan& plan = state_.options_.plan;
-  Status installed = install_prefix(id, prefix, tokens, kept, stream);
+  bool unconfirmed = false;
+  Status installed = install_prefix(id, prefix, tokens, kept, stream, &unconfirmed);
   const bool poisoned = !installed.ok() && state_.has_poison(id);
   MutexLock lock(state_.mutex_);  // released before the caller's claim ends
   Slot& slot = state_.slots_[id];
   SlotEdit edit(state_, slot);
+  const std::uint64_t k = prefix.info().windows_per_fragment;
+  const std::uint64_t windows = std::max({k, kept, plan.windows_per_fragment(tokens)});
+  if (!installed.ok() && unconfirmed) {
+    // The boundary copy may still write this slot: it stays finished with every window the
+    // admission mapped (a sharer's finished slot), taken by no one until a fence confirms it.
+    if (slot.state != SlotState::kFinished) slot.last_used = ++state_.tick_;
+    slot.state = SlotState::kFinished;
+    slot.tokens = 0;
+    slot.windows = windows;
+    if (slot.readonly.size() < k) slot.readonly.resize(k);
+    std::fill(slot.readonly.begin(), slot.readonly.begin() + static_cast<std::ptrdiff_t>(k), true);
+    slot.prefix_handles = std::move(handles);
+    state_.mark_unconfirmed(slot, stream);
+    ++state_.counters_.unconfirmed_copies;
+    return installed.with_context(what + " into " + slot_text(id) +
+                                  ": the slot keeps its windows mapped, finished, until a later "
+                                  "fence on the copy's stream completes");
+  }
   if (!installed.ok()) {
     // A kept slot stays finished with what it kept; an empty one stays empty.
     if (installed.code() == StatusCode::kResourceExhausted) ++state_.counters_.refusals;
     if (poisoned) slot.state = SlotState::kQuarantined;
     return installed.with_context(what + " into " + slot_text(id));
   }
-  const std::uint64_t k = prefix.info().windows_per_fragment;
-  slot.windows = std::max({k, kept, plan.windows_per_fragment(tokens)});
+  slot.windows = windows;
   state_.start_sequence(slot, tokens);
   if (slot.readonly.size() < k) slot.readonly.resize(k);
   std::fill(slot.readonly.begin(), slot.readonly.begin() + static_cast<std::ptrdiff_t>(k), true);
@@ -403,8 +440,8 @@ std::optional<SlotId> PrefixSharing::take_slot_mapping(const std::vector<Handle>
   std::optional<SlotId> chosen;
   for (SlotId id = 0; id < state_.slots_.size(); ++id) {
     const Slot& slot = state_.slots_[id];
-    if (slot.state != SlotState::kFinished || slot.busy || slot.prefix_handles != handles ||
-        state_.prefix_windows(slot) != k) {
+    if (slot.state != SlotState::kFinished || slot.busy || !slot.unconfirmed.empty() ||
+        slot.prefix_handles != handles || state_.prefix_windows(slot) != k) {
       continue;
     }
     // The least recently used: its fence is the likeliest to have completed.
@@ -488,8 +525,17 @@ Status PrefixSharing::make_writable(SlotId id, std::uint64_t window, Stream stre
   for (const Range& range : state_.window_ranges(id, window, window + 1)) {
     Result<CopyOnWrite::Outcome> made =
         state_.cow_->make_writable(*state_.reservation_, range.offset, id, stream);
-    if (!made.ok())
+    if (!made.ok()) {
+      if (state_.cow_->unsettled(id)) {
+        // The copy may still read this slot's window: not unmapped before a fence confirms it.
+        MutexLock lock(state_.mutex_);
+        Slot& slot = state_.slots_[id];
+        SlotEdit edit(state_, slot);
+        state_.mark_unconfirmed(slot, stream);
+        ++state_.counters_.unconfirmed_copies;
+      }
       return made.status().with_context(slot_text(id) + ": window " + std::to_string(window));
+    }
     MutexLock lock(state_.mutex_);
     if (*made == CopyOnWrite::Outcome::kInPlace) ++state_.counters_.cow_in_place;
     if (*made == CopyOnWrite::Outcome::kCopied) ++state_.counters_.cow_copies;

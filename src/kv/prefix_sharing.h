@@ -66,8 +66,11 @@ class PrefixSharing final : public BoundaryHolder {
   // `kept` = 0: the slot is empty. `kept` >= k: a finished slot whose windows [0, k) already
   // map the prefix read-only and [k, kept) are private read-write (keep_prefix_windows()):
   // only what lies past them is committed. REQUIRES the slot claimed.
+  // When the boundary copy's completion is unknown (`*unconfirmed` set), nothing is undone:
+  // the copy may still write the slot's windows.
   Status install_prefix(SlotId slot, const SharedPrefix& prefix, std::uint64_t tokens,
-                        std::uint64_t kept, Stream stream) KVVM_EXCLUDES(state_.mutex_);
+                        std::uint64_t kept, Stream stream, bool* unconfirmed)
+      KVVM_EXCLUDES(state_.mutex_);
   // The least recently used finished, idle slot whose windows [0, k) the table's hint says
   // map `handles` ([f * k + w]) read-only, claimed (busy set for the caller to adopt).
   std::optional<SlotId> take_slot_mapping(const std::vector<Handle>& handles, std::uint64_t k)
@@ -85,7 +88,10 @@ class PrefixSharing final : public BoundaryHolder {
                               std::uint64_t tokens, std::uint64_t kept, Stream stream,
                               const std::string& what) KVVM_EXCLUDES(state_.mutex_);
   // Copies the prefix's boundary bytes into the slot from a sequence that holds them intact.
-  Status copy_boundary(SlotId slot, const SharedPrefix& prefix, Stream stream);
+  // `*unconfirmed` set: copies were queued and no fence confirmed them (the source slot, when
+  // it is this arena's, is marked unconfirmed here; the target is the caller's to keep).
+  Status copy_boundary(SlotId slot, const SharedPrefix& prefix, Stream stream, bool* unconfirmed)
+      KVVM_EXCLUDES(state_.mutex_);
 
   ArenaState& state_;
 };

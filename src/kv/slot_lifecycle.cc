@@ -18,6 +18,7 @@
 
 #include "kv/arena_state.h"
 #include "kv/commit_ahead.h"
+#include "kv/copy_on_write.h"
 #include "kv/dummy_tail.h"
 #include "kv/prefix_sharing.h"
 #include "kv/slot_claim.h"
@@ -79,7 +80,11 @@ std::optional<SlotId> ArenaState::best_admission_slot(std::uint64_t needed) cons
   for (SlotId id = 0; id < slots_.size(); ++id) {
     const Slot& slot = slots_[id];
     // A sequence's shared (read-only) windows cannot be written by the next one.
-    if (slot.state != SlotState::kFinished || slot.busy || !slot.readonly.empty()) continue;
+    // Nor can it take windows that work of unknown completion may still write.
+    if (slot.state != SlotState::kFinished || slot.busy || !slot.readonly.empty() ||
+        !slot.unconfirmed.empty()) {
+      continue;
+    }
     if (!chosen) {
       chosen = id;
       continue;
@@ -380,6 +385,9 @@ Status ArenaState::finish(SlotId id, Stream stream) {
   if (!fence.ok()) return fence.status().with_context("finish of " + slot_text(id));
   if (old != 0) (void)pool_.driver().destroy_fence(old);
   sharing_->drop_sources(id, 0);
+  // The slot's copy-on-write lane may hold a copy a fence failed to confirm: one more try, so
+  // its handle does not wait for the lane's next copy (which tries first too).
+  if (cow_->unsettled(id)) cow_->settle(id).ignore();
   lock.lock();
   SlotEdit edit(*this, slot);
   slot.fence = *fence;
@@ -504,28 +512,51 @@ std::uint64_t ArenaState::unmap_slot(SlotId id, bool keep_prefix) {
 }
 
 bool ArenaState::fence_completed(SlotId id) {
-  Fence fence = 0;
-  {
+  // The fence recorded at finish, then one recorded after each stream's unconfirmed work.
+  for (;;) {
+    Fence fence = 0;
+    std::optional<Stream> unconfirmed;
+    {
+      MutexLock lock(mutex_);
+      fence = slots_[id].fence;
+      if (!slots_[id].unconfirmed.empty()) unconfirmed = slots_[id].unconfirmed.back();
+    }
+    if (fence == 0) {
+      if (!unconfirmed) return true;
+      // Work whose fence failed was queued on that stream: a fence after it decides. Not
+      // recorded, the memory stays mapped.
+      Result<Fence> recorded = pool_.driver().record_fence(*unconfirmed);
+      if (!recorded.ok()) return false;
+      MutexLock lock(mutex_);
+      Slot& slot = slots_[id];
+      SlotEdit edit(*this, slot);
+      slot.fence = *recorded;
+      slot.unconfirmed.pop_back();
+      continue;
+    }
+    Result<bool> done = pool_.driver().fence_done(fence);
+    if (!done.ok()) {
+      // Unknown: wait for it instead (it was recorded when the sequence ended, so the wait is
+      // short); finished slots are the reclaim's first source, and a failed poll must not leave
+      // their memory to look taken. A failed wait keeps the memory mapped.
+      if (!pool_.driver().wait_fence(fence).ok()) return false;
+    } else if (!*done) {
+      return false;  // a kernel may still read it: keep the memory mapped
+    }
+    Status destroyed = pool_.driver().destroy_fence(fence);
+    if (!destroyed.ok()) {
+      log(LogLevel::kWarning, "reclaim: " + destroyed.to_string());
+    }
     MutexLock lock(mutex_);
-    fence = slots_[id].fence;
+    slots_[id].fence = 0;
   }
-  if (fence == 0) return true;
-  Result<bool> done = pool_.driver().fence_done(fence);
-  if (!done.ok()) {
-    // Unknown: wait for it instead (it was recorded when the sequence ended, so the wait is
-    // short); finished slots are the reclaim's first source, and a failed poll must not leave
-    // their memory to look taken. A failed wait keeps the memory mapped.
-    if (!pool_.driver().wait_fence(fence).ok()) return false;
-  } else if (!*done) {
-    return false;  // a kernel may still read it: keep the memory mapped
+}
+
+void ArenaState::mark_unconfirmed(Slot& slot, Stream stream) {
+  if (std::find(slot.unconfirmed.begin(), slot.unconfirmed.end(), stream) ==
+      slot.unconfirmed.end()) {
+    slot.unconfirmed.push_back(stream);
   }
-  Status destroyed = pool_.driver().destroy_fence(fence);
-  if (!destroyed.ok()) {
-    log(LogLevel::kWarning, "reclaim: " + destroyed.to_string());
-  }
-  MutexLock lock(mutex_);
-  slots_[id].fence = 0;
-  return true;
 }
 
 std::uint64_t ArenaState::tokens(SlotId slot) const {

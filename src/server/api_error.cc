@@ -25,6 +25,12 @@ ApiError bad_field(std::string_view param, std::string_view what) {
   return error;
 }
 
+ApiError lost_context_error(std::string_view lost) {
+  ApiError error = error_of(503, "unavailable_error", std::string(lost), "device_lost");
+  error.retry_after_seconds = kLostContextRetryAfterSeconds;
+  return error;
+}
+
 std::string error_body(const ApiError& error) {
   nlohmann::json inner = {{"message", error.message}, {"type", error.type}};
   inner["param"] = error.param.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.param);

@@ -2,8 +2,9 @@
 //
 // Types: "invalid_request_error" (400, 404 of a model, 413), "authentication_error" (401),
 // "not_found_error" (404 of a path), "resource_limit_error" (429, with Retry-After: the
-// seed server's kind), "unavailable_error" (503 while draining), "server_error" (500: only
-// for what the server itself broke, never for anything a client sent).
+// seed server's kind), "unavailable_error" (503 while draining, or once the GPU context was
+// lost), "server_error" (500: only for what the server itself broke, never for anything a
+// client sent).
 #pragma once
 
 #include <string>
@@ -26,6 +27,12 @@ ApiError error_of(int status, std::string type, std::string message, std::string
 
 // 400 naming the field: message "FIELD: WHAT" (the caller writes WHAT).
 ApiError bad_field(std::string_view param, std::string_view what);
+
+// 503 "device_lost": the GPU context is gone (`lost` says how); the process exits so that a
+// supervisor restarts it, and Retry-After sends the client back when that is likely done (or
+// to another replica at once).
+ApiError lost_context_error(std::string_view lost);
+inline constexpr double kLostContextRetryAfterSeconds = 10;
 
 // The response body (JSON text, UTF-8 safe: invalid bytes in a message are replaced).
 std::string error_body(const ApiError& error);

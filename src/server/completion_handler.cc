@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api_error.h"
+#include "kvvm/driver.h"
 #include "logprobs_json.h"
 #include "openai_response.h"
 #include "request_stream.h"
@@ -49,6 +50,9 @@ ApiError end_error(const ChoiceUpdate& update) {
                               "the server is overloaded: " + update.error.message(), "overloaded");
     error.retry_after_seconds = update.retry_after_seconds;
     return error;
+  }
+  if (update.end == RequestEnd::kError && context_lost(update.error)) {
+    return lost_context_error(update.error.message());
   }
   if (update.end == RequestEnd::kCancelled) {
     return error_of(503, "unavailable_error",

@@ -396,6 +396,16 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
            "less the prefix windows they map read-only (a sharer's or the prefix cache's).",
            {}, arena.reclaimable_bytes);
   w.single("kvvm_kv_budget_bytes", "gauge", "The KV tier's byte budget.", {}, inputs.tier.limit);
+  w.single("kvvm_kv_unconfirmed_bytes", "gauge",
+           "KV bytes kept mapped and charged because a copy into or out of them was queued and "
+           "its fence failed (completion unknown); released once a later fence completes.",
+           {}, arena.unconfirmed_bytes);
+  w.single("kvvm_kv_unconfirmed_copies_total", "counter",
+           "Copies (prefix boundary, copy-on-write) whose fence failed after they were queued.", {},
+           arena.unconfirmed_copies);
+  w.single("kvvm_kv_quarantined_slots", "gauge",
+           "Slots never reused because an unmap under them failed (poisoned windows).", {},
+           std::uint64_t{arena.quarantined_slots});
   // Not the driver's map count: that also counts the mappings of shared prefixes, copy-on-write
   // and the dummy tail page, which commit nothing new.
   w.single("kvvm_kv_commits_total", "counter",
@@ -439,6 +449,10 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   }
   w.single("kvvm_draining", "gauge", "1 while the server drains (refusing new requests).", {},
            std::uint64_t{inputs.draining ? 1u : 0u});
+  w.single("kvvm_engine_context_lost", "gauge",
+           "1 once the GPU context was lost (a sticky CUDA error): every request ended, new ones "
+           "get 503, and the process exits for a supervisor to restart it.",
+           {}, std::uint64_t{inputs.engine.context_lost ? 1u : 0u});
   return w.take();
 }
 

@@ -125,6 +125,12 @@ Routes::Routes(ServerDeps deps, const ServerOptions& options) : deps_(deps), opt
 void Routes::install(httplib::Server& http) {
   for (const Route& route : table()) {
     auto handler = [this, &route](const httplib::Request& req, httplib::Response& res) {
+      if (route.generation) {
+        if (Status lost = deps_.engine->health(); !lost.ok()) {
+          reply_error(res, lost_context_error(lost.message()));
+          return;
+        }
+      }
       if (route.generation && draining_) {
         // Retry-After: when the work in hand should be done (the engine's estimate), so a
         // client or a balancer knows when to look again, here or at another replica.
@@ -236,6 +242,11 @@ void Routes::note_ignored(const std::vector<std::string>& fields) {
 
 // A probe: no key needed.
 void Routes::health(const httplib::Request&, httplib::Response& res) {
+  if (Status lost = deps_.engine->health(); !lost.ok()) {
+    res.status = 503;
+    res.set_content(dump_json({{"status", "device_lost"}, {"error", lost.message()}}), kJson);
+    return;
+  }
   res.status = draining_ ? 503 : 200;
   res.set_content(draining_ ? R"({"status":"draining"})" : R"({"status":"ok"})", kJson);
 }

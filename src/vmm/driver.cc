@@ -132,6 +132,53 @@ Status Driver::wait_fence(Fence fence) {
   return count(DriverOp::kFence, start, do_wait_fence(fence));
 }
 
+bool context_lost(const Status& status) {
+  const std::optional<DriverFailure>& failure = status.driver_failure();
+  if (status.code() != StatusCode::kDriverError || !failure) return false;
+  // The driver API's names and the runtime's for the same errors.
+  static constexpr std::string_view kSticky[] = {
+      "CUDA_ERROR_ILLEGAL_ADDRESS",
+      "cudaErrorIllegalAddress",
+      "CUDA_ERROR_LAUNCH_FAILED",
+      "cudaErrorLaunchFailure",
+      "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+      "cudaErrorIllegalInstruction",
+      "CUDA_ERROR_MISALIGNED_ADDRESS",
+      "cudaErrorMisalignedAddress",
+      "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+      "cudaErrorInvalidAddressSpace",
+      "CUDA_ERROR_INVALID_PC",
+      "cudaErrorInvalidPc",
+      "CUDA_ERROR_HARDWARE_STACK_ERROR",
+      "cudaErrorHardwareStackError",
+      "CUDA_ERROR_ASSERT",
+      "cudaErrorAssert",
+      "CUDA_ERROR_ECC_UNCORRECTABLE",
+      "cudaErrorECCUncorrectable",
+      "CUDA_ERROR_LAUNCH_TIMEOUT",
+      "cudaErrorLaunchTimeout",
+      "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+      "cudaErrorContextIsDestroyed",
+      "CUDA_ERROR_DEVICE_UNAVAILABLE",
+      "cudaErrorDevicesUnavailable",
+      "CUDA_ERROR_EXTERNAL_DEVICE",
+      "cudaErrorExternalDevice",
+  };
+  for (std::string_view name : kSticky) {
+    if (failure->error_name == name) return true;
+  }
+  return false;
+}
+
+Status Driver::drain(Stream stream) {
+  Result<Fence> fence = record_fence(stream);
+  if (!fence.ok()) return fence.status();
+  Status waited = wait_fence(*fence);
+  // A fence that cannot be destroyed leaks an event; the wait's answer stands either way.
+  destroy_fence(*fence).ignore();
+  return waited;
+}
+
 DriverCallCounts Driver::counts() const {
   DriverCallCounts counts;
   for (std::size_t i = 0; i < kDriverOpCount; ++i) {

@@ -1,6 +1,9 @@
 #include "kvvm/fault_driver.h"
 
+#include <algorithm>
 #include <string>
+
+#include "base/format.h"
 
 namespace kvvm {
 
@@ -41,6 +44,47 @@ std::uint64_t FaultDriver::injected() const {
   return injected_;
 }
 
+void FaultDriver::delay_copies(std::function<Status(Stream)> delay) {
+  MutexLock lock(mutex_);
+  delay_ = std::move(delay);
+}
+
+std::size_t FaultDriver::copies_in_flight() const {
+  MutexLock lock(mutex_);
+  return copies_.size();
+}
+
+std::vector<std::string> FaultDriver::in_flight_violations() const {
+  MutexLock lock(mutex_);
+  return violations_;
+}
+
+void FaultDriver::complete_before(Fence fence) {
+  auto mark = marks_.find(fence);
+  if (mark == marks_.end()) return;
+  const FenceMark m = mark->second;
+  std::erase_if(copies_, [&](const CopyInFlight& copy) {
+    return copy.stream == m.stream && copy.number < m.copies_before;
+  });
+}
+
+void FaultDriver::check_not_in_flight(std::string_view what, Address address, std::size_t bytes) {
+  MutexLock lock(mutex_);
+  const auto meets = [&](Address start, std::size_t len) {
+    return start < address + bytes && address < start + len;
+  };
+  for (const CopyInFlight& copy : copies_) {
+    const bool writes = meets(copy.destination, copy.bytes);
+    const bool reads = meets(copy.source, copy.bytes);
+    if (!writes && !reads) continue;
+    violations_.push_back(std::string(what) + " [" + hex(address) + ", " + hex(address + bytes) +
+                          ") while copy " + std::to_string(copy.number) + " (" +
+                          std::to_string(copy.bytes) + " bytes, " + hex(copy.source) + " -> " +
+                          hex(copy.destination) + ") still " + (writes ? "writes" : "reads") +
+                          " it: no fence after it completed");
+  }
+}
+
 Status FaultDriver::maybe_fail(DriverOp op) {
   MutexLock lock(mutex_);
   Plan& plan = plans_[static_cast<std::size_t>(op)];
@@ -67,6 +111,7 @@ Result<Address> FaultDriver::do_reserve(std::size_t bytes, std::size_t alignment
 
 Status FaultDriver::do_free(Address base, std::size_t bytes) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFree));
+  check_not_in_flight("free", base, bytes);
   return inner_.free(base, bytes);
 }
 
@@ -93,12 +138,16 @@ Status FaultDriver::do_set_access(Address address, std::size_t bytes, Access acc
 
 Status FaultDriver::do_unmap(Address address, std::size_t bytes) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kUnmap));
+  check_not_in_flight("unmap", address, bytes);
   return inner_.unmap(address, bytes);
 }
 
 Status FaultDriver::do_synchronize() {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kSynchronize));
-  return inner_.synchronize();
+  Status synchronized = inner_.synchronize();
+  MutexLock lock(mutex_);
+  if (synchronized.ok()) copies_.clear();
+  return synchronized;
 }
 
 Status FaultDriver::do_write(Address address, const void* source, std::size_t bytes) {
@@ -115,7 +164,10 @@ Result<Fence> FaultDriver::do_record_fence(Stream stream) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
   Result<Fence> fence = inner_.record_fence(stream);
   MutexLock lock(mutex_);
-  if (fence.ok() && holding_fences_) held_fences_.insert(*fence);
+  if (fence.ok()) {
+    if (holding_fences_) held_fences_.insert(*fence);
+    marks_[*fence] = FenceMark{stream, copies_queued_};
+  }
   return fence;
 }
 
@@ -124,6 +176,7 @@ Result<bool> FaultDriver::do_fence_done(Fence fence) {
   Result<bool> done = inner_.fence_done(fence);
   MutexLock lock(mutex_);
   if (done.ok() && held_fences_.contains(fence)) return false;
+  if (done.ok() && *done) complete_before(fence);
   return done;
 }
 
@@ -131,20 +184,37 @@ Status FaultDriver::do_destroy_fence(Fence fence) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
   Status destroyed = inner_.destroy_fence(fence);
   MutexLock lock(mutex_);
-  if (destroyed.ok()) held_fences_.erase(fence);
+  if (destroyed.ok()) {
+    held_fences_.erase(fence);
+    marks_.erase(fence);
+  }
   return destroyed;
 }
 
 Status FaultDriver::do_copy(Address destination, Address source, std::size_t bytes, Stream stream) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kCopy));
-  return inner_.copy(destination, source, bytes, stream);
+  std::function<Status(Stream)> delay;
+  {
+    MutexLock lock(mutex_);
+    delay = delay_;
+  }
+  if (delay) KVVM_RETURN_IF_ERROR(delay(stream));
+  Status copied = inner_.copy(destination, source, bytes, stream);
+  MutexLock lock(mutex_);
+  if (copied.ok() && bytes > 0) {
+    copies_.push_back({destination, source, bytes, stream, copies_queued_++});
+  }
+  return copied;
 }
 
 Status FaultDriver::do_wait_fence(Fence fence) {
   KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kFence));
   Status waited = inner_.wait_fence(fence);
   MutexLock lock(mutex_);
-  if (waited.ok()) held_fences_.erase(fence);
+  if (waited.ok()) {
+    held_fences_.erase(fence);
+    complete_before(fence);
+  }
   return waited;
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "kvvm/fault_driver.h"
 #include "kvvm/host_driver.h"
 
 namespace kvvm::testing {
@@ -164,6 +165,14 @@ std::string check_invariants(const World& world) {
              << world.leaked_mappings << " leaked)\n";
     }
     for (const Reservation* reservation : world.reservations) check_host_maps(*reservation, errors);
+  }
+
+  // 6. Nothing a copy in flight reads or writes was unmapped (the fault driver models a GPU's
+  // copies, whichever driver it wraps).
+  if (const auto* fault = dynamic_cast<const FaultDriver*>(world.driver)) {
+    for (const std::string& violation : fault->in_flight_violations()) {
+      errors << "invariant 6: " << violation << "\n";
+    }
   }
   return errors.str();
 }

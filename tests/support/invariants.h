@@ -35,7 +35,8 @@ struct World {
 //  3. bookkeeping equals the real mappings: on the host, /proc/self/maps shows a memfd
 //     mapping with the recorded access under every recorded block and nothing elsewhere;
 //     on any driver, the driver's live handles equal the pool's;
-//  4. nothing leaked but what is counted: quarantined or deliberately leaked.
+//  4. nothing leaked but what is counted: quarantined or deliberately leaked;
+//  6. when the driver is a FaultDriver: no unmap or free met a copy still in flight.
 std::string check_invariants(const World& world);
 
 // The lines of /proc/self/maps inside [begin, end).

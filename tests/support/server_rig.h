@@ -47,6 +47,7 @@ struct RigOptions {
   std::uint64_t context = 0;       // 0: the config's
   std::uint64_t budget_bytes = 0;  // the KV tier's budget; 0: the host's default
   engine::EngineOptions engine;
+  model::Model* model = nullptr;  // stands in for the checkpoint's model (it wraps it)
 };
 
 class ServerRig {
@@ -64,7 +65,8 @@ class ServerRig {
     if (!kv.ok()) return nullptr;
     rig->kv_ = std::move(kv).value();
     rig_options.engine.tokenizer = rig->model_->tokenizer.get();
-    auto engine = engine::Engine::create(*rig->model_->model, *rig->kv_, rig_options.engine);
+    model::Model& model = rig_options.model != nullptr ? *rig_options.model : *rig->model_->model;
+    auto engine = engine::Engine::create(model, *rig->kv_, rig_options.engine);
     EXPECT_TRUE(engine.ok()) << engine.status().to_string();
     if (!engine.ok()) return nullptr;
     rig->engine_ = std::move(engine).value();

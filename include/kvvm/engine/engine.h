@@ -217,7 +217,8 @@ struct EngineStats {
   std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   std::uint32_t running = 0, waiting = 0;
   std::uint32_t peak_running = 0;
-  double kv_usage = 0;  // kv_usage() of kv_manager.h: the KV in use / the budget
+  double kv_usage = 0;        // kv_usage() of kv_manager.h: the KV in use / the budget
+  bool context_lost = false;  // health() is not OK
   PrefixCacheStats prefix;
   model::GraphStats graphs;
   ArenaStats arena;
@@ -236,7 +237,8 @@ class Engine {
   // Queues a request. InvalidArgument naming the field: check_request_limits, and stop
   // strings without a tokenizer; ResourceExhausted "overloaded" with retry_after() filled when
   // the queue is full or its predicted wait exceeds max_queue_wait; Unavailable while
-  // draining. The callback is not called for a refused
+  // draining or once the GPU context was lost (health()). The callback is not called for a
+  // refused
   // submit.
   Result<RequestId> submit(EngineRequest request, RequestCallback callback);
   // The request ends (RequestEnd::kCancelled) at the next step; unknown or finished ids are
@@ -260,6 +262,10 @@ class Engine {
   bool drain(std::chrono::milliseconds timeout);
 
   EngineStats stats() const;
+  // OK, or why the engine serves no more: the GPU context was lost (a sticky CUDA error,
+  // context_lost() of kvvm/driver.h). Then every request it held ended with that error, and
+  // submit() answers Unavailable; only a new process serves again.
+  Status health() const;
   const EngineOptions& options() const;
   // The model it steps (its weight_stats() are safe to read from any thread).
   const model::Model& model() const;

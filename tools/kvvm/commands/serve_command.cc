@@ -58,6 +58,9 @@ Result<std::optional<tokenizer::ChatTemplate>> chat_template_of(const ServeOptio
   return std::optional<tokenizer::ChatTemplate>(*detected);
 }
 
+// How long a server whose GPU context was lost keeps answering 503 before it exits.
+constexpr std::chrono::milliseconds kLostContextGrace{1000};
+
 // The pipe the signal handler writes to (a handler can reach only globals).
 int g_signal_pipe[2] = {-1, -1};
 // How often the signal waiter wakes when nothing arrives (see run_serve).
@@ -118,7 +121,10 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
       "Serve a Hugging Face checkpoint over HTTP with OpenAI's API: POST /v1/completions, POST "
       "/v1/chat/completions (stream: true as Server-Sent Events), GET /v1/models, GET /health, "
       "GET /metrics (Prometheus). Prints one line when it listens; SIGTERM or SIGINT drain it: "
-      "new requests get 503, running ones finish within --drain-timeout, then it exits.");
+      "new requests get 503, running ones finish within --drain-timeout, then it exits. If the "
+      "GPU context is lost (a sticky CUDA error), every request ends with an error saying so, "
+      "new ones and /health get 503 for a second, and it exits with status 1 for a supervisor "
+      "to restart it.");
   cmd->add_option("--model", options.model_dir,
                   "Checkpoint directory: config.json, tokenizer.json, model.safetensors (or "
                   "model.safetensors.index.json and its shards)")
@@ -308,7 +314,19 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
       << kv_options.parked_slots << " of them parked)" << std::endl;
   shutdown.set_ready(*port);
 
-  while (!shutdown.wait(std::chrono::seconds(1))) {
+  // A lost GPU context ends every request and takes the engine with it: the server answers
+  // 503 (/health "device_lost") for a moment, so clients and balancers see why, then the
+  // process exits non-zero for a supervisor to restart it.
+  while (!shutdown.wait(std::chrono::milliseconds(250))) {
+    if (!(*engine)->health().ok()) break;
+  }
+  if (Status lost = (*engine)->health(); !lost.ok()) {
+    err << kServe << ": " << lost.to_string() << "; answering 503 for " << kLostContextGrace.count()
+        << " ms, then exiting for a supervisor to restart it" << std::endl;
+    (void)shutdown.wait(kLostContextGrace);
+    server.stop();
+    serving.join();
+    return kExitFailure;
   }
   server.begin_drain();
   const engine::EngineStats before = (*engine)->stats();
