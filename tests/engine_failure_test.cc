@@ -11,7 +11,7 @@
 #include "kvvm/fault_driver.h"
 #include "kvvm/host_driver.h"
 #include "support/engine_harness.h"
-#include "support/lost_context_model.h"
+#include "support/failing_model.h"
 
 namespace kvvm::engine {
 namespace {
@@ -25,22 +25,7 @@ using testing::no_cache;
 
 const std::vector<std::int32_t> kFailurePrompt = {39, 68, 280, 78, 11, 220, 333, 81, 462};
 
-// The fixture model, except that forward call number `fail_at` (1-based) fails.
-class FailingModel final : public model::Model {
- public:
-  FailingModel(model::Model& inner, int fail_at)
-      : Model(inner.config(), inner.limits()), inner_(inner), fail_at_(fail_at) {}
-  model::Backend backend() const override { return inner_.backend(); }
-  Status forward(const model::StepBatch& batch, const model::StepOutput& out) override {
-    if (++calls_ == fail_at_) return Status::Internal("injected model failure");
-    return inner_.forward(batch, out);
-  }
-
- private:
-  model::Model& inner_;
-  int fail_at_;
-  int calls_ = 0;
-};
+using kvvm::testing::FailingModel;
 
 TEST(EngineFailure, AFailedStepEndsItsRequestsAndTheEngineGoesOn) {
   auto kv = make_kv(llama().config, 3);
@@ -54,7 +39,7 @@ TEST(EngineFailure, AFailedStepEndsItsRequestsAndTheEngineGoesOn) {
     expected = alone.get(id).tokens;
     ASSERT_EQ(expected.size(), 8u);
   }
-  FailingModel failing(*llama().model, 3);
+  FailingModel failing(*llama().model, 3, Status::Internal("injected model failure"));
   Collector collector;
   {
     auto engine = Engine::create(failing, *kv, no_cache());
@@ -136,7 +121,7 @@ TEST(EngineFailure, ADriverFaultEndsOneRequestAndTheOthersFinish) {
 TEST(EngineFailure, ALostContextEndsEveryRequestAndRefusesNewOnes) {
   auto kv = make_kv(llama().config, 3);
   // Lost at the third step: the requests running then and the one waiting all go with it.
-  kvvm::testing::LostContextModel lost(*llama().model, 3);
+  FailingModel lost(*llama().model, 3, kvvm::testing::illegal_address(), true);
   Collector collector;
   EngineOptions options = no_cache();
   options.max_running = 2;

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
-#include "support/lost_context_model.h"
+#include "commands/serve_command.h"
+#include "support/failing_model.h"
 #include "support/prometheus_text.h"
 #include "support/server_rig.h"
 #include "support/test_data.h"
@@ -38,7 +41,8 @@ void expect_device_lost(const httplib::Result& result, const std::string& what) 
 TEST(ServerLostContext, EveryRequestGets503AndHealthSaysWhy) {
   const std::string dir = test::model_fixture_dir("llama-tiny");
   // The context is lost at the second step: the first request's prompt ran, its answer not.
-  kvvm::testing::LostContextModel lost(*testing::loaded_model(dir).model, 2);
+  kvvm::testing::FailingModel lost(*testing::loaded_model(dir).model, 2,
+                                   kvvm::testing::illegal_address(), true);
   RigOptions rig_options;
   rig_options.model = &lost;
   ServerOptions options;
@@ -73,6 +77,34 @@ TEST(ServerLostContext, EveryRequestGets503AndHealthSaysWhy) {
   const test::PromParse parsed = test::parse_prometheus_text(metrics->body);
   ASSERT_TRUE(parsed.ok()) << parsed.error;
   EXPECT_EQ(test::value(parsed.families, "kvvm_engine_context_lost", {}), 1.0);
+
+  // `kvvm serve`'s wait ends on the loss (it then exits 1), with no stop asked for.
+  cli::ShutdownRequest shutdown;
+  EXPECT_EQ(cli::wait_for_end(shutdown, rig->engine(), std::chrono::milliseconds(1)),
+            cli::ServeEnd::kContextLost);
+  EXPECT_FALSE(shutdown.requested());
+}
+
+TEST(ServerLostContext, AHealthyEngineServesUntilAStopIsAskedFor) {
+  const std::string dir = test::model_fixture_dir("llama-tiny");
+  ServerOptions options;
+  options.model_name = "llama-tiny";
+  auto rig = ServerRig::make(dir, options);
+  ASSERT_NE(rig, nullptr);
+  auto client = rig->client();
+  auto answered = post_json(client, "/v1/completions",
+                            R"({"model": "llama-tiny", "prompt": "hi", "max_tokens": 4})");
+  ASSERT_TRUE(answered);
+  EXPECT_EQ(answered->status, 200) << answered->body;
+  EXPECT_EQ(client.Get("/health")->status, 200);
+  cli::ShutdownRequest shutdown;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    shutdown.request("test");
+  });
+  EXPECT_EQ(cli::wait_for_end(shutdown, rig->engine(), std::chrono::milliseconds(1)),
+            cli::ServeEnd::kStopRequested);
+  stopper.join();
 }
 
 }  // namespace

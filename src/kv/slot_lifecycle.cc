@@ -391,6 +391,8 @@ Status ArenaState::finish(SlotId id, Stream stream) {
   lock.lock();
   SlotEdit edit(*this, slot);
   slot.fence = *fence;
+  // Unconfirmed work queued on this stream lies before the fence just recorded there.
+  std::erase(slot.unconfirmed, stream);
   slot.state = SlotState::kFinished;
   slot.tokens = 0;
   slot.last_used = ++tick_;

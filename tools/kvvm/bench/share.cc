@@ -146,11 +146,7 @@ Result<ShareCosts> measure_costs(Arena& arena, Driver& driver, const BenchShareO
         [&]() -> Status {
           KVVM_RETURN_IF_ERROR(driver.copy(arena.slot_base(*target), arena.slot_base(*owner),
                                            plan.granule, nullptr));
-          Result<Fence> fence = driver.record_fence(nullptr);
-          if (!fence.ok()) return fence.status();
-          Status waited = driver.wait_fence(*fence);
-          driver.destroy_fence(*fence).ignore();
-          return waited;
+          return driver.drain(nullptr);
         });
     if (!copy.ok()) return copy.status();
     costs.granule_copy = *copy;

@@ -115,6 +115,14 @@ std::optional<std::uint16_t> ShutdownRequest::wait_ready(std::chrono::millisecon
   return port_;
 }
 
+ServeEnd wait_for_end(ShutdownRequest& shutdown, const engine::Engine& engine,
+                      std::chrono::milliseconds poll) {
+  while (!shutdown.wait(poll)) {
+    if (!engine.health().ok()) return ServeEnd::kContextLost;
+  }
+  return ServeEnd::kStopRequested;
+}
+
 CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   CLI::App* cmd = app.add_subcommand(
       "serve",
@@ -317,10 +325,8 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   // A lost GPU context ends every request and takes the engine with it: the server answers
   // 503 (/health "device_lost") for a moment, so clients and balancers see why, then the
   // process exits non-zero for a supervisor to restart it.
-  while (!shutdown.wait(std::chrono::milliseconds(250))) {
-    if (!(*engine)->health().ok()) break;
-  }
-  if (Status lost = (*engine)->health(); !lost.ok()) {
+  if (wait_for_end(shutdown, **engine) == ServeEnd::kContextLost) {
+    const Status lost = (*engine)->health();
     err << kServe << ": " << lost.to_string() << "; answering 503 for " << kLostContextGrace.count()
         << " ms, then exiting for a supervisor to restart it" << std::endl;
     (void)shutdown.wait(kLostContextGrace);

@@ -3,7 +3,8 @@
 // It loads the checkpoint as `kvvm generate` does, builds the KV space, the engine (its own
 // stepping thread) and the server, prints one line when it listens (scripts wait for it), and
 // serves until SIGTERM or SIGINT: then it stops taking requests (503), lets the ones it has
-// finish within --drain-timeout, and exits 0 (1 when the drain had to cancel some).
+// finish within --drain-timeout, and exits 0 (1 when the drain had to cancel some). If the GPU
+// context is lost, it answers 503 for a second and exits 1, for a supervisor to restart it.
 #pragma once
 
 #include <chrono>
@@ -20,6 +21,10 @@
 namespace CLI {
 class App;
 }  // namespace CLI
+
+namespace kvvm::engine {
+class Engine;
+}  // namespace kvvm::engine
 
 namespace kvvm::cli {
 
@@ -76,6 +81,13 @@ class ShutdownRequest {
   std::string reason_;
   std::optional<std::uint16_t> port_;
 };
+
+// Why a serving run ends: a stop was asked for (a signal, a test), or the engine lost its GPU
+// context (engine::Engine::health()), after which it serves nothing and the process must be
+// restarted. Waits for the first, looking at the engine every `poll`.
+enum class ServeEnd { kStopRequested, kContextLost };
+ServeEnd wait_for_end(ShutdownRequest& shutdown, const engine::Engine& engine,
+                      std::chrono::milliseconds poll = std::chrono::milliseconds(250));
 
 // Adds the `serve` subcommand to `app`, bound to `options`.
 CLI::App* add_serve_command(CLI::App& app, ServeOptions& options);
