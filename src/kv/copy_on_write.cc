@@ -136,21 +136,13 @@ Status CopyOnWrite::release_lane(std::uint32_t lane, const Pending& pending) {
   return released.with_context("settling scratch lane " + std::to_string(lane));
 }
 
-std::uint32_t CopyOnWrite::settle_all() {
+CopyOnWrite::~CopyOnWrite() {
   std::vector<std::uint32_t> lanes;
   {
     MutexLock lock(mutex_);
     for (const auto& [lane, pending] : pending_) lanes.push_back(lane);
   }
-  std::uint32_t settled = 0;
-  for (std::uint32_t lane : lanes) {
-    if (settle(lane).ok()) ++settled;
-  }
-  return settled;
-}
-
-CopyOnWrite::~CopyOnWrite() {
-  settle_all();
+  for (std::uint32_t lane : lanes) settle(lane).ignore();
   std::vector<std::pair<std::uint32_t, Pending>> left;
   {
     MutexLock lock(mutex_);

@@ -12,8 +12,9 @@
 // completion is unknown. Then the fresh handle stays mapped at the lane's scratch window, held
 // and charged (the copy writes it), and the lane is unsettled: counted in unsettled(), and
 // settled by a later fence on the copy's stream that completes (settle(), tried first by the
-// lane's next copy and by the arena's reclaim) or, failing that, left to the scratch
-// reservation's teardown synchronization. The window being made writable keeps its old mapping,
+// lane's next copy and at its slot's finish) or, failing that, by a whole-device
+// synchronization at teardown (else the handle is quarantined and the mapping left to the
+// scratch reservation's teardown). The window being made writable keeps its old mapping,
 // which the copy reads, so nothing the copy touches is unmapped before it is known to be done.
 //
 // Thread-safety: calls with different lanes (scratch windows) may run concurrently.
@@ -61,13 +62,12 @@ class CopyOnWrite {
   // window and fresh handle go; OK when the lane has none. Unavailable, changing nothing, when
   // the fence fails again.
   Status settle(std::uint32_t lane);
-  // settle() for every unsettled lane; returns how many were settled.
-  std::uint32_t settle_all();
 
   const Reservation& scratch() const { return *scratch_; }
 
-  // Settles what it can; a lane whose fence fails once more has its handle quarantined, and
-  // the scratch reservation's teardown synchronizes before unmapping it (or leaks it).
+  // Settles what it can (settle(), then a whole-device synchronization); a lane still
+  // unconfirmed has its handle quarantined, and the scratch reservation's teardown synchronizes
+  // before unmapping it (or leaks it).
   ~CopyOnWrite();
 
  private:

@@ -317,7 +317,7 @@ Status PrefixSharing::copy_boundary(SlotId id, const SharedPrefix& prefix, Strea
   Driver& driver = state_.pool_.driver();
   Status status = Status::Ok();
   std::uint64_t queued = 0;
-  for (; queued < plan.fragments && status.ok(); ++queued) {
+  for (; queued < plan.fragments; ++queued) {
     const std::uint64_t at = queued * plan.fragment_stride + k * plan.granule;
     status = driver.copy(to + at, from + at, boundary, stream);
     if (!status.ok()) break;
