@@ -26,8 +26,10 @@ ApiError bad_field(std::string_view param, std::string_view what) {
 }
 
 ApiError lost_context_error(std::string_view lost) {
+  // A restart takes the model's load, unknown here: soon enough to come back, not a hammering.
+  constexpr double kRetryAfterSeconds = 10;
   ApiError error = error_of(503, "unavailable_error", std::string(lost), "device_lost");
-  error.retry_after_seconds = kLostContextRetryAfterSeconds;
+  error.retry_after_seconds = kRetryAfterSeconds;
   return error;
 }
 

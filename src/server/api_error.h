@@ -29,10 +29,9 @@ ApiError error_of(int status, std::string type, std::string message, std::string
 ApiError bad_field(std::string_view param, std::string_view what);
 
 // 503 "device_lost": the GPU context is gone (`lost` says how); the process exits so that a
-// supervisor restarts it, and Retry-After sends the client back when that is likely done (or
-// to another replica at once).
+// supervisor restarts it, and Retry-After (10 s) sends the client back when that is likely
+// done (or to another replica at once).
 ApiError lost_context_error(std::string_view lost);
-inline constexpr double kLostContextRetryAfterSeconds = 10;
 
 // The response body (JSON text, UTF-8 safe: invalid bytes in a message are replaced).
 std::string error_body(const ApiError& error);

@@ -1,7 +1,7 @@
 #include "kvvm/fault_driver.h"
 
-#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "base/format.h"
 
