@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, checks formatting, builds and runs every test:
+# Installs what is missing, checks formatting and the README's figures, builds and runs every
+# test:
 #   1. release build (CUDA driver and kernels compiled when the toolkit is here; their tests
 #      skip, and are reported as skipped, without a GPU) + the installed-package consumer check;
 #   2. the README's first command, scripts/run.sh --demo-only (the demo model served, one chat
@@ -111,6 +112,11 @@ check() {  # name command...: one more passed or failed check
 }
 
 overall=0
+# The README's figures are docs/PERFORMANCE.md's (seconds, python3's standard library only),
+# and the check does fail on a figure that differs.
+check "figures: the README's against docs/PERFORMANCE.md" bash scripts/check-figures.sh ||
+  overall=1
+check "figures: the check names an altered figure" bash tests/check-figures-test.sh || overall=1
 check "lock requirements (clang -Wthread-safety)" thread_safety || overall=1
 # The versions tests/clients/package-lock.json pins; without them clients.conformance fails.
 check "real API clients: npm ci (openai, @langchain/openai)" \
