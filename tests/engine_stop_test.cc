@@ -251,21 +251,27 @@ TEST(EngineRefusals, AFullQueueIsRefusedAsOverloaded) {
     options.max_running = 1;
     auto engine = Engine::create(*llama().model, *kv, options);
     ASSERT_TRUE(engine.ok());
-    ASSERT_TRUE((*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback()).ok());
-    ASSERT_TRUE((*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback()).ok());
-    auto third = (*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback());
-    ASSERT_FALSE(third.ok());
-    EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
-    EXPECT_NE(third.status().message().find("overloaded"), std::string::npos);
+    // The free running place and the queue's two.
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE((*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback()).ok());
+    }
+    auto fourth = (*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback());
+    ASSERT_FALSE(fourth.ok());
+    EXPECT_EQ(fourth.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(fourth.status().message().find("overloaded"), std::string::npos);
     EXPECT_GE((*engine)->retry_after(), 1.0);
     EXPECT_LE((*engine)->retry_after(), 3600.0);
     EXPECT_EQ((*engine)->stats().refused_overloaded, 1u);
-    // One step admits one (max_running 1): the queue has room again.
+    // One step admits one (max_running 1): it runs and two wait, the queue is still full.
     ASSERT_TRUE((*engine)->step().ok());
+    EXPECT_FALSE((*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback()).ok());
+    // Once it drains there is room again.
+    EXPECT_TRUE((*engine)->run_until_idle().ok());
     EXPECT_TRUE((*engine)->submit(greedy_request(kStopPrompt, 4), collector.callback()).ok());
     EXPECT_TRUE((*engine)->run_until_idle().ok());
-    EXPECT_EQ(collector.finished_count(), 3u);
-    EXPECT_EQ((*engine)->stats().finished, 3u);
+    EXPECT_EQ(collector.finished_count(), 4u);
+    EXPECT_EQ((*engine)->stats().finished, 4u);
+    EXPECT_EQ((*engine)->stats().refused_overloaded, 2u);
   }
   expect_clean(*kv);
 }

@@ -132,3 +132,16 @@ class [[nodiscard]] Result {
     ::kvvm::Status kvvm_status_ = (expr);        \
     if (!kvvm_status_.ok()) return kvvm_status_; \
   } while (0)
+
+// Declares or assigns `lhs` from a Result's value, or returns its status to the caller:
+//   KVVM_ASSIGN_OR_RETURN(SlotId slot, arena.admit(tokens));
+//   KVVM_ASSIGN_OR_RETURN(auto engine, Engine::create(model, kv, options));
+// The Result is a temporary named after the line, so several may share a scope.
+#define KVVM_ASSIGN_OR_RETURN(lhs, rexpr) \
+  KVVM_ASSIGN_OR_RETURN_IMPL_(KVVM_STATUS_CONCAT_(kvvm_result_, __LINE__), lhs, rexpr)
+#define KVVM_ASSIGN_OR_RETURN_IMPL_(result, lhs, rexpr) \
+  auto result = (rexpr);                                \
+  if (!result.ok()) return std::move(result).status();  \
+  lhs = std::move(result).value()
+#define KVVM_STATUS_CONCAT_(a, b) KVVM_STATUS_CONCAT_INNER_(a, b)
+#define KVVM_STATUS_CONCAT_INNER_(a, b) a##b

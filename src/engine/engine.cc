@@ -3,7 +3,6 @@
 #include "kvvm/engine/engine.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -38,17 +37,13 @@ std::string_view to_string(RequestEnd end) {
 
 Engine::Impl::Impl(model::Model& model, std::unique_ptr<KvManager> kv, EngineOptions options,
                    std::uint64_t context)
-    : model_(model), kv_(std::move(kv)), options_(std::move(options)), context_(context) {
-  const std::size_t chunks = model.limits().max_chunks;
-  plan_.reserve(chunks);
-  chunks_.reserve(chunks);
-  sampling_.reserve(chunks);
-  sampled_.resize(chunks);
-  owners_.reserve(chunks);
-  ids_.reserve(options_.step_tokens);
-  running_.reserve(options_.max_running);
-  touched_.reserve(chunks);
-}
+    : model_(model),
+      kv_(std::move(kv)),
+      options_(std::move(options)),
+      context_(context),
+      admission_(options_),
+      scheduler_(model_, *kv_, options_, admission_),
+      runner_(model_, options_.step_tokens) {}
 
 Status Engine::Impl::init() {
   const std::optional<SlotId> pad_slot = kv_->pad_slot();
@@ -62,7 +57,7 @@ Status Engine::Impl::init() {
   {
     auto guard = space.arena().begin_capture();
     captured = model_.capture_decode_graphs(
-        model::DecodeGraphOptions{.batch_sizes = std::move(buckets),
+        model::DecodeGraphOptions{.batch_sizes = buckets,
                                   .kv = space.view(),
                                   .pad_slot = *pad_slot,
                                   .max_length = static_cast<std::uint32_t>(std::min<std::uint64_t>(
@@ -74,6 +69,7 @@ Status Engine::Impl::init() {
     kv_->release_pad_slot();
   } else {
     graphs_captured_ = true;
+    scheduler_.set_graph_buckets(std::move(buckets));
   }
   MutexLock lock(mutex_);  // no other thread yet; taken so the rule has no exception
   graphs_ = model_.graph_stats();
@@ -192,20 +188,7 @@ Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback ca
     MutexLock lock(mutex_);
     if (!lost_.ok()) return Status::Unavailable(lost_.message());
     if (draining_) return Status::Unavailable("the engine is draining: no new request");
-    if (queued_ >= options_.max_queue) {
-      ++refused_at_submit_;
-      const double retry = retry_.seconds(queued_, options_.max_running, r->submitted);
-      return Status::ResourceExhausted(
-          "overloaded: " + std::to_string(queued_) + " requests waiting (max_queue " +
-              std::to_string(options_.max_queue) + "); retry in about " +
-              std::to_string(static_cast<int>(retry)) + " s",
-          Exhaustion{});
-    }
-    if (Status refused = refuse_predicted_locked(*r); !refused.ok()) {
-      ++refused_at_submit_;
-      ++refused_predicted_;
-      return refused;
-    }
+    KVVM_RETURN_IF_ERROR(admission_.check_arrival(*r, queued_, running_count_));
     id = next_id_++;
     r->id = id;
     for (auto& fork : r->forks) fork->id = id;
@@ -225,49 +208,18 @@ void Engine::Impl::cancel(RequestId id) {
   wake_.notify_one();
 }
 
-Status Engine::Impl::refuse_predicted_locked(RequestState& r) {
-  const auto bound = options_.max_queue_wait;
-  if (!options_.refuse_predicted_wait || bound.count() == 0) return Status::Ok();
-  const Clock::time_point now = r.submitted;
-  // Each sees a cause of waiting the other misses: the rate, admissions held back by the KV
-  // budget or the prefill share; the work left, a wave of long answers holding every place.
-  const std::optional<double> by_rate = retry_.predicted_wait(queued_, now);
-  const std::optional<double> by_work = forecast_.wait(queued_, now);
-  if (!by_rate && !by_work) return Status::Ok();
-  const double wait = std::max(by_rate.value_or(0), by_work.value_or(0));
-  // Recent waits outlasted their predictions by up to this factor: a request accepted on the
-  // bare prediction could still be refused late, after the whole wait.
-  const double margin = retry_.margin();
-  if (wait * margin <= std::chrono::duration<double>(bound).count()) {
-    r.predicted_wait = wait;
-    return Status::Ok();
-  }
-  // The backstop would refuse it after the whole wait: refusing now spends no one's time.
-  const double retry = retry_.seconds(queued_, options_.max_running, now);
-  std::string shortfall;
-  if (by_work && *by_work > by_rate.value_or(0))
-    shortfall = " (the work the running answers and the queue have left)";
-  if (margin > 1) {
-    char text[96];
-    std::snprintf(text, sizeof(text), ", recent waits up to %.1fx their prediction", margin);
-    shortfall += text;
-  }
-  return Status::ResourceExhausted(
-      "overloaded: " + std::to_string(queued_) + " requests waiting would take about " +
-          std::to_string(static_cast<int>(wait + 0.5)) + " s to admit" + shortfall +
-          " (max_queue_wait " + std::to_string(bound.count()) + " ms); retry in about " +
-          std::to_string(static_cast<int>(retry)) + " s",
-      Exhaustion{});
-}
-
 Clock::time_point Engine::Impl::now() const {
   return options_.clock ? options_.clock() : Clock::now();
 }
 
 double Engine::Impl::retry_after() const {
   const Clock::time_point at = now();
-  MutexLock lock(mutex_);
-  return retry_.seconds(queued_, options_.max_running, at);
+  std::uint64_t queued = 0;
+  {
+    MutexLock lock(mutex_);
+    queued = queued_;
+  }
+  return admission_.retry_after(queued, at);
 }
 
 Status Engine::Impl::run_until_idle() {
@@ -289,15 +241,27 @@ Status Engine::Impl::start() {
 
 void Engine::Impl::worker() {
   MutexLock lock(mutex_);
+  bool released = true;  // nothing kept yet
+  const auto has_work = [&]() KVVM_REQUIRES(mutex_) {
+    return stop_ || work_left_ || cancel_all_ || !inbox_.empty() || !cancels_.empty();
+  };
   while (true) {
-    wake_.wait(lock.native(), [&]() KVVM_REQUIRES(mutex_) {
-      return stop_ || work_left_ || cancel_all_ || !inbox_.empty() || !cancels_.empty();
-    });
+    if (released || options_.idle_release.count() == 0) {
+      wake_.wait(lock.native(), has_work);
+    } else if (!wake_.wait_for(lock.native(), options_.idle_release, has_work)) {
+      // Idle for idle_release: what the finished sequences kept for reuse goes back.
+      lock.unlock();
+      kv_->release_idle();
+      lock.lock();
+      released = true;
+      continue;
+    }
     if (stop_ && !work_left_ && !cancel_all_ && inbox_.empty()) break;
     lock.unlock();
     Result<bool> more = step();
     if (!more.ok()) log(LogLevel::kError, "engine step: " + more.status().to_string());
     lock.lock();
+    released = false;
   }
 }
 
@@ -341,16 +305,14 @@ bool Engine::Impl::drain(std::chrono::milliseconds timeout) {
 
 EngineStats Engine::Impl::stats() const {
   EngineStats s;
+  const AdmissionControl::Counts admission = admission_.counts();
   {
     MutexLock lock(mutex_);
     s.submitted = submitted_;
     s.finished = published_.finished;
     s.cancelled = published_.cancelled;
     s.failed = published_.failed;
-    s.refused_overloaded = refused_at_submit_ + published_.refused_in_queue;
-    s.refused_predicted_wait = refused_predicted_;
     s.refused_in_queue = published_.refused_in_queue;
-    s.wait_margin = retry_.margin();
     s.preemptions = published_.preemptions;
     s.steps = published_.steps;
     s.decode_only_steps = published_.decode_only_steps;
@@ -364,6 +326,9 @@ EngineStats Engine::Impl::stats() const {
     s.graphs = graphs_;
     s.context_lost = !lost_.ok();
   }
+  s.refused_overloaded = admission.refused_at_arrival + s.refused_in_queue;
+  s.refused_predicted_wait = admission.refused_predicted;
+  s.wait_margin = admission.wait_margin;
   KvManagerStats kv = kv_->stats();
   s.kv_usage = kv.usage;
   s.prefix = kv.prefix;

@@ -87,6 +87,10 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
     return Status::InvalidArgument("max_queue_wait " + std::to_string(o.max_queue_wait.count()) +
                                    " ms: negative");
   }
+  if (o.idle_release.count() < 0) {
+    return Status::InvalidArgument("idle_release " + std::to_string(o.idle_release.count()) +
+                                   " ms: negative");
+  }
   if (o.model_identity.empty()) o.model_identity = model.config().architecture;
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 #include "kvvm/engine/kv_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 namespace kvvm::engine {
@@ -112,6 +113,13 @@ Status KvManager::release(SlotId slot) {
     return released;
   }
   return cache_->finish(slot);
+}
+
+std::uint64_t KvManager::release_idle() {
+  // Unmapped windows go back to the pool; its spare handles then go back to the budget.
+  constexpr std::uint64_t kAll = std::numeric_limits<std::uint64_t>::max();
+  space_.arena().reclaim(kAll);
+  return space_.arena().pool().trim(kAll);
 }
 
 Status KvManager::reserve_pad_slot() {

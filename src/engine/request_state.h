@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,5 +71,9 @@ struct RequestState {
     return request.prompt_logprobs && prompt_logprobs.size() + 1 < prompt_size;
   }
 };
+
+// The running sequences, in admission order (the newest last), and the line, first in front.
+using RunningSet = std::vector<std::unique_ptr<RequestState>>;
+using WaitingQueue = std::deque<std::unique_ptr<RequestState>>;
 
 }  // namespace kvvm::engine

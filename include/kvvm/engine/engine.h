@@ -173,6 +173,11 @@ struct EngineOptions {
   // and a step takes the measured step period. It sees a wave of long answers holding every
   // place before any admission is late. Nothing is forecast before 8 answers have ended.
   bool wait_forecast = true;
+  // With the engine's own thread (start()): once nothing has run or waited for this long,
+  // what finished slots keep mapped for reuse and the pool's spare handles go back to the
+  // budget (KvManager::release_idle), so an idle server holds only its prefix cache; 0: never.
+  // Reuse is then paid once by the next admission (a map per window).
+  std::chrono::milliseconds idle_release{30000};
   bool prefix_cache = true;
   std::string model_identity;  // folded into cache keys; empty: the config's architecture
   bool graphs = true;          // CUDA: decode steps replay captured graphs

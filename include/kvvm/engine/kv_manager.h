@@ -82,6 +82,10 @@ class KvManager {
   Status written(SlotId slot, std::uint64_t tokens);
   // The sequence is done. A failed release changed nothing: the caller may try again.
   Status release(SlotId slot);
+  // Nothing runs (an idle engine): what finished slots keep mapped for reuse is unmapped and
+  // the pool's spare handles are freed, so the budget holds only the prefix cache's windows
+  // (and the decode graphs' padding page). Returns the bytes given back to the budget.
+  std::uint64_t release_idle();
 
   // The decode graphs' padding rows write to a slot of their own: one token, taken before
   // any sequence. The arena's error when none is free.

@@ -3,12 +3,12 @@
 // the prompt's KV is one copy and every choice samples through the ordinary decode path.
 #include <string>
 
-#include "engine_impl.h"
 #include "kvvm/log.h"
+#include "scheduler.h"
 
 namespace kvvm::engine {
 
-void Engine::Impl::fork_choices(RequestState& parent, Clock::time_point now) {
+void Scheduler::fork_choices(RequestState& parent, Clock::time_point now) {
   std::vector<std::unique_ptr<RequestState>> forks = std::move(parent.forks);
   parent.forks.clear();
   // The fork ends one token short: the child computes the prompt's last token itself, so its
@@ -20,8 +20,10 @@ void Engine::Impl::fork_choices(RequestState& parent, Clock::time_point now) {
     child->ever_admitted = true;
     child->admitted = now;
     child->stats.queue_seconds = std::chrono::duration<double>(now - child->submitted).count();
-    if (running_.size() < options_.max_running && parent.slot) {
-      Result<SlotId> slot = kv_->fork(*parent.slot, at);
+    // A one-token prompt leaves nothing before its last token to share: the child computes
+    // its prompt itself, as a fork would have it compute that last token.
+    if (at > 0 && running_.size() < options_.max_running && parent.slot) {
+      Result<SlotId> slot = kv_.fork(*parent.slot, at);
       if (slot.ok()) {
         child->slot = *slot;
         child->computed = at;
@@ -43,8 +45,8 @@ void Engine::Impl::fork_choices(RequestState& parent, Clock::time_point now) {
     // overdue), and admission recomputes the prompt (or shares it through the prefix cache).
     in_line = std::next(waiting_.insert(in_line, std::move(child)));
   }
-  step_counters_.peak_running =
-      std::max(step_counters_.peak_running, static_cast<std::uint32_t>(running_.size()));
+  counters_.peak_running =
+      std::max(counters_.peak_running, static_cast<std::uint32_t>(running_.size()));
 }
 
 }  // namespace kvvm::engine

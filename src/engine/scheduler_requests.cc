@@ -2,18 +2,18 @@
 // after the step) or preempted (its KV released, first in line to be recomputed).
 #include <algorithm>
 
-#include "engine_impl.h"
 #include "kvvm/log.h"
+#include "scheduler.h"
 
 namespace kvvm::engine {
 
-void Engine::Impl::touch(RequestState& r) {
+void Scheduler::touch(RequestState& r) {
   if (r.touched) return;
   r.touched = true;
   touched_.push_back(&r);
 }
 
-void Engine::Impl::end_request(RequestState& r, RequestEnd end, Status error) {
+void Scheduler::end_request(RequestState& r, RequestEnd end, Status error) {
   if (r.finished) return;
   // The choices still waiting to fork from this one end as it does.
   for (auto& fork : r.forks) {
@@ -27,35 +27,13 @@ void Engine::Impl::end_request(RequestState& r, RequestEnd end, Status error) {
   touch(r);
 }
 
-void Engine::Impl::lose_context(const Status& cause) {
-  const std::optional<DriverFailure>& failure = cause.driver_failure();
-  const Status lost = cause.with_context(
-      "the GPU context was lost (" + (failure ? failure->error_name + " in " + failure->call : "") +
-      "): every request on it ended and the engine takes no more; the process must be restarted");
-  {
-    MutexLock lock(mutex_);
-    if (!lost_.ok()) return;
-    lost_ = lost;
-  }
-  context_lost_ = true;
-  log(LogLevel::kError, "engine: " + lost.to_string());
-  for (auto& r : running_) end_request(*r, RequestEnd::kError, lost);
-  for (auto& r : waiting_) end_request(*r, RequestEnd::kError, lost);
-  unreleased_.clear();
-}
-
-Status Engine::Impl::lost() const {
-  MutexLock lock(mutex_);
-  return lost_;
-}
-
-void Engine::Impl::release_slot(RequestState& r) {
+void Scheduler::release_slot(RequestState& r) {
   if (!r.slot) return;
   if (context_lost_) {
     r.slot.reset();  // every driver call fails on a lost context: its memory goes with it
     return;
   }
-  const Status released = kv_->release(*r.slot);
+  const Status released = kv_.release(*r.slot);
   // The request's own outcome stands. A failed release changed nothing (a fence that could
   // not be recorded leaves the slot active, holding its bytes): it is tried again after the
   // step rather than forgotten, or the slot and its budget would be lost to every later request.
@@ -67,32 +45,32 @@ void Engine::Impl::release_slot(RequestState& r) {
   r.slot.reset();
 }
 
-bool Engine::Impl::retry_releases() {
+bool Scheduler::retry_releases() {
   return std::erase_if(unreleased_, [&](SlotId slot) {
-           const Status released = kv_->release(slot);
+           const Status released = kv_.release(slot);
            // FailedPrecondition: no active sequence there any more (quarantined): nothing to do.
            return released.ok() || released.code() == StatusCode::kFailedPrecondition;
          }) > 0;
 }
 
-RequestState* Engine::Impl::newest_running() {
+RequestState* Scheduler::newest_running() {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     if (!(*it)->finished) return it->get();
   }
   return nullptr;
 }
 
-std::size_t Engine::Impl::active_running() const {
+std::size_t Scheduler::active_running() const {
   return static_cast<std::size_t>(
       std::count_if(running_.begin(), running_.end(), [](const auto& r) { return !r->finished; }));
 }
 
-void Engine::Impl::preempt(RequestState& victim) {
+void Scheduler::preempt(RequestState& victim) {
   release_slot(victim);
   victim.computed = 0;
   victim.cache_known = 0;
   ++victim.stats.preemptions;
-  ++step_counters_.preemptions;
+  ++counters_.preemptions;
   auto it = std::find_if(running_.begin(), running_.end(),
                          [&](const auto& r) { return r.get() == &victim; });
   if (it == running_.end()) return;
@@ -101,7 +79,7 @@ void Engine::Impl::preempt(RequestState& victim) {
   running_.erase(it);
 }
 
-void Engine::Impl::finish_stats(RequestState& r, Clock::time_point now) {
+void Scheduler::finish_stats(RequestState& r, Clock::time_point now) {
   RequestStats& s = r.stats;
   s.generated_tokens = r.generated;
   s.total_seconds = std::chrono::duration<double>(now - r.submitted).count();
@@ -113,49 +91,24 @@ void Engine::Impl::finish_stats(RequestState& r, Clock::time_point now) {
     s.time_per_output_token = std::chrono::duration<double>(r.last_token - r.first_token).count() /
                               static_cast<double>(r.generated - 1);
   }
-  step_counters_.generated_tokens += r.generated;
-  // What the wait forecast learns answers' lengths from: those that ended on their own or at
-  // their max_tokens (a cancelled or failed one says neither).
-  if (r.end == RequestEnd::kStop || r.end == RequestEnd::kLength) {
-    lengths_.note(r.generated, r.end == RequestEnd::kLength);
-  }
+  counters_.generated_tokens += r.generated;
+  admission_.note_ended(r);
   // A request of n choices counts once, by its first choice, and its prompt once.
   if (r.index != 0) return;
   switch (r.end) {
     case RequestEnd::kStop:
     case RequestEnd::kLength:
-      ++step_counters_.finished;
+      ++counters_.finished;
       break;
     case RequestEnd::kCancelled:
-      ++step_counters_.cancelled;
+      ++counters_.cancelled;
       break;
     case RequestEnd::kError:
-      ++step_counters_.failed;
+      ++counters_.failed;
       break;
   }
-  step_counters_.prompt_tokens += r.prompt_size;
-  step_counters_.cached_tokens += s.cached_tokens;
-}
-
-void Engine::Impl::fill_event(const RequestState& r, RequestEvent& event) const {
-  event.id = r.id;
-  event.index = r.index;
-  if (r.emit_token) {
-    event.tokens = std::span<const std::int32_t>(&r.tokens.back(), 1);
-    if (r.request.logprobs)
-      event.logprobs = std::span<const model::RowLogprobs>(&r.token_logprobs, 1);
-  }
-  if (r.request.prompt_logprobs && !r.prompt_logprobs_sent)
-    event.prompt_logprobs = r.prompt_logprobs;
-  event.text = r.text_out;
-  event.finished = r.finished;
-  if (r.finished) {
-    event.end = r.end;
-    event.error = r.error;
-    event.retry_after_seconds = r.retry_after_seconds;
-    event.stats = &r.stats;
-    event.prompt_logits = r.prompt_logits;
-  }
+  counters_.prompt_tokens += r.prompt_size;
+  counters_.cached_tokens += s.cached_tokens;
 }
 
 }  // namespace kvvm::engine

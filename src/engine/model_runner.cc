@@ -1,0 +1,118 @@
+#include "model_runner.h"
+
+#include <string>
+
+#include "logit_transforms.h"
+
+namespace kvvm::engine {
+namespace {
+
+// Whether the chunk of `r` ending at token `end` is the one whose logits it keeps: the end of
+// its prompt, before any output (a recomputation after preemption keeps the first).
+bool wants_prompt_logits(const RequestState& r, std::uint32_t end) {
+  return r.request.keep_prompt_logits && r.generated == 0 && r.prompt_logits.empty() &&
+         end == r.prompt_size;
+}
+
+// Which rows of the chunk [start, end) of `r` have their log-probabilities computed: every row
+// while the prompt's are wanted; the last when its draw is a new token and the request asks.
+model::LogprobRows logprob_rows(const RequestState& r, std::uint32_t end) {
+  if (r.wants_prompt_logprobs()) return model::LogprobRows::kAll;
+  if (r.request.logprobs && end == r.tokens.size()) return model::LogprobRows::kLast;
+  return model::LogprobRows::kNone;
+}
+
+std::size_t rows_of(model::LogprobRows rows, std::uint32_t tokens) {
+  switch (rows) {
+    case model::LogprobRows::kNone:
+      return 0;
+    case model::LogprobRows::kLast:
+      return 1;
+    case model::LogprobRows::kAll:
+      return tokens;
+  }
+  return 0;
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(model::Model& model, std::uint32_t step_tokens) : model_(model) {
+  const std::size_t chunks = model.limits().max_chunks;
+  chunks_.reserve(chunks);
+  sampling_.reserve(chunks);
+  sampled_.resize(chunks);
+  outputs_.chunks.reserve(chunks);
+  ids_.reserve(step_tokens);
+}
+
+const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) {
+  ids_.clear();
+  chunks_.clear();
+  sampling_.clear();
+  adjustments_.clear();
+  bool want_logits = false;
+  std::size_t logprob_rows_wanted = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    const RequestState& r = *c.request;
+    const std::uint32_t end = c.start + c.tokens;
+    ids_.insert(ids_.end(), r.tokens.begin() + c.start, r.tokens.begin() + end);
+    chunks_.push_back(model::Chunk{.slot = *r.slot, .start = c.start, .tokens = c.tokens});
+    model::ChunkSampling sampling{.params = r.request.sampling, .counter = r.generated};
+    sampling.logprob_rows = logprob_rows(r, end);
+    if (sampling.logprob_rows != model::LogprobRows::kNone) {
+      sampling.top_logprobs = r.request.logprobs.value_or(0);
+      // Mid-prompt, the last row scores the next prompt token, not the (moot) draw.
+      if (end < r.tokens.size()) sampling.last_target = r.tokens[end];
+      logprob_rows_wanted += rows_of(sampling.logprob_rows, c.tokens);
+    }
+    if (end == r.tokens.size() && has_logit_transforms(r)) {
+      sampling.adjust_begin = static_cast<std::uint32_t>(adjustments_.size());
+      append_logit_transforms(r, adjustments_, adjust_scratch_);
+      sampling.adjust_count =
+          static_cast<std::uint32_t>(adjustments_.size()) - sampling.adjust_begin;
+    }
+    sampling_.push_back(sampling);
+    want_logits = want_logits || wants_prompt_logits(r, end);
+  }
+  const model::StepBatch batch{.token_ids = ids_,
+                               .chunks = chunks_,
+                               .kv = kv,
+                               .sampling = sampling_,
+                               .adjustments = adjustments_};
+  model::StepOutput out;
+  out.sampled = sampled_.data();
+  const std::size_t vocab = model_.config().vocab_size;
+  if (want_logits) {
+    logits_.resize(chunks_.size() * vocab);
+    out.logits = logits_.data();
+  }
+  if (logprob_rows_wanted > 0) {
+    if (logprob_rows_.size() < logprob_rows_wanted) logprob_rows_.resize(logprob_rows_wanted);
+    out.logprobs = logprob_rows_.data();
+  }
+  outputs_.status = model_.forward(batch, out);
+  if (!outputs_.status.ok()) {
+    outputs_.status =
+        outputs_.status.with_context("model step of " + std::to_string(chunks_.size()) +
+                                     " chunks, " + std::to_string(ids_.size()) + " tokens");
+  }
+  outputs_.chunks.clear();
+  if (!outputs_.status.ok()) return outputs_;
+  std::size_t row = 0;  // the chunk's first log-probability row
+  for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    ChunkOutput chunk;
+    chunk.sampled = sampled_[i];
+    chunk.rows = sampling_[i].logprob_rows;
+    const std::size_t rows = rows_of(chunk.rows, c.tokens);
+    chunk.logprobs = std::span<const model::RowLogprobs>(logprob_rows_.data() + row, rows);
+    row += rows;
+    if (want_logits && wants_prompt_logits(*c.request, c.start + c.tokens)) {
+      chunk.logits = std::span<const float>(logits_.data() + i * vocab, vocab);
+    }
+    outputs_.chunks.push_back(chunk);
+  }
+  return outputs_;
+}
+
+}  // namespace kvvm::engine

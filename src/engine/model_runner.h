@@ -1,0 +1,36 @@
+// ModelRunner: the step's middle phase. It turns a StepPlan into the model's batch (token ids,
+// chunks, each chunk's sampling, the draws' logit transforms), runs one forward and returns
+// what each chunk drew as StepOutputs. It owns the step's buffers, reused from step to step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvvm/arena.h"
+#include "kvvm/model/model.h"
+#include "step_plan.h"
+
+namespace kvvm::engine {
+
+class ModelRunner {
+ public:
+  explicit ModelRunner(model::Model& model, std::uint32_t step_tokens);
+
+  // Runs `plan` (non-empty) on `kv`. The outputs' spans point into this runner's buffers and
+  // stay valid until the next call.
+  const StepOutputs& execute(const StepPlan& plan, const KvView& kv);
+
+ private:
+  model::Model& model_;
+  std::vector<std::int32_t> ids_;
+  std::vector<model::Chunk> chunks_;
+  std::vector<model::ChunkSampling> sampling_;
+  std::vector<std::int32_t> sampled_;
+  std::vector<model::RowLogprobs> logprob_rows_;     // grown when a step first needs more
+  std::vector<model::LogitAdjustment> adjustments_;  // the step's draws' logit transforms
+  std::vector<model::LogitAdjustment> adjust_scratch_;
+  std::vector<float> logits_;  // rare: a request asking for its prompt's logits
+  StepOutputs outputs_;
+};
+
+}  // namespace kvvm::engine

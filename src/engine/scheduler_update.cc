@@ -1,0 +1,99 @@
+// The step's outputs applied: each chunk's tokens computed, its draw taken or its stop found,
+// its log-probabilities kept, its choices forked, its written tokens published.
+#include <algorithm>
+#include <string>
+
+#include "kvvm/log.h"
+#include "scheduler.h"
+
+namespace kvvm::engine {
+namespace {
+
+// Generated tokens a sequence gathers before their ids go to the prefix cache.
+constexpr std::uint32_t kPublishEvery = 16;
+
+}  // namespace
+
+void Scheduler::update(const StepPlan& plan, const StepOutputs& outputs, Clock::time_point now) {
+  if (!outputs.status.ok()) {
+    // The step's KV is in an unknown state: its requests end, the others carry on.
+    for (const ScheduledChunk& c : plan.chunks) {
+      end_request(*c.request, RequestEnd::kError, outputs.status);
+    }
+    return;
+  }
+  for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    const ChunkOutput& out = outputs.chunks[i];
+    RequestState& r = *c.request;
+    const std::uint32_t start = r.computed;
+    r.computed += c.tokens;
+    if (out.rows == model::LogprobRows::kAll) {
+      // Row j scores token start + j + 1: the prompt's rows up to its last token (a recomputed
+      // chunk replaces what an earlier, preempted computation gathered).
+      const std::uint32_t prompt_end = std::min(r.computed, r.prompt_size - 1);
+      const std::uint32_t prompt_rows = prompt_end > start ? prompt_end - start : 0;
+      r.prompt_logprobs.resize(std::min<std::size_t>(r.prompt_logprobs.size(), start));
+      r.prompt_logprobs.insert(r.prompt_logprobs.end(), out.logprobs.begin(),
+                               out.logprobs.begin() + prompt_rows);
+    }
+    if (!out.logprobs.empty()) r.token_logprobs = out.logprobs.back();  // the draw's
+    if (!r.forks.empty() && r.computed >= r.prompt_size) fork_choices(r, now);
+    // Prompt chunks publish at once; generated tokens a few at a time, which keeps the
+    // cache's lock and key hashing off most decode steps (a window holds several tokens).
+    if (c.tokens > 1 || r.computed <= r.cache_known ||
+        r.computed - r.cache_known >= kPublishEvery) {
+      publish_written(r);
+    }
+    if (!out.logits.empty()) r.prompt_logits.assign(out.logits.begin(), out.logits.end());
+    if (r.missing() != 0) continue;  // a mid-prompt chunk's draw is moot
+    if (r.request.max_tokens == 0) {
+      end_request(r, RequestEnd::kLength);  // prefill only: the logits are the answer
+    } else {
+      on_sampled(r, out.sampled, now);
+    }
+  }
+}
+
+void Scheduler::publish_written(RequestState& r) {
+  // Generated tokens fed this step become known ids, so their windows can publish too.
+  if (r.computed > r.cache_known) {
+    const Status extended = kv_.extend(*r.slot, std::span<const std::int32_t>(r.tokens).subspan(
+                                                    r.cache_known, r.computed - r.cache_known));
+    if (!extended.ok()) {
+      log(LogLevel::kWarning, "engine: prefix cache extend: " + extended.to_string());
+      return;
+    }
+    r.cache_known = r.computed;
+  }
+  // Publishing is an optimisation for later requests, never this one's failure.
+  const Status published = kv_.written(*r.slot, r.computed);
+  if (!published.ok()) {
+    log(LogLevel::kWarning, "engine: prefix cache publish: " + published.to_string());
+  }
+}
+
+void Scheduler::on_sampled(RequestState& r, std::int32_t token, Clock::time_point now) {
+  if (std::find(r.ends.begin(), r.ends.end(), token) != r.ends.end()) {
+    if (r.text) r.text->finish(r.text_out);
+    end_request(r, RequestEnd::kStop);
+    return;
+  }
+  r.tokens.push_back(token);
+  ++r.generated;
+  if (r.generated == 1) r.first_token = now;
+  r.last_token = now;
+  r.emit_token = true;
+  touch(r);
+  if (r.text && r.text->push(token, r.text_out)) {
+    r.emit_token = false;  // the token that completed a stop string is not emitted
+    end_request(r, RequestEnd::kStop);
+    return;
+  }
+  if (r.generated >= r.request.max_tokens) {
+    const bool stopped = r.text && r.text->finish(r.text_out);
+    end_request(r, stopped ? RequestEnd::kStop : RequestEnd::kLength);
+  }
+}
+
+}  // namespace kvvm::engine
