@@ -359,6 +359,35 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
   }
 }
 
+// A refusal names the bad value once: a null is "not null", never "not null null".
+TEST_F(ServerRequest, ARefusalNamesTheValueOnce) {
+  const std::string c = R"({"model": "m", "prompt": "hi", )";
+  const std::vector<Refusal> refusals = {
+      {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user", "content": null}]})",
+       "messages[0].content", "must be a string or an array, not null"},
+      {Endpoint::kChat, R"({"model": "m", "messages": [null]})", "messages[0]",
+       "must be an object, not null"},
+      {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type":
+          "text", "text": null}]}]})",
+       "messages[0].content[0].text", "must be a string, not null"},
+      {Endpoint::kCompletions, c + R"("stop": ["a", null]})", "stop[1]",
+       "must be a string, not null"},
+      {Endpoint::kCompletions, R"({"model": "m", "prompt": [1, null]})", "prompt[1]",
+       "must be an integer, not null"},
+      {Endpoint::kCompletions, c + R"("logit_bias": {"5": null}})", "logit_bias.5",
+       "must be a number, not null"},
+  };
+  for (const Refusal& refusal : refusals) {
+    SCOPED_TRACE(refusal.body);
+    const ApiError error = refuse(refusal.endpoint, refusal.body, adder());
+    EXPECT_EQ(error.param, refusal.param);
+    EXPECT_EQ(error.message, refusal.param + ": " + refusal.mention);
+  }
+  // Other values still show themselves after their type.
+  EXPECT_EQ(refuse(Endpoint::kCompletions, c + R"("temperature": "1"})", adder()).message,
+            R"(temperature: must be a number, not string "1")");
+}
+
 // What kvvm reads but cannot honour is refused in words that say so, never "unknown field".
 TEST_F(ServerRequest, WhatKvvmDoesNotDoIsNotSupportedByThisServer) {
   const std::string c = R"({"model": "m", "prompt": "hi", )";

@@ -24,7 +24,10 @@ std::string shown(const json& value) {
 std::string type_name(const json& value) { return value.type_name(); }
 
 std::string wrong_type(const json& value, std::string_view wanted) {
-  return "must be " + std::string(wanted) + ", not " + type_name(value) + " " + shown(value);
+  std::string text = "must be " + std::string(wanted) + ", not " + type_name(value);
+  // A null is its type's only value: "not null", never "not null null".
+  if (!value.is_null()) text += " " + shown(value);
+  return text;
 }
 
 // A JSON number (integer or float, never a boolean or a string) as a double.

@@ -22,7 +22,7 @@ ApiError unsupported(std::string_view param, std::string_view what);
 // The value as the client wrote it, shortened: for messages that name a bad value.
 std::string shown(const nlohmann::json& value);
 std::string type_name(const nlohmann::json& value);
-// "must be <wanted>, not <type> <value>".
+// "must be <wanted>, not <type> <value>" ("not null" for a null).
 std::string wrong_type(const nlohmann::json& value, std::string_view wanted);
 
 // A JSON number (integer or float, never a boolean or a string) as a double.
