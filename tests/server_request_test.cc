@@ -203,6 +203,24 @@ TEST_F(ServerRequest, ReadsEveryField) {
   EXPECT_EQ(chat.engine.max_tokens, 3u);
 }
 
+// vLLM's extension: generation goes on past the model's end token, to max_tokens.
+TEST_F(ServerRequest, IgnoreEosLetsGenerationPassTheEndToken) {
+  const std::string completion = R"({"model": "m", "prompt": "hi", )";
+  const std::string chat = R"({"model": "m", "messages": [{"role": "user", "content": "a"}], )";
+  for (const auto& [endpoint, head] :
+       {std::pair{Endpoint::kCompletions, completion}, std::pair{Endpoint::kChat, chat}}) {
+    EXPECT_FALSE(accept(endpoint, head + R"("ignore_eos": true})", adder()).engine.use_model_eos);
+    EXPECT_TRUE(accept(endpoint, head + R"("ignore_eos": false})", adder()).engine.use_model_eos);
+    EXPECT_TRUE(accept(endpoint, head + R"("ignore_eos": null})", adder()).engine.use_model_eos);
+    const ApiRequest request = accept(endpoint, head + R"("ignore_eos": true})", adder());
+    EXPECT_TRUE(request.ignored.empty());
+    EXPECT_TRUE(request.engine.stop_ids.empty());  // nothing but max_tokens and stop strings
+    const ApiError error = refuse(endpoint, head + R"("ignore_eos": "yes"})", adder());
+    EXPECT_EQ(error.param, "ignore_eos");
+    EXPECT_EQ(error.message, R"(ignore_eos: must be true or false, not string "yes")");
+  }
+}
+
 TEST_F(ServerRequest, NeutralValuesOfUnsupportedFieldsAreAccepted) {
   const std::string completion_head = R"({"model": "m", "prompt": "hi", )";
   for (const char* fields :

@@ -45,6 +45,7 @@ struct RequestBody {
   double repetition_penalty = 0;
   std::int64_t min_tokens = 0;
   std::vector<std::pair<std::int32_t, float>> logit_bias;
+  bool ignore_eos = false;  // the model's end token does not end generation
   // Tools are described, never called: settled with the tool choice (openai_request.cc).
   const nlohmann::json* tools = nullptr;
   const nlohmann::json* tool_choice = nullptr;
