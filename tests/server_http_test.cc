@@ -406,6 +406,39 @@ TEST(ServerHttpChat, AdderAnswersAndEqualsGenerate) {
   EXPECT_EQ(events.back()["usage"]["completion_tokens"], body["usage"]["completion_tokens"]);
 }
 
+// With ignore_eos (vLLM's extension) the adder, which ends its answer with its end token,
+// goes on to max_tokens.
+TEST(ServerHttpChat, IgnoreEosGeneratesMaxTokens) {
+  ServerOptions options;
+  options.model_name = "kvvm-adder";
+  options.chat_template = tokenizer::ChatTemplate::kChatML;
+  auto rig = ServerRig::make(test::demo_model_dir(), options);
+  ASSERT_NE(rig, nullptr);
+  auto client = rig->client();
+  constexpr int kMaxTokens = 24;
+  const std::string request =
+      R"({"model": "kvvm-adder", "messages": [{"role": "user", "content": "What is 482 + 39?"}],)"
+      R"( "max_tokens": )" +
+      std::to_string(kMaxTokens);
+  auto stopped = post_json(client, "/v1/chat/completions", request + "}");
+  ASSERT_TRUE(stopped);
+  ASSERT_EQ(stopped->status, 200) << stopped->body;
+  const nlohmann::json answer = body_of(stopped);
+  // The premise: without it, the end token ends the answer early.
+  ASSERT_EQ(answer["choices"][0]["finish_reason"], "stop") << stopped->body;
+  ASSERT_LT(answer["usage"]["completion_tokens"].get<int>(), kMaxTokens);
+
+  auto longer = post_json(client, "/v1/chat/completions", request + R"(, "ignore_eos": true})");
+  ASSERT_TRUE(longer);
+  ASSERT_EQ(longer->status, 200) << longer->body;
+  const nlohmann::json body = body_of(longer);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length") << longer->body;
+  EXPECT_EQ(body["usage"]["completion_tokens"], kMaxTokens) << longer->body;
+  EXPECT_TRUE(body["choices"][0]["message"]["content"].get<std::string>().starts_with(
+      answer["choices"][0]["message"]["content"].get<std::string>()))
+      << longer->body;
+}
+
 TEST(ServerHttpChat, NoTemplateAnswers400) {
   ServerOptions options;
   options.model_name = "llama-tiny";

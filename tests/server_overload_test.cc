@@ -76,6 +76,10 @@ void expect_429(const httplib::Result& result, const std::string& what) {
   EXPECT_GE(std::stoi(retry_after), 1) << retry_after;
   const auto body = nlohmann::json::parse(result->body, nullptr, false);
   EXPECT_EQ(body["error"]["type"], "resource_limit_error") << result->body;
+  // The server's words and the engine's reason, "overloaded" said once.
+  const std::string message = body["error"]["message"].get<std::string>();
+  EXPECT_TRUE(message.starts_with("the server is overloaded: ")) << message;
+  EXPECT_EQ(message.find("overloaded"), message.rfind("overloaded")) << message;
 }
 
 ServerOptions served() {

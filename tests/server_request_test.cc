@@ -203,6 +203,24 @@ TEST_F(ServerRequest, ReadsEveryField) {
   EXPECT_EQ(chat.engine.max_tokens, 3u);
 }
 
+// vLLM's extension: generation goes on past the model's end token, to max_tokens.
+TEST_F(ServerRequest, IgnoreEosLetsGenerationPassTheEndToken) {
+  const std::string completion = R"({"model": "m", "prompt": "hi", )";
+  const std::string chat = R"({"model": "m", "messages": [{"role": "user", "content": "a"}], )";
+  for (const auto& [endpoint, head] :
+       {std::pair{Endpoint::kCompletions, completion}, std::pair{Endpoint::kChat, chat}}) {
+    EXPECT_FALSE(accept(endpoint, head + R"("ignore_eos": true})", adder()).engine.use_model_eos);
+    EXPECT_TRUE(accept(endpoint, head + R"("ignore_eos": false})", adder()).engine.use_model_eos);
+    EXPECT_TRUE(accept(endpoint, head + R"("ignore_eos": null})", adder()).engine.use_model_eos);
+    const ApiRequest request = accept(endpoint, head + R"("ignore_eos": true})", adder());
+    EXPECT_TRUE(request.ignored.empty());
+    EXPECT_TRUE(request.engine.stop_ids.empty());  // nothing but max_tokens and stop strings
+    const ApiError error = refuse(endpoint, head + R"("ignore_eos": "yes"})", adder());
+    EXPECT_EQ(error.param, "ignore_eos");
+    EXPECT_EQ(error.message, R"(ignore_eos: must be true or false, not string "yes")");
+  }
+}
+
 TEST_F(ServerRequest, NeutralValuesOfUnsupportedFieldsAreAccepted) {
   const std::string completion_head = R"({"model": "m", "prompt": "hi", )";
   for (const char* fields :
@@ -357,6 +375,35 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
     }
     EXPECT_TRUE(contains(error.message, refusal.mention)) << error.message;
   }
+}
+
+// A refusal names the bad value once: a null is "not null", never "not null null".
+TEST_F(ServerRequest, ARefusalNamesTheValueOnce) {
+  const std::string c = R"({"model": "m", "prompt": "hi", )";
+  const std::vector<Refusal> refusals = {
+      {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user", "content": null}]})",
+       "messages[0].content", "must be a string or an array, not null"},
+      {Endpoint::kChat, R"({"model": "m", "messages": [null]})", "messages[0]",
+       "must be an object, not null"},
+      {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type":
+          "text", "text": null}]}]})",
+       "messages[0].content[0].text", "must be a string, not null"},
+      {Endpoint::kCompletions, c + R"("stop": ["a", null]})", "stop[1]",
+       "must be a string, not null"},
+      {Endpoint::kCompletions, R"({"model": "m", "prompt": [1, null]})", "prompt[1]",
+       "must be an integer, not null"},
+      {Endpoint::kCompletions, c + R"("logit_bias": {"5": null}})", "logit_bias.5",
+       "must be a number, not null"},
+  };
+  for (const Refusal& refusal : refusals) {
+    SCOPED_TRACE(refusal.body);
+    const ApiError error = refuse(refusal.endpoint, refusal.body, adder());
+    EXPECT_EQ(error.param, refusal.param);
+    EXPECT_EQ(error.message, refusal.param + ": " + refusal.mention);
+  }
+  // Other values still show themselves after their type.
+  EXPECT_EQ(refuse(Endpoint::kCompletions, c + R"("temperature": "1"})", adder()).message,
+            R"(temperature: must be a number, not string "1")");
 }
 
 // What kvvm reads but cannot honour is refused in words that say so, never "unknown field".

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,15 +24,23 @@ using engine::RequestEnd;
 // loops end.
 constexpr std::chrono::milliseconds kWaitSlice{200};
 
+// 429: the server's words, then the engine's reason without its own "overloaded: ", so the
+// word is said once.
+ApiError overloaded_error(const Status& status, double retry_after) {
+  constexpr std::string_view kEngineSays = "overloaded: ";
+  std::string_view reason = status.message();
+  if (reason.starts_with(kEngineSays)) reason.remove_prefix(kEngineSays.size());
+  ApiError error = error_of(429, "resource_limit_error",
+                            "the server is overloaded: " + std::string(reason), "overloaded");
+  error.retry_after_seconds = retry_after;
+  return error;
+}
+
 // A refused submit: the engine's status as an HTTP answer.
 ApiError submit_error(const Status& status, double retry_after) {
   switch (status.code()) {
-    case StatusCode::kResourceExhausted: {
-      ApiError error = error_of(429, "resource_limit_error",
-                                "the server is overloaded: " + status.message(), "overloaded");
-      error.retry_after_seconds = retry_after;
-      return error;
-    }
+    case StatusCode::kResourceExhausted:
+      return overloaded_error(status, retry_after);
     case StatusCode::kInvalidArgument:
       return error_of(400, "invalid_request_error", status.message(), "");
     case StatusCode::kUnavailable:
@@ -46,10 +55,7 @@ ApiError submit_error(const Status& status, double retry_after) {
 // A choice that ended without an answer (kError, kCancelled).
 ApiError end_error(const ChoiceUpdate& update) {
   if (update.end == RequestEnd::kError && update.retry_after_seconds > 0) {
-    ApiError error = error_of(429, "resource_limit_error",
-                              "the server is overloaded: " + update.error.message(), "overloaded");
-    error.retry_after_seconds = update.retry_after_seconds;
-    return error;
+    return overloaded_error(update.error, update.retry_after_seconds);
   }
   if (update.end == RequestEnd::kError && context_lost(update.error)) {
     return lost_context_error(update.error.message());

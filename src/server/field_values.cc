@@ -24,7 +24,10 @@ std::string shown(const json& value) {
 std::string type_name(const json& value) { return value.type_name(); }
 
 std::string wrong_type(const json& value, std::string_view wanted) {
-  return "must be " + std::string(wanted) + ", not " + type_name(value) + " " + shown(value);
+  std::string text = "must be " + std::string(wanted) + ", not " + type_name(value);
+  // A null is its type's only value: "not null", never "not null null".
+  if (!value.is_null()) text += " " + shown(value);
+  return text;
 }
 
 // A JSON number (integer or float, never a boolean or a string) as a double.
@@ -65,8 +68,8 @@ Check read_integer(const json& value, std::string_view param, std::int64_t lo, s
 }
 
 // Any 64-bit signed or unsigned integer, folded into the sampler's uint64 (two's complement).
-Check read_seed(const json& value, std::uint64_t* out) {
-  if (!value.is_number()) return bad_field("seed", wrong_type(value, "an integer"));
+Check read_seed(const json& value, std::string_view param, std::uint64_t* out) {
+  if (!value.is_number()) return bad_field(param, wrong_type(value, "an integer"));
   if (value.is_number_unsigned()) {
     *out = value.get<std::uint64_t>();
   } else if (value.is_number_integer()) {
@@ -74,9 +77,9 @@ Check read_seed(const json& value, std::uint64_t* out) {
   } else {
     const double v = value.get<double>();
     constexpr double kTwo63 = 9223372036854775808.0;
-    if (std::floor(v) != v) return bad_field("seed", shown(value) + " is not an integer");
+    if (std::floor(v) != v) return bad_field(param, shown(value) + " is not an integer");
     if (v < -kTwo63 || v >= 2 * kTwo63) {
-      return bad_field("seed", shown(value) + " is out of the 64-bit integer range");
+      return bad_field(param, shown(value) + " is out of the 64-bit integer range");
     }
     *out = v < 0 ? static_cast<std::uint64_t>(static_cast<std::int64_t>(v))
                  : static_cast<std::uint64_t>(v);

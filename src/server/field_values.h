@@ -1,6 +1,7 @@
 // Reading one JSON value of a request body into a typed field: each reader returns the 400
 // that names the field (its path in `param`, the value as the client wrote it, the limit), or
-// nothing. Shared by the parsers of every endpoint (openai_request.cc, choice_fields.cc).
+// nothing. The field reader's checks (field_reader.h), and those of values with an inner
+// structure (prompts, messages, stop strings, logit_bias).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@ ApiError unsupported(std::string_view param, std::string_view what);
 // The value as the client wrote it, shortened: for messages that name a bad value.
 std::string shown(const nlohmann::json& value);
 std::string type_name(const nlohmann::json& value);
-// "must be <wanted>, not <type> <value>".
+// "must be <wanted>, not <type> <value>" ("not null" for a null).
 std::string wrong_type(const nlohmann::json& value, std::string_view wanted);
 
 // A JSON number (integer or float, never a boolean or a string) as a double.
@@ -32,7 +33,7 @@ Check read_number(const nlohmann::json& value, std::string_view param, double* o
 Check read_integer(const nlohmann::json& value, std::string_view param, std::int64_t lo,
                    std::int64_t hi, std::string_view limit, std::int64_t* out);
 // Any 64-bit signed or unsigned integer, folded into the sampler's uint64 (two's complement).
-Check read_seed(const nlohmann::json& value, std::uint64_t* out);
+Check read_seed(const nlohmann::json& value, std::string_view param, std::uint64_t* out);
 Check read_bool(const nlohmann::json& value, std::string_view param, bool* out);
 
 }  // namespace kvvm::server

@@ -12,124 +12,34 @@
 
 #include "base/json_reader.h"
 #include "choice_fields.h"
+#include "field_reader.h"
 #include "field_values.h"
+#include "request_fields.h"
 
 namespace kvvm::server {
 namespace {
 
 using nlohmann::json;
 
-constexpr std::size_t kMaxStopStrings = 4;
-constexpr std::size_t kMaxStopBytes = 256;
-
-// The fields each endpoint reads, space-separated. Anything else is ignored (and reported in
-// ApiRequest::ignored), as OpenAI's and vLLM's servers do: SDKs and frameworks send fields of
-// newer API versions routinely.
-constexpr std::string_view kCompletionFields =
-    " model prompt max_tokens temperature top_p top_k seed stop stream stream_options user n"
-    " best_of logprobs echo suffix presence_penalty frequency_penalty logit_bias"
-    " repetition_penalty min_tokens store metadata response_format ";
-constexpr std::string_view kChatFields =
-    " model messages max_tokens max_completion_tokens temperature top_p top_k seed stop stream"
-    " stream_options user n logprobs top_logprobs presence_penalty frequency_penalty logit_bias"
-    " repetition_penalty min_tokens store metadata response_format tools tool_choice functions"
-    " function_call parallel_tool_calls audio modalities ";
-
-bool known(std::string_view fields, const std::string& key) {
-  return !key.empty() && key.find(' ') == std::string::npos &&
-         fields.find(" " + key + " ") != std::string_view::npos;
-}
-
-// Fields kvvm reads but does not implement: accepted with the value that changes nothing,
-// refused as not supported otherwise. Tools are decided in check_tools (they depend on the
-// tool choice).
-Check refuse_unless_neutral(const std::string& key, const json& value) {
-  const auto refuse = [&](std::string_view why) {
-    return unsupported(key, shown(value) + " (" + std::string(why) + ")");
-  };
-  if (key == "suffix") {
-    if (value != "") return refuse("no text insertion; omit it");
-  } else if (key == "response_format") {
-    if (!value.is_object()) return bad_field(key, wrong_type(value, "an object"));
-    const auto type = value.find("type");
-    if (type == value.end() || *type != "text") {
-      return refuse("plain text only; send {\"type\": \"text\"} or omit it");
-    }
-  } else if (key == "store" || key == "parallel_tool_calls") {
-    bool ignored = false;
-    if (Check error = read_bool(value, key, &ignored)) return error;
-  } else if (key == "metadata") {
-    if (!value.is_object()) return bad_field(key, wrong_type(value, "an object"));
-  } else if (key == "audio") {
-    return refuse("text output only");
-  } else if (key == "modalities") {
-    if (!value.is_array()) return bad_field(key, wrong_type(value, "an array"));
-    for (const json& item : value) {
-      if (item != "text") return refuse("text output only; send [\"text\"] or omit it");
-    }
-  } else if (key == "tools" || key == "functions") {
-    if (!value.is_array()) return bad_field(key, wrong_type(value, "an array"));
-  } else if (key == "tool_choice" || key == "function_call") {
-    if (!value.is_string() && !value.is_object()) {
-      return bad_field(key, wrong_type(value, "a string or an object"));
-    }
-  }
-  return std::nullopt;
-}
-
 // Tools the client describes are fine while it asks for none to be called (LangChain binds
 // tools and then may say "none"); a call kvvm would have to make is refused.
-Check check_tools(const json& body) {
-  for (const auto& [tools, choice] : {std::pair<const char*, const char*>{"tools", "tool_choice"},
-                                      {"functions", "function_call"}}) {
-    const auto list = body.find(tools);
-    if (list == body.end() || list->is_null() || list->empty()) continue;
-    const auto chosen = body.find(choice);
-    if (chosen != body.end() && *chosen == "none") continue;
-    const std::string asked = chosen == body.end() || chosen->is_null()
-                                  ? std::string("\"auto\" (the default)")
-                                  : shown(*chosen);
-    return unsupported(tools, std::string("calling tools (") + choice + " " + asked + "; send " +
-                                  choice + " \"none\" or no " + tools + ")");
-  }
-  return std::nullopt;
-}
-
-Check read_stop(const json& value, std::vector<std::string>* out) {
-  const auto one = [&](const json& item, const std::string& param) -> Check {
-    if (!item.is_string()) return bad_field(param, wrong_type(item, "a string"));
-    const std::string& text = item.get_ref<const std::string&>();
-    if (text.empty() || text.size() > kMaxStopBytes) {
-      return bad_field(param, "a stop string of " + std::to_string(text.size()) +
-                                  " bytes; each must be 1 to " + std::to_string(kMaxStopBytes) +
-                                  " bytes");
-    }
-    out->push_back(text);
-    return std::nullopt;
+Check check_tools(const RequestBody& body) {
+  struct Tools {
+    const char* name;
+    const json* list;
+    const char* choice_name;
+    const json* choice;
   };
-  if (value.is_string()) return one(value, "stop");
-  if (!value.is_array()) return bad_field("stop", wrong_type(value, "a string or an array"));
-  if (value.size() > kMaxStopStrings) {
-    return bad_field("stop", std::to_string(value.size()) + " stop strings; at most " +
-                                 std::to_string(kMaxStopStrings));
-  }
-  for (std::size_t i = 0; i < value.size(); ++i) {
-    if (Check error = one(value[i], "stop[" + std::to_string(i) + "]")) return error;
-  }
-  return std::nullopt;
-}
-
-Check read_stream_options(const json& value, bool* include_usage,
-                          std::vector<std::string>* ignored) {
-  if (!value.is_object()) return bad_field("stream_options", wrong_type(value, "an object"));
-  for (const auto& [key, item] : value.items()) {
-    const std::string param = "stream_options." + key;
-    if (key != "include_usage") {
-      ignored->push_back(param);
-      continue;
-    }
-    if (item.is_null()) continue;
-    if (Check error = read_bool(item, param, include_usage)) return error;
+  for (const Tools& tools :
+       {Tools{"tools", body.tools, "tool_choice", body.tool_choice},
+        Tools{"functions", body.functions, "function_call", body.function_call}}) {
+    if (tools.list == nullptr || tools.list->empty()) continue;
+    if (tools.choice != nullptr && *tools.choice == "none") continue;
+    const std::string asked =
+        tools.choice == nullptr ? std::string("\"auto\" (the default)") : shown(*tools.choice);
+    return unsupported(tools.name, std::string("calling tools (") + tools.choice_name + " " +
+                                       asked + "; send " + tools.choice_name + " \"none\" or no " +
+                                       tools.name + ")");
   }
   return std::nullopt;
 }
@@ -264,106 +174,19 @@ Check read_messages(const json& value, const ParseContext& context, std::vector<
   return std::nullopt;
 }
 
-struct Fields {
-  std::optional<std::int64_t> max_tokens;
-  std::string max_tokens_param = "max_tokens";
-  ChoiceFields choices;
-};
-
-// Every field but the prompt, into `request`; the prompt's json into `prompt`.
-Check read_fields(Endpoint endpoint, const json& body, const ParseContext& context,
-                  ApiRequest* request, Fields* fields, const json** prompt) {
-  const bool chat = endpoint == Endpoint::kChat;
-  const std::string prompt_field = chat ? "messages" : "prompt";
-  const std::string context_limit =
-      " (the context holds " + std::to_string(context.context_tokens) + " tokens)";
-  model::SamplingParams& sampling = request->engine.sampling;
-  for (const auto& [key, value] : body.items()) {
-    if (!(chat ? known(kChatFields, key) : known(kCompletionFields, key))) {
-      request->ignored.push_back(key);
-      continue;
-    }
-    if (value.is_null()) continue;  // null is the default, as OpenAI reads it
-    if (key == prompt_field) {
-      *prompt = &value;
-    } else if (key == "model") {
-      if (!value.is_string()) return bad_field(key, wrong_type(value, "a string"));
-      request->model = value.get<std::string>();
-    } else if (is_penalty_field(key)) {
-      if (Check error = read_penalty_field(key, value, context, request)) return error;
-    } else if (is_choice_field(key)) {
-      if (Check error =
-              read_choice_field(endpoint, key, value, context, request, &fields->choices)) {
-        return error;
-      }
-    } else if (key == "max_tokens" || key == "max_completion_tokens") {
-      // 0 is for echo (checked once every field is read): the prompt's scores are the answer.
-      std::int64_t max_tokens = 0;
-      if (Check error = read_integer(value, key, chat ? 1 : 0, context.context_tokens,
-                                     context_limit, &max_tokens)) {
-        return error;
-      }
-      if (fields->max_tokens && *fields->max_tokens != max_tokens) {
-        return bad_field("max_completion_tokens",
-                         "max_tokens and max_completion_tokens differ; send one");
-      }
-      fields->max_tokens = max_tokens;
-      fields->max_tokens_param = key;
-    } else if (key == "temperature") {
-      double v = 0;
-      if (Check error = read_number(value, key, &v)) return error;
-      if (v < 0 || v > 2) return bad_field(key, shown(value) + " is out of range [0, 2]");
-      sampling.temperature = static_cast<float>(v);
-    } else if (key == "top_p") {
-      double v = 0;
-      if (Check error = read_number(value, key, &v)) return error;
-      if (!(v > 0 && v <= 1)) return bad_field(key, shown(value) + " is out of range (0, 1]");
-      sampling.top_p = static_cast<float>(v);
-    } else if (key == "top_k") {
-      std::int64_t v = 0;
-      if (Check error = read_integer(value, key, -1, std::numeric_limits<std::uint32_t>::max(),
-                                     " (-1 or 0: no limit)", &v)) {
-        return error;
-      }
-      sampling.top_k = v <= 0 ? 0 : static_cast<std::uint32_t>(v);
-    } else if (key == "seed") {
-      if (Check error = read_seed(value, &sampling.seed)) return error;
-    } else if (key == "stop") {
-      if (Check error = read_stop(value, &request->engine.stop_strings)) return error;
-    } else if (key == "stream") {
-      if (Check error = read_bool(value, key, &request->stream)) return error;
-    } else if (key == "stream_options") {
-      if (Check error = read_stream_options(value, &request->include_usage, &request->ignored)) {
-        return error;
-      }
-    } else if (key == "user") {
-      if (!value.is_string()) return bad_field(key, wrong_type(value, "a string"));
-      request->user = value.get<std::string>();
-    } else if (Check error = refuse_unless_neutral(key, value)) {
-      return error;
-    }
-  }
-  return std::nullopt;
-}
-
-Check check_model(const json& body, const ParseContext& context, bool required = true) {
+// Another model's name is a 404, before anything else is read; the table checks the type.
+Check check_model(const json& body, const ParseContext& context) {
   const auto it = body.find("model");
-  if (it == body.end() || it->is_null()) {
-    if (!required) return std::nullopt;
-    return bad_field("model", "is required");
-  }
-  if (!it->is_string()) return bad_field("model", wrong_type(*it, "a string"));
-  if (it->get_ref<const std::string&>() != context.model_name) {
-    ApiError error;
-    error.status = 404;
-    error.type = "invalid_request_error";
-    error.code = "model_not_found";
-    error.param = "model";
-    error.message = "model: " + shown(*it) + " does not exist; this server serves \"" +
-                    context.model_name + "\"";
-    return error;
-  }
-  return std::nullopt;
+  if (it == body.end() || !it->is_string()) return std::nullopt;
+  if (it->get_ref<const std::string&>() == context.model_name) return std::nullopt;
+  ApiError error;
+  error.status = 404;
+  error.type = "invalid_request_error";
+  error.code = "model_not_found";
+  error.param = "model";
+  error.message =
+      "model: " + shown(*it) + " does not exist; this server serves \"" + context.model_name + "\"";
+  return error;
 }
 
 // The body as a JSON object, through the bounded reader; a 400 naming the body otherwise.
@@ -405,6 +228,27 @@ auto guarded(const ParseContext& context, Parse&& run) -> decltype(run()) {
   }
 }
 
+// The fields the engine takes as they are; what needs the prompt is settled in parse().
+void copy_fields(const RequestBody& body, ApiRequest* request) {
+  request->model = body.model;
+  request->stream = body.stream;
+  request->include_usage = body.include_usage;
+  request->user = body.user;
+  engine::EngineRequest& engine = request->engine;
+  model::SamplingParams& sampling = engine.sampling;
+  sampling.temperature = static_cast<float>(body.temperature);
+  sampling.top_p = static_cast<float>(body.top_p);
+  sampling.top_k = body.top_k <= 0 ? 0 : static_cast<std::uint32_t>(body.top_k);
+  sampling.seed = body.seed;
+  sampling.presence_penalty = static_cast<float>(body.presence_penalty);
+  sampling.frequency_penalty = static_cast<float>(body.frequency_penalty);
+  sampling.repetition_penalty = static_cast<float>(body.repetition_penalty);
+  engine.stop_strings = body.stop;
+  engine.logit_bias = body.logit_bias;
+  engine.min_tokens = static_cast<std::uint32_t>(body.min_tokens);
+  engine.use_model_eos = !body.ignore_eos;
+}
+
 std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view body,
                                          const ParseContext& context) {
   std::variant<json, ApiError> read = read_body(body, context);
@@ -414,24 +258,35 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
 
   ApiRequest request;
   request.endpoint = endpoint;
-  Fields fields;
-  const json* prompt = nullptr;
-  if (Check error = read_fields(endpoint, root, context, &request, &fields, &prompt)) {
+  RequestBody fields;
+  if (Check error = read_fields(request_fields(), endpoint_bit(endpoint), root, context, &fields,
+                                &request.ignored)) {
     return *error;
   }
+  copy_fields(fields, &request);
   if (endpoint == Endpoint::kChat) {
-    if (Check error = check_tools(root)) return *error;
+    if (Check error = check_tools(fields)) return *error;
   }
-  if (Check error = settle_choice_fields(endpoint, fields.choices, &request)) return *error;
+  if (Check error = settle_choice_fields(endpoint, fields, &request)) return *error;
+  // max_tokens under the name the client used (chat has two).
+  std::optional<std::int64_t> max_tokens = fields.max_tokens;
+  std::string max_tokens_param = "max_tokens";
+  if (fields.max_completion_tokens) {
+    if (max_tokens && *max_tokens != *fields.max_completion_tokens) {
+      return bad_field("max_completion_tokens",
+                       "max_tokens and max_completion_tokens differ; send one");
+    }
+    if (!max_tokens) max_tokens_param = "max_completion_tokens";
+    max_tokens = fields.max_completion_tokens;
+  }
   const std::string prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
-  if (prompt == nullptr) return bad_field(prompt_field, "is required");
   std::vector<std::int32_t>& ids = request.engine.prompt;
   Check error = endpoint == Endpoint::kChat
-                    ? read_messages(*prompt, context, &ids, &request.ignored)
-                    : read_prompt(*prompt, context, &ids, &request.more_prompts);
+                    ? read_messages(*fields.messages, context, &ids, &request.ignored)
+                    : read_prompt(*fields.prompt, context, &ids, &request.more_prompts);
   if (error) return *error;
-  if (fields.max_tokens && *fields.max_tokens == 0 && !request.echo) {
-    return bad_field(fields.max_tokens_param,
+  if (max_tokens && *max_tokens == 0 && !request.echo) {
+    return bad_field(max_tokens_param,
                      "0 is out of range [1, " + std::to_string(context.context_tokens) +
                          "] (0 only with echo: the prompt's log-probabilities are the answer)");
   }
@@ -449,8 +304,8 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
                                        " (prompt and max_tokens together)");
   }
   const std::uint64_t room = context_tokens - prompt_tokens;
-  if (fields.max_tokens) {
-    request.engine.max_tokens = static_cast<std::uint32_t>(*fields.max_tokens);
+  if (max_tokens) {
+    request.engine.max_tokens = static_cast<std::uint32_t>(*max_tokens);
   } else {
     const std::uint64_t wanted = std::max<std::uint64_t>(context.default_max_tokens, 1);
     request.engine.max_tokens = static_cast<std::uint32_t>(std::min(wanted, room));
@@ -467,13 +322,12 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
     const std::string& message = checked.message();
     constexpr std::string_view kMaxTokens = "max_tokens: ";
     if (message.starts_with(kMaxTokens)) {
-      return bad_field(fields.max_tokens_param, message.substr(kMaxTokens.size()));
+      return bad_field(max_tokens_param, message.substr(kMaxTokens.size()));
     }
     ApiError refused = bad_field(message.substr(0, message.find_first_of(" :[")), "");
     refused.message = message;
     return refused;
   }
-  request.engine.use_model_eos = true;
   return request;
 }
 
@@ -491,47 +345,32 @@ std::variant<TokenizeRequest, ApiError> tokenize(std::string_view body,
   std::variant<json, ApiError> read = read_body(body, context);
   if (auto* error = std::get_if<ApiError>(&read)) return *error;
   const json& root = std::get<json>(read);
-  if (Check error = check_model(root, context, /*required=*/false)) return *error;
+  if (Check error = check_model(root, context)) return *error;
   TokenizeRequest request;
-  const json* prompt = nullptr;
-  const json* messages = nullptr;
-  std::optional<bool> add_special;
-  bool add_generation_prompt = true;
-  for (const auto& [key, value] : root.items()) {
-    if (value.is_null()) continue;
-    if (key == "model") continue;
-    if (key == "prompt") {
-      prompt = &value;
-    } else if (key == "messages") {
-      messages = &value;
-    } else if (key == "add_special_tokens") {
-      bool v = false;
-      if (Check error = read_bool(value, key, &v)) return *error;
-      add_special = v;
-    } else if (key == "add_generation_prompt") {
-      if (Check error = read_bool(value, key, &add_generation_prompt)) return *error;
-    } else {
-      request.ignored.push_back(key);
-    }
+  RequestBody fields;
+  if (Check error =
+          read_fields(request_fields(), kInTokenize, root, context, &fields, &request.ignored)) {
+    return *error;
   }
+  const json* prompt = fields.prompt;
+  const json* messages = fields.messages;
   if ((prompt == nullptr) == (messages == nullptr)) {
     return bad_field(prompt == nullptr ? "prompt" : "messages",
                      "send exactly one of prompt (text) and messages (a chat)");
   }
   if (prompt != nullptr) {
-    if (!prompt->is_string()) return bad_field("prompt", wrong_type(*prompt, "a string"));
     // As vLLM: a text prompt gets the tokenizer's special tokens unless told otherwise, as the
     // completions endpoint encodes it.
     request.tokens = context.tokenizer->encode(prompt->get_ref<const std::string&>(),
-                                               add_special.value_or(true));
+                                               fields.add_special_tokens.value_or(true));
     return request;
   }
   // The template spells its special tokens out: adding them again would double the BOS.
-  if (add_special.value_or(false)) {
+  if (fields.add_special_tokens.value_or(false)) {
     return unsupported("add_special_tokens", "true with messages (the template writes them)");
   }
   if (Check error = read_messages(*messages, context, &request.tokens, &request.ignored,
-                                  add_generation_prompt)) {
+                                  fields.add_generation_prompt)) {
     return *error;
   }
   return request;
@@ -542,28 +381,14 @@ std::variant<DetokenizeRequest, ApiError> detokenize(std::string_view body,
   std::variant<json, ApiError> read = read_body(body, context);
   if (auto* error = std::get_if<ApiError>(&read)) return *error;
   const json& root = std::get<json>(read);
-  if (Check error = check_model(root, context, /*required=*/false)) return *error;
+  if (Check error = check_model(root, context)) return *error;
   DetokenizeRequest request;
-  const json* tokens = nullptr;
-  for (const auto& [key, value] : root.items()) {
-    if (key == "model" || value.is_null()) continue;
-    if (key == "tokens") {
-      tokens = &value;
-    } else {
-      request.ignored.push_back(key);
-    }
+  RequestBody fields;
+  if (Check error =
+          read_fields(request_fields(), kInDetokenize, root, context, &fields, &request.ignored)) {
+    return *error;
   }
-  if (tokens == nullptr) return bad_field("tokens", "is required");
-  if (!tokens->is_array()) return bad_field("tokens", wrong_type(*tokens, "an array of token ids"));
-  const std::int64_t last_id = static_cast<std::int64_t>(context.vocab_size) - 1;
-  for (std::size_t i = 0; i < tokens->size(); ++i) {
-    std::int64_t id = 0;
-    if (Check error = read_integer((*tokens)[i], "tokens[" + std::to_string(i) + "]", 0, last_id,
-                                   " (the vocabulary's ids)", &id)) {
-      return *error;
-    }
-    request.tokens.push_back(static_cast<std::int32_t>(id));
-  }
+  request.tokens = std::move(fields.tokens);
   return request;
 }
 

@@ -3,28 +3,24 @@
 //
 // Lenient where OpenAI's and vLLM's servers are, strict where it matters:
 // - A field kvvm does not know (at the top level, in a message, in a content part, in
-//   stream_options) is ignored and its name reported in ApiRequest::ignored (the server logs
-//   each name once and counts it): SDKs and frameworks send newer API fields routinely.
-// - A field kvvm knows but does not implement is accepted with its neutral value (penalties 0,
-//   repetition_penalty 1, min_tokens 0, logit_bias {}, response_format {type: text}, tools
-//   with tool_choice "none") and otherwise refused with a 400 "<field>: ... is not supported
-//   by this server" (suffix, penalties, logit_bias, best_of other than n, JSON output, tool
-//   calls, audio, image parts, the tool role).
+//   stream_options), or one only another endpoint takes, is ignored and its name reported in
+//   ApiRequest::ignored (the server logs each name once and counts it): SDKs and frameworks
+//   send newer API fields routinely.
+// - A field kvvm knows but does not implement is accepted with its neutral value (suffix "",
+//   response_format {type: text}, modalities ["text"], tools with tool_choice "none") and
+//   otherwise refused with a 400 "<field>: ... is not supported by this server" (suffix,
+//   best_of other than n, JSON output, tool calls, audio, image parts, the tool role).
 // - Every field kvvm uses is checked (type, range) and a bad value is a 400 naming the field.
 //
-// Fields: model (required; must be the served model's name, else 404), prompt (completions:
-// a string, an array of token ids, or a list holding one of those), messages (chat: [{role:
+// Every field is declared once, in request_fields.cc (its type, range, default and the
+// endpoints that accept it), and read by the one reader (field_reader.h). The values with an
+// inner structure are read here after the table: completions' prompt (a string, an array of
+// token ids, or a list of up to max_prompts of those) and chat's messages ([{role:
 // system|developer|user|assistant, content: string or [{type: "text", text}], name}], through
-// the model's chat template; developer is rendered as system), max_tokens (chat also
-// max_completion_tokens; default: min(default_max_tokens, the context left after the
-// prompt)), temperature [0, 2], top_p (0, 1], top_k (-1 or 0: off, else >= 1), seed (integer;
-// default 0), stop (a string or up to 4 strings, each 1..256 bytes), stream (bool),
-// stream_options {include_usage: bool}, user (string, kept for logs), store (bool) and
-// metadata (object), read and not kept; n [1, max_n] (best_of, if sent, must equal it);
-// log-probabilities: completions' logprobs [0, 20] (alternatives per token) and echo (bool:
-// the prompt leads each choice's text, and its tokens' log-probabilities lead the choice's;
-// max_tokens may then be 0), chat's logprobs (bool) and top_logprobs [0, 20] (needs logprobs);
-// a completions prompt list of up to max_prompts prompts (strings or token-id arrays).
+// the model's chat template; developer is rendered as system). What fields mean together is
+// settled after: max_tokens (chat also max_completion_tokens; default: min(default_max_tokens,
+// the context left after the prompt); 0 only with echo), n and best_of, the log-probabilities
+// (choice_fields.h), tools with their tool choice.
 // A prompt or messages past the context, or prompt + max_tokens past it, is a 400 naming the
 // field with both numbers.
 #pragma once

@@ -9,7 +9,7 @@
 // the system message and the rest as the user message.
 //
 // max_tokens is the trace's output_tokens; temperature 0; no "ignore_eos" (not every server
-// knows it, and kvvm serve refuses unknown fields): a reply that stops early is reported with
+// knows it: vLLM's and kvvm's do, OpenAI's does not): a reply that stops early is reported with
 // the output tokens the server's usage says it produced. Always streamed, with
 // stream_options.include_usage.
 #pragma once

@@ -1,0 +1,62 @@
+// The fields of the request bodies kvvm serves, declared once (request_fields.cc) and read by
+// the one reader (field_reader.h): POST /v1/completions, /v1/chat/completions, /tokenize and
+// /detokenize. A body read by the table is a RequestBody; openai_request.cc makes the
+// EngineRequest of it, with what the fields mean together (choice_fields.cc).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "field_reader.h"
+
+namespace kvvm::server {
+
+// What a body's fields said, each checked by its declaration; the defaults are the table's.
+struct RequestBody {
+  std::string model;
+  // Read after the table by their own readers (they need the tokenizer and the template).
+  const nlohmann::json* prompt = nullptr;    // completions; tokenize (text only)
+  const nlohmann::json* messages = nullptr;  // chat; tokenize
+  // Completions' 0 is for echo, checked once the prompt is read.
+  std::optional<std::int64_t> max_tokens;
+  std::optional<std::int64_t> max_completion_tokens;  // chat's newer name for it
+  double temperature = 0;
+  double top_p = 0;
+  std::int64_t top_k = 0;  // -1 or 0: no limit
+  std::uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string user;
+  // The choice fields (choice_fields.h says what they mean together).
+  std::int64_t n = 0;
+  std::optional<std::int64_t> best_of;
+  std::optional<std::int64_t> logprobs;  // completions: alternatives per token
+  bool chat_logprobs = false;            // chat's logprobs
+  std::optional<std::int64_t> top_logprobs;
+  bool echo = false;
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  double repetition_penalty = 0;
+  std::int64_t min_tokens = 0;
+  std::vector<std::pair<std::int32_t, float>> logit_bias;
+  bool ignore_eos = false;  // the model's end token does not end generation
+  // Tools are described, never called: settled with the tool choice (openai_request.cc).
+  const nlohmann::json* tools = nullptr;
+  const nlohmann::json* tool_choice = nullptr;
+  const nlohmann::json* functions = nullptr;
+  const nlohmann::json* function_call = nullptr;
+  // /tokenize and /detokenize (vLLM's).
+  std::optional<bool> add_special_tokens;
+  bool add_generation_prompt = false;
+  std::vector<std::int32_t> tokens;
+};
+
+std::span<const Field<RequestBody>> request_fields();
+
+}  // namespace kvvm::server
