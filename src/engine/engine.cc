@@ -224,9 +224,8 @@ double Engine::Impl::retry_after() const {
 
 Status Engine::Impl::run_until_idle() {
   while (true) {
-    Result<bool> more = step();
-    if (!more.ok()) return more.status();
-    if (!*more) return Status::Ok();
+    KVVM_ASSIGN_OR_RETURN(bool more, step());
+    if (!more) return Status::Ok();
   }
 }
 

@@ -19,13 +19,17 @@ Result<bool> Engine::Impl::step() {
   }
   const StepPlan plan = scheduler_.schedule(now());
   if (!plan.empty()) {
+    // The step's tokens are stamped with the time it was sent to the model: a first token's
+    // time to first token leaves the step that computed it out (the figures measured so far
+    // were taken so).
+    const Clock::time_point sent = now();
     const StepOutputs& outputs = runner_.execute(plan, kv_->space().view());
     scheduler_.count_step(plan.tokens, plan.decode_only);
     // A failed step ends its own requests; a lost context takes every request with it.
     if (!outputs.status.ok() && context_lost(outputs.status)) {
       lose_context(outputs.status);
     } else {
-      scheduler_.update(plan, outputs, now());
+      scheduler_.update(plan, outputs, sent);
     }
   }
   deliver(now());

@@ -43,9 +43,9 @@ Result<GenerateResult> generate(model::Model& model, KvSpace& kv, const Generate
   options.max_queue_wait = std::chrono::milliseconds{0};  // the caller's thread steps at once
   options.prefix_cache = false;  // one request: nothing to share, nothing left held after
   options.graphs = request.graphs;
-  Result<std::unique_ptr<Engine>> created = Engine::create(model, kv, std::move(options));
-  if (!created.ok()) return created.status();
-  Engine& engine = **created;
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> created,
+                        Engine::create(model, kv, std::move(options)));
+  Engine& engine = *created;
 
   GenerateResult result;
   Status error;
@@ -82,9 +82,8 @@ Result<GenerateResult> generate(model::Model& model, KvSpace& kv, const Generate
         break;
     }
   };
-  Result<RequestId> queued = engine.submit(std::move(submitted), on_event);
-  if (!queued.ok()) return queued.status();
-  id = *queued;
+  KVVM_ASSIGN_OR_RETURN(RequestId queued, engine.submit(std::move(submitted), on_event));
+  id = queued;
   KVVM_RETURN_IF_ERROR(engine.run_until_idle());
   if (!error.ok()) return error;
 

@@ -45,16 +45,14 @@ Result<KvAdmission> KvManager::admit(std::span<const std::int32_t> prompt, std::
   Arena& arena = space_.arena();
   KvAdmission admission;
   if (cache_ && reuse) {
-    Result<CacheAdmission> a = cache_->admit(as_cache_ids(prompt), salt);
-    if (!a.ok()) return a.status();
-    admission.slot = a->slot;
-    admission.cached_tokens = a->cached_tokens;
-    uncached_.erase(a->slot);
+    KVVM_ASSIGN_OR_RETURN(CacheAdmission a, cache_->admit(as_cache_ids(prompt), salt));
+    admission.slot = a.slot;
+    admission.cached_tokens = a.cached_tokens;
+    uncached_.erase(a.slot);
   } else {
-    Result<SlotId> slot = arena.admit(prompt.size());
-    if (!slot.ok()) return slot.status();
-    admission.slot = *slot;
-    if (cache_) uncached_.insert(*slot);
+    KVVM_ASSIGN_OR_RETURN(SlotId slot, arena.admit(prompt.size()));
+    admission.slot = slot;
+    if (cache_) uncached_.insert(slot);
   }
   if (options_.preallocate) {
     const Status committed = arena.ensure(admission.slot, space_.options().max_context);
@@ -68,13 +66,12 @@ Result<KvAdmission> KvManager::admit(std::span<const std::int32_t> prompt, std::
 
 Result<SlotId> KvManager::fork(SlotId parent, std::uint64_t position) {
   Arena& arena = space_.arena();
-  Result<SlotId> child = arena.fork(parent, position);
-  if (!child.ok()) return child.status();
-  if (cache_) uncached_.insert(*child);
+  KVVM_ASSIGN_OR_RETURN(SlotId child, arena.fork(parent, position));
+  if (cache_) uncached_.insert(child);
   if (options_.preallocate) {
-    const Status committed = arena.ensure(*child, space_.options().max_context);
+    const Status committed = arena.ensure(child, space_.options().max_context);
     if (!committed.ok()) {
-      release(*child).ignore();
+      release(child).ignore();
       return committed;
     }
   }
@@ -124,9 +121,8 @@ std::uint64_t KvManager::release_idle() {
 
 Status KvManager::reserve_pad_slot() {
   if (pad_slot_) return Status::FailedPrecondition("reserve_pad_slot: already reserved");
-  Result<SlotId> slot = space_.arena().admit(1);
-  if (!slot.ok()) return slot.status();
-  pad_slot_ = *slot;
+  KVVM_ASSIGN_OR_RETURN(SlotId slot, space_.arena().admit(1));
+  pad_slot_ = slot;
   return Status::Ok();
 }
 

@@ -92,9 +92,8 @@ Result<std::unique_ptr<KvSpace>> KvSpace::create(const model::ModelConfig& confi
     KVVM_RETURN_IF_ERROR(check_lent_driver(o));
     space->driver_ = o.driver;
   } else {
-    Result<std::unique_ptr<Driver>> driver = open_driver(o);
-    if (!driver.ok()) return driver.status();
-    space->owned_driver_ = std::move(driver).value();
+    KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Driver> driver, open_driver(o));
+    space->owned_driver_ = std::move(driver);
     space->driver_ = space->owned_driver_.get();
   }
   Driver& d = *space->driver_;

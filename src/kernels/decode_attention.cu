@@ -89,9 +89,8 @@ Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
   DecodePlan planned;
   KVVM_DISPATCH_ACCESS(p.view.element, p.activations, T, FP8,
                        {KVVM_DISPATCH_HEAD_DIM(p.view.head_dim, D, {
-                         Result<DecodePlan> made = plan_for<T, D, FP8>(p, units);
-                         if (!made.ok()) return made.status();
-                         planned = *made;
+                         KVVM_ASSIGN_OR_RETURN(DecodePlan made, (plan_for<T, D, FP8>(p, units)));
+                         planned = made;
                        })})
   if (planned.chunks > kMaxChunks) {
     return Status::InvalidArgument("decode: chunks of " + str(planned.chunk_tokens) +
@@ -110,21 +109,20 @@ Result<DecodePlan> plan_decode_cuda(const DecodeParams& p) {
 
 Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t workspace_bytes,
                              void* stream) {
-  Result<DecodePlan> plan = plan_decode_cuda(p);
-  if (!plan.ok()) return plan.status();
+  KVVM_ASSIGN_OR_RETURN(DecodePlan plan, plan_decode_cuda(p));
   KVVM_RETURN_IF_ERROR(check_pointers({{p.q, "q"}, {p.out, "out"}}, "decode"));
   if (p.batch == 0) return Status::Ok();
   if (p.batch > 65535) {
     return Status::InvalidArgument("decode: batch of " + str(p.batch) +
                                    " sequences, at most 65535 per launch");
   }
-  if (plan->workspace_bytes > workspace_bytes || (plan->chunks > 1 && workspace == nullptr)) {
-    return Status::InvalidArgument("decode: the split into " + str(plan->chunks) + " chunks of " +
-                                   str(plan->chunk_tokens) + " tokens needs " +
-                                   str(plan->workspace_bytes) + " bytes of workspace, got " +
+  if (plan.workspace_bytes > workspace_bytes || (plan.chunks > 1 && workspace == nullptr)) {
+    return Status::InvalidArgument("decode: the split into " + str(plan.chunks) + " chunks of " +
+                                   str(plan.chunk_tokens) + " tokens needs " +
+                                   str(plan.workspace_bytes) + " bytes of workspace, got " +
                                    str(workspace_bytes));
   }
-  if (plan->chunks > 1) KVVM_RETURN_IF_ERROR(check_pointers({{workspace, "workspace"}}, "decode"));
+  if (plan.chunks > 1) KVVM_RETURN_IF_ERROR(check_pointers({{workspace, "workspace"}}, "decode"));
   const std::uint32_t group = p.qo_heads / p.kv_heads;
   kernels::DecodeKernelParams kp(p);
   kp.group = group;
@@ -133,10 +131,10 @@ Status decode_attention_cuda(const DecodeParams& p, void* workspace, std::size_t
   // scales are multiplied in by the kernel.
   const bool layer_scale = p.view.element == DType::kFp8 && p.head_scales.k == nullptr;
   kp.scale_log2 = scale_log2(p.sm_scale, p.view.head_dim) * (layer_scale ? p.k_scale : 1.0f);
-  kp.chunk_tokens = plan->chunk_tokens;
-  kp.chunks = plan->chunks;
-  if (plan->chunks > 1) {
-    const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * plan->chunks;
+  kp.chunk_tokens = plan.chunk_tokens;
+  kp.chunks = plan.chunks;
+  if (plan.chunks > 1) {
+    const std::uint64_t rows = std::uint64_t{p.batch} * p.qo_heads * plan.chunks;
     const std::uint64_t out_bytes = (rows * p.view.head_dim * sizeof(float) + 15) / 16 * 16;
     auto* bytes = static_cast<unsigned char*>(workspace);
     kp.partial_out = reinterpret_cast<float*>(bytes);

@@ -55,9 +55,9 @@ Result<std::unique_ptr<Arena>> Arena::create(HandlePool& pool, Governor& governo
   }
   std::unique_ptr<DummyTail> dummy;
   if (options.padded_tokens > 0) {
-    auto made = DummyTail::create(pool, governor, options.tier, options.budget_wait);
-    if (!made.ok()) return made.status();
-    dummy = std::move(made).value();
+    KVVM_ASSIGN_OR_RETURN(auto made,
+                          DummyTail::create(pool, governor, options.tier, options.budget_wait));
+    dummy = std::move(made);
   }
   auto cow =
       CopyOnWrite::create(pool, governor, options.tier, options.max_slots, options.budget_wait);

@@ -377,11 +377,10 @@ Result<SlotId> PrefixSharing::admit_shared(const SharedPrefix& prefix, std::uint
       return start_sharer(*mapping, prefix, std::move(handles), tokens, kept, stream, what);
     }
   }
-  Result<SlotId> taken = state_.take_empty_slot(what);
-  if (!taken.ok()) return taken.status();
+  KVVM_ASSIGN_OR_RETURN(SlotId taken, state_.take_empty_slot(what));
   MutexLock lock(state_.mutex_, std::defer_lock);
-  SlotClaim claim = SlotClaim::adopt(state_, *taken, lock);
-  return start_sharer(*taken, prefix, std::move(handles), tokens, 0, stream, what);
+  SlotClaim claim = SlotClaim::adopt(state_, taken, lock);
+  return start_sharer(taken, prefix, std::move(handles), tokens, 0, stream, what);
 }
 
 Result<SlotId> PrefixSharing::start_sharer(SlotId id, const SharedPrefix& prefix,

@@ -47,9 +47,9 @@ Result<SlotId> ArenaState::admit(std::uint64_t tokens) {
   } else {
     // Only finished slots with shared windows are left: empty one.
     lock.unlock();
-    Result<SlotId> emptied = take_empty_slot("admit of " + std::to_string(tokens) + " tokens");
-    if (!emptied.ok()) return emptied.status();
-    chosen = *emptied;
+    KVVM_ASSIGN_OR_RETURN(SlotId emptied,
+                          take_empty_slot("admit of " + std::to_string(tokens) + " tokens"));
+    chosen = emptied;
     lock.lock();
   }
   const SlotId id = *chosen;

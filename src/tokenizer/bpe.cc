@@ -97,9 +97,8 @@ Result<std::unique_ptr<Bpe>> Bpe::build(const Json& model, BpeLists lists, std::
   for (auto [key, field] : {std::pair{"ignore_merges", &bpe->ignore_merges_},
                             {"byte_fallback", &bpe->byte_fallback_},
                             {"fuse_unk", &bpe->fuse_unk_}}) {
-    Result<bool> value = bool_member(model, key, false, where);
-    if (!value.ok()) return value.status();
-    *field = *value;
+    KVVM_ASSIGN_OR_RETURN(bool value, bool_member(model, key, false, where));
+    *field = value;
   }
 
   const std::string vocab_where = member_path(where, "vocab");

@@ -181,14 +181,12 @@ Result<ChatTemplate> detect_chat_template(const std::string& model_dir) {
   const std::filesystem::path dir(model_dir);
   const std::filesystem::path config = dir / "tokenizer_config.json";
   if (path_exists(config)) {
-    Result<detail::Json> document = read_json_file(config.string());
-    if (!document.ok()) return document.status();
+    KVVM_ASSIGN_OR_RETURN(detail::Json document, read_json_file(config.string()));
     const std::string where = "'" + config.string() + "' chat_template";
-    if (document->is_object()) {
-      if (const detail::Json* value = detail::find_member(*document, "chat_template")) {
-        Result<std::string> text = template_text(*value, where);
-        if (!text.ok()) return text.status();
-        return recognise(*text, where);
+    if (document.is_object()) {
+      if (const detail::Json* value = detail::find_member(document, "chat_template")) {
+        KVVM_ASSIGN_OR_RETURN(std::string text, template_text(*value, where));
+        return recognise(text, where);
       }
     }
   }

@@ -39,10 +39,9 @@ int fallback_byte(std::string_view text) {
 }
 
 Result<std::string> one_character(const Json& json, std::string_view key, std::string_view where) {
-  Result<std::string> text = string_member(json, key, where);
-  if (!text.ok()) return text.status();
-  if (text->empty() || utf8_length(*text, 0) != text->size()) {
-    return field_error(member_path(where, key), "'" + *text + "' is not one character");
+  KVVM_ASSIGN_OR_RETURN(std::string text, string_member(json, key, where));
+  if (text.empty() || utf8_length(text, 0) != text.size()) {
+    return field_error(member_path(where, key), "'" + text + "' is not one character");
   }
   return text;
 }
@@ -144,13 +143,12 @@ Result<Decoder> Decoder::parse(const Json& json, std::string_view where) {
 
 Status Decoder::add(const Json& json, std::string_view where) {
   KVVM_RETURN_IF_ERROR(expect_object(json, where));
-  Result<std::string> type = type_member(json, where);
-  if (!type.ok()) return type.status();
+  KVVM_ASSIGN_OR_RETURN(std::string type, type_member(json, where));
   const auto after_fusion = [&](std::string_view why) {
-    return field_error(where, "decoder '" + *type + "' after the tokens are fused (" +
+    return field_error(where, "decoder '" + type + "' after the tokens are fused (" +
                                   std::string(why) + ") is not implemented");
   };
-  if (*type == "Sequence") {
+  if (type == "Sequence") {
     const std::string list_where = member_path(where, "decoders");
     const Json* list = find_member(json, "decoders");
     if (list == nullptr) return field_error(list_where, "missing");
@@ -160,37 +158,34 @@ Status Decoder::add(const Json& json, std::string_view where) {
     }
     return Status::Ok();
   }
-  if (*type == "Fuse") {
+  if (type == "Fuse") {
     fused_ = true;
     return Status::Ok();
   }
-  if (*type == "ByteLevel") {
+  if (type == "ByteLevel") {
     if (fused_) return after_fusion("by Fuse or ByteLevel");
     steps_.push_back(Step::of(Step::Kind::kByteLevel));
     fused_ = true;  // Hugging Face's ByteLevel decoder returns the tokens as one text
     return Status::Ok();
   }
-  if (*type == "ByteFallback") {
+  if (type == "ByteFallback") {
     if (fused_) return after_fusion("by Fuse or ByteLevel");
     steps_.push_back(Step::of(Step::Kind::kByteFallback));
     return Status::Ok();
   }
-  if (*type == "Metaspace") {
+  if (type == "Metaspace") {
     if (fused_) return after_fusion("by Fuse or ByteLevel");
-    Result<MetaspaceOptions> options = parse_metaspace_options(json, where);
-    if (!options.ok()) return options.status();
+    KVVM_ASSIGN_OR_RETURN(MetaspaceOptions options, parse_metaspace_options(json, where));
     Step step = Step::of(Step::Kind::kMetaspace);
-    step.text = options->replacement;
-    step.drop_first = options->prepend_scheme != PrependScheme::kNever;
+    step.text = options.replacement;
+    step.drop_first = options.prepend_scheme != PrependScheme::kNever;
     first_differs_ = first_differs_ || step.drop_first;
     steps_.push_back(std::move(step));
     return Status::Ok();
   }
-  if (*type == "Replace") {
-    Result<std::unique_ptr<Regex>> pattern = parse_replace_pattern(json, where);
-    if (!pattern.ok()) return pattern.status();
-    Result<std::string> content = string_member(json, "content", where);
-    if (!content.ok()) return content.status();
+  if (type == "Replace") {
+    KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Regex> pattern, parse_replace_pattern(json, where));
+    KVVM_ASSIGN_OR_RETURN(std::string content, string_member(json, "content", where));
     if (fused_) {
       // One character replaced in the fused text is the same as in each token; a longer
       // pattern could match across two.
@@ -203,37 +198,34 @@ Status Decoder::add(const Json& json, std::string_view where) {
       }
     }
     Step step = Step::of(Step::Kind::kReplace);
-    step.content = std::move(*content);
-    step.regex = std::shared_ptr<const Regex>(std::move(*pattern));
+    step.content = std::move(content);
+    step.regex = std::shared_ptr<const Regex>(std::move(pattern));
     steps_.push_back(std::move(step));
     return Status::Ok();
   }
-  if (*type == "Strip") {
-    Result<std::string> content = one_character(json, "content", where);
-    if (!content.ok()) return content.status();
-    Result<std::size_t> start = count_member(json, "start", where);
-    if (!start.ok()) return start.status();
-    Result<std::size_t> stop = count_member(json, "stop", where);
-    if (!stop.ok()) return stop.status();
+  if (type == "Strip") {
+    KVVM_ASSIGN_OR_RETURN(std::string content, one_character(json, "content", where));
+    KVVM_ASSIGN_OR_RETURN(std::size_t start, count_member(json, "start", where));
+    KVVM_ASSIGN_OR_RETURN(std::size_t stop, count_member(json, "stop", where));
     if (!fused_) {
       Step step = Step::of(Step::Kind::kStrip);
-      step.text = std::move(*content);
-      step.start = *start;
-      step.stop = *stop;
+      step.text = std::move(content);
+      step.start = start;
+      step.stop = stop;
       steps_.push_back(std::move(step));
       return Status::Ok();
     }
-    if (*stop != 0 || (strip_count_ > 0 && *start > 0)) {
+    if (stop != 0 || (strip_count_ > 0 && start > 0)) {
       return after_fusion("only one Strip of leading characters is");
     }
-    if (*start > 0) {
-      strip_content_ = std::move(*content);
-      strip_count_ = *start;
+    if (start > 0) {
+      strip_content_ = std::move(content);
+      strip_count_ = start;
     }
     return Status::Ok();
   }
   return field_error(member_path(where, "type"),
-                     "decoder '" + *type +
+                     "decoder '" + type +
                          "' is not implemented (ByteLevel, Metaspace, Replace, ByteFallback, "
                          "Fuse, Strip, Sequence or null are)");
 }

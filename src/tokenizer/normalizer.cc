@@ -131,29 +131,25 @@ Result<std::unique_ptr<Regex>> parse_replace_pattern(const Json& json, std::stri
 Result<std::unique_ptr<Normalizer>> parse_normalizer(const Json& json, std::string_view where) {
   if (json.is_null()) return std::unique_ptr<Normalizer>();
   KVVM_RETURN_IF_ERROR(expect_object(json, where));
-  Result<std::string> type = type_member(json, where);
-  if (!type.ok()) return type.status();
+  KVVM_ASSIGN_OR_RETURN(std::string type, type_member(json, where));
   const auto form = [](int options) -> std::unique_ptr<Normalizer> {
     return std::make_unique<UnicodeForm>(static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
   };
-  if (*type == "NFC") return form(UTF8PROC_COMPOSE);
-  if (*type == "NFD") return form(UTF8PROC_DECOMPOSE);
-  if (*type == "NFKC") return form(UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
-  if (*type == "NFKD") return form(UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
-  if (*type == "Prepend") {
-    Result<std::string> prefix = string_member(json, "prepend", where);
-    if (!prefix.ok()) return prefix.status();
-    return std::unique_ptr<Normalizer>(std::make_unique<Prepend>(std::move(*prefix)));
+  if (type == "NFC") return form(UTF8PROC_COMPOSE);
+  if (type == "NFD") return form(UTF8PROC_DECOMPOSE);
+  if (type == "NFKC") return form(UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+  if (type == "NFKD") return form(UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+  if (type == "Prepend") {
+    KVVM_ASSIGN_OR_RETURN(std::string prefix, string_member(json, "prepend", where));
+    return std::unique_ptr<Normalizer>(std::make_unique<Prepend>(std::move(prefix)));
   }
-  if (*type == "Replace") {
-    Result<std::unique_ptr<Regex>> pattern = parse_replace_pattern(json, where);
-    if (!pattern.ok()) return pattern.status();
-    Result<std::string> content = string_member(json, "content", where);
-    if (!content.ok()) return content.status();
+  if (type == "Replace") {
+    KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Regex> pattern, parse_replace_pattern(json, where));
+    KVVM_ASSIGN_OR_RETURN(std::string content, string_member(json, "content", where));
     return std::unique_ptr<Normalizer>(
-        std::make_unique<Replace>(std::move(*pattern), std::move(*content)));
+        std::make_unique<Replace>(std::move(pattern), std::move(content)));
   }
-  if (*type == "Sequence") {
+  if (type == "Sequence") {
     const std::string list_where = member_path(where, "normalizers");
     const Json* list = find_member(json, "normalizers");
     if (list == nullptr) return field_error(list_where, "missing");
@@ -168,7 +164,7 @@ Result<std::unique_ptr<Normalizer>> parse_normalizer(const Json& json, std::stri
     if (steps.empty()) return std::unique_ptr<Normalizer>();
     return std::unique_ptr<Normalizer>(std::make_unique<SequenceNormalizer>(std::move(steps)));
   }
-  return field_error(member_path(where, "type"), "normalizer '" + *type +
+  return field_error(member_path(where, "type"), "normalizer '" + type +
                                                      "' is not implemented (NFC, NFD, NFKC, NFKD, "
                                                      "Prepend, Replace, Sequence or null are)");
 }

@@ -44,10 +44,9 @@ Result<PostProcessor> parse_template(const Json& json, std::string_view where) {
       Result<std::string> name =
           string_member(*special, "id", member_path(item_where, "SpecialToken"));
       if (!name.ok()) return name.status();
-      Result<std::vector<TokenId>> ids = special_ids(json, *name, where);
-      if (!ids.ok()) return ids.status();
+      KVVM_ASSIGN_OR_RETURN(std::vector<TokenId> ids, special_ids(json, *name, where));
       auto& side = seen_text ? out.suffix : out.prefix;
-      side.insert(side.end(), ids->begin(), ids->end());
+      side.insert(side.end(), ids.begin(), ids.end());
     } else if (const Json* sequence = find_member(item, "Sequence")) {
       KVVM_RETURN_IF_ERROR(expect_object(*sequence, member_path(item_where, "Sequence")));
       Result<std::string> name =
@@ -80,11 +79,10 @@ std::vector<TokenId> PostProcessor::apply(std::vector<TokenId> ids) const {
 Result<PostProcessor> parse_post_processor(const Json& json, std::string_view where) {
   if (json.is_null()) return PostProcessor{};
   KVVM_RETURN_IF_ERROR(expect_object(json, where));
-  Result<std::string> type = type_member(json, where);
-  if (!type.ok()) return type.status();
-  if (*type == "ByteLevel") return PostProcessor{};  // offsets only; the ids stay as they are
-  if (*type == "TemplateProcessing") return parse_template(json, where);
-  if (*type == "Sequence") {
+  KVVM_ASSIGN_OR_RETURN(std::string type, type_member(json, where));
+  if (type == "ByteLevel") return PostProcessor{};  // offsets only; the ids stay as they are
+  if (type == "TemplateProcessing") return parse_template(json, where);
+  if (type == "Sequence") {
     const std::string list_where = member_path(where, "processors");
     const Json* list = find_member(json, "processors");
     if (list == nullptr) return field_error(list_where, "missing");
@@ -92,14 +90,14 @@ Result<PostProcessor> parse_post_processor(const Json& json, std::string_view wh
     // Each step wraps what the one before it made.
     PostProcessor out;
     for (std::size_t i = 0; i < list->size(); ++i) {
-      Result<PostProcessor> step = parse_post_processor((*list)[i], element_path(list_where, i));
-      if (!step.ok()) return step.status();
-      out.prefix.insert(out.prefix.begin(), step->prefix.begin(), step->prefix.end());
-      out.suffix.insert(out.suffix.end(), step->suffix.begin(), step->suffix.end());
+      KVVM_ASSIGN_OR_RETURN(PostProcessor step,
+                            parse_post_processor((*list)[i], element_path(list_where, i)));
+      out.prefix.insert(out.prefix.begin(), step.prefix.begin(), step.prefix.end());
+      out.suffix.insert(out.suffix.end(), step.suffix.begin(), step.suffix.end());
     }
     return out;
   }
-  return field_error(member_path(where, "type"), "post-processor '" + *type +
+  return field_error(member_path(where, "type"), "post-processor '" + type +
                                                      "' is not implemented (TemplateProcessing, "
                                                      "ByteLevel, Sequence or null are)");
 }

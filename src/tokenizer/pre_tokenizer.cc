@@ -95,27 +95,23 @@ Result<std::unique_ptr<PreTokenizer>> parse_split(const Json& json, std::string_
   Result<std::unique_ptr<Regex>> regex =
       Regex::compile(text->get_ref<const std::string&>(), regex_text == nullptr, pattern_where);
   if (!regex.ok()) return regex.status();
-  Result<Behavior> behavior = parse_behavior(json, where);
-  if (!behavior.ok()) return behavior.status();
-  Result<bool> invert = bool_member(json, "invert", false, where);
-  if (!invert.ok()) return invert.status();
+  KVVM_ASSIGN_OR_RETURN(Behavior behavior, parse_behavior(json, where));
+  KVVM_ASSIGN_OR_RETURN(bool invert, bool_member(json, "invert", false, where));
   return std::unique_ptr<PreTokenizer>(
-      std::make_unique<Split>(std::move(*regex), *behavior, *invert));
+      std::make_unique<Split>(std::move(*regex), behavior, invert));
 }
 
 Result<std::unique_ptr<PreTokenizer>> parse_byte_level(const Json& json, std::string_view where) {
-  Result<bool> add_prefix_space = bool_member(json, "add_prefix_space", true, where);
-  if (!add_prefix_space.ok()) return add_prefix_space.status();
-  Result<bool> use_regex = bool_member(json, "use_regex", true, where);
-  if (!use_regex.ok()) return use_regex.status();
+  KVVM_ASSIGN_OR_RETURN(bool add_prefix_space, bool_member(json, "add_prefix_space", true, where));
+  KVVM_ASSIGN_OR_RETURN(bool use_regex, bool_member(json, "use_regex", true, where));
   std::unique_ptr<Regex> regex;
-  if (*use_regex) {
-    Result<std::unique_ptr<Regex>> compiled = Regex::compile(kGpt2Pattern, false, where);
-    if (!compiled.ok()) return compiled.status();
-    regex = std::move(*compiled);
+  if (use_regex) {
+    KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Regex> compiled,
+                          Regex::compile(kGpt2Pattern, false, where));
+    regex = std::move(compiled);
   }
   return std::unique_ptr<PreTokenizer>(
-      std::make_unique<ByteLevel>(*add_prefix_space, std::move(regex)));
+      std::make_unique<ByteLevel>(add_prefix_space, std::move(regex)));
 }
 
 }  // namespace
@@ -124,11 +120,10 @@ Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const Json& json,
                                                           std::string_view where) {
   if (json.is_null()) return std::unique_ptr<PreTokenizer>();
   KVVM_RETURN_IF_ERROR(expect_object(json, where));
-  Result<std::string> type = type_member(json, where);
-  if (!type.ok()) return type.status();
-  if (*type == "Split") return parse_split(json, where);
-  if (*type == "ByteLevel") return parse_byte_level(json, where);
-  if (*type == "Sequence") {
+  KVVM_ASSIGN_OR_RETURN(std::string type, type_member(json, where));
+  if (type == "Split") return parse_split(json, where);
+  if (type == "ByteLevel") return parse_byte_level(json, where);
+  if (type == "Sequence") {
     const std::string list_where = member_path(where, "pretokenizers");
     const Json* list = find_member(json, "pretokenizers");
     if (list == nullptr) return field_error(list_where, "missing");
@@ -143,10 +138,10 @@ Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const Json& json,
     if (steps.empty()) return std::unique_ptr<PreTokenizer>();
     return std::unique_ptr<PreTokenizer>(std::make_unique<SequencePreTokenizer>(std::move(steps)));
   }
-  Result<std::unique_ptr<PreTokenizer>> by_class = parse_class_pre_tokenizer(json, *type, where);
+  Result<std::unique_ptr<PreTokenizer>> by_class = parse_class_pre_tokenizer(json, type, where);
   if (!by_class.ok() || *by_class) return by_class;
   return field_error(member_path(where, "type"),
-                     "pre-tokenizer '" + *type +
+                     "pre-tokenizer '" + type +
                          "' is not implemented (Split, ByteLevel, Digits, Punctuation, "
                          "Whitespace, WhitespaceSplit, Metaspace, Sequence or null are)");
 }

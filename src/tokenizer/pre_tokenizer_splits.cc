@@ -102,13 +102,12 @@ bool is_white_space_class(char32_t c) { return is_white_space(c); }
 
 Result<MetaspaceOptions> parse_metaspace_options(const Json& json, std::string_view where) {
   MetaspaceOptions options;
-  Result<std::string> replacement = string_member(json, "replacement", where);
-  if (!replacement.ok()) return replacement.status();
-  if (replacement->empty() || utf8_length(*replacement, 0) != replacement->size()) {
+  KVVM_ASSIGN_OR_RETURN(std::string replacement, string_member(json, "replacement", where));
+  if (replacement.empty() || utf8_length(replacement, 0) != replacement.size()) {
     return field_error(member_path(where, "replacement"),
-                       "'" + *replacement + "' is not one character");
+                       "'" + replacement + "' is not one character");
   }
-  options.replacement = std::move(*replacement);
+  options.replacement = std::move(replacement);
   bool scheme_given = false;
   if (const Json* scheme = find_member(json, "prepend_scheme")) {
     scheme_given = true;
@@ -128,18 +127,16 @@ Result<MetaspaceOptions> parse_metaspace_options(const Json& json, std::string_v
                          "unknown prepend_scheme '" + name + "' (always, first, never)");
     }
   }
-  Result<bool> add_prefix_space = bool_member(json, "add_prefix_space", true, where);
-  if (!add_prefix_space.ok()) return add_prefix_space.status();
-  if (!*add_prefix_space && options.prepend_scheme != PrependScheme::kNever) {
+  KVVM_ASSIGN_OR_RETURN(bool add_prefix_space, bool_member(json, "add_prefix_space", true, where));
+  if (!add_prefix_space && options.prepend_scheme != PrependScheme::kNever) {
     return field_error(
         member_path(where, "add_prefix_space"),
         std::string("false does not match prepend_scheme ") + (scheme_given ? "" : "(absent: ") +
             (options.prepend_scheme == PrependScheme::kFirst ? "'first'" : "'always'") +
             (scheme_given ? "" : ")"));
   }
-  Result<bool> split = bool_member(json, "split", true, where);
-  if (!split.ok()) return split.status();
-  options.split = *split;
+  KVVM_ASSIGN_OR_RETURN(bool split, bool_member(json, "split", true, where));
+  options.split = split;
   return options;
 }
 
@@ -147,16 +144,14 @@ Result<std::unique_ptr<PreTokenizer>> parse_class_pre_tokenizer(const Json& json
                                                                 std::string_view type,
                                                                 std::string_view where) {
   if (type == "Digits") {
-    Result<bool> individual = bool_member(json, "individual_digits", false, where);
-    if (!individual.ok()) return individual.status();
+    KVVM_ASSIGN_OR_RETURN(bool individual, bool_member(json, "individual_digits", false, where));
     return std::unique_ptr<PreTokenizer>(std::make_unique<ClassSplit<is_digit_class>>(
-        *individual ? Behavior::kIsolated : Behavior::kContiguous));
+        individual ? Behavior::kIsolated : Behavior::kContiguous));
   }
   if (type == "Punctuation") {
-    Result<Behavior> behavior = parse_behavior(json, where, Behavior::kIsolated);
-    if (!behavior.ok()) return behavior.status();
+    KVVM_ASSIGN_OR_RETURN(Behavior behavior, parse_behavior(json, where, Behavior::kIsolated));
     return std::unique_ptr<PreTokenizer>(
-        std::make_unique<ClassSplit<is_punctuation_class>>(*behavior));
+        std::make_unique<ClassSplit<is_punctuation_class>>(behavior));
   }
   if (type == "WhitespaceSplit") {
     return std::unique_ptr<PreTokenizer>(
@@ -164,9 +159,8 @@ Result<std::unique_ptr<PreTokenizer>> parse_class_pre_tokenizer(const Json& json
   }
   if (type == "Whitespace") return std::unique_ptr<PreTokenizer>(std::make_unique<Whitespace>());
   if (type == "Metaspace") {
-    Result<MetaspaceOptions> options = parse_metaspace_options(json, where);
-    if (!options.ok()) return options.status();
-    return std::unique_ptr<PreTokenizer>(std::make_unique<Metaspace>(std::move(*options)));
+    KVVM_ASSIGN_OR_RETURN(MetaspaceOptions options, parse_metaspace_options(json, where));
+    return std::unique_ptr<PreTokenizer>(std::make_unique<Metaspace>(std::move(options)));
   }
   return std::unique_ptr<PreTokenizer>();
 }

@@ -5,15 +5,14 @@ namespace kvvm::tokenizer::detail {
 Result<Behavior> parse_behavior(const Json& json, std::string_view where,
                                 std::optional<Behavior> fallback) {
   if (fallback && find_member(json, "behavior") == nullptr) return *fallback;
-  Result<std::string> name = string_member(json, "behavior", where);
-  if (!name.ok()) return name.status();
-  if (*name == "Removed") return Behavior::kRemoved;
-  if (*name == "Isolated") return Behavior::kIsolated;
-  if (*name == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
-  if (*name == "MergedWithNext") return Behavior::kMergedWithNext;
-  if (*name == "Contiguous") return Behavior::kContiguous;
+  KVVM_ASSIGN_OR_RETURN(std::string name, string_member(json, "behavior", where));
+  if (name == "Removed") return Behavior::kRemoved;
+  if (name == "Isolated") return Behavior::kIsolated;
+  if (name == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
+  if (name == "MergedWithNext") return Behavior::kMergedWithNext;
+  if (name == "Contiguous") return Behavior::kContiguous;
   return field_error(member_path(where, "behavior"),
-                     "unknown behavior '" + *name +
+                     "unknown behavior '" + name +
                          "' (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous)");
 }
 

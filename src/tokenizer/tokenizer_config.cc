@@ -26,9 +26,9 @@ Result<std::optional<std::string>> token_member(const Json& config, std::string_
   if (value == nullptr) return std::optional<std::string>();
   if (value->is_string()) return std::optional<std::string>(value->get<std::string>());
   if (value->is_object()) {
-    Result<std::string> content = string_member(*value, "content", member_path(where, key));
-    if (!content.ok()) return content.status();
-    return std::optional<std::string>(std::move(*content));
+    KVVM_ASSIGN_OR_RETURN(std::string content,
+                          string_member(*value, "content", member_path(where, key)));
+    return std::optional<std::string>(std::move(content));
   }
   return field_error(member_path(where, key),
                      "expected a string or {\"content\": string}, found " + json_kind(*value));
@@ -37,13 +37,12 @@ Result<std::optional<std::string>> token_member(const Json& config, std::string_
 // The id of the token `name_key` names, for the flag `flag_key`.
 Result<TokenId> flag_token(const Json& config, std::string_view flag_key, std::string_view name_key,
                            std::string_view where, const TokenizerParts& parts) {
-  Result<std::optional<std::string>> name = token_member(config, name_key, where);
-  if (!name.ok()) return name.status();
-  if (!name->has_value()) {
+  KVVM_ASSIGN_OR_RETURN(std::optional<std::string> name, token_member(config, name_key, where));
+  if (!name.has_value()) {
     return field_error(member_path(where, flag_key),
                        "true, but " + std::string(name_key) + " names no token");
   }
-  const std::string& content = **name;
+  const std::string& content = *name;
   if (const auto found = parts.added_ids.find(content); found != parts.added_ids.end()) {
     return found->second;
   }
@@ -76,9 +75,8 @@ Status apply_config_flags(const Json& config, std::string_view where, TokenizerP
       side.side->clear();
       continue;
     }
-    Result<TokenId> id = flag_token(config, side.flag, side.name, where, parts);
-    if (!id.ok()) return id.status();
-    *side.side = {*id};
+    KVVM_ASSIGN_OR_RETURN(TokenId id, flag_token(config, side.flag, side.name, where, parts));
+    *side.side = {id};
   }
   return Status::Ok();
 }

@@ -50,9 +50,8 @@ Result<detail::AddedToken> parse_added_token(const Json& entry, const std::strin
                            "]");
   }
   token.id = static_cast<TokenId>(id->get<std::int64_t>());
-  Result<std::string> content = detail::string_member(entry, "content", where);
-  if (!content.ok()) return content.status();
-  token.content = std::move(*content);
+  KVVM_ASSIGN_OR_RETURN(std::string content, detail::string_member(entry, "content", where));
+  token.content = std::move(content);
   for (auto [key, field] : {std::pair{"special", &token.special},
                             {"single_word", &token.single_word},
                             {"lstrip", &token.lstrip},
@@ -60,9 +59,8 @@ Result<detail::AddedToken> parse_added_token(const Json& entry, const std::strin
                             {"normalized", &token.normalized}}) {
     // Hugging Face's default: a non-special token is normalised, a special one is not.
     const bool fallback = std::string_view(key) == "normalized" ? !token.special : false;
-    Result<bool> value = detail::bool_member(entry, key, fallback, where);
-    if (!value.ok()) return value.status();
-    *field = *value;
+    KVVM_ASSIGN_OR_RETURN(bool value, detail::bool_member(entry, key, fallback, where));
+    *field = value;
   }
   return token;
 }
@@ -86,28 +84,27 @@ Status parse_added_tokens(const Json& document, detail::TokenizerParts& impl) {
   KVVM_RETURN_IF_ERROR(detail::expect_array(*list, "added_tokens"));
   for (std::size_t i = 0; i < list->size(); ++i) {
     const std::string where = detail::element_path("added_tokens", i);
-    Result<detail::AddedToken> token = parse_added_token((*list)[i], where);
-    if (!token.ok()) return token.status();
-    const TokenId in_vocab = impl.model->vocab().find(token->content);
-    if (in_vocab >= 0 && in_vocab != token->id) {
-      return field_error(where, "'" + token->content + "' has id " + std::to_string(token->id) +
+    KVVM_ASSIGN_OR_RETURN(detail::AddedToken token, parse_added_token((*list)[i], where));
+    const TokenId in_vocab = impl.model->vocab().find(token.content);
+    if (in_vocab >= 0 && in_vocab != token.id) {
+      return field_error(where, "'" + token.content + "' has id " + std::to_string(token.id) +
                                     " but the vocab gives it id " + std::to_string(in_vocab));
     }
-    const auto index = static_cast<std::size_t>(token->id);
+    const auto index = static_cast<std::size_t>(token.id);
     if (in_vocab < 0 && index < impl.tokens.size() && impl.tokens[index].known &&
-        impl.tokens[index].spelling != token->content) {
-      return field_error(where, "id " + std::to_string(token->id) + " of '" + token->content +
+        impl.tokens[index].spelling != token.content) {
+      return field_error(where, "id " + std::to_string(token.id) + " of '" + token.content +
                                     "' is already the id of '" +
                                     std::string(impl.tokens[index].spelling) + "'");
     }
-    record(impl, token->id, impl.added_contents.emplace_back(token->content), token->special);
-    impl.added_ids.emplace(token->content, token->id);
-    if (token->normalized && impl.normalizer) {
-      impl.normalized_added.add(*token, impl.normalizer->normalize(token->content));
-    } else if (token->normalized) {
-      impl.normalized_added.add(*token, token->content);
+    record(impl, token.id, impl.added_contents.emplace_back(token.content), token.special);
+    impl.added_ids.emplace(token.content, token.id);
+    if (token.normalized && impl.normalizer) {
+      impl.normalized_added.add(token, impl.normalizer->normalize(token.content));
+    } else if (token.normalized) {
+      impl.normalized_added.add(token, token.content);
     } else {
-      impl.raw_added.add(*token, token->content);
+      impl.raw_added.add(token, token.content);
     }
   }
   return Status::Ok();
@@ -135,9 +132,9 @@ Status parse_document(const Json& document, detail::BpeLists lists, detail::Toke
     return field_error("model.type",
                        detail::json_kind(*type) + " is not implemented (BPE is: BPE models only)");
   }
-  Result<std::unique_ptr<detail::Bpe>> bpe = detail::Bpe::build(*model, std::move(lists), "model");
-  if (!bpe.ok()) return bpe.status();
-  impl.model = std::move(*bpe);
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<detail::Bpe> bpe,
+                        detail::Bpe::build(*model, std::move(lists), "model"));
+  impl.model = std::move(bpe);
   profile.model_ms = watch.lap();
 
   const Json null;
@@ -153,9 +150,9 @@ Status parse_document(const Json& document, detail::BpeLists lists, detail::Toke
       detail::parse_pre_tokenizer(member("pre_tokenizer"), "pre_tokenizer");
   if (!pre_tokenizer.ok()) return pre_tokenizer.status();
   impl.pre_tokenizer = std::move(*pre_tokenizer);
-  Result<detail::Decoder> decoder = detail::Decoder::parse(member("decoder"), "decoder");
-  if (!decoder.ok()) return decoder.status();
-  impl.decoder = std::move(*decoder);
+  KVVM_ASSIGN_OR_RETURN(detail::Decoder decoder,
+                        detail::Decoder::parse(member("decoder"), "decoder"));
+  impl.decoder = std::move(decoder);
   profile.components_ms = watch.lap();
 
   // Sized once: growing a 150,000-entry table or its pool copies it all again.
@@ -208,9 +205,8 @@ Status build(std::string_view text, std::string_view origin, detail::TokenizerPa
 Status apply_config(std::string_view config, std::string_view origin,
                     detail::TokenizerParts& impl) {
   if (config.empty()) return Status::Ok();
-  Result<Json> document = read_json(config, {}, origin);
-  if (!document.ok()) return document.status();
-  return detail::apply_config_flags(*document, origin, impl);
+  KVVM_ASSIGN_OR_RETURN(Json document, read_json(config, {}, origin));
+  return detail::apply_config_flags(document, origin, impl);
 }
 
 Result<std::string> read_file(const std::string& path) {
@@ -242,21 +238,19 @@ Result<std::unique_ptr<Tokenizer>> load_profiled(const std::string& path,
   if (!std::filesystem::exists(path, error)) {
     return detail::not_found("tokenizer file '" + path + "' does not exist");
   }
-  Result<std::string> text = read_file(path);
-  if (!text.ok()) return text.status();
-  times.file_bytes = text->size();
+  KVVM_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  times.file_bytes = text.size();
   // transformers reads the flags from the directory's tokenizer_config.json.
   const std::string config_path =
       (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
   std::string config;
   if (std::filesystem::exists(config_path, error)) {
-    Result<std::string> config_text = read_file(config_path);
-    if (!config_text.ok()) return config_text.status();
-    config = std::move(*config_text);
+    KVVM_ASSIGN_OR_RETURN(std::string config_text, read_file(config_path));
+    config = std::move(config_text);
   }
   times.read_ms = watch.lap();
   auto impl = std::make_unique<Tokenizer::Impl>();
-  KVVM_RETURN_IF_ERROR(build(*text, "'" + path + "'", *impl, times, watch));
+  KVVM_RETURN_IF_ERROR(build(text, "'" + path + "'", *impl, times, watch));
   KVVM_RETURN_IF_ERROR(apply_config(config, "'" + config_path + "'", *impl));
   times.config_ms = watch.lap();
   text = std::string();

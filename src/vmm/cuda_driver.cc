@@ -568,9 +568,8 @@ Result<std::unique_ptr<Driver>> make_cuda_driver(CudaDriverOptions options) {
     facts.driver_version =
         std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
   }
-  Result<Granularity> granularity = query_granularity(api, ordinal);
-  if (!granularity.ok()) return granularity.status();
-  facts.granularity = *granularity;
+  KVVM_ASSIGN_OR_RETURN(Granularity granularity, query_granularity(api, ordinal));
+  facts.granularity = granularity;
 
   CUcontext context = nullptr;
   if (CUresult r = api.primary_ctx_retain(&context, facts.device); r != CUDA_SUCCESS) {

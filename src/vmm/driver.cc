@@ -171,11 +171,10 @@ bool context_lost(const Status& status) {
 }
 
 Status Driver::drain(Stream stream) {
-  Result<Fence> fence = record_fence(stream);
-  if (!fence.ok()) return fence.status();
-  Status waited = wait_fence(*fence);
+  KVVM_ASSIGN_OR_RETURN(Fence fence, record_fence(stream));
+  Status waited = wait_fence(fence);
   // A fence that cannot be destroyed leaks an event; the wait's answer stands either way.
-  destroy_fence(*fence).ignore();
+  destroy_fence(fence).ignore();
   return waited;
 }
 

@@ -69,9 +69,8 @@ void HostChunks::add_free(std::uint64_t id, Chunk& chunk, std::size_t offset, st
 Result<ChunkRange> HostChunks::take(std::size_t bytes) {
   auto run = free_runs_.lower_bound({bytes, 0, 0});
   if (run == free_runs_.end()) {
-    Result<std::uint64_t> opened = open_chunk(std::max(chunk_bytes_, bytes));
-    if (!opened.ok()) return opened.status();
-    run = free_runs_.lower_bound({bytes, *opened, 0});
+    KVVM_ASSIGN_OR_RETURN(std::uint64_t opened, open_chunk(std::max(chunk_bytes_, bytes)));
+    run = free_runs_.lower_bound({bytes, opened, 0});
   }
   const auto [length, id, offset] = *run;
   free_runs_.erase(run);
