@@ -203,6 +203,24 @@ TEST_F(CliGenerateCheckpoint, TimingsPrintInThreeSignificantDigitsWithUnits) {
   }
 }
 
+// A checkpoint in shards says how its load goes: into a log (the test's stream is no terminal),
+// one line per shard, the last at the total.
+TEST_F(CliGenerateCheckpoint, AShardedLoadPrintsALinePerShardInALog) {
+  const fs::path sharded = temp_ / "sharded";
+  test::write_tiny_model_shards(sharded, spec_, 3);
+  fs::copy_file(dir() / "tokenizer.json", sharded / "tokenizer.json");
+  CliRun r = run({"generate", "--model", sharded.string(), "--prompt-ids", "72,101", "--max-tokens",
+                  "2", "--backend", "cpu", "--json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* shard : {"1/3", "2/3", "3/3"}) {
+    EXPECT_TRUE(
+        contains(r.err, std::string("kvvm generate: loading weights: ") + shard + " shards, "))
+        << shard << " not in: " << r.err;
+  }
+  EXPECT_TRUE(contains(r.err, "(100%)")) << r.err;
+  EXPECT_FALSE(contains(r.err, "\r")) << "no terminal control in a log";
+}
+
 TEST_F(CliGenerateCheckpoint, StreamedTextEqualsTheJsonText) {
   const std::vector<std::string> base = {"generate", "--model",      dir_text(), "--prompt",
                                          "Hi there", "--max-tokens", "16",       "--temperature",

@@ -14,6 +14,7 @@
 #include "kernels/element.h"
 #include "kvvm/attention.h"
 #include "kvvm/host_driver.h"
+#include "model/load_tracker.h"
 #include "model/weight_tensors.h"
 
 namespace kvvm::model::cpu {
@@ -135,9 +136,11 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
     return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(out->staging_.data()) + at +
                                     offset);
   };
+  detail::LoadTracker tracker(*tensors, options.on_progress, started);
   for (const detail::WeightTensor& t : *tensors) {
     fill(t, options.dummy_seed, place(t.region, t.offset));
     out->load_bytes_ += t.elements * sizeof(float);
+    tracker.read(t);
   }
 
   // Every pointer is the tensor's stable address, streamed or not.

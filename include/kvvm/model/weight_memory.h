@@ -30,6 +30,7 @@
 #include "kvvm/dtype.h"
 #include "kvvm/governor.h"
 #include "kvvm/model/config.h"
+#include "kvvm/model/load_progress.h"
 #include "kvvm/status.h"
 
 namespace kvvm::model {
@@ -135,6 +136,8 @@ struct WeightOptions {
   std::uint64_t host_limit_bytes = 0;
   LoadFormat format = LoadFormat::kCheckpoint;
   std::uint64_t dummy_seed = 0;
+  // Told how the checkpoint's load goes (load_progress.h); empty: nothing is told.
+  LoadProgressCallback on_progress;
 };
 
 // What the weights hold, from the store's own counts.
