@@ -144,6 +144,32 @@ TEST(CliBench, BadOptionsExitTwoWithTheReason) {
   }
 }
 
+// 'all' beside an unknown name used to run every built-in and drop the unknown one silently.
+TEST(CliBench, AnUnknownModelBesideAllIsRefusedNamingItAndTheKnownOnes) {
+  BenchGrowthOptions options = tiny();
+  options.models = {"all", "nosuch"};
+  options.steps = 1;
+  const CliRun result = run_growth_options(options);
+  EXPECT_EQ(result.code, kExitUsage) << result.err;
+  EXPECT_TRUE(result.out.empty()) << result.out;
+  EXPECT_NE(result.err.find("'nosuch'"), std::string::npos) << result.err;
+  for (const std::string& known : model::builtin_model_names()) {
+    EXPECT_NE(result.err.find(known), std::string::npos) << known << " not in: " << result.err;
+  }
+  // 'all' beside a built-in name runs every built-in once.
+  options.models = {"qwen2.5-0.5b", "all"};
+  options.layout = "token-major";
+  const CliRun both = run_growth_options(options);
+  ASSERT_EQ(both.code, kExitOk) << both.err;
+  const nlohmann::json report = nlohmann::json::parse(both.out);
+  std::multiset<std::string> models;
+  for (const nlohmann::json& row : report["growth"]) {
+    if (row["ahead_windows"] == 0) models.insert(row["model"].get<std::string>());
+  }
+  EXPECT_EQ(models.size(), model::builtin_model_names().size());
+  EXPECT_EQ(models.count("qwen2.5-0.5b"), 1u);
+}
+
 TEST(CliBench, CudaWithoutAGpuIsAUsageError) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is usable here";
   BenchGrowthOptions options = tiny();

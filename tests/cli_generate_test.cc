@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -167,6 +168,57 @@ TEST_F(CliGenerateCheckpoint, JsonTokensEqualTheEngineOnTheSameWeights) {
        {"load_seconds", "prefill_seconds", "decode_seconds", "tokens_per_second"}) {
     EXPECT_TRUE(report["timings"].contains(key)) << key;
   }
+}
+
+// "1.23", "12.3", "123", "0.00456", "1235" (a whole number from 1000 up): at most three
+// digits from the first that is not zero, or a whole number.
+bool three_significant_digits(const std::string& value) {
+  const std::size_t point = value.find('.');
+  if (point == std::string::npos) return true;
+  const std::size_t first = value.find_first_not_of("0.");
+  if (first == std::string::npos) return true;
+  std::size_t digits = 0;
+  for (std::size_t i = first; i < value.size(); ++i) digits += value[i] != '.';
+  return digits <= 3;
+}
+
+// The start and end lines give times and rates in three significant digits with their units
+// ("loaded in 22.7 ms", "decode 367 tokens/s"), not a double's raw digits ("0.0227192 s").
+TEST_F(CliGenerateCheckpoint, TimingsPrintInThreeSignificantDigitsWithUnits) {
+  CliRun r = run({"generate", "--model", dir_text(), "--prompt-ids", "72,101,108", "--max-tokens",
+                  "4", "--backend", "cpu", "--ignore-eos"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const std::string kNumber = "([0-9]+(?:\\.[0-9]+)?)";
+  const std::string kUnit = " (ns|µs|ms|s)";
+  std::smatch loaded;
+  ASSERT_TRUE(std::regex_search(r.err, loaded, std::regex("loaded in " + kNumber + kUnit + ";")))
+      << r.err;
+  std::smatch done;
+  ASSERT_TRUE(std::regex_search(
+      r.err, done,
+      std::regex("prefill " + kNumber + kUnit + ", decode " + kNumber + " tokens/s\n")))
+      << r.err;
+  for (const std::string& value : {loaded[1].str(), done[1].str(), done[3].str()}) {
+    EXPECT_TRUE(three_significant_digits(value)) << value << " in: " << r.err;
+  }
+}
+
+// A checkpoint in shards says how its load goes: into a log (the test's stream is no terminal),
+// one line per shard, the last at the total.
+TEST_F(CliGenerateCheckpoint, AShardedLoadPrintsALinePerShardInALog) {
+  const fs::path sharded = temp_ / "sharded";
+  test::write_tiny_model_shards(sharded, spec_, 3);
+  fs::copy_file(dir() / "tokenizer.json", sharded / "tokenizer.json");
+  CliRun r = run({"generate", "--model", sharded.string(), "--prompt-ids", "72,101", "--max-tokens",
+                  "2", "--backend", "cpu", "--json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* shard : {"1/3", "2/3", "3/3"}) {
+    EXPECT_TRUE(
+        contains(r.err, std::string("kvvm generate: loading weights: ") + shard + " shards, "))
+        << shard << " not in: " << r.err;
+  }
+  EXPECT_TRUE(contains(r.err, "(100%)")) << r.err;
+  EXPECT_FALSE(contains(r.err, "\r")) << "no terminal control in a log";
 }
 
 TEST_F(CliGenerateCheckpoint, StreamedTextEqualsTheJsonText) {

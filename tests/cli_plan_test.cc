@@ -10,6 +10,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands/info_command.h"
@@ -132,6 +133,29 @@ TEST(CliPlanRun, RefusalsExitTwoWithTheReason) {
     for (const std::string& part : c.said) {
       EXPECT_TRUE(contains(result.err, part)) << part << " not in: " << result.err;
     }
+  }
+}
+
+// A granule is what a driver maps at once: a multiple of the page (the host driver's
+// --host-granule) or the GPU's 2 MiB granularity. `--granule 3` used to be planned as given.
+TEST(CliPlanRun, AGranuleNotAMultipleOfThePageIsRefusedNamingIt) {
+  for (const auto& [granule, text] : std::vector<std::pair<std::uint64_t, std::string>>{
+           {3, "--granule 3 (3 B)"},
+           {6000, "--granule 6000 (5.86 KiB)"},
+           {4096 + 512, "--granule 4608 (4.50 KiB)"}}) {
+    PlanOptions options;
+    options.granule = granule;
+    const CliRun result = run_plan_options(options);
+    EXPECT_EQ(result.code, kExitUsage) << granule << ": " << result.err;
+    EXPECT_TRUE(result.out.empty()) << result.out;
+    EXPECT_TRUE(contains(result.err, text)) << result.err;
+    EXPECT_TRUE(contains(result.err, "a positive multiple of 4 KiB")) << result.err;
+  }
+  for (const std::uint64_t granule : {std::uint64_t{4096}, std::uint64_t{12288}, 2 * kMiB}) {
+    PlanOptions options;
+    options.granule = granule;
+    const CliRun result = run_plan_options(options);
+    EXPECT_EQ(result.code, kExitOk) << granule << ": " << result.err;
   }
 }
 

@@ -71,6 +71,25 @@ TEST(CliWeights, DummyWeightsStreamedGiveTheResidentTokensAndSayTheSplit) {
   EXPECT_EQ(a["token_ids"], b["token_ids"]);
 }
 
+// On the CPU the weights are in host memory, and the start line says so: a newcomer's first run
+// (no GPU) used to read "on the device".
+TEST(CliWeights, TheStartLineOfACpuRunSaysTheWeightsAreInHostMemory) {
+  const std::string dir = dummy_model_dir();
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{}, {"--weight-budget", budget_streaming(dir, 4)}}) {
+    const test::CliRun generate = run(generate_args(dir, extra));
+    ASSERT_EQ(generate.code, kExitOk) << generate.err;
+    EXPECT_TRUE(contains(generate.err, "kvvm generate: weights: ")) << generate.err;
+    EXPECT_TRUE(contains(generate.err, " in host memory")) << generate.err;
+    EXPECT_FALSE(contains(generate.err, "on the device")) << generate.err;
+  }
+  // `kvvm plan` sizes a device's memory, so it keeps saying so.
+  const test::CliRun plan = run({"plan", "--model", "llama-3-8b", "--layout", "token-major",
+                                 "--weight-budget", "100GiB", "--budget", "130GiB"});
+  ASSERT_EQ(plan.code, kExitOk) << plan.err;
+  EXPECT_TRUE(contains(plan.out, "on the device")) << plan.out;
+}
+
 TEST(CliWeights, ABudgetBelowWhatStreamingNeedsIsRefusedNamingTheLeast) {
   const std::string dir = dummy_model_dir();
   const test::CliRun small = run(generate_args(dir, {"--weight-budget", "64KiB"}));

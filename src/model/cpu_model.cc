@@ -13,6 +13,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvvm/attention.h"
@@ -24,6 +25,28 @@
 
 namespace kvvm::model {
 namespace {
+
+// Allocates without zeroing: a scratch row is written before it is read, so a page of the
+// buffers sized for max_step_tokens is first touched (and pays its first fault) only when a
+// step uses its rows. Zeroed, they were 7 MiB of faults at every start of even the demo model,
+// a fifth of `kvvm generate`'s start on a VM whose first touch of a page costs ~12 us.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  template <typename U>
+  void construct(U* at) noexcept {
+    ::new (static_cast<void*>(at)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* at, Args&&... args) {
+    ::new (static_cast<void*>(at)) U(std::forward<Args>(args)...);
+  }
+};
+template <typename T>
+using Scratch = std::vector<T, UninitializedAllocator<T>>;
 
 bool readable_element(DType element) {
   return element == DType::kFp32 || element == DType::kBf16 || element == DType::kFp16 ||
@@ -221,7 +244,7 @@ class CpuModel final : public Model {
     const std::size_t bytes = element_bytes(element);
     const bool native = element == DType::kFp32;
     if (calibrating_) {
-      const auto largest = [&](const std::vector<float>& values) {
+      const auto largest = [&](const Scratch<float>& values) {
         float most = 0.0f;
         for (std::size_t i = 0; i < tokens * kv_width; ++i) {
           const float magnitude = std::fabs(values[i]);
@@ -424,11 +447,11 @@ class CpuModel final : public Model {
   unsigned threads_;
   bool calibrating_ = false;  // this step measures the KV scales (Model::calibrate_kv_scales)
   // Activations, sized once from the limits.
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, last_, logits_;
-  std::vector<std::uint32_t> positions_, row_slots_;
-  std::vector<unsigned char> q_elements_, k_elements_, v_elements_, out_elements_;
-  std::vector<unsigned char> decode_q_, decode_out_;
-  std::vector<std::uint32_t> decode_slots_, decode_lengths_, decode_rows_;
+  Scratch<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, last_, logits_;
+  Scratch<std::uint32_t> positions_, row_slots_;
+  Scratch<unsigned char> q_elements_, k_elements_, v_elements_, out_elements_;
+  Scratch<unsigned char> decode_q_, decode_out_;
+  Scratch<std::uint32_t> decode_slots_, decode_lengths_, decode_rows_;
 };
 
 Status check_config(const ModelConfig& c, const ModelLimits& limits) {

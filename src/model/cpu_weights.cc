@@ -14,6 +14,7 @@
 #include "kernels/element.h"
 #include "kvvm/attention.h"
 #include "kvvm/host_driver.h"
+#include "model/load_tracker.h"
 #include "model/weight_tensors.h"
 
 namespace kvvm::model::cpu {
@@ -90,9 +91,21 @@ void fill(const detail::WeightTensor& t, std::uint64_t seed, float* out) {
     std::memcpy(out, t.source->data, t.elements * 4);  // the mapping's alignment is the file's
     return;
   }
-  const std::uint32_t size = element_bytes(element);
-  for (std::uint64_t i = 0; i < t.elements; ++i) {
-    out[i] = element_to_float(element, t.source->data + i * size);
+  // One loop per type with the conversion inlined (it vectorizes): a call and a switch per
+  // element took 8x as long (4.9 ms against 0.6 ms for models/kvvm-adder's 4.1M weights).
+  const auto* from = reinterpret_cast<const unsigned char*>(t.source->data);
+  if (element == DType::kBf16) {
+    for (std::uint64_t i = 0; i < t.elements; ++i) {
+      std::uint16_t bits;
+      std::memcpy(&bits, from + 2 * i, 2);
+      out[i] = kernels::bf16_to_float(bits);
+    }
+    return;
+  }
+  for (std::uint64_t i = 0; i < t.elements; ++i) {  // fp16
+    std::uint16_t bits;
+    std::memcpy(&bits, from + 2 * i, 2);
+    out[i] = kernels::half_to_float(bits);
   }
 }
 
@@ -135,9 +148,11 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
     return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(out->staging_.data()) + at +
                                     offset);
   };
+  detail::LoadTracker tracker(*tensors, options.on_progress, started);
   for (const detail::WeightTensor& t : *tensors) {
     fill(t, options.dummy_seed, place(t.region, t.offset));
     out->load_bytes_ += t.elements * sizeof(float);
+    tracker.read(t);
   }
 
   // Every pointer is the tensor's stable address, streamed or not.

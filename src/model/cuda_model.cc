@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "base/format.h"  // str
 #include "kvvm/attention.h"
 #include "kvvm/fp8_kernels.h"
 #include "kvvm/model_kernels.h"
@@ -18,8 +19,6 @@ namespace {
 
 constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;  // cuBLAS's Hopper advice
 constexpr std::uint64_t kBufferAlignment = 256;
-
-std::string str(std::uint64_t value) { return std::to_string(value); }
 
 Status check_config(const ModelConfig& c, const ModelLimits& limits) {
   if (c.hidden_size == 0 || c.intermediate_size == 0 || c.layers == 0 || c.vocab_size == 0 ||

@@ -20,6 +20,7 @@
 #include "kvvm/cuda_driver.h"
 #include "kvvm/model_kernels.h"
 #include "model/cuda_status.h"
+#include "model/load_tracker.h"
 #include "model/weight_tensors.h"
 
 namespace kvvm::model::detail {
@@ -232,6 +233,9 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
   {
     Pipeline pipeline(stream);
     KVVM_RETURN_IF_ERROR(pipeline.init());
+    // Told as each tensor's bytes are read from the checkpoint (its copy to the device may
+    // still run): what a load's time goes to.
+    LoadTracker tracker(*tensors, options.on_progress, started);
     for (const WeightTensor& t : *tensors) {
       const bool staged = t.region != kBaseRegion && s.streamed(t.region);
       unsigned char* host = staged ? const_cast<unsigned char*>(
@@ -294,6 +298,7 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
                                         scales.size() * 4, cudaMemcpyHostToDevice, stream)));
         }
       }
+      tracker.read(t);
     }
   }
   KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream)));

@@ -167,6 +167,7 @@ Result<std::unique_ptr<WeightFiles>> WeightFiles::open_dir(const std::string& di
       }
     }
     for (TensorView& view : (*mapping)->tensors) {
+      view.file = static_cast<std::uint32_t>(files->mappings_.size());
       owned.push_back(Owned{std::move(view), files->mappings_.size()});
     }
     (*mapping)->tensors.clear();

@@ -6,12 +6,9 @@
 #include <limits>
 #include <string>
 
+#include "base/format.h"  // str
+
 namespace kvvm::model::detail {
-namespace {
-
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
-}  // namespace
 
 Status check_step(const StepBatch& batch, const StepOutput& out, const ModelConfig& config,
                   const ModelLimits& limits, std::string_view who) {

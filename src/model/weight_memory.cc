@@ -218,11 +218,12 @@ std::string WeightSizes::describe_types() const {
 std::string WeightSplit::describe() const {
   const std::uint32_t n = sizes.layers;
   const std::string types = " [" + sizes.describe_types() + "]";
+  const std::string where = in_host_memory ? " in host memory" : " on the device";
   if (streamed_layers == 0) {
-    return "weights: " + format_bytes(device_bytes) + " on the device, all " + layer_count(n) +
+    return "weights: " + format_bytes(device_bytes) + where + ", all " + layer_count(n) +
            " resident" + types;
   }
-  return "weights: " + format_bytes(device_bytes) + " on the device (" +
+  return "weights: " + format_bytes(device_bytes) + where + " (" +
          std::to_string(n - streamed_layers) + " of " + layer_count(n) + " resident, a ring of " +
          std::to_string(ring_slots) + " slots of " + format_bytes(layer_block) + "); " +
          layer_count(streamed_layers) + " streamed from host memory, " +

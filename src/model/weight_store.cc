@@ -57,6 +57,7 @@ Result<std::unique_ptr<WeightStore>> WeightStore::create(Driver* driver,
                                                 options.budget_bytes, options.ring_slots);
   if (!split.ok()) return split.status().with_context("--weight-budget");
   store->split_ = std::move(split).value();
+  store->split_.in_host_memory = store->driver_->info().backend == "host";
   const WeightSplit& s = store->split_;
   if (device_free_check && options.budget_bytes == 0) {
     const std::uint64_t free = store->driver_->info().free_bytes;

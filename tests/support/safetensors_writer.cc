@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -175,6 +176,27 @@ void write_tiny_model(const std::filesystem::path& dir, const TinyModel& model) 
   write_json_file(dir / "config.json", tiny_config_json(model));
   write_safetensors(dir / "model.safetensors", tiny_model_tensors(model),
                     nlohmann::json{{"format", "pt"}});
+}
+
+void write_tiny_model_shards(const std::filesystem::path& dir, const TinyModel& model,
+                             std::uint32_t shards, const std::vector<TensorSpec>& extra) {
+  if (shards == 0) throw std::runtime_error("write_tiny_model_shards: no shards");
+  std::filesystem::create_directories(dir);
+  write_json_file(dir / "config.json", tiny_config_json(model));
+  const std::vector<TensorSpec> tensors = tiny_model_tensors(model);
+  std::vector<std::vector<TensorSpec>> files(shards);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    files[i * shards / tensors.size()].push_back(tensors[i]);
+  }
+  files.back().insert(files.back().end(), extra.begin(), extra.end());
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (std::uint32_t s = 0; s < shards; ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05u-of-%05u.safetensors", s + 1, shards);
+    write_safetensors(dir / name, files[s], nlohmann::json{{"format", "pt"}});
+    for (const TensorSpec& spec : files[s]) weight_map[spec.name] = name;
+  }
+  write_json_file(dir / "model.safetensors.index.json", {{"weight_map", weight_map}});
 }
 
 TempDir::TempDir() {

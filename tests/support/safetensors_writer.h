@@ -67,6 +67,11 @@ std::vector<TensorSpec> tiny_model_tensors(const TinyModel& model);
 // DIR/config.json and DIR/model.safetensors for `model`; creates DIR.
 void write_tiny_model(const std::filesystem::path& dir, const TinyModel& model);
 
+// The same as `shards` files, model-0000i-of-0000n.safetensors, holding the tensors in order
+// (runs of nearly equal counts; `extra` added to the last), and the index naming them.
+void write_tiny_model_shards(const std::filesystem::path& dir, const TinyModel& model,
+                             std::uint32_t shards, const std::vector<TensorSpec>& extra = {});
+
 // A fresh directory under the system's temp directory, removed with everything in it.
 class TempDir {
  public:

@@ -47,6 +47,9 @@ struct TensorView {
   std::vector<std::uint64_t> shape;
   const std::byte* data = nullptr;  // inside the mapping; alignment: whatever the file gives
   std::uint64_t bytes = 0;
+  // The shard holding it: its file's place among the checkpoint's files in name order (0 for a
+  // single file), for a load's progress shard by shard.
+  std::uint32_t file = 0;
   std::uint64_t elements() const;
 };
 

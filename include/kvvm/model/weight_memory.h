@@ -30,6 +30,7 @@
 #include "kvvm/dtype.h"
 #include "kvvm/governor.h"
 #include "kvvm/model/config.h"
+#include "kvvm/model/load_progress.h"
 #include "kvvm/status.h"
 
 namespace kvvm::model {
@@ -86,6 +87,9 @@ struct WeightSplit {
   std::uint64_t ring_bytes = 0;               // ring_slots * layer_block
   std::uint64_t streamed_bytes_per_step = 0;  // streamed_layers * layer_bytes
   std::uint64_t host_staging_bytes = 0;       // streamed_layers * layer_bytes, in host memory
+  // Where device_bytes are: host memory for a host driver's store (the CPU backend), the device
+  // otherwise (CUDA, and `kvvm plan`, which sizes a GPU).
+  bool in_host_memory = false;
   // One line for start-up logs and `kvvm plan`: resident and streamed layers, R, the bytes,
   // and the bytes by the type they are stored in.
   std::string describe() const;
@@ -132,6 +136,8 @@ struct WeightOptions {
   std::uint64_t host_limit_bytes = 0;
   LoadFormat format = LoadFormat::kCheckpoint;
   std::uint64_t dummy_seed = 0;
+  // Told how the checkpoint's load goes (load_progress.h); empty: nothing is told.
+  LoadProgressCallback on_progress;
 };
 
 // What the weights hold, from the store's own counts.

@@ -368,7 +368,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
     report.load_seconds = placed.load_seconds;
     if (progress != nullptr) {
       *progress << kBenchEngine << ": " << report.weights << "; loaded in "
-                << fixed(report.load_seconds, 2) << " s\n"
+                << format_duration(report.load_seconds) << "\n"
                 << std::flush;
     }
 

@@ -153,9 +153,9 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
       << format_bytes(report.kv_bytes_per_token) << " per token; preallocated holds "
       << report.preallocated_capacity << " sequences of max context\n"
       << report.weights << (report.dummy_weights ? " (dummy weights)" : "") << "; loaded "
-      << format_bytes(report.load_bytes) << " in " << fixed(report.load_seconds, 2) << " s ("
-      << fixed(report.load_seconds > 0 ? report.load_bytes / report.load_seconds / 1e9 : 0, 2)
-      << " GB/s)\n";
+      << format_bytes(report.load_bytes) << " in " << format_duration(report.load_seconds) << " ("
+      << format_byte_rate(report.load_seconds > 0 ? report.load_bytes / report.load_seconds : 0)
+      << ")\n";
   if (!report.decode.empty()) {
     out << "\nDecode (" << report.prompt_tokens << "-token random prompts, " << report.decode_tokens
         << " greedy tokens each, end tokens ignored; timed after every sequence has its first "

@@ -75,7 +75,14 @@ Result<Request> resolve_request(const BenchGrowthOptions& options) {
     request.decode_layout = *layout;
   }
   const bool all = wants_all_models(options.models);
-  const std::vector<std::string> names = all ? model::builtin_model_names() : options.models;
+  std::vector<std::string> names = all ? model::builtin_model_names() : options.models;
+  // A name beside 'all' still counts: an unknown one is refused like any other, a config.json
+  // path is run too, and a built-in is run once.
+  for (const std::string& name : options.models) {
+    if (all && name != "all" && std::find(names.begin(), names.end(), name) == names.end()) {
+      names.push_back(name);
+    }
+  }
   for (const std::string& name : names) {
     Result<Geometry> geometry = resolve_model_geometry(name, std::nullopt);
     if (!geometry.ok()) return geometry.status().with_context("--model (or 'all')");
@@ -220,7 +227,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchGrowthOptions& options) {
   growth
       ->add_option("--model", options.models,
                    "A built-in model or a config.json path; repeatable; 'all' = every built-in "
-                   "geometry (default all)")
+                   "geometry, beside any other named (default all)")
       ->allow_extra_args(false);
   growth->add_option("--layout", options.layout,
                      "head-major, seq-major, token-major or all (default all)");

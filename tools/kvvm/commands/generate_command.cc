@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/format.h"
 #include "kit/cli_common.h"
 #include "kit/kv_dtype_flag.h"
 #include "kit/model_loading.h"
@@ -266,7 +267,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   }
   err << kGenerate << ": " << config.architecture << " (" << config.layers << " layers, vocab "
       << config.vocab_size << ") on " << model::to_string(model.backend()) << ", "
-      << to_string(kv_dtype) << " KV, loaded in " << load_seconds << " s; prompt of "
+      << to_string(kv_dtype) << " KV, loaded in " << format_duration(load_seconds) << "; prompt of "
       << request.prompt.size() << " tokens\n";
   print_kv_scales(kv_dtype, model, kGenerate, err);
 
@@ -302,8 +303,8 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   } else {
     out << clean_utf8(decoder.finish()) << "\n";
     err << kGenerate << ": " << result->tokens.size() << " tokens (" << finish_name(result->finish)
-        << "); prefill " << t.prefill_seconds << " s, decode " << tokens_per_second
-        << " tokens/s\n";
+        << "); prefill " << format_duration(t.prefill_seconds) << ", decode "
+        << format_rate(tokens_per_second, "tokens") << "\n";
   }
   return kExitOk;
 }

@@ -21,6 +21,12 @@
 namespace kvvm::cli {
 namespace {
 
+// The page: what every granule is a multiple of. A granule is what a driver maps at once: the
+// host driver's is a multiple of the page (--host-granule), a GPU's its allocation granularity
+// (2 MiB). The plan's arithmetic would take any count, but a plan for a granule no driver can
+// map describes no machine.
+constexpr std::uint64_t kPageBytes = 4096;
+
 constexpr const char* kLegend =
     "L layers, H KV heads, D head dim, e bytes per element, G granule, n context tokens, "
     "P prefix tokens, B budget; x multiplies, ceil/floor round up/down, round_up(a, G) is a "
@@ -396,7 +402,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
                    "head-major, seq-major, token-major, or all for a side-by-side table "
                    "(default all)");
   plan->add_option("--granule", options.granule,
-                   "Mapping granule, e.g. 4K, 2M (default 2M; the driver's, see kvvm info)")
+                   "Mapping granule, a multiple of the 4 KiB page, e.g. 4K, 2M (default 2M; the "
+                   "driver's, see kvvm info)")
       ->transform(byte_size_validator());
   plan->add_option("--context", options.context,
                    "Tokens per sequence, also the slot's max context (default 8192; K = 1024)")
@@ -441,6 +448,13 @@ Result<PlanReport> make_plan(const PlanOptions& options) {
   }
   if (options.granule == 0) {
     return Status::InvalidArgument("--granule must be at least 1 byte, got 0");
+  }
+  if (options.granule % kPageBytes != 0) {
+    return Status::InvalidArgument(
+        "--granule " + str(options.granule) + " (" + format_bytes(options.granule) +
+        ") is not a positive multiple of 4 KiB, the page: a granule is what a driver maps at "
+        "once, a multiple of the page on the host (--host-granule) or a GPU's granularity "
+        "(2 MiB); e.g. 4K, 64K, 2M");
   }
   if (options.context == 0) {
     return Status::InvalidArgument("--context must be at least 1 token, got 0");

@@ -11,7 +11,6 @@
 #include <iostream>
 #include <memory>
 #include <ostream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,12 +103,7 @@ Result<Trace> load_trace(const SimulateOptions& options, std::ostream& err) {
 // series every system records, are held in memory, so a huge count or a tiny rate must be an
 // error naming the limit, not an allocation failure.
 Status check_generator(const SimulateOptions& options) {
-  // Rates and durations as given (1e-09, not 0.000000).
-  const auto number = [](double value) {
-    std::ostringstream text;
-    text << value;
-    return text.str();
-  };
+  // Rates and durations as given (1e-09, not 0.000000): number().
   const TraceGeneratorOptions& g = options.generator;
   if (!(g.rate > 0) || !std::isfinite(g.rate)) {
     return Status::InvalidArgument("--rate must be a positive number of requests per second, got " +

@@ -1,10 +1,14 @@
 #include "kit/model_loading.h"
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <ostream>
 #include <utility>
 
+#include "kit/load_progress.h"
 #include "kvvm/cuda_driver.h"
 #include "kvvm/host_driver.h"
 #include "kvvm/model/kv_geometry.h"
@@ -16,27 +20,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Keeps `driver` and a fresh governor in `loaded` and lends both to the weights.
+// Keeps `driver` and a fresh governor in `loaded` and lends both to the weights, whose load
+// tells `progress`.
 model::WeightOptions lend(LoadedModel& loaded, std::unique_ptr<Driver> driver,
-                          const WeightFlags& flags) {
+                          const WeightFlags& flags, const model::LoadProgressCallback& progress) {
   loaded.driver = std::move(driver);
   loaded.governor = std::make_unique<Governor>();
   model::WeightOptions placement = weight_options(flags);
   placement.driver = loaded.driver.get();
   placement.governor = loaded.governor.get();
+  placement.on_progress = progress;
   return placement;
 }
 
 // Makes the model on a driver of the backend chosen and a governor, both kept in `loaded`.
 Status make_model(const std::string& backend, const model::ModelWeights& weights,
-                  const WeightFlags& flags, std::string_view command, std::ostream& err,
-                  LoadedModel& loaded) {
+                  const WeightFlags& flags, const model::LoadProgressCallback& progress,
+                  std::string_view command, std::ostream& err, LoadedModel& loaded) {
   if (backend == "cuda" || (backend == "auto" && cuda_available())) {
     Status made = [&]() -> Status {
       Result<std::unique_ptr<Driver>> driver = make_cuda_driver();
       if (!driver.ok()) return driver.status();
       model::CudaModelOptions options;
-      options.weights = lend(loaded, std::move(driver).value(), flags);
+      options.weights = lend(loaded, std::move(driver).value(), flags, progress);
       Result<std::unique_ptr<model::Model>> cuda =
           model::make_cuda_model(loaded.config, weights, options);
       if (!cuda.ok()) return cuda.status();
@@ -57,7 +63,7 @@ Status make_model(const std::string& backend, const model::ModelWeights& weights
   Result<std::unique_ptr<Driver>> driver = make_host_driver();
   if (!driver.ok()) return driver.status();
   model::CpuModelOptions options;
-  options.weights = lend(loaded, std::move(driver).value(), flags);
+  options.weights = lend(loaded, std::move(driver).value(), flags, progress);
   Result<std::unique_ptr<model::Model>> cpu =
       model::make_cpu_model(loaded.config, weights, options);
   if (!cpu.ok()) return cpu.status();
@@ -188,7 +194,15 @@ Result<LoadedModel> load_model(const std::string& dir, const std::string& backen
     if (!bound.ok()) return bound.status();
     weights = std::move(bound).value();
   }
-  KVVM_RETURN_IF_ERROR(make_model(backend, weights, flags, command, err, loaded));
+  {
+    // A terminal gets one line rewritten in place, cleared before the weights' line below; a
+    // log (or a test's stream) one line per shard.
+    const bool terminal = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1;
+    LoadProgressPrinter printer(err, command, terminal);
+    KVVM_RETURN_IF_ERROR(make_model(
+        backend, weights, flags, [&printer](const model::LoadProgress& p) { printer(p); }, command,
+        err, loaded));
+  }
   const model::WeightStats stats = loaded.model->weight_stats();
   err << command << ": " << stats.split.describe() << (dummy ? " (dummy weights)" : "") << "\n";
   return loaded;

@@ -55,7 +55,9 @@ struct LoadedModel {
 
 // `backend`: auto (CUDA when a device is usable and the CUDA model can be made, else the CPU,
 // with a note on `err` naming `command` when a GPU was there), cpu or cuda. The weights are
-// placed as `weights` says; the split is written to `err` (one line naming `command`).
+// placed as `weights` says; the split is written to `err` (one line naming `command`). The
+// checkpoint's load goes to `err` as it runs (kit/load_progress.h): a line rewritten in place
+// when `err` is std::cerr on a terminal, else one line per shard.
 Result<LoadedModel> load_model(const std::string& dir, const std::string& backend,
                                std::string_view command, std::ostream& err,
                                const WeightFlags& weights = {});

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <sstream>
+
+#include "base/format.h"  // number
 
 namespace kvvm::cli {
 namespace {
@@ -20,12 +21,6 @@ double tick_step(double max) {
     if (m * power >= raw) return m * power;
   }
   return 10 * power;
-}
-
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", value);
-  return text;
 }
 
 }  // namespace

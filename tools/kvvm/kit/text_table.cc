@@ -1,19 +1,10 @@
 #include "kit/text_table.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <ostream>
 #include <utility>
 
 namespace kvvm::cli {
-
-std::string fixed(double value, int decimals) {
-  if (std::isnan(value)) return "n/a";
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
 
 std::size_t display_width(std::string_view text) {
   std::size_t width = 0;

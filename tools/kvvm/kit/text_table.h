@@ -1,5 +1,7 @@
-// Text rendering shared by every subcommand that prints tables: numbers as text, padding by
-// displayed characters, and a table whose columns size themselves to their widest cell.
+// Text rendering shared by every subcommand that prints tables: padding by displayed
+// characters, and a table whose columns size themselves to their widest cell. Numbers as text
+// (str, fixed, significant, durations and rates) come from base/format.h, the one formatter of
+// the library and the tool, included here for every table's cells.
 #pragma once
 
 #include <cstddef>
@@ -9,12 +11,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/format.h"
+
 namespace kvvm::cli {
-
-inline std::string str(std::uint64_t value) { return std::to_string(value); }
-
-// `value` with `decimals` digits after the point; "n/a" for NaN (a ratio over a zero).
-std::string fixed(double value, int decimals);
 
 // Characters as displayed: UTF-8 continuation bytes do not count ("µs" is two wide).
 std::size_t display_width(std::string_view text);

@@ -243,7 +243,7 @@ double lognormal_mu(double mean, double sigma) { return std::log(mean) - sigma *
 Result<Trace> generate_trace(const TraceGeneratorOptions& options) {
   if (!(options.rate > 0) || !std::isfinite(options.rate)) {
     return Status::InvalidArgument("--rate must be a positive number of requests per second, got " +
-                                   std::to_string(options.rate));
+                                   number(options.rate));
   }
   if (options.duration_s ? !(*options.duration_s > 0) : options.requests == 0) {
     return Status::InvalidArgument(options.duration_s
@@ -305,7 +305,7 @@ Result<Trace> generate_chat_trace(const TraceGeneratorOptions& options,
   if (!(options.rate > 0) || !std::isfinite(options.rate)) {
     return Status::InvalidArgument(
         "--rate must be a positive number of conversations per second, got " +
-        std::to_string(options.rate));
+        number(options.rate));
   }
   if (chat.conversations == 0 || chat.turns == 0) {
     return Status::InvalidArgument("--conversations and --turns must be at least 1");
