@@ -104,20 +104,19 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
   }
   KVVM_RETURN_IF_ERROR(resolve_options(model, kv, pad, options));
   const std::uint64_t context = request_limits(model, kv).context;
-  Result<std::unique_ptr<KvManager>> manager =
+  KVVM_ASSIGN_OR_RETURN(
+      std::unique_ptr<KvManager> manager,
       KvManager::create(kv, KvManagerOptions{.prefix_cache = options.prefix_cache,
                                              .model_identity = cache_identity(model, kv, options),
-                                             .preallocate = options.preallocate});
-  if (!manager.ok()) return manager.status();
+                                             .preallocate = options.preallocate}));
   if (pad) {
     // Before any sequence: the padding slot is the first the arena hands out.
-    if (Status reserved = (*manager)->reserve_pad_slot(); !reserved.ok()) {
+    if (Status reserved = (manager)->reserve_pad_slot(); !reserved.ok()) {
       log(LogLevel::kWarning,
           "engine: decode graphs off: no padding slot: " + reserved.to_string());
     }
   }
-  auto impl =
-      std::make_unique<Impl>(model, std::move(manager).value(), std::move(options), context);
+  auto impl = std::make_unique<Impl>(model, std::move(manager), std::move(options), context);
   KVVM_RETURN_IF_ERROR(impl->init());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -58,13 +58,12 @@ DecodePlan choose_split(const DecodeParams& p, std::uint32_t units, std::uint32_
 template <typename T, std::uint32_t D, bool kFp8>
 Result<DecodePlan> plan_for(const DecodeParams& p, std::uint32_t units) {
   using Shape = kernels::DecodeShape<D, kFp8 ? 1 : 2>;
-  Result<kernels::Residency> resident =
+  KVVM_ASSIGN_OR_RETURN(
+      kernels::Residency resident,
       kernels::prepare_kernel(reinterpret_cast<const void*>(&kernels::decode_kernel<T, Shape>),
-                              Shape::kThreads, Shape::kSharedBytes);
-  if (!resident.ok()) return resident.status();
-  return choose_split(
-      p, units, Shape::kStep,
-      std::uint64_t(resident->multiprocessors) * resident->blocks_per_multiprocessor);
+                              Shape::kThreads, Shape::kSharedBytes));
+  return choose_split(p, units, Shape::kStep,
+                      std::uint64_t(resident.multiprocessors) * resident.blocks_per_multiprocessor);
 }
 
 template <typename T, std::uint32_t D, bool kFp8>

@@ -68,22 +68,21 @@ Result<const Family*> read_family(const Scopes& scopes) {
     }
   }
   const ConfigFields& type_scope = scopes.holding("model_type");
-  Result<std::optional<std::string>> model_type = type_scope.string("model_type");
-  if (!model_type.ok()) return model_type.status();
+  KVVM_ASSIGN_OR_RETURN(std::optional<std::string> model_type, type_scope.string("model_type"));
   if (family == nullptr) {
     // Without architectures the model type names the family.
-    if (!model_type->has_value()) {
+    if (!model_type.has_value()) {
       return scopes.inner.missing("architectures", std::string("one of ") + kFamilyList);
     }
     for (const Family& candidate : kFamilies) {
-      if (**model_type == candidate.model_type) family = &candidate;
+      if (*model_type == candidate.model_type) family = &candidate;
     }
     if (family == nullptr) {
-      return type_scope.bad("model_type", nlohmann::json(**model_type),
+      return type_scope.bad("model_type", nlohmann::json(*model_type),
                             "llama, qwen2, qwen3 or mistral (no 'architectures' names the class)");
     }
-  } else if (model_type->has_value() && **model_type != family->model_type) {
-    return type_scope.bad("model_type", nlohmann::json(**model_type),
+  } else if (model_type.has_value() && *model_type != family->model_type) {
+    return type_scope.bad("model_type", nlohmann::json(*model_type),
                           std::string("\"") + family->model_type + "\" for " +
                               family->architecture + " (architectures[0])");
   }
@@ -97,23 +96,23 @@ constexpr std::uint32_t kQwen3DefaultHeadDim = 128;
 // The attention shape: heads, KV heads and the head size, with the checks RoPE and grouped-
 // query attention need.
 Status read_attention(const ConfigFields& fields, const Family& family, ModelConfig& config) {
-  Result<std::uint32_t> heads = fields.required_whole("num_attention_heads", 1, kMaxHeads);
-  if (!heads.ok()) return heads.status();
-  config.heads = *heads;
-  Result<std::optional<std::uint32_t>> kv_heads = fields.whole("num_key_value_heads", 1, kMaxHeads);
-  if (!kv_heads.ok()) return kv_heads.status();
+  KVVM_ASSIGN_OR_RETURN(std::uint32_t heads,
+                        fields.required_whole("num_attention_heads", 1, kMaxHeads));
+  config.heads = heads;
+  KVVM_ASSIGN_OR_RETURN(std::optional<std::uint32_t> kv_heads,
+                        fields.whole("num_key_value_heads", 1, kMaxHeads));
   // Without grouped-query attention every query head has its own K and V.
-  config.kv_heads = kv_heads->value_or(config.heads);
+  config.kv_heads = kv_heads.value_or(config.heads);
   if (config.heads % config.kv_heads != 0) {
     return Status::InvalidArgument(
         fields.where() + ": 'num_attention_heads' " + std::to_string(config.heads) +
         " is not a multiple of 'num_key_value_heads' " + std::to_string(config.kv_heads) +
         " (each KV head serves a whole group of query heads)");
   }
-  Result<std::optional<std::uint32_t>> head_dim = fields.whole("head_dim", 1, kMaxHeadDim);
-  if (!head_dim.ok()) return head_dim.status();
-  if (head_dim->has_value()) {
-    config.head_dim = **head_dim;
+  KVVM_ASSIGN_OR_RETURN(std::optional<std::uint32_t> head_dim,
+                        fields.whole("head_dim", 1, kMaxHeadDim));
+  if (head_dim.has_value()) {
+    config.head_dim = *head_dim;
   } else if (is_family(family, "qwen3")) {
     config.head_dim = kQwen3DefaultHeadDim;
   } else if (config.hidden_size % config.heads != 0) {
@@ -126,7 +125,7 @@ Status read_attention(const ConfigFields& fields, const Family& family, ModelCon
   }
   if (config.head_dim > kMaxHeadDim || config.head_dim % 2 != 0) {
     return Status::InvalidArgument(fields.where() + ": the head size (" +
-                                   (head_dim->has_value() || is_family(family, "qwen3")
+                                   (head_dim.has_value() || is_family(family, "qwen3")
                                         ? std::string("'head_dim'")
                                         : "'hidden_size' / 'num_attention_heads'") +
                                    ") is " + std::to_string(config.head_dim) +
@@ -138,28 +137,25 @@ Status read_attention(const ConfigFields& fields, const Family& family, ModelCon
 
 // Features that change the outputs when ignored: refused unless off.
 Status read_features(const ConfigFields& fields, const Family& family, ModelConfig& config) {
-  Result<std::optional<bool>> mlp_bias = fields.boolean("mlp_bias");
-  if (!mlp_bias.ok()) return mlp_bias.status();
-  if (mlp_bias->value_or(false)) {
+  KVVM_ASSIGN_OR_RETURN(std::optional<bool> mlp_bias, fields.boolean("mlp_bias"));
+  if (mlp_bias.value_or(false)) {
     return fields.bad("mlp_bias", nlohmann::json(true),
                       "false: MLP biases are not implemented by this runtime");
   }
-  Result<std::optional<bool>> attention_bias = fields.boolean("attention_bias");
-  if (!attention_bias.ok()) return attention_bias.status();
+  KVVM_ASSIGN_OR_RETURN(std::optional<bool> attention_bias, fields.boolean("attention_bias"));
   if (is_family(family, "qwen2")) {
     // Qwen2's attention always has q/k/v biases and never an o bias, whatever the file says.
     config.qkv_bias = true;
     config.o_bias = false;
   } else {
-    config.qkv_bias = attention_bias->value_or(false);
+    config.qkv_bias = attention_bias.value_or(false);
     config.o_bias = config.qkv_bias;
   }
   // Qwen3 normalises every q and k head; no config field turns it off.
   config.qk_norm = is_family(family, "qwen3");
-  Result<std::optional<std::string>> act = fields.string("hidden_act");
-  if (!act.ok()) return act.status();
-  if (act->has_value() && **act != "silu" && **act != "swish") {
-    return fields.bad("hidden_act", nlohmann::json(**act),
+  KVVM_ASSIGN_OR_RETURN(std::optional<std::string> act, fields.string("hidden_act"));
+  if (act.has_value() && *act != "silu" && *act != "swish") {
+    return fields.bad("hidden_act", nlohmann::json(*act),
                       "\"silu\" (the MLP's activation this runtime implements)");
   }
   // transformers v5 lists each layer's attention kind; a sliding one is a window in disguise.
@@ -181,10 +177,10 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
   // A window at least as long as the context never drops a token, so it changes nothing.
   if (is_family(family, "mistral")) {
     if (const nlohmann::json* window = fields.find("sliding_window")) {
-      Result<std::optional<std::uint32_t>> size =
-          fields.whole("sliding_window", 1, std::numeric_limits<std::uint32_t>::max());
-      if (!size.ok()) return size.status();
-      if (**size < config.max_position_embeddings) {
+      KVVM_ASSIGN_OR_RETURN(
+          std::optional<std::uint32_t> size,
+          fields.whole("sliding_window", 1, std::numeric_limits<std::uint32_t>::max()));
+      if (*size < config.max_position_embeddings) {
         return fields.bad("sliding_window", *window,
                           "null or at least max_position_embeddings " +
                               std::to_string(config.max_position_embeddings) +
@@ -193,9 +189,8 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
     }
   }
   if (is_family(family, "qwen2") || is_family(family, "qwen3")) {
-    Result<std::optional<bool>> sliding = fields.boolean("use_sliding_window");
-    if (!sliding.ok()) return sliding.status();
-    if (sliding->value_or(false)) {
+    KVVM_ASSIGN_OR_RETURN(std::optional<bool> sliding, fields.boolean("use_sliding_window"));
+    if (sliding.value_or(false)) {
       return fields.bad("use_sliding_window", nlohmann::json(true),
                         "false: sliding-window attention is not implemented by this runtime");
     }
@@ -205,14 +200,12 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
 
 // bos / eos ids of `scopes` override those already in `config` where present.
 Status read_token_ids(const ConfigFields& fields, ModelConfig& config) {
-  Result<std::optional<std::vector<std::int32_t>>> bos =
-      fields.token_ids("bos_token_id", config.vocab_size);
-  if (!bos.ok()) return bos.status();
-  if (bos->has_value()) config.bos_token_ids = std::move(**bos);
-  Result<std::optional<std::vector<std::int32_t>>> eos =
-      fields.token_ids("eos_token_id", config.vocab_size);
-  if (!eos.ok()) return eos.status();
-  if (eos->has_value()) config.eos_token_ids = std::move(**eos);
+  KVVM_ASSIGN_OR_RETURN(std::optional<std::vector<std::int32_t>> bos,
+                        fields.token_ids("bos_token_id", config.vocab_size));
+  if (bos.has_value()) config.bos_token_ids = std::move(*bos);
+  KVVM_ASSIGN_OR_RETURN(std::optional<std::vector<std::int32_t>> eos,
+                        fields.token_ids("eos_token_id", config.vocab_size));
+  if (eos.has_value()) config.eos_token_ids = std::move(*eos);
   return Status::Ok();
 }
 
@@ -223,10 +216,9 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
   const Scopes scopes = detail::config_scopes(parsed, origin);
   const ConfigFields& fields = scopes.inner;
 
-  Result<const Family*> family = read_family(scopes);
-  if (!family.ok()) return family.status();
+  KVVM_ASSIGN_OR_RETURN(const Family* family, read_family(scopes));
   ModelConfig config;
-  config.architecture = (*family)->architecture;
+  config.architecture = (family)->architecture;
 
   struct Whole {
     const char* field;
@@ -240,30 +232,26 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
            Whole{"vocab_size", kMaxVocabSize, &config.vocab_size},
            Whole{"max_position_embeddings", kMaxPositions, &config.max_position_embeddings},
        }) {
-    Result<std::uint32_t> value = fields.required_whole(whole.field, 1, whole.maximum);
-    if (!value.ok()) return value.status();
-    *whole.out = *value;
+    KVVM_ASSIGN_OR_RETURN(std::uint32_t value,
+                          fields.required_whole(whole.field, 1, whole.maximum));
+    *whole.out = value;
   }
-  KVVM_RETURN_IF_ERROR(read_attention(fields, **family, config));
-  Result<std::optional<double>> eps = fields.positive("rms_norm_eps", 1.0);
-  if (!eps.ok()) return eps.status();
-  config.rms_norm_eps = eps->value_or(1e-6);
-  Result<RopeConfig> rope = detail::parse_rope(fields);
-  if (!rope.ok()) return rope.status();
-  config.rope = *rope;
-  KVVM_RETURN_IF_ERROR(read_features(fields, **family, config));
+  KVVM_RETURN_IF_ERROR(read_attention(fields, *family, config));
+  KVVM_ASSIGN_OR_RETURN(std::optional<double> eps, fields.positive("rms_norm_eps", 1.0));
+  config.rms_norm_eps = eps.value_or(1e-6);
+  KVVM_ASSIGN_OR_RETURN(RopeConfig rope, detail::parse_rope(fields));
+  config.rope = rope;
+  KVVM_RETURN_IF_ERROR(read_features(fields, *family, config));
 
   const ConfigFields& tie_scope = scopes.holding("tie_word_embeddings");
-  Result<std::optional<bool>> tie = tie_scope.boolean("tie_word_embeddings");
-  if (!tie.ok()) return tie.status();
-  config.tie_word_embeddings = tie->value_or(false);
+  KVVM_ASSIGN_OR_RETURN(std::optional<bool> tie, tie_scope.boolean("tie_word_embeddings"));
+  config.tie_word_embeddings = tie.value_or(false);
   // Without one, the tensors carry their own dtypes and the default stands.
-  Result<std::optional<DType>> dtype = detail::read_dtype(scopes, /*allow_fp8=*/false);
-  if (!dtype.ok()) return dtype.status();
-  if (dtype->has_value()) config.dtype = **dtype;
-  Result<WeightQuant> quant = detail::parse_quantization(scopes, config.layers);
-  if (!quant.ok()) return quant.status();
-  config.weight_quant = *quant;
+  KVVM_ASSIGN_OR_RETURN(std::optional<DType> dtype,
+                        detail::read_dtype(scopes, /*allow_fp8=*/false));
+  if (dtype.has_value()) config.dtype = *dtype;
+  KVVM_ASSIGN_OR_RETURN(WeightQuant quant, detail::parse_quantization(scopes, config.layers));
+  config.weight_quant = quant;
   KVVM_RETURN_IF_ERROR(read_token_ids(scopes.top, config));
   if (&scopes.inner.object() != &scopes.top.object()) {
     KVVM_RETURN_IF_ERROR(read_token_ids(scopes.inner, config));
@@ -275,9 +263,9 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
 
 Result<ModelConfig> parse_model_config(std::string_view config_json, std::string_view origin) {
   const std::string where(origin);
-  Result<nlohmann::json> parsed = read_json(config_json, detail::config_limits(), where);
-  if (!parsed.ok()) return parsed.status();
-  return parse_config_json(*parsed, where);
+  KVVM_ASSIGN_OR_RETURN(nlohmann::json parsed,
+                        read_json(config_json, detail::config_limits(), where));
+  return parse_config_json(parsed, where);
 }
 
 Result<ModelConfig> load_config_file(const std::string& path) {
@@ -285,27 +273,25 @@ Result<ModelConfig> load_config_file(const std::string& path) {
   if (!std::filesystem::exists(path, error)) {
     return Status::NotFound("'" + path + "' not found: a model directory holds its config.json");
   }
-  Result<nlohmann::json> parsed = read_json_file(path, detail::config_limits());
-  if (!parsed.ok()) return parsed.status();
-  return parse_config_json(*parsed, path);
+  KVVM_ASSIGN_OR_RETURN(nlohmann::json parsed, read_json_file(path, detail::config_limits()));
+  return parse_config_json(parsed, path);
 }
 
 Result<ModelConfig> load_model_config(const std::string& dir) {
   const std::filesystem::path base(dir);
-  Result<ModelConfig> config = load_config_file((base / "config.json").string());
-  if (!config.ok()) return config.status();
+  KVVM_ASSIGN_OR_RETURN(ModelConfig config, load_config_file((base / "config.json").string()));
   std::error_code error;
 
   // generation_config.json, when present, says what generate() stops at; its ids win.
   const std::string generation_path = (base / "generation_config.json").string();
   if (!std::filesystem::exists(generation_path, error)) return config;
-  Result<nlohmann::json> generation = read_json_file(generation_path, detail::config_limits());
-  if (!generation.ok()) return generation.status();
-  if (!generation->is_object()) {
-    return Status::InvalidArgument(generation_path + ": " + detail::show(*generation) +
+  KVVM_ASSIGN_OR_RETURN(nlohmann::json generation,
+                        read_json_file(generation_path, detail::config_limits()));
+  if (!generation.is_object()) {
+    return Status::InvalidArgument(generation_path + ": " + detail::show(generation) +
                                    " is not a JSON object");
   }
-  KVVM_RETURN_IF_ERROR(read_token_ids(ConfigFields(*generation, generation_path), *config));
+  KVVM_RETURN_IF_ERROR(read_token_ids(ConfigFields(generation, generation_path), config));
   return config;
 }
 

@@ -78,13 +78,12 @@ Result<std::optional<std::uint32_t>> ConfigFields::whole(const char* field, std:
 
 Result<std::uint32_t> ConfigFields::required_whole(const char* field, std::uint32_t minimum,
                                                    std::uint32_t maximum) const {
-  Result<std::optional<std::uint32_t>> value = whole(field, minimum, maximum);
-  if (!value.ok()) return value.status();
-  if (!value->has_value()) {
+  KVVM_ASSIGN_OR_RETURN(std::optional<std::uint32_t> value, whole(field, minimum, maximum));
+  if (!value.has_value()) {
     return missing(field, "a whole number in [" + std::to_string(minimum) + ", " +
                               std::to_string(maximum) + "]");
   }
-  return **value;
+  return *value;
 }
 
 Result<std::optional<double>> ConfigFields::positive(const char* field,

@@ -177,13 +177,12 @@ Result<std::string> projection_named(const std::string& entry, ListRules rules,
   } else {
     pattern = entry;
   }
-  Result<ModulePattern> expression = ModulePattern::parse(literal ? "" : pattern);
-  if (!expression.ok()) return expression.status();
+  KVVM_ASSIGN_OR_RETURN(ModulePattern expression, ModulePattern::parse(literal ? "" : pattern));
   for (std::uint32_t l = 0; l < layers; ++l) {
     for (const char* projection : kProjections) {
       const std::string name = "model.layers." + std::to_string(l) + "." + projection;
       const bool named = literal ? name == entry
-                                 : expression->matches(name) ||
+                                 : expression.matches(name) ||
                                        (rules == ListRules::kTransformers && name.ends_with(entry));
       if (named) return name;
     }

@@ -28,10 +28,9 @@ const char* scaling_name(RopeScaling scaling) {
 // Reads a required positive number of `fields` into `out`.
 Status required_positive(const ConfigFields& fields, const char* field, const char* why,
                          double& out) {
-  Result<std::optional<double>> value = fields.positive(field);
-  if (!value.ok()) return value.status();
-  if (!value->has_value()) return fields.missing(field, why);
-  out = **value;
+  KVVM_ASSIGN_OR_RETURN(std::optional<double> value, fields.positive(field));
+  if (!value.has_value()) return fields.missing(field, why);
+  out = *value;
   return Status::Ok();
 }
 
@@ -62,10 +61,10 @@ Status read_scaling(const ConfigFields& fields, const char* type_field, const st
           "high_freq_factor", *fields.find("high_freq_factor"),
           "a number above low_freq_factor " + show(nlohmann::json(rope.low_freq_factor)));
     }
-    Result<std::uint32_t> original =
-        fields.required_whole("original_max_position_embeddings", 1, kMaxOriginalPositions);
-    if (!original.ok()) return original.status();
-    rope.original_max_position = *original;
+    KVVM_ASSIGN_OR_RETURN(
+        std::uint32_t original,
+        fields.required_whole("original_max_position_embeddings", 1, kMaxOriginalPositions));
+    rope.original_max_position = original;
     return Status::Ok();
   }
   return Status::InvalidArgument(
@@ -77,11 +76,10 @@ Status read_scaling(const ConfigFields& fields, const char* type_field, const st
 // The type of a rope_scaling / rope_parameters object: "rope_type", or the older "type".
 Result<std::string> scaling_type(const ConfigFields& fields, const char*& type_field) {
   for (const char* field : {"rope_type", "type"}) {
-    Result<std::optional<std::string>> type = fields.string(field);
-    if (!type.ok()) return type.status();
-    if (type->has_value()) {
+    KVVM_ASSIGN_OR_RETURN(std::optional<std::string> type, fields.string(field));
+    if (type.has_value()) {
       type_field = field;
-      return **type;
+      return *type;
     }
   }
   return fields.missing("rope_type", "the kind of RoPE scaling: default, linear or llama3");
@@ -90,9 +88,8 @@ Result<std::string> scaling_type(const ConfigFields& fields, const char*& type_f
 // The older form: rope_theta and rope_scaling at the config's top level.
 Result<RopeConfig> parse_legacy(const ConfigFields& fields) {
   RopeConfig rope;
-  Result<std::optional<double>> theta = fields.positive("rope_theta");
-  if (!theta.ok()) return theta.status();
-  rope.theta = theta->value_or(kDefaultTheta);
+  KVVM_ASSIGN_OR_RETURN(std::optional<double> theta, fields.positive("rope_theta"));
+  rope.theta = theta.value_or(kDefaultTheta);
   const nlohmann::json* scaling = fields.find("rope_scaling");
   if (scaling == nullptr) return rope;
   if (!scaling->is_object()) {
@@ -101,9 +98,8 @@ Result<RopeConfig> parse_legacy(const ConfigFields& fields) {
   }
   const ConfigFields scaling_fields(*scaling, fields.where(), "rope_scaling.");
   const char* type_field = "rope_type";
-  Result<std::string> type = scaling_type(scaling_fields, type_field);
-  if (!type.ok()) return type.status();
-  KVVM_RETURN_IF_ERROR(read_scaling(scaling_fields, type_field, *type, rope));
+  KVVM_ASSIGN_OR_RETURN(std::string type, scaling_type(scaling_fields, type_field));
+  KVVM_RETURN_IF_ERROR(read_scaling(scaling_fields, type_field, type, rope));
   return rope;
 }
 
@@ -125,25 +121,21 @@ Result<RopeConfig> parse_parameters(const ConfigFields& fields, const nlohmann::
     }
   }
   RopeConfig rope;
-  Result<std::optional<double>> theta = parameter_fields.positive("rope_theta");
-  if (!theta.ok()) return theta.status();
-  if (theta->has_value()) {
-    rope.theta = **theta;
+  KVVM_ASSIGN_OR_RETURN(std::optional<double> theta, parameter_fields.positive("rope_theta"));
+  if (theta.has_value()) {
+    rope.theta = *theta;
   } else {
-    Result<std::optional<double>> top_theta = fields.positive("rope_theta");
-    if (!top_theta.ok()) return top_theta.status();
-    rope.theta = top_theta->value_or(kDefaultTheta);
+    KVVM_ASSIGN_OR_RETURN(std::optional<double> top_theta, fields.positive("rope_theta"));
+    rope.theta = top_theta.value_or(kDefaultTheta);
   }
   const char* type_field = "rope_type";
-  Result<std::optional<std::string>> type = parameter_fields.string("rope_type");
-  if (!type.ok()) return type.status();
-  std::string type_name = type->value_or("default");
-  if (!type->has_value()) {
-    Result<std::optional<std::string>> old_type = parameter_fields.string("type");
-    if (!old_type.ok()) return old_type.status();
-    if (old_type->has_value()) {
+  KVVM_ASSIGN_OR_RETURN(std::optional<std::string> type, parameter_fields.string("rope_type"));
+  std::string type_name = type.value_or("default");
+  if (!type.has_value()) {
+    KVVM_ASSIGN_OR_RETURN(std::optional<std::string> old_type, parameter_fields.string("type"));
+    if (old_type.has_value()) {
       type_field = "type";
-      type_name = **old_type;
+      type_name = *old_type;
     }
   }
   KVVM_RETURN_IF_ERROR(read_scaling(parameter_fields, type_field, type_name, rope));
@@ -169,25 +161,23 @@ std::string describe(const RopeConfig& rope) {
 Result<RopeConfig> parse_rope(const ConfigFields& fields) {
   const nlohmann::json* parameters = fields.find("rope_parameters");
   if (parameters == nullptr) return parse_legacy(fields);
-  Result<RopeConfig> rope = parse_parameters(fields, *parameters);
-  if (!rope.ok()) return rope.status();
+  KVVM_ASSIGN_OR_RETURN(RopeConfig rope, parse_parameters(fields, *parameters));
   if (!fields.has("rope_theta") && !fields.has("rope_scaling")) return rope;
 
-  Result<RopeConfig> legacy = parse_legacy(fields);
-  if (!legacy.ok()) return legacy.status();
-  bool agree = !fields.has("rope_theta") || same(legacy->theta, rope->theta);
+  KVVM_ASSIGN_OR_RETURN(RopeConfig legacy, parse_legacy(fields));
+  bool agree = !fields.has("rope_theta") || same(legacy.theta, rope.theta);
   if (fields.has("rope_scaling")) {
-    agree = agree && legacy->scaling == rope->scaling;
-    if (agree && rope->scaling != RopeScaling::kNone) agree = same(legacy->factor, rope->factor);
-    if (agree && rope->scaling == RopeScaling::kLlama3) {
-      agree = same(legacy->low_freq_factor, rope->low_freq_factor) &&
-              same(legacy->high_freq_factor, rope->high_freq_factor) &&
-              legacy->original_max_position == rope->original_max_position;
+    agree = agree && legacy.scaling == rope.scaling;
+    if (agree && rope.scaling != RopeScaling::kNone) agree = same(legacy.factor, rope.factor);
+    if (agree && rope.scaling == RopeScaling::kLlama3) {
+      agree = same(legacy.low_freq_factor, rope.low_freq_factor) &&
+              same(legacy.high_freq_factor, rope.high_freq_factor) &&
+              legacy.original_max_position == rope.original_max_position;
     }
   }
   if (!agree) {
-    return Status::InvalidArgument(fields.where() + ": 'rope_parameters' (" + describe(*rope) +
-                                   ") and 'rope_theta' / 'rope_scaling' (" + describe(*legacy) +
+    return Status::InvalidArgument(fields.where() + ": 'rope_parameters' (" + describe(rope) +
+                                   ") and 'rope_theta' / 'rope_scaling' (" + describe(legacy) +
                                    ") disagree");
   }
   return rope;

@@ -520,15 +520,14 @@ Result<std::unique_ptr<Model>> make_cpu_model(const ModelConfig& config,
                                               const ModelWeights& weights,
                                               const CpuModelOptions& options) {
   KVVM_RETURN_IF_ERROR(check_config(config, options.limits));
-  Result<std::unique_ptr<cpu::CpuWeights>> converted =
-      cpu::CpuWeights::load(config, weights, options.weights);
-  if (!converted.ok()) return converted.status();
-  Result<KvScales> scales = checkpoint_kv_scales(config, weights, options.weights.format);
-  if (!scales.ok()) return scales.status();
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuWeights> converted,
+                        cpu::CpuWeights::load(config, weights, options.weights));
+  KVVM_ASSIGN_OR_RETURN(KvScales scales,
+                        checkpoint_kv_scales(config, weights, options.weights.format));
   try {
     auto model = std::unique_ptr<Model>(
-        new CpuModel(config, options.limits, std::move(converted).value(), options.threads));
-    KVVM_RETURN_IF_ERROR(model->set_kv_scales(std::move(scales).value()));
+        new CpuModel(config, options.limits, std::move(converted), options.threads));
+    KVVM_RETURN_IF_ERROR(model->set_kv_scales(std::move(scales)));
     return model;
   } catch (const std::bad_alloc&) {
     return Status::InvalidArgument("cpu model: the activations for max_step_tokens " +

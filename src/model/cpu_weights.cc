@@ -117,9 +117,8 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
   const auto started = std::chrono::steady_clock::now();
   const detail::WeightLayout layout = detail::weight_layout(config, DType::kFp32);
   const bool dummy = options.format == LoadFormat::kDummy;
-  Result<std::vector<detail::WeightTensor>> tensors =
-      detail::weight_tensors(config, layout, dummy ? nullptr : &weights);
-  if (!tensors.ok()) return tensors.status();
+  KVVM_ASSIGN_OR_RETURN(std::vector<detail::WeightTensor> tensors,
+                        detail::weight_tensors(config, layout, dummy ? nullptr : &weights));
 
   std::unique_ptr<Driver> owned;
   if (options.driver == nullptr) {
@@ -148,8 +147,8 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
     return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(out->staging_.data()) + at +
                                     offset);
   };
-  detail::LoadTracker tracker(*tensors, options.on_progress, started);
-  for (const detail::WeightTensor& t : *tensors) {
+  detail::LoadTracker tracker(tensors, options.on_progress, started);
+  for (const detail::WeightTensor& t : tensors) {
     fill(t, options.dummy_seed, place(t.region, t.offset));
     out->load_bytes_ += t.elements * sizeof(float);
     tracker.read(t);

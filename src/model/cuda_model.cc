@@ -131,18 +131,18 @@ Result<std::unique_ptr<Model>> CudaModel::create(const ModelConfig& config,
   KVVM_RETURN_IF_ERROR(cuda_device_available());
   const CublasLibrary& cublas = cublas_library();
   if (!cublas.usable()) return Status::Unavailable("CUDA model: " + cublas.error);
-  Result<KvScales> scales = checkpoint_kv_scales(config, weights, options.weights.format);
-  if (!scales.ok()) return scales.status();
+  KVVM_ASSIGN_OR_RETURN(KvScales scales,
+                        checkpoint_kv_scales(config, weights, options.weights.format));
   std::unique_ptr<CudaModel> model(new CudaModel(config, options.limits));
-  KVVM_RETURN_IF_ERROR(model->set_kv_scales(std::move(scales).value()));
+  KVVM_RETURN_IF_ERROR(model->set_kv_scales(std::move(scales)));
   KVVM_RETURN_IF_ERROR(model->init(weights, options));
   return std::unique_ptr<Model>(std::move(model));
 }
 
 Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& options) {
-  Result<DType> compute = choose_compute(config(), weights, options.weights, options.compute);
-  if (!compute.ok()) return compute.status();
-  compute_ = *compute;
+  KVVM_ASSIGN_OR_RETURN(DType compute,
+                        choose_compute(config(), weights, options.weights, options.compute));
+  compute_ = compute;
   fused_ = options.fused;
   data_type_ = compute_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   KVVM_RETURN_IF_ERROR(cuda_call("cudaGetDevice", cudaGetDevice(&device_)));
@@ -153,10 +153,10 @@ Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& opti
                                    cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
     own_stream_ = true;
   }
-  Result<std::unique_ptr<DeviceWeights>> uploaded =
-      DeviceWeights::upload(config(), weights, compute_, options.weights, stream_);
-  if (!uploaded.ok()) return uploaded.status();
-  weights_ = std::move(uploaded).value();
+  KVVM_ASSIGN_OR_RETURN(
+      std::unique_ptr<DeviceWeights> uploaded,
+      DeviceWeights::upload(config(), weights, compute_, options.weights, stream_));
+  weights_ = std::move(uploaded);
   Result<std::unique_ptr<WeightRing>> ring = WeightRing::create(*weights_);
   if (!ring.ok()) return ring.status().with_context("CUDA model: the weight ring");
   ring_ = std::move(ring).value();
@@ -168,9 +168,8 @@ Status CudaModel::init(const ModelWeights& weights, const CudaModelOptions& opti
   KVVM_RETURN_IF_ERROR(cublas_call("cublasSetStream_v2", api.set_stream(cublas_, stream_)));
   // After SetStream, which resets a handle to cuBLAS's own pool: a workspace of ours means
   // cuBLAS allocates nothing during a step (or a graph capture).
-  Result<void*> workspace = device_alloc(kCublasWorkspaceBytes);
-  if (!workspace.ok()) return workspace.status();
-  cublas_workspace_ = *workspace;
+  KVVM_ASSIGN_OR_RETURN(void* workspace, device_alloc(kCublasWorkspaceBytes));
+  cublas_workspace_ = workspace;
   KVVM_RETURN_IF_ERROR(
       cublas_call("cublasSetWorkspace_v2",
                   api.set_workspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes)));
@@ -289,9 +288,8 @@ Status CudaModel::allocate_buffers() {
   };
   std::uint64_t total = 0;
   for (const Piece& piece : pieces) total += aligned(piece.bytes);
-  Result<void*> block = device_alloc(total);
-  if (!block.ok()) return block.status();
-  auto* at = static_cast<unsigned char*>(*block);
+  KVVM_ASSIGN_OR_RETURN(void* block, device_alloc(total));
+  auto* at = static_cast<unsigned char*>(block);
   for (const Piece& piece : pieces) {
     *piece.into = at;
     at += aligned(piece.bytes);
@@ -359,9 +357,8 @@ Status CudaModel::plan_decode_workspace() {
   }
   decode_workspace_bytes_ = most;
   if (most > 0) {
-    Result<void*> workspace = device_alloc(most);
-    if (!workspace.ok()) return workspace.status();
-    decode_workspace_ = *workspace;
+    KVVM_ASSIGN_OR_RETURN(void* workspace, device_alloc(most));
+    decode_workspace_ = workspace;
     // The split's counters must start at zero (every decode leaves them zero); on the model's
     // stream, so the first decode is ordered after it.
     KVVM_RETURN_IF_ERROR(

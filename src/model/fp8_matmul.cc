@@ -151,9 +151,8 @@ Status Fp8Matmul::run(const Fp8MatmulArgs& a, void* stream) {
         "FP8 GEMM: a null pointer among xq, x_scales, weight, "
         "w_scales, y");
   }
-  Result<Plan*> planned = plan_for(a);
-  if (!planned.ok()) return planned.status();
-  Plan& plan = **planned;
+  KVVM_ASSIGN_OR_RETURN(Plan * planned, plan_for(a));
+  Plan& plan = *planned;
   const CublasLtApi& api = cublaslt_library().api;
   KVVM_RETURN_IF_ERROR(
       set_attribute(api, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.w_scales));

@@ -45,9 +45,9 @@ Result<ShapeFields> read_shape_fields(const ConfigFields& fields) {
            Whole{"head_dim", kMaxHeadDim, &shape.head_dim},
            Whole{"hidden_size", kMaxHiddenSize, &shape.hidden_size},
        }) {
-    Result<std::optional<std::uint32_t>> value = fields.whole(whole.field, 1, whole.maximum);
-    if (!value.ok()) return value.status();
-    *whole.out = *value;
+    KVVM_ASSIGN_OR_RETURN(std::optional<std::uint32_t> value,
+                          fields.whole(whole.field, 1, whole.maximum));
+    *whole.out = value;
   }
   // Grouped-query attention: each KV head serves a whole group of query heads.
   if (shape.kv_heads && shape.heads) {
@@ -74,8 +74,7 @@ Result<ModelConfig> parse_kv_json(const nlohmann::json& parsed, const std::strin
   }
   const detail::Scopes scopes = detail::config_scopes(parsed, origin);
   const ConfigFields& fields = scopes.inner;
-  Result<ShapeFields> shape = read_shape_fields(fields);
-  if (!shape.ok()) return shape.status();
+  KVVM_ASSIGN_OR_RETURN(ShapeFields shape, read_shape_fields(fields));
 
   ModelConfig config;
   config.name = origin;
@@ -87,49 +86,47 @@ Result<ModelConfig> parse_kv_json(const nlohmann::json& parsed, const std::strin
     config.architecture = (*architectures)[0].get<std::string>();
   }
   std::vector<std::string> missing;
-  if (shape->layers) {
-    config.layers = *shape->layers;
+  if (shape.layers) {
+    config.layers = *shape.layers;
   } else {
     missing.push_back("'num_hidden_layers' (the number of layers)");
   }
-  config.heads = shape->heads.value_or(0);
-  config.hidden_size = shape->hidden_size.value_or(0);
+  config.heads = shape.heads.value_or(0);
+  config.hidden_size = shape.hidden_size.value_or(0);
   // Without grouped-query attention every attention head has its own K and V.
-  if (shape->kv_heads || shape->heads) {
-    config.kv_heads = shape->kv_heads ? *shape->kv_heads : *shape->heads;
+  if (shape.kv_heads || shape.heads) {
+    config.kv_heads = shape.kv_heads ? *shape.kv_heads : *shape.heads;
   } else {
     missing.push_back(
         "'num_key_value_heads' (the number of KV heads; 'num_attention_heads' stands in when "
         "it is absent, and is missing too)");
   }
-  if (shape->head_dim) {
-    config.head_dim = *shape->head_dim;
-  } else if (!shape->hidden_size || !shape->heads) {
+  if (shape.head_dim) {
+    config.head_dim = *shape.head_dim;
+  } else if (!shape.hidden_size || !shape.heads) {
     missing.push_back(std::string("'head_dim' (the size of one head; 'hidden_size' / "
                                   "'num_attention_heads' stands in when it is absent, and ") +
-                      (shape->hidden_size ? "'num_attention_heads'" : "'hidden_size'") +
+                      (shape.hidden_size ? "'num_attention_heads'" : "'hidden_size'") +
                       " is missing)");
-  } else if (*shape->hidden_size % *shape->heads != 0) {
+  } else if (*shape.hidden_size % *shape.heads != 0) {
     return Status::InvalidArgument(fields.where() + ": no 'head_dim', and 'hidden_size' " +
-                                   std::to_string(*shape->hidden_size) +
+                                   std::to_string(*shape.hidden_size) +
                                    " is not a multiple of 'num_attention_heads' " +
-                                   std::to_string(*shape->heads));
-  } else if (*shape->hidden_size / *shape->heads > kMaxHeadDim) {
-    return Status::InvalidArgument(fields.where() + ": no 'head_dim', and 'hidden_size' " +
-                                   std::to_string(*shape->hidden_size) +
-                                   " / 'num_attention_heads' " + std::to_string(*shape->heads) +
-                                   " = " + std::to_string(*shape->hidden_size / *shape->heads) +
-                                   " is over the head size bound of " +
-                                   std::to_string(kMaxHeadDim));
+                                   std::to_string(*shape.heads));
+  } else if (*shape.hidden_size / *shape.heads > kMaxHeadDim) {
+    return Status::InvalidArgument(
+        fields.where() + ": no 'head_dim', and 'hidden_size' " +
+        std::to_string(*shape.hidden_size) + " / 'num_attention_heads' " +
+        std::to_string(*shape.heads) + " = " + std::to_string(*shape.hidden_size / *shape.heads) +
+        " is over the head size bound of " + std::to_string(kMaxHeadDim));
   } else {
-    config.head_dim = *shape->hidden_size / *shape->heads;
+    config.head_dim = *shape.hidden_size / *shape.heads;
   }
 
   // The KV cache may be fp8 even where no checkpoint is, so fp8 is taken here.
-  Result<std::optional<DType>> dtype = detail::read_dtype(scopes, /*allow_fp8=*/true);
-  if (!dtype.ok()) return dtype.status();
-  if (dtype->has_value()) {
-    config.dtype = **dtype;
+  KVVM_ASSIGN_OR_RETURN(std::optional<DType> dtype, detail::read_dtype(scopes, /*allow_fp8=*/true));
+  if (dtype.has_value()) {
+    config.dtype = *dtype;
   } else if (!dtype_given) {
     missing.push_back("'torch_dtype' (the element type; --kv-dtype gives one instead)");
   }
@@ -203,9 +200,9 @@ std::string lower(std::string_view text) {
 Result<ModelConfig> parse_kv_config(std::string_view config_json, std::string_view origin,
                                     bool dtype_given) {
   const std::string where(origin);
-  Result<nlohmann::json> parsed = read_json(config_json, detail::config_limits(), where);
-  if (!parsed.ok()) return parsed.status();
-  return parse_kv_json(*parsed, where, dtype_given);
+  KVVM_ASSIGN_OR_RETURN(nlohmann::json parsed,
+                        read_json(config_json, detail::config_limits(), where));
+  return parse_kv_json(parsed, where, dtype_given);
 }
 
 Result<ModelConfig> load_kv_config(const std::string& path, bool dtype_given) {
@@ -246,9 +243,8 @@ Result<ModelConfig> builtin_model_config(std::string_view name) {
 }
 
 Result<Geometry> builtin_geometry(std::string_view name, DType dtype) {
-  Result<ModelConfig> config = builtin_model_config(name);
-  if (!config.ok()) return config.status();
-  return kv_geometry(*config, dtype);
+  KVVM_ASSIGN_OR_RETURN(ModelConfig config, builtin_model_config(name));
+  return kv_geometry(config, dtype);
 }
 
 }  // namespace kvvm::model

@@ -50,10 +50,10 @@ struct WeightFiles::Mapping {
     Status status = mapping->map(fd);
     ::close(fd);
     if (!status.ok()) return status;
-    Result<std::vector<TensorView>> tensors = detail::parse_safetensors(
-        static_cast<const std::byte*>(mapping->base), mapping->size, path);
-    if (!tensors.ok()) return tensors.status();
-    mapping->tensors = std::move(*tensors);
+    KVVM_ASSIGN_OR_RETURN(std::vector<TensorView> tensors,
+                          detail::parse_safetensors(static_cast<const std::byte*>(mapping->base),
+                                                    mapping->size, path));
+    mapping->tensors = std::move(tensors);
     return mapping;
   }
 
@@ -109,11 +109,10 @@ bool exists(const std::string& path) {
 WeightFiles::~WeightFiles() = default;
 
 Result<std::unique_ptr<WeightFiles>> WeightFiles::open_file(const std::string& path) {
-  Result<std::unique_ptr<Mapping>> mapping = Mapping::open(path);
-  if (!mapping.ok()) return mapping.status();
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Mapping> mapping, Mapping::open(path));
   std::unique_ptr<WeightFiles> files(new WeightFiles());
-  files->tensors_ = std::move((*mapping)->tensors);
-  files->mappings_.push_back(std::move(*mapping));
+  files->tensors_ = std::move((mapping)->tensors);
+  files->mappings_.push_back(std::move(mapping));
   return files;
 }
 
@@ -129,10 +128,9 @@ Result<std::unique_ptr<WeightFiles>> WeightFiles::open_dir(const std::string& di
     return open_file(single_path);
   }
 
-  Result<nlohmann::json> index = read_json_file(index_path);
-  if (!index.ok()) return index.status();
-  const auto weight_map = index->is_object() ? index->find("weight_map") : index->end();
-  if (!index->is_object() || weight_map == index->end() || !weight_map->is_object() ||
+  KVVM_ASSIGN_OR_RETURN(nlohmann::json index, read_json_file(index_path));
+  const auto weight_map = index.is_object() ? index.find("weight_map") : index.end();
+  if (!index.is_object() || weight_map == index.end() || !weight_map->is_object() ||
       weight_map->empty()) {
     return Status::InvalidArgument(index_path +
                                    ": expected an object whose 'weight_map' maps each tensor "

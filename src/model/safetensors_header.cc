@@ -182,17 +182,16 @@ Result<std::vector<TensorView>> parse_safetensors(const std::byte* bytes, std::u
   limits.max_bytes = kMaxHeaderBytes;
   limits.max_depth = kMaxHeaderDepth;
   const std::string_view text(reinterpret_cast<const char*>(bytes + kLengthBytes), header_bytes);
-  Result<nlohmann::json> header = read_json(text, limits, origin + ": header");
-  if (!header.ok()) return header.status();
-  if (!header->is_object()) {
-    return Status::InvalidArgument(origin + ": header is " + show(*header) +
+  KVVM_ASSIGN_OR_RETURN(nlohmann::json header, read_json(text, limits, origin + ": header"));
+  if (!header.is_object()) {
+    return Status::InvalidArgument(origin + ": header is " + show(header) +
                                    ", expected a JSON object of tensors");
   }
 
   const std::byte* data = bytes + kLengthBytes + header_bytes;
   const std::uint64_t data_size = size - kLengthBytes - header_bytes;
   std::vector<Entry> entries;
-  for (const auto& [name, entry] : header->items()) {
+  for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) {
         return Status::InvalidArgument(origin + ": '__metadata__' is " + show(entry) +
@@ -200,9 +199,9 @@ Result<std::vector<TensorView>> parse_safetensors(const std::byte* bytes, std::u
       }
       continue;
     }
-    Result<Entry> parsed = parse_entry(name, entry, data_size, origin + ": tensor '" + name + "'");
-    if (!parsed.ok()) return parsed.status();
-    entries.push_back(std::move(*parsed));
+    KVVM_ASSIGN_OR_RETURN(Entry parsed,
+                          parse_entry(name, entry, data_size, origin + ": tensor '" + name + "'"));
+    entries.push_back(std::move(parsed));
   }
 
   // Ranges in file order: each non-empty one must start at or after every earlier one's end.

@@ -107,9 +107,8 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
   // Each bind either fills its slot or returns the error naming the tensor.
   const auto bind = [&](const TensorView*& slot, const std::string& name,
                         const std::vector<std::uint64_t>& shape) -> Status {
-    Result<const TensorView*> view = binder.bind(name, shape);
-    if (!view.ok()) return view.status();
-    slot = *view;
+    KVVM_ASSIGN_OR_RETURN(const TensorView* view, binder.bind(name, shape));
+    slot = view;
     return Status::Ok();
   };
   // A projection ("...q_proj"): as any tensor unquantized; else its F8_E4M3 weight and scales.
@@ -119,17 +118,17 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
                                    std::uint64_t in) -> Status {
     const std::string name = module + ".weight";
     if (quant == WeightQuant::kNone) return bind(slot, name, {rows, in});
-    Result<const TensorView*> view = binder.bind_fp8(name, {rows, in});
-    if (!view.ok()) return view.status();
-    slot = *view;
+    KVVM_ASSIGN_OR_RETURN(const TensorView* view, binder.bind_fp8(name, {rows, in}));
+    slot = view;
     const std::uint64_t block = kFp8WeightBlock;
     const bool blocks = quant == WeightQuant::kFp8Block;
-    Result<const TensorView*> scale = binder.bind_scale(
-        module + (blocks ? ".weight_scale_inv" : ".weight_scale"), name,
-        blocks ? std::vector<std::uint64_t>{(rows + block - 1) / block, (in + block - 1) / block}
-               : std::vector<std::uint64_t>{rows, 1});
-    if (!scale.ok()) return scale.status();
-    scale_slot = *scale;
+    KVVM_ASSIGN_OR_RETURN(
+        const TensorView* scale,
+        binder.bind_scale(module + (blocks ? ".weight_scale_inv" : ".weight_scale"), name,
+                          blocks ? std::vector<std::uint64_t>{(rows + block - 1) / block,
+                                                              (in + block - 1) / block}
+                                 : std::vector<std::uint64_t>{rows, 1}));
+    scale_slot = scale;
     return Status::Ok();
   };
   KVVM_RETURN_IF_ERROR(bind(weights.embed, "model.embed_tokens.weight", {vocab, hidden}));
@@ -237,10 +236,9 @@ Result<KvScales> kv_scales_of(const ModelWeights& weights, std::uint32_t kv_head
         return Status::InvalidArgument("model.layers." + std::to_string(i) + ".self_attn." + name +
                                        ": missing, while other layers have KV scales");
       }
-      Result<std::vector<float>> values = scales_of(*tensor, kv_heads);
-      if (!values.ok()) return values.status();
-      heads = std::max(heads, static_cast<std::uint32_t>(values->size()));
-      read[kv].push_back(std::move(values).value());
+      KVVM_ASSIGN_OR_RETURN(std::vector<float> values, scales_of(*tensor, kv_heads));
+      heads = std::max(heads, static_cast<std::uint32_t>(values.size()));
+      read[kv].push_back(std::move(values));
     }
   }
   KvScales scales;

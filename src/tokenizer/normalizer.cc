@@ -156,10 +156,9 @@ Result<std::unique_ptr<Normalizer>> parse_normalizer(const Json& json, std::stri
     KVVM_RETURN_IF_ERROR(expect_array(*list, list_where));
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (std::size_t i = 0; i < list->size(); ++i) {
-      Result<std::unique_ptr<Normalizer>> step =
-          parse_normalizer((*list)[i], element_path(list_where, i));
-      if (!step.ok()) return step.status();
-      if (*step) steps.push_back(std::move(*step));
+      KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Normalizer> step,
+                            parse_normalizer((*list)[i], element_path(list_where, i)));
+      if (step) steps.push_back(std::move(step));
     }
     if (steps.empty()) return std::unique_ptr<Normalizer>();
     return std::unique_ptr<Normalizer>(std::make_unique<SequenceNormalizer>(std::move(steps)));

@@ -41,19 +41,17 @@ Result<PostProcessor> parse_template(const Json& json, std::string_view where) {
     KVVM_RETURN_IF_ERROR(expect_object(item, item_where));
     if (const Json* special = find_member(item, "SpecialToken")) {
       KVVM_RETURN_IF_ERROR(expect_object(*special, member_path(item_where, "SpecialToken")));
-      Result<std::string> name =
-          string_member(*special, "id", member_path(item_where, "SpecialToken"));
-      if (!name.ok()) return name.status();
-      KVVM_ASSIGN_OR_RETURN(std::vector<TokenId> ids, special_ids(json, *name, where));
+      KVVM_ASSIGN_OR_RETURN(std::string name,
+                            string_member(*special, "id", member_path(item_where, "SpecialToken")));
+      KVVM_ASSIGN_OR_RETURN(std::vector<TokenId> ids, special_ids(json, name, where));
       auto& side = seen_text ? out.suffix : out.prefix;
       side.insert(side.end(), ids.begin(), ids.end());
     } else if (const Json* sequence = find_member(item, "Sequence")) {
       KVVM_RETURN_IF_ERROR(expect_object(*sequence, member_path(item_where, "Sequence")));
-      Result<std::string> name =
-          string_member(*sequence, "id", member_path(item_where, "Sequence"));
-      if (!name.ok()) return name.status();
-      if (*name != "A" || seen_text) {
-        return field_error(item_where, "a single template holds $A once (found $" + *name + ")");
+      KVVM_ASSIGN_OR_RETURN(std::string name,
+                            string_member(*sequence, "id", member_path(item_where, "Sequence")));
+      if (name != "A" || seen_text) {
+        return field_error(item_where, "a single template holds $A once (found $" + name + ")");
       }
       seen_text = true;
     } else {

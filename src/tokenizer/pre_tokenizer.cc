@@ -92,13 +92,12 @@ Result<std::unique_ptr<PreTokenizer>> parse_split(const Json& json, std::string_
   if (text == nullptr || !text->is_string()) {
     return field_error(pattern_where, "expected {\"Regex\": string} or {\"String\": string}");
   }
-  Result<std::unique_ptr<Regex>> regex =
-      Regex::compile(text->get_ref<const std::string&>(), regex_text == nullptr, pattern_where);
-  if (!regex.ok()) return regex.status();
+  KVVM_ASSIGN_OR_RETURN(
+      std::unique_ptr<Regex> regex,
+      Regex::compile(text->get_ref<const std::string&>(), regex_text == nullptr, pattern_where));
   KVVM_ASSIGN_OR_RETURN(Behavior behavior, parse_behavior(json, where));
   KVVM_ASSIGN_OR_RETURN(bool invert, bool_member(json, "invert", false, where));
-  return std::unique_ptr<PreTokenizer>(
-      std::make_unique<Split>(std::move(*regex), behavior, invert));
+  return std::unique_ptr<PreTokenizer>(std::make_unique<Split>(std::move(regex), behavior, invert));
 }
 
 Result<std::unique_ptr<PreTokenizer>> parse_byte_level(const Json& json, std::string_view where) {
@@ -130,10 +129,9 @@ Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const Json& json,
     KVVM_RETURN_IF_ERROR(expect_array(*list, list_where));
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     for (std::size_t i = 0; i < list->size(); ++i) {
-      Result<std::unique_ptr<PreTokenizer>> step =
-          parse_pre_tokenizer((*list)[i], element_path(list_where, i));
-      if (!step.ok()) return step.status();
-      if (*step) steps.push_back(std::move(*step));
+      KVVM_ASSIGN_OR_RETURN(std::unique_ptr<PreTokenizer> step,
+                            parse_pre_tokenizer((*list)[i], element_path(list_where, i)));
+      if (step) steps.push_back(std::move(step));
     }
     if (steps.empty()) return std::unique_ptr<PreTokenizer>();
     return std::unique_ptr<PreTokenizer>(std::make_unique<SequencePreTokenizer>(std::move(steps)));

@@ -142,14 +142,12 @@ Status parse_document(const Json& document, detail::BpeLists lists, detail::Toke
     const Json* value = find_member(document, key);
     return value == nullptr ? null : *value;
   };
-  Result<std::unique_ptr<detail::Normalizer>> normalizer =
-      detail::parse_normalizer(member("normalizer"), "normalizer");
-  if (!normalizer.ok()) return normalizer.status();
-  impl.normalizer = std::move(*normalizer);
-  Result<std::unique_ptr<detail::PreTokenizer>> pre_tokenizer =
-      detail::parse_pre_tokenizer(member("pre_tokenizer"), "pre_tokenizer");
-  if (!pre_tokenizer.ok()) return pre_tokenizer.status();
-  impl.pre_tokenizer = std::move(*pre_tokenizer);
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<detail::Normalizer> normalizer,
+                        detail::parse_normalizer(member("normalizer"), "normalizer"));
+  impl.normalizer = std::move(normalizer);
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<detail::PreTokenizer> pre_tokenizer,
+                        detail::parse_pre_tokenizer(member("pre_tokenizer"), "pre_tokenizer"));
+  impl.pre_tokenizer = std::move(pre_tokenizer);
   KVVM_ASSIGN_OR_RETURN(detail::Decoder decoder,
                         detail::Decoder::parse(member("decoder"), "decoder"));
   impl.decoder = std::move(decoder);
@@ -165,10 +163,9 @@ Status parse_document(const Json& document, detail::BpeLists lists, detail::Toke
   profile.tables_ms = watch.lap();
 
   KVVM_RETURN_IF_ERROR(parse_added_tokens(document, impl));
-  Result<detail::PostProcessor> post =
-      detail::parse_post_processor(member("post_processor"), "post_processor");
-  if (!post.ok()) return post.status();
-  for (const auto* side : {&post->prefix, &post->suffix}) {
+  KVVM_ASSIGN_OR_RETURN(detail::PostProcessor post,
+                        detail::parse_post_processor(member("post_processor"), "post_processor"));
+  for (const auto* side : {&post.prefix, &post.suffix}) {
     for (const TokenId id : *side) {
       if (static_cast<std::size_t>(id) >= impl.tokens.size() ||
           !impl.tokens[static_cast<std::size_t>(id)].known) {
@@ -178,7 +175,7 @@ Status parse_document(const Json& document, detail::BpeLists lists, detail::Toke
       }
     }
   }
-  impl.post_processor = std::move(*post);
+  impl.post_processor = std::move(post);
   profile.added_ms = watch.lap();
   return Status::Ok();
 }

@@ -142,13 +142,12 @@ Result<double> time_ms(const std::function<Status()>& launch, const TimingOption
 Result<double> copy_bandwidth(std::uint32_t samples) {
   Device device;
   const std::size_t bytes = std::size_t{2} << 30;
-  Result<void*> a = device.alloc(bytes), b = device.alloc(bytes);
-  if (!a.ok()) return a.status();
-  if (!b.ok()) return b.status();
-  BENCH_CHECK(cudaMemset(*a, 0x3c, bytes));
+  KVVM_ASSIGN_OR_RETURN(void* a, device.alloc(bytes));
+  KVVM_ASSIGN_OR_RETURN(void* b, device.alloc(bytes));
+  BENCH_CHECK(cudaMemset(a, 0x3c, bytes));
   Result<double> ms = time_ms(
       [&]() -> Status {
-        BENCH_CHECK(cudaMemcpyAsync(*b, *a, bytes, cudaMemcpyDeviceToDevice));
+        BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
         return Status::Ok();
       },
       TimingOptions{5, samples});
@@ -160,18 +159,18 @@ Result<BenchCache> make_cache(Driver& driver, const BenchCacheShape& shape, Layo
                               std::uint32_t sequences, std::uint32_t context,
                               std::mt19937_64& random) {
   BenchCache cache;
-  auto plan =
-      plan_layout(Geometry{"bench", shape.layers, shape.kv_heads, shape.head_dim, shape.element},
-                  layout, driver.granule(), context);
-  if (!plan.ok()) return plan.status();
-  const std::uint64_t bytes = plan->slot_stride * sequences;
-  auto stack = ArenaStack::create(
-      driver, ArenaStackOptions{.tier_name = "gpu",
-                                .budget_bytes = bytes + driver.granule(),
-                                .pool = PoolOptions{.max_pooled_bytes = 0},
-                                .arena = ArenaOptions{.plan = *plan, .max_slots = sequences}});
-  if (!stack.ok()) return stack.status();
-  cache.stack = std::move(stack).value();
+  KVVM_ASSIGN_OR_RETURN(auto plan, plan_layout(Geometry{"bench", shape.layers, shape.kv_heads,
+                                                        shape.head_dim, shape.element},
+                                               layout, driver.granule(), context));
+  const std::uint64_t bytes = plan.slot_stride * sequences;
+  KVVM_ASSIGN_OR_RETURN(
+      auto stack,
+      ArenaStack::create(
+          driver, ArenaStackOptions{.tier_name = "gpu",
+                                    .budget_bytes = bytes + driver.granule(),
+                                    .pool = PoolOptions{.max_pooled_bytes = 0},
+                                    .arena = ArenaOptions{.plan = plan, .max_slots = sequences}}));
+  cache.stack = std::move(stack);
   cache.arena = &cache.stack->arena();
   // The same random chunk is appended over and over: filling gigabytes from the host would
   // dominate the run, and the kernels' speed does not depend on which random values they read.
@@ -184,9 +183,8 @@ Result<BenchCache> make_cache(Driver& driver, const BenchCacheShape& shape, Layo
   if (!k.ok()) return k.status();
   if (!v.ok()) return v.status();
   for (std::uint32_t b = 0; b < sequences; ++b) {
-    auto slot = cache.arena->admit(context);
-    if (!slot.ok()) return slot.status();
-    cache.slots.push_back(*slot);
+    KVVM_ASSIGN_OR_RETURN(auto slot, cache.arena->admit(context));
+    cache.slots.push_back(slot);
     for (std::uint32_t start = 0; start < context; start += kChunk) {
       AppendParams append;
       append.view = cache.arena->view();
@@ -196,7 +194,7 @@ Result<BenchCache> make_cache(Driver& driver, const BenchCacheShape& shape, Layo
       append.tokens = std::min(kChunk, context - start);
       append.k = *k;
       append.v = *v;
-      append.slot = *slot;
+      append.slot = slot;
       append.start = start;
       KVVM_RETURN_IF_ERROR(append_kv_cuda(append, nullptr));
     }

@@ -54,20 +54,20 @@ Result<DecodeRow> bench_decode(Driver& driver, const DecodeShape& s, Layout layo
                                std::mt19937_64& random) {
   const BenchCacheShape cache_shape{options.layers, s.kv_heads, s.head_dim, cache_element,
                                     cache_element == DType::kFp8 ? element : DType::kUnset};
-  Result<BenchCache> cache = make_cache(driver, cache_shape, layout, s.batch, s.context, random);
-  if (!cache.ok()) return cache.status();
+  KVVM_ASSIGN_OR_RETURN(BenchCache cache,
+                        make_cache(driver, cache_shape, layout, s.batch, s.context, random));
   Device device;
   std::vector<std::uint32_t> lengths(s.batch, s.context);
   Result<void*> q = device.upload(
       random_elements(element, std::size_t{s.batch} * s.qo_heads * s.head_dim, random, 2.0f));
-  Result<void*> slots = device.upload(cache->slots);
+  Result<void*> slots = device.upload(cache.slots);
   Result<void*> dlengths = device.upload(lengths);
   Result<void*> out = device.alloc(std::size_t{s.batch} * s.qo_heads * s.head_dim * 2);
   for (auto* r : {&q, &slots, &dlengths, &out}) {
     if (!r->ok()) return r->status();
   }
   DecodeParams params;
-  params.view = cache->arena->view();
+  params.view = cache.arena->view();
   params.activations = cache_shape.activations;
   params.layer = cache_shape.layer();
   params.qo_heads = s.qo_heads;
@@ -82,13 +82,11 @@ Result<DecodeRow> bench_decode(Driver& driver, const DecodeShape& s, Layout layo
   DecodeRow row;
   row.shape = s;
   row.layout = layout;
-  auto plan = plan_decode_cuda(params);
-  if (!plan.ok()) return plan.status();
-  row.plan = *plan;
-  Result<void*> workspace = device.alloc_zeroed(plan->workspace_bytes);
-  if (!workspace.ok()) return workspace.status();
+  KVVM_ASSIGN_OR_RETURN(auto plan, plan_decode_cuda(params));
+  row.plan = plan;
+  KVVM_ASSIGN_OR_RETURN(void* workspace, device.alloc_zeroed(plan.workspace_bytes));
   Result<double> ms = time_ms(
-      [&] { return decode_attention_cuda(params, *workspace, plan->workspace_bytes, nullptr); },
+      [&] { return decode_attention_cuda(params, workspace, plan.workspace_bytes, nullptr); },
       TimingOptions{options.iterations, options.samples});
   if (!ms.ok()) return ms.status();
   row.ms = *ms;

@@ -152,9 +152,9 @@ Result<DecodeReport> run_decode_loop_with(Driver& driver, const Geometry& geomet
   const std::vector<VariantSpec> specs = {
       {"no growth", false, 0}, {"growth", true, 0}, {"growth", true, options.ahead}};
   for (const VariantSpec& spec : specs) {
-    Result<DecodeVariant> variant = run_variant(driver, *plan, options, report, spec, kernel);
-    if (!variant.ok()) return variant.status();
-    report.variants.push_back(std::move(variant).value());
+    KVVM_ASSIGN_OR_RETURN(DecodeVariant variant,
+                          run_variant(driver, *plan, options, report, spec, kernel));
+    report.variants.push_back(std::move(variant));
   }
   const double base = report.variants[0].step_us.p99;
   const auto ratio_of = [&](const DecodeVariant& v) { return base > 0 ? v.step_us.p99 / base : 0; };

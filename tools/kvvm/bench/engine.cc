@@ -90,10 +90,9 @@ struct Plan {
 Result<Plan> plan_options(const BenchEngineOptions& options) {
   Plan plan;
   if (!options.skip_decode) {
-    Result<std::vector<std::uint32_t>> batches =
-        parse_count_list(options.batches, "--batches", kMaxBatch);
-    if (!batches.ok()) return batches.status();
-    plan.batches = std::move(batches).value();
+    KVVM_ASSIGN_OR_RETURN(std::vector<std::uint32_t> batches,
+                          parse_count_list(options.batches, "--batches", kMaxBatch));
+    plan.batches = std::move(batches);
     if (options.decode_tokens < 2) {
       return Status::InvalidArgument(
           "--decode-tokens must be at least 2 (one first token, then "
@@ -102,13 +101,13 @@ Result<Plan> plan_options(const BenchEngineOptions& options) {
     }
   }
   if (!options.skip_trace) {
-    Result<std::vector<double>> rates = parse_rate_list(options.rates, "--rates", kMaxRate);
-    if (!rates.ok()) return rates.status();
-    plan.rates = std::move(rates).value();
-    Result<std::vector<std::string>> systems =
-        parse_choice_list(options.trace_systems, "--trace-systems", {"arena", "preallocated"});
-    if (!systems.ok()) return systems.status();
-    for (const std::string& system : *systems) plan.preallocate.push_back(system == "preallocated");
+    KVVM_ASSIGN_OR_RETURN(std::vector<double> rates,
+                          parse_rate_list(options.rates, "--rates", kMaxRate));
+    plan.rates = std::move(rates);
+    KVVM_ASSIGN_OR_RETURN(
+        std::vector<std::string> systems,
+        parse_choice_list(options.trace_systems, "--trace-systems", {"arena", "preallocated"}));
+    for (const std::string& system : systems) plan.preallocate.push_back(system == "preallocated");
   }
   plan.max_running = options.max_running != 0 ? options.max_running : kDefaultMaxRunning;
   return plan;
@@ -254,8 +253,7 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
 Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
                                             std::ostream* progress) {
   const auto started = std::chrono::steady_clock::now();
-  Result<Plan> plan = plan_options(options);
-  if (!plan.ok()) return plan.status();
+  KVVM_ASSIGN_OR_RETURN(Plan plan, plan_options(options));
   std::error_code ec;
   if (!std::filesystem::is_directory(options.model_dir, ec)) {
     return Status::InvalidArgument("--model " + options.model_dir + ": no such directory");
@@ -292,7 +290,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
                                    " + --choices-tokens " + str(options.choices_tokens) +
                                    " do not fit in --max-context " + str(report.max_context));
   }
-  report.max_running = plan->max_running;
+  report.max_running = plan.max_running;
   report.logprobs = options.logprobs;
   report.prompt_tokens = options.prompt_tokens;
   report.decode_tokens = options.decode_tokens;
@@ -302,11 +300,11 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
   report.seed = options.seed;
   report.duration_limit_s = options.duration_limit_s;
   report.max_queue_wait_s = options.max_queue_wait_s;
-  report.parked_slots = options.parked_slots.value_or(plan->max_running);
+  report.parked_slots = options.parked_slots.value_or(plan.max_running);
 
   // The traces first: a generator option that makes no sense is refused before the model loads.
   std::vector<Trace> traces;
-  for (double rate : plan->rates) {
+  for (double rate : plan.rates) {
     TraceGeneratorOptions generator;
     generator.requests = options.requests;
     generator.rate = rate;
@@ -326,8 +324,8 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
 
   // Each step holds every running sequence: the model's activations are sized for the most.
   model::ModelLimits limits;
-  std::uint32_t chunks = plan->max_running;
-  for (std::uint32_t batch : plan->batches) chunks = std::max(chunks, batch);
+  std::uint32_t chunks = plan.max_running;
+  for (std::uint32_t batch : plan.batches) chunks = std::max(chunks, batch);
   chunks = std::max(chunks, options.choices);
   limits.max_chunks = std::max(limits.max_chunks, chunks);
   limits.max_step_tokens = std::max(limits.max_step_tokens, limits.max_chunks);
@@ -349,15 +347,14 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
       if (!bound.ok()) return bound.status().with_context("--model " + options.model_dir);
       weights = std::move(bound).value();
     }
-    Result<std::unique_ptr<model::Model>> made =
-        make_model(options, *config, weights, limits, progress);
-    if (!made.ok()) return made.status();
+    KVVM_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> made,
+                          make_model(options, *config, weights, limits, progress));
     files.reset();  // the model holds its own copy
-    report.backend = std::string(model::to_string((*made)->backend()));
-    if ((*made)->backend() == model::Backend::kCuda)
+    report.backend = std::string(model::to_string((made)->backend()));
+    if ((made)->backend() == model::Backend::kCuda)
       report.kernels = std::string(options.unfused ? "unfused" : "fused") +
                        (options.in_order_launches ? ", in-order launches" : "");
-    std::unique_ptr<model::Model> model = std::move(made).value();
+    std::unique_ptr<model::Model> model = std::move(made);
     const model::WeightStats placed = model->weight_stats();
     report.weights = placed.split.describe();
     report.weights_device_bytes = placed.physical_bytes;
@@ -396,7 +393,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
     std::vector<DecodeMode> modes = {DecodeMode::kGraphs, DecodeMode::kEager,
                                      DecodeMode::kPreallocated};
     if (options.logprobs > 0) modes.insert(modes.begin() + 1, DecodeMode::kLogprobs);
-    for (std::uint32_t batch : plan->batches) {
+    for (std::uint32_t batch : plan.batches) {
       for (DecodeMode mode : modes) {
         if (progress != nullptr) {
           *progress << kBenchEngine << ": decode, batch " << batch << ", " << to_string(mode)
@@ -432,17 +429,17 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
       if (!runs.ok()) return runs.status().with_context("choices");
       report.choices = std::move(runs).value();
     }
-    for (std::size_t r = 0; r < plan->rates.size(); ++r) {
-      for (const bool preallocate : plan->preallocate) {
+    for (std::size_t r = 0; r < plan.rates.size(); ++r) {
+      for (const bool preallocate : plan.preallocate) {
         if (progress != nullptr) {
-          *progress << kBenchEngine << ": trace at " << fixed(plan->rates[r], 2) << " req/s, "
+          *progress << kBenchEngine << ": trace at " << fixed(plan.rates[r], 2) << " req/s, "
                     << (preallocate ? "preallocated" : "arena") << " (" << traces[r].requests.size()
                     << " requests)\n"
                     << std::flush;
         }
         ReplayParams params{
             .preallocate = preallocate,
-            .max_running = plan->max_running,
+            .max_running = plan.max_running,
             .duration_limit_s = options.duration_limit_s,
             .refuse_predicted_wait = !options.no_early_refusal,
             .wait_forecast = !options.no_wait_forecast,
@@ -451,9 +448,9 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
             .max_prefill_tokens_while_decoding = options.max_prefill_tokens_while_decoding,
             .tpot_target = tpot_target(options.tpot_target_ms),
             .progress = progress};
-        Result<TraceRun> run = replay_trace(*model, kv, traces[r], plan->rates[r], params);
+        Result<TraceRun> run = replay_trace(*model, kv, traces[r], plan.rates[r], params);
         if (!run.ok()) {
-          return run.status().with_context("trace at " + fixed(plan->rates[r], 2) + " req/s (" +
+          return run.status().with_context("trace at " + fixed(plan.rates[r], 2) + " req/s (" +
                                            (preallocate ? "preallocated" : "arena") + ")");
         }
         if (preallocate) {

@@ -86,13 +86,12 @@ Result<ChoicesRun> run_system(model::Model& model, const engine::KvSpaceOptions&
     Result<engine::RequestId> id = engine.submit(request, callback);
     if (!id.ok()) return id.status().with_context("submitting " + run.system);
   }
-  Result<std::uint64_t> peak = run_to_idle(engine, &steps);
-  if (!peak.ok()) return peak.status();
+  KVVM_ASSIGN_OR_RETURN(std::uint64_t peak, run_to_idle(engine, &steps));
   if (failed > 0) {
     return first_error.with_context(std::to_string(failed) + " of " + run.system + " failed");
   }
   const engine::EngineStats stats = engine.stats();
-  run.peak_kv_bytes = *peak;
+  run.peak_kv_bytes = peak;
   run.seconds = std::chrono::duration<double>(last_token - start).count();
   run.generated_tokens = tokens;
   run.steps = steps;
@@ -118,9 +117,8 @@ Result<std::vector<ChoicesRun>> measure_choices(model::Model& model,
       random_prompt(std::min<std::uint64_t>(16, params.prompt_tokens));
   std::vector<ChoicesRun> runs;
   for (const bool fork : {true, false}) {
-    Result<ChoicesRun> run = run_system(model, kv, params, fork, prompt, warm);
-    if (!run.ok()) return run.status();
-    runs.push_back(std::move(run).value());
+    KVVM_ASSIGN_OR_RETURN(ChoicesRun run, run_system(model, kv, params, fork, prompt, warm));
+    runs.push_back(std::move(run));
   }
   return runs;
 }

@@ -169,29 +169,28 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
       run_batch(engine, params.batch, params.prompt_tokens, 2, rng, vocab, logprobs);
   if (!warm.ok()) return warm.status().with_context("warm-up");
   const engine::EngineStats before = engine.stats();
-  Result<BatchTimes> times = run_batch(engine, params.batch, params.prompt_tokens,
-                                       params.decode_tokens, rng, vocab, logprobs);
-  if (!times.ok()) return times.status();
+  KVVM_ASSIGN_OR_RETURN(BatchTimes times, run_batch(engine, params.batch, params.prompt_tokens,
+                                                    params.decode_tokens, rng, vocab, logprobs));
   const engine::EngineStats after = engine.stats();
 
-  run.generated_tokens = times->generated;
-  run.decode_tokens = times->decode_tokens;
-  run.decode_steps = times->decode_steps;
-  run.prefill_seconds = times->prefill_seconds;
-  run.decode_seconds = times->decode_seconds;
-  if (times->decode_seconds > 0) {
-    run.decode_tokens_per_s = static_cast<double>(times->decode_tokens) / times->decode_seconds;
+  run.generated_tokens = times.generated;
+  run.decode_tokens = times.decode_tokens;
+  run.decode_steps = times.decode_steps;
+  run.prefill_seconds = times.prefill_seconds;
+  run.decode_seconds = times.decode_seconds;
+  if (times.decode_seconds > 0) {
+    run.decode_tokens_per_s = static_cast<double>(times.decode_tokens) / times.decode_seconds;
   }
-  if (times->decode_steps > 0) {
-    run.ms_per_step = times->decode_seconds * 1000 / static_cast<double>(times->decode_steps);
+  if (times.decode_steps > 0) {
+    run.ms_per_step = times.decode_seconds * 1000 / static_cast<double>(times.decode_steps);
   }
-  run.retiring_steps = times->retiring_steps;
-  run.retiring_ms = times->retiring_seconds * 1000;
+  run.retiring_steps = times.retiring_steps;
+  run.retiring_ms = times.retiring_seconds * 1000;
   // The window is its steps (and the loop between them): what the ending steps did not take,
   // the others did.
-  if (times->decode_steps > times->retiring_steps) {
-    run.ms_per_running_step = (times->decode_seconds - times->retiring_seconds) * 1000 /
-                              static_cast<double>(times->decode_steps - times->retiring_steps);
+  if (times.decode_steps > times.retiring_steps) {
+    run.ms_per_running_step = (times.decode_seconds - times.retiring_seconds) * 1000 /
+                              static_cast<double>(times.decode_steps - times.retiring_steps);
   }
   run.peak_running = after.peak_running;
   run.graph_replays = after.graphs.replays - before.graphs.replays;

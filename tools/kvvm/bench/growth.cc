@@ -255,16 +255,15 @@ CLI::App* add_bench_command(CLI::App& app, BenchGrowthOptions& options) {
 }
 
 Result<BenchGrowthReport> run_growth_benchmark(Driver& driver, const BenchGrowthOptions& options) {
-  Result<Request> request = resolve_request(options);
-  if (!request.ok()) return request.status();
+  KVVM_ASSIGN_OR_RETURN(Request request, resolve_request(options));
   BenchGrowthReport report;
   report.driver = driver.info();
   report.granule = driver.granule();
   report.tokens = options.tokens;
   report.sequences = options.sequences;
   report.ahead = options.ahead;
-  for (const Geometry& geometry : request->models) {
-    for (const Layout layout : request->layouts) {
+  for (const Geometry& geometry : request.models) {
+    for (const Layout layout : request.layouts) {
       Result<LayoutPlan> plan = plan_layout(geometry, layout, report.granule, options.tokens);
       if (!plan.ok()) return plan.status().with_context(geometry.name);
       for (const std::uint32_t ahead : {std::uint32_t{0}, options.ahead}) {
@@ -297,7 +296,7 @@ Result<BenchGrowthReport> run_growth_benchmark(Driver& driver, const BenchGrowth
     return report;
   }
   Result<DecodeReport> decode =
-      run_decode_loop(driver, request->decode_model, request->decode_layout, options);
+      run_decode_loop(driver, request.decode_model, request.decode_layout, options);
   if (!decode.ok()) return decode.status().with_context("decode loop");
   report.decode = std::move(decode).value();
   return report;

@@ -95,8 +95,8 @@ Result<double> bench_row(Driver& driver, const PrefillSetup& setup, const Prefil
                          Layout layout, const BenchPrefillOptions& options,
                          std::mt19937_64& random) {
   const BenchCacheShape shape{options.layers, setup.kv_heads, options.head_dim, setup.element};
-  Result<BenchCache> cache = make_cache(driver, shape, layout, 1, row.start + row.tokens, random);
-  if (!cache.ok()) return cache.status();
+  KVVM_ASSIGN_OR_RETURN(BenchCache cache,
+                        make_cache(driver, shape, layout, 1, row.start + row.tokens, random));
   Device device;
   const std::size_t elements = std::size_t{row.tokens} * setup.qo_heads * options.head_dim;
   Result<void*> q = device.upload(random_elements(setup.element, elements, random, 2.0f));
@@ -104,11 +104,11 @@ Result<double> bench_row(Driver& driver, const PrefillSetup& setup, const Prefil
   if (!q.ok()) return q.status();
   if (!out.ok()) return out.status();
   PrefillParams params;
-  params.view = cache->arena->view();
+  params.view = cache.arena->view();
   params.layer = shape.layer();
   params.qo_heads = setup.qo_heads;
   params.kv_heads = setup.kv_heads;
-  params.slot = cache->slots[0];
+  params.slot = cache.slots[0];
   params.start = row.start;
   params.tokens = row.tokens;
   params.q = *q;

@@ -67,9 +67,9 @@ Result<std::vector<std::pair<std::optional<double>, Trace>>> make_traces(
   }
   std::vector<double> rates = {options.rate};
   if (!options.rates.empty()) {
-    Result<std::vector<double>> parsed = parse_rate_list(options.rates, "--rates", kMaxRate);
-    if (!parsed.ok()) return parsed.status();
-    rates = std::move(parsed).value();
+    KVVM_ASSIGN_OR_RETURN(std::vector<double> parsed,
+                          parse_rate_list(options.rates, "--rates", kMaxRate));
+    rates = std::move(parsed);
   }
   for (double rate : rates) {
     TraceGeneratorOptions generator;
@@ -81,9 +81,8 @@ Result<std::vector<std::pair<std::optional<double>, Trace>>> make_traces(
     generator.output_mu = lognormal_mu(options.output_mean, generator.output_sigma);
     generator.max_context = options.max_context;
     generator.seed = options.seed;
-    Result<Trace> trace = generate_trace(generator);
-    if (!trace.ok()) return trace.status();
-    traces.emplace_back(rate, std::move(trace).value());
+    KVVM_ASSIGN_OR_RETURN(Trace trace, generate_trace(generator));
+    traces.emplace_back(rate, std::move(trace));
   }
   return traces;
 }

@@ -47,13 +47,14 @@ struct Rig {
 };
 
 Status make_rig(Rig& rig, const LayoutPlan& plan, std::uint32_t slots, std::uint64_t budget) {
-  auto stack = ArenaStack::create(
-      *rig.driver, ArenaStackOptions{.tier_name = "bench share",
-                                     .budget_bytes = budget,
-                                     .pool = PoolOptions{.max_pooled_bytes = 64 * plan.granule},
-                                     .arena = ArenaOptions{.plan = plan, .max_slots = slots}});
-  if (!stack.ok()) return stack.status();
-  rig.stack = std::move(stack).value();
+  KVVM_ASSIGN_OR_RETURN(
+      auto stack,
+      ArenaStack::create(
+          *rig.driver, ArenaStackOptions{.tier_name = "bench share",
+                                         .budget_bytes = budget,
+                                         .pool = PoolOptions{.max_pooled_bytes = 64 * plan.granule},
+                                         .arena = ArenaOptions{.plan = plan, .max_slots = slots}}));
+  rig.stack = std::move(stack);
   rig.arena = &rig.stack->arena();
   return Status::Ok();
 }
@@ -62,11 +63,10 @@ Result<ShareSavings> measure_savings(Arena& arena, const BenchShareOptions& opti
   const LayoutPlan& plan = arena.plan();
   auto owner = arena.admit(options.prefix + options.extra);
   if (!owner.ok()) return owner.status().with_context("the publisher");
-  auto prefix = arena.publish(*owner, options.prefix);
-  if (!prefix.ok()) return prefix.status();
+  KVVM_ASSIGN_OR_RETURN(auto prefix, arena.publish(*owner, options.prefix));
   std::vector<SlotId> slots{*owner};
   for (std::uint32_t i = 1; i < options.sequences; ++i) {
-    auto sharer = arena.admit_shared(**prefix, options.prefix + options.extra);
+    auto sharer = arena.admit_shared(*prefix, options.prefix + options.extra);
     if (!sharer.ok()) return sharer.status().with_context("sharer " + std::to_string(i));
     slots.push_back(*sharer);
   }
@@ -77,12 +77,12 @@ Result<ShareSavings> measure_savings(Arena& arena, const BenchShareOptions& opti
   savings.granule = plan.granule;
   savings.prefix_tokens = options.prefix;
   savings.sequences = options.sequences;
-  savings.shared_windows = (*prefix)->info().windows_per_fragment;
+  savings.shared_windows = (prefix)->info().windows_per_fragment;
   savings.committed_bytes = stats.committed_bytes;
   savings.physical_bytes = stats.physical_bytes;
   savings.saved_bytes = stats.shared_saved_bytes;
-  savings.predicted_saved_bytes = (options.sequences - 1) * (*prefix)->info().shared_bytes;
-  savings.boundary_bytes = (*prefix)->info().boundary_bytes;
+  savings.predicted_saved_bytes = (options.sequences - 1) * (prefix)->info().shared_bytes;
+  savings.boundary_bytes = (prefix)->info().boundary_bytes;
   for (SlotId slot : slots) KVVM_RETURN_IF_ERROR(arena.release(slot));
   return savings;
 }
@@ -116,12 +116,10 @@ Result<ShareCosts> measure_costs(Arena& arena, Driver& driver, const BenchShareO
   const std::uint64_t longest = std::max(with, without) + 1;
   auto owner = arena.admit(longest);
   if (!owner.ok()) return owner.status().with_context("cost publisher");
-  auto prefix_with = arena.publish(*owner, with);
-  if (!prefix_with.ok()) return prefix_with.status();
-  auto prefix_without = arena.publish(*owner, without);
-  if (!prefix_without.ok()) return prefix_without.status();
+  KVVM_ASSIGN_OR_RETURN(auto prefix_with, arena.publish(*owner, with));
+  KVVM_ASSIGN_OR_RETURN(auto prefix_without, arena.publish(*owner, without));
   costs.boundary_bytes =
-      (*prefix_with)->info().boundary_bytes - (*prefix_without)->info().boundary_bytes;
+      (prefix_with)->info().boundary_bytes - (prefix_without)->info().boundary_bytes;
   // Both admissions commit one private window per fragment; only the copy differs.
   const auto admit_cost = [&](const SharedPrefix& prefix,
                               std::uint64_t tokens) -> Result<TimingSummary> {
@@ -129,9 +127,8 @@ Result<ShareCosts> measure_costs(Arena& arena, Driver& driver, const BenchShareO
     auto timed = time_each(
         options.repetitions, [&]() -> Status { return last ? arena.release(*last) : Status::Ok(); },
         [&]() -> Status {
-          auto admitted = arena.admit_shared(prefix, tokens);
-          if (!admitted.ok()) return admitted.status();
-          last = *admitted;
+          KVVM_ASSIGN_OR_RETURN(auto admitted, arena.admit_shared(prefix, tokens));
+          last = admitted;
           return Status::Ok();
         });
     if (last) KVVM_RETURN_IF_ERROR(arena.release(*last));
@@ -152,12 +149,11 @@ Result<ShareCosts> measure_costs(Arena& arena, Driver& driver, const BenchShareO
     costs.granule_copy = *copy;
     KVVM_RETURN_IF_ERROR(arena.release(*target));
   }
-  auto a = admit_cost(**prefix_with, with);
-  if (!a.ok()) return a.status();
-  costs.admit_with_boundary = *a;
-  auto b = admit_cost(**prefix_without, boundary_of(plan, without) == 0 ? without + 1 : without);
-  if (!b.ok()) return b.status();
-  costs.admit_without_boundary = *b;
+  KVVM_ASSIGN_OR_RETURN(auto a, admit_cost(*prefix_with, with));
+  costs.admit_with_boundary = a;
+  KVVM_ASSIGN_OR_RETURN(
+      auto b, admit_cost(*prefix_without, boundary_of(plan, without) == 0 ? without + 1 : without));
+  costs.admit_without_boundary = b;
 
   // Copy-on-write: a fresh child shares the owner's windows; rewinding to window 0 and
   // writing one token copies that window in every fragment.
@@ -166,9 +162,8 @@ Result<ShareCosts> measure_costs(Arena& arena, Driver& driver, const BenchShareO
       options.repetitions,
       [&]() -> Status {
         if (child) KVVM_RETURN_IF_ERROR(arena.release(*child));
-        auto forked = arena.fork(*owner, longest);
-        if (!forked.ok()) return forked.status();
-        child = *forked;
+        KVVM_ASSIGN_OR_RETURN(auto forked, arena.fork(*owner, longest));
+        child = forked;
         return arena.rewind(*child, 1);
       },
       [&]() -> Status { return arena.ensure(*child, 2); });

@@ -54,9 +54,9 @@ Result<std::vector<std::int32_t>> prompt_tokens(const GenerateOptions& options,
                                                 const tokenizer::Tokenizer& tok) {
   std::vector<std::int32_t> ids;
   if (options.prompt_ids) {
-    Result<std::vector<std::int32_t>> parsed = parse_ids(*options.prompt_ids, config.vocab_size);
-    if (!parsed.ok()) return parsed.status();
-    ids = std::move(parsed).value();
+    KVVM_ASSIGN_OR_RETURN(std::vector<std::int32_t> parsed,
+                          parse_ids(*options.prompt_ids, config.vocab_size));
+    ids = std::move(parsed);
   } else if (options.prompt) {
     ids = tok.encode(*options.prompt, /*add_special_tokens=*/true);
   } else if (options.chat) {

@@ -455,9 +455,8 @@ Result<InfoReport> gather_info(Driver& driver, const InfoOptions& options) {
   report.granularity = driver.granularity();
   KVVM_RETURN_IF_ERROR(check_request(options, report.info, report.granularity));
   if (options.timing) {
-    Result<TimingReport> timing = measure_timing(driver, options.granules);
-    if (!timing.ok()) return timing.status();
-    report.timing = std::move(*timing);
+    KVVM_ASSIGN_OR_RETURN(TimingReport timing, measure_timing(driver, options.granules));
+    report.timing = std::move(timing);
   }
   return report;
 }

@@ -500,15 +500,15 @@ Result<PlanReport> make_plan(const PlanOptions& options) {
   report.sequences = options.concurrency;
   report.all_layouts = layouts.size() > 1;
   for (Layout layout : layouts) {
-    Result<LayoutPlan> plan = plan_layout(*geometry, layout, options.granule, options.context);
-    if (!plan.ok()) return plan.status();
+    KVVM_ASSIGN_OR_RETURN(LayoutPlan plan,
+                          plan_layout(*geometry, layout, options.granule, options.context));
     LayoutFigures figures;
-    figures.plan = *plan;
-    figures.prefix = prefix_shareability(*plan, options.prefix);
-    figures.concurrency = admissible_concurrency(*plan, options.context, options.prefix, kv_budget);
-    figures.one_token_windows = plan->windows_per_fragment(1);
-    figures.context_windows = plan->windows_per_fragment(options.context);
-    figures.view = plan->view(0);
+    figures.plan = plan;
+    figures.prefix = prefix_shareability(plan, options.prefix);
+    figures.concurrency = admissible_concurrency(plan, options.context, options.prefix, kv_budget);
+    figures.one_token_windows = plan.windows_per_fragment(1);
+    figures.context_windows = plan.windows_per_fragment(options.context);
+    figures.view = plan.view(0);
     if (options.concurrency) {
       figures.bytes_for_n_without_sharing =
           figures.concurrency.bytes_without_sharing(*options.concurrency);

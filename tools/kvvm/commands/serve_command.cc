@@ -173,7 +173,8 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "where the device's address space is short)")
       ->transform(count_validator(0, 4096));
   cmd->add_option("--max-queue", options.max_queue,
-                  "Requests waiting at most; more are answered 429 (default 256)")
+                  "Requests waiting at most beyond the running places still free; more are "
+                  "answered 429 (default 256)")
       ->transform(count_validator(1, 1000000));
   cmd->add_option("--max-queue-wait", options.max_queue_wait,
                   "Seconds a request may wait to start before it is answered 429; 0: no limit "

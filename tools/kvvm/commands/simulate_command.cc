@@ -446,31 +446,29 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
         " for " + geometry->name + "; the limit is " + str(kMaxPagedBlocks) + " blocks (" +
         format_bytes(kMaxPagedBlocks * block_bytes) + ")");
   }
-  Result<Trace> trace = load_trace(options, err);
-  if (!trace.ok()) return trace.status();
+  KVVM_ASSIGN_OR_RETURN(Trace trace, load_trace(options, err));
   if (std::ranges::any_of(kSystems, [&](const SystemRow& row) {
         return row.prefix_cache && selected(row, options);
       })) {
-    synthesize_ids(*trace);
+    synthesize_ids(trace);
   }
-  if (trace->requests.empty()) {
+  if (trace.requests.empty()) {
     return Status::InvalidArgument("the trace holds no request to replay");
   }
   if (!options.save_trace.empty()) {
     std::ofstream out(options.save_trace);
-    write_jsonl_trace(*trace, out);
+    write_jsonl_trace(trace, out);
     if (!out)
       return Status::InvalidArgument("--save-trace: cannot write '" + options.save_trace + "'");
   }
 
-  Result<std::unique_ptr<Driver>> driver = open_simulation_driver(options, err);
-  if (!driver.ok()) return driver.status();
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Driver> driver, open_simulation_driver(options, err));
   SimulateReport report;
-  report.driver = (*driver)->info();
-  report.granule = (*driver)->granule();
-  Result<LayoutPlan> plan = plan_layout(*geometry, *layout, report.granule, options.max_context);
-  if (!plan.ok()) return plan.status();
-  report.plan = *plan;
+  report.driver = (driver)->info();
+  report.granule = (driver)->granule();
+  KVVM_ASSIGN_OR_RETURN(LayoutPlan plan,
+                        plan_layout(*geometry, *layout, report.granule, options.max_context));
+  report.plan = plan;
   report.requested_budget = options.budget;
   report.budget = options.budget;
   if (report.driver.backend == "cuda") {
@@ -485,25 +483,24 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
   report.max_slots = options.max_slots;
   if (report.max_slots == 0) {
     report.max_slots = std::min<std::uint64_t>(
-        {trace->requests.size(), std::max<std::uint64_t>(1, kMaxReservedBytes / plan->slot_stride),
+        {trace.requests.size(), std::max<std::uint64_t>(1, kMaxReservedBytes / plan.slot_stride),
          std::numeric_limits<std::uint32_t>::max()});
   }
   report.sharing = options.sharing;
   report.step_s = options.step_ms / 1000.0;
   report.max_queue_wait_s = options.max_queue_wait_s;
-  report.trace =
-      trace_figures(*trace, !options.trace.empty() ? options.trace
-                            : options.chat.conversations > 0
-                                ? "multi-turn chat, " + str(options.chat.conversations) +
-                                      " conversations x " + str(options.chat.turns) +
-                                      " turns (seed " + str(options.generator.seed) + ")"
-                                : "generated (seed " + str(options.generator.seed) + ")");
+  report.trace = trace_figures(trace, !options.trace.empty() ? options.trace
+                                      : options.chat.conversations > 0
+                                          ? "multi-turn chat, " + str(options.chat.conversations) +
+                                                " conversations x " + str(options.chat.turns) +
+                                                " turns (seed " + str(options.generator.seed) + ")"
+                                          : "generated (seed " + str(options.generator.seed) + ")");
   report.preallocate_capacity =
       preallocate_capacity(report.budget, options.max_context, geometry->bytes_per_token());
 
   const SchedulerOptions scheduler{report.step_s, options.max_queue_wait_s,
                                    geometry->bytes_per_token()};
-  SystemContext context{**driver, options, *plan, report, err};
+  SystemContext context{*driver, options, plan, report, err};
   for (const SystemRow& row : kSystems) {
     if (!selected(row, options)) continue;
     Result<std::unique_ptr<MemoryModel>> model = row.build(context);
@@ -513,10 +510,10 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
                               (*model)->name());
     }
     Result<RunSummary> run = [&] {
-      SimProgressLine line(progress_err, kSimulate, row.name, trace->requests.size(),
+      SimProgressLine line(progress_err, kSimulate, row.name, trace.requests.size(),
                            ::isatty(STDERR_FILENO) == 1);
       return run_schedule(
-          *trace, **model, scheduler,
+          trace, **model, scheduler,
           [&](std::uint64_t step, const RunSummary& so_far) { line(step, so_far, report.step_s); });
     }();
     if (!run.ok()) return run.status().with_context(row.name);

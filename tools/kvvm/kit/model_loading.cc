@@ -39,14 +39,12 @@ Status make_model(const std::string& backend, const model::ModelWeights& weights
                   std::string_view command, std::ostream& err, LoadedModel& loaded) {
   if (backend == "cuda" || (backend == "auto" && cuda_available())) {
     Status made = [&]() -> Status {
-      Result<std::unique_ptr<Driver>> driver = make_cuda_driver();
-      if (!driver.ok()) return driver.status();
+      KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Driver> driver, make_cuda_driver());
       model::CudaModelOptions options;
-      options.weights = lend(loaded, std::move(driver).value(), flags, progress);
-      Result<std::unique_ptr<model::Model>> cuda =
-          model::make_cuda_model(loaded.config, weights, options);
-      if (!cuda.ok()) return cuda.status();
-      loaded.model = std::move(cuda).value();
+      options.weights = lend(loaded, std::move(driver), flags, progress);
+      KVVM_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> cuda,
+                            model::make_cuda_model(loaded.config, weights, options));
+      loaded.model = std::move(cuda);
       return Status::Ok();
     }();
     if (made.ok()) return made;
@@ -60,14 +58,12 @@ Status make_model(const std::string& backend, const model::ModelWeights& weights
     err << command << ": note: a GPU is present but the CUDA model could not be made ("
         << made.to_string() << "); running on the CPU\n";
   }
-  Result<std::unique_ptr<Driver>> driver = make_host_driver();
-  if (!driver.ok()) return driver.status();
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Driver> driver, make_host_driver());
   model::CpuModelOptions options;
-  options.weights = lend(loaded, std::move(driver).value(), flags, progress);
-  Result<std::unique_ptr<model::Model>> cpu =
-      model::make_cpu_model(loaded.config, weights, options);
-  if (!cpu.ok()) return cpu.status();
-  loaded.model = std::move(cpu).value();
+  options.weights = lend(loaded, std::move(driver), flags, progress);
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> cpu,
+                        model::make_cpu_model(loaded.config, weights, options));
+  loaded.model = std::move(cpu);
   return Status::Ok();
 }
 
@@ -152,14 +148,12 @@ Result<model::ModelConfig> builtin_config(const std::string& model) {
 Result<Geometry> resolve_model_geometry(const std::string& model, std::optional<DType> dtype) {
   const std::optional<std::string> path = config_path(model);
   if (!path) {
-    Result<model::ModelConfig> builtin = builtin_config(model);
-    if (!builtin.ok()) return builtin.status();
+    KVVM_ASSIGN_OR_RETURN(model::ModelConfig builtin, builtin_config(model));
     // The built-in shapes are sized at fp16 unless told otherwise, whatever the checkpoint's.
-    return model::kv_geometry(*builtin, dtype.value_or(DType::kFp16));
+    return model::kv_geometry(builtin, dtype.value_or(DType::kFp16));
   }
-  Result<model::ModelConfig> config = model::load_kv_config(*path, dtype.has_value());
-  if (!config.ok()) return config.status();
-  return model::kv_geometry(*config, dtype);
+  KVVM_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_kv_config(*path, dtype.has_value()));
+  return model::kv_geometry(config, dtype);
 }
 
 Result<model::ModelConfig> resolve_model_config(const std::string& model) {
@@ -174,25 +168,22 @@ Result<LoadedModel> load_model(const std::string& dir, const std::string& backen
   KVVM_RETURN_IF_ERROR(check_model_dir(dir, !dummy));
   const fs::path root(dir);
   LoadedModel loaded;
-  Result<model::ModelConfig> config = model::load_model_config(dir);
-  if (!config.ok()) return config.status();
-  loaded.config = std::move(config).value();
+  KVVM_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_model_config(dir));
+  loaded.config = std::move(config);
 
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok =
-      tokenizer::Tokenizer::load((root / "tokenizer.json").string());
-  if (!tok.ok()) return tok.status();
-  loaded.tokenizer = std::move(tok).value();
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
+                        tokenizer::Tokenizer::load((root / "tokenizer.json").string()));
+  loaded.tokenizer = std::move(tok);
 
   // The weights are mapped only while the model copies (CPU: converts) them.
   std::unique_ptr<model::WeightFiles> files;
   model::ModelWeights weights;
   if (!dummy) {
-    Result<std::unique_ptr<model::WeightFiles>> opened = model::WeightFiles::open_dir(dir);
-    if (!opened.ok()) return opened.status();
-    files = std::move(opened).value();
-    Result<model::ModelWeights> bound = model::bind_weights(loaded.config, *files);
-    if (!bound.ok()) return bound.status();
-    weights = std::move(bound).value();
+    KVVM_ASSIGN_OR_RETURN(std::unique_ptr<model::WeightFiles> opened,
+                          model::WeightFiles::open_dir(dir));
+    files = std::move(opened);
+    KVVM_ASSIGN_OR_RETURN(model::ModelWeights bound, model::bind_weights(loaded.config, *files));
+    weights = std::move(bound);
   }
   {
     // A terminal gets one line rewritten in place, cleared before the weights' line below; a

@@ -71,12 +71,11 @@ Result<std::uint64_t> parse_token_count(std::string_view text) {
 
 Result<std::vector<std::uint32_t>> parse_count_list(const std::string& text, const char* option,
                                                     std::uint64_t max) {
-  return parse_list<std::uint32_t>(text, option,
-                                   [max](std::string_view item) -> Result<std::uint32_t> {
-                                     Result<std::uint64_t> value = parse_count(item, 1, max);
-                                     if (!value.ok()) return value.status();
-                                     return static_cast<std::uint32_t>(*value);
-                                   });
+  return parse_list<std::uint32_t>(
+      text, option, [max](std::string_view item) -> Result<std::uint32_t> {
+        KVVM_ASSIGN_OR_RETURN(std::uint64_t value, parse_count(item, 1, max));
+        return static_cast<std::uint32_t>(value);
+      });
 }
 
 Result<std::vector<double>> parse_rate_list(const std::string& text, const char* option,

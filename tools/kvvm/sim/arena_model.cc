@@ -29,17 +29,18 @@ ArenaModel::~ArenaModel() {
 Result<std::unique_ptr<ArenaModel>> ArenaModel::create(Driver& driver, ArenaModelOptions options) {
   std::unique_ptr<ArenaModel> model(new ArenaModel(driver, std::move(options)));
   const ArenaModelOptions& o = model->options_;
-  Result<std::unique_ptr<ArenaStack>> stack = ArenaStack::create(
-      driver,
-      ArenaStackOptions{.tier_name = "simulate",
-                        .budget_bytes = o.budget,
-                        .pool = PoolOptions{.max_pooled_bytes = o.pool_bytes},
-                        .arena = ArenaOptions{.plan = o.plan,
-                                              .max_slots = o.max_slots,
-                                              .commit_ahead_windows = o.commit_ahead_windows,
-                                              .budget_wait = std::chrono::milliseconds(0)}});
-  if (!stack.ok()) return stack.status();
-  model->stack_ = std::move(stack).value();
+  KVVM_ASSIGN_OR_RETURN(
+      std::unique_ptr<ArenaStack> stack,
+      ArenaStack::create(
+          driver,
+          ArenaStackOptions{.tier_name = "simulate",
+                            .budget_bytes = o.budget,
+                            .pool = PoolOptions{.max_pooled_bytes = o.pool_bytes},
+                            .arena = ArenaOptions{.plan = o.plan,
+                                                  .max_slots = o.max_slots,
+                                                  .commit_ahead_windows = o.commit_ahead_windows,
+                                                  .budget_wait = std::chrono::milliseconds(0)}}));
+  model->stack_ = std::move(stack);
   if (o.prefix_cache) {
     PrefixCacheOptions cache_options;
     cache_options.model_identity = o.plan.geometry.name;

@@ -456,9 +456,8 @@ Result<Trace> read_jsonl_trace(std::istream& in, const std::string& name,
     }
   };
   for (std::uint64_t number = 1;; ++number) {
-    Result<bool> more = read_line(number);
-    if (!more.ok()) return more.status();
-    if (!*more) break;
+    KVVM_ASSIGN_OR_RETURN(bool more, read_line(number));
+    if (!more) break;
     const std::string at = name + ":" + str(number) + ": ";
     if (too_long) {
       ++trace.lines_read;
