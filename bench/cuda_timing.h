@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::bench {
 

@@ -24,8 +24,8 @@
 
 #include "cuda_timing.h"
 #include "kernels/element.h"
-#include "kvvm/fp8_kernels.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/fp8_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 #include "model/cublas_api.h"
 #include "model/fp8_matmul.h"
 

@@ -23,8 +23,8 @@
 
 #include "cuda_timing.h"
 #include "kernels/element.h"
-#include "kvvm/fp8_kernels.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/fp8_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace {
 

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "cuda_timing.h"
-#include "kvvm/cuda_driver.h"
-#include "kvvm/driver.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/driver.h"
 
 namespace {
 

@@ -9,11 +9,11 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/arena.h"
-#include "kvvm/arena_stack.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/model/kv_geometry.h"
-#include "kvvm/prefix_cache.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/kv/arena_stack.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/model/kv_config.h"
+#include "kvvm/kv/prefix/prefix_cache.h"
 
 #if defined(KVVM_HAS_OPENSSL)
 #include <openssl/evp.h>

@@ -6,10 +6,10 @@
 #include <cstdlib>
 #include <memory>
 
-#include "kvvm/cuda_driver.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/reservation.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/vmm/reservation.h"
 
 namespace kvvm {
 namespace {

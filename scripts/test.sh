@@ -34,7 +34,7 @@ fi
 
 passed=0 failed=0 skipped=0
 
-# Lock requirements are annotations (include/kvvm/mutex.h) that only Clang checks: every source
+# Lock requirements are annotations (include/kvvm/base/mutex.h) that only Clang checks: every source
 # that takes a kvvm::Mutex or states a lock requirement is compiled by clang++ with
 # -Wthread-safety as an error (syntax only: GCC builds the binaries).
 thread_safety() {

@@ -3,8 +3,8 @@
 // Skipped (and reported skipped) without a GPU or without the CUDA compiler.
 #include <gtest/gtest.h>
 
-#include "kvvm/arena.h"
-#include "kvvm/cuda_driver.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/invariants.h"
 #include "support/pattern.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)

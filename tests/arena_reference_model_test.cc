@@ -47,7 +47,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvvm/layout.h"
+#include "kvvm/kv/layout.h"
 
 namespace kvvm {
 namespace {

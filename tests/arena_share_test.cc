@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/arena_fixture.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)

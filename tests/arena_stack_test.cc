@@ -1,16 +1,16 @@
 // ArenaStack: the governor tier, handle pool and arena assembled in one place. What it must
 // do beyond Arena's own tests: charge its own tier, refuse a budget of 0 by name, and leave
 // nothing in the driver on failure or after teardown.
-#include "kvvm/arena_stack.h"
+#include "kvvm/kv/arena_stack.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 
-#include "kvvm/fault_driver.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/layout.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/kv/layout.h"
 
 namespace kvvm {
 namespace {

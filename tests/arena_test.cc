@@ -1,7 +1,7 @@
 // Arena behaviour on every backend: growth without moving or copying, reuse of a finished
 // slot without a driver call, reclamation before refusal, commit-ahead, the capture guard and
 // refusal of bad input.
-#include "kvvm/arena.h"
+#include "kvvm/kv/arena.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <functional>
 #include <thread>
 
-#include "kvvm/fault_driver.h"
+#include "kvvm/vmm/fault_driver.h"
 #include "support/arena_fixture.h"
 #include "support/backends.h"
 #include "support/fault_sweep.h"

@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/attention.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/attention_support.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/device_buffer.h"
 #endif
 

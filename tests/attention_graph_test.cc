@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/attention.h"
-#include "kvvm/cuda_driver.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/attention_fixture.h"
 #include "support/attention_support.h"
 #include "support/pattern.h"

@@ -1,14 +1,14 @@
-// The one byte formatter and parser (kvvm/bytes.h) and the one element type (kvvm/dtype.h).
+// The one byte formatter and parser (kvvm/base/bytes.h) and the one element type (kvvm/base/dtype.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 
-#include "kvvm/bytes.h"
-#include "kvvm/dtype.h"
-#include "kvvm/geometry.h"
-#include "kvvm/layout.h"
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/base/bytes.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/kv/geometry.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/model/kv_config.h"
 
 namespace kvvm {
 namespace {

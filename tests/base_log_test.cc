@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/check.h"
-#include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/log.h"
-#include "kvvm/status.h"
+#include "kvvm/base/check.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/base/log.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 namespace {

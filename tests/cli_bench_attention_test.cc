@@ -12,8 +12,8 @@
 
 #include "bench/prefill_attention.h"
 #include "kit/cli_common.h"
-#include "kvvm/attention.h"
-#include "kvvm/cuda_driver.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/cli_run.h"
 
 namespace kvvm::cli {

@@ -16,8 +16,8 @@
 
 #include "commands/info_command.h"
 #include "kit/op_timing.h"
-#include "kvvm/cuda_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
 
 namespace kvvm::cli {
 namespace {

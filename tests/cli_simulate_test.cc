@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "commands/simulate_command.h"
-#include "kvvm/geometry.h"
-#include "kvvm/layout.h"
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/kv/geometry.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/model/kv_config.h"
 #include "sim/baselines.h"
 #include "support/cli_run.h"
 

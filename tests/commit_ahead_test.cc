@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "kvvm/mutex.h"
+#include "kvvm/base/mutex.h"
 
 namespace kvvm {
 namespace {

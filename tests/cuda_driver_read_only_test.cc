@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/cuda_driver_fixture.h"
 #include "vmm/cuda_api.h"
 

@@ -7,7 +7,7 @@
 // several mappings, access changes on part of a mapping) the test states what we expect and
 // prints what CUDA did, as a line starting with "[ CUDA ]", so one run on a GPU tells the truth.
 // This file: granularity, device info, round trips and how mappings combine.
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 
 #include <gtest/gtest.h>
 

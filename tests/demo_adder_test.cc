@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/config.h"

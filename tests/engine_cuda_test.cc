@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/engine/engine.h"
 #include "support/engine_harness.h"
 

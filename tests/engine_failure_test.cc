@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "kvvm/engine/engine.h"
-#include "kvvm/fault_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/engine_harness.h"
 #include "support/failing_model.h"
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/fault_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/engine_harness.h"
 #include "support/sanitizer.h"
 

@@ -16,7 +16,7 @@
 #include "engine/scheduler.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_manager.h"
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 #include "support/engine_harness.h"
 
 namespace kvvm::engine {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/arena.h"
+#include "kvvm/kv/arena.h"
 #include "support/engine_harness.h"
 
 namespace kvvm::engine {

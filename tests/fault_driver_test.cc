@@ -1,8 +1,8 @@
-#include "kvvm/fault_driver.h"
+#include "kvvm/vmm/fault_driver.h"
 
 #include <gtest/gtest.h>
 
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/host_driver.h"
 
 namespace kvvm {
 namespace {

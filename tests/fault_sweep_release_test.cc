@@ -17,12 +17,12 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/driver.h"
-#include "kvvm/fault_driver.h"
-#include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/reservation.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/vmm/reservation.h"
 #include "support/backends.h"
 #include "support/invariants.h"
 #include "support/reservation_fault_sweep.h"

@@ -1,4 +1,4 @@
-// The FP8 projections' kernels (include/kvvm/fp8_kernels.h) and cuBLASLt's FP8 GEMM
+// The FP8 projections' kernels (include/kvvm/kernels/fp8_kernels.h) and cuBLASLt's FP8 GEMM
 // (model/fp8_matmul.h) against float64 references computed on the host from the same e4m3
 // bytes and scales: the GEMV for 1 to 16 rows, both scalings, bf16 and fp16, bias and beta; the
 // activations' quantization bit for bit (codes, scales, the zeroed padding rows), and the same
@@ -21,8 +21,8 @@
 
 #include "kernels/element.h"
 #include "kernels/fp8_checks.h"
-#include "kvvm/fp8_kernels.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/fp8_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 

@@ -1,6 +1,6 @@
 // Geometry: the KV shape's arithmetic and the dtypes. Reading a shape from a config.json or a
 // built-in model's name is the model layer's (model_config_geometry_test.cc).
-#include "kvvm/geometry.h"
+#include "kvvm/kv/geometry.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kvvm/governor.h"
+#include "kvvm/governor/governor.h"
 #include "support/governor_access.h"
 
 namespace kvvm {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "kvvm/governor.h"
+#include "kvvm/governor/governor.h"
 #include "support/governor_access.h"
 #include "support/governor_checks.h"
 

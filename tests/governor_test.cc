@@ -2,7 +2,7 @@
 //
 // No test asserts a wall-clock time: ordering is made deterministic by waiting for
 // stats().waiting, and timeouts only bound how long a broken implementation can hang.
-#include "kvvm/governor.h"
+#include "kvvm/governor/governor.h"
 
 #include <gtest/gtest.h>
 

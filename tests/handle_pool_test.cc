@@ -1,9 +1,9 @@
-#include "kvvm/handle_pool.h"
+#include "kvvm/vmm/handle_pool.h"
 
 #include <gtest/gtest.h>
 
-#include "kvvm/fault_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/backends.h"
 
 namespace kvvm {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/pattern.h"
 
 namespace kvvm::host_driver_chunks_test {

@@ -1,5 +1,5 @@
 // Host-only behaviour of the host driver; the shared behaviour is in the typed suites.
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/host_driver.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>

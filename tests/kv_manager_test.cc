@@ -14,7 +14,7 @@
 
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/config.h"
-#include "kvvm/prefix_cache.h"
+#include "kvvm/kv/prefix/prefix_cache.h"
 #include "support/test_data.h"
 
 namespace kvvm::engine {

@@ -3,7 +3,7 @@
 // a slot exactly once, and the commit floor equals a brute-force count of the granule windows
 // that n tokens' bytes touch (and the shareable prefix equals a count of the windows that
 // hold prefix bytes only).
-#include "kvvm/layout.h"
+#include "kvvm/kv/layout.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/model/kv_config.h"
 #include "support/text_match.h"
 
 namespace kvvm::layout_test {

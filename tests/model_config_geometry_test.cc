@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/model/kv_config.h"
 #include "support/test_data.h"
 #include "support/text_match.h"
 

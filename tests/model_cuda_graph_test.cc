@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
 #include "support/attention_support.h"

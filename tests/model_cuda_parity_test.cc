@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "base/json_reader.h"
-#include "kvvm/cuda_driver.h"
-#include "kvvm/layout.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/kv/layout.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/model/model.h"
 #include "support/attention_support.h"
 #include "support/pattern.h"

@@ -1,4 +1,4 @@
-// The CUDA model kernels (include/kvvm/model_kernels.h) against host references on fresh
+// The CUDA model kernels (include/kvvm/kernels/model_kernels.h) against host references on fresh
 // random data each run, fp16 and bf16, at Qwen2-0.5B's and Llama-8B's widths (896, 4096) and
 // sizes that are not multiples of a block. The references compute in float and round to the
 // element type at the points the header names, so outputs agree to within a few ulps of the
@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/attention.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/kernels/model_kernels.h"
 #include "support/pattern.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// The device sampler (sample_cuda, include/kvvm/model_kernels.h) against the CPU's
+// The device sampler (sample_cuda, include/kvvm/kernels/model_kernels.h) against the CPU's
 // sample_token (include/kvvm/model/sampling.h) on many random rows: vocabularies of 1000 and
 // Qwen2's 151936, greedy, temperatures, top-k (1, small, vocab - 1, vocab, above it), top-p
 // (tiny to 1), seeds and counters (64-bit, both halves), and rows with ties, NaN, -inf, +inf,
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kvvm/model/sampling.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 

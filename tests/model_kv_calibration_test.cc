@@ -16,14 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "kvvm/model/kv_scales.h"
 #include "kvvm/model/model.h"
 #include "support/tiny_model.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #endif
 
 namespace kvvm::model::kv_calibration_test {

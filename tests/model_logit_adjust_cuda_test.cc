@@ -1,5 +1,5 @@
 // Logit transforms on the device (penalties, logit_bias, bans). The kernel (logit_adjust_cuda,
-// include/kvvm/model_kernels.h) against the CPU's adjust_logits on the same floats, bit for bit:
+// include/kvvm/kernels/model_kernels.h) against the CPU's adjust_logits on the same floats, bit for bit:
 // random rows of a 152064 and a 1000 vocabulary, each with its own penalties (repetition below,
 // at and above 1, negative presence), random entries (counts up to 10^6 so the frequency term
 // rounds, tokens seen only in the prompt, biases of +100, -inf and random), a row listing every
@@ -25,11 +25,11 @@
 
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/attention_support.h"
 #include "support/cuda_device.h"
 #include "support/device_buffer.h"

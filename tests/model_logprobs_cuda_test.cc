@@ -1,4 +1,4 @@
-// Log-probabilities on the device. The kernel (logprobs_cuda, include/kvvm/model_kernels.h)
+// Log-probabilities on the device. The kernel (logprobs_cuda, include/kvvm/kernels/model_kernels.h)
 // against a float64 log-softmax of the same logits: vocabularies of 152064, 1000 and 7; random
 // rows at several temperatures and alternative counts; ties across warps and at the cut; a row
 // ascending by id (every logit beats the last); NaN and -inf; a row of NaN; targets given and
@@ -22,12 +22,12 @@
 
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 #include "support/logprob_reference.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/attention_support.h"
 #include "support/cuda_device.h"
 #include "support/device_buffer.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kvvm/model/config.h"
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/model/kv_config.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
 #include "model/weight_layout.h"

@@ -16,8 +16,8 @@
 #include <vector>
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
-#include "kvvm/cuda_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/weight_memory.h"
 #include "support/attention_support.h"

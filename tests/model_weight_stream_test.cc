@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kvvm/engine/kv_space.h"
-#include "kvvm/fault_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/weight_memory.h"
 #include "model/weight_layout.h"

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kernels/element.h"
-#include "kvvm/fp8_kernels.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/fp8_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/attention.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/kernels/model_kernels.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 

@@ -10,9 +10,9 @@
 #include <map>
 #include <memory>
 
-#include "kvvm/arena.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/prefix_cache.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/kv/prefix/prefix_cache.h"
 #include "support/invariants.h"
 #include "support/pattern.h"
 

@@ -1,7 +1,7 @@
 // The automatic prefix cache on every backend: hits map cached windows and charge only the
 // remainder, verified ids (a forced collision never shares), salts, the switch, the
 // last-token rule, eviction order, reset, metrics, and fault sweeps.
-#include "kvvm/prefix_cache.h"
+#include "kvvm/kv/prefix/prefix_cache.h"
 
 #include <gtest/gtest.h>
 

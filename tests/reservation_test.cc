@@ -1,6 +1,6 @@
 // Reservation behaviour on every backend: growth without moving, release keeping addresses,
 // sharing one handle, teardown, and refusal of bad input with nothing changed.
-#include "kvvm/reservation.h"
+#include "kvvm/vmm/reservation.h"
 
 #include <gtest/gtest.h>
 

@@ -9,10 +9,10 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/geometry.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/layout.h"
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/kv/geometry.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/model/kv_config.h"
 #include "sim/arena_model.h"
 #include "sim/baselines.h"
 #include "sim/scheduler.h"

@@ -1,4 +1,4 @@
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/model/kv_config.h"
 #include "kvvm/model/weight_memory.h"
 #include "model/weight_layout.h"
 

@@ -1,4 +1,4 @@
-#include "kvvm/bytes.h"
+#include "kvvm/base/bytes.h"
 
 #include <cctype>
 #include <cstdio>

@@ -1,9 +1,9 @@
-#include "kvvm/check.h"
+#include "kvvm/base/check.h"
 
 #include <cstdlib>
 #include <string>
 
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 
 namespace kvvm {
 

@@ -1,4 +1,4 @@
-#include "kvvm/dtype.h"
+#include "kvvm/base/dtype.h"
 
 #include <cctype>
 #include <string>

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "kvvm/bytes.h"
+#include "kvvm/base/bytes.h"
 
 namespace kvvm {
 

@@ -1,6 +1,6 @@
 // Numbers in text for the library's messages and the tool's output: counts, fixed decimals,
 // three significant digits, durations and rates with their units; addresses in hex, errno
-// names. Byte counts: kvvm/bytes.h. One formatter, so a time or a rate reads the same wherever
+// names. Byte counts: kvvm/base/bytes.h. One formatter, so a time or a rate reads the same wherever
 // it is printed.
 #pragma once
 

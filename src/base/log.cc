@@ -1,4 +1,4 @@
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 
 #include <atomic>
 #include <cstdio>

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "kvvm/engine/engine.h"
-#include "kvvm/mutex.h"
+#include "kvvm/base/mutex.h"
 #include "output_lengths.h"
 #include "request_state.h"
 #include "retry_estimate.h"

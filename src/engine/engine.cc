@@ -10,7 +10,7 @@
 
 #include "engine_impl.h"
 #include "engine_options.h"
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 
 namespace kvvm::engine {
 

@@ -19,7 +19,7 @@
 #include "admission_control.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_manager.h"
-#include "kvvm/mutex.h"
+#include "kvvm/base/mutex.h"
 #include "model_runner.h"
 #include "request_state.h"
 #include "scheduler.h"

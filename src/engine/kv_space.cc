@@ -8,9 +8,9 @@
 #include <string_view>
 #include <utility>
 
-#include "kvvm/bytes.h"
-#include "kvvm/cuda_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/base/bytes.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
 
 namespace kvvm::engine {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvvm/arena.h"
+#include "kvvm/kv/arena.h"
 #include "kvvm/model/model.h"
 #include "step_plan.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/arena.h"
+#include "kvvm/kv/arena.h"
 #include "kvvm/engine/engine.h"
 #include "stop_strings.h"
 

@@ -3,7 +3,7 @@
 // the prompt's KV is one copy and every choice samples through the ordinary decode path.
 #include <string>
 
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 #include "scheduler.h"
 
 namespace kvvm::engine {

@@ -2,7 +2,7 @@
 // after the step) or preempted (its KV released, first in line to be recomputed).
 #include <algorithm>
 
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 #include "scheduler.h"
 
 namespace kvvm::engine {

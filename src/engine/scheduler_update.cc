@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 #include "scheduler.h"
 
 namespace kvvm::engine {

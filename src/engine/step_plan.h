@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kvvm/model/model.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "request_state.h"
 
 namespace kvvm::engine {

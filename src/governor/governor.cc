@@ -15,13 +15,13 @@
 // The one wait that is not for bytes, Registration's destructor waiting for a run of its
 // reclaimer on another thread to end, is why a token must not be destroyed under a lock
 // that reclaimer takes.
-#include "kvvm/governor.h"
+#include "kvvm/governor/governor.h"
 
 #include <algorithm>
 #include <string>
 #include <utility>
 
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 
 namespace kvvm {
 namespace {

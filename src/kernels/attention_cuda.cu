@@ -6,7 +6,7 @@
 #include "kernels/common.cuh"
 #include "kernels/launch_support.cuh"
 #include "kernels/rope_append.cuh"
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm {
 

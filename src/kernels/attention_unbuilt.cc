@@ -1,7 +1,7 @@
 // The CUDA entry points of a build without the CUDA compiler: each answers Unavailable with
 // the reason, so callers (the CLI, an engine choosing a backend) report it instead of failing
 // to link. A build with nvcc compiles attention_cuda.cu instead of this file.
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "kernels/element.h"
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm {
 namespace {

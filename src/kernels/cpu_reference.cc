@@ -10,7 +10,7 @@
 
 #include "kernels/element.h"
 #include "kernels/kv_access.h"
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm {
 namespace {

@@ -62,7 +62,7 @@
 #include "kernels/common.cuh"
 #include "kernels/fp8.cuh"
 #include "kernels/mma.cuh"
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm::kernels {
 

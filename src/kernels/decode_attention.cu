@@ -10,7 +10,7 @@
 #include "kernels/common.cuh"
 #include "kernels/decode.cuh"
 #include "kernels/launch_support.cuh"
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kvvm/kv_view.h"
+#include "kvvm/kv/kv_view.h"
 
 namespace kvvm::kernels {
 

@@ -1,4 +1,4 @@
-// The host-side checks of the FP8 kernels' arguments (include/kvvm/fp8_kernels.h), in plain C++
+// The host-side checks of the FP8 kernels' arguments (include/kvvm/kernels/fp8_kernels.h), in plain C++
 // (header-only: the CUDA library and the CPU build's stand-ins both run them, and the CPU
 // suite tests them): each names the bad value.
 #pragma once
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "kvvm/fp8_kernels.h"
-#include "kvvm/status.h"
+#include "kvvm/kernels/fp8_kernels.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::kernels {
 

@@ -1,4 +1,4 @@
-// The FP8 projections' kernels (include/kvvm/fp8_kernels.h).
+// The FP8 projections' kernels (include/kvvm/kernels/fp8_kernels.h).
 //
 // The GEMV of activations as they are (the tensor-core form, with quantized activations, is
 // fp8_mma_gemv.cuh): as gemv_kernel.cu, a block of 8 warps covers 8 / kSplit outputs and the kSplit
@@ -24,7 +24,7 @@
 #include "kernels/fp8_checks.h"
 #include "kernels/fp8_mma_gemv.cuh"
 #include "kernels/weight_stream.cuh"
-#include "kvvm/fp8_kernels.h"
+#include "kvvm/kernels/fp8_kernels.h"
 
 namespace kvvm {
 namespace kernels {

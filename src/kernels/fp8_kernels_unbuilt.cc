@@ -3,7 +3,7 @@
 #include <string>
 
 #include "kernels/fp8_checks.h"
-#include "kvvm/fp8_kernels.h"
+#include "kvvm/kernels/fp8_kernels.h"
 
 namespace kvvm {
 namespace {

@@ -1,4 +1,4 @@
-// GEMV for a small batch's decode step (include/kvvm/model_kernels.h, gemv_cuda): a weight
+// GEMV for a small batch's decode step (include/kvvm/kernels/model_kernels.h, gemv_cuda): a weight
 // matrix streamed once from memory for every row of the batch.
 //
 // How: a block of 8 warps covers 8 / kSplit outputs; the kSplit warps of one output share its
@@ -14,7 +14,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/weight_stream.cuh"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm {
 namespace kernels {

@@ -1,4 +1,4 @@
-// Per-head RMSNorm of q and k (include/kvvm/model_kernels.h, HeadRmsNormParams): Qwen3's
+// Per-head RMSNorm of q and k (include/kvvm/kernels/model_kernels.h, HeadRmsNormParams): Qwen3's
 // q_norm / k_norm, applied to each head's row before RoPE.
 //
 // Why one warp per row: a head row is at most 256 elements, so 32 lanes hold it in registers
@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "kernels/common.cuh"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm::kernels {
 

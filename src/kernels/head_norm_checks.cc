@@ -1,7 +1,7 @@
-// check_head_rmsnorm (include/kvvm/model_kernels.h) in every build, CUDA or not.
+// check_head_rmsnorm (include/kvvm/kernels/model_kernels.h) in every build, CUDA or not.
 #include "kernels/head_norm_checks.h"
 
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm {
 

@@ -1,4 +1,4 @@
-// The launcher of the per-head RMSNorm (include/kvvm/model_kernels.h, head_rmsnorm_cuda): the
+// The launcher of the per-head RMSNorm (include/kvvm/kernels/model_kernels.h, head_rmsnorm_cuda): the
 // shared checks (head_norm_checks.h, which check_head_rmsnorm runs in every build), the element
 // type dispatched, one launch.
 #include <cstdint>
@@ -6,7 +6,7 @@
 #include "kernels/common.cuh"
 #include "kernels/head_norm.cuh"
 #include "kernels/head_norm_checks.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm::kernels {
 

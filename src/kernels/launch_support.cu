@@ -1,5 +1,5 @@
 // Host-side helpers of the attention launchers (launch_support.cuh), and the switch between
-// overlapped and in-order launches (kvvm/model_kernels.h).
+// overlapped and in-order launches (kvvm/kernels/model_kernels.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/launch_support.cuh"
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm::kernels {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <utility>
 
-#include "kvvm/kv_view.h"
-#include "kvvm/status.h"
+#include "kvvm/kv/kv_view.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::kernels {
 

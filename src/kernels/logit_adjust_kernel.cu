@@ -1,4 +1,4 @@
-// A step's logit transforms on the device (include/kvvm/model_kernels.h, logit_adjust_cuda):
+// A step's logit transforms on the device (include/kvvm/kernels/model_kernels.h, logit_adjust_cuda):
 // penalties, logit_bias and bans applied to each row's listed tokens in place, after the LM head
 // and before argmax, sampling and log-probabilities read the row.
 //
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "kernels/common.cuh"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm {
 namespace kernels {

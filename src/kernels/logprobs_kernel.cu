@@ -1,4 +1,4 @@
-// Device log-probabilities (include/kvvm/model_kernels.h, logprobs_cuda): the CPU's
+// Device log-probabilities (include/kvvm/kernels/model_kernels.h, logprobs_cuda): the CPU's
 // row_logprobs (src/model/sampling.cc) for one row per block, in one read of the row.
 //
 // Why this shape: a decode step asks for a handful of alternatives out of ~150k logits, so the
@@ -18,7 +18,7 @@
 #include <string>
 
 #include "kernels/common.cuh"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm {
 namespace kernels {

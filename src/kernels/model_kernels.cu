@@ -9,7 +9,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/model_kernels.cuh"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm {
 namespace {

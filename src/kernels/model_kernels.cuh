@@ -1,4 +1,4 @@
-// The device code of the model kernels (include/kvvm/model_kernels.h): one block per row for
+// The device code of the model kernels (include/kvvm/kernels/model_kernels.h): one block per row for
 // the row reductions (RMSNorm, argmax) and the per-token rotation, grid-stride loops for the
 // elementwise ones. Every value is computed in float32 and rounded to the element type exactly
 // where the header says, which is where Hugging Face's eager torch ops round.
@@ -19,7 +19,7 @@
 #include "kernels/dummy_value.h"
 #include "kernels/fp8.cuh"
 #include "kernels/rope.cuh"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm::kernels {
 

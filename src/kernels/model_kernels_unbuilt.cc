@@ -2,7 +2,7 @@
 // reason, as attention_unbuilt.cc does for attention.
 #include <string>
 
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm {
 namespace {

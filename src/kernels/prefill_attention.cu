@@ -5,7 +5,7 @@
 #include "kernels/common.cuh"
 #include "kernels/launch_support.cuh"
 #include "kernels/prefill.cuh"
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm {
 

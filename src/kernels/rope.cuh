@@ -1,5 +1,5 @@
 // The rotary position embedding of one pair (x[i], x[i + d/2]) of a head row, rotate_half
-// form, rounded where Hugging Face's eager ops round (include/kvvm/model_kernels.h, RopeParams).
+// form, rounded where Hugging Face's eager ops round (include/kvvm/kernels/model_kernels.h, RopeParams).
 // One function for the standalone rope kernel and the rope fused into the KV append, so the
 // two give the same bits.
 #pragma once

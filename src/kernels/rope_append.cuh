@@ -20,7 +20,7 @@
 #include "kernels/common.cuh"
 #include "kernels/fp8.cuh"
 #include "kernels/rope.cuh"
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm::kernels {
 

@@ -1,4 +1,4 @@
-// Device sampling (include/kvvm/model_kernels.h, sample_cuda): the CPU's sample_token
+// Device sampling (include/kvvm/kernels/model_kernels.h, sample_cuda): the CPU's sample_token
 // (src/model/sampling.cc) for one row per block, without sorting the vocabulary.
 //
 // How: every truncation and the final draw ask the same question, "which element of the
@@ -18,7 +18,7 @@
 #include <string>
 
 #include "kernels/common.cuh"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm {
 namespace kernels {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::kernels {
 

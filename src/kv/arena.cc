@@ -3,7 +3,7 @@
 // PrefixSharing's (prefix_sharing.h), and the parts with no slot state (DummyTail, CopyOnWrite,
 // CommitAhead) classes of their own. Each forwarder is one non-virtual call: the decode path
 // (ensure) and view() gain no allocation and no dispatch.
-#include "kvvm/arena.h"
+#include "kvvm/kv/arena.h"
 
 #include <limits>
 #include <string>
@@ -11,7 +11,7 @@
 #include "kv/arena_state.h"
 #include "kv/copy_on_write.h"
 #include "kv/dummy_tail.h"
-#include "kv/prefix_sharing.h"
+#include "kv/prefix/prefix_sharing.h"
 
 namespace kvvm {
 namespace {

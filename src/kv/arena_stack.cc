@@ -1,4 +1,4 @@
-#include "kvvm/arena_stack.h"
+#include "kvvm/kv/arena_stack.h"
 
 #include <utility>
 

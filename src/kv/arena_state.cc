@@ -18,8 +18,8 @@
 #include "kv/commit_ahead.h"
 #include "kv/copy_on_write.h"
 #include "kv/dummy_tail.h"
-#include "kv/prefix_sharing.h"
-#include "kvvm/log.h"
+#include "kv/prefix/prefix_sharing.h"
+#include "kvvm/base/log.h"
 
 namespace kvvm {
 namespace {

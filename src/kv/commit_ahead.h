@@ -13,8 +13,8 @@
 #include <optional>
 #include <thread>
 
-#include "kvvm/mutex.h"
-#include "kvvm/status.h"
+#include "kvvm/base/mutex.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

@@ -9,12 +9,12 @@
 // Why unsigned 64-bit arithmetic with checked products in plan_layout only: once the slot
 // stride fits in 64 bits, every later figure (n tokens <= max context, a prefix inside the
 // slot) is bounded by it, so the queries need no overflow checks of their own.
-#include "kvvm/layout.h"
+#include "kvvm/kv/layout.h"
 
 #include <string>
 
-#include "kvvm/bytes.h"
-#include "kvvm/check.h"
+#include "kvvm/base/bytes.h"
+#include "kvvm/base/check.h"
 
 namespace kvvm {
 namespace {

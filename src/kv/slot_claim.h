@@ -7,7 +7,7 @@
 #pragma once
 
 #include "kv/arena_state.h"
-#include "kvvm/mutex.h"
+#include "kvvm/base/mutex.h"
 
 namespace kvvm {
 

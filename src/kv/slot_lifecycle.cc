@@ -20,9 +20,9 @@
 #include "kv/commit_ahead.h"
 #include "kv/copy_on_write.h"
 #include "kv/dummy_tail.h"
-#include "kv/prefix_sharing.h"
+#include "kv/prefix/prefix_sharing.h"
 #include "kv/slot_claim.h"
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 
 namespace kvvm {
 namespace {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "base/json_reader.h"
-#include "kvvm/dtype.h"
+#include "kvvm/base/dtype.h"
 #include "kvvm/model/config.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "model/json_show.h"
 
 namespace kvvm::model::detail {

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 #include "kvvm/model/model.h"
 #include "model/cpu_ops.h"
 #include "model/cpu_weights.h"

@@ -12,8 +12,8 @@
 
 #include "kernels/dummy_value.h"
 #include "kernels/element.h"
-#include "kvvm/attention.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/vmm/host_driver.h"
 #include "model/load_tracker.h"
 #include "model/weight_tensors.h"
 

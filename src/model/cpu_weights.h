@@ -13,7 +13,7 @@
 #include "kvvm/model/config.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "model/weight_store.h"
 
 namespace kvvm::model::cpu {

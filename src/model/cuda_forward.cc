@@ -26,9 +26,9 @@
 #include <string>
 #include <utility>
 
-#include "kvvm/attention.h"
-#include "kvvm/fp8_kernels.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/kernels/fp8_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 #include "model/cublas_api.h"
 #include "model/cuda_model.h"
 #include "model/cuda_status.h"

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "base/format.h"  // str
-#include "kvvm/attention.h"
-#include "kvvm/fp8_kernels.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/kernels/fp8_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 #include "model/cublas_api.h"
 #include "model/cuda_status.h"
 #include "model/rope.h"

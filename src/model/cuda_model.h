@@ -21,9 +21,9 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 #include "kvvm/model/model.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/kernels/model_kernels.h"
 #include "model/cuda_weight_ring.h"
 #include "model/cuda_weights.h"
 #include "model/fp8_matmul.h"

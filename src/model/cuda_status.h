@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model::detail {
 

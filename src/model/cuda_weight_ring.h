@@ -21,7 +21,7 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "model/cuda_weights.h"
 
 namespace kvvm::model::detail {

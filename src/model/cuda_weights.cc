@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "kernels/element.h"
-#include "kvvm/bytes.h"
-#include "kvvm/cuda_driver.h"
-#include "kvvm/model_kernels.h"
+#include "kvvm/base/bytes.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/kernels/model_kernels.h"
 #include "model/cuda_status.h"
 #include "model/load_tracker.h"
 #include "model/weight_tensors.h"

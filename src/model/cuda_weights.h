@@ -14,11 +14,11 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/dtype.h"
+#include "kvvm/base/dtype.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "model/weight_store.h"
 
 namespace kvvm::model::detail {

@@ -1,6 +1,6 @@
 // cuBLASLt's FP8 GEMM on the tensor cores for an FP8 checkpoint's projections, with the
 // checkpoint's own scales: y[rows][out] = (xq . w^T) scaled, xq the activations quantized by
-// fp8_quantize_cuda (include/kvvm/fp8_kernels.h).
+// fp8_quantize_cuda (include/kvvm/kernels/fp8_kernels.h).
 //
 // In cuBLAS's column-major terms D[out x rows] = op_T(A) . B with A the weights (e4m3
 // [out][in] row-major, i.e. [in x out] with ld in: the "TN" form Hopper's FP8 GEMMs take) and B
@@ -24,9 +24,9 @@
 #include <memory>
 #include <tuple>
 
-#include "kvvm/dtype.h"
-#include "kvvm/fp8_kernels.h"
-#include "kvvm/status.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/kernels/fp8_kernels.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model::detail {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "kvvm/log.h"
+#include "kvvm/base/log.h"
 #include "kvvm/model/model.h"
 
 namespace kvvm::model {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kvvm/model/safetensors.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model::detail {
 

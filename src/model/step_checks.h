@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "kvvm/model/model.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model::detail {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvvm/dtype.h"
+#include "kvvm/base/dtype.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/weight_memory.h"
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kvvm/bytes.h"
+#include "kvvm/base/bytes.h"
 #include "model/weight_layout.h"
 
 namespace kvvm::model {

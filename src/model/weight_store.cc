@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/bytes.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/base/bytes.h"
+#include "kvvm/vmm/host_driver.h"
 
 namespace kvvm::model::detail {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "kvvm/model/config.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "model/weight_layout.h"
 
 namespace kvvm::model::detail {

@@ -7,7 +7,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm::model {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "api_error.h"
-#include "kvvm/driver.h"
+#include "kvvm/vmm/driver.h"
 #include "logprobs_json.h"
 #include "openai_response.h"
 #include "request_stream.h"

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "field_values.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "openai_request.h"
 
 namespace kvvm::server {

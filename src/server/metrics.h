@@ -34,10 +34,10 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/driver.h"
+#include "kvvm/vmm/driver.h"
 #include "kvvm/engine/engine.h"
-#include "kvvm/governor.h"
-#include "kvvm/mutex.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/base/mutex.h"
 
 namespace kvvm::server {
 

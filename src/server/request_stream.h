@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "kvvm/engine/engine.h"
-#include "kvvm/mutex.h"
-#include "kvvm/status.h"
+#include "kvvm/base/mutex.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::server {
 

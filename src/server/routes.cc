@@ -10,9 +10,9 @@
 
 #include "api_error.h"
 #include "completion_handler.h"
-#include "kvvm/dtype.h"
-#include "kvvm/layout.h"
-#include "kvvm/log.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/base/log.h"
 #include "openai_response.h"
 
 namespace kvvm::server {

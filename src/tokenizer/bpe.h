@@ -16,8 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvvm/mutex.h"
-#include "kvvm/status.h"
+#include "kvvm/base/mutex.h"
+#include "kvvm/base/status.h"
 #include "kvvm/tokenizer/tokenizer.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/token_table.h"

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "kvvm/tokenizer/tokenizer.h"
 
 namespace kvvm::tokenizer {

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "tokenizer/json_fields.h"
 
 namespace kvvm::tokenizer::detail {

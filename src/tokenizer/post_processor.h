@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "kvvm/tokenizer/tokenizer.h"
 #include "tokenizer/json_fields.h"
 

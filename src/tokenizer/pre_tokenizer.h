@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "tokenizer/json_fields.h"
 
 namespace kvvm::tokenizer::detail {

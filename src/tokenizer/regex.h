@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::tokenizer::detail {
 

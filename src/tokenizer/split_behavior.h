@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/utf8.h"

@@ -3,7 +3,7 @@
 
 #include <string_view>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/tokenizer_impl.h"
 

@@ -6,7 +6,7 @@
 
 #include <string_view>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/json_fields.h"
 

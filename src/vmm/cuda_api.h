@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <string>
 
-#include "kvvm/driver.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm::detail {
 

@@ -25,7 +25,7 @@
 //
 // Thread-safety: everything here is immutable after construction; the CUDA driver API is
 // thread-safe. No locks.
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 
 #include <memory>
 #include <string>

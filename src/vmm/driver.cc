@@ -1,4 +1,4 @@
-#include "kvvm/driver.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm {
 

@@ -1,4 +1,4 @@
-#include "kvvm/fault_driver.h"
+#include "kvvm/vmm/fault_driver.h"
 
 #include <string>
 #include <vector>

@@ -1,13 +1,13 @@
 // HandlePool: see handle_pool.h. The pool is the one owner of physical handles; reservations
 // hold mappings of them. Driver calls (create, release) are made outside mutex_ so a slow
 // driver never blocks another thread's pool hit.
-#include "kvvm/handle_pool.h"
+#include "kvvm/vmm/handle_pool.h"
 
 #include <string>
 
-#include "kvvm/bytes.h"
-#include "kvvm/check.h"
-#include "kvvm/log.h"
+#include "kvvm/base/bytes.h"
+#include "kvvm/base/check.h"
+#include "kvvm/base/log.h"
 
 namespace kvvm {
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "base/format.h"
-#include "kvvm/bytes.h"
+#include "kvvm/base/bytes.h"
 
 namespace kvvm {
 

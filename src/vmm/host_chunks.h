@@ -17,7 +17,7 @@
 #include <set>
 #include <tuple>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

@@ -3,7 +3,7 @@
 // Why it keeps tables: Linux would happily mmap over a live mapping or "unmap" a range that
 // holds nothing; the CUDA driver refuses both. Refusing them here too means a bookkeeping bug
 // in the layers above fails the host tests instead of surviving until it meets a GPU.
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/host_driver.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "base/format.h"
-#include "kvvm/mutex.h"
+#include "kvvm/base/mutex.h"
 #include "vmm/host_chunks.h"
 
 namespace kvvm {

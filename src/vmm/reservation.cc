@@ -2,14 +2,14 @@
 // here is the same: validate everything first (a refused call changes nothing), take what can
 // fail cheaply (handles) before what is costly to undo (mappings), and on failure undo in
 // reverse order, recording anything that could not be undone instead of forgetting it.
-#include "kvvm/reservation.h"
+#include "kvvm/vmm/reservation.h"
 
 #include <algorithm>
 #include <string>
 
 #include "base/format.h"
-#include "kvvm/bytes.h"
-#include "kvvm/log.h"
+#include "kvvm/base/bytes.h"
+#include "kvvm/base/log.h"
 #include "vmm/teardown_stats.h"
 
 namespace kvvm {

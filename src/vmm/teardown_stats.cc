@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-#include "kvvm/reservation.h"
+#include "kvvm/vmm/reservation.h"
 
 namespace kvvm {
 namespace {

@@ -2,12 +2,12 @@
 // the host driver, then writes K/V into it and runs the CPU decode attention through
 // kvvm::kernels, checking the answer against one computed here; then the model runtime's
 // layers: a byte-level BPE tokenizer (PCRE2, utf8proc), a model config, a greedy sample.
-#include <kvvm/attention.h>
-#include <kvvm/handle_pool.h>
-#include <kvvm/host_driver.h>
+#include <kvvm/kernels/attention.h>
+#include <kvvm/vmm/handle_pool.h>
+#include <kvvm/vmm/host_driver.h>
 #include <kvvm/model/config.h>
 #include <kvvm/model/sampling.h>
-#include <kvvm/reservation.h>
+#include <kvvm/vmm/reservation.h>
 #include <kvvm/tokenizer/tokenizer.h>
 
 #include <cmath>

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/arena.h"
-#include "kvvm/fault_driver.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/vmm/fault_driver.h"
 #include "support/backends.h"
 #include "support/invariants.h"
 #include "support/pattern.h"

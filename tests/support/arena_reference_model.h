@@ -27,14 +27,14 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/arena.h"
-#include "kvvm/driver.h"
-#include "kvvm/fault_driver.h"
-#include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/layout.h"
-#include "kvvm/reservation.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/vmm/reservation.h"
 #include "support/arena_gate_rig.h"
 #include "support/invariants.h"
 #include "support/pattern.h"

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/attention.h"
-#include "kvvm/driver.h"
-#include "kvvm/layout.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/kv/layout.h"
 #include "support/attention_support.h"
 #include "support/pattern.h"
 #include "support/sanitizer.h"

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/arena.h"
-#include "kvvm/attention.h"
-#include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/layout.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/kv/layout.h"
 
 namespace kvvm::testing {
 

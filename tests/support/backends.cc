@@ -1,7 +1,7 @@
 #include "support/backends.h"
 
-#include "kvvm/cuda_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
 
 namespace kvvm::testing {
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "kvvm/driver.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm::testing {
 

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 #include "support/device_buffer.h"
 
 namespace kvvm::testing {

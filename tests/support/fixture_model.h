@@ -17,7 +17,7 @@
 #include "kvvm/model/config.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "support/test_data.h"
 
 namespace kvvm::test {

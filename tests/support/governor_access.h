@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "kvvm/governor.h"
-#include "kvvm/status.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::testing {
 

@@ -8,7 +8,7 @@
 #include <functional>
 #include <thread>
 
-#include "kvvm/governor.h"
+#include "kvvm/governor/governor.h"
 
 namespace kvvm::testing {
 

@@ -4,8 +4,8 @@
 #include <map>
 #include <sstream>
 
-#include "kvvm/fault_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/vmm/host_driver.h"
 
 namespace kvvm::testing {
 

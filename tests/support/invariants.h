@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/driver.h"
-#include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/reservation.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/reservation.h"
 
 namespace kvvm::testing {
 

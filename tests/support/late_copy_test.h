@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kernels/element.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "support/cuda_device.h"
 #include "support/device_buffer.h"
 #include "support/write_kernel.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 namespace kvvm::testing {
 namespace {

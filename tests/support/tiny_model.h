@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/attention.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/vmm/host_driver.h"
 #include "kvvm/model/model.h"
 #include "support/attention_support.h"
 

@@ -6,10 +6,10 @@
 
 #include <memory>
 
-#include "kvvm/fault_driver.h"
-#include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/host_driver.h"
 
 namespace kvvm::testing {
 

@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/reservation.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/reservation.h"
 #include "support/backends.h"
 #include "support/invariants.h"
 

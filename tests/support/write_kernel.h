@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::testkit {
 

@@ -36,8 +36,8 @@
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/model.h"
-#include "kvvm/prefix_cache.h"
-#include "kvvm/status.h"
+#include "kvvm/kv/prefix/prefix_cache.h"
+#include "kvvm/base/status.h"
 #include "kvvm/tokenizer/tokenizer.h"
 
 namespace kvvm::engine {
@@ -268,7 +268,7 @@ class Engine {
 
   EngineStats stats() const;
   // OK, or why the engine serves no more: the GPU context was lost (a sticky CUDA error,
-  // context_lost() of kvvm/driver.h). Then every request it held ended with that error, and
+  // context_lost() of kvvm/vmm/driver.h). Then every request it held ended with that error, and
   // submit() answers Unavailable; only a new process serves again.
   Status health() const;
   const EngineOptions& options() const;

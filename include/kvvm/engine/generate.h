@@ -11,7 +11,7 @@
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::engine {
 

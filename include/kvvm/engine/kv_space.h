@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "kvvm/arena.h"
-#include "kvvm/arena_stack.h"
-#include "kvvm/driver.h"
-#include "kvvm/governor.h"
-#include "kvvm/layout.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/kv/arena_stack.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/kv/layout.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
 

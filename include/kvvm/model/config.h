@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/dtype.h"
-#include "kvvm/geometry.h"
-#include "kvvm/status.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/kv/geometry.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model {
 
@@ -78,7 +78,7 @@ struct ModelConfig {
   std::vector<std::int32_t> eos_token_ids;  // generation_config.json's list, else config's
 
   // The KV cache's geometry: layers, kv_heads, head_dim in `kv_dtype`, named by the
-  // architecture (kv_geometry() in kvvm/model/kv_geometry.h names it by `name`).
+  // architecture (kv_geometry() in kvvm/model/kv_config.h names it by `name`).
   Geometry kv_geometry(DType kv_dtype) const;
 };
 

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model {
 

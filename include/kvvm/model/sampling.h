@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <span>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model {
 

@@ -26,12 +26,12 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/driver.h"
-#include "kvvm/dtype.h"
-#include "kvvm/governor.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/governor/governor.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/load_progress.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model {
 

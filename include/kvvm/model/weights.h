@@ -31,7 +31,7 @@
 #include "kvvm/model/kv_scales.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weight_memory.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model {
 

@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::server {
 

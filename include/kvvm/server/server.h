@@ -30,7 +30,7 @@
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/config.h"
 #include "kvvm/server/api_keys.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "kvvm/tokenizer/chat_template.h"
 #include "kvvm/tokenizer/tokenizer.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::tokenizer {
 

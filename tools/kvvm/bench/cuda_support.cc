@@ -8,7 +8,7 @@
 #include <string>
 
 #include "base/json_reader.h"
-#include "kvvm/attention.h"
+#include "kvvm/kernels/attention.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>

@@ -19,14 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/dtype.h"
-#include "kvvm/layout.h"
-#include "kvvm/status.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/base/status.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
-#include "kvvm/arena.h"
-#include "kvvm/arena_stack.h"
-#include "kvvm/driver.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/kv/arena_stack.h"
+#include "kvvm/vmm/driver.h"
 #endif
 
 namespace kvvm::cli {

@@ -13,11 +13,11 @@
 #include "bench/cuda_support.h"
 #include "kit/cli_common.h"
 #include "kit/text_table.h"
-#include "kvvm/attention.h"
-#include "kvvm/layout.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/kv/layout.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
-#include "kvvm/cuda_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
 #endif
 
 namespace kvvm::cli {

@@ -18,8 +18,8 @@
 #include "bench/growth.h"  // BenchGrowthOptions, bench_memory_bytes
 #include "kit/byte_size.h"
 #include "kit/text_table.h"
-#include "kvvm/arena.h"
-#include "kvvm/arena_stack.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/kv/arena_stack.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include "kernels/spin_reader.h"

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "kit/op_timing.h"  // LatencySummary
-#include "kvvm/driver.h"
-#include "kvvm/geometry.h"
-#include "kvvm/layout.h"
-#include "kvvm/status.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/kv/geometry.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::cli {
 

@@ -22,8 +22,8 @@
 
 #include "bench/engine_report.h"
 #include "kit/weight_flags.h"
-#include "kvvm/dtype.h"
-#include "kvvm/status.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/base/status.h"
 
 namespace CLI {
 class App;

@@ -15,7 +15,7 @@
 #include "bench/engine_report.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/model.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::cli {
 

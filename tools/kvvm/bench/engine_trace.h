@@ -14,7 +14,7 @@
 #include "bench/engine_report.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/model.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "sim/trace.h"
 
 namespace kvvm::cli {

@@ -16,11 +16,11 @@
 #include "kit/op_timing.h"
 #include "kit/text_table.h"
 #include "kit/value_parsers.h"
-#include "kvvm/arena.h"
-#include "kvvm/arena_stack.h"
-#include "kvvm/cuda_driver.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/kv/arena_stack.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/model/kv_config.h"
 
 namespace kvvm::cli {
 namespace {

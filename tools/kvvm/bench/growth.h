@@ -32,10 +32,10 @@
 #include "bench/decode_loop.h"
 #include "kit/cli_common.h"  // BackendChoice, exit codes
 #include "kit/op_timing.h"   // LatencySummary
-#include "kvvm/driver.h"
-#include "kvvm/geometry.h"
-#include "kvvm/layout.h"
-#include "kvvm/status.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/kv/geometry.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/base/status.h"
 
 namespace CLI {
 class App;

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "bench/serve_report.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "sim/trace.h"
 
 namespace CLI {

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace httplib {
 class Client;

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/prefix_cache.h"  // TokenId
+#include "kvvm/kv/prefix/prefix_cache.h"  // TokenId
 #include "sim/trace.h"
 
 namespace kvvm::cli {

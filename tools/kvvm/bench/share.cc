@@ -16,10 +16,10 @@
 #include "kit/model_loading.h"  // resolve_model_geometry
 #include "kit/text_table.h"
 #include "kit/value_parsers.h"
-#include "kvvm/arena.h"
-#include "kvvm/arena_stack.h"
-#include "kvvm/geometry.h"
-#include "kvvm/layout.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/kv/arena_stack.h"
+#include "kvvm/kv/geometry.h"
+#include "kvvm/kv/layout.h"
 
 namespace kvvm::cli {
 namespace {

@@ -16,9 +16,9 @@
 #include <utility>
 
 #include "kit/text_table.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/reservation.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/vmm/reservation.h"
 
 namespace kvvm::cli {
 namespace {

@@ -16,7 +16,7 @@
 #include "kit/model_loading.h"  // resolve_model_geometry
 #include "kit/text_table.h"
 #include "kit/value_parsers.h"
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/model/kv_config.h"
 
 namespace kvvm::cli {
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "kit/weight_flags.h"
-#include "kvvm/dtype.h"
+#include "kvvm/base/dtype.h"
 
 namespace CLI {
 class App;

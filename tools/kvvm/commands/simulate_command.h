@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "kit/cli_common.h"  // BackendChoice, exit codes
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "sim/report.h"
 #include "sim/trace.h"
 

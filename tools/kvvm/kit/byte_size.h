@@ -1,5 +1,5 @@
 // Byte sizes on kvvm's command lines: the CLI11 transform that parses "2M" for an option, with
-// the library's parser and formatter (kvvm/bytes.h), so `--granule 2M` means the same thing to
+// the library's parser and formatter (kvvm/base/bytes.h), so `--granule 2M` means the same thing to
 // `kvvm plan` as `--host-granule 2M` does to `kvvm info`, and a size prints the same in a
 // library message and a report.
 //
@@ -12,7 +12,7 @@
 #include <limits>
 #include <string>
 
-#include "kvvm/bytes.h"
+#include "kvvm/base/bytes.h"
 
 namespace CLI {
 class Validator;

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "kit/byte_size.h"
-#include "kvvm/cuda_driver.h"
-#include "kvvm/host_driver.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
 
 namespace kvvm::cli {
 namespace {

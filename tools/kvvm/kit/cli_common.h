@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/driver.h"
-#include "kvvm/status.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/base/status.h"
 
 namespace CLI {
 class App;

@@ -7,10 +7,10 @@
 #include <string>
 #include <string_view>
 
-#include "kvvm/dtype.h"
+#include "kvvm/base/dtype.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace CLI {
 class App;

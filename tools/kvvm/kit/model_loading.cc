@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "kit/load_progress.h"
-#include "kvvm/cuda_driver.h"
-#include "kvvm/host_driver.h"
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
+#include "kvvm/model/kv_config.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
 

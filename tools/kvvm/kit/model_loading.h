@@ -13,12 +13,12 @@
 #include <string_view>
 
 #include "kit/weight_flags.h"
-#include "kvvm/driver.h"
-#include "kvvm/geometry.h"
-#include "kvvm/governor.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/kv/geometry.h"
+#include "kvvm/governor/governor.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "kvvm/tokenizer/tokenizer.h"
 
 namespace kvvm::cli {

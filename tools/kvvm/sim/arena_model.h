@@ -35,13 +35,13 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/arena.h"
-#include "kvvm/arena_stack.h"
-#include "kvvm/driver.h"
-#include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/layout.h"
-#include "kvvm/prefix_cache.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/kv/arena_stack.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/kv/prefix/prefix_cache.h"
 #include "sim/scheduler.h"
 
 namespace kvvm::cli {

@@ -30,7 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvvm/prefix_cache.h"
+#include "kvvm/kv/prefix/prefix_cache.h"
 #include "sim/scheduler.h"
 
 namespace kvvm::cli {

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 #include "sim/trace.h"
 
 namespace kvvm::cli {

@@ -40,8 +40,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/prefix_cache.h"  // TokenId
-#include "kvvm/status.h"
+#include "kvvm/kv/prefix/prefix_cache.h"  // TokenId
+#include "kvvm/base/status.h"
 
 namespace kvvm::cli {
 

@@ -13,10 +13,10 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/dtype.h"
-#include "kvvm/geometry.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/kv/geometry.h"
 #include "kvvm/model/config.h"
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm::model {
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <variant>
 
-#include "kvvm/check.h"
+#include "kvvm/base/check.h"
 
 namespace kvvm {
 

@@ -43,10 +43,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvvm/arena.h"
-#include "kvvm/governor.h"
-#include "kvvm/mutex.h"
-#include "kvvm/status.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/base/mutex.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

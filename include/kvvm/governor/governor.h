@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "kvvm/mutex.h"
-#include "kvvm/status.h"
+#include "kvvm/base/mutex.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "kv/arena_state.h"
-#include "kvvm/mutex.h"
-#include "kvvm/shared_prefix.h"
-#include "kvvm/status.h"
+#include "kvvm/base/mutex.h"
+#include "kvvm/kv/prefix/shared_prefix.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

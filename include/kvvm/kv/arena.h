@@ -45,14 +45,14 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/driver.h"
-#include "kvvm/governor.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/kv_view.h"
-#include "kvvm/layout.h"
-#include "kvvm/reservation.h"
-#include "kvvm/shared_prefix.h"
-#include "kvvm/status.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/kv/kv_view.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/vmm/reservation.h"
+#include "kvvm/kv/prefix/shared_prefix.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

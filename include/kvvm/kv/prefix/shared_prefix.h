@@ -24,10 +24,10 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/driver.h"
-#include "kvvm/handle_pool.h"
-#include "kvvm/layout.h"
-#include "kvvm/mutex.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/base/mutex.h"
 
 namespace kvvm {
 

@@ -9,7 +9,7 @@
 
 #include <memory>
 
-#include "kvvm/driver.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm {
 

@@ -19,9 +19,9 @@
 
 #include <cstdint>
 
-#include "kvvm/dtype.h"
-#include "kvvm/fp8_kernels.h"
-#include "kvvm/status.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/kernels/fp8_kernels.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 
@@ -50,7 +50,7 @@ struct EmbeddingParams {
 Status embedding_cuda(const EmbeddingParams& params, void* stream);
 
 // The rows a kernel writes, also quantized for an FP8 projection that reads them next: exactly
-// what fp8_quantize_cuda (kvvm/fp8_kernels.h) writes from them, same layout and bits, with
+// what fp8_quantize_cuda (kvvm/kernels/fp8_kernels.h) writes from them, same layout and bits, with
 // rows [rows, stride) zeros of scale 1, so the separate quantization's launch and its read of
 // the rows vanish. `out` null: nothing quantized.
 struct QuantizedRows {

@@ -27,8 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvvm/kv_view.h"
-#include "kvvm/status.h"
+#include "kvvm/kv/kv_view.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

@@ -22,10 +22,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvvm/driver.h"
-#include "kvvm/governor.h"
-#include "kvvm/mutex.h"
-#include "kvvm/status.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/base/mutex.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

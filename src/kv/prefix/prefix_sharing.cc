@@ -8,7 +8,7 @@
 //
 // Copy-on-write of one granule (in place, or through a scratch window) is CopyOnWrite's; this
 // file decides which windows need it and keeps the slots' read-only flags.
-#include "kv/prefix_sharing.h"
+#include "kv/prefix/prefix_sharing.h"
 
 #include <algorithm>
 #include <optional>

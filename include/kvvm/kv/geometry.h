@@ -3,7 +3,7 @@
 // L layers, H KV heads, D head dim, e bytes per element; K and V both stored, so one token
 // costs L * 2 * H * D * e bytes whatever the layout (docs/ARCHITECTURE.md "Layouts and
 // their arithmetic"). The KV layer keeps the shape and its arithmetic only: the model layer reads
-// config.json into a ModelConfig and derives a Geometry from it (kvvm/model/kv_geometry.h),
+// config.json into a ModelConfig and derives a Geometry from it (kvvm/model/kv_config.h),
 // the built-in models' included.
 #pragma once
 
@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/dtype.h"
-#include "kvvm/status.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

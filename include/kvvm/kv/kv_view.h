@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kvvm/dtype.h"
+#include "kvvm/base/dtype.h"
 
 namespace kvvm {
 

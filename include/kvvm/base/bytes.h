@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kvvm/status.h"
+#include "kvvm/base/status.h"
 
 #if !defined(KVVM_HOST_DEVICE)
 #if defined(__CUDACC__)

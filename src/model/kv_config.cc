@@ -1,9 +1,9 @@
 // The KV shape of a config.json, and the built-in models, through the model config's field
-// reader: one parser, two depths of checking (see kvvm/model/kv_geometry.h).
+// reader: one parser, two depths of checking (see kvvm/model/kv_config.h).
 //
 // Why every missing field is collected before the error: the user sizing a cache from a
 // config.json they found wants one run to name everything the file lacks.
-#include "kvvm/model/kv_geometry.h"
+#include "kvvm/model/kv_config.h"
 
 #include <array>
 #include <cctype>

@@ -9,7 +9,7 @@
 // present if both windows are; a match ending inside a token would make the caller rewrite
 // that token into a shared, read-only window (a copy-on-write for nothing). So the usable
 // chain is cut back to the last window that ends exactly where a token ends.
-#include "kvvm/prefix_cache.h"
+#include "kvvm/kv/prefix/prefix_cache.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

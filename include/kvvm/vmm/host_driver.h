@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "kvvm/driver.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm {
 

@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "kvvm/dtype.h"
-#include "kvvm/status.h"
+#include "kvvm/base/dtype.h"
+#include "kvvm/base/status.h"
 
 namespace kvvm {
 

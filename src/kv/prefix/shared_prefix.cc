@@ -2,7 +2,7 @@
 // long as some slot maps them (the pool's mapping counts), so all it checks is that each
 // handle is still the issue it recorded, and it keeps the list of sequences that can serve
 // the boundary bytes.
-#include "kvvm/shared_prefix.h"
+#include "kvvm/kv/prefix/shared_prefix.h"
 
 #include <algorithm>
 
