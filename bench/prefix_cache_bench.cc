@@ -11,9 +11,9 @@
 
 #include "kvvm/kv/arena.h"
 #include "kvvm/kv/arena_stack.h"
-#include "kvvm/vmm/host_driver.h"
-#include "kvvm/model/kv_config.h"
 #include "kvvm/kv/prefix/prefix_cache.h"
+#include "kvvm/model/kv_config.h"
+#include "kvvm/vmm/host_driver.h"
 
 #if defined(KVVM_HAS_OPENSSL)
 #include <openssl/evp.h>

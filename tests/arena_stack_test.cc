@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "kvvm/kv/layout.h"
 #include "kvvm/vmm/fault_driver.h"
 #include "kvvm/vmm/host_driver.h"
-#include "kvvm/kv/layout.h"
 
 namespace kvvm {
 namespace {

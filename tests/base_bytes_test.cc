@@ -1,4 +1,5 @@
-// The one byte formatter and parser (kvvm/base/bytes.h) and the one element type (kvvm/base/dtype.h).
+// The one byte formatter and parser (kvvm/base/bytes.h) and the one element type
+// (kvvm/base/dtype.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "kvvm/base/check.h"
+#include "kvvm/base/log.h"
+#include "kvvm/base/status.h"
 #include "kvvm/governor/governor.h"
 #include "kvvm/vmm/handle_pool.h"
 #include "kvvm/vmm/host_driver.h"
-#include "kvvm/base/log.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm {
 namespace {

@@ -20,11 +20,11 @@
 #include "bench/decode_loop.h"
 #include "bench/growth.h"
 #include "commands/info_command.h"
-#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/kv/geometry.h"
-#include "kvvm/vmm/host_driver.h"
 #include "kvvm/kv/layout.h"
 #include "kvvm/model/kv_config.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/cli_run.h"
 
 namespace kvvm::cli {

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/config.h"
@@ -19,6 +18,7 @@
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
 #include "kvvm/tokenizer/tokenizer.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/sanitizer.h"
 #include "support/test_data.h"
 

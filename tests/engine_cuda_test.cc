@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/engine/engine.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/engine_harness.h"
 
 namespace kvvm::engine {

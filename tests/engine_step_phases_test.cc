@@ -14,9 +14,9 @@
 #include "engine/engine_options.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
+#include "kvvm/base/log.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_manager.h"
-#include "kvvm/base/log.h"
 #include "support/engine_harness.h"
 
 namespace kvvm::engine {

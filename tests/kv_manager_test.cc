@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kvvm/engine/kv_space.h"
-#include "kvvm/model/config.h"
 #include "kvvm/kv/prefix/prefix_cache.h"
+#include "kvvm/model/config.h"
 #include "support/test_data.h"
 
 namespace kvvm::engine {

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/attention_support.h"
 #include "support/tiny_model.h"
 

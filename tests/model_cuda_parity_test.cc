@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "base/json_reader.h"
-#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/kv/layout.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/attention_support.h"
 #include "support/fixture_model.h"
 #include "support/reference_transformer.h"

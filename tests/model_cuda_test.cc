@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/model/model.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "support/attention_support.h"
 #include "support/pattern.h"
 #include "support/reference_transformer.h"

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/model/sampling.h"
 #include "kvvm/kernels/model_kernels.h"
+#include "kvvm/model/sampling.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/vmm/host_driver.h"
 #include "kvvm/model/kv_scales.h"
 #include "kvvm/model/model.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/tiny_model.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>

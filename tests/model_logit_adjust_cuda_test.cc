@@ -1,10 +1,10 @@
 // Logit transforms on the device (penalties, logit_bias, bans). The kernel (logit_adjust_cuda,
-// include/kvvm/kernels/model_kernels.h) against the CPU's adjust_logits on the same floats, bit for bit:
-// random rows of a 152064 and a 1000 vocabulary, each with its own penalties (repetition below,
-// at and above 1, negative presence), random entries (counts up to 10^6 so the frequency term
-// rounds, tokens seen only in the prompt, biases of +100, -inf and random), a row listing every
-// id, rows with no entries left as they were, NaN logits, zeros, and ranges laid out out of row
-// order. Then the CUDA model: a decode step whose transforms make greedy sampling pick a token
+// include/kvvm/kernels/model_kernels.h) against the CPU's adjust_logits on the same floats, bit for
+// bit: random rows of a 152064 and a 1000 vocabulary, each with its own penalties (repetition
+// below, at and above 1, negative presence), random entries (counts up to 10^6 so the frequency
+// term rounds, tokens seen only in the prompt, biases of +100, -inf and random), a row listing
+// every id, rows with no entries left as they were, NaN logits, zeros, and ranges laid out out of
+// row order. Then the CUDA model: a decode step whose transforms make greedy sampling pick a token
 // biased by +100 and avoid a banned one, with the logits returned equal to the same step's raw
 // logits transformed on the host; the same through a captured graph's replay (padding row
 // included), followed by a replay without transforms that gives the raw logits back; and a step
@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "kvvm/kernels/model_kernels.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
-#include "kvvm/kernels/model_kernels.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>
 

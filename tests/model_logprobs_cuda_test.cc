@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "kvvm/kernels/model_kernels.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
-#include "kvvm/kernels/model_kernels.h"
 #include "support/logprob_reference.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include <cuda_runtime.h>

@@ -16,10 +16,10 @@
 #include <vector>
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
-#include "kvvm/vmm/cuda_driver.h"
-#include "kvvm/vmm/host_driver.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/weight_memory.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/attention_support.h"
 #include "support/cuda_device.h"
 #include "support/tiny_model.h"

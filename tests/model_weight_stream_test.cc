@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "kvvm/engine/kv_space.h"
-#include "kvvm/vmm/fault_driver.h"
-#include "kvvm/vmm/host_driver.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/weight_memory.h"
+#include "kvvm/vmm/fault_driver.h"
+#include "kvvm/vmm/host_driver.h"
 #include "model/weight_layout.h"
 #include "model/weight_store.h"
 #include "support/tiny_model.h"

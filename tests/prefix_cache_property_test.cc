@@ -11,8 +11,8 @@
 #include <memory>
 
 #include "kvvm/kv/arena.h"
-#include "kvvm/vmm/host_driver.h"
 #include "kvvm/kv/prefix/prefix_cache.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/invariants.h"
 #include "support/pattern.h"
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "kvvm/kv/geometry.h"
-#include "kvvm/vmm/host_driver.h"
 #include "kvvm/kv/layout.h"
 #include "kvvm/model/kv_config.h"
+#include "kvvm/vmm/host_driver.h"
 #include "sim/arena_model.h"
 #include "sim/baselines.h"
 #include "sim/scheduler.h"

@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/engine/engine.h"
 #include "kvvm/base/mutex.h"
+#include "kvvm/engine/engine.h"
 #include "output_lengths.h"
 #include "request_state.h"
 #include "retry_estimate.h"

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "admission_control.h"
+#include "kvvm/base/mutex.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_manager.h"
-#include "kvvm/base/mutex.h"
 #include "model_runner.h"
 #include "request_state.h"
 #include "scheduler.h"

@@ -3,8 +3,8 @@
 #include <string>
 
 #include "engine_impl.h"
-#include "kvvm/vmm/driver.h"
 #include "kvvm/base/log.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm::engine {
 

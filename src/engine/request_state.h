@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/kv/arena.h"
 #include "kvvm/engine/engine.h"
+#include "kvvm/kv/arena.h"
 #include "stop_strings.h"
 
 namespace kvvm::engine {

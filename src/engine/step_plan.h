@@ -10,8 +10,8 @@
 #include <span>
 #include <vector>
 
-#include "kvvm/model/model.h"
 #include "kvvm/base/status.h"
+#include "kvvm/model/model.h"
 #include "request_state.h"
 
 namespace kvvm::engine {

@@ -15,8 +15,8 @@
 #include <string>
 #include <utility>
 
-#include "kvvm/kernels/model_kernels.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kernels/model_kernels.h"
 
 namespace kvvm::kernels {
 

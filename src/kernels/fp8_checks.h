@@ -1,13 +1,13 @@
-// The host-side checks of the FP8 kernels' arguments (include/kvvm/kernels/fp8_kernels.h), in plain C++
-// (header-only: the CUDA library and the CPU build's stand-ins both run them, and the CPU
-// suite tests them): each names the bad value.
+// The host-side checks of the FP8 kernels' arguments (include/kvvm/kernels/fp8_kernels.h), in plain
+// C++ (header-only: the CUDA library and the CPU build's stand-ins both run them, and the CPU suite
+// tests them): each names the bad value.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "kvvm/kernels/fp8_kernels.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kernels/fp8_kernels.h"
 
 namespace kvvm::kernels {
 

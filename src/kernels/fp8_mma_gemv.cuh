@@ -1,6 +1,6 @@
 // The FP8 GEMV on the tensor cores (fp8_gemv_cuda with quantized activations,
-// include/kvvm/kernels/fp8_kernels.h): y[r][n] = sum over k of dq(xq)[r][k] * dq(w)[n][k] for up to 8
-// rows, each warp a tile of 16 outputs, the rows being the 8 columns of mma.m16n8k32 e4m3.
+// include/kvvm/kernels/fp8_kernels.h): y[r][n] = sum over k of dq(xq)[r][k] * dq(w)[n][k] for up to
+// 8 rows, each warp a tile of 16 outputs, the rows being the 8 columns of mma.m16n8k32 e4m3.
 //
 // Why: widening e4m3 weights on the CUDA cores costs about four instructions a byte (the
 // widening GEMV runs at 62-94 % of a copy's rate, bound by its instructions, and its cost grows

@@ -1,7 +1,7 @@
-// The per-head RMSNorm's parameter checks (include/kvvm/kernels/model_kernels.h, check_head_rmsnorm),
-// inline: the CUDA launcher (head_norm_kernel.cu) and the library's check_head_rmsnorm
-// (head_norm_checks.cc) both call them, so a machine without nvcc refuses the same calls with
-// the same words, and the CUDA library needs no symbol of the host one.
+// The per-head RMSNorm's parameter checks (include/kvvm/kernels/model_kernels.h,
+// check_head_rmsnorm), inline: the CUDA launcher (head_norm_kernel.cu) and the library's
+// check_head_rmsnorm (head_norm_checks.cc) both call them, so a machine without nvcc refuses the
+// same calls with the same words, and the CUDA library needs no symbol of the host one.
 #pragma once
 
 #include <cmath>

@@ -1,5 +1,5 @@
-// The launcher of the per-head RMSNorm (include/kvvm/kernels/model_kernels.h, head_rmsnorm_cuda): the
-// shared checks (head_norm_checks.h, which check_head_rmsnorm runs in every build), the element
+// The launcher of the per-head RMSNorm (include/kvvm/kernels/model_kernels.h, head_rmsnorm_cuda):
+// the shared checks (head_norm_checks.h, which check_head_rmsnorm runs in every build), the element
 // type dispatched, one launch.
 #include <cstdint>
 

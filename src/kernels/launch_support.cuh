@@ -8,8 +8,8 @@
 #include <string>
 #include <utility>
 
-#include "kvvm/kv/kv_view.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kv/kv_view.h"
 
 namespace kvvm::kernels {
 

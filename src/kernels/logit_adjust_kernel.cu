@@ -1,6 +1,6 @@
-// A step's logit transforms on the device (include/kvvm/kernels/model_kernels.h, logit_adjust_cuda):
-// penalties, logit_bias and bans applied to each row's listed tokens in place, after the LM head
-// and before argmax, sampling and log-probabilities read the row.
+// A step's logit transforms on the device (include/kvvm/kernels/model_kernels.h,
+// logit_adjust_cuda): penalties, logit_bias and bans applied to each row's listed tokens in place,
+// after the LM head and before argmax, sampling and log-probabilities read the row.
 //
 // Why one thread per entry and no atomics: a row's ids are distinct, so no two threads touch one
 // logit. Why one block per row: a captured decode step launches this kernel at every replay, and

@@ -1,5 +1,5 @@
-// The device code of the model kernels (include/kvvm/kernels/model_kernels.h): one block per row for
-// the row reductions (RMSNorm, argmax) and the per-token rotation, grid-stride loops for the
+// The device code of the model kernels (include/kvvm/kernels/model_kernels.h): one block per row
+// for the row reductions (RMSNorm, argmax) and the per-token rotation, grid-stride loops for the
 // elementwise ones. Every value is computed in float32 and rounded to the element type exactly
 // where the header says, which is where Hugging Face's eager torch ops round.
 //

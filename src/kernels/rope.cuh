@@ -1,7 +1,7 @@
 // The rotary position embedding of one pair (x[i], x[i + d/2]) of a head row, rotate_half
-// form, rounded where Hugging Face's eager ops round (include/kvvm/kernels/model_kernels.h, RopeParams).
-// One function for the standalone rope kernel and the rope fused into the KV append, so the
-// two give the same bits.
+// form, rounded where Hugging Face's eager ops round (include/kvvm/kernels/model_kernels.h,
+// RopeParams). One function for the standalone rope kernel and the rope fused into the KV append,
+// so the two give the same bits.
 #pragma once
 
 #include <cstdint>

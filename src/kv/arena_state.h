@@ -24,9 +24,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/kv/arena.h"
 #include "kvvm/base/mutex.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kv/arena.h"
 
 namespace kvvm {
 

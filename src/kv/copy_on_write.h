@@ -25,11 +25,11 @@
 #include <map>
 #include <memory>
 
+#include "kvvm/base/mutex.h"
+#include "kvvm/base/status.h"
 #include "kvvm/governor/governor.h"
 #include "kvvm/vmm/handle_pool.h"
-#include "kvvm/base/mutex.h"
 #include "kvvm/vmm/reservation.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm {
 

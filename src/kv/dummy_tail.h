@@ -8,10 +8,10 @@
 #include <memory>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/governor/governor.h"
 #include "kvvm/vmm/handle_pool.h"
 #include "kvvm/vmm/reservation.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm {
 

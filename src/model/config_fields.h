@@ -11,8 +11,8 @@
 
 #include "base/json_reader.h"
 #include "kvvm/base/dtype.h"
-#include "kvvm/model/config.h"
 #include "kvvm/base/status.h"
+#include "kvvm/model/config.h"
 #include "model/json_show.h"
 
 namespace kvvm::model::detail {

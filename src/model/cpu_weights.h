@@ -10,10 +10,10 @@
 #include <memory>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/base/status.h"
 #include "model/weight_store.h"
 
 namespace kvvm::model::cpu {

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "kvvm/kernels/attention.h"
-#include "kvvm/model/model.h"
 #include "kvvm/kernels/model_kernels.h"
+#include "kvvm/model/model.h"
 #include "model/cuda_weight_ring.h"
 #include "model/cuda_weights.h"
 #include "model/fp8_matmul.h"

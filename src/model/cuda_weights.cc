@@ -17,8 +17,8 @@
 
 #include "kernels/element.h"
 #include "kvvm/base/bytes.h"
-#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/kernels/model_kernels.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "model/cuda_status.h"
 #include "model/load_tracker.h"
 #include "model/weight_tensors.h"

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "kvvm/base/dtype.h"
+#include "kvvm/base/status.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/base/status.h"
 #include "model/weight_store.h"
 
 namespace kvvm::model::detail {

@@ -25,8 +25,8 @@
 #include <tuple>
 
 #include "kvvm/base/dtype.h"
-#include "kvvm/kernels/fp8_kernels.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kernels/fp8_kernels.h"
 
 namespace kvvm::model::detail {
 

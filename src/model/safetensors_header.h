@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/model/safetensors.h"
 #include "kvvm/base/status.h"
+#include "kvvm/model/safetensors.h"
 
 namespace kvvm::model::detail {
 

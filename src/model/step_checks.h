@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "kvvm/model/model.h"
 #include "kvvm/base/status.h"
+#include "kvvm/model/model.h"
 
 namespace kvvm::model::detail {
 

@@ -13,12 +13,12 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
-#include "kvvm/governor/governor.h"
-#include "kvvm/vmm/handle_pool.h"
-#include "kvvm/model/weight_memory.h"
-#include "kvvm/vmm/reservation.h"
 #include "kvvm/base/status.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/model/weight_memory.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/reservation.h"
 #include "model/weight_layout.h"
 
 namespace kvvm::model::detail {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/base/status.h"
 #include "model/weight_layout.h"
 
 namespace kvvm::model::detail {

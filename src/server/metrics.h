@@ -34,10 +34,10 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
+#include "kvvm/base/mutex.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/governor/governor.h"
-#include "kvvm/base/mutex.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm::server {
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/engine/engine.h"
 #include "kvvm/base/mutex.h"
 #include "kvvm/base/status.h"
+#include "kvvm/engine/engine.h"
 
 namespace kvvm::server {
 

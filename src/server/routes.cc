@@ -11,8 +11,8 @@
 #include "api_error.h"
 #include "completion_handler.h"
 #include "kvvm/base/dtype.h"
-#include "kvvm/kv/layout.h"
 #include "kvvm/base/log.h"
+#include "kvvm/kv/layout.h"
 #include "openai_response.h"
 
 namespace kvvm::server {

@@ -3,12 +3,12 @@
 // kvvm::kernels, checking the answer against one computed here; then the model runtime's
 // layers: a byte-level BPE tokenizer (PCRE2, utf8proc), a model config, a greedy sample.
 #include <kvvm/kernels/attention.h>
-#include <kvvm/vmm/handle_pool.h>
-#include <kvvm/vmm/host_driver.h>
 #include <kvvm/model/config.h>
 #include <kvvm/model/sampling.h>
-#include <kvvm/vmm/reservation.h>
 #include <kvvm/tokenizer/tokenizer.h>
+#include <kvvm/vmm/handle_pool.h>
+#include <kvvm/vmm/host_driver.h>
+#include <kvvm/vmm/reservation.h>
 
 #include <cmath>
 #include <cstdio>

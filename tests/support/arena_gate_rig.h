@@ -26,13 +26,13 @@
 #include <utility>
 #include <vector>
 
+#include "kvvm/governor/governor.h"
 #include "kvvm/kv/arena.h"
+#include "kvvm/kv/layout.h"
 #include "kvvm/vmm/driver.h"
 #include "kvvm/vmm/fault_driver.h"
-#include "kvvm/governor/governor.h"
 #include "kvvm/vmm/handle_pool.h"
 #include "kvvm/vmm/host_driver.h"
-#include "kvvm/kv/layout.h"
 #include "kvvm/vmm/reservation.h"
 #include "support/arena_fixture.h"
 #include "support/invariants.h"

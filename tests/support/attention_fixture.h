@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "kvvm/kernels/attention.h"
-#include "kvvm/vmm/driver.h"
 #include "kvvm/kv/layout.h"
+#include "kvvm/vmm/driver.h"
 #include "support/attention_support.h"
 #include "support/pattern.h"
 #include "support/sanitizer.h"

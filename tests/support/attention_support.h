@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/kv/arena.h"
-#include "kvvm/kernels/attention.h"
 #include "kvvm/governor/governor.h"
-#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/kernels/attention.h"
+#include "kvvm/kv/arena.h"
 #include "kvvm/kv/layout.h"
+#include "kvvm/vmm/handle_pool.h"
 
 namespace kvvm::testing {
 

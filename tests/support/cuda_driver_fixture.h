@@ -19,9 +19,9 @@
 #include <utility>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/vmm/driver.h"
-#include "kvvm/base/status.h"
 
 #define KVVM_CUDA_CONCAT_INNER(a, b) a##b
 #define KVVM_CUDA_CONCAT(a, b) KVVM_CUDA_CONCAT_INNER(a, b)

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/vmm/driver.h"
 #include "kvvm/vmm/fault_driver.h"
-#include "kvvm/base/status.h"
 #include "support/invariants.h"
 
 namespace kvvm::testing {

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "base/json_reader.h"
+#include "kvvm/base/status.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/base/status.h"
 #include "support/test_data.h"
 
 namespace kvvm::test {

@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "kvvm/governor/governor.h"
 #include "kvvm/base/status.h"
+#include "kvvm/governor/governor.h"
 
 namespace kvvm::testing {
 

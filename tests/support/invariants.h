@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
 #include "kvvm/governor/governor.h"
+#include "kvvm/vmm/driver.h"
 #include "kvvm/vmm/handle_pool.h"
 #include "kvvm/vmm/reservation.h"
 

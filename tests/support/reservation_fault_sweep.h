@@ -30,9 +30,9 @@
 #include <utility>
 #include <vector>
 
+#include "kvvm/governor/governor.h"
 #include "kvvm/vmm/driver.h"
 #include "kvvm/vmm/fault_driver.h"
-#include "kvvm/governor/governor.h"
 #include "kvvm/vmm/handle_pool.h"
 #include "kvvm/vmm/host_driver.h"
 #include "kvvm/vmm/reservation.h"

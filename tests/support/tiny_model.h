@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kvvm/kernels/attention.h"
-#include "kvvm/vmm/host_driver.h"
 #include "kvvm/model/model.h"
+#include "kvvm/vmm/host_driver.h"
 #include "support/attention_support.h"
 
 namespace kvvm::testing {

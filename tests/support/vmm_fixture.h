@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "kvvm/vmm/fault_driver.h"
 #include "kvvm/governor/governor.h"
+#include "kvvm/vmm/fault_driver.h"
 #include "kvvm/vmm/handle_pool.h"
 #include "kvvm/vmm/host_driver.h"
 

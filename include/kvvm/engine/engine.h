@@ -33,11 +33,11 @@
 #include <utility>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
-#include "kvvm/model/model.h"
 #include "kvvm/kv/prefix/prefix_cache.h"
-#include "kvvm/base/status.h"
+#include "kvvm/model/model.h"
 #include "kvvm/tokenizer/tokenizer.h"
 
 namespace kvvm::engine {

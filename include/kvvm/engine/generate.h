@@ -8,10 +8,10 @@
 #include <functional>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm::engine {
 

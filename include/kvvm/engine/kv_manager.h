@@ -21,10 +21,10 @@
 #include <string>
 #include <unordered_set>
 
-#include "kvvm/kv/arena.h"
-#include "kvvm/engine/kv_space.h"
-#include "kvvm/kv/prefix/prefix_cache.h"
 #include "kvvm/base/status.h"
+#include "kvvm/engine/kv_space.h"
+#include "kvvm/kv/arena.h"
+#include "kvvm/kv/prefix/prefix_cache.h"
 
 namespace kvvm::engine {
 

@@ -5,13 +5,13 @@
 #include <cstdint>
 #include <memory>
 
+#include "kvvm/governor/governor.h"
 #include "kvvm/kv/arena.h"
 #include "kvvm/kv/arena_stack.h"
-#include "kvvm/vmm/driver.h"
-#include "kvvm/governor/governor.h"
 #include "kvvm/kv/layout.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm::engine {
 

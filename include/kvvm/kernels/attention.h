@@ -27,8 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvvm/kv/kv_view.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kv/kv_view.h"
 
 namespace kvvm {
 

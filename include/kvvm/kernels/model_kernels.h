@@ -20,8 +20,8 @@
 #include <cstdint>
 
 #include "kvvm/base/dtype.h"
-#include "kvvm/kernels/fp8_kernels.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kernels/fp8_kernels.h"
 
 namespace kvvm {
 

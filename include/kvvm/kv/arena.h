@@ -45,14 +45,14 @@
 #include <memory>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
+#include "kvvm/base/status.h"
 #include "kvvm/governor/governor.h"
-#include "kvvm/vmm/handle_pool.h"
 #include "kvvm/kv/kv_view.h"
 #include "kvvm/kv/layout.h"
-#include "kvvm/vmm/reservation.h"
 #include "kvvm/kv/prefix/shared_prefix.h"
-#include "kvvm/base/status.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/vmm/handle_pool.h"
+#include "kvvm/vmm/reservation.h"
 
 namespace kvvm {
 

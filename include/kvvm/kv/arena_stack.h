@@ -12,11 +12,11 @@
 #include <memory>
 #include <string>
 
+#include "kvvm/base/status.h"
+#include "kvvm/governor/governor.h"
 #include "kvvm/kv/arena.h"
 #include "kvvm/vmm/driver.h"
-#include "kvvm/governor/governor.h"
 #include "kvvm/vmm/handle_pool.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm {
 

@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/kv/geometry.h"
 #include "kvvm/kv/kv_view.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm {
 

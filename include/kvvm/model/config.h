@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kvvm/base/dtype.h"
-#include "kvvm/kv/geometry.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kv/geometry.h"
 
 namespace kvvm::model {
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "kvvm/base/dtype.h"
+#include "kvvm/base/status.h"
 #include "kvvm/kv/geometry.h"
 #include "kvvm/model/config.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm::model {
 

@@ -1,7 +1,7 @@
 // Model: the forward pass of a decoder-only transformer over a packed ragged batch, reading
-// and writing K/V only through the attention kernels (include/kvvm/kernels/attention.h) on the KvView
-// it is handed. It never sees the arena: whoever runs the model (the engine, `kvvm generate`)
-// admits sequences, commits their windows and passes, per step, which slot each chunk
+// and writing K/V only through the attention kernels (include/kvvm/kernels/attention.h) on the
+// KvView it is handed. It never sees the arena: whoever runs the model (the engine, `kvvm
+// generate`) admits sequences, commits their windows and passes, per step, which slot each chunk
 // writes and where it starts.
 //
 // A step packs every chunk's tokens into one [tokens][hidden] activation, so each projection
@@ -22,13 +22,13 @@
 #include <string_view>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/kv/kv_view.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/kv_scales.h"
 #include "kvvm/model/sampling.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm::model {
 

@@ -26,12 +26,12 @@
 #include <utility>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
 #include "kvvm/base/dtype.h"
+#include "kvvm/base/status.h"
 #include "kvvm/governor/governor.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/load_progress.h"
-#include "kvvm/base/status.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm::model {
 

@@ -27,11 +27,11 @@
 
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/kv_scales.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weight_memory.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm::model {
 

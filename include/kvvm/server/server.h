@@ -26,11 +26,11 @@
 #include <optional>
 #include <string>
 
+#include "kvvm/base/status.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/config.h"
 #include "kvvm/server/api_keys.h"
-#include "kvvm/base/status.h"
 #include "kvvm/tokenizer/chat_template.h"
 #include "kvvm/tokenizer/tokenizer.h"
 

@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
 #include "kvvm/base/mutex.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm {
 

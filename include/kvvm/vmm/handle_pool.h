@@ -22,10 +22,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
-#include "kvvm/governor/governor.h"
 #include "kvvm/base/mutex.h"
 #include "kvvm/base/status.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm {
 

@@ -33,11 +33,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
-#include "kvvm/governor/governor.h"
-#include "kvvm/vmm/handle_pool.h"
 #include "kvvm/base/mutex.h"
 #include "kvvm/base/status.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/vmm/handle_pool.h"
 
 namespace kvvm {
 

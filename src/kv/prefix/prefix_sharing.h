@@ -17,8 +17,8 @@
 
 #include "kv/arena_state.h"
 #include "kvvm/base/mutex.h"
-#include "kvvm/kv/prefix/shared_prefix.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kv/prefix/shared_prefix.h"
 
 namespace kvvm {
 

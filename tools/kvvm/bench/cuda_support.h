@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "kvvm/base/dtype.h"
-#include "kvvm/kv/layout.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kv/layout.h"
 
 #if defined(KVVM_HAS_CUDA_KERNELS)
 #include "kvvm/kv/arena.h"

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "kit/op_timing.h"  // LatencySummary
-#include "kvvm/vmm/driver.h"
+#include "kvvm/base/status.h"
 #include "kvvm/kv/geometry.h"
 #include "kvvm/kv/layout.h"
-#include "kvvm/base/status.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm::cli {
 

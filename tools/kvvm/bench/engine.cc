@@ -21,14 +21,14 @@
 #include "kit/svg_plot.h"
 #include "kit/text_table.h"
 #include "kit/value_parsers.h"
-#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/base/dtype.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/kernels/model_kernels.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
-#include "kvvm/kernels/model_kernels.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "sim/trace.h"
 
 namespace kvvm::cli {

@@ -10,9 +10,9 @@
 #include <cstdint>
 
 #include "bench/engine_report.h"
+#include "kvvm/base/status.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/model.h"
-#include "kvvm/base/status.h"
 
 namespace kvvm::cli {
 

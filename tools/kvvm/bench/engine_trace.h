@@ -12,9 +12,9 @@
 #include <iosfwd>
 
 #include "bench/engine_report.h"
+#include "kvvm/base/status.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/model.h"
-#include "kvvm/base/status.h"
 #include "sim/trace.h"
 
 namespace kvvm::cli {

@@ -18,9 +18,9 @@
 #include "kit/value_parsers.h"
 #include "kvvm/kv/arena.h"
 #include "kvvm/kv/arena_stack.h"
+#include "kvvm/model/kv_config.h"
 #include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/vmm/host_driver.h"
-#include "kvvm/model/kv_config.h"
 
 namespace kvvm::cli {
 namespace {

@@ -32,10 +32,10 @@
 #include "bench/decode_loop.h"
 #include "kit/cli_common.h"  // BackendChoice, exit codes
 #include "kit/op_timing.h"   // LatencySummary
-#include "kvvm/vmm/driver.h"
+#include "kvvm/base/status.h"
 #include "kvvm/kv/geometry.h"
 #include "kvvm/kv/layout.h"
-#include "kvvm/base/status.h"
+#include "kvvm/vmm/driver.h"
 
 namespace CLI {
 class App;

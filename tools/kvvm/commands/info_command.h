@@ -23,8 +23,8 @@
 #include "kit/byte_size.h"   // parse_byte_size and format_bytes, which info's users call too
 #include "kit/cli_common.h"  // exit codes, BackendChoice, open_driver, which info's users call too
 #include "kit/op_timing.h"
-#include "kvvm/vmm/driver.h"
 #include "kvvm/base/status.h"
+#include "kvvm/vmm/driver.h"
 
 namespace CLI {
 class App;

@@ -17,11 +17,11 @@
 #include <string_view>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/kv/geometry.h"
 #include "kvvm/kv/kv_view.h"
 #include "kvvm/kv/layout.h"
 #include "kvvm/model/weight_memory.h"
-#include "kvvm/base/status.h"
 
 namespace CLI {
 class App;

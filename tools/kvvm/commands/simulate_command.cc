@@ -19,8 +19,8 @@
 #include "kit/model_loading.h"  // resolve_model_geometry
 #include "kit/text_table.h"
 #include "kit/value_parsers.h"
-#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/kv/geometry.h"
+#include "kvvm/vmm/cuda_driver.h"
 #include "kvvm/vmm/host_driver.h"
 #include "sim/arena_model.h"
 #include "sim/baselines.h"

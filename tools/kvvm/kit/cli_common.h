@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
 #include "kvvm/base/status.h"
+#include "kvvm/vmm/driver.h"
 
 namespace CLI {
 class App;

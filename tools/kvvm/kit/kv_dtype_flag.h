@@ -8,9 +8,9 @@
 #include <string_view>
 
 #include "kvvm/base/dtype.h"
+#include "kvvm/base/status.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
-#include "kvvm/base/status.h"
 
 namespace CLI {
 class App;

@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "kit/load_progress.h"
-#include "kvvm/vmm/cuda_driver.h"
-#include "kvvm/vmm/host_driver.h"
 #include "kvvm/model/kv_config.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "kvvm/vmm/host_driver.h"
 
 namespace kvvm::cli {
 namespace {

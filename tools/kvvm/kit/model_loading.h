@@ -13,13 +13,13 @@
 #include <string_view>
 
 #include "kit/weight_flags.h"
-#include "kvvm/vmm/driver.h"
-#include "kvvm/kv/geometry.h"
+#include "kvvm/base/status.h"
 #include "kvvm/governor/governor.h"
+#include "kvvm/kv/geometry.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
-#include "kvvm/base/status.h"
 #include "kvvm/tokenizer/tokenizer.h"
+#include "kvvm/vmm/driver.h"
 
 namespace kvvm::cli {
 

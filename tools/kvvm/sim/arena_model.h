@@ -35,13 +35,13 @@
 #include <utility>
 #include <vector>
 
+#include "kvvm/governor/governor.h"
 #include "kvvm/kv/arena.h"
 #include "kvvm/kv/arena_stack.h"
-#include "kvvm/vmm/driver.h"
-#include "kvvm/governor/governor.h"
-#include "kvvm/vmm/handle_pool.h"
 #include "kvvm/kv/layout.h"
 #include "kvvm/kv/prefix/prefix_cache.h"
+#include "kvvm/vmm/driver.h"
+#include "kvvm/vmm/handle_pool.h"
 #include "sim/scheduler.h"
 
 namespace kvvm::cli {

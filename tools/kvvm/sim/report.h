@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/vmm/driver.h"
-#include "kvvm/kv/layout.h"
 #include "kvvm/base/status.h"
+#include "kvvm/kv/layout.h"
+#include "kvvm/vmm/driver.h"
 #include "sim/arena_model.h"
 #include "sim/scheduler.h"
 #include "sim/trace.h"

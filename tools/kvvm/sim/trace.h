@@ -40,8 +40,8 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/kv/prefix/prefix_cache.h"  // TokenId
 #include "kvvm/base/status.h"
+#include "kvvm/kv/prefix/prefix_cache.h"  // TokenId
 
 namespace kvvm::cli {
 

@@ -43,10 +43,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvvm/kv/arena.h"
-#include "kvvm/governor/governor.h"
 #include "kvvm/base/mutex.h"
 #include "kvvm/base/status.h"
+#include "kvvm/governor/governor.h"
+#include "kvvm/kv/arena.h"
 
 namespace kvvm {
 

@@ -24,10 +24,10 @@
 #include <memory>
 #include <vector>
 
+#include "kvvm/base/mutex.h"
+#include "kvvm/kv/layout.h"
 #include "kvvm/vmm/driver.h"
 #include "kvvm/vmm/handle_pool.h"
-#include "kvvm/kv/layout.h"
-#include "kvvm/base/mutex.h"
 
 namespace kvvm {
 
