@@ -76,6 +76,13 @@ std::string format_byte_rate(double bytes_per_second) {
   return format_bytes(static_cast<std::uint64_t>(std::llround(bytes_per_second))) + "/s";
 }
 
+std::string byte_range(std::uint64_t offset, std::uint64_t len) {
+  char text[64];  // snprintf, not string concatenation: GCC 12 -Wrestrict false positive
+  std::snprintf(text, sizeof text, "[%llu, %llu)", static_cast<unsigned long long>(offset),
+                static_cast<unsigned long long>(offset + len));
+  return text;
+}
+
 std::string hex(std::uintptr_t value) {
   char text[2 + 16 + 1];
   std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));

@@ -31,6 +31,8 @@ std::string format_rate(double per_second, std::string_view unit);
 std::string format_byte_rate(double bytes_per_second);
 
 std::string hex(std::uintptr_t value);
+// A byte range as a half-open interval: "[4096, 8192)" for (4096, 4096).
+std::string byte_range(std::uint64_t offset, std::uint64_t len);
 // "ENOMEM" for ENOMEM; "errno 123" when the name is not known.
 std::string errno_name(int error);
 
