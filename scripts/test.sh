@@ -42,7 +42,7 @@ thread_safety() {
   mapfile -t sources < <(git grep -l 'MutexLock\|KVVM_REQUIRES\|KVVM_EXCLUDES' -- '*.cc')
   ((${#sources[@]} > 0)) || return 1
   printf '%s\n' "${sources[@]}" | xargs -P "$jobs" -I{} clang++ -std=c++20 -fsyntax-only \
-    -Wthread-safety -Werror=thread-safety -Iinclude -Isrc -Itools/kvvm {}
+    -Wthread-safety -Werror=thread-safety -Iinclude -Isrc -I. -Itools/kvvm {}
 }
 # ThreadSanitizer finds races, so its suite leaves out the suites that start no thread: the
 # library's reference-model and property runs, fault sweeps and reservation tests (one thread

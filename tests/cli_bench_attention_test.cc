@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/prefill_attention.h"
+#include "bench/drivers/attention/prefill_attention.h"
 #include "kit/cli_common.h"
 #include "kvvm/kernels/attention.h"
 #include "kvvm/vmm/cuda_driver.h"

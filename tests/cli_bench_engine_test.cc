@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "app.h"
-#include "bench/engine.h"
+#include "bench/drivers/engine/engine.h"
 #include "kit/cli_common.h"
 #include "kit/svg_plot.h"
 #include "support/cli_run.h"

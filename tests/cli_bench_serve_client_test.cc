@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/serve_client.h"
-#include "bench/serve_request.h"
+#include "bench/drivers/serve/serve_client.h"
+#include "bench/drivers/serve/serve_request.h"
 #include "sim/trace.h"
 #include "support/cli_run.h"
 

@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "bench/serve_client.h"
-#include "bench/serve_driver.h"
-#include "bench/serve_report.h"
+#include "bench/drivers/serve/serve_client.h"
+#include "bench/drivers/serve/serve_driver.h"
+#include "bench/drivers/serve/serve_report.h"
 #include "commands/serve_command.h"
 #include "support/cli_run.h"
 #include "support/test_data.h"

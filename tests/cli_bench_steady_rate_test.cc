@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "bench/steady_rate.h"
+#include "bench/drivers/engine/steady_rate.h"
 
 namespace kvvm::cli {
 namespace {

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench/decode_loop.h"
-#include "bench/growth.h"
+#include "bench/drivers/memory/decode_loop.h"
+#include "bench/drivers/memory/growth.h"
 #include "commands/info_command.h"
 #include "kvvm/kv/geometry.h"
 #include "kvvm/kv/layout.h"

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "kit/load_progress.h"
+#include "kit/load_progress_printer.h"
 #include "kit/progress_line.h"
 #include "kvvm/model/load_progress.h"
 #include "support/text_match.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "sim/baselines.h"
-#include "sim/scheduler.h"
+#include "sim/replay_scheduler.h"
 #include "sim/trace.h"
 
 namespace kvvm::cli {

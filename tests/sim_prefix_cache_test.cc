@@ -15,7 +15,7 @@
 #include "kvvm/vmm/host_driver.h"
 #include "sim/arena_model.h"
 #include "sim/baselines.h"
-#include "sim/scheduler.h"
+#include "sim/replay_scheduler.h"
 #include "sim/trace.h"
 
 namespace kvvm::cli {

@@ -4,14 +4,14 @@
 #include <exception>
 #include <ostream>
 
-#include "bench/decode_attention.h"
-#include "bench/engine.h"
-#include "bench/growth.h"
-#include "bench/kv_error.h"
-#include "bench/prefill_attention.h"
-#include "bench/serve.h"
-#include "bench/share.h"
-#include "bench/tokenizer_load.h"
+#include "bench/drivers/attention/decode_attention.h"
+#include "bench/drivers/attention/kv_error.h"
+#include "bench/drivers/attention/prefill_attention.h"
+#include "bench/drivers/engine/engine.h"
+#include "bench/drivers/memory/growth.h"
+#include "bench/drivers/memory/share.h"
+#include "bench/drivers/serve/serve.h"
+#include "bench/drivers/tokenizer/tokenizer_load.h"
 #include "commands/generate_command.h"
 #include "commands/info_command.h"
 #include "commands/plan_command.h"

@@ -24,7 +24,7 @@
 #include "kvvm/vmm/host_driver.h"
 #include "sim/arena_model.h"
 #include "sim/baselines.h"
-#include "sim/progress_line.h"
+#include "sim/sim_progress_line.h"
 
 namespace kvvm::cli {
 namespace {

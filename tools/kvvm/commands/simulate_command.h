@@ -2,7 +2,7 @@
 // governor, beside baselines computed on the same trace in the same run: paged-16+cache (blocks
 // of 16 tokens with vLLM's automatic prefix caching, which vLLM turns on by default: a vLLM
 // user's baseline), paged-16 (the same blocks without prefix caching) and preallocate (max
-// context per request, what a plain allocator does). See sim/scheduler.h for the rules every
+// context per request, what a plain allocator does). See sim/replay_scheduler.h for the rules every
 // system is replayed by, sim/trace.h for the generator and the JSONL format, sim/arena_model.h for
 // how kvvm's side uses the arena and shares prefixes, sim/baselines.h for the baselines. kvvm+cache
 // (the arena through PrefixCache, automatic detection over token ids) runs too with
