@@ -117,28 +117,7 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const Fp8GemvArgs p)
           }
         });
   }
-#pragma unroll
-  for (unsigned r = 0; r < kRows; ++r) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
-    }
-  }
-  if constexpr (kSplit > 1) {
-    __shared__ float partial[kWarps][kRows];
-    if (lane == 0) {
-#pragma unroll
-      for (unsigned r = 0; r < kRows; ++r) partial[warp][r] = acc[r];
-    }
-    __syncthreads();
-    if (part != 0) return;
-#pragma unroll
-    for (unsigned r = 0; r < kRows; ++r) {
-      float total = 0.0f;
-#pragma unroll
-      for (unsigned s = 0; s < kSplit; ++s) total += partial[warp + s][r];
-      acc[r] = total;
-    }
-  }
+  if (!sum_output_partials<kRows, kSplit, kWarps>(acc, warp, part, lane)) return;
   if (lane != 0 || output >= p.out) return;
   const float channel = kBlock ? 1.0f : __ldg(p.scales + output);
 #pragma unroll

@@ -6,7 +6,8 @@
 // vector of 8 weights per stretch, times the matching x vector of each row), streamed as
 // weight_stream.cuh says (a round of loads in flight while the last is used; the first before
 // waiting for the previous kernel). Each lane accumulates in float32, the warp sums its lanes
-// by a butterfly, and the output's first warp adds its kSplit warps' sums in warp order.
+// by a butterfly, and the output's first warp adds its kSplit warps' sums in warp order
+// (weight_stream.cuh's sum_output_partials, which the FP8 GEMV shares).
 // kSplit is chosen from (in, out) alone, so the order of every sum is fixed by the shape and a
 // row's result does not depend on the rows beside it.
 #include <cstdint>
@@ -81,28 +82,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvParams p) 
           }
         });
   }
-#pragma unroll
-  for (unsigned r = 0; r < kRows; ++r) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
-    }
-  }
-  if constexpr (kSplit > 1) {
-    __shared__ float partial[kGemvWarps][kRows];
-    if (lane == 0) {
-#pragma unroll
-      for (unsigned r = 0; r < kRows; ++r) partial[warp][r] = acc[r];
-    }
-    __syncthreads();
-    if (part != 0) return;
-#pragma unroll
-    for (unsigned r = 0; r < kRows; ++r) {
-      float total = 0.0f;
-#pragma unroll
-      for (unsigned s = 0; s < kSplit; ++s) total += partial[warp + s][r];
-      acc[r] = total;
-    }
-  }
+  if (!sum_output_partials<kRows, kSplit, kGemvWarps>(acc, warp, part, lane)) return;
   // Only lane 0 of an output's first warp writes, and it waited for the previous kernel above.
   if (lane != 0 || output >= p.out) return;
 #pragma unroll

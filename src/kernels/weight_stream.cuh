@@ -1,7 +1,8 @@
 // How the GEMVs (gemv_kernel.cu, fp8_kernels.cu) stream a weight matrix: each lane of a warp
 // walks its share of one output's row of 16-byte vectors (first, first + stride, ...) with
-// kUnroll loads in flight at every moment, and the warp's count of warps per output (its
-// split) is chosen from the shape alone.
+// kUnroll loads in flight at every moment, the warp's count of warps per output (its split)
+// is chosen from the shape alone, and the lanes' and warps' sums of an output are added in
+// one fixed order.
 //
 // Why a pipeline: a decode step's GEMV is a pure read of its weights, so it runs at the
 // memory's rate only while enough bytes are in the air. A lane requests its next round of
@@ -56,6 +57,39 @@ __device__ __forceinline__ void stream_weights(const uint4* w, std::uint32_t fir
   // Every weight is in: the next kernel (a norm, RoPE, SiLU-mul, the argmax) may be scheduled
   // on the SMs this one leaves; it waits for this one before reading what it writes.
   allow_next_kernel_to_start();
+}
+
+// The sums of one output: each row's accumulator summed over the warp's lanes by a butterfly,
+// then, with kSplit > 1, the kSplit warps' sums added by the output's first warp in warp order
+// (through shared memory), so the order of every sum is fixed by the shape. `part` is the
+// warp's place among its output's warps (warp % kSplit). Returns whether this warp holds the
+// totals (every lane of the output's first warp); the others are done.
+template <unsigned kRows, unsigned kSplit, unsigned kWarps>
+__device__ __forceinline__ bool sum_output_partials(float (&acc)[kRows], unsigned warp,
+                                                    unsigned part, unsigned lane) {
+#pragma unroll
+  for (unsigned r = 0; r < kRows; ++r) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
+    }
+  }
+  if constexpr (kSplit > 1) {
+    __shared__ float partial[kWarps][kRows];
+    if (lane == 0) {
+#pragma unroll
+      for (unsigned r = 0; r < kRows; ++r) partial[warp][r] = acc[r];
+    }
+    __syncthreads();
+    if (part != 0) return false;
+#pragma unroll
+    for (unsigned r = 0; r < kRows; ++r) {
+      float total = 0.0f;
+#pragma unroll
+      for (unsigned s = 0; s < kSplit; ++s) total += partial[warp + s][r];
+      acc[r] = total;
+    }
+  }
+  return true;
 }
 
 // Warps per output (1, 2, 4 or 8), from the shape alone (so a row's sums run in one order
