@@ -1,6 +1,7 @@
 // What the request-parsing tests share: the tokenizers of the demo model (ChatML, no BOS) and
-// llama-tiny (a BOS added by its post-processor), the parse context of each, and a parse that
-// must accept or must refuse. One fixture for the suite's files, so they are one test suite.
+// llama-tiny (a BOS added by its post-processor), the parse context of each, a parse that must
+// accept or must refuse, and a refusal expected. One fixture for the suite's files, so that they
+// are one test suite.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -33,6 +34,13 @@ inline std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
   EXPECT_TRUE(tok.ok()) << tok.status().to_string();
   return tok.ok() ? std::move(tok).value() : nullptr;
 }
+
+struct Refusal {
+  Endpoint endpoint;
+  std::string body;
+  std::string param;    // "": null (the body itself is at fault)
+  std::string mention;  // a part of the message: the bad value or the limit
+};
 
 // The demo model (ChatML, no BOS) and llama-tiny (a BOS added by its post-processor).
 class ServerRequest : public ::testing::Test {

@@ -13,13 +13,6 @@
 namespace kvvm::server::request_test {
 namespace {
 
-struct Refusal {
-  Endpoint endpoint;
-  std::string body;
-  std::string param;    // "": null (the body itself is at fault)
-  std::string mention;  // a part of the message: the bad value or the limit
-};
-
 TEST_F(ServerRequest, EveryRefusalNamesItsField) {
   const Endpoint kC = Endpoint::kCompletions;
   const Endpoint kChat = Endpoint::kChat;
