@@ -106,5 +106,6 @@ TEST(SchedulingRetryEstimate, TheEngineBoundsTheRateByTheTimeRequestsWaited) {
     waited = waited * std::exp(-0.01 / RetryEstimate::kBacklogDecay) + 0.01;
   EXPECT_NEAR(rig.engine().retry_after(), 6 * waited, 1e-9);
   ASSERT_TRUE(rig.run().ok());
+}
 
 }  // namespace kvvm::engine::scheduling_test

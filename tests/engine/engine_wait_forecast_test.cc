@@ -94,5 +94,6 @@ TEST(SchedulingWaitForecast, ForecastsNothingBeforeEightAnswersEnded) {
   auto t = learned_rig(/*forecast=*/true, 7);
   ASSERT_NE(t, nullptr);
   ASSERT_NO_FATAL_FAILURE(expect_accepted_then_refused_late(*t));
+}
 
 }  // namespace kvvm::engine::scheduling_test
