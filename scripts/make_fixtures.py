@@ -867,7 +867,7 @@ Held-out accuracy (exact answer, greedy, {held_out} pairs never seen in training
 - Hugging Face transformers {tf}, float32 compute on CPU: {acc_fp32:.1%}
 - Hugging Face transformers {tf}, bf16 on CUDA: {acc_bf16:.1%}
 kvvm's answers on the same prompts are compared with these by the tests
-(tests/demo_adder_test.cc).
+(tests/engine/demo_adder_test.cc).
 """
 
 

@@ -9,8 +9,8 @@ files stay small), and a second run writes the same bytes (--check-reproducible 
 Outputs, under --out (default the repository), tests/data/tokenizers/<name>/:
   tokenizer.json       as Tokenizer.save writes it
   tokenizer_config.json  (config-* only) the flags add_bos_token / add_eos_token
-  expected.json        what Hugging Face computes, for tests/tokenizer_families_test.cc and
-                       tests/tokenizer_config_flags_test.cc to equal:
+  expected.json        what Hugging Face computes, for tests/tokenizer/tokenizer_families_test.cc
+                       and tests/tokenizer/tokenizer_config_flags_test.cc to equal:
     versions   {"tokenizers": ..., "transformers": ...}
     texts      [{text, ids, ids_with_special, decoded, decoded_skip_special}]  (families:
                Tokenizer.encode(text, add_special_tokens=False / True).ids, Tokenizer.decode

@@ -15,7 +15,7 @@
 #include "support/fake_model_config.h"
 #include "support/test_data.h"
 
-namespace kvvm::engine {
+namespace kvvm::engine::request_limits_test {
 namespace {
 
 constexpr std::uint32_t kVocab = testing::kFakeVocab;
@@ -208,4 +208,4 @@ TEST_F(RequestLimitsTest, TheServerSaysWhatTheEngineSays) {
 }
 
 }  // namespace
-}  // namespace kvvm::engine
+}  // namespace kvvm::engine::request_limits_test

@@ -12,7 +12,7 @@
 #include "kvvm/vmm/fault_driver.h"
 #include "kvvm/vmm/host_driver.h"
 
-namespace kvvm {
+namespace kvvm::arena_stack_test {
 namespace {
 
 constexpr std::size_t kGranule = 64 << 10;
@@ -116,4 +116,4 @@ TEST(ArenaStack, TeardownReturnsEveryHandleAndAddress) {
 }
 
 }  // namespace
-}  // namespace kvvm
+}  // namespace kvvm::arena_stack_test
