@@ -1,4 +1,4 @@
-// The trace replay's rate while loaded (tools/kvvm/bench/steady_rate.h) on made-up samples: a
+// The trace replay's rate while loaded (bench/drivers/engine/steady_rate.h) on made-up samples: a
 // ramp, a loaded stretch and a drain; no window when it is too short or nothing ran. Then the
 // reason it exists: the same engine at twice the arrival rate, same request count, loses
 // whole-run rate to its ramp and drain but keeps its loaded rate.

@@ -1,5 +1,5 @@
 // The reference-model test of Arena (the library's, not the simulator's model in
-// tools/kvvm/arena_model.cc). Model-based random test (docs/ARCHITECTURE.md "Tests"): long random
+// sim/arena_model.cc). Model-based random test (docs/ARCHITECTURE.md "Tests"): long random
 // sequences of admit, ensure
 // (grow, shrink, beyond the max context, on a slot without a sequence), finish, release, reclaim
 // and graph-capture spans on the host driver, in every layout, with and without commit-ahead,
