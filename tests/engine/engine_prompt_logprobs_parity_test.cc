@@ -1,7 +1,7 @@
 // Prompt log-probabilities (what `echo: true, logprobs: k, max_tokens: 0` reports) against
-// transformers': each fixture's prompt_logprobs.json (scripts/make_fixtures.py,
-// write_prompt_logprobs: float32 on the CPU with the checkpoint's weights) holds, for every
-// prompt position but the last, the log-softmax scoring the next token and its top 5. The
+// transformers': each fixture's prompt_logprobs.json (scripts/make_fixtures.py;
+// scripts/fixtures/prompt_logprobs.py: float32 on the CPU with the checkpoint's weights) holds, for
+// every prompt position but the last, the log-softmax scoring the next token and its top 5. The
 // engine on the CPU model computes the same rows in one prefill, whatever its chunking.
 #include <gtest/gtest.h>
 
