@@ -14,7 +14,6 @@ using kernels::check_cuda_activations;
 using kernels::check_cuda_view;
 using kernels::check_pointers;
 using kernels::last_launch;
-using kernels::str;
 
 bool attention_kernels_built() { return true; }
 

@@ -19,7 +19,6 @@ using kernels::check_cuda_activations;
 using kernels::check_cuda_view;
 using kernels::check_pointers;
 using kernels::scale_log2;
-using kernels::str;
 
 constexpr std::uint32_t kMinChunkTokens = 256;  // below this a block's fixed costs dominate
 constexpr std::uint32_t kMaxChunks = 1024;

@@ -6,14 +6,13 @@
 #include <cstdint>
 #include <string>
 
+#include "base/format.h"
 #include "kvvm/base/status.h"
 #include "kvvm/kernels/fp8_kernels.h"
 
 namespace kvvm::kernels {
 
 namespace fp8_detail {
-
-inline std::string str(std::uint64_t value) { return std::to_string(value); }
 
 inline bool misaligned(const void* pointer) {
   return reinterpret_cast<std::uintptr_t>(pointer) % 16 != 0;
@@ -41,32 +40,29 @@ inline Status check_fp8_gemv(const Fp8GemvArgs& p) {
   const bool quantized = p.xq != nullptr;
   const std::uint32_t max_rows = quantized ? kFp8MmaGemvRows : kFp8GemvMaxRows;
   if (p.rows > max_rows) {
-    return Status::InvalidArgument("fp8_gemv: " + fp8_detail::str(p.rows) + " rows, more than " +
-                                   fp8_detail::str(max_rows) + (quantized ? " with xq" : "") +
+    return Status::InvalidArgument("fp8_gemv: " + str(p.rows) + " rows, more than " +
+                                   str(max_rows) + (quantized ? " with xq" : "") +
                                    " (a GEMM's shape)");
   }
   if (p.split != 0 && p.split != 1 && p.split != 2 && p.split != 4 && p.split != 8) {
-    return Status::InvalidArgument("fp8_gemv: split " + fp8_detail::str(p.split) +
-                                   " is not 0, 1, 2, 4 or 8");
+    return Status::InvalidArgument("fp8_gemv: split " + str(p.split) + " is not 0, 1, 2, 4 or 8");
   }
   if (p.unroll != 0 && p.unroll != 4 && !(p.unroll == 8 && (p.rows <= 2 || quantized))) {
-    return Status::InvalidArgument("fp8_gemv: unroll " + fp8_detail::str(p.unroll) + " with " +
-                                   fp8_detail::str(p.rows) +
+    return Status::InvalidArgument("fp8_gemv: unroll " + str(p.unroll) + " with " + str(p.rows) +
                                    " rows (0, 4, or 8 for at most 2 rows or with xq)");
   }
   const std::uint32_t multiple =
       quantized && p.scales_kind == Fp8Scales::kBlock128 ? kFp8Block : 16;
   if (p.in == 0 || p.in % multiple != 0 || p.out == 0) {
-    return Status::InvalidArgument("fp8_gemv: in " + fp8_detail::str(p.in) + " x out " +
-                                   fp8_detail::str(p.out) + ": both positive, in a multiple of " +
-                                   fp8_detail::str(multiple));
+    return Status::InvalidArgument("fp8_gemv: in " + str(p.in) + " x out " + str(p.out) +
+                                   ": both positive, in a multiple of " + str(multiple));
   }
   if (quantized && p.x != nullptr) {
     return Status::InvalidArgument("fp8_gemv: both x and xq given (one form of the activations)");
   }
   if (quantized && p.x_stride < p.rows) {
-    return Status::InvalidArgument("fp8_gemv: x_stride " + fp8_detail::str(p.x_stride) +
-                                   " is below rows " + fp8_detail::str(p.rows));
+    return Status::InvalidArgument("fp8_gemv: x_stride " + str(p.x_stride) + " is below rows " +
+                                   str(p.rows));
   }
   if (p.rows == 0) return Status::Ok();
   if (quantized) {
@@ -84,12 +80,12 @@ inline Status check_fp8_quantize(const Fp8QuantizeArgs& p) {
   KVVM_RETURN_IF_ERROR(fp8_detail::check_type(p.element, "fp8_quantize"));
   const std::uint32_t multiple = p.scales_kind == Fp8Scales::kBlock128 ? kFp8Block : 16;
   if (p.in == 0 || p.in % multiple != 0) {
-    return Status::InvalidArgument("fp8_quantize: in " + fp8_detail::str(p.in) +
-                                   " is not a positive multiple of " + fp8_detail::str(multiple));
+    return Status::InvalidArgument("fp8_quantize: in " + str(p.in) +
+                                   " is not a positive multiple of " + str(multiple));
   }
   if (p.stride < p.rows) {
-    return Status::InvalidArgument("fp8_quantize: stride " + fp8_detail::str(p.stride) +
-                                   " is below rows " + fp8_detail::str(p.rows));
+    return Status::InvalidArgument("fp8_quantize: stride " + str(p.stride) + " is below rows " +
+                                   str(p.rows));
   }
   if (p.stride == 0) return Status::Ok();
   KVVM_RETURN_IF_ERROR(fp8_detail::check_pointer(p.x, "x", "fp8_quantize", true));

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/format.h"
 #include "kernels/common.cuh"
 #include "kernels/weight_stream.cuh"
 #include "kvvm/kernels/model_kernels.h"
@@ -118,13 +119,10 @@ cudaError_t launch(const GemvParams& p, cudaStream_t stream) {
       });
 }
 
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
 }  // namespace
 }  // namespace kernels
 
 Status gemv_cuda(const GemvParams& p, void* stream) {
-  using kernels::str;
   if (p.element != DType::kFp16 && p.element != DType::kBf16) {
     return Status::InvalidArgument("gemv: element type " + std::string(to_string(p.element)) +
                                    " is not supported (fp16, bf16)");

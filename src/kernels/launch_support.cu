@@ -20,8 +20,6 @@ bool aligned16(const void* pointer) { return aligned16(reinterpret_cast<std::uin
 
 }  // namespace
 
-std::string str(std::uint64_t value) { return std::to_string(value); }
-
 Status check_cuda_view(const KvView& view, const char* what) {
   if (view.element != DType::kFp16 && view.element != DType::kBf16 && view.element != DType::kFp8) {
     return Status::InvalidArgument(std::string(what) + ": element type " +

@@ -8,12 +8,11 @@
 #include <string>
 #include <utility>
 
+#include "base/format.h"
 #include "kvvm/base/status.h"
 #include "kvvm/kv/kv_view.h"
 
 namespace kvvm::kernels {
-
-std::string str(std::uint64_t value);
 
 // InvalidArgument unless the view is fp16 / bf16 / fp8, head dim 64 / 128, and every stride
 // and the base are multiples of 16 bytes (the kernels load 16 bytes at a time).

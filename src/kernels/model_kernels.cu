@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "base/format.h"
 #include "kernels/common.cuh"
 #include "kernels/model_kernels.cuh"
 #include "kvvm/kernels/model_kernels.h"
@@ -16,8 +17,6 @@ namespace {
 
 using kernels::cuda_status;
 using kernels::launch_overlapping;
-
-std::string str(std::uint64_t value) { return std::to_string(value); }
 
 Status check_element(DType element, const char* what) {
   if (element != DType::kFp16 && element != DType::kBf16) {

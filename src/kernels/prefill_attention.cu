@@ -14,7 +14,6 @@ using kernels::check_cuda_view;
 using kernels::check_pointers;
 using kernels::last_launch;
 using kernels::scale_log2;
-using kernels::str;
 
 Status prefill_attention_cuda(const PrefillParams& p, void* stream) {
   KVVM_RETURN_IF_ERROR(check_prefill(p));
