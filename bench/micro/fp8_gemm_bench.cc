@@ -26,8 +26,8 @@
 #include "kernels/element.h"
 #include "kvvm/kernels/fp8_kernels.h"
 #include "kvvm/kernels/model_kernels.h"
-#include "model/cublas_api.h"
-#include "model/fp8_matmul.h"
+#include "model/cuda/cublas_api.h"
+#include "model/cuda/fp8_matmul.h"
 
 namespace {
 

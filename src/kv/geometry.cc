@@ -1,5 +1,5 @@
 // Model geometry: the per-token shape of a model's KV cache. Reading it from a config.json, or
-// from a built-in model's name, is the model layer's (src/model/kv_config.cc).
+// from a built-in model's name, is the model layer's (src/model/config/kv_config.cc).
 #include "kvvm/kv/geometry.h"
 
 namespace kvvm {

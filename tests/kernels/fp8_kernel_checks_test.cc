@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/fp8_checks.h"
+#include "kernels/fp8/fp8_checks.h"
 #include "kvvm/kernels/fp8_kernels.h"
 #include "kvvm/kernels/model_kernels.h"
 

@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "fp8_fixture.h"
-#include "model/fp8_matmul.h"
+#include "model/cuda/fp8_matmul.h"
 #include "support/cuda_device.h"
 #include "support/device_buffer.h"
 #endif

@@ -39,7 +39,7 @@
 #include "kvvm/model/model.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
-#include "model/cpu_ops.h"
+#include "model/cpu/cpu_ops.h"
 #include "support/fixture_model.h"
 #include "support/reference_transformer.h"
 #include "support/test_data.h"

@@ -27,7 +27,7 @@
 #include "support/reference_transformer.h"
 #include "support/tiny_model.h"
 #if defined(KVVM_HAS_CUDA_KERNELS)
-#include "model/cublas_api.h"
+#include "model/cuda/cublas_api.h"
 #endif
 
 namespace kvvm::model {

@@ -14,7 +14,7 @@
 #include "kvvm/model/kv_config.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
-#include "model/weight_layout.h"
+#include "model/weights/weight_layout.h"
 #include "support/model_config_json.h"
 #include "support/model_rig.h"
 #include "support/safetensors_writer.h"

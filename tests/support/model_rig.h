@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kvvm/model/model.h"
-#include "model/cpu_ops.h"
+#include "model/cpu/cpu_ops.h"
 #include "support/reference_transformer.h"
 #include "support/tiny_model.h"
 

@@ -1,6 +1,7 @@
 // The CUDA kernels of an FP8 checkpoint's projections (the CUDA model's, src/model/cuda_*.cc):
 // a GEMV for the few rows of a small batch's decode step, and the activations' dynamic
-// quantization that feeds it and cuBLASLt's FP8 GEMM (src/model/fp8_matmul.h) for larger steps.
+// quantization that feeds it and cuBLASLt's FP8 GEMM (src/model/cuda/fp8_matmul.h) for larger
+// steps.
 //
 // Weights are e4m3 [out][in] row-major as the checkpoint stores them, with float32 scales:
 // block-scaled (Hugging Face "fp8"): scales [ceil(out / 128)][ceil(in / 128)] row-major,

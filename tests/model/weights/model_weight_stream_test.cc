@@ -17,8 +17,8 @@
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/vmm/fault_driver.h"
 #include "kvvm/vmm/host_driver.h"
-#include "model/weight_layout.h"
-#include "model/weight_store.h"
+#include "model/weights/weight_layout.h"
+#include "model/weights/weight_store.h"
 #include "support/tiny_model.h"
 
 namespace kvvm::model::weight_stream_test {

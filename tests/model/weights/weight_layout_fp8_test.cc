@@ -8,7 +8,7 @@
 
 #include "kvvm/model/kv_config.h"
 #include "kvvm/model/weight_memory.h"
-#include "model/weight_layout.h"
+#include "model/weights/weight_layout.h"
 
 namespace kvvm::model {
 namespace {

@@ -1,0 +1,352 @@
+// Loads a checkpoint's tensors (or draws dummy ones) into the CUDA model's WeightStore: the
+// resident ones through a pipeline of pinned buffers, the streamed ones into pinned staging.
+// A tensor already in the compute type is copied as it is; another (F32, or the other 16-bit
+// type) is converted on the host (round to nearest even, as torch's .to() does).
+#include "model/cuda/cuda_weights.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kernels/element.h"
+#include "kvvm/base/bytes.h"
+#include "kvvm/kernels/model_kernels.h"
+#include "kvvm/vmm/cuda_driver.h"
+#include "model/cuda/cuda_status.h"
+#include "model/weights/load_tracker.h"
+#include "model/weights/weight_tensors.h"
+
+namespace kvvm::model::detail {
+namespace {
+
+constexpr std::uint64_t kChunkBytes = std::uint64_t{64} << 20;  // one pinned buffer
+constexpr std::size_t kBuffers = 4;
+// Below this a copy is not worth splitting across threads.
+constexpr std::uint64_t kSplitBytes = std::uint64_t{4} << 20;
+
+DType element_of(TensorDType dtype) {
+  switch (dtype) {
+    case TensorDType::kF16:
+      return DType::kFp16;
+    case TensorDType::kBf16:
+      return DType::kBf16;
+    case TensorDType::kF8E4M3:
+      return DType::kFp8;
+    default:
+      return DType::kFp32;
+  }
+}
+
+// The type a tensor is stored in on the device: the projections' (fp8 for a quantized
+// checkpoint) for a layer block's tensors, the compute type for the rest.
+DType stored_type(const WeightTensor& t, const WeightLayout& layout) {
+  return t.region == kBaseRegion ? layout.element : layout.projection;
+}
+
+// A projection's scales as float32 in the store's layout (checked by weight_tensors: F32, BF16
+// or F16): block-scaled rows of blocks padded to device_scale_row (the padding 0, never read).
+std::vector<float> scales_of(const WeightTensor& t, WeightQuant quant) {
+  const std::uint64_t rows = t.shape[0], in = t.shape[1];
+  std::vector<float> out(device_scale_count(quant, rows, in), 0.0f);
+  const DType from = element_of(t.scale_source->dtype);
+  const std::uint32_t size = element_bytes(from);
+  const auto* at = reinterpret_cast<const unsigned char*>(t.scale_source->data);
+  const std::uint64_t width =
+      quant == WeightQuant::kFp8Block ? (in + kFp8WeightBlock - 1) / kFp8WeightBlock : 1;
+  const std::uint64_t row = quant == WeightQuant::kFp8Block ? device_scale_row(in) : 1;
+  for (std::uint64_t i = 0; i < t.scale_count; ++i) {
+    out[i / width * row + i % width] = kernels::load_element(from, at + i * size);
+  }
+  return out;
+}
+
+// memcpy split across threads: one thread reads page cache at a few GB/s, several near the
+// memory's rate.
+void parallel_copy(unsigned char* to, const unsigned char* from, std::uint64_t bytes) {
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  if (bytes < kSplitBytes || threads == 1) {
+    std::memcpy(to, from, bytes);
+    return;
+  }
+  const std::uint64_t share = (bytes + threads - 1) / threads;
+  std::vector<std::thread> team;
+  for (unsigned t = 1; t < threads; ++t) {
+    const std::uint64_t begin = std::min(bytes, t * share), end = std::min(bytes, begin + share);
+    if (begin < end) team.emplace_back([=] { std::memcpy(to + begin, from + begin, end - begin); });
+  }
+  std::memcpy(to, from, std::min(bytes, share));
+  for (std::thread& thread : team) thread.join();
+}
+
+// Writes `count` elements of the tensor from element `first` into `to` in `compute`.
+void produce(const WeightTensor& t, DType compute, std::uint64_t first, std::uint64_t count,
+             unsigned char* to) {
+  const DType source = element_of(t.source->dtype);
+  const std::uint32_t from_size = element_bytes(source), to_size = element_bytes(compute);
+  const auto* from = reinterpret_cast<const unsigned char*>(t.source->data) + first * from_size;
+  if (source == compute) {
+    parallel_copy(to, from, count * to_size);
+    return;
+  }
+  for (std::uint64_t i = 0; i < count; ++i) {
+    kernels::store_element(compute, kernels::load_element(source, from + i * from_size),
+                           to + i * to_size);
+  }
+}
+
+// Pinned buffers the host fills while the device copies the previous one.
+class Pipeline {
+ public:
+  explicit Pipeline(cudaStream_t stream) : stream_(stream) {}
+  ~Pipeline() {
+    (void)cudaStreamSynchronize(stream_);
+    for (std::size_t i = 0; i < kBuffers; ++i) {
+      if (events_[i] != nullptr) (void)cudaEventDestroy(events_[i]);
+      if (buffers_[i] != nullptr) (void)cudaFreeHost(buffers_[i]);
+    }
+  }
+  Status init() {
+    for (std::size_t i = 0; i < kBuffers; ++i) {
+      KVVM_RETURN_IF_ERROR(
+          cuda_call("cudaHostAlloc", cudaHostAlloc(reinterpret_cast<void**>(&buffers_[i]),
+                                                   kChunkBytes, cudaHostAllocDefault)));
+      KVVM_RETURN_IF_ERROR(
+          cuda_call("cudaEventCreateWithFlags",
+                    cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming)));
+    }
+    return Status::Ok();
+  }
+  // The tensor, converted to `compute`, copied to `device`.
+  Status upload(const WeightTensor& t, DType compute, unsigned char* device) {
+    const std::uint32_t size = element_bytes(compute);
+    const std::uint64_t per_chunk = kChunkBytes / size;
+    for (std::uint64_t first = 0; first < t.elements; first += per_chunk) {
+      const std::uint64_t count = std::min(per_chunk, t.elements - first);
+      const std::size_t i = next_++ % kBuffers;
+      // The buffer's previous copy must be done before it is refilled.
+      KVVM_RETURN_IF_ERROR(cuda_call("cudaEventSynchronize", cudaEventSynchronize(events_[i])));
+      produce(t, compute, first, count, buffers_[i]);
+      KVVM_RETURN_IF_ERROR(cuda_call(
+          "cudaMemcpyAsync", cudaMemcpyAsync(device + first * size, buffers_[i], count * size,
+                                             cudaMemcpyHostToDevice, stream_)));
+      KVVM_RETURN_IF_ERROR(cuda_call("cudaEventRecord", cudaEventRecord(events_[i], stream_)));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::array<unsigned char*, kBuffers> buffers_{};
+  std::array<cudaEvent_t, kBuffers> events_{};
+  std::size_t next_ = 0;
+};
+
+Status dummy_fill(const WeightTensor& t, DType compute, std::uint64_t seed, void* device,
+                  cudaStream_t stream) {
+  DummyFillParams fill;
+  fill.element = compute;
+  fill.count = t.elements;
+  fill.seed = seed;
+  fill.tensor = t.dummy_id;
+  fill.scale = t.scale;
+  fill.constant = t.constant;
+  fill.out = device;
+  return dummy_fill_cuda(fill, stream);
+}
+
+}  // namespace
+
+DeviceWeights::~DeviceWeights() {
+  store_.reset();  // synchronizes before it unmaps
+  if (staging_ != nullptr) (void)cudaFreeHost(staging_);
+}
+
+const void* DeviceWeights::staged(std::uint32_t layer) const {
+  return staging_ +
+         std::uint64_t{store_->streamed_index(layer)} * store_->split().sizes.layer_bytes;
+}
+
+WeightStats DeviceWeights::stats(std::uint64_t layer_copies) const {
+  WeightStats stats;
+  stats.split = store_->split();
+  stats.physical_bytes = store_->physical_bytes();
+  stats.handles = store_->handles();
+  stats.layer_copies = layer_copies;
+  stats.load_bytes = load_bytes_;
+  stats.load_seconds = load_seconds_;
+  return stats;
+}
+
+Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& config,
+                                                             const ModelWeights& weights,
+                                                             DType compute,
+                                                             const WeightOptions& options,
+                                                             void* stream_handle) {
+  const auto started = std::chrono::steady_clock::now();
+  auto* stream = static_cast<cudaStream_t>(stream_handle);
+  const WeightLayout layout = weight_layout(config, compute);
+  const bool dummy = options.format == LoadFormat::kDummy;
+  Result<std::vector<WeightTensor>> tensors =
+      weight_tensors(config, layout, dummy ? nullptr : &weights);
+  if (!tensors.ok()) return tensors.status().with_context("CUDA model");
+
+  int device = 0;
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaGetDevice", cudaGetDevice(&device)));
+  std::unique_ptr<Driver> owned;
+  if (options.driver == nullptr) {
+    Result<std::unique_ptr<Driver>> driver = make_cuda_driver(CudaDriverOptions{.device = device});
+    if (!driver.ok()) return driver.status().with_context("CUDA model weights");
+    owned = std::move(driver).value();
+  } else if (options.driver->info().backend != "cuda" ||
+             options.driver->info().device_ordinal != device) {
+    return Status::InvalidArgument("CUDA model weights: the lent " +
+                                   options.driver->info().backend + " driver (device " +
+                                   std::to_string(options.driver->info().device_ordinal) +
+                                   ") is not the CUDA driver of device " + std::to_string(device));
+  }
+  Result<std::unique_ptr<WeightStore>> store =
+      WeightStore::create(options.driver, std::move(owned), layout, options, true);
+  if (!store.ok()) return store.status().with_context("CUDA model weights");
+
+  std::unique_ptr<DeviceWeights> out(new DeviceWeights());
+  out->store_ = std::move(store).value();
+  WeightStore& s = *out->store_;
+  const WeightSplit& split = s.split();
+  if (split.host_staging_bytes > 0) {
+    KVVM_RETURN_IF_ERROR(
+        cuda_call("cudaHostAlloc", cudaHostAlloc(reinterpret_cast<void**>(&out->staging_),
+                                                 split.host_staging_bytes, cudaHostAllocDefault))
+            .with_context("CUDA model: " + format_bytes(split.host_staging_bytes) +
+                          " of pinned host memory for the streamed layers"));
+  }
+  auto device_at = [&](const WeightTensor& t) {
+    const Address base = t.region == kBaseRegion ? s.base() : s.layer(t.region);
+    return reinterpret_cast<unsigned char*>(base + t.offset);
+  };
+  {
+    Pipeline pipeline(stream);
+    KVVM_RETURN_IF_ERROR(pipeline.init());
+    // Told as each tensor's bytes are read from the checkpoint (its copy to the device may
+    // still run): what a load's time goes to.
+    LoadTracker tracker(*tensors, options.on_progress, started);
+    for (const WeightTensor& t : *tensors) {
+      const bool staged = t.region != kBaseRegion && s.streamed(t.region);
+      unsigned char* host = staged ? const_cast<unsigned char*>(
+                                         static_cast<const unsigned char*>(out->staged(t.region))) +
+                                         t.offset
+                                   : nullptr;
+      const DType type = stored_type(t, layout);
+      const std::uint64_t bytes = t.elements * element_bytes(type);
+      out->load_bytes_ += bytes;
+      const bool quantized = type == DType::kFp8 && t.scale_offset != kNoTensor;
+      if (dummy) {
+        // Drawn where the compute reads it; a streamed layer's is drawn into its ring slot and
+        // copied back to its staging. FP8: e4m3 values over its whole range, each scale the
+        // draw's half-width over 448, so the dequantized weights have the 16-bit draw's spread.
+        WeightTensor drawn = t;
+        if (quantized) drawn.scale = 448.0f;
+        KVVM_RETURN_IF_ERROR(dummy_fill(drawn, type, options.dummy_seed, device_at(t), stream));
+        WeightTensor scales;  // a constant: the draw's half-width over 448
+        scales.elements =
+            quantized ? device_scale_count(config.weight_quant, t.shape[0], t.shape[1]) : 0;
+        scales.constant = t.scale / 448.0f;
+        if (quantized) {
+          unsigned char* at = device_at(t) - t.offset + t.scale_offset;
+          KVVM_RETURN_IF_ERROR(dummy_fill(scales, DType::kFp32, 0, at, stream));
+        }
+        if (staged) {
+          // The block's scales follow its projections: copy the whole span once, at the last.
+          KVVM_RETURN_IF_ERROR(cuda_call(
+              "cudaMemcpyAsync",
+              cudaMemcpyAsync(host, device_at(t), bytes, cudaMemcpyDeviceToHost, stream)));
+          if (quantized) {
+            KVVM_RETURN_IF_ERROR(
+                cuda_call("cudaMemcpyAsync",
+                          cudaMemcpyAsync(host - t.offset + t.scale_offset,
+                                          device_at(t) - t.offset + t.scale_offset,
+                                          scales.elements * 4, cudaMemcpyDeviceToHost, stream)));
+          }
+        }
+        continue;
+      }
+      if (staged) {
+        produce(t, type, 0, t.elements, host);
+      } else {
+        KVVM_RETURN_IF_ERROR(pipeline.upload(t, type, device_at(t)));
+      }
+      if (quantized) {
+        // A few floats per 16,384 weights: converted here, copied at once.
+        const std::vector<float> scales = scales_of(t, config.weight_quant);
+        out->load_bytes_ += scales.size() * 4;
+        if (staged) {
+          std::memcpy(host - t.offset + t.scale_offset, scales.data(), scales.size() * 4);
+        } else {
+          // On the upload's stream, which the load synchronizes: a cudaMemcpy from pageable
+          // memory returns once the bytes are staged, its DMA on the legacy stream ordered
+          // with nothing the model's non-blocking stream runs (the first forward could read
+          // the scales half written). The vector may go at once: the bytes are staged.
+          KVVM_RETURN_IF_ERROR(
+              cuda_call("cudaMemcpyAsync",
+                        cudaMemcpyAsync(device_at(t) - t.offset + t.scale_offset, scales.data(),
+                                        scales.size() * 4, cudaMemcpyHostToDevice, stream)));
+        }
+      }
+      tracker.read(t);
+    }
+  }
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream)));
+  out->load_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+  const WeightAddresses at = s.addresses();
+  auto p = [](Address address) { return reinterpret_cast<void*>(address); };
+  out->embed = p(at.embed);
+  out->lm_head = p(at.lm_head);
+  out->final_norm = p(at.final_norm);
+  const auto fp8 = [&](std::uint32_t layer, std::uint64_t offset) -> const float* {
+    if (offset == kNoTensor) return nullptr;
+    return reinterpret_cast<const float*>(s.layer(layer) + offset);
+  };
+  const WeightQuant quant = config.weight_quant;
+  const std::uint64_t hidden = config.hidden_size;
+  const std::uint64_t q_scales =
+      device_scale_count(quant, std::uint64_t{config.heads} * config.head_dim, hidden);
+  const std::uint64_t kv_scales =
+      device_scale_count(quant, std::uint64_t{config.kv_heads} * config.head_dim, hidden);
+  const LayerBlockOffsets& block = layout.block;
+  for (const LayerAddresses& a : at.layers) {
+    const auto layer = static_cast<std::uint32_t>(out->layers.size());
+    const float* qkv = fp8(layer, block.qkv_scale);
+    out->layers.push_back(
+        DeviceLayer{.input_norm = p(a.input_norm),
+                    .q = p(a.q),
+                    .k = p(a.k),
+                    .v = p(a.v),
+                    .q_bias = p(a.q_bias),
+                    .k_bias = p(a.k_bias),
+                    .v_bias = p(a.v_bias),
+                    .o = p(a.o),
+                    .o_bias = p(a.o_bias),
+                    .q_norm = p(a.q_norm),
+                    .k_norm = p(a.k_norm),
+                    .post_norm = p(a.post_norm),
+                    .gate_up = p(a.gate_up),
+                    .down = p(a.down),
+                    .q_scales = qkv,
+                    .k_scales = qkv == nullptr ? nullptr : qkv + q_scales,
+                    .v_scales = qkv == nullptr ? nullptr : qkv + q_scales + kv_scales,
+                    .o_scales = fp8(layer, block.o_scale),
+                    .gate_up_scales = fp8(layer, block.gate_up_scale),
+                    .down_scales = fp8(layer, block.down_scale)});
+  }
+  return out;
+}
+
+}  // namespace kvvm::model::detail
