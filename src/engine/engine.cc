@@ -111,7 +111,7 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
                                              .preallocate = options.preallocate}));
   if (pad) {
     // Before any sequence: the padding slot is the first the arena hands out.
-    if (Status reserved = (manager)->reserve_pad_slot(); !reserved.ok()) {
+    if (Status reserved = manager->reserve_pad_slot(); !reserved.ok()) {
       log(LogLevel::kWarning,
           "engine: decode graphs off: no padding slot: " + reserved.to_string());
     }

@@ -350,8 +350,8 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
     KVVM_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> made,
                           make_model(options, *config, weights, limits, progress));
     files.reset();  // the model holds its own copy
-    report.backend = std::string(model::to_string((made)->backend()));
-    if ((made)->backend() == model::Backend::kCuda)
+    report.backend = std::string(model::to_string(made->backend()));
+    if (made->backend() == model::Backend::kCuda)
       report.kernels = std::string(options.unfused ? "unfused" : "fused") +
                        (options.in_order_launches ? ", in-order launches" : "");
     std::unique_ptr<model::Model> model = std::move(made);

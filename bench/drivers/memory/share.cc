@@ -77,12 +77,12 @@ Result<ShareSavings> measure_savings(Arena& arena, const BenchShareOptions& opti
   savings.granule = plan.granule;
   savings.prefix_tokens = options.prefix;
   savings.sequences = options.sequences;
-  savings.shared_windows = (prefix)->info().windows_per_fragment;
+  savings.shared_windows = prefix->info().windows_per_fragment;
   savings.committed_bytes = stats.committed_bytes;
   savings.physical_bytes = stats.physical_bytes;
   savings.saved_bytes = stats.shared_saved_bytes;
-  savings.predicted_saved_bytes = (options.sequences - 1) * (prefix)->info().shared_bytes;
-  savings.boundary_bytes = (prefix)->info().boundary_bytes;
+  savings.predicted_saved_bytes = (options.sequences - 1) * prefix->info().shared_bytes;
+  savings.boundary_bytes = prefix->info().boundary_bytes;
   for (SlotId slot : slots) KVVM_RETURN_IF_ERROR(arena.release(slot));
   return savings;
 }
@@ -118,8 +118,7 @@ Result<ShareCosts> measure_costs(Arena& arena, Driver& driver, const BenchShareO
   if (!owner.ok()) return owner.status().with_context("cost publisher");
   KVVM_ASSIGN_OR_RETURN(auto prefix_with, arena.publish(*owner, with));
   KVVM_ASSIGN_OR_RETURN(auto prefix_without, arena.publish(*owner, without));
-  costs.boundary_bytes =
-      (prefix_with)->info().boundary_bytes - (prefix_without)->info().boundary_bytes;
+  costs.boundary_bytes = prefix_with->info().boundary_bytes - prefix_without->info().boundary_bytes;
   // Both admissions commit one private window per fragment; only the copy differs.
   const auto admit_cost = [&](const SharedPrefix& prefix,
                               std::uint64_t tokens) -> Result<TimingSummary> {

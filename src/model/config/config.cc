@@ -218,7 +218,7 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
 
   KVVM_ASSIGN_OR_RETURN(const Family* family, read_family(scopes));
   ModelConfig config;
-  config.architecture = (family)->architecture;
+  config.architecture = family->architecture;
 
   struct Whole {
     const char* field;

@@ -111,7 +111,7 @@ WeightFiles::~WeightFiles() = default;
 Result<std::unique_ptr<WeightFiles>> WeightFiles::open_file(const std::string& path) {
   KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Mapping> mapping, Mapping::open(path));
   std::unique_ptr<WeightFiles> files(new WeightFiles());
-  files->tensors_ = std::move((mapping)->tensors);
+  files->tensors_ = std::move(mapping->tensors);
   files->mappings_.push_back(std::move(mapping));
   return files;
 }

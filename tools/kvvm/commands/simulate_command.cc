@@ -464,8 +464,8 @@ Result<SimulateReport> make_simulation(const SimulateOptions& options, std::ostr
 
   KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Driver> driver, open_simulation_driver(options, err));
   SimulateReport report;
-  report.driver = (driver)->info();
-  report.granule = (driver)->granule();
+  report.driver = driver->info();
+  report.granule = driver->granule();
   KVVM_ASSIGN_OR_RETURN(LayoutPlan plan,
                         plan_layout(*geometry, *layout, report.granule, options.max_context));
   report.plan = plan;
