@@ -1,0 +1,69 @@
+// The constraints a request may carry, each compiled to a Grammar (kvvm/grammar/grammar.h):
+// a JSON Schema, any JSON object, a regular expression, GBNF text, or a list of choices.
+//
+// Every refusal is InvalidArgument naming the place (a schema's JSON pointer and keyword, a
+// pattern's byte offset, a grammar's line and column) and what is wrong there, or
+// ResourceExhausted naming the bound a schema bomb ran into. Nothing is ever ignored: a schema
+// keyword the compiler cannot enforce is refused by name.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kvvm/base/status.h"
+#include "kvvm/grammar/grammar.h"
+
+namespace kvvm::grammar {
+
+// Whitespace the JSON grammars allow between tokens.
+struct JsonWhitespace {
+  // false (the default, as OpenAI's strict outputs): none at all, `{"a":1,"b":[2,3]}`.
+  // true: spaces, tabs and newlines where JSON allows them, at most `max_run` in a row, so a
+  // model cannot spend its budget on blanks.
+  bool flexible = false;
+  std::uint32_t max_run = 16;
+};
+
+struct JsonSchemaOptions {
+  JsonWhitespace whitespace;
+  // OpenAI's strict mode: properties not listed are not allowed even where the schema leaves
+  // additionalProperties out (strict schemas must say false anyway); false: JSON Schema's
+  // default, where any other property is allowed.
+  bool strict = false;
+  GrammarLimits limits;
+};
+
+// The JSON Schema in `schema_json` (a JSON text). The keywords enforced: type (a name or a
+// list), properties, required, additionalProperties (false, true or a schema), items,
+// prefixItems, enum, const, anyOf, oneOf (as anyOf: the outputs of both overlap only where
+// the schema is ambiguous), allOf (merged where its parts merge), $ref to "#", "#/$defs/..."
+// and "#/definitions/..." (recursive too), minLength / maxLength / pattern, format (date, time,
+// date-time, uuid, email), minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers
+// (and on numbers, as bounds of the integer part's sign and digits where exact), minItems /
+// maxItems. Annotations (title, description, default, examples, $schema, $id, $comment,
+// deprecated, readOnly, writeOnly) are read and ignored. Anything else is refused: "schema at
+// /properties/a: \"if\" is not supported".
+Result<Grammar> grammar_from_json_schema(std::string_view schema_json,
+                                         const JsonSchemaOptions& options = {});
+// Any JSON object (response_format json_object).
+Grammar json_object_grammar(const JsonWhitespace& whitespace = {});
+
+// A regular expression in the ECMAScript syntax JSON Schema patterns use, matched whole (as
+// if anchored at both ends; ^ and $ at the ends are accepted): literals and escapes, ., [...]
+// classes and negations, \d \w \s \D \W \S, \uXXXX and \u{...}, groups (capturing,
+// (?:...), named), |, ?, *, +, {m}, {m,}, {m,n} and their lazy forms (the same language).
+// Lookaround, backreferences, \b \B and anchors inside the pattern are refused by name.
+Result<Grammar> grammar_from_regex(std::string_view pattern, const GrammarLimits& limits = {});
+
+// GBNF as llama.cpp users write it: `name ::= ...` rules (root is the start), "literals" with
+// escapes, [classes] and [^negations] over code points, (groups), |, ?, *, +, {m}, {m,},
+// {m,n}, `.`, # comments, rules across lines.
+Result<Grammar> grammar_from_gbnf(std::string_view text, const GrammarLimits& limits = {});
+
+// Exactly one of `choices` (byte for byte). InvalidArgument for none, or an empty one.
+Result<Grammar> grammar_from_choices(std::span<const std::string> choices,
+                                     const GrammarLimits& limits = {});
+
+}  // namespace kvvm::grammar

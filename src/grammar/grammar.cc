@@ -1,0 +1,293 @@
+#include "kvvm/grammar/grammar.h"
+
+#include <bit>
+#include <string>
+
+#include "grammar/text.h"
+
+namespace kvvm::grammar {
+
+int ByteSet::count() const {
+  int n = 0;
+  for (std::uint64_t w : words) n += std::popcount(w);
+  return n;
+}
+
+ByteSet ByteSet::complement() const {
+  ByteSet out;
+  for (int i = 0; i < 4; ++i) out.words[i] = ~words[i];
+  return out;
+}
+
+RuleId Grammar::declare(std::string_view name) {
+  std::string unique(name.empty() ? "rule" : name);
+  // Names are unique so that messages and to_string() can name a rule; a taken name gets the
+  // rule's number (cheaper than searching for the lowest free suffix).
+  for (const Rule& rule : rules_) {
+    if (rule.name == unique) {
+      unique += "-" + std::to_string(rules_.size());
+      break;
+    }
+  }
+  rules_.push_back(Rule{std::move(unique), {}, false});
+  return static_cast<RuleId>(rules_.size() - 1);
+}
+
+void Grammar::define(RuleId rule, std::vector<Sequence> alternatives) {
+  KVVM_CHECK(rule < rules_.size(), "no such rule");
+  KVVM_CHECK(!rules_[rule].defined, "a rule is defined once");
+  rules_[rule].alternatives = std::move(alternatives);
+  rules_[rule].defined = true;
+}
+
+std::uint32_t Grammar::intern(const ByteSet& set) {
+  for (std::size_t i = 0; i < byte_sets_.size(); ++i) {
+    if (byte_sets_[i] == set) return static_cast<std::uint32_t>(i);
+  }
+  byte_sets_.push_back(set);
+  return static_cast<std::uint32_t>(byte_sets_.size() - 1);
+}
+
+std::size_t Grammar::element_count() const {
+  std::size_t n = 0;
+  for (const Rule& rule : rules_) {
+    for (const Sequence& alternative : rule.alternatives) n += alternative.size();
+  }
+  return n;
+}
+
+std::vector<bool> Grammar::nullable() const {
+  std::vector<bool> out(rules_.size(), false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < rules_.size(); ++r) {
+      if (out[r]) continue;
+      for (const Sequence& alternative : rules_[r].alternatives) {
+        bool all = true;
+        for (const Element& e : alternative) {
+          if (e.kind == Element::Kind::kBytes || !out[e.index]) {
+            all = false;
+            break;
+          }
+        }
+        if (all) {
+          out[r] = true;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Which rules match at least one string.
+std::vector<bool> productive(const Grammar& g) {
+  const auto& rules = g.rules();
+  std::vector<bool> out(rules.size(), false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < rules.size(); ++r) {
+      if (out[r]) continue;
+      for (const Sequence& alternative : rules[r].alternatives) {
+        bool all = true;
+        for (const Element& e : alternative) {
+          if (e.kind == Element::Kind::kBytes ? g.byte_sets()[e.index].empty() : !out[e.index]) {
+            all = false;
+            break;
+          }
+        }
+        if (all) {
+          out[r] = true;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status Grammar::check(const GrammarLimits& limits) const {
+  if (rules_.size() > limits.max_rules) {
+    return Status::ResourceExhausted(
+        concat("the grammar has ", rules_.size(), " rules; at most ", limits.max_rules),
+        {rules_.size(), limits.max_rules, limits.max_rules});
+  }
+  const std::size_t elements = element_count();
+  if (elements > limits.max_elements) {
+    return Status::ResourceExhausted(
+        concat("the grammar has ", elements, " elements; at most ", limits.max_elements),
+        {elements, limits.max_elements, limits.max_elements});
+  }
+  if (root_ >= rules_.size()) return Status::InvalidArgument("the grammar has no root rule");
+  for (const Rule& rule : rules_) {
+    if (!rule.defined) return Status::InvalidArgument(concat("rule '", rule.name, "' is not defined"));
+    for (const Sequence& alternative : rule.alternatives) {
+      for (const Element& e : alternative) {
+        const std::size_t bound =
+            e.kind == Element::Kind::kBytes ? byte_sets_.size() : rules_.size();
+        if (e.index >= bound) {
+          return Status::InvalidArgument(concat("rule '", rule.name, "' names element ", e.index,
+                                             " of ", bound));
+        }
+      }
+    }
+  }
+  const std::vector<bool> live = productive(*this);
+  // Only what the root reaches matters: an unused helper rule may be empty.
+  std::vector<bool> reached(rules_.size(), false);
+  std::vector<RuleId> work{root_};
+  reached[root_] = true;
+  while (!work.empty()) {
+    const RuleId r = work.back();
+    work.pop_back();
+    if (!live[r]) {
+      return Status::InvalidArgument(
+          concat("rule '", rules_[r].name, "' matches no string (nothing can satisfy it)"));
+    }
+    for (const Sequence& alternative : rules_[r].alternatives) {
+      for (const Element& e : alternative) {
+        if (e.kind == Element::Kind::kRule && !reached[e.index]) {
+          reached[e.index] = true;
+          work.push_back(e.index);
+        }
+      }
+    }
+  }
+  // Left recursion: an edge r -> s where s is referenced after only nullable elements and not
+  // in last place (a reference in last place replaces its caller's frame, so a cycle through
+  // it does not grow the stack). A cycle of such edges has no pushdown run.
+  const std::vector<bool> empty_ok = nullable();
+  std::vector<std::vector<RuleId>> edges(rules_.size());
+  for (std::size_t r = 0; r < rules_.size(); ++r) {
+    for (const Sequence& alternative : rules_[r].alternatives) {
+      for (std::size_t i = 0; i < alternative.size(); ++i) {
+        const Element& e = alternative[i];
+        if (e.kind == Element::Kind::kBytes) break;
+        if (i + 1 < alternative.size()) edges[r].push_back(e.index);
+        if (!empty_ok[e.index]) break;
+      }
+    }
+  }
+  // Iterative DFS with colours: 1 on the path, 2 done.
+  std::vector<std::uint8_t> colour(rules_.size(), 0);
+  for (std::size_t start = 0; start < rules_.size(); ++start) {
+    if (colour[start] != 0 || !reached[start]) continue;
+    std::vector<std::pair<RuleId, std::size_t>> path{{static_cast<RuleId>(start), 0}};
+    colour[start] = 1;
+    while (!path.empty()) {
+      auto& [r, next] = path.back();
+      if (next == edges[r].size()) {
+        colour[r] = 2;
+        path.pop_back();
+        continue;
+      }
+      const RuleId s = edges[r][next++];
+      if (colour[s] == 1) {
+        return Status::InvalidArgument(concat("rule '", rules_[s].name,
+                                           "' is left-recursive (it reaches itself before "
+                                           "consuming a byte); write the repetition on the "
+                                           "right"));
+      }
+      if (colour[s] == 0) {
+        colour[s] = 1;
+        path.emplace_back(s, 0);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+void append_byte(std::string& out, unsigned b) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  if (b >= 0x20 && b < 0x7f && b != '\\' && b != ']' && b != '[' && b != '^' && b != '-' &&
+      b != '"') {
+    out += static_cast<char>(b);
+  } else {
+    out += "\\x";
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+}
+
+std::string set_text(const ByteSet& set) {
+  std::string out = "[";
+  for (unsigned b = 0; b < 256;) {
+    if (!set.has(static_cast<std::uint8_t>(b))) {
+      ++b;
+      continue;
+    }
+    unsigned e = b;
+    while (e + 1 < 256 && set.has(static_cast<std::uint8_t>(e + 1))) ++e;
+    append_byte(out, b);
+    if (e > b) {
+      out += '-';
+      append_byte(out, e);
+    }
+    b = e + 1;
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+std::string Grammar::to_string() const {
+  std::string out;
+  for (std::size_t r = 0; r < rules_.size(); ++r) {
+    const Rule& rule = rules_[r];
+    out += (r == root_ ? std::string("root") : rule.name) + " ::= ";
+    if (rule.alternatives.empty()) out += "[]";  // matches nothing
+    for (std::size_t a = 0; a < rule.alternatives.size(); ++a) {
+      if (a) out += " | ";
+      if (rule.alternatives[a].empty()) out += "\"\"";
+      for (std::size_t i = 0; i < rule.alternatives[a].size(); ++i) {
+        const Element& e = rule.alternatives[a][i];
+        if (i) out += ' ';
+        if (e.kind == Element::Kind::kBytes) {
+          out += set_text(byte_sets_[e.index]);
+        } else {
+          out += e.index == root_ ? std::string("root") : rules_[e.index].name;
+        }
+      }
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+std::uint64_t Grammar::fingerprint() const {
+  // FNV-1a over the structure: rules by index, byte sets by content.
+  std::uint64_t h = 1469598103934665603ull;
+  const auto mix = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(root_);
+  mix(rules_.size());
+  for (const Rule& rule : rules_) {
+    mix(rule.alternatives.size());
+    for (const Sequence& alternative : rule.alternatives) {
+      mix(alternative.size());
+      for (const Element& e : alternative) {
+        if (e.kind == Element::Kind::kRule) {
+          mix(e.index);
+        } else {
+          mix(0xB17E5E7ull);
+          for (std::uint64_t w : byte_sets_[e.index].words) mix(w);
+        }
+      }
+    }
+  }
+  return h;
+}
+
+}  // namespace kvvm::grammar
