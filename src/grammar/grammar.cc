@@ -1,6 +1,7 @@
 #include "kvvm/grammar/grammar.h"
 
 #include <bit>
+#include <optional>
 #include <string>
 
 #include "grammar/text.h"
@@ -143,12 +144,14 @@ Status Grammar::check(const GrammarLimits& limits) const {
   std::vector<bool> reached(rules_.size(), false);
   std::vector<RuleId> work{root_};
   reached[root_] = true;
+  std::optional<RuleId> dead;  // the first reached rule that matches nothing; one of none
+                               // alternatives preferred, as the place to name
   while (!work.empty()) {
     const RuleId r = work.back();
     work.pop_back();
-    if (!live[r]) {
-      return Status::InvalidArgument(
-          concat("rule '", rules_[r].name, "' matches no string (nothing can satisfy it)"));
+    if (!live[r] && (!dead || (rules_[r].alternatives.empty() &&
+                               !rules_[*dead].alternatives.empty()))) {
+      dead = r;
     }
     for (const Sequence& alternative : rules_[r].alternatives) {
       for (const Element& e : alternative) {
@@ -158,6 +161,10 @@ Status Grammar::check(const GrammarLimits& limits) const {
         }
       }
     }
+  }
+  if (dead) {
+    return Status::InvalidArgument(
+        concat("rule '", rules_[*dead].name, "' matches no string (nothing can satisfy it)"));
   }
   // Left recursion: an edge r -> s where s is referenced after only nullable elements and not
   // in last place (a reference in last place replaces its caller's frame, so a cycle through
