@@ -104,8 +104,8 @@ class Grammar {
   // Which rules can match the empty string.
   std::vector<bool> nullable() const;
 
-  // GBNF-like text (one rule a line, byte sets as [...] with \xNN escapes), for messages and
-  // tests; a grammar printed and parsed by grammar_from_gbnf() is the same language.
+  // GBNF-like text for messages and tests: one rule a line, the root named root, byte sets as
+  // [...] of bytes (\xNN past ASCII: bytes, where GBNF's classes are code points).
   std::string to_string() const;
   // A hash of the rules as written (names excluded), for caches keyed by content.
   std::uint64_t fingerprint() const;
