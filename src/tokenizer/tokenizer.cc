@@ -80,4 +80,11 @@ bool Tokenizer::is_special(TokenId id) const {
          impl_->tokens[static_cast<std::size_t>(id)].special;
 }
 
+std::string_view Tokenizer::token_bytes(TokenId id) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= impl_->tokens.size()) return {};
+  const detail::TokenInfo& token = impl_->tokens[static_cast<std::size_t>(id)];
+  if (!token.known) return {};
+  return std::string_view(impl_->pool).substr(token.bytes_offset, token.bytes_length);
+}
+
 }  // namespace kvvm::tokenizer

@@ -62,6 +62,10 @@ class Tokenizer {
   // The token's text as the vocabulary spells it (byte-level characters), or "" when unknown.
   std::string_view token_text(TokenId id) const;
   bool is_special(TokenId id) const;
+  // The bytes the token adds to decoded text after the first token (Metaspace's "▁" as a space,
+  // <0xNN> as its byte, byte-level characters as their bytes): what a grammar over the output's
+  // bytes sees it add. Empty for an id of no token. Valid while the tokenizer lives.
+  std::string_view token_bytes(TokenId id) const;
 
  private:
   struct Impl;
