@@ -36,6 +36,7 @@
 #include "kvvm/base/status.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/grammar/compiled_grammar.h"
 #include "kvvm/kv/prefix/prefix_cache.h"
 #include "kvvm/model/model.h"
 #include "kvvm/tokenizer/tokenizer.h"
@@ -76,6 +77,12 @@ struct EngineRequest {
   // The end tokens (stop_ids and the model's eos) cannot be drawn before this many tokens
   // (stop strings still end it).
   std::uint32_t min_tokens = 0;
+  // The output must match this grammar (structured output): every draw is masked to the tokens
+  // it allows, an end token only where it has matched; the request stops (kStop) once nothing
+  // but an end may follow. Compiled over the engine's tokenizer's vocabulary (EngineOptions::
+  // tokenizer), off the step thread (kvvm/grammar/constraint.h's GrammarCache); each choice of
+  // n has its own matcher.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // What a request may ask of one model over one KV space.
@@ -205,6 +212,17 @@ struct StepTokenCounts {
   void add(std::uint64_t step_tokens);
 };
 
+// Constrained draws by the time their mask took on the host (seconds): a draw counts in the
+// first bucket whose bound is >= its time, else in the last.
+inline constexpr std::array<double, 9> kMaskSecondsBounds = {5e-6,   1e-5,   2.5e-5, 5e-5, 1e-4,
+                                                             2.5e-4, 1e-3,   1e-2,   1e-1};
+struct GrammarStats {
+  std::uint64_t constrained_requests = 0;  // submitted with EngineRequest::grammar
+  std::uint64_t masks = 0;                 // masked draws
+  double mask_seconds = 0;                 // their host time, summed
+  std::array<std::uint64_t, kMaskSecondsBounds.size() + 1> mask_buckets{};  // not cumulative
+};
+
 struct EngineStats {
   // Ended requests: finished (stop or length), cancelled, failed (kError, refusals in the
   // queue included).
@@ -225,6 +243,7 @@ struct EngineStats {
   double kv_usage = 0;        // kv_usage() of kv_manager.h: the KV in use / the budget
   bool context_lost = false;  // health() is not OK
   PrefixCacheStats prefix;
+  GrammarStats grammar;
   model::GraphStats graphs;
   ArenaStats arena;
 };
