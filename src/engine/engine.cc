@@ -163,6 +163,7 @@ std::unique_ptr<RequestState> Engine::Impl::make_state(EngineRequest request,
   if (options_.tokenizer != nullptr) {
     r->text = std::make_unique<TextStream>(*options_.tokenizer, request.stop_strings);
   }
+  if (request.grammar) r->matcher = std::make_unique<grammar::Matcher>(request.grammar);
   r->request = std::move(request);
   r->request.sampling.seed += index;  // choice i draws as n = 1 with seed + i would
   return r;
@@ -190,6 +191,7 @@ Result<RequestId> Engine::Impl::submit(EngineRequest request, RequestCallback ca
     KVVM_RETURN_IF_ERROR(admission_.check_arrival(*r, queued_, running_count_));
     id = next_id_++;
     r->id = id;
+    if (r->matcher) ++grammar_.constrained_requests;
     for (auto& fork : r->forks) fork->id = id;
     inbox_.push_back(std::move(r));
     ++queued_;
@@ -322,6 +324,7 @@ EngineStats Engine::Impl::stats() const {
     s.waiting = static_cast<std::uint32_t>(queued_);
     s.peak_running = published_.peak_running;
     s.graphs = graphs_;
+    s.grammar = grammar_;
     s.context_lost = !lost_.ok();
   }
   s.refused_overloaded = admission.refused_at_arrival + s.refused_in_queue;

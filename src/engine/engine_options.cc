@@ -185,6 +185,11 @@ Status Engine::Impl::validate(const EngineRequest& r) const {
     return Status::InvalidArgument(
         "stop_strings: the engine has no tokenizer (EngineOptions::tokenizer) to read text with");
   }
+  if (r.grammar && r.grammar->vocabulary().size() > model_.config().vocab_size) {
+    return Status::InvalidArgument(
+        "grammar: compiled over a vocabulary of " + std::to_string(r.grammar->vocabulary().size()) +
+        " tokens, more than the model's " + std::to_string(model_.config().vocab_size));
+  }
   for (std::size_t i = 0; i < r.stop_strings.size(); ++i) {
     if (r.stop_strings[i].empty()) {
       return Status::InvalidArgument("stop_strings[" + std::to_string(i) + "]: empty");

@@ -94,6 +94,7 @@ void Engine::Impl::deliver(Clock::time_point now) {
     queued_ = inbox_.size() + scheduler_.waiting().size();
     work_left_ = !scheduler_.running().empty() || !scheduler_.waiting().empty();
     graphs_ = model_.graph_stats();
+    runner_.add_grammar_stats(grammar_);
   }
   for (RequestState* r : scheduler_.events()) {
     if (r->callback) {

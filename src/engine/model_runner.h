@@ -19,6 +19,8 @@ class ModelRunner {
   // Runs `plan` (non-empty) on `kv`. The outputs' spans point into this runner's buffers and
   // stay valid until the next call.
   const StepOutputs& execute(const StepPlan& plan, const KvView& kv);
+  // Adds the masks computed since the last call to `stats` (mask count, time, buckets).
+  void add_grammar_stats(GrammarStats& stats);
 
  private:
   model::Model& model_;
@@ -30,6 +32,9 @@ class ModelRunner {
   std::vector<model::LogitAdjustment> adjustments_;  // the step's draws' logit transforms
   std::vector<model::LogitAdjustment> adjust_scratch_;
   std::vector<float> logits_;  // rare: a request asking for its prompt's logits
+  // The step's token masks (constrained draws), token_mask_words(vocab) words a row.
+  std::vector<std::uint32_t> masks_;
+  GrammarStats grammar_stats_;  // since add_grammar_stats last took them
   StepOutputs outputs_;
 };
 

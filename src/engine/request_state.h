@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvvm/engine/engine.h"
+#include "kvvm/grammar/matcher.h"
 #include "kvvm/kv/arena.h"
 #include "stop_strings.h"
 
@@ -41,6 +42,8 @@ struct RequestState {
   std::uint64_t admission = 0;       // admission number: the highest is the newest
   std::uint32_t cache_known = 0;     // tokens the KV manager knows the ids of
   std::unique_ptr<TextStream> text;  // with a tokenizer
+  // With EngineRequest::grammar: where the output is in it (every generated token accepted).
+  std::unique_ptr<grammar::Matcher> matcher;
   bool touched = false;              // has an event this step
   std::vector<float> prompt_logits;  // kept when asked, from the step that ends the prompt
   // Prompt log-probabilities gathered chunk by chunk (row i scores token i + 1), complete once

@@ -79,6 +79,13 @@ void Scheduler::on_sampled(RequestState& r, std::int32_t token, Clock::time_poin
     end_request(r, RequestEnd::kStop);
     return;
   }
+  if (r.matcher && !r.matcher->accept_token(token)) {
+    // Only a grammar that left no token to draw (fill_token_mask's fallback) gets here: what it
+    // matched so far is the answer.
+    if (r.text) r.text->finish(r.text_out);
+    end_request(r, RequestEnd::kStop);
+    return;
+  }
   r.tokens.push_back(token);
   ++r.generated;
   if (r.generated == 1) r.first_token = now;
@@ -87,6 +94,12 @@ void Scheduler::on_sampled(RequestState& r, std::int32_t token, Clock::time_poin
   touch(r);
   if (r.text && r.text->push(token, r.text_out)) {
     r.emit_token = false;  // the token that completed a stop string is not emitted
+    end_request(r, RequestEnd::kStop);
+    return;
+  }
+  if (r.matcher && r.matcher->must_end()) {
+    // The grammar is complete and allows nothing more: the answer ends here, end token or not.
+    if (r.text) r.text->finish(r.text_out);
     end_request(r, RequestEnd::kStop);
     return;
   }

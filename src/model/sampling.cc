@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,13 @@ double counter_uniform(std::uint64_t seed, std::uint64_t counter) {
   const std::uint64_t h =
       mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ (counter * 0xd1b54a32d192ed03ull + 1));
   return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+void mask_logits(std::span<float> logits, std::span<const std::uint32_t> mask) {
+  KVVM_CHECK(mask.size() * 32 >= logits.size(), "a token mask shorter than its row");
+  for (std::size_t t = 0; t < logits.size(); ++t) {
+    if (((mask[t >> 5] >> (t & 31)) & 1) == 0) logits[t] = -std::numeric_limits<float>::infinity();
+  }
 }
 
 std::int32_t sample_token(std::span<const float> logits, const SamplingParams& params,

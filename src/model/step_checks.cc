@@ -59,6 +59,7 @@ Status check_step(const StepBatch& batch, const StepOutput& out, const ModelConf
     }
   }
   KVVM_RETURN_IF_ERROR(check_adjustments(batch, config, limits, prefix));
+  KVVM_RETURN_IF_ERROR(check_token_masks(batch, config, limits, prefix));
   return check_logprobs(batch, out, config, prefix);
 }
 
@@ -91,6 +92,35 @@ Status check_adjustments(const StepBatch& batch, const ModelConfig& config,
                                        std::to_string(a.bias) + " (finite, or -inf to ban)");
       }
       previous = a.id;
+    }
+  }
+  return Status::Ok();
+}
+
+Status check_token_masks(const StepBatch& batch, const ModelConfig& config,
+                         const ModelLimits& limits, const std::string& prefix) {
+  const std::size_t words = token_mask_words(config.vocab_size);
+  if (batch.token_masks.size() % words != 0 ||
+      batch.token_masks.size() / words > limits.max_chunks) {
+    return Status::InvalidArgument(prefix + "token_masks of " + str(batch.token_masks.size()) +
+                                   " words: whole rows of " + str(words) + " words, at most " +
+                                   str(limits.max_chunks) + " rows");
+  }
+  const std::size_t rows = batch.token_masks.size() / words;
+  for (std::size_t i = 0; i < batch.sampling.size(); ++i) {
+    const std::int32_t row = batch.sampling[i].mask_row;
+    if (row < 0) continue;
+    if (static_cast<std::size_t>(row) >= rows) {
+      return Status::InvalidArgument(prefix + "sampling[" + str(i) + "].mask_row " +
+                                     std::to_string(row) + " is past the batch's " + str(rows) +
+                                     " token mask rows");
+    }
+    const std::uint32_t* bits = batch.token_masks.data() + static_cast<std::size_t>(row) * words;
+    bool any = false;
+    for (std::size_t w = 0; w < words && !any; ++w) any = bits[w] != 0;
+    if (!any) {
+      return Status::InvalidArgument(prefix + "sampling[" + str(i) + "].mask_row " +
+                                     std::to_string(row) + " allows no token");
     }
   }
   return Status::Ok();

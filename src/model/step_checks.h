@@ -27,6 +27,10 @@ Status check_adjustments(const StepBatch& batch, const ModelConfig& config,
 // kMaxTopLogprobs, a known logprob_rows, last_target -1 or in the vocabulary, and
 // out.logprobs and out.sampled present when any chunk asks. `prefix` is check_step's
 // ("forward: ").
+// Token masks: whole rows (token_mask_words of the vocabulary each), at most max_chunks, every
+// mask_row naming one of them, every named row allowing a token.
+Status check_token_masks(const StepBatch& batch, const ModelConfig& config,
+                         const ModelLimits& limits, const std::string& prefix);
 Status check_logprobs(const StepBatch& batch, const StepOutput& out, const ModelConfig& config,
                       const std::string& prefix);
 

@@ -8,7 +8,10 @@
 // biased by +100 and avoid a banned one, with the logits returned equal to the same step's raw
 // logits transformed on the host; the same through a captured graph's replay (padding row
 // included), followed by a replay without transforms that gives the raw logits back; and a step
-// that asks for the argmax only. Skipped without a GPU; the refusals are checked everywhere.
+// that asks for the argmax only. Token masks (structured output) the same way: a masked step's
+// draws stay inside their masks and its logits are the raw ones with -inf outside, eagerly and
+// through a replay, and an unmasked replay after it gives the raw step back. Skipped without a
+// GPU; the refusals are checked everywhere.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -280,6 +283,7 @@ class ModelCudaLogitAdjustTest : public ::testing::Test {
            const std::vector<LogitAdjustment>& adjustments, bool draw = true) {
     StepBatch batch{ids, chunks, kv_->arena->view(), sampling};
     batch.adjustments = adjustments;
+    batch.token_masks = masks_;
     Out out;
     out.logits.assign(chunks.size() * vocab(), NAN);
     out.argmax.assign(chunks.size(), -1);
@@ -337,6 +341,7 @@ class ModelCudaLogitAdjustTest : public ::testing::Test {
   std::unique_ptr<testing::KvArena> kv_;
   std::vector<SlotId> slots_;
   std::vector<Chunk> decode_;
+  std::vector<std::uint32_t> masks_;  // the next steps' token masks
 };
 
 // Chunk 0: greedy, +100 on the token nearest 50 below its greedy one (this model's logits
@@ -456,6 +461,77 @@ TEST_F(ModelCudaLogitAdjustTest, TransformsActBeforeTheDrawEagerAndInAGraph) {
   expect_logits(graph, expected(raw_graph, t.sampling, t.adjustments), "graph");
   expect_transformed(graph, t, vocab(), "graph");
   expect_logits(raw_again, raw_graph.logits, "graph without transforms after one with");
+  EXPECT_EQ(raw_again.sampled, raw_graph.sampled);
+  model_->release_decode_graphs();
+}
+
+// Rows of 300-token masks: row 0 allows every 7th id, row 1 ids 100 to 139.
+std::vector<std::uint32_t> two_masks(std::uint32_t vocab) {
+  const std::size_t words = token_mask_words(vocab);
+  std::vector<std::uint32_t> masks(2 * words, 0);
+  for (std::uint32_t t = 0; t < vocab; ++t) {
+    if (t % 7 == 0) masks[t >> 5] |= 1u << (t & 31);
+    if (t >= 100 && t < 140) masks[words + (t >> 5)] |= 1u << (t & 31);
+  }
+  return masks;
+}
+
+void expect_masked(const StepOut& got, const StepOut& raw, const std::vector<std::uint32_t>& masks,
+                   std::uint32_t vocab, const std::string& where) {
+  const std::size_t words = token_mask_words(vocab);
+  // Chunk 0 takes mask row 1, chunk 2 row 0, chunk 1 none.
+  const std::int32_t rows[kChunks] = {1, -1, 0};
+  for (std::size_t c = 0; c < kChunks; ++c) {
+    for (std::uint32_t t = 0; t < vocab; ++t) {
+      const bool on = rows[c] < 0 ||
+                      ((masks[rows[c] * words + (t >> 5)] >> (t & 31)) & 1) != 0;
+      const float want = on ? raw.logits[c * vocab + t] : -INFINITY;
+      ASSERT_EQ(got.logits[c * vocab + t], want) << where << ", chunk " << c << ", id " << t;
+    }
+    const std::int32_t drawn = got.sampled[c];
+    if (rows[c] >= 0) {
+      EXPECT_TRUE((masks[rows[c] * words + (drawn >> 5)] >> (drawn & 31)) & 1)
+          << where << ": chunk " << c << " drew " << drawn << " outside its mask";
+      EXPECT_EQ(got.argmax[c], greedy(std::span<const float>(&got.logits[c * vocab], vocab)));
+    } else {
+      EXPECT_EQ(drawn, raw.sampled[c]) << where << ": the unmasked chunk changed";
+    }
+  }
+}
+
+TEST_F(ModelCudaLogitAdjustTest, TokenMasksActBeforeTheDrawEagerAndInAGraph) {
+  std::vector<ChunkSampling> sampling(kChunks);
+  for (std::size_t c = 0; c < kChunks; ++c) {
+    sampling[c].params.temperature = 1.0f;
+    sampling[c].params.seed = 11 + c;
+    sampling[c].counter = 5;
+  }
+  const Out raw = decode(sampling, {});
+  std::vector<ChunkSampling> masked_sampling = sampling;
+  masked_sampling[0].mask_row = 1;
+  masked_sampling[2].mask_row = 0;
+  const std::vector<std::uint32_t> masks = two_masks(vocab());
+  masks_ = masks;
+  const Out eager = decode(masked_sampling, {});
+  EXPECT_EQ(model_->graph_stats().replays, 0u);
+  expect_masked(eager, raw, masks, vocab(), "eager");
+
+  DecodeGraphOptions options;
+  options.batch_sizes = {1, 4};
+  options.kv = kv_->arena->view();
+  options.pad_slot = slots_[kSlots - 1];
+  options.max_length = 128;
+  const Status captured = model_->capture_decode_graphs(options);
+  ASSERT_TRUE(captured.ok()) << captured.to_string();
+  masks_.clear();
+  const Out raw_graph = decode(sampling, {});
+  masks_ = masks;
+  const Out graph = decode(masked_sampling, {});
+  masks_.clear();
+  const Out raw_again = decode(sampling, {});
+  EXPECT_EQ(model_->graph_stats().replays, 3u);
+  expect_masked(graph, raw_graph, masks, vocab(), "graph");
+  expect_logits(raw_again, raw_graph.logits, "graph without masks after one with");
   EXPECT_EQ(raw_again.sampled, raw_graph.sampled);
   model_->release_decode_graphs();
 }

@@ -8,6 +8,7 @@
 #include "bench/drivers/attention/kv_error.h"
 #include "bench/drivers/attention/prefill_attention.h"
 #include "bench/drivers/engine/engine.h"
+#include "bench/drivers/grammar/grammar_masks.h"
 #include "bench/drivers/memory/growth.h"
 #include "bench/drivers/memory/share.h"
 #include "bench/drivers/serve/serve.h"
@@ -67,6 +68,9 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   BenchTokenizerLoadOptions bench_tokenizer_load_options;
   CLI::App* bench_tokenizer_load =
       add_bench_tokenizer_load_command(*app.get_subcommand("bench"), bench_tokenizer_load_options);
+  BenchGrammarOptions bench_grammar_options;
+  CLI::App* bench_grammar =
+      add_bench_grammar_command(*app.get_subcommand("bench"), bench_grammar_options);
   SimulateOptions simulate_options;
   CLI::App* simulate = add_simulate_command(app, simulate_options);
   GenerateOptions generate_options;
@@ -104,6 +108,7 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
     if (bench_tokenizer_load->parsed()) {
       return run_bench_tokenizer_load(bench_tokenizer_load_options, out, err);
     }
+    if (bench_grammar->parsed()) return run_bench_grammar(bench_grammar_options, out, err);
     if (bench_growth->parsed()) return run_bench_growth(bench_growth_options, out, err);
   } catch (const std::exception& error) {
     err << "kvvm: internal error: " << error.what() << "\n";

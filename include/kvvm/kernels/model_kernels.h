@@ -212,6 +212,20 @@ struct LogitAdjustParams {
 };
 Status logit_adjust_cuda(const LogitAdjustParams& params, void* stream);
 
+// Token masks (structured output): in each row r with mask_rows[r] >= 0, every logit whose bit in
+// row mask_rows[r] of `masks` (words 32-bit words a row, bit t % 32 of word t / 32) is 0 becomes
+// -inf, in place, after the logit transforms and before argmax, sampling and log-probabilities.
+// A row of -1 is left as it is (and costs one read).
+struct TokenMaskParams {
+  std::uint32_t rows = 0;
+  std::uint32_t vocab = 0;
+  std::uint32_t words = 0;                  // per mask row: (vocab + 31) / 32
+  float* logits = nullptr;                  // [rows][vocab], in place
+  const std::int32_t* mask_rows = nullptr;  // [rows]
+  const std::uint32_t* masks = nullptr;     // [mask rows][words]
+};
+Status token_mask_cuda(const TokenMaskParams& params, void* stream);
+
 // out[r] = the index of the largest of logits[r][0, vocab), the lowest index among equals;
 // NaN never wins (a row of NaN gives 0). With a workspace each row is split over up to
 // kArgmaxSplits blocks (a second, small kernel picks among their bests): one block alone

@@ -65,7 +65,14 @@ struct ChunkSampling {
   // and the logits returned).
   std::uint32_t adjust_begin = 0;
   std::uint32_t adjust_count = 0;
+  // The draw's token mask (structured output): row `mask_row` of StepBatch::token_masks, whose
+  // tokens with a 0 bit get -inf after the transforms (the draw, the argmax, the
+  // log-probabilities and the logits returned read the masked row); -1: none.
+  std::int32_t mask_row = -1;
 };
+
+// The 32-bit words of one token mask row: bit t of word t / 32 is token t.
+inline std::size_t token_mask_words(std::uint32_t vocab) { return (std::size_t{vocab} + 31) / 32; }
 
 struct StepBatch {
   std::span<const std::int32_t> token_ids;  // every chunk's tokens, packed in chunk order
@@ -76,6 +83,9 @@ struct StepBatch {
   // Every chunk's logit transforms, each chunk's ids ascending and distinct; at most
   // ModelLimits::max_logit_adjustments.
   std::span<const LogitAdjustment> adjustments = {};
+  // Token masks, token_mask_words(vocab_size) words a row, at most ModelLimits::max_chunks rows;
+  // chunks name theirs by ChunkSampling::mask_row. A row must allow at least one token.
+  std::span<const std::uint32_t> token_masks = {};
 };
 
 // One row's log-probabilities (sampling.h says what they are: row_logprobs).

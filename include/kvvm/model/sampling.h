@@ -51,6 +51,10 @@ void adjust_logits(std::span<float> logits, const SamplingParams& params,
 // One entry's transformed logit (what adjust_logits writes; the CUDA kernel's arithmetic).
 float adjusted_logit(float logit, const SamplingParams& params, const LogitAdjustment& a);
 
+// A token mask on one row, in place: every token whose bit (bit t % 32 of word t / 32) is 0 gets
+// -inf, so no draw picks it and its probability is 0. REQUIRES: the mask covers the row.
+void mask_logits(std::span<float> logits, std::span<const std::uint32_t> mask);
+
 // A uniform double in [0, 1) from (seed, counter): the same pair, the same number.
 double counter_uniform(std::uint64_t seed, std::uint64_t counter);
 

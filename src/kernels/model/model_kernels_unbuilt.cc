@@ -43,5 +43,8 @@ Status logprobs_cuda(const LogprobsParams&, void*) {
 Status logit_adjust_cuda(const LogitAdjustParams&, void*) {
   return model_kernels_unbuilt("logit_adjust_cuda");
 }
+Status token_mask_cuda(const TokenMaskParams&, void*) {
+  return model_kernels_unbuilt("token_mask_cuda");
+}
 
 }  // namespace kvvm

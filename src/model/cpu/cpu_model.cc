@@ -366,11 +366,17 @@ class CpuModel final : public Model {
     }
     float* logits = out.logits != nullptr ? out.logits : logits_.data();
     cpu::linear(last_.data(), chunks, hidden, w_->lm_head, c.vocab_size, logits);
+    const std::size_t mask_words = token_mask_words(c.vocab_size);
     for (std::size_t i = 0; i < batch.sampling.size() && i < chunks; ++i) {
       const ChunkSampling& s = batch.sampling[i];
-      if (s.adjust_count == 0) continue;
-      adjust_logits(std::span<float>(logits + i * c.vocab_size, c.vocab_size), s.params,
-                    batch.adjustments.subspan(s.adjust_begin, s.adjust_count));
+      const std::span<float> row(logits + i * c.vocab_size, c.vocab_size);
+      if (s.adjust_count != 0) {
+        adjust_logits(row, s.params, batch.adjustments.subspan(s.adjust_begin, s.adjust_count));
+      }
+      if (s.mask_row >= 0) {
+        mask_logits(row, batch.token_masks.subspan(static_cast<std::size_t>(s.mask_row) * mask_words,
+                                                   mask_words));
+      }
     }
     if (out.argmax != nullptr) {
       for (std::size_t i = 0; i < chunks; ++i) {

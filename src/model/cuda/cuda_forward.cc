@@ -83,6 +83,9 @@ void CudaModel::stage(const StepBatch& batch, bool sample) {
   logprob_chunks_ = false;
   prompt_rows_ = 0;
   adjust_entries_ = 0;
+  masked_ = false;
+  batch_masks_ = batch.token_masks;
+  auto* mask_rows = reinterpret_cast<std::int32_t*>(staging_ + offsets_.mask_rows);
   std::uint32_t row = 0, decodes = 0;
   for (std::size_t c = 0; c < batch.chunks.size(); ++c) {
     const Chunk& chunk = batch.chunks[c];
@@ -135,6 +138,8 @@ void CudaModel::stage(const StepBatch& batch, bool sample) {
       adjust_entries_ = static_cast<std::uint32_t>(batch.adjustments.size());
     }
     adjust_rows[c] = adjusted;
+    mask_rows[c] = c < batch.sampling.size() ? batch.sampling[c].mask_row : -1;
+    masked_ = masked_ || mask_rows[c] >= 0;
     if (chunk.tokens == 1) {
       decode_slots[decodes] = chunk.slot;
       decode_lengths[decodes] = chunk.start + 1;
@@ -173,6 +178,12 @@ Status CudaModel::copy_arrays() {
   KVVM_RETURN_IF_ERROR(cuda_call(
       "cudaMemcpyAsync", cudaMemcpyAsync(arrays_, staging_, std::uint64_t{offsets_.words} * 4,
                                          cudaMemcpyHostToDevice, stream_)));
+  if (masked_) {
+    KVVM_RETURN_IF_ERROR(cuda_call(
+        "cudaMemcpyAsync",
+        cudaMemcpyAsync(token_masks_, batch_masks_.data(), batch_masks_.size_bytes(),
+                        cudaMemcpyHostToDevice, stream_)));
+  }
   if (adjust_entries_ == 0) return Status::Ok();
   return cuda_call("cudaMemcpyAsync",
                    cudaMemcpyAsync(adjustments_, adjust_staging_,
@@ -199,7 +210,7 @@ Status CudaModel::run_step(const StepBatch& batch, const StepOutput& out) {
     }
   }
   const Status enqueued =
-      enqueue_step(batch, out.sampled != nullptr, 0, adjust_entries_ > 0, logprob_chunks_);
+      enqueue_step(batch, out.sampled != nullptr, 0, adjust_entries_ > 0, logprob_chunks_, masked_);
   // A failed calibrating step leaves the calibration pending: the next one measures again.
   if (calibrating_ && enqueued.ok()) end_calibration();
   calibrating_ = false;
@@ -228,7 +239,7 @@ Status CudaModel::calibrate_layer(std::uint32_t layer, std::uint32_t tokens) {
 }
 
 Status CudaModel::enqueue_step(const StepBatch& batch, bool sample, std::uint32_t decode_max_length,
-                               bool adjust, bool logprobs) {
+                               bool adjust, bool logprobs, bool mask) {
   const ModelConfig& c = config();
   const auto tokens = static_cast<std::uint32_t>(batch.token_ids.size());
   const auto chunks = static_cast<std::uint32_t>(batch.chunks.size());
@@ -269,6 +280,16 @@ Status CudaModel::enqueue_step(const StepBatch& batch, bool sample, std::uint32_
     adjusting.rows_params = reinterpret_cast<const LogitAdjustRow*>(arrays_ + offsets_.adjust_rows);
     adjusting.entries = adjustments_;
     KVVM_RETURN_IF_ERROR(logit_adjust_cuda(adjusting, stream_));
+  }
+  if (mask) {
+    TokenMaskParams masking;
+    masking.rows = chunks;
+    masking.vocab = c.vocab_size;
+    masking.words = static_cast<std::uint32_t>(token_mask_words(c.vocab_size));
+    masking.logits = logits_;
+    masking.mask_rows = reinterpret_cast<const std::int32_t*>(arrays_ + offsets_.mask_rows);
+    masking.masks = token_masks_;
+    KVVM_RETURN_IF_ERROR(token_mask_cuda(masking, stream_));
   }
   ArgmaxParams argmax;
   argmax.rows = chunks;

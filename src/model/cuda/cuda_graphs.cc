@@ -101,14 +101,15 @@ Status CudaModel::capture_one(std::uint32_t rows, const DecodeGraphOptions& opti
   stage(batch, true);
   // The same step once eagerly first (it writes only pad_slot's first token): every kernel
   // module is loaded and cuBLAS has chosen its algorithms before the capture, and a failure
-  // shows here, outside it. The logit-transform and log-probability kernels are captured
-  // whether or not a row needs them: their rows say whether they do when the graph replays.
+  // shows here, outside it. The logit-transform, token-mask and log-probability kernels are
+  // captured whether or not a row needs them: their rows say whether they do when the graph
+  // replays.
   KVVM_RETURN_IF_ERROR(copy_arrays());
-  KVVM_RETURN_IF_ERROR(enqueue_step(batch, true, options.max_length, true, true));
+  KVVM_RETURN_IF_ERROR(enqueue_step(batch, true, options.max_length, true, true, true));
   KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
   KVVM_RETURN_IF_ERROR(cuda_call(
       "cudaStreamBeginCapture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)));
-  const Status enqueued = enqueue_step(batch, true, options.max_length, true, true);
+  const Status enqueued = enqueue_step(batch, true, options.max_length, true, true, true);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
   if (!enqueued.ok() || ended != cudaSuccess) {
@@ -160,6 +161,7 @@ void CudaModel::stage_padding(std::uint32_t count, std::uint32_t rows, std::uint
     sampling[r] = SamplingRow{};
     reinterpret_cast<LogprobRow*>(staging_ + offsets_.logprob_rows)[r] = LogprobRow{};
     reinterpret_cast<LogitAdjustRow*>(staging_ + offsets_.adjust_rows)[r] = LogitAdjustRow{};
+    reinterpret_cast<std::int32_t*>(staging_ + offsets_.mask_rows)[r] = -1;
   }
 }
 

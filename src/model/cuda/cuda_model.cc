@@ -226,7 +226,8 @@ Status CudaModel::allocate_buffers() {
                 sizeof(LogitAdjustRow) % 4 == 0);
   offsets_.logprob_rows = offsets_.sampling + limits().max_chunks * (sizeof(SamplingRow) / 4);
   offsets_.adjust_rows = offsets_.logprob_rows + limits().max_chunks * (sizeof(LogprobRow) / 4);
-  offsets_.words = offsets_.adjust_rows + limits().max_chunks * (sizeof(LogitAdjustRow) / 4);
+  offsets_.mask_rows = offsets_.adjust_rows + limits().max_chunks * (sizeof(LogitAdjustRow) / 4);
+  offsets_.words = offsets_.mask_rows + limits().max_chunks;
   // The prompt rows' indices and LogprobRows.
   const std::uint64_t prompt_bytes = tokens * (4 + sizeof(LogprobRow));
   const std::uint64_t result_bytes = (chunks + tokens) * sizeof(LogprobResult);
@@ -249,6 +250,7 @@ Status CudaModel::allocate_buffers() {
   void* results = nullptr;
   void* prompt = nullptr;
   void* adjustments = nullptr;
+  void* token_masks = nullptr;
   void* kv_scale_table = nullptr;
   void* calibration = nullptr;
   void* xq = nullptr;
@@ -277,6 +279,7 @@ Status CudaModel::allocate_buffers() {
       {&results, result_bytes},
       {&prompt, prompt_bytes},
       {&adjustments, adjust_bytes},
+      {&token_masks, chunks * token_mask_words(c.vocab_size) * sizeof(std::uint32_t)},
       {&kv_scale_table, std::uint64_t{2} * c.layers * c.kv_heads * sizeof(float)},
       {&calibration, 2 * sizeof(float)},
       // An FP8 checkpoint's quantized activations and their scales, for the widest input.
@@ -304,6 +307,7 @@ Status CudaModel::allocate_buffers() {
   logprob_results_ = static_cast<LogprobResult*>(results);
   prompt_arrays_ = static_cast<std::uint32_t*>(prompt);
   adjustments_ = static_cast<LogitAdjustEntry*>(adjustments);
+  token_masks_ = static_cast<std::uint32_t*>(token_masks);
   kv_scale_table_ = static_cast<float*>(kv_scale_table);
   calibration_max_ = static_cast<float*>(calibration);
   if (fp8) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kvvm/kernels/attention.h"
@@ -66,6 +67,7 @@ class CudaModel final : public Model {
     std::uint32_t sampling = 0;      // [max_chunks] SamplingRow (8 words each)
     std::uint32_t logprob_rows = 0;  // [max_chunks] LogprobRow (4 words each)
     std::uint32_t adjust_rows = 0;   // [max_chunks] LogitAdjustRow (5 words each)
+    std::uint32_t mask_rows = 0;     // [max_chunks] each chunk's token mask row, -1: none
     std::uint32_t words = 0;
   };
 
@@ -88,10 +90,10 @@ class CudaModel final : public Model {
   // Enqueues embedding -> layers -> norm -> lm_head (-> logit transforms) -> argmax (->
   // sampling -> log-probabilities of the last rows) reading the staged device arrays only.
   // decode_max_length: 0 plans each decode run from its longest sequence, else from this bound
-  // (a graph's). adjust, logprobs: launch the logit-transform and log-probability kernels (a
-  // graph always does; its rows say whether they act).
+  // (a graph's). adjust, logprobs, mask: launch the logit-transform, log-probability and
+  // token-mask kernels (a graph always does; its rows say whether they act).
   Status enqueue_step(const StepBatch& batch, bool sample, std::uint32_t decode_max_length,
-                      bool adjust, bool logprobs);
+                      bool adjust, bool logprobs, bool mask);
   // Copies the first `rows` rows of the requested outputs; then the earlier rows of kAll
   // chunks (enqueue_prompt_logprobs) and the log-probability results; waits for the stream and
   // writes out.logprobs.
@@ -190,6 +192,11 @@ class CudaModel final : public Model {
   // [max_logit_adjustments] the step's LogitAdjustment entries, which the logit-transform rows
   // index; a fixed address, so a captured graph reads each replay's.
   LogitAdjustEntry* adjustments_ = nullptr;
+  // [max_chunks][token_mask_words(vocab)] the step's token masks, copied only by a step that
+  // has some; a fixed address, so a captured graph reads each replay's.
+  std::uint32_t* token_masks_ = nullptr;
+  bool masked_ = false;  // the step being run masks some row
+  std::span<const std::uint32_t> batch_masks_;  // the step's StepBatch::token_masks
   // [2][layers][kv_heads] float: every layer's fp8 KV scales per KV head (K, then V), which
   // the kernels read when they run (KvHeadScales), so a captured graph follows a new set.
   float* kv_scale_table_ = nullptr;

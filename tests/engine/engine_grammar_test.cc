@@ -1,0 +1,213 @@
+// Structured output through the engine: every draw of a constrained request masked to what its
+// grammar allows (CPU backend, the llama-tiny fixture at temperature 1, many seeds), an
+// unconstrained request beside it untouched, each choice of n with its own matcher, the end
+// where the grammar allows nothing more, and the mask statistics.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grammar/builder.h"
+#include "kvvm/engine/engine.h"
+#include "kvvm/grammar/compiled_grammar.h"
+#include "kvvm/grammar/vocabulary.h"
+#include "kvvm/tokenizer/tokenizer.h"
+#include "support/engine_harness.h"
+#include "support/grammar_oracle.h"
+
+namespace kvvm::engine {
+namespace {
+
+using grammar::Builder;
+using grammar::ByteSet;
+using grammar::Grammar;
+using grammar::Sequence;
+using testing::Collector;
+using testing::expect_clean;
+using testing::llama;
+using testing::make_kv;
+using testing::no_cache;
+
+const tokenizer::Tokenizer& tiny_tokenizer() {
+  static std::unique_ptr<tokenizer::Tokenizer> loaded = [] {
+    auto t = tokenizer::Tokenizer::load(test::model_fixture_dir("llama-tiny") + "/tokenizer.json");
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    return std::move(t).value();
+  }();
+  return *loaded;
+}
+
+std::shared_ptr<const grammar::Vocabulary> tiny_vocabulary() {
+  auto v = grammar::Vocabulary::from_tokenizer(tiny_tokenizer(), llama().config.eos_token_ids);
+  EXPECT_TRUE(v.ok()) << v.status().to_string();
+  return *v;
+}
+
+std::shared_ptr<const grammar::CompiledGrammar> compile(Grammar g) {
+  auto compiled = grammar::CompiledGrammar::compile(std::move(g), tiny_vocabulary());
+  EXPECT_TRUE(compiled.ok()) << compiled.status().to_string();
+  return *compiled;
+}
+
+// {"n":<digits>,"tags":[<word>,...]} with words of letters in quotes.
+Grammar record_grammar() {
+  Grammar g;
+  Builder b(g);
+  const Sequence digits = b.plus("digits", b.bytes(ByteSet::range('0', '9')));
+  const Sequence word = Builder::cat(
+      {b.literal("\""), b.plus("letters", b.bytes(ByteSet::range('a', 'z'))), b.literal("\"")});
+  const Sequence tags = *b.separated("tags", word, b.literal(","), 0, 4);
+  g.set_root(g.add("root", {Builder::cat({b.literal("{\"n\":"), digits, b.literal(",\"tags\":["),
+                                          tags, b.literal("]}")})}));
+  return g;
+}
+
+Grammar choice_grammar() {
+  Grammar g;
+  Builder b(g);
+  g.set_root(g.add("root", {b.literal("yes"), b.literal("no"), b.literal("maybe not")}));
+  return g;
+}
+
+EngineRequest sampled(std::uint64_t seed, std::uint32_t max_tokens,
+                      std::shared_ptr<const grammar::CompiledGrammar> g) {
+  EngineRequest r;
+  r.prompt = {269, 293, 290, 288, 297, 268, 259, 287};
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = seed;
+  r.grammar = std::move(g);
+  return r;
+}
+
+std::string bytes_of(const std::vector<std::int32_t>& tokens) {
+  std::string out;
+  for (const std::int32_t t : tokens) out += tiny_tokenizer().token_bytes(t);
+  return out;
+}
+
+TEST(EngineGrammarTest, EveryConstrainedOutputMatchesItsGrammar) {
+  const auto g = compile(record_grammar());
+  auto kv = make_kv(llama().config, 8, 128);
+  Collector collector;
+  std::vector<RequestId> ids;
+  EngineOptions options = no_cache();
+  options.tokenizer = &tiny_tokenizer();
+  {
+    auto engine = Engine::create(*llama().model, *kv, options);
+    ASSERT_TRUE(engine.ok());
+    for (std::uint64_t seed = 0; seed < 24; ++seed) {
+      auto id = (*engine)->submit(sampled(seed, 60, g), collector.callback());
+      ASSERT_TRUE(id.ok()) << id.status().to_string();
+      ids.push_back(*id);
+    }
+    ASSERT_TRUE((*engine)->run_until_idle().ok());
+    const EngineStats stats = (*engine)->stats();
+    EXPECT_EQ(stats.grammar.constrained_requests, 24u);
+    EXPECT_GE(stats.grammar.masks, stats.generated_tokens);
+    std::uint64_t bucketed = 0;
+    for (const std::uint64_t n : stats.grammar.mask_buckets) bucketed += n;
+    EXPECT_EQ(bucketed, stats.grammar.masks);
+    EXPECT_GT(stats.grammar.mask_seconds, 0.0);
+  }
+  expect_clean(*kv);
+  int stopped = 0;
+  for (const RequestId id : ids) {
+    const testing::Outcome o = collector.get(id);
+    ASSERT_TRUE(o.completed()) << o.error.to_string();
+    const std::string text = bytes_of(o.tokens);
+    EXPECT_EQ(o.text, text);
+    if (o.end == RequestEnd::kStop) {
+      ++stopped;
+      EXPECT_TRUE(grammar::testing::oracle_accepts(g->grammar(), text)) << text;
+    } else {
+      EXPECT_TRUE(grammar::testing::oracle_viable(g->grammar(), text)) << text;
+    }
+  }
+  // The grammar ends by itself ("]}" then nothing): most answers stop inside 60 tokens.
+  EXPECT_GT(stopped, 12);
+}
+
+TEST(EngineGrammarTest, AnUnconstrainedNeighbourDrawsWhatItDrawsAlone) {
+  const auto g = compile(record_grammar());
+  const auto run = [&](bool with_neighbour) {
+    auto kv = make_kv(llama().config, 4, 128);
+    Collector collector;
+    RequestId free_id = 0;
+    {
+      auto engine = Engine::create(*llama().model, *kv, no_cache());
+      EXPECT_TRUE(engine.ok());
+      if (with_neighbour) (void)(*engine)->submit(sampled(7, 30, g), collector.callback());
+      free_id = *(*engine)->submit(sampled(3, 30, nullptr), collector.callback());
+      EXPECT_TRUE((*engine)->run_until_idle().ok());
+    }
+    expect_clean(*kv);
+    return collector.get(free_id).tokens;
+  };
+  const std::vector<std::int32_t> alone = run(false);
+  EXPECT_EQ(run(true), alone);
+  EXPECT_EQ(alone.size(), 30u);
+}
+
+TEST(EngineGrammarTest, EachChoiceFollowsTheGrammarAndStopsWhereItEnds) {
+  const auto g = compile(choice_grammar());
+  auto kv = make_kv(llama().config, 8, 128);
+  Collector collector;
+  RequestId id = 0;
+  {
+    auto engine = Engine::create(*llama().model, *kv, no_cache());
+    ASSERT_TRUE(engine.ok());
+    EngineRequest r = sampled(5, 20, g);
+    r.n = 4;
+    r.use_model_eos = false;  // no end token: the grammar's end alone stops it
+    id = *(*engine)->submit(std::move(r), collector.callback());
+    ASSERT_TRUE((*engine)->run_until_idle().ok());
+  }
+  expect_clean(*kv);
+  // The collector joins every choice's tokens; each choice ends with kStop once complete.
+  const testing::Outcome o = collector.get(id);
+  EXPECT_EQ(o.finished_events, 4);
+  EXPECT_EQ(o.end, RequestEnd::kStop);
+}
+
+TEST(EngineGrammarTest, OneChoiceAtATimeIsExactlyAChoice) {
+  const auto g = compile(choice_grammar());
+  for (std::uint64_t seed = 0; seed < 12; ++seed) {
+    auto kv = make_kv(llama().config, 2, 128);
+    Collector collector;
+    RequestId id = 0;
+    {
+      auto engine = Engine::create(*llama().model, *kv, no_cache());
+      ASSERT_TRUE(engine.ok());
+      EngineRequest r = sampled(seed, 20, g);
+      r.use_model_eos = seed % 2 == 0;
+      id = *(*engine)->submit(std::move(r), collector.callback());
+      ASSERT_TRUE((*engine)->run_until_idle().ok());
+    }
+    const testing::Outcome o = collector.get(id);
+    const std::string text = bytes_of(o.tokens);
+    EXPECT_EQ(o.end, RequestEnd::kStop) << text;
+    EXPECT_TRUE(text == "yes" || text == "no" || text == "maybe not") << "'" << text << "'";
+  }
+}
+
+TEST(EngineGrammarTest, AGrammarOfALargerVocabularyIsRefusedAtSubmit) {
+  std::vector<std::string> bytes(llama().config.vocab_size + 1, "a");
+  std::vector<bool> special(bytes.size(), false);
+  auto vocabulary = grammar::Vocabulary::from_bytes(bytes, special, {});
+  ASSERT_TRUE(vocabulary.ok());
+  auto g = grammar::CompiledGrammar::compile(choice_grammar(), *vocabulary);
+  ASSERT_TRUE(g.ok());
+  auto kv = make_kv(llama().config, 2, 128);
+  auto engine = Engine::create(*llama().model, *kv, no_cache());
+  ASSERT_TRUE(engine.ok());
+  auto id = (*engine)->submit(sampled(1, 4, *g), [](const RequestEvent&) {});
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("grammar: compiled over a vocabulary of 1025 tokens"),
+            std::string::npos)
+      << id.status().message();
+}
+
+}  // namespace
+}  // namespace kvvm::engine
