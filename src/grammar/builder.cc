@@ -62,14 +62,25 @@ Result<Sequence> Builder::repeat(std::string_view name, const Sequence& body, st
     return Status::InvalidArgument(concat(name, ": a repetition of at least ", min,
                                           " and at most ", *max));
   }
-  // Each copy costs the body's elements; the bound is checked before anything is built.
-  const std::uint64_t copies = max ? *max : min + 1;
-  const std::uint64_t cost = copies * std::max<std::size_t>(body.size(), 1);
-  if (cost + grammar_.element_count() > limits_.max_elements) {
+  // Each copy costs the body's elements, and each optional copy a rule; the bounds are checked
+  // before anything is built, in arithmetic that cannot wrap (counts come from user text).
+  const std::uint64_t copies = max ? *max : std::max(min, min + 1);
+  const std::uint64_t size = std::max<std::size_t>(body.size(), 1);
+  const std::uint64_t used = grammar_.element_count();
+  const std::uint64_t room = used < limits_.max_elements ? limits_.max_elements - used : 0;
+  const std::uint64_t cost = copies > UINT64_MAX / size ? UINT64_MAX : copies * size;
+  if (cost > room) {
     return Status::ResourceExhausted(
         concat(name, ": a repetition of ", max ? *max : min, " copies of ", body.size(),
                " elements passes the grammar's bound of ", limits_.max_elements, " elements"),
         {cost, limits_.max_elements, limits_.max_elements});
+  }
+  const std::uint64_t rules = max ? *max - min : 1;
+  if (rules > limits_.max_rules || grammar_.rules().size() + rules > limits_.max_rules) {
+    return Status::ResourceExhausted(
+        concat(name, ": a repetition with ", rules,
+               " optional copies passes the grammar's bound of ", limits_.max_rules, " rules"),
+        {rules, limits_.max_rules, limits_.max_rules});
   }
   Sequence out;
   for (std::uint64_t i = 0; i < min; ++i) append(out, body);

@@ -23,13 +23,11 @@ ByteSet ByteSet::complement() const {
 RuleId Grammar::declare(std::string_view name) {
   std::string unique(name.empty() ? "rule" : name);
   // Names are unique so that messages and to_string() can name a rule; a taken name gets the
-  // rule's number (cheaper than searching for the lowest free suffix).
-  for (const Rule& rule : rules_) {
-    if (rule.name == unique) {
-      unique += "-" + std::to_string(rules_.size());
-      break;
-    }
-  }
+  // rule's number (cheaper than searching for the lowest free suffix). Looked up in a set:
+  // front ends name rules after places in user text, tens of thousands of them for a long
+  // pattern, and a scan of the rules per name made that quadratic (seconds).
+  while (names_.contains(unique)) unique += "-" + std::to_string(rules_.size());
+  names_.insert(unique);
   rules_.push_back(Rule{std::move(unique), {}, false});
   return static_cast<RuleId>(rules_.size() - 1);
 }
@@ -37,6 +35,9 @@ RuleId Grammar::declare(std::string_view name) {
 void Grammar::define(RuleId rule, std::vector<Sequence> alternatives) {
   KVVM_CHECK(rule < rules_.size(), "no such rule");
   KVVM_CHECK(!rules_[rule].defined, "a rule is defined once");
+  // Counted here so that element_count(), which the builder asks before every repetition, is
+  // not a walk of every rule (quadratic in a pattern's repetitions).
+  for (const Sequence& alternative : alternatives) elements_ += alternative.size();
   rules_[rule].alternatives = std::move(alternatives);
   rules_[rule].defined = true;
 }
@@ -49,13 +50,7 @@ std::uint32_t Grammar::intern(const ByteSet& set) {
   return static_cast<std::uint32_t>(byte_sets_.size() - 1);
 }
 
-std::size_t Grammar::element_count() const {
-  std::size_t n = 0;
-  for (const Rule& rule : rules_) {
-    for (const Sequence& alternative : rule.alternatives) n += alternative.size();
-  }
-  return n;
-}
+std::size_t Grammar::element_count() const { return elements_; }
 
 std::vector<bool> Grammar::nullable() const {
   std::vector<bool> out(rules_.size(), false);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "kvvm/base/status.h"
@@ -113,6 +114,8 @@ class Grammar {
  private:
   std::vector<Rule> rules_;
   std::vector<ByteSet> byte_sets_;
+  std::unordered_set<std::string> names_;  // the rules' names, for declare()
+  std::size_t elements_ = 0;               // element_count(), kept as rules are defined
   RuleId root_ = ~RuleId{0};
 };
 
