@@ -8,13 +8,12 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "grammar/builder.h"
 #include "grammar/json_values.h"
@@ -60,6 +59,7 @@ class JsonSchemaCompiler {
  private:
   Result<Sequence> schema(const SchemaJson& s, const std::string& path, int depth);
   Result<Sequence> combinators(const SchemaJson& s, const std::string& path, int depth);
+  Status check_one_of(const SchemaJson& options, const std::string& path);
   Result<Sequence> enumeration(const SchemaJson& s, const std::string& path);
   Result<Sequence> typed(const SchemaJson& s, const std::string& path, int depth);
   Result<Sequence> object(const SchemaJson& s, const std::string& path, int depth);

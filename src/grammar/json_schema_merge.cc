@@ -142,8 +142,8 @@ class AllOfMerge {
         both.push_back("integer");
       }
       if (both.empty()) {
-        return schema_error(path, "allOf: its parts' types ", have.dump(), " and ",
-                            value.dump(), " have none in common");
+        return schema_error(path, "allOf: its parts' types ", have.dump(), " and ", value.dump(),
+                            " have none in common");
       }
       have = std::move(both);
       return Status::Ok();

@@ -18,6 +18,7 @@ constexpr long double kMaxBound = 1e18L;
 struct Bound {
   long double value = 0;
   bool strict = false;
+  const char* keyword = "";
 };
 
 struct Bounds {
@@ -32,23 +33,31 @@ Result<Bounds> read_bounds(const SchemaJson& s, const std::string& path) {
     if (!s.contains(key) || s[key].is_boolean()) return std::optional<long double>();
     const SchemaJson& v = s[key];
     if (!v.is_number()) return schema_error(path, "\"", key, "\" ", v.dump(), " is not a number");
-    const long double value = v.is_number_unsigned()  ? static_cast<long double>(v.get<std::uint64_t>())
-                              : v.is_number_integer() ? static_cast<long double>(v.get<std::int64_t>())
-                                                      : static_cast<long double>(v.get<double>());
+    const long double value =
+        v.is_number_unsigned()  ? static_cast<long double>(v.get<std::uint64_t>())
+        : v.is_number_integer() ? static_cast<long double>(v.get<std::int64_t>())
+                                : static_cast<long double>(v.get<double>());
     if (!(std::fabs(value) <= kMaxBound)) {
-      return schema_error(path, "\"", key, "\" ", v.dump(), " is past +-1e18, the bounds supported");
+      return schema_error(path, "\"", key, "\" ", v.dump(),
+                          " is past +-1e18, the bounds supported");
     }
     return std::optional<long double>(value);
   };
-  const auto flag = [&](const char* key) { return s.contains(key) && s[key].is_boolean() && s[key].get<bool>(); };
+  const auto flag = [&](const char* key) {
+    return s.contains(key) && s[key].is_boolean() && s[key].get<bool>();
+  };
   KVVM_ASSIGN_OR_RETURN(std::optional<long double> minimum, number_of("minimum"));
   KVVM_ASSIGN_OR_RETURN(std::optional<long double> maximum, number_of("maximum"));
   KVVM_ASSIGN_OR_RETURN(std::optional<long double> ex_minimum, number_of("exclusiveMinimum"));
   KVVM_ASSIGN_OR_RETURN(std::optional<long double> ex_maximum, number_of("exclusiveMaximum"));
-  if (minimum) out.lower = Bound{*minimum, flag("exclusiveMinimum")};
-  if (ex_minimum && (!out.lower || *ex_minimum >= out.lower->value)) out.lower = Bound{*ex_minimum, true};
-  if (maximum) out.upper = Bound{*maximum, flag("exclusiveMaximum")};
-  if (ex_maximum && (!out.upper || *ex_maximum <= out.upper->value)) out.upper = Bound{*ex_maximum, true};
+  if (minimum) out.lower = Bound{*minimum, flag("exclusiveMinimum"), "minimum"};
+  if (ex_minimum && (!out.lower || *ex_minimum >= out.lower->value)) {
+    out.lower = Bound{*ex_minimum, true, "exclusiveMinimum"};
+  }
+  if (maximum) out.upper = Bound{*maximum, flag("exclusiveMaximum"), "maximum"};
+  if (ex_maximum && (!out.upper || *ex_maximum <= out.upper->value)) {
+    out.upper = Bound{*ex_maximum, true, "exclusiveMaximum"};
+  }
   return out;
 }
 
@@ -140,8 +149,8 @@ Result<Sequence> JsonSchemaCompiler::integer(const SchemaJson& s, const std::str
   std::vector<Sequence> options;
   if (!hi || *hi >= 0) {
     const std::uint64_t from = lo && *lo > 0 ? static_cast<std::uint64_t>(*lo) : 0;
-    for (Sequence& seq : integer_range(b_, json_, from,
-                                       hi ? std::optional<std::uint64_t>(*hi) : std::nullopt)) {
+    for (Sequence& seq :
+         integer_range(b_, json_, from, hi ? std::optional<std::uint64_t>(*hi) : std::nullopt)) {
       options.push_back(std::move(seq));
     }
   }
@@ -152,8 +161,9 @@ Result<Sequence> JsonSchemaCompiler::integer(const SchemaJson& s, const std::str
         lo ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(-*lo)) : std::nullopt;
     std::vector<Sequence> negative = integer_range(b_, json_, from, to);
     if (!negative.empty()) {
-      options.push_back(Builder::cat(
-          {b_.literal("-"), b_.any_of(concat(shown_path(path), "/negative"), std::move(negative))}));
+      options.push_back(
+          Builder::cat({b_.literal("-"),
+                        b_.any_of(concat(shown_path(path), "/negative"), std::move(negative))}));
     }
   }
   return b_.any_of(concat(shown_path(path), "/integer"), std::move(options));
@@ -164,8 +174,8 @@ Result<Sequence> JsonSchemaCompiler::number(const SchemaJson& s, const std::stri
   if (!bounds.lower && !bounds.upper) return json_.number();
   for (const std::optional<Bound>* bound : {&bounds.lower, &bounds.upper}) {
     if (*bound && std::floor((*bound)->value) != (*bound)->value) {
-      return schema_error(path, "a number's bound ", static_cast<double>((*bound)->value),
-                          " that is not an integer is not supported");
+      return schema_error(path, "\"", (*bound)->keyword, "\" ", s[(*bound)->keyword].dump(),
+                          " on a number is not supported: only integer bounds are exact");
     }
   }
   // Fractions: any (or none), only zeros (or none), and one with a digit past zero.
@@ -212,23 +222,28 @@ Result<Sequence> JsonSchemaCompiler::number(const SchemaJson& s, const std::stri
   const auto& lower = bounds.lower;
   const auto& upper = bounds.upper;
   // x >= 0, written without a sign: the bounds as they are, where they bind.
-  const bool positive_possible = !upper || upper->value > 0 || (upper->value == 0 && !upper->strict);
+  const bool positive_possible =
+      !upper || upper->value > 0 || (upper->value == 0 && !upper->strict);
   if (positive_possible) {
     std::optional<Side> low, high;
-    if (lower && (lower->value > 0 || (lower->value == 0 && lower->strict))) low = as_side(*lower, false);
+    if (lower && (lower->value > 0 || (lower->value == 0 && lower->strict)))
+      low = as_side(*lower, false);
     if (upper) high = as_side(*upper, false);
     for (Sequence& seq : magnitude(low, high)) options.push_back(std::move(seq));
   }
   // x = -M: x's lower bound is M's upper one, x's upper bound M's lower one.
-  const bool negative_possible = !lower || lower->value < 0 || (lower->value == 0 && !lower->strict);
+  const bool negative_possible =
+      !lower || lower->value < 0 || (lower->value == 0 && !lower->strict);
   if (negative_possible) {
     std::optional<Side> low, high;
-    if (upper && (upper->value < 0 || (upper->value == 0 && upper->strict))) low = as_side(*upper, true);
+    if (upper && (upper->value < 0 || (upper->value == 0 && upper->strict)))
+      low = as_side(*upper, true);
     if (lower) high = as_side(*lower, true);
     std::vector<Sequence> negative = magnitude(low, high);
     if (!negative.empty()) {
-      options.push_back(Builder::cat(
-          {b_.literal("-"), b_.any_of(concat(shown_path(path), "/negative"), std::move(negative))}));
+      options.push_back(
+          Builder::cat({b_.literal("-"),
+                        b_.any_of(concat(shown_path(path), "/negative"), std::move(negative))}));
     }
   }
   if (options.empty()) return schema_error(path, "no number lies within its bounds");

@@ -12,15 +12,36 @@ namespace kvvm::grammar {
 namespace {
 
 constexpr std::array<std::string_view, 10> kAnnotations = {
-    "title",   "description", "default",    "examples", "$schema",
-    "$id",     "$comment",    "deprecated", "readOnly", "writeOnly"};
-constexpr std::array<std::string_view, 28> kKeywords = {
-    "type",      "properties", "required",      "additionalProperties", "minProperties",
-    "maxProperties", "items",  "prefixItems",   "additionalItems",      "minItems",
-    "maxItems",  "uniqueItems", "enum",         "const",                "anyOf",
-    "oneOf",     "allOf",      "$ref",          "minLength",            "maxLength",
-    "pattern",   "format",     "minimum",       "maximum",              "exclusiveMinimum",
-    "exclusiveMaximum", "$defs", "definitions"};
+    "title", "description", "default",    "examples", "$schema",
+    "$id",   "$comment",    "deprecated", "readOnly", "writeOnly"};
+constexpr std::array<std::string_view, 28> kKeywords = {"type",
+                                                        "properties",
+                                                        "required",
+                                                        "additionalProperties",
+                                                        "minProperties",
+                                                        "maxProperties",
+                                                        "items",
+                                                        "prefixItems",
+                                                        "additionalItems",
+                                                        "minItems",
+                                                        "maxItems",
+                                                        "uniqueItems",
+                                                        "enum",
+                                                        "const",
+                                                        "anyOf",
+                                                        "oneOf",
+                                                        "allOf",
+                                                        "$ref",
+                                                        "minLength",
+                                                        "maxLength",
+                                                        "pattern",
+                                                        "format",
+                                                        "minimum",
+                                                        "maximum",
+                                                        "exclusiveMinimum",
+                                                        "exclusiveMaximum",
+                                                        "$defs",
+                                                        "definitions"};
 
 // The keywords that say which type an untyped schema is meant for.
 constexpr std::array<std::string_view, 5> kObjectKeywords = {
@@ -29,11 +50,10 @@ constexpr std::array<std::string_view, 6> kArrayKeywords = {
     "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"};
 constexpr std::array<std::string_view, 4> kStringKeywords = {"minLength", "maxLength", "pattern",
                                                              "format"};
-constexpr std::array<std::string_view, 4> kNumberKeywords = {"minimum", "maximum",
-                                                             "exclusiveMinimum",
-                                                             "exclusiveMaximum"};
-constexpr std::array<std::string_view, 7> kTypes = {"object",  "array",   "string", "integer",
-                                                    "number",  "boolean", "null"};
+constexpr std::array<std::string_view, 4> kNumberKeywords = {
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+constexpr std::array<std::string_view, 7> kTypes = {"object", "array",   "string", "integer",
+                                                    "number", "boolean", "null"};
 
 template <std::size_t N>
 bool has_any(const SchemaJson& s, const std::array<std::string_view, N>& keys) {
@@ -70,8 +90,10 @@ bool nests_too_deep(std::string_view text) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -91,9 +113,12 @@ std::string child_path(std::string_view path, std::string_view key) {
   std::string out(path);
   out += '/';
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -160,7 +185,8 @@ Result<const SchemaJson*> JsonSchemaCompiler::resolve(const SchemaJson& ref,
   const SchemaJson* at = &root_;
   std::size_t pos = 1;
   if (pos < text.size() && text[pos] != '/') {
-    return schema_error(path, "$ref \"", text, "\" is not a JSON pointer (anchors are not supported)");
+    return schema_error(path, "$ref \"", text,
+                        "\" is not a JSON pointer (anchors are not supported)");
   }
   while (pos < text.size()) {
     const std::size_t next = std::min(text.find('/', pos + 1), text.size());
@@ -178,7 +204,8 @@ Result<const SchemaJson*> JsonSchemaCompiler::resolve(const SchemaJson& ref,
     if (at->is_object() && at->contains(token)) {
       at = &(*at)[token];
     } else if (at->is_array() && !token.empty() &&
-               std::all_of(token.begin(), token.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+               std::all_of(token.begin(), token.end(),
+                           [](char c) { return c >= '0' && c <= '9'; }) &&
                token.size() < 10 && std::stoul(token) < at->size()) {
       at = &(*at)[std::stoul(token)];
     } else {
@@ -234,7 +261,8 @@ Result<Sequence> JsonSchemaCompiler::schema(const SchemaJson& s, const std::stri
     if (s.contains("allOf") && !s.contains("$ref") && s["allOf"].is_array() &&
         s["allOf"].size() == 1) {
       rest.erase("allOf");
-      if (!has_constraints(rest)) return schema(s["allOf"][0], child_path(path, "allOf/0"), depth + 1);
+      if (!has_constraints(rest))
+        return schema(s["allOf"][0], child_path(path, "allOf/0"), depth + 1);
     }
     KVVM_ASSIGN_OR_RETURN(SchemaJson merged, merge_all_of(s, path, depth));
     return schema(merged, path, depth + 1);
@@ -242,6 +270,89 @@ Result<Sequence> JsonSchemaCompiler::schema(const SchemaJson& s, const std::stri
   if (s.contains("anyOf") || s.contains("oneOf")) return combinators(s, path, depth);
   if (s.contains("enum") || s.contains("const")) return enumeration(s, path);
   return typed(s, path, depth);
+}
+
+namespace {
+
+// What a oneOf option is known to hold: its types (all when unsaid), its values when it lists
+// them (enum / const), and the values its required properties list. Two options are disjoint
+// when one of these tells them apart.
+struct OptionShape {
+  std::set<std::string> types;
+  std::optional<std::set<std::string>> values;
+  std::map<std::string, std::set<std::string>> required_values;
+};
+
+std::optional<std::set<std::string>> listed_values(const SchemaJson& s) {
+  if (!s.is_object()) return std::nullopt;
+  if (s.contains("const")) return std::set<std::string>{s["const"].dump()};
+  if (s.contains("enum") && s["enum"].is_array()) {
+    std::set<std::string> out;
+    for (const SchemaJson& v : s["enum"]) out.insert(v.dump());
+    return out;
+  }
+  return std::nullopt;
+}
+
+bool disjoint(const std::set<std::string>& a, const std::set<std::string>& b) {
+  for (const std::string& x : a) {
+    if (b.contains(x)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// oneOf is written as anyOf, which is exact only where no value matches two options: the
+// options must be told apart by type, by listed values, or by a required property's values.
+Status JsonSchemaCompiler::check_one_of(const SchemaJson& options, const std::string& path) {
+  std::vector<OptionShape> shapes;
+  for (const SchemaJson& option : options) {
+    const SchemaJson* s = &option;
+    for (int hops = 0; hops < 8 && s->is_object() && s->contains("$ref"); ++hops) {
+      KVVM_ASSIGN_OR_RETURN(s, resolve((*s)["$ref"], path));
+    }
+    OptionShape shape;
+    if (s->is_object() && s->contains("type")) {
+      const SchemaJson& t = (*s)["type"];
+      if (t.is_string()) shape.types.insert(t.get<std::string>());
+      if (t.is_array())
+        for (const SchemaJson& n : t)
+          if (n.is_string()) shape.types.insert(n.get<std::string>());
+      if (shape.types.contains("number")) shape.types.insert("integer");
+      if (shape.types.contains("integer")) shape.types.insert("number");
+    } else {
+      for (std::string_view t : kTypes) shape.types.insert(std::string(t));
+    }
+    shape.values = listed_values(*s);
+    if (s->is_object() && s->contains("properties") && (*s)["properties"].is_object() &&
+        s->contains("required") && (*s)["required"].is_array()) {
+      for (const SchemaJson& name : (*s)["required"]) {
+        if (!name.is_string() || !(*s)["properties"].contains(name.get<std::string>())) continue;
+        const auto values = listed_values((*s)["properties"][name.get<std::string>()]);
+        if (values) shape.required_values[name.get<std::string>()] = *values;
+      }
+    }
+    shapes.push_back(std::move(shape));
+  }
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    for (std::size_t j = i + 1; j < shapes.size(); ++j) {
+      const OptionShape& a = shapes[i];
+      const OptionShape& b = shapes[j];
+      bool apart =
+          disjoint(a.types, b.types) || (a.values && b.values && disjoint(*a.values, *b.values));
+      for (const auto& [name, values] : a.required_values) {
+        const auto other = b.required_values.find(name);
+        if (other != b.required_values.end() && disjoint(values, other->second)) apart = true;
+      }
+      if (!apart) {
+        return schema_error(path, "\"oneOf\" options ", i, " and ", j,
+                            " are not told apart by type, enum/const or a required property's "
+                            "enum/const: not supported (anyOf is)");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Result<Sequence> JsonSchemaCompiler::combinators(const SchemaJson& s, const std::string& path,
@@ -252,6 +363,7 @@ Result<Sequence> JsonSchemaCompiler::combinators(const SchemaJson& s, const std:
   const std::string key = s.contains("anyOf") ? "anyOf" : "oneOf";
   const SchemaJson& options = s[key];
   if (!options.is_array()) return schema_error(path, "\"", key, "\" is not an array");
+  if (key == "oneOf") KVVM_RETURN_IF_ERROR(check_one_of(options, path));
   SchemaJson rest = s;
   rest.erase(key);
   const bool distribute = has_constraints(rest);
@@ -271,7 +383,8 @@ Result<Sequence> JsonSchemaCompiler::combinators(const SchemaJson& s, const std:
     KVVM_ASSIGN_OR_RETURN(Sequence option, schema(merged, at, depth + 1));
     alternatives.push_back(std::move(option));
   }
-  if (alternatives.empty()) return schema_error(path, "\"", key, "\" has no option a value can match");
+  if (alternatives.empty())
+    return schema_error(path, "\"", key, "\" has no option a value can match");
   return b_.any_of(concat(shown_path(path), "/", key), std::move(alternatives));
 }
 
@@ -295,8 +408,11 @@ Result<Sequence> JsonSchemaCompiler::enumeration(const SchemaJson& s, const std:
   std::vector<std::string> types;
   if (s.contains("type")) {
     const SchemaJson& t = s["type"];
-    if (t.is_string()) types.push_back(t.get<std::string>());
-    else if (t.is_array()) for (const SchemaJson& name : t) if (name.is_string()) types.push_back(name.get<std::string>());
+    if (t.is_string())
+      types.push_back(t.get<std::string>());
+    else if (t.is_array())
+      for (const SchemaJson& name : t)
+        if (name.is_string()) types.push_back(name.get<std::string>());
   }
   std::uint64_t bytes = 0;
   std::vector<std::string> texts;
@@ -339,8 +455,8 @@ Result<Sequence> JsonSchemaCompiler::typed(const SchemaJson& s, const std::strin
   std::set<std::string> types;
   if (s.contains("type")) {
     const SchemaJson& t = s["type"];
-    std::vector<SchemaJson> names = t.is_array() ? std::vector<SchemaJson>(t.begin(), t.end())
-                                                 : std::vector<SchemaJson>{t};
+    std::vector<SchemaJson> names =
+        t.is_array() ? std::vector<SchemaJson>(t.begin(), t.end()) : std::vector<SchemaJson>{t};
     for (const SchemaJson& name : names) {
       if (!name.is_string() ||
           std::find(kTypes.begin(), kTypes.end(), name.get<std::string>()) == kTypes.end()) {
@@ -363,14 +479,21 @@ Result<Sequence> JsonSchemaCompiler::typed(const SchemaJson& s, const std::strin
   for (std::string_view type : kTypes) {
     if (!types.contains(std::string(type))) continue;
     Result<Sequence> option = Sequence{};
-    if (type == "object") option = object(s, path, depth);
-    else if (type == "array") option = array(s, path, depth);
-    else if (type == "string") option = string(s, path);
-    else if (type == "integer") option = integer(s, path);
-    else if (type == "number") option = number(s, path);
-    else if (type == "boolean") option = b_.any_of(concat(shown_path(path), "/boolean"),
-                                                   {b_.literal("true"), b_.literal("false")});
-    else option = b_.literal("null");
+    if (type == "object")
+      option = object(s, path, depth);
+    else if (type == "array")
+      option = array(s, path, depth);
+    else if (type == "string")
+      option = string(s, path);
+    else if (type == "integer")
+      option = integer(s, path);
+    else if (type == "number")
+      option = number(s, path);
+    else if (type == "boolean")
+      option = b_.any_of(concat(shown_path(path), "/boolean"),
+                         {b_.literal("true"), b_.literal("false")});
+    else
+      option = b_.literal("null");
     if (!option.ok()) return option.status();
     options.push_back(std::move(*option));
   }
@@ -441,8 +564,7 @@ Result<Sequence> JsonSchemaCompiler::object(const SchemaJson& s, const std::stri
                           "\" is not in \"properties\" and additional properties are not allowed");
     }
     names.push_back(name);
-    entries.push_back({name, true, additional.is_object() ? &additional : &kTrue,
-                       additional_path});
+    entries.push_back({name, true, additional.is_object() ? &additional : &kTrue, additional_path});
   }
   std::size_t required_count = 0;
   for (const Entry& e : entries) required_count += e.required;
@@ -529,7 +651,8 @@ Result<Sequence> JsonSchemaCompiler::key_other_than(const std::vector<std::strin
     trie[at].terminal = true;
   }
   const Sequence quote = b_.literal("\"");
-  const Sequence rest = Builder::cat({b_.star(concat(path, "-key-rest"), json_.plain_char()), quote});
+  const Sequence rest =
+      Builder::cat({b_.star(concat(path, "-key-rest"), json_.plain_char()), quote});
   std::vector<RuleId> rules(trie.size());
   for (std::size_t i = 0; i < trie.size(); ++i) rules[i] = grammar_.declare(concat(path, "-key"));
   for (std::size_t i = 0; i < trie.size(); ++i) {
@@ -556,8 +679,7 @@ Result<Sequence> JsonSchemaCompiler::key_other_than(const std::vector<std::strin
       options.push_back(Builder::cat({b_.literal(utf8), b_.ref(rules[child])}));
       taken.push_back({cp, cp});
     }
-    options.push_back(
-        Builder::cat({b_.codepoints(concat(path, "-key-other"), taken, true), rest}));
+    options.push_back(Builder::cat({b_.codepoints(concat(path, "-key-other"), taken, true), rest}));
     grammar_.define(rules[i], std::move(options));
   }
   return Builder::cat({quote, b_.ref(rules[0])});
@@ -580,7 +702,8 @@ Result<Sequence> JsonSchemaCompiler::array(const SchemaJson& s, const std::strin
     if (!s["prefixItems"].is_array()) return schema_error(path, "\"prefixItems\" is not an array");
     KVVM_RETURN_IF_ERROR(take_prefix("prefixItems"));
     if (s.contains("items")) {
-      if (s["items"].is_array()) return schema_error(path, "\"items\" is an array beside \"prefixItems\"");
+      if (s["items"].is_array())
+        return schema_error(path, "\"items\" is an array beside \"prefixItems\"");
       rest = &s["items"];
     }
   } else if (s.contains("items") && s["items"].is_array()) {
@@ -593,7 +716,8 @@ Result<Sequence> JsonSchemaCompiler::array(const SchemaJson& s, const std::strin
   } else if (s.contains("items")) {
     rest = &s["items"];
   }
-  if (s.contains("uniqueItems") && !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>())) {
+  if (s.contains("uniqueItems") &&
+      !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>())) {
     return schema_error(path, "\"uniqueItems\" ", s["uniqueItems"].dump(), " is not supported");
   }
   KVVM_ASSIGN_OR_RETURN(std::optional<std::uint64_t> min_items, count_keyword(s, "minItems", path));
@@ -625,7 +749,8 @@ Result<Sequence> JsonSchemaCompiler::array(const SchemaJson& s, const std::strin
   if (rest && (!max || *max > k)) {
     KVVM_ASSIGN_OR_RETURN(Sequence item, schema(*rest, rest_path, depth + 1));
     const Sequence body = Builder::cat({item, ws});
-    const std::optional<std::uint64_t> more = max ? std::optional<std::uint64_t>(*max - k) : std::nullopt;
+    const std::optional<std::uint64_t> more =
+        max ? std::optional<std::uint64_t>(*max - k) : std::nullopt;
     // Named as the schema's place: a repetition past the bounds says where it is.
     const std::string name = concat("schema at ", shown_path(rest_path));
     Result<Sequence> list =

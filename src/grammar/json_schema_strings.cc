@@ -52,7 +52,10 @@ Result<Sequence> JsonSchemaCompiler::string(const SchemaJson& s, const std::stri
   const bool has_format = s.contains("format");
   // Each of these is a language of its own; their intersections are not built.
   if (has_format && (has_pattern || min || max)) {
-    return schema_error(path, "\"format\" beside \"", has_pattern ? "pattern" : min ? "minLength" : "maxLength",
+    return schema_error(path, "\"format\" beside \"",
+                        has_pattern ? "pattern"
+                        : min       ? "minLength"
+                                    : "maxLength",
                         "\" is not supported");
   }
   if (has_pattern && (min || max)) {
@@ -100,7 +103,8 @@ Result<Sequence> JsonSchemaCompiler::pattern(std::string_view text, const std::s
   Grammar scratch;
   Builder scratch_builder(scratch, options_.limits);
   KVVM_ASSIGN_OR_RETURN(
-      Sequence body, embed_regex(scratch_builder, inner, concat("schema at ", shown_path(path), ": pattern")));
+      Sequence body,
+      embed_regex(scratch_builder, inner, concat("schema at ", shown_path(path), ": pattern")));
   const auto& rules = scratch.rules();
   std::vector<ByteSet> sets = scratch.byte_sets();
   for (ByteSet& set : sets) {
@@ -139,8 +143,10 @@ Result<Sequence> JsonSchemaCompiler::pattern(std::string_view text, const std::s
   const auto copy = [&](const Sequence& seq) {
     Sequence out;
     for (const Element& e : seq) {
-      if (e.kind == Element::Kind::kBytes) Builder::append(out, b_.bytes(sets[e.index]));
-      else Builder::append(out, b_.ref(map[e.index]));
+      if (e.kind == Element::Kind::kBytes)
+        Builder::append(out, b_.bytes(sets[e.index]));
+      else
+        Builder::append(out, b_.ref(map[e.index]));
     }
     return out;
   };
@@ -180,14 +186,14 @@ Result<Sequence> JsonSchemaCompiler::format(std::string_view name, const std::st
   // full-date (RFC 3339) of a real day: years 0001..9999, each month's days, 02-29 only in
   // leap years (divisible by 4, centuries only when divisible by 400).
   const auto date = [&] {
-    const Sequence year = b_.any_of(
-        "date-year", {Builder::cat({range('1', '9'), d(), d(), d()}),
-                      Builder::cat({lit("0"), range('1', '9'), d(), d()}),
-                      Builder::cat({lit("00"), range('1', '9'), d()}),
-                      Builder::cat({lit("000"), range('1', '9')})});
-    const Sequence day28 = b_.any_of("date-day", {Builder::cat({lit("0"), range('1', '9')}),
-                                                  Builder::cat({lit("1"), d()}),
-                                                  Builder::cat({lit("2"), range('0', '8')})});
+    const Sequence year =
+        b_.any_of("date-year", {Builder::cat({range('1', '9'), d(), d(), d()}),
+                                Builder::cat({lit("0"), range('1', '9'), d(), d()}),
+                                Builder::cat({lit("00"), range('1', '9'), d()}),
+                                Builder::cat({lit("000"), range('1', '9')})});
+    const Sequence day28 = b_.any_of(
+        "date-day", {Builder::cat({lit("0"), range('1', '9')}), Builder::cat({lit("1"), d()}),
+                     Builder::cat({lit("2"), range('0', '8')})});
     const Sequence day30 = b_.any_of("date-day30", {day28, lit("29"), lit("30")});
     const Sequence day31 = b_.any_of("date-day31", {day30, lit("31")});
     const Sequence month_day = b_.any_of(
@@ -195,15 +201,15 @@ Result<Sequence> JsonSchemaCompiler::format(std::string_view name, const std::st
         {Builder::cat({b_.any_of("date-month31", {Builder::cat({lit("0"), set("13578")}),
                                                   Builder::cat({lit("1"), set("02")})}),
                        lit("-"), day31}),
-         Builder::cat({b_.any_of("date-month30", {Builder::cat({lit("0"), set("469")}),
-                                                  lit("11")}),
+         Builder::cat({b_.any_of("date-month30", {Builder::cat({lit("0"), set("469")}), lit("11")}),
                        lit("-"), day30}),
          Builder::cat({lit("02-"), day28})});
     const Sequence leap_year = b_.any_of(
         "date-leap-year",
-        {Builder::cat({d(), d(), b_.any_of("date-leap-yy", {Builder::cat({set("02468"), set("48")}),
-                                                             Builder::cat({set("2468"), lit("0")}),
-                                                             Builder::cat({set("13579"), set("26")})})}),
+        {Builder::cat({d(), d(),
+                       b_.any_of("date-leap-yy", {Builder::cat({set("02468"), set("48")}),
+                                                  Builder::cat({set("2468"), lit("0")}),
+                                                  Builder::cat({set("13579"), set("26")})})}),
          Builder::cat({b_.any_of("date-leap-cc", {Builder::cat({lit("0"), set("48")}),
                                                   Builder::cat({set("2468"), set("048")}),
                                                   Builder::cat({set("13579"), set("26")})}),
@@ -214,15 +220,16 @@ Result<Sequence> JsonSchemaCompiler::format(std::string_view name, const std::st
   // full-time (RFC 3339), seconds 00..59 (leap seconds are not written), an optional
   // fraction, and Z or a numeric offset.
   const auto time = [&] {
-    const Sequence hour = b_.any_of("time-hour", {Builder::cat({set("01"), d()}),
-                                                  Builder::cat({lit("2"), range('0', '3')})});
+    const Sequence hour = b_.any_of(
+        "time-hour", {Builder::cat({set("01"), d()}), Builder::cat({lit("2"), range('0', '3')})});
     const Sequence minute = Builder::cat({range('0', '5'), d()});
-    const Sequence offset = b_.any_of(
-        "time-offset", {lit("Z"), Builder::cat({set("+-"), hour, lit(":"), minute})});
-    return b_.any_of("time", {Builder::cat({hour, lit(":"), minute, lit(":"), minute,
-                                            b_.optional("time-fraction",
-                                                        Builder::cat({lit("."), json_.digits()})),
-                                            offset})});
+    const Sequence offset =
+        b_.any_of("time-offset", {lit("Z"), Builder::cat({set("+-"), hour, lit(":"), minute})});
+    return b_.any_of(
+        "time",
+        {Builder::cat({hour, lit(":"), minute, lit(":"), minute,
+                       b_.optional("time-fraction", Builder::cat({lit("."), json_.digits()})),
+                       offset})});
   };
   Sequence body;
   if (name == "date") {
@@ -254,8 +261,8 @@ Result<Sequence> JsonSchemaCompiler::format(std::string_view name, const std::st
                        b_.optional("email-label-tail",
                                    Builder::cat({b_.star("email-label-mid", b_.bytes(alnum_hyphen)),
                                                  b_.bytes(alnum)}))})});
-    body = Builder::cat({local, lit("@"), label,
-                         b_.star("email-domain", Builder::cat({lit("."), label}))});
+    body = Builder::cat(
+        {local, lit("@"), label, b_.star("email-domain", Builder::cat({lit("."), label}))});
   } else {
     return schema_error(path, "format \"", name, "\" is not supported");
   }

@@ -55,8 +55,8 @@ Sequence JsonValues::value() {
     const RuleId rule = lazy(value_, "value");
     // Objects and arrays refer back to value: the rule is declared before they are built.
     const Sequence array_items = list("array-items", Builder::cat({b_.ref(rule), ws()}));
-    array_ = b_.grammar().add("array", {Builder::cat({b_.literal("["), ws(), array_items,
-                                                      b_.literal("]")})});
+    array_ = b_.grammar().add(
+        "array", {Builder::cat({b_.literal("["), ws(), array_items, b_.literal("]")})});
     b_.grammar().define(rule, {object(), b_.ref(*array_), string(), number(), b_.literal("true"),
                                b_.literal("false"), b_.literal("null")});
   }
@@ -66,8 +66,7 @@ Sequence JsonValues::value() {
 Sequence JsonValues::object() {
   if (!object_) {
     const RuleId rule = lazy(object_, "object");
-    const Sequence member =
-        Builder::cat({string(), ws(), b_.literal(":"), ws(), value(), ws()});
+    const Sequence member = Builder::cat({string(), ws(), b_.literal(":"), ws(), value(), ws()});
     const Sequence members = list("object-members", member);
     b_.grammar().define(rule, {Builder::cat({b_.literal("{"), ws(), members, b_.literal("}")})});
   }
@@ -76,7 +75,8 @@ Sequence JsonValues::object() {
 
 Sequence JsonValues::plain_char() {
   if (!plain_) {
-    const Sequence set = b_.codepoints("plain-char", {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}});
+    const Sequence set =
+        b_.codepoints("plain-char", {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}});
     plain_ = b_.grammar().add("plain-char-ref", {set});
   }
   return b_.ref(*plain_);
@@ -88,15 +88,16 @@ Sequence JsonValues::string_char() {
     const Sequence u = b_.literal("\\u");
     const Sequence d = b_.bytes(chars("dD"));
     // \uXXXX outside D800..DFFF, and a high surrogate then a low one.
-    const Sequence single = b_.any_of(
-        "u-escape", {Builder::cat({b_.bytes(chars("0123456789abcABC")), h, h, h}),
-                     Builder::cat({b_.bytes(chars("eEfF")), h, h, h}),
-                     Builder::cat({d, b_.bytes(ByteSet::range('0', '7')), h, h})});
-    const Sequence pair = Builder::cat({d, b_.bytes(chars("89abAB")), h, h, u, d,
-                                        b_.bytes(chars("cdefCDEF")), h, h});
+    const Sequence single =
+        b_.any_of("u-escape", {Builder::cat({b_.bytes(chars("0123456789abcABC")), h, h, h}),
+                               Builder::cat({b_.bytes(chars("eEfF")), h, h, h}),
+                               Builder::cat({d, b_.bytes(ByteSet::range('0', '7')), h, h})});
+    const Sequence pair =
+        Builder::cat({d, b_.bytes(chars("89abAB")), h, h, u, d, b_.bytes(chars("cdefCDEF")), h, h});
     char_ = b_.grammar().add(
-        "string-char", {plain_char(), Builder::cat({b_.literal("\\"), b_.bytes(chars("\"\\/bfnrt"))}),
-                        Builder::cat({u, single}), Builder::cat({u, pair})});
+        "string-char",
+        {plain_char(), Builder::cat({b_.literal("\\"), b_.bytes(chars("\"\\/bfnrt"))}),
+         Builder::cat({u, single}), Builder::cat({u, pair})});
   }
   return b_.ref(*char_);
 }
@@ -122,8 +123,8 @@ Sequence JsonValues::integer() {
     const Sequence magnitude = b_.any_of(
         "integer-digits", {b_.literal("0"), Builder::cat({b_.bytes(ByteSet::range('1', '9')),
                                                           b_.star("integer-rest", digit())})});
-    integer_ = b_.grammar().add(
-        "integer", {Builder::cat({b_.optional("minus", b_.literal("-")), magnitude})});
+    integer_ = b_.grammar().add("integer",
+                                {Builder::cat({b_.optional("minus", b_.literal("-")), magnitude})});
   }
   return b_.ref(*integer_);
 }
@@ -132,9 +133,8 @@ Sequence JsonValues::number() {
   if (!number_) {
     const Sequence fraction = b_.optional("fraction", Builder::cat({b_.literal("."), digits()}));
     const Sequence exponent = b_.optional(
-        "exponent", Builder::cat({b_.bytes(chars("eE")), b_.optional("exponent-sign",
-                                                                     b_.bytes(chars("+-"))),
-                                  digits()}));
+        "exponent", Builder::cat({b_.bytes(chars("eE")),
+                                  b_.optional("exponent-sign", b_.bytes(chars("+-"))), digits()}));
     number_ = b_.grammar().add("number", {Builder::cat({integer(), fraction, exponent})});
   }
   return b_.ref(*number_);

@@ -7,11 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kvvm/grammar/sources.h"
 #include "support/grammar_oracle.h"
@@ -53,8 +52,7 @@ std::pair<int, std::string> validate(const std::string& schema,
                                      const std::vector<std::string>& instances) {
   const std::string file = ::testing::TempDir() + "kvvm_json_schema_validation.json";
   {
-    nlohmann::json input = {{"schema", nlohmann::json::parse(schema)},
-                            {"instances", instances}};
+    nlohmann::json input = {{"schema", nlohmann::json::parse(schema)}, {"instances", instances}};
     std::ofstream(file) << input.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   const std::string command = "python3 '" + script_path() + "' '" + file + "' 2>&1";
@@ -62,7 +60,8 @@ std::pair<int, std::string> validate(const std::string& schema,
   if (!pipe) return {-1, "popen failed"};
   std::string output;
   std::array<char, 4096> buffer;
-  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe))
+    output.append(buffer.data(), n);
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
