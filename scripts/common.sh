@@ -6,7 +6,7 @@ KVVM_DEBIAN_PACKAGES=(cmake g++ make ccache libgtest-dev libgmock-dev libbenchma
   libopenblas-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev curl)
 # What only the tests need: Node and npm for the real API clients (tests/clients). A package
 # whose command is already there (Node from another source bundles npm) is not asked for.
-KVVM_TEST_PACKAGES=(nodejs npm)
+KVVM_TEST_PACKAGES=(nodejs npm python3-jsonschema)
 
 # kvvm_install_dependencies [EXTRA_PACKAGE ...]: KVVM_DEBIAN_PACKAGES and the extra ones.
 kvvm_install_dependencies() {
