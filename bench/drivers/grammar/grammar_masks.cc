@@ -62,13 +62,13 @@ std::vector<Rung> ladder() {
   rungs.push_back({"regex-email", regex});
   grammar::Constraint gbnf;
   gbnf.kind = grammar::Constraint::Kind::kGbnf;
-  gbnf.text = R"(root ::= expr
+  gbnf.text = R"gbnf(root ::= expr
 expr ::= term (ws [-+] ws term)*
 term ::= factor (ws [*/] ws factor)*
 factor ::= number | "(" ws expr ws ")"
 number ::= "-"? [0-9]+ ("." [0-9]+)?
 ws ::= " "?
-)";
+)gbnf";
   rungs.push_back({"gbnf-arithmetic", gbnf});
   grammar::Constraint choices;
   choices.kind = grammar::Constraint::Kind::kChoices;
@@ -77,7 +77,7 @@ ws ::= " "?
   return rungs;
 }
 
-double percentile(std::vector<double> v, double p) {
+double quantile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
@@ -203,11 +203,11 @@ int run_bench_grammar(const BenchGrammarOptions& options, std::ostream& out, std
       }
       ended += m.ended() ? 1 : 0;
     }
-    const double p50 = percentile(mask_seconds, 0.5);
-    const double brute = percentile(brute_seconds, 0.5);
+    const double p50 = quantile(mask_seconds, 0.5);
+    const double brute = quantile(brute_seconds, 0.5);
     const grammar::CompileStats& stats = (*compiled)->stats();
-    report["constraints"].push_back(
-        {{"name", rung.name},
+    report["constraints"].push_back(nlohmann::ordered_json{
+        {"name", rung.name},
          {"compile_seconds", compile_seconds},
          {"partial_stacks", stats.partial_stacks},
          {"uncertain_tokens", stats.uncertain_tokens},
@@ -216,9 +216,9 @@ int run_bench_grammar(const BenchGrammarOptions& options, std::ostream& out, std
          {"walks_ended", ended},
          {"mean_allowed", mask_seconds.empty() ? 0.0 : double(allowed_sum) / mask_seconds.size()},
          {"mask_p50_seconds", p50},
-         {"mask_p90_seconds", percentile(mask_seconds, 0.9)},
-         {"mask_p99_seconds", percentile(mask_seconds, 0.99)},
-         {"mask_max_seconds", percentile(mask_seconds, 1.0)},
+         {"mask_p90_seconds", quantile(mask_seconds, 0.9)},
+         {"mask_p99_seconds", quantile(mask_seconds, 0.99)},
+         {"mask_max_seconds", quantile(mask_seconds, 1.0)},
          {"brute_force_seconds", brute},
          {"brute_force_over_p50", p50 > 0 ? brute / p50 : 0.0}});
   }

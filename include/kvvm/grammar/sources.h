@@ -36,15 +36,17 @@ struct JsonSchemaOptions {
 };
 
 // The JSON Schema in `schema_json` (a JSON text). The keywords enforced: type (a name or a
-// list), properties, required, additionalProperties (false, true or a schema), items,
-// prefixItems, enum, const, anyOf, oneOf (as anyOf: the outputs of both overlap only where
-// the schema is ambiguous), allOf (merged where its parts merge), $ref to "#", "#/$defs/..."
-// and "#/definitions/..." (recursive too), minLength / maxLength / pattern, format (date, time,
-// date-time, uuid, email), minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers
-// (and on numbers, as bounds of the integer part's sign and digits where exact), minItems /
-// maxItems. Annotations (title, description, default, examples, $schema, $id, $comment,
-// deprecated, readOnly, writeOnly) are read and ignored. Anything else is refused: "schema at
-// /properties/a: \"if\" is not supported".
+// list), properties (written in the schema's order), required, additionalProperties (false,
+// true or a schema), items, prefixItems, enum, const, anyOf, oneOf (where its options cannot
+// overlap: different types, different enum / const values, or a required property whose values
+// differ, as pydantic's tagged unions; otherwise refused, since the grammar could not keep
+// "exactly one"), allOf (merged where its parts merge), $ref to "#" or any pointer inside the
+// schema ("#/$defs/...", "#/definitions/...", recursive too), minLength / maxLength (code
+// points) / pattern, format (date, time, date-time, uuid, email), minimum / maximum /
+// exclusiveMinimum / exclusiveMaximum (exact on integers, and on numbers for integer-valued
+// bounds), minItems / maxItems. Annotations (title, description, default, examples, $schema,
+// $id, $comment, deprecated, readOnly, writeOnly) are read and ignored. Anything else is
+// refused: "schema at /properties/a: \"if\" is not supported".
 Result<Grammar> grammar_from_json_schema(std::string_view schema_json,
                                          const JsonSchemaOptions& options = {});
 // Any JSON object (response_format json_object).
