@@ -71,6 +71,13 @@ Result<Sequence> Builder::repeat(std::string_view name, const Sequence& body, st
                " elements passes the grammar's bound of ", limits_.max_elements, " elements"),
         {cost, limits_.max_elements, limits_.max_elements});
   }
+  // Each optional copy past `min` is a rule of its own: bounded before any is made.
+  if (max && *max - min + grammar_.rules().size() > limits_.max_rules) {
+    return Status::ResourceExhausted(
+        concat(name, ": a repetition of up to ", *max, " copies takes ", *max - min,
+               " rules; the grammar's bound is ", limits_.max_rules, " rules"),
+        {*max - min, limits_.max_rules, limits_.max_rules});
+  }
   Sequence out;
   for (std::uint64_t i = 0; i < min; ++i) append(out, body);
   if (!max) {

@@ -1,5 +1,6 @@
 #include "kvvm/grammar/grammar.h"
 
+#include <algorithm>
 #include <bit>
 #include <optional>
 #include <string>
@@ -166,44 +167,78 @@ Status Grammar::check(const GrammarLimits& limits) const {
     return Status::InvalidArgument(
         concat("rule '", rules_[*dead].name, "' matches no string (nothing can satisfy it)"));
   }
-  // Left recursion: an edge r -> s where s is referenced after only nullable elements and not
-  // in last place (a reference in last place replaces its caller's frame, so a cycle through
-  // it does not grow the stack). A cycle of such edges has no pushdown run.
+  // Left recursion: a cycle of references each made after only nullable elements, one of them
+  // at least not in last place (a reference in last place replaces its caller's frame, so it
+  // does not grow the stack, but a cycle through any other reference does, however many last
+  // places it also passes: a ::= b, b ::= a "x"). Such a cycle has no pushdown run.
+  struct Edge {
+    RuleId to;
+    bool last;
+  };
   const std::vector<bool> empty_ok = nullable();
-  std::vector<std::vector<RuleId>> edges(rules_.size());
+  std::vector<std::vector<Edge>> edges(rules_.size());
   for (std::size_t r = 0; r < rules_.size(); ++r) {
     for (const Sequence& alternative : rules_[r].alternatives) {
       for (std::size_t i = 0; i < alternative.size(); ++i) {
         const Element& e = alternative[i];
         if (e.kind == Element::Kind::kBytes) break;
-        if (i + 1 < alternative.size()) edges[r].push_back(e.index);
+        edges[r].push_back(Edge{e.index, i + 1 == alternative.size()});
         if (!empty_ok[e.index]) break;
       }
     }
   }
-  // Iterative DFS with colours: 1 on the path, 2 done.
-  std::vector<std::uint8_t> colour(rules_.size(), 0);
+  // Tarjan's strongly connected components, iteratively; then an edge not in last place
+  // within one component is a cycle that grows the stack.
+  constexpr std::uint32_t kUnseen = ~std::uint32_t{0};
+  std::vector<std::uint32_t> order(rules_.size(), kUnseen), low(rules_.size(), 0),
+      component(rules_.size(), kUnseen);
+  std::vector<RuleId> open;
+  std::vector<bool> is_open(rules_.size(), false);
+  std::uint32_t next_order = 0, components = 0;
+  const auto visit = [&](RuleId r) {
+    order[r] = low[r] = next_order++;
+    open.push_back(r);
+    is_open[r] = true;
+  };
   for (std::size_t start = 0; start < rules_.size(); ++start) {
-    if (colour[start] != 0 || !reached[start]) continue;
+    if (order[start] != kUnseen || !reached[start]) continue;
     std::vector<std::pair<RuleId, std::size_t>> path{{static_cast<RuleId>(start), 0}};
-    colour[start] = 1;
+    visit(static_cast<RuleId>(start));
     while (!path.empty()) {
       auto& [r, next] = path.back();
-      if (next == edges[r].size()) {
-        colour[r] = 2;
-        path.pop_back();
+      if (next < edges[r].size()) {
+        const RuleId s = edges[r][next++].to;
+        if (order[s] == kUnseen) {
+          visit(s);
+          path.emplace_back(s, 0);
+        } else if (is_open[s]) {
+          low[r] = std::min(low[r], order[s]);
+        }
         continue;
       }
-      const RuleId s = edges[r][next++];
-      if (colour[s] == 1) {
-        return Status::InvalidArgument(concat("rule '", rules_[s].name,
-                                           "' is left-recursive (it reaches itself before "
-                                           "consuming a byte); write the repetition on the "
-                                           "right"));
+      const RuleId done = r;
+      if (low[done] == order[done]) {
+        RuleId member;
+        do {
+          member = open.back();
+          open.pop_back();
+          is_open[member] = false;
+          component[member] = components;
+        } while (member != done);
+        ++components;
       }
-      if (colour[s] == 0) {
-        colour[s] = 1;
-        path.emplace_back(s, 0);
+      path.pop_back();
+      if (!path.empty()) low[path.back().first] = std::min(low[path.back().first], low[done]);
+    }
+  }
+  for (std::size_t r = 0; r < rules_.size(); ++r) {
+    if (!reached[r]) continue;
+    for (const Edge& e : edges[r]) {
+      if (!e.last && component[r] == component[e.to]) {
+        return Status::InvalidArgument(concat("rule '", rules_[e.to].name,
+                                              "' is left-recursive (it reaches itself before "
+                                              "consuming a byte); write the repetition on the "
+                                              "right"));
       }
     }
   }
