@@ -199,17 +199,24 @@ TEST(GbnfSourceTest, TextPastItsBoundIsRefused) {
   EXPECT_TRUE(grammar_from_gbnf(text).ok());
 }
 
+std::string concat_rule(int i) {
+  return "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+}
+
 TEST(GbnfSourceTest, BombsAreRefusedQuickly) {
   const auto start = std::chrono::steady_clock::now();
   std::string nested = "root ::= \"x\"";
   for (int i = 0; i < 12; ++i) nested += "{100000}";
-  const std::vector<std::string> bombs = {
+  std::vector<std::string> bombs = {
       nested,
       "root ::= a{600000} a{600000}\na ::= \"ab\"",
       "root ::= (\"a\" | \"b\"){100000,200000}",
       "root ::= a{0,60000}\na ::= \"x\"{0,60000}",
       "root ::= " + std::string(100000, '(') + "\"a\"",
   };
+  std::string classes = "root ::= ";
+  for (int i = 0; i < 70000; ++i) classes += "[^a] ";
+  bombs.push_back(classes);  // a rule each: past the rule bound
   for (const std::string& text : bombs) {
     const Result<Grammar> g = grammar_from_gbnf(text);
     ASSERT_FALSE(g.ok()) << text.substr(0, 60);
@@ -221,6 +228,13 @@ TEST(GbnfSourceTest, BombsAreRefusedQuickly) {
   EXPECT_LT(product->element_count(), 3000u);
   EXPECT_TRUE(oracle_accepts(*product, std::string(1000000, 'x') + "y"));
   EXPECT_FALSE(oracle_accepts(*product, std::string(999999, 'x') + "y"));
+  // Many rules are not quadratic: a chain of 30000 rules, each naming the next.
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 30000; ++i) chain += concat_rule(i);
+  chain += "r30000 ::= \"x\"\n";
+  const Result<Grammar> long_chain = grammar_from_gbnf(chain);
+  ASSERT_TRUE(long_chain.ok()) << long_chain.status().message();
+  EXPECT_GT(long_chain->rules().size(), 30000u);  // (the Earley oracle is quadratic on it)
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
 }
 
