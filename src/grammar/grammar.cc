@@ -24,13 +24,15 @@ ByteSet ByteSet::complement() const {
 RuleId Grammar::declare(std::string_view name) {
   std::string unique(name.empty() ? "rule" : name);
   // Names are unique so that messages and to_string() can name a rule; a taken name gets the
-  // rule's number (cheaper than searching for the lowest free suffix).
-  for (const Rule& rule : rules_) {
-    if (rule.name == unique) {
-      unique += "-" + std::to_string(rules_.size());
-      break;
-    }
+  // rule's number (and more numbers in the rare case that one is taken too).
+  if (names_.contains(unique)) {
+    const std::string base = unique;
+    std::size_t suffix = rules_.size();
+    do {
+      unique = base + "-" + std::to_string(suffix++);
+    } while (names_.contains(unique));
   }
+  names_.insert(unique);
   rules_.push_back(Rule{std::move(unique), {}, false});
   return static_cast<RuleId>(rules_.size() - 1);
 }
@@ -43,11 +45,10 @@ void Grammar::define(RuleId rule, std::vector<Sequence> alternatives) {
 }
 
 std::uint32_t Grammar::intern(const ByteSet& set) {
-  for (std::size_t i = 0; i < byte_sets_.size(); ++i) {
-    if (byte_sets_[i] == set) return static_cast<std::uint32_t>(i);
-  }
-  byte_sets_.push_back(set);
-  return static_cast<std::uint32_t>(byte_sets_.size() - 1);
+  const auto [it, added] =
+      set_index_.emplace(set.words, static_cast<std::uint32_t>(byte_sets_.size()));
+  if (added) byte_sets_.push_back(set);
+  return it->second;
 }
 
 std::size_t Grammar::element_count() const {
@@ -58,61 +59,68 @@ std::size_t Grammar::element_count() const {
   return n;
 }
 
-std::vector<bool> Grammar::nullable() const {
-  std::vector<bool> out(rules_.size(), false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (std::size_t r = 0; r < rules_.size(); ++r) {
-      if (out[r]) continue;
-      for (const Sequence& alternative : rules_[r].alternatives) {
-        bool all = true;
-        for (const Element& e : alternative) {
-          if (e.kind == Element::Kind::kBytes || !out[e.index]) {
-            all = false;
-            break;
-          }
+namespace {
+
+// The rules with an alternative whose every element qualifies: a byte set when `bytes_qualify`
+// says so of it (never, for nullable; when not empty, for productive), a rule when already
+// found. A worklist over the references, so a long chain of rules costs its length, not its
+// square.
+std::vector<bool> closure(const Grammar& g, bool (*bytes_qualify)(const ByteSet&)) {
+  const auto& rules = g.rules();
+  std::vector<bool> out(rules.size(), false);
+  std::vector<std::vector<std::uint32_t>> pending(rules.size());
+  // users[s]: (rule, alternative) of each reference to s, once per occurrence.
+  std::vector<std::vector<std::pair<RuleId, std::uint32_t>>> users(rules.size());
+  std::vector<RuleId> work;
+  for (std::size_t r = 0; r < rules.size(); ++r) {
+    pending[r].assign(rules[r].alternatives.size(), 0);
+    for (std::uint32_t a = 0; a < rules[r].alternatives.size(); ++a) {
+      bool possible = true;
+      std::uint32_t references = 0;
+      for (const Element& e : rules[r].alternatives[a]) {
+        if (e.kind == Element::Kind::kBytes) {
+          possible = possible && bytes_qualify(g.byte_sets()[e.index]);
+        } else {
+          ++references;
         }
-        if (all) {
-          out[r] = true;
-          changed = true;
-          break;
-        }
+      }
+      if (!possible) {
+        pending[r][a] = ~std::uint32_t{0};  // never
+        continue;
+      }
+      pending[r][a] = references;
+      for (const Element& e : rules[r].alternatives[a]) {
+        if (e.kind == Element::Kind::kRule) users[e.index].emplace_back(static_cast<RuleId>(r), a);
+      }
+      if (references == 0 && !out[r]) {
+        out[r] = true;
+        work.push_back(static_cast<RuleId>(r));
+      }
+    }
+  }
+  while (!work.empty()) {
+    const RuleId s = work.back();
+    work.pop_back();
+    for (const auto& [r, a] : users[s]) {
+      if (--pending[r][a] == 0 && !out[r]) {
+        out[r] = true;
+        work.push_back(r);
       }
     }
   }
   return out;
 }
-
-namespace {
 
 // Which rules match at least one string.
 std::vector<bool> productive(const Grammar& g) {
-  const auto& rules = g.rules();
-  std::vector<bool> out(rules.size(), false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (std::size_t r = 0; r < rules.size(); ++r) {
-      if (out[r]) continue;
-      for (const Sequence& alternative : rules[r].alternatives) {
-        bool all = true;
-        for (const Element& e : alternative) {
-          if (e.kind == Element::Kind::kBytes ? g.byte_sets()[e.index].empty() : !out[e.index]) {
-            all = false;
-            break;
-          }
-        }
-        if (all) {
-          out[r] = true;
-          changed = true;
-          break;
-        }
-      }
-    }
-  }
-  return out;
+  return closure(g, [](const ByteSet& set) { return !set.empty(); });
 }
 
 }  // namespace
+
+std::vector<bool> Grammar::nullable() const {
+  return closure(*this, [](const ByteSet&) { return false; });
+}
 
 Status Grammar::check(const GrammarLimits& limits) const {
   if (rules_.size() > limits.max_rules) {

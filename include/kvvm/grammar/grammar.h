@@ -14,8 +14,10 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "kvvm/base/status.h"
@@ -113,6 +115,10 @@ class Grammar {
  private:
   std::vector<Rule> rules_;
   std::vector<ByteSet> byte_sets_;
+  // What declare() and intern() look up, so that each is not a scan: a grammar text of tens
+  // of thousands of rules or classes would cost seconds to quadratic scans.
+  std::unordered_set<std::string> names_;
+  std::map<std::array<std::uint64_t, 4>, std::uint32_t> set_index_;
   RuleId root_ = ~RuleId{0};
 };
 
