@@ -1,5 +1,6 @@
 #include "kvvm/grammar/grammar.h"
 
+#include <algorithm>
 #include <bit>
 #include <optional>
 #include <string>
@@ -23,10 +24,16 @@ ByteSet ByteSet::complement() const {
 RuleId Grammar::declare(std::string_view name) {
   std::string unique(name.empty() ? "rule" : name);
   // Names are unique so that messages and to_string() can name a rule; a taken name gets the
-  // rule's number (cheaper than searching for the lowest free suffix). Looked up in a set:
-  // front ends name rules after places in user text, tens of thousands of them for a long
-  // pattern, and a scan of the rules per name made that quadratic (seconds).
-  while (names_.contains(unique)) unique += "-" + std::to_string(rules_.size());
+  // rule's number (cheaper than searching for the lowest free suffix), and more numbers in the
+  // rare case that one is taken too. Looked up in a set: front ends name rules after places in
+  // user text, tens of thousands of them for a long pattern, and a scan per name was quadratic.
+  if (names_.contains(unique)) {
+    const std::string base = unique;
+    std::size_t suffix = rules_.size();
+    do {
+      unique = base + "-" + std::to_string(suffix++);
+    } while (names_.contains(unique));
+  }
   names_.insert(unique);
   rules_.push_back(Rule{std::move(unique), {}, false});
   return static_cast<RuleId>(rules_.size() - 1);
@@ -43,70 +50,76 @@ void Grammar::define(RuleId rule, std::vector<Sequence> alternatives) {
 }
 
 std::uint32_t Grammar::intern(const ByteSet& set) {
-  for (std::size_t i = 0; i < byte_sets_.size(); ++i) {
-    if (byte_sets_[i] == set) return static_cast<std::uint32_t>(i);
-  }
-  byte_sets_.push_back(set);
-  return static_cast<std::uint32_t>(byte_sets_.size() - 1);
+  const auto [it, added] =
+      set_index_.emplace(set.words, static_cast<std::uint32_t>(byte_sets_.size()));
+  if (added) byte_sets_.push_back(set);
+  return it->second;
 }
 
 std::size_t Grammar::element_count() const { return elements_; }
 
-std::vector<bool> Grammar::nullable() const {
-  std::vector<bool> out(rules_.size(), false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (std::size_t r = 0; r < rules_.size(); ++r) {
-      if (out[r]) continue;
-      for (const Sequence& alternative : rules_[r].alternatives) {
-        bool all = true;
-        for (const Element& e : alternative) {
-          if (e.kind == Element::Kind::kBytes || !out[e.index]) {
-            all = false;
-            break;
-          }
+namespace {
+
+// The rules with an alternative whose every element qualifies: a byte set when `bytes_qualify`
+// says so of it (never, for nullable; when not empty, for productive), a rule when already
+// found. A worklist over the references, so a long chain of rules costs its length, not its
+// square.
+std::vector<bool> closure(const Grammar& g, bool (*bytes_qualify)(const ByteSet&)) {
+  const auto& rules = g.rules();
+  std::vector<bool> out(rules.size(), false);
+  std::vector<std::vector<std::uint32_t>> pending(rules.size());
+  // users[s]: (rule, alternative) of each reference to s, once per occurrence.
+  std::vector<std::vector<std::pair<RuleId, std::uint32_t>>> users(rules.size());
+  std::vector<RuleId> work;
+  for (std::size_t r = 0; r < rules.size(); ++r) {
+    pending[r].assign(rules[r].alternatives.size(), 0);
+    for (std::uint32_t a = 0; a < rules[r].alternatives.size(); ++a) {
+      bool possible = true;
+      std::uint32_t references = 0;
+      for (const Element& e : rules[r].alternatives[a]) {
+        if (e.kind == Element::Kind::kBytes) {
+          possible = possible && bytes_qualify(g.byte_sets()[e.index]);
+        } else {
+          ++references;
         }
-        if (all) {
-          out[r] = true;
-          changed = true;
-          break;
-        }
+      }
+      if (!possible) {
+        pending[r][a] = ~std::uint32_t{0};  // never
+        continue;
+      }
+      pending[r][a] = references;
+      for (const Element& e : rules[r].alternatives[a]) {
+        if (e.kind == Element::Kind::kRule) users[e.index].emplace_back(static_cast<RuleId>(r), a);
+      }
+      if (references == 0 && !out[r]) {
+        out[r] = true;
+        work.push_back(static_cast<RuleId>(r));
+      }
+    }
+  }
+  while (!work.empty()) {
+    const RuleId s = work.back();
+    work.pop_back();
+    for (const auto& [r, a] : users[s]) {
+      if (--pending[r][a] == 0 && !out[r]) {
+        out[r] = true;
+        work.push_back(r);
       }
     }
   }
   return out;
 }
-
-namespace {
 
 // Which rules match at least one string.
 std::vector<bool> productive(const Grammar& g) {
-  const auto& rules = g.rules();
-  std::vector<bool> out(rules.size(), false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (std::size_t r = 0; r < rules.size(); ++r) {
-      if (out[r]) continue;
-      for (const Sequence& alternative : rules[r].alternatives) {
-        bool all = true;
-        for (const Element& e : alternative) {
-          if (e.kind == Element::Kind::kBytes ? g.byte_sets()[e.index].empty() : !out[e.index]) {
-            all = false;
-            break;
-          }
-        }
-        if (all) {
-          out[r] = true;
-          changed = true;
-          break;
-        }
-      }
-    }
-  }
-  return out;
+  return closure(g, [](const ByteSet& set) { return !set.empty(); });
 }
 
 }  // namespace
+
+std::vector<bool> Grammar::nullable() const {
+  return closure(*this, [](const ByteSet&) { return false; });
+}
 
 Status Grammar::check(const GrammarLimits& limits) const {
   if (rules_.size() > limits.max_rules) {
@@ -161,44 +174,78 @@ Status Grammar::check(const GrammarLimits& limits) const {
     return Status::InvalidArgument(
         concat("rule '", rules_[*dead].name, "' matches no string (nothing can satisfy it)"));
   }
-  // Left recursion: an edge r -> s where s is referenced after only nullable elements and not
-  // in last place (a reference in last place replaces its caller's frame, so a cycle through
-  // it does not grow the stack). A cycle of such edges has no pushdown run.
+  // Left recursion: a cycle of references each made after only nullable elements, one of them
+  // at least not in last place (a reference in last place replaces its caller's frame, so it
+  // does not grow the stack, but a cycle through any other reference does, however many last
+  // places it also passes: a ::= b, b ::= a "x"). Such a cycle has no pushdown run.
+  struct Edge {
+    RuleId to;
+    bool last;
+  };
   const std::vector<bool> empty_ok = nullable();
-  std::vector<std::vector<RuleId>> edges(rules_.size());
+  std::vector<std::vector<Edge>> edges(rules_.size());
   for (std::size_t r = 0; r < rules_.size(); ++r) {
     for (const Sequence& alternative : rules_[r].alternatives) {
       for (std::size_t i = 0; i < alternative.size(); ++i) {
         const Element& e = alternative[i];
         if (e.kind == Element::Kind::kBytes) break;
-        if (i + 1 < alternative.size()) edges[r].push_back(e.index);
+        edges[r].push_back(Edge{e.index, i + 1 == alternative.size()});
         if (!empty_ok[e.index]) break;
       }
     }
   }
-  // Iterative DFS with colours: 1 on the path, 2 done.
-  std::vector<std::uint8_t> colour(rules_.size(), 0);
+  // Tarjan's strongly connected components, iteratively; then an edge not in last place
+  // within one component is a cycle that grows the stack.
+  constexpr std::uint32_t kUnseen = ~std::uint32_t{0};
+  std::vector<std::uint32_t> order(rules_.size(), kUnseen), low(rules_.size(), 0),
+      component(rules_.size(), kUnseen);
+  std::vector<RuleId> open;
+  std::vector<bool> is_open(rules_.size(), false);
+  std::uint32_t next_order = 0, components = 0;
+  const auto visit = [&](RuleId r) {
+    order[r] = low[r] = next_order++;
+    open.push_back(r);
+    is_open[r] = true;
+  };
   for (std::size_t start = 0; start < rules_.size(); ++start) {
-    if (colour[start] != 0 || !reached[start]) continue;
+    if (order[start] != kUnseen || !reached[start]) continue;
     std::vector<std::pair<RuleId, std::size_t>> path{{static_cast<RuleId>(start), 0}};
-    colour[start] = 1;
+    visit(static_cast<RuleId>(start));
     while (!path.empty()) {
       auto& [r, next] = path.back();
-      if (next == edges[r].size()) {
-        colour[r] = 2;
-        path.pop_back();
+      if (next < edges[r].size()) {
+        const RuleId s = edges[r][next++].to;
+        if (order[s] == kUnseen) {
+          visit(s);
+          path.emplace_back(s, 0);
+        } else if (is_open[s]) {
+          low[r] = std::min(low[r], order[s]);
+        }
         continue;
       }
-      const RuleId s = edges[r][next++];
-      if (colour[s] == 1) {
-        return Status::InvalidArgument(concat("rule '", rules_[s].name,
-                                           "' is left-recursive (it reaches itself before "
-                                           "consuming a byte); write the repetition on the "
-                                           "right"));
+      const RuleId done = r;
+      if (low[done] == order[done]) {
+        RuleId member;
+        do {
+          member = open.back();
+          open.pop_back();
+          is_open[member] = false;
+          component[member] = components;
+        } while (member != done);
+        ++components;
       }
-      if (colour[s] == 0) {
-        colour[s] = 1;
-        path.emplace_back(s, 0);
+      path.pop_back();
+      if (!path.empty()) low[path.back().first] = std::min(low[path.back().first], low[done]);
+    }
+  }
+  for (std::size_t r = 0; r < rules_.size(); ++r) {
+    if (!reached[r]) continue;
+    for (const Edge& e : edges[r]) {
+      if (!e.last && component[r] == component[e.to]) {
+        return Status::InvalidArgument(concat("rule '", rules_[e.to].name,
+                                              "' is left-recursive (it reaches itself before "
+                                              "consuming a byte); write the repetition on the "
+                                              "right"));
       }
     }
   }

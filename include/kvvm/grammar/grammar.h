@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -114,8 +115,11 @@ class Grammar {
  private:
   std::vector<Rule> rules_;
   std::vector<ByteSet> byte_sets_;
-  std::unordered_set<std::string> names_;  // the rules' names, for declare()
-  std::size_t elements_ = 0;               // element_count(), kept as rules are defined
+  // What declare(), intern() and element_count() look up, so that none is a scan: a grammar
+  // text of tens of thousands of rules or classes would cost seconds to quadratic scans.
+  std::unordered_set<std::string> names_;
+  std::map<std::array<std::uint64_t, 4>, std::uint32_t> set_index_;
+  std::size_t elements_ = 0;  // kept as rules are defined
   RuleId root_ = ~RuleId{0};
 };
 
