@@ -11,12 +11,6 @@ namespace kvvm::grammar {
 
 namespace {
 
-ByteSet chars(std::string_view list) {
-  ByteSet set;
-  for (char c : list) set.add(static_cast<std::uint8_t>(c));
-  return set;
-}
-
 // Bytes that a string's text may hold as themselves: not '"', '\' or a control character.
 bool plain_byte(unsigned b) { return b >= 0x20 && b != '"' && b != '\\'; }
 
@@ -169,7 +163,7 @@ Result<Sequence> JsonSchemaCompiler::format(std::string_view name, const std::st
   if (found != formats_.end()) return b_.ref(found->second);
   const Sequence quote = b_.literal("\"");
   const auto d = [&] { return json_.digit(); };
-  const auto set = [&](std::string_view list) { return b_.bytes(chars(list)); };
+  const auto set = [&](std::string_view list) { return b_.bytes(ByteSet::of_bytes(list)); };
   const auto range = [&](char lo, char hi) { return b_.bytes(ByteSet::range(lo, hi)); };
   const auto lit = [&](std::string_view text) { return b_.literal(text); };
   const auto hex = [&] {
@@ -246,7 +240,7 @@ Result<Sequence> JsonSchemaCompiler::format(std::string_view name, const std::st
     ByteSet atext = ByteSet::range('a', 'z');
     atext.add_range('A', 'Z');
     atext.add_range('0', '9');
-    atext.add(chars("!#$%&'*+/=?^_`{|}~-"));
+    atext.add(ByteSet::of_bytes("!#$%&'*+/=?^_`{|}~-"));
     ByteSet alnum = ByteSet::range('a', 'z');
     alnum.add_range('A', 'Z');
     alnum.add_range('0', '9');

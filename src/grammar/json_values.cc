@@ -6,12 +6,6 @@ namespace kvvm::grammar {
 
 namespace {
 
-ByteSet chars(std::string_view list) {
-  ByteSet set;
-  for (char c : list) set.add(static_cast<std::uint8_t>(c));
-  return set;
-}
-
 ByteSet hex() {
   ByteSet set = ByteSet::range('0', '9');
   set.add_range('a', 'f');
@@ -36,7 +30,7 @@ Sequence JsonValues::ws() {
   if (!ws_) {
     const RuleId rule = lazy(ws_, "ws");
     // max_run is bounded above, so the repetition's copies always fit.
-    Result<Sequence> run = b_.repeat("ws-run", b_.bytes(chars(" \t\n")), 0, whitespace_.max_run);
+    Result<Sequence> run = b_.repeat("ws-run", b_.bytes(ByteSet::of_bytes(" \t\n")), 0, whitespace_.max_run);
     b_.grammar().define(rule, {run.ok() ? *run : Sequence{}});
   }
   return b_.ref(*ws_);
@@ -86,17 +80,17 @@ Sequence JsonValues::string_char() {
   if (!char_) {
     const Sequence h = b_.bytes(hex());
     const Sequence u = b_.literal("\\u");
-    const Sequence d = b_.bytes(chars("dD"));
+    const Sequence d = b_.bytes(ByteSet::of_bytes("dD"));
     // \uXXXX outside D800..DFFF, and a high surrogate then a low one.
     const Sequence single =
-        b_.any_of("u-escape", {Builder::cat({b_.bytes(chars("0123456789abcABC")), h, h, h}),
-                               Builder::cat({b_.bytes(chars("eEfF")), h, h, h}),
+        b_.any_of("u-escape", {Builder::cat({b_.bytes(ByteSet::of_bytes("0123456789abcABC")), h, h, h}),
+                               Builder::cat({b_.bytes(ByteSet::of_bytes("eEfF")), h, h, h}),
                                Builder::cat({d, b_.bytes(ByteSet::range('0', '7')), h, h})});
     const Sequence pair =
-        Builder::cat({d, b_.bytes(chars("89abAB")), h, h, u, d, b_.bytes(chars("cdefCDEF")), h, h});
+        Builder::cat({d, b_.bytes(ByteSet::of_bytes("89abAB")), h, h, u, d, b_.bytes(ByteSet::of_bytes("cdefCDEF")), h, h});
     char_ = b_.grammar().add(
         "string-char",
-        {plain_char(), Builder::cat({b_.literal("\\"), b_.bytes(chars("\"\\/bfnrt"))}),
+        {plain_char(), Builder::cat({b_.literal("\\"), b_.bytes(ByteSet::of_bytes("\"\\/bfnrt"))}),
          Builder::cat({u, single}), Builder::cat({u, pair})});
   }
   return b_.ref(*char_);
@@ -133,8 +127,8 @@ Sequence JsonValues::number() {
   if (!number_) {
     const Sequence fraction = b_.optional("fraction", Builder::cat({b_.literal("."), digits()}));
     const Sequence exponent = b_.optional(
-        "exponent", Builder::cat({b_.bytes(chars("eE")),
-                                  b_.optional("exponent-sign", b_.bytes(chars("+-"))), digits()}));
+        "exponent", Builder::cat({b_.bytes(ByteSet::of_bytes("eE")),
+                                  b_.optional("exponent-sign", b_.bytes(ByteSet::of_bytes("+-"))), digits()}));
     number_ = b_.grammar().add("number", {Builder::cat({integer(), fraction, exponent})});
   }
   return b_.ref(*number_);

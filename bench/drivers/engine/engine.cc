@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <ostream>
@@ -23,6 +25,8 @@
 #include "kit/value_parsers.h"
 #include "kvvm/base/dtype.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/grammar/constraint.h"
+#include "kvvm/tokenizer/tokenizer.h"
 #include "kvvm/kernels/model_kernels.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
@@ -111,6 +115,46 @@ Result<Plan> plan_options(const BenchEngineOptions& options) {
   }
   plan.max_running = options.max_running != 0 ? options.max_running : kDefaultMaxRunning;
   return plan;
+}
+
+// The constrained mode's grammar: the schema (or the regex) compiled over the tokenizer's
+// vocabulary, with the model's end tokens.
+Result<std::shared_ptr<const grammar::CompiledGrammar>> compile_constraint(
+    const BenchEngineOptions& options, const model::ModelConfig& config, std::ostream* progress) {
+  KVVM_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
+                        tokenizer::Tokenizer::load(options.constrain_tokenizer));
+  if (tok->vocab_size() > config.vocab_size) {
+    return Status::InvalidArgument("--constrain-tokenizer: " + str(tok->vocab_size()) +
+                                   " tokens, more than the model's " + str(config.vocab_size));
+  }
+  KVVM_ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Vocabulary> vocabulary,
+                        grammar::Vocabulary::from_tokenizer(*tok, config.eos_token_ids));
+  grammar::Constraint constraint;
+  if (!options.constrain_schema.empty()) {
+    std::ifstream in(options.constrain_schema);
+    constraint.kind = grammar::Constraint::Kind::kJsonSchema;
+    constraint.text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) {
+      return Status::NotFound("--constrain-schema: cannot read " + options.constrain_schema);
+    }
+  } else {
+    constraint.kind = grammar::Constraint::Kind::kRegex;
+    constraint.text =
+        options.constrain_regex.empty() ? "[A-Za-z0-9 ,.;:!?'()-]+" : options.constrain_regex;
+  }
+  grammar::GrammarCache cache(vocabulary, {.entries = 1});
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> compiled = cache.get(constraint);
+  if (!compiled.ok()) {
+    return compiled.status().with_context(options.constrain_schema.empty() ? "--constrain-regex"
+                                                                            : "--constrain-schema");
+  }
+  if (progress != nullptr) {
+    *progress << kBenchEngine << ": constraint compiled in "
+              << format_duration(cache.stats().compile_seconds) << " ("
+              << (*compiled)->stats().partial_stacks << " partial stacks)\n"
+              << std::flush;
+  }
+  return compiled;
 }
 
 }  // namespace
@@ -226,6 +270,18 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "alternatives per token (with the graphs where there are any), to compare with "
                   "the graphs mode (default 0: not run)")
       ->transform(count_validator(0, model::kMaxTopLogprobs));
+  cmd->add_option("--constrain-tokenizer", options.constrain_tokenizer,
+                  "Add a decode mode (with the graphs where there are any) whose requests are held "
+                  "to a grammar over this tokenizer.json's vocabulary (at most the model's): "
+                  "--constrain-schema FILE, or --constrain-regex R (default: letters, digits, "
+                  "spaces and punctuation, which never ends, so every request runs its tokens)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--constrain-schema", options.constrain_schema,
+                  "The constrained mode's JSON Schema (a file); answers that complete the schema "
+                  "end early, and the report counts the tokens generated")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--constrain-regex", options.constrain_regex,
+                  "The constrained mode's regular expression (matched whole)");
   cmd->add_option("--choices", options.choices,
                   "(c) Answer one random prompt this many times, as one request of n choices "
                   "(one prefill, the KV forked) and as n requests at once with the prefix "
@@ -393,6 +449,11 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
     std::vector<DecodeMode> modes = {DecodeMode::kGraphs, DecodeMode::kEager,
                                      DecodeMode::kPreallocated};
     if (options.logprobs > 0) modes.insert(modes.begin() + 1, DecodeMode::kLogprobs);
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;
+    if (!options.constrain_tokenizer.empty()) {
+      KVVM_ASSIGN_OR_RETURN(grammar, compile_constraint(options, model->config(), progress));
+      modes.insert(modes.begin() + 1, DecodeMode::kConstrained);
+    }
     for (std::uint32_t batch : plan.batches) {
       for (DecodeMode mode : modes) {
         if (progress != nullptr) {
@@ -400,8 +461,8 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
                     << "\n"
                     << std::flush;
         }
-        DecodeParams params{batch, options.prompt_tokens, options.decode_tokens, options.seed,
-                            options.logprobs};
+        DecodeParams params{batch,        options.prompt_tokens, options.decode_tokens,
+                            options.seed, options.logprobs,      grammar};
         Result<DecodeRun> run = measure_decode(*model, kv, mode, params);
         if (!run.ok()) {
           return run.status().with_context(std::string("decode, batch ") + str(batch) + ", " +

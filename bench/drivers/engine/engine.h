@@ -61,6 +61,11 @@ struct BenchEngineOptions {
   std::uint64_t system_prompt_tokens = 512;
   std::uint64_t seed = 1;
   std::uint32_t logprobs = 0;  // > 0: a decode mode asking for this many alternatives
+  // A decode mode whose requests are held to a grammar over this tokenizer's vocabulary: the
+  // JSON Schema in constrain_schema, else the regex constrain_regex (structured output's cost).
+  std::string constrain_tokenizer;
+  std::string constrain_schema;
+  std::string constrain_regex;
   std::uint32_t choices = 0;   // > 1: the choices part with this n
   std::uint64_t choices_prompt_tokens = 2048;
   std::uint64_t choices_tokens = 256;

@@ -48,7 +48,8 @@ struct BatchProgress {
 Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
                              std::uint64_t prompt_tokens, std::uint64_t max_tokens,
                              std::mt19937_64& rng, std::uint32_t vocab,
-                             std::optional<std::uint32_t> logprobs) {
+                             std::optional<std::uint32_t> logprobs,
+                             const std::shared_ptr<const grammar::CompiledGrammar>& grammar) {
   BatchProgress progress;
   const Clock::time_point start = Clock::now();
   for (std::uint32_t i = 0; i < batch; ++i) {
@@ -57,6 +58,7 @@ Result<BatchTimes> run_batch(engine::Engine& engine, std::uint32_t batch,
     request.max_tokens = static_cast<std::uint32_t>(max_tokens);
     request.use_model_eos = false;  // exactly max_tokens tokens
     request.logprobs = logprobs;
+    request.grammar = grammar;
     auto seen = std::make_shared<bool>(false);
     Result<engine::RequestId> id =
         engine.submit(std::move(request), [&progress, seen](const engine::RequestEvent& event) {
@@ -126,6 +128,8 @@ const char* to_string(DecodeMode mode) {
       return "preallocated";
     case DecodeMode::kLogprobs:
       return "logprobs";
+    case DecodeMode::kConstrained:
+      return "constrained";
   }
   return "?";
 }
@@ -148,7 +152,8 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
   engine::EngineOptions options;
   options.max_running = params.batch;
   options.max_queue = std::max<std::uint32_t>(options.max_queue, params.batch);
-  options.graphs = mode == DecodeMode::kGraphs || mode == DecodeMode::kLogprobs;
+  options.graphs = mode == DecodeMode::kGraphs || mode == DecodeMode::kLogprobs ||
+                   mode == DecodeMode::kConstrained;
   options.preallocate = mode == DecodeMode::kPreallocated;
   Result<std::unique_ptr<engine::Engine>> made = engine::Engine::create(model, **space, options);
   if (!made.ok()) return made.status().with_context(std::string("engine (") + run.mode + ")");
@@ -158,6 +163,11 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
     logprobs = params.logprobs;
     run.mode += " " + std::to_string(params.logprobs);
   }
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  if (mode == DecodeMode::kConstrained) {
+    if (!params.grammar) return Status::InvalidArgument("the constrained mode needs a grammar");
+    grammar = params.grammar;
+  }
   if (options.graphs && model.backend() == model::Backend::kCuda &&
       engine.stats().graphs.graphs == 0) {
     run.note = "no decode graph was captured: the steps ran eagerly";
@@ -166,11 +176,12 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
   const std::uint32_t vocab = model.config().vocab_size;
   std::mt19937_64 rng(params.seed);
   Result<BatchTimes> warm =
-      run_batch(engine, params.batch, params.prompt_tokens, 2, rng, vocab, logprobs);
+      run_batch(engine, params.batch, params.prompt_tokens, 2, rng, vocab, logprobs, grammar);
   if (!warm.ok()) return warm.status().with_context("warm-up");
   const engine::EngineStats before = engine.stats();
   KVVM_ASSIGN_OR_RETURN(BatchTimes times, run_batch(engine, params.batch, params.prompt_tokens,
-                                                    params.decode_tokens, rng, vocab, logprobs));
+                                                    params.decode_tokens, rng, vocab, logprobs,
+                                                    grammar));
   const engine::EngineStats after = engine.stats();
 
   run.generated_tokens = times.generated;
@@ -195,6 +206,11 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
   run.peak_running = after.peak_running;
   run.graph_replays = after.graphs.replays - before.graphs.replays;
   run.eager_steps = after.graphs.eager_steps - before.graphs.eager_steps;
+  run.masks = after.grammar.masks - before.grammar.masks;
+  if (run.masks > 0) {
+    run.mask_us = (after.grammar.mask_seconds - before.grammar.mask_seconds) * 1e6 /
+                  static_cast<double>(run.masks);
+  }
   if (after.peak_running < params.batch) {
     if (!run.note.empty()) run.note += "; ";
     // A request is admitted only with room in its step, so prompts start at the step's token

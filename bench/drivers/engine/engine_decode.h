@@ -11,17 +11,22 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 
 #include "bench/drivers/engine/engine_report.h"
 #include "kvvm/base/status.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/grammar/compiled_grammar.h"
 #include "kvvm/model/model.h"
 
 namespace kvvm::cli {
 
 // kLogprobs: as kGraphs (eager on the CPU), every request asking for DecodeParams::logprobs
-// alternatives per token: what reporting log-probabilities costs.
-enum class DecodeMode { kGraphs, kEager, kPreallocated, kLogprobs };
+// alternatives per token: what reporting log-probabilities costs. kConstrained: as kGraphs,
+// every request's output held to DecodeParams::grammar (structured output): what the masks
+// cost. A grammar that completes ends its request early (fewer tokens: the report says how
+// many were generated).
+enum class DecodeMode { kGraphs, kEager, kPreallocated, kLogprobs, kConstrained };
 const char* to_string(DecodeMode mode);
 
 struct DecodeParams {
@@ -30,6 +35,7 @@ struct DecodeParams {
   std::uint64_t decode_tokens = 128;  // >= 2: one first token, then decode
   std::uint64_t seed = 1;
   std::uint32_t logprobs = 0;  // kLogprobs: alternatives per token
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;  // kConstrained
 };
 
 // Builds a KV space (`kv` with batch + 1 slots) and an engine in `mode`, and measures. A mode

@@ -31,6 +31,10 @@ nlohmann::ordered_json decode_json(const DecodeRun& run) {
   json["peak_running"] = run.peak_running;
   json["graph_replays"] = run.graph_replays;
   json["eager_steps"] = run.eager_steps;
+  if (run.masks > 0) {
+    json["masks"] = run.masks;
+    json["mask_us"] = run.mask_us;
+  }
   if (!run.note.empty()) json["note"] = run.note;
   return json;
 }

@@ -34,6 +34,9 @@ struct DecodeRun {
   std::uint32_t peak_running = 0;
   std::uint64_t graph_replays = 0;
   std::uint64_t eager_steps = 0;
+  // The constrained mode's token masks on the host: how many, and their mean time.
+  std::uint64_t masks = 0;
+  double mask_us = 0;
 };
 
 // One open-loop replay of the generated trace at one rate through one engine.

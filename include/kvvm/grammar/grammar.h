@@ -35,6 +35,11 @@ struct ByteSet {
     set.add(byte);
     return set;
   }
+  static ByteSet of_bytes(std::string_view bytes) {
+    ByteSet set;
+    for (const char c : bytes) set.add(static_cast<std::uint8_t>(c));
+    return set;
+  }
   static ByteSet range(std::uint8_t lo, std::uint8_t hi) {
     ByteSet set;
     set.add_range(lo, hi);
