@@ -41,6 +41,17 @@ Histogram::Snapshot step_token_snapshot(const engine::StepTokenCounts& steps) {
   return snapshot;
 }
 
+// Constrained draws by their mask's host time, as a histogram's snapshot (the engine counts).
+Histogram::Snapshot mask_seconds_snapshot(const engine::GrammarStats& grammar) {
+  Histogram::Snapshot snapshot;
+  snapshot.upper_bounds.assign(engine::kMaskSecondsBounds.begin(),
+                               engine::kMaskSecondsBounds.end());
+  snapshot.counts.assign(grammar.mask_buckets.begin(), grammar.mask_buckets.end());
+  snapshot.sum = grammar.mask_seconds;
+  for (std::uint64_t count : grammar.mask_buckets) snapshot.count += count;
+  return snapshot;
+}
+
 // The refusal reasons the HTTP layer reports; each is rendered (at 0 too) so a rate() over
 // them has a series from the first scrape on.
 constexpr std::string_view kRefusalReasons[] = {"overloaded", "draining", "unauthorized",
@@ -447,6 +458,27 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   for (const auto& [field, count] : ignored) {
     w.sample("kvvm_ignored_fields_total", {{"field", field}}, count);
   }
+  const grammar::GrammarCacheStats& grammars = inputs.grammar_cache;
+  w.single("kvvm_constrained_requests_total", "counter",
+           "Requests submitted with a structured-output grammar (each choice of n counted).", {},
+           engine.grammar.constrained_requests);
+  w.single("kvvm_grammar_compiles_total", "counter",
+           "Structured-output constraints compiled to a grammar (cache misses that succeeded).", {},
+           grammars.compiled);
+  w.single("kvvm_grammar_compile_seconds_total", "counter",
+           "Time spent compiling constraints on the HTTP threads, refused ones included, seconds.",
+           {}, grammars.compile_seconds);
+  w.single("kvvm_grammar_cache_hits_total", "counter",
+           "Constraints whose compiled grammar was found in the cache.", {}, grammars.hits);
+  w.single("kvvm_grammar_refused_total", "counter",
+           "Constraints refused by the compiler (a 400 naming the field).", {}, grammars.refused);
+  w.single("kvvm_grammar_cache_entries", "gauge", "Compiled grammars the cache keeps.", {},
+           std::uint64_t{grammars.entries});
+  w.single("kvvm_grammar_cache_bytes", "gauge",
+           "Host bytes of the kept grammars' precomputed token masks.", {}, grammars.bytes);
+  w.histogram("kvvm_grammar_mask_seconds",
+              "Host time of each constrained draw's token mask, seconds.", {},
+              mask_seconds_snapshot(engine.grammar));
   w.single("kvvm_draining", "gauge", "1 while the server drains (refusing new requests).", {},
            std::uint64_t{inputs.draining ? 1u : 0u});
   w.single("kvvm_engine_context_lost", "gauge",

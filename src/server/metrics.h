@@ -19,7 +19,11 @@
 // kvvm_kv_committed_bytes,
 // kvvm_kv_physical_bytes, kvvm_kv_reclaimable_bytes, kvvm_kv_budget_bytes, kvvm_kv_commits_total,
 // kvvm_kv_reclaimed_bytes_total, kvvm_requests_refused_total{reason} (overloaded = the 429s),
-// kvvm_http_responses_total{endpoint,status}, kvvm_ignored_fields_total{field}, kvvm_draining.
+// kvvm_http_responses_total{endpoint,status}, kvvm_ignored_fields_total{field}, kvvm_draining;
+// structured output's: kvvm_constrained_requests_total, kvvm_grammar_compiles_total,
+// kvvm_grammar_compile_seconds_total, kvvm_grammar_cache_hits_total,
+// kvvm_grammar_refused_total, kvvm_grammar_cache_entries, kvvm_grammar_cache_bytes and the
+// histogram kvvm_grammar_mask_seconds (each constrained draw's mask, on the host).
 // Every vLLM-named sample carries model_name="..." as vLLM's do. A counter's family name ends
 // in _total (the TYPE line names the sample), as prometheus_client writes them.
 #pragma once
@@ -37,6 +41,7 @@
 #include "kvvm/base/mutex.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/governor/governor.h"
+#include "kvvm/grammar/constraint.h"
 #include "kvvm/vmm/driver.h"
 
 namespace kvvm::server {
@@ -104,6 +109,7 @@ class ServerMetrics {
     TierStats tier;  // the KV tier's governor view (limit = the budget)
     model::WeightStats weights;
     bool draining = false;
+    grammar::GrammarCacheStats grammar_cache;  // the server's structured-output grammars
   };
   // The whole exposition text.
   std::string render(const Inputs& inputs) const;

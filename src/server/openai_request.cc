@@ -15,6 +15,7 @@
 #include "field_reader.h"
 #include "field_values.h"
 #include "request_fields.h"
+#include "structured_output.h"
 
 namespace kvvm::server {
 namespace {
@@ -266,6 +267,9 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
   copy_fields(fields, &request);
   if (endpoint == Endpoint::kChat) {
     if (Check error = check_tools(fields)) return *error;
+  }
+  if (Check error = settle_structured_output(fields, body, request.ignored, &request.constraint)) {
+    return *error;
   }
   if (Check error = settle_choice_fields(endpoint, fields, &request)) return *error;
   // max_tokens under the name the client used (chat has two).

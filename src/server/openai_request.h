@@ -9,7 +9,10 @@
 // - A field kvvm knows but does not implement is accepted with its neutral value (suffix "",
 //   response_format {type: text}, modalities ["text"], tools with tool_choice "none") and
 //   otherwise refused with a 400 "<field>: ... is not supported by this server" (suffix,
-//   best_of other than n, JSON output, tool calls, audio, image parts, the tool role).
+//   best_of other than n, tool calls, audio, image parts, the tool role).
+// - Structured output (response_format json_object / json_schema, vLLM's guided_* fields and
+//   structured_outputs) is read into at most one constraint (structured_output.h); anything
+//   near a constraint that kvvm does not know is refused, never ignored.
 // - Every field kvvm uses is checked (type, range) and a bad value is a 400 naming the field.
 //
 // Every field is declared once, in request_fields.cc (its type, range, default and the
@@ -34,6 +37,7 @@
 
 #include "api_error.h"
 #include "kvvm/engine/engine.h"
+#include "kvvm/grammar/constraint.h"
 #include "kvvm/tokenizer/chat_template.h"
 #include "kvvm/tokenizer/tokenizer.h"
 
@@ -55,6 +59,14 @@ struct ParseContext {
   std::size_t max_json_depth = 16;         // nesting the body may have (the reader's bound)
 };
 
+// A request's structured output (structured_output.h): the constraint and the field the body
+// gave it in, which every refusal of it names ("guided_regex",
+// "response_format.json_schema.schema").
+struct ConstraintRequest {
+  grammar::Constraint constraint;
+  std::string field;
+};
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   // Prompt ids (completions' text encoded with the tokenizer's special tokens added, as
@@ -74,6 +86,9 @@ struct ApiRequest {
   // sends it (a chunk with no choices breaks clients that read choices[0]).
   bool include_usage = false;
   std::string user;
+  // What the output must match (at most one per request); compiled by the server's grammar
+  // cache on the HTTP thread into engine.grammar before submit.
+  std::optional<ConstraintRequest> constraint;
   // Fields the body held that kvvm does not know ("temprature", "messages.tool_calls",
   // "stream_options.continuous_usage_stats"): ignored. Top-level names first, in key order.
   std::vector<std::string> ignored;

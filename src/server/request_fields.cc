@@ -40,9 +40,6 @@ IntegerRange alternatives(const ParseContext&) {
 // Neutral values: what clients send that asks for nothing kvvm lacks.
 bool is_false(const json& value) { return value == false; }  // "none" in some clients
 bool is_empty_string(const json& value) { return value == ""; }
-bool is_text_format(const json& value) {
-  return value.is_object() && value.contains("type") && value["type"] == "text";
-}
 bool is_text_only(const json& value) {
   if (!value.is_array()) return false;
   for (const json& item : value) {
@@ -162,8 +159,6 @@ constexpr Field<B> kFields[] = {
     D::object("metadata", kInGeneration),
     // Accepted only where they ask for nothing kvvm lacks.
     D::string("suffix", kInCompletions).only(is_empty_string, "no text insertion; omit it"),
-    D::object("response_format", kInGeneration)
-        .only(is_text_format, "plain text only; send {\"type\": \"text\"} or omit it"),
     D::array("tools", kInChat, &B::tools),
     D::string_or_object("tool_choice", kInChat, &B::tool_choice),
     D::array("functions", kInChat, &B::functions),
@@ -172,6 +167,18 @@ constexpr Field<B> kFields[] = {
     D::any("audio", kInChat).only(nullptr, "text output only"),
     D::array("modalities", kInChat)
         .only(is_text_only, "text output only; send [\"text\"] or omit it"),
+    // Structured output: at most one constraint, read by structured_output.cc. kvvm's own
+    // grammar engine serves whatever backend is named; its JSON whitespace is compact, so a
+    // whitespace pattern is refused rather than ignored.
+    D::object("response_format", kInGeneration, &B::response_format),
+    D::string_or_object("guided_json", kInGeneration, &B::guided_json),
+    D::string("guided_regex", kInGeneration, &B::guided_regex),
+    D::array("guided_choice", kInGeneration, &B::guided_choice),
+    D::string("guided_grammar", kInGeneration, &B::guided_grammar),
+    D::any("guided_whitespace_pattern", kInGeneration)
+        .only(nullptr, "JSON whitespace is compact, none between tokens; omit it"),
+    D::string("guided_decoding_backend", kInGeneration),
+    D::object("structured_outputs", kInGeneration, &B::structured_outputs),
     // /tokenize: special tokens are added to a text prompt unless false (never to messages).
     D::boolean("add_special_tokens", kInTokenize, &B::add_special_tokens),
     D::boolean("add_generation_prompt", kInTokenize, &B::add_generation_prompt, true),

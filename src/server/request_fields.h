@@ -51,6 +51,14 @@ struct RequestBody {
   const nlohmann::json* tool_choice = nullptr;
   const nlohmann::json* functions = nullptr;
   const nlohmann::json* function_call = nullptr;
+  // Structured output, each as sent: structured_output.cc reads their inner structure and
+  // settles them into at most one constraint.
+  const nlohmann::json* response_format = nullptr;  // OpenAI's
+  const nlohmann::json* guided_json = nullptr;      // vLLM's (a schema object or its text)
+  const nlohmann::json* guided_regex = nullptr;
+  const nlohmann::json* guided_choice = nullptr;
+  const nlohmann::json* guided_grammar = nullptr;
+  const nlohmann::json* structured_outputs = nullptr;  // vLLM's newer object
   // /tokenize and /detokenize (vLLM's).
   std::optional<bool> add_special_tokens;
   bool add_generation_prompt = false;

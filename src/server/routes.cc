@@ -12,8 +12,10 @@
 #include "completion_handler.h"
 #include "kvvm/base/dtype.h"
 #include "kvvm/base/log.h"
+#include "kvvm/grammar/vocabulary.h"
 #include "kvvm/kv/layout.h"
 #include "openai_response.h"
+#include "structured_output.h"
 
 namespace kvvm::server {
 namespace {
@@ -120,6 +122,21 @@ Routes::Routes(ServerDeps deps, const ServerOptions& options) : deps_(deps), opt
   parse_context_.vocab_size = deps_.config->vocab_size;
   parse_context_.default_max_tokens = options_.default_max_tokens;
   parse_context_.max_n = options_.max_n;
+  // Built once per server: every constrained request's grammar is compiled against it.
+  Result<std::shared_ptr<const grammar::Vocabulary>> vocabulary =
+      grammar::Vocabulary::from_tokenizer(*deps_.tokenizer, deps_.config->eos_token_ids);
+  if (vocabulary.ok()) {
+    grammar::GrammarCacheOptions cache_options;
+    cache_options.entries = options_.grammar_cache_entries;
+    grammar_cache_ =
+        std::make_unique<grammar::GrammarCache>(std::move(vocabulary).value(), cache_options);
+  } else {
+    grammar_unavailable_ = vocabulary.status();
+    log(LogLevel::kWarning,
+        "server: structured output is unavailable (requests asking for it "
+        "get 400): " +
+            grammar_unavailable_.message());
+  }
 }
 
 void Routes::install(httplib::Server& http) {
@@ -260,6 +277,7 @@ void Routes::metrics(const httplib::Request&, httplib::Response& res) {
   inputs.tier = deps_.kv->governor().stats(deps_.kv->arena().tier());
   inputs.weights = deps_.engine->model().weight_stats();
   inputs.draining = draining_;
+  if (grammar_cache_) inputs.grammar_cache = grammar_cache_->stats();
   const LayoutPlan& plan = deps_.kv->arena().plan();
   const engine::EngineOptions& engine_options = deps_.engine->options();
   inputs.cache.layout = std::string(to_string(plan.layout));
@@ -282,6 +300,21 @@ void Routes::generate(Endpoint endpoint, const httplib::Request& req, httplib::R
   }
   ApiRequest& request = std::get<ApiRequest>(parsed);
   note_ignored(request.ignored);
+  // Compiled here, on the HTTP thread: the engine's step only walks the compiled grammar.
+  if (request.constraint) {
+    if (!grammar_cache_) {
+      reply_error(res, unsupported(request.constraint->field,
+                                   "structured output (this model's vocabulary: " +
+                                       grammar_unavailable_.message() + ")"));
+      return;
+    }
+    auto compiled = compile_constraint(*grammar_cache_, *request.constraint);
+    if (auto* error = std::get_if<ApiError>(&compiled)) {
+      reply_error(res, *error);
+      return;
+    }
+    request.engine.grammar = std::get<0>(std::move(compiled));
+  }
   request.engine.tenant = *tenant;
   answer_completion(
       CompletionContext{deps_.engine, &metrics_, deps_.tokenizer, &streams_in_flight_},

@@ -8,12 +8,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvvm/grammar/constraint.h"
 #include "kvvm/server/server.h"
 #include "metrics.h"
 #include "openai_request.h"
@@ -38,8 +40,8 @@ struct Route {
   std::string_view pattern = {};
 };
 
-// The handlers of the routes and what they share: the parse context, the metrics, the drain
-// flag and the count of streams in flight. Thread-safe once installed.
+// The handlers of the routes and what they share: the parse context, the grammar cache, the
+// metrics, the drain flag and the count of streams in flight. Thread-safe once installed.
 class Routes {
  public:
   // `options` outlives the routes.
@@ -82,6 +84,10 @@ class Routes {
   std::uint32_t context_tokens_ = 0;
   std::int64_t created_ = 0;
   ServerMetrics metrics_;
+  // Structured output's compiled grammars; null when the vocabulary could not be built (why in
+  // grammar_unavailable_), and every constrained request is refused saying so.
+  std::unique_ptr<grammar::GrammarCache> grammar_cache_;
+  Status grammar_unavailable_;
   std::atomic<bool> draining_{false};
   std::atomic<int> streams_in_flight_{0};
 };

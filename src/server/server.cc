@@ -234,6 +234,10 @@ Result<std::unique_ptr<Server>> Server::create(ServerDeps deps, ServerOptions op
   if (options.max_n == 0) {
     return Status::InvalidArgument("ServerOptions::max_n is 0 (--max-n): must be at least 1");
   }
+  if (options.grammar_cache_entries == 0) {
+    return Status::InvalidArgument(
+        "ServerOptions::grammar_cache_entries is 0 (--grammar-cache): must be at least 1");
+  }
   return std::unique_ptr<Server>(new Server(std::make_unique<Impl>(deps, std::move(options))));
 }
 

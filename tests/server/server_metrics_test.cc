@@ -545,5 +545,57 @@ TEST(PrometheusText, RejectsBadTexts) {
                   "histogram 'h': a series without _count");
 }
 
+// Structured output's counters from the grammar cache, and the engine's mask times as a
+// cumulative histogram over kMaskSecondsBounds.
+TEST(ServerMetrics, GrammarCountersAndMaskHistogram) {
+  ServerMetrics metrics;
+  ServerMetrics::Inputs in = made_up_inputs();
+  in.engine.grammar.constrained_requests = 7;
+  in.engine.grammar.masks = 4;
+  in.engine.grammar.mask_seconds = 0.5;
+  in.engine.grammar.mask_buckets[0] = 2;      // <= 5 us
+  in.engine.grammar.mask_buckets[3] = 1;      // <= 50 us
+  in.engine.grammar.mask_buckets.back() = 1;  // past the last bound
+  in.grammar_cache.hits = 11;
+  in.grammar_cache.compiled = 3;
+  in.grammar_cache.refused = 2;
+  in.grammar_cache.compile_seconds = 0.25;
+  in.grammar_cache.entries = 3;
+  in.grammar_cache.bytes = 4096;
+  const auto families = parsed(metrics.render(in));
+  EXPECT_EQ(value(families, "kvvm_constrained_requests_total", {}), 7);
+  EXPECT_EQ(value(families, "kvvm_grammar_compiles_total", {}), 3);
+  EXPECT_EQ(value(families, "kvvm_grammar_compile_seconds_total", {}), 0.25);
+  EXPECT_EQ(value(families, "kvvm_grammar_cache_hits_total", {}), 11);
+  EXPECT_EQ(value(families, "kvvm_grammar_refused_total", {}), 2);
+  EXPECT_EQ(value(families, "kvvm_grammar_cache_entries", {}), 3);
+  EXPECT_EQ(value(families, "kvvm_grammar_cache_bytes", {}), 4096);
+  for (const char* name : {"kvvm_constrained_requests_total", "kvvm_grammar_compiles_total",
+                           "kvvm_grammar_compile_seconds_total", "kvvm_grammar_cache_hits_total",
+                           "kvvm_grammar_refused_total"}) {
+    ASSERT_NE(find_family(families, name), nullptr) << name;
+    EXPECT_EQ(find_family(families, name)->type, "counter") << name;
+  }
+
+  const PromFamily* family = find_family(families, "kvvm_grammar_mask_seconds");
+  ASSERT_NE(family, nullptr);
+  EXPECT_EQ(family->type, "histogram");
+  std::vector<double> bounds;
+  std::vector<double> cumulative;
+  for (const auto& sample : family->samples) {
+    if (sample.name != "kvvm_grammar_mask_seconds_bucket") continue;
+    const std::string& le = sample.labels.at("le");
+    bounds.push_back(le == "+Inf" ? INFINITY : std::stod(le));
+    cumulative.push_back(sample.value);
+  }
+  std::vector<double> expected_bounds(engine::kMaskSecondsBounds.begin(),
+                                      engine::kMaskSecondsBounds.end());
+  expected_bounds.push_back(INFINITY);
+  EXPECT_EQ(bounds, expected_bounds);
+  EXPECT_EQ(cumulative, (std::vector<double>{2, 2, 2, 3, 3, 3, 3, 3, 3, 4}));
+  EXPECT_EQ(value(families, "kvvm_grammar_mask_seconds_sum", {}), 0.5);
+  EXPECT_EQ(value(families, "kvvm_grammar_mask_seconds_count", {}), 4);
+}
+
 }  // namespace
 }  // namespace kvvm::server

@@ -172,8 +172,6 @@ TEST_F(ServerRequest, WhatKvvmDoesNotDoIsNotSupportedByThisServer) {
   const std::string ch = R"({"model": "m", "messages": [{"role": "user", "content": "a"}], )";
   const std::vector<Refusal> refusals = {
       {Endpoint::kCompletions, c + R"("n": 2, "best_of": 3})", "best_of", "3"},
-      {Endpoint::kCompletions, c + R"("response_format": {"type": "json_object"}})",
-       "response_format", "json_object"},
       {Endpoint::kChat, ch + R"("tools": [{"type": "function"}]})", "tools", "auto"},
       {Endpoint::kChat, ch + R"("tools": [{"type": "function"}], "tool_choice": "required"})",
        "tools", "required"},

@@ -5,6 +5,10 @@
 // The server knows requests, not tensors: it parses a body into an EngineRequest, submits it,
 // and turns the engine's events into a JSON body or SSE chunks.
 //
+// Structured output (response_format json_object / json_schema, vLLM's guided_* and
+// structured_outputs) is compiled to a grammar on the HTTP thread before submit, through a
+// cache over the tokenizer's vocabulary and the model's eos ids built at create().
+//
 // Errors in OpenAI's shape; nothing a client sends produces a 5xx or stops the server:
 // 400 naming the field, 401 for a missing or unknown key (when keys are configured), 404 for
 // an unknown path or model, 413 for a body over max_body_bytes, 429 + Retry-After when the
@@ -45,7 +49,10 @@ struct ServerOptions {
   std::optional<tokenizer::ChatTemplate> chat_template;
   std::size_t max_body_bytes = std::size_t{8} << 20;  // larger: 413
   std::uint32_t default_max_tokens = 256;             // when a request gives none
-  std::uint32_t max_n = 16;          // choices of one request (n) at most; more: 400
+  std::uint32_t max_n = 16;  // choices of one request (n) at most; more: 400
+  // Compiled structured-output grammars kept by content (a schema sent with every request is
+  // compiled once), the least recently used dropped first.
+  std::uint32_t grammar_cache_entries = 64;
   std::uint32_t http_threads = 512;  // connections served at once; more wait in the accept queue
   // A connection silent this long while sending its request (slow headers or body), or not
   // reading what is written to it, is closed.

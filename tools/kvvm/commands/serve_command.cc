@@ -223,6 +223,11 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   cmd->add_option("--http-threads", options.http_threads,
                   "Connections served at once; more wait to be accepted (default 512)")
       ->transform(count_validator(1, 65536));
+  cmd->add_option("--grammar-cache", options.grammar_cache,
+                  "Compiled structured-output grammars kept (response_format json_schema, "
+                  "guided_json, guided_regex, ...), so a schema sent with every request is "
+                  "compiled once; the least recently used dropped first (default 64)")
+      ->transform(count_validator(1, 1u << 20));
   return cmd;
 }
 
@@ -302,6 +307,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   server_options.default_max_tokens = static_cast<std::uint32_t>(options.default_max_tokens);
   server_options.max_n = static_cast<std::uint32_t>(options.max_n);
   server_options.http_threads = static_cast<std::uint32_t>(options.http_threads);
+  server_options.grammar_cache_entries = static_cast<std::uint32_t>(options.grammar_cache);
   const std::string model_name = server_options.model_name;
   server::ServerDeps deps{engine->get(), kv->get(), &loaded->config, loaded->tokenizer.get()};
   Result<std::unique_ptr<server::Server>> made = server::Server::create(deps, server_options);

@@ -53,6 +53,7 @@ struct ServeOptions {
   std::uint64_t max_body = std::uint64_t{8} << 20;
   double drain_timeout = 30;  // seconds
   std::uint64_t http_threads = 512;
+  std::uint64_t grammar_cache = 64;      // compiled structured-output grammars kept
   WeightFlags weights;                   // --weight-budget, --ring-slots, --load-format
   DType kv_dtype = DType::kUnset;        // --kv-dtype; kUnset: the KV space's default
   std::string kv_scales = "checkpoint";  // --kv-scales: checkpoint or calibrate
