@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "kvvm/base/status.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/grammar/compiled_grammar.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
 
@@ -31,6 +33,9 @@ struct GenerateRequest {
   // CUDA: capture the engine's decode graphs for this call. Off by default: a capture costs
   // more than a short answer's decode saves; `kvvm generate` turns it on.
   bool graphs = false;
+  // Structured output: every draw masked to what this grammar allows (EngineRequest::grammar),
+  // compiled against this model's vocabulary with stop_ids as its ends.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 struct GenerateTimings {

@@ -2,9 +2,12 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -17,6 +20,8 @@
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/grammar/constraint.h"
+#include "kvvm/grammar/vocabulary.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
 #include "kvvm/tokenizer/chat_template.h"
@@ -125,6 +130,51 @@ std::string clean_utf8(std::string_view text) {
   return out;
 }
 
+// A constraint's file, whole; NotFound naming the flag and the path.
+Result<std::string> read_constraint_file(const std::string& flag, const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return Status::NotFound(flag + " " + path + ": cannot open the file");
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (!file.good() && !file.eof()) return Status::NotFound(flag + " " + path + ": cannot read it");
+  return text.str();
+}
+
+// The flag's constraint (CLI11 lets one through at most); nullopt when none was given. What it
+// refuses names the flag (and the file).
+Result<std::optional<std::pair<std::string, grammar::Constraint>>> constraint_of(
+    const GenerateOptions& options) {
+  using Kind = grammar::Constraint::Kind;
+  grammar::Constraint constraint;
+  constraint.whitespace.flexible = options.json_whitespace == "flexible";
+  std::string flag;
+  if (options.json_schema_file) {
+    flag = "--json-schema " + *options.json_schema_file;
+    constraint.kind = Kind::kJsonSchema;
+    KVVM_ASSIGN_OR_RETURN(constraint.text,
+                          read_constraint_file("--json-schema", *options.json_schema_file));
+  } else if (options.json_object) {
+    flag = "--json-object";
+    constraint.kind = Kind::kJsonObject;
+  } else if (options.regex) {
+    flag = "--regex";
+    constraint.kind = Kind::kRegex;
+    constraint.text = *options.regex;
+  } else if (options.grammar_file) {
+    flag = "--grammar " + *options.grammar_file;
+    constraint.kind = Kind::kGbnf;
+    KVVM_ASSIGN_OR_RETURN(constraint.text,
+                          read_constraint_file("--grammar", *options.grammar_file));
+  } else if (!options.choices.empty()) {
+    flag = "--choice";
+    constraint.kind = Kind::kChoices;
+    constraint.choices = options.choices;
+  } else {
+    return std::optional<std::pair<std::string, grammar::Constraint>>();
+  }
+  return std::optional(std::pair(flag, std::move(constraint)));
+}
+
 const char* finish_name(engine::FinishReason reason) {
   return reason == engine::FinishReason::kStop ? "stop" : "length";
 }
@@ -197,6 +247,32 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
   add_weight_flags(*cmd, options.weights);
   add_kv_dtype_flag(*cmd, options.kv_dtype);
   add_kv_scales_flag(*cmd, options.kv_scales);
+  CLI::Option* schema = cmd->add_option(
+      "--json-schema", options.json_schema_file,
+      "Constrain the text to JSON matching the JSON Schema in FILE (as response_format "
+      "json_schema; a keyword kvvm cannot enforce is refused by name)");
+  CLI::Option* object =
+      cmd->add_flag("--json-object", options.json_object, "Constrain the text to any JSON object");
+  CLI::Option* regex = cmd->add_option(
+      "--regex", options.regex,
+      "Constrain the text to match the regular expression R whole (ECMAScript syntax, as JSON "
+      "Schema patterns)");
+  CLI::Option* grammar = cmd->add_option(
+      "--grammar", options.grammar_file,
+      "Constrain the text to the GBNF grammar in FILE (llama.cpp's syntax; root is the start)");
+  CLI::Option* choice = cmd->add_option(
+      "--choice", options.choices,
+      "Constrain the text to exactly one of A,B,... (comma-separated, or the flag repeated)");
+  choice->delimiter(',');
+  const std::vector<CLI::Option*> constraints = {schema, object, regex, grammar, choice};
+  for (std::size_t i = 0; i < constraints.size(); ++i) {
+    for (std::size_t j = i + 1; j < constraints.size(); ++j)
+      constraints[i]->excludes(constraints[j]);
+  }
+  cmd->add_option("--json-whitespace", options.json_whitespace,
+                  "Whitespace --json-schema and --json-object allow between JSON tokens: compact "
+                  "(none, the default) or flexible (spaces and newlines, at most 16 in a row)")
+      ->check(CLI::IsMember({"compact", "flexible"}));
   cmd->add_flag("--json", options.json,
                 "Print one JSON object at the end instead of streaming: prompt_ids, token_ids, "
                 "text, finish_reason (stop: an end token; length: --max-tokens), backend, "
@@ -215,6 +291,11 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   }
   Result<Layout> layout = parse_layout(options.layout);
   if (!layout.ok()) return fail(layout.status().with_context("--layout"));
+
+  // The constraint's files before the model: a mistyped path is heard at once.
+  Result<std::optional<std::pair<std::string, grammar::Constraint>>> constraint =
+      constraint_of(options);
+  if (!constraint.ok()) return fail(constraint.status());
 
   const Clock::time_point load_start = Clock::now();
   Result<LoadedModel> loaded =
@@ -249,6 +330,18 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   engine::GenerateRequest request;
   request.prompt = *prompt;
   if (!options.ignore_eos) request.stop_ids = config.eos_token_ids;
+  if (*constraint) {
+    // Compiled against this model's vocabulary; the grammar allows the end tokens only where
+    // it accepts (none with --ignore-eos: the text then runs to --max-tokens).
+    const auto& [flag, wanted] = **constraint;
+    Result<std::shared_ptr<const grammar::Vocabulary>> vocabulary =
+        grammar::Vocabulary::from_tokenizer(tok, request.stop_ids);
+    if (!vocabulary.ok()) return fail(vocabulary.status().with_context(flag));
+    grammar::GrammarCache compiler(std::move(vocabulary).value());
+    Result<std::shared_ptr<const grammar::CompiledGrammar>> compiled = compiler.get(wanted);
+    if (!compiled.ok()) return fail(compiled.status().with_context(flag));
+    request.grammar = std::move(compiled).value();
+  }
   request.sampling.temperature = static_cast<float>(options.temperature);
   request.sampling.top_k = static_cast<std::uint32_t>(options.top_k);
   request.sampling.top_p = static_cast<float>(options.top_p);

@@ -1,5 +1,7 @@
 // `kvvm generate`: one prompt through a Hugging Face checkpoint on the CPU or a GPU, the text
-// streamed to stdout as tokens arrive (or one JSON object at the end with --json). It runs the
+// streamed to stdout as tokens arrive (or one JSON object at the end with --json). With
+// --json-schema, --json-object, --regex, --grammar or --choice the text is constrained to match
+// (the server's grammars: kvvm/grammar/constraint.h), compiled before the model runs. It runs the
 // batched engine (through engine::generate) like `kvvm serve`: CUDA graphs, the same checks.
 //
 // Why the checks before the loaders: a user who mistyped a directory should hear which path
@@ -11,6 +13,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kit/weight_flags.h"
 #include "kvvm/base/dtype.h"
@@ -42,6 +45,13 @@ struct GenerateOptions {
   WeightFlags weights;      // --weight-budget, --ring-slots, --load-format
   DType kv_dtype = DType::kUnset;        // --kv-dtype; kUnset: the KV space's default
   std::string kv_scales = "checkpoint";  // --kv-scales: checkpoint or calibrate
+  // Structured output, one at most: the generated text must match it.
+  std::optional<std::string> json_schema_file;  // --json-schema FILE
+  bool json_object = false;                     // --json-object
+  std::optional<std::string> regex;             // --regex R
+  std::optional<std::string> grammar_file;      // --grammar FILE (GBNF)
+  std::vector<std::string> choices;             // --choice A,B,...
+  std::string json_whitespace = "compact";      // --json-whitespace compact|flexible
 };
 
 inline constexpr std::uint64_t kDefaultMaxTokens = 128;
