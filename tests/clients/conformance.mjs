@@ -471,6 +471,89 @@ await check('langchain: OpenAI (completions).generate of 3 prompts sends one lis
     `generation ${i}`));
 });
 
+// Structured output: response_format json_schema through the SDK's parse() helper and
+// LangChain's withStructuredOutput, each answer checked against its zod schema. The sum's
+// bounds keep the model's digits few (a bounded integer is a bounded number of digits).
+const { z } = await import('zod');
+const { zodResponseFormat } = await import('openai/helpers/zod');
+const SumAnswer = z.object({ sum: z.number().int().min(0).max(1998) });
+function answersSchema(value, what) {
+  const checked = SumAnswer.safeParse(value);
+  assert.ok(checked.success, `${what}: ${show(value)} does not match the schema: ` +
+    `${checked.error?.message}`);
+}
+
+// While the grammar front ends are not in the tree, kvvm refuses every schema saying so: the
+// answers' checks are skipped (TAP's SKIP), the refusals' still run.
+let frontEnds = true;
+try {
+  await client.completions.create({ model: modelId, prompt: demoPrompt, max_tokens: 4,
+    guided_regex: '[0-9]+' });
+} catch (error) {
+  // Any other failure is left to the checks below to report.
+  frontEnds = !String(error?.message).includes('not yet in this tree');
+}
+async function checkAnswer(name, body) {
+  if (frontEnds) return check(name, body);
+  passed += 1;
+  console.log(`ok - ${name} # SKIP the grammar front ends are not in this tree`);
+}
+
+await checkAnswer('openai: chat.completions.parse with zodResponseFormat answers the schema',
+  async () => {
+    const reply = await client.chat.completions.parse({ model: modelId, messages: demoMessages,
+      temperature: 0, max_tokens: 32, response_format: zodResponseFormat(SumAnswer, 'sum') });
+    const choice = reply.choices[0];
+    equal(choice.finish_reason, 'stop', 'finish_reason');
+    assert.ok(choice.message.parsed, `no parsed answer; content ${show(choice.message.content)}`);
+    answersSchema(choice.message.parsed, 'message.parsed');
+    answersSchema(JSON.parse(choice.message.content), 'message.content');
+  });
+await checkAnswer('openai: chat streamed with a json_schema concatenates to the schema',
+  async () => {
+    const stream = await client.chat.completions.create({ model: modelId,
+      messages: demoMessages, temperature: 0, max_tokens: 32, stream: true,
+      response_format: zodResponseFormat(SumAnswer, 'sum') });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+    answersSchema(JSON.parse(text), 'the concatenated delta.content');
+  });
+await check('openai: a schema keyword kvvm cannot enforce throws BadRequestError naming the ' +
+  'schema', async () => {
+  const error = await refused(client.chat.completions.create({ model: modelId,
+    messages: demoMessages, max_tokens: 8, response_format: { type: 'json_schema',
+      json_schema: { name: 'a', schema: { type: 'object', if: { type: 'object' } } } } }),
+  BadRequestError, 400, 'a schema with "if"');
+  equal(error.param, 'response_format.json_schema.schema', 'error.param');
+});
+await check('openai: two constraints throw BadRequestError naming both', async () => {
+  const error = await refused(client.chat.completions.create({ model: modelId,
+    messages: demoMessages, max_tokens: 8, response_format: zodResponseFormat(SumAnswer, 'sum'),
+    guided_regex: '[0-9]+' }), BadRequestError, 400, 'response_format and guided_regex');
+  equal(error.param, 'guided_regex', 'error.param');
+  assert.ok(error.message.includes('response_format'), `the message ${show(error.message)} ` +
+    'does not name response_format');
+});
+// LangChain's default method for a model it does not know is jsonSchema too; named here, since
+// kvvm has no tool calls for functionCalling.
+const structuredChat = new ChatOpenAI({ model: modelId, temperature: 0, maxTokens: 32,
+  apiKey: 'none', maxRetries: 0, configuration: { baseURL: `${main.url}/v1` } });
+await checkAnswer('langchain: withStructuredOutput (jsonSchema) answers the zod schema',
+  async () => {
+    const structured = structuredChat.withStructuredOutput(SumAnswer, { method: 'jsonSchema',
+      name: 'sum' });
+    answersSchema(await structured.invoke(question(...DEMO)), 'the parsed answer');
+  });
+await checkAnswer('langchain: withStructuredOutput (jsonSchema, includeRaw) keeps the raw ' +
+  'message', async () => {
+  const structured = structuredChat.withStructuredOutput(SumAnswer, { method: 'jsonSchema',
+    name: 'sum', includeRaw: true });
+  const { raw, parsed } = await structured.invoke(question(...DEMO));
+  answersSchema(parsed, 'parsed');
+  answersSchema(JSON.parse(raw.content), 'raw.content');
+  equal(raw.response_metadata?.finish_reason, 'stop', 'raw.response_metadata.finish_reason');
+});
+
 // SIGTERM drains and ends with exit 0.
 for (const server of [main, overload]) {
   await check(`kvvm serve (${server.name}) exits 0 on SIGTERM`, () => stopServer(server));
