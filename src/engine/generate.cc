@@ -27,6 +27,7 @@ EngineRequest engine_request(const GenerateRequest& r) {
   request.stop_ids = r.stop_ids;
   request.use_model_eos = false;  // generate() stops at its stop_ids only
   request.keep_prompt_logits = r.keep_prompt_logits;
+  request.grammar = r.grammar;
   return request;
 }
 
