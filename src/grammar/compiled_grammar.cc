@@ -4,25 +4,32 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
 
 #include "grammar/mask_cache.h"
 #include "grammar/pushdown.h"
+#include "grammar/token_walk.h"
 
 namespace kvvm::grammar {
 
 namespace {
 
-// The partial stacks of the states met exploring the grammar byte by byte, breadth first, at
-// most `max_states` states.
-std::vector<detail::PartialKey> explore(const detail::Program& program,
-                                        std::uint32_t max_states) {
+// What exploring the grammar byte by byte, breadth first, meets in at most `max_states`
+// states: the partial stacks on top of its stacks, and the whole stacks (top first).
+struct Explored {
+  std::vector<detail::PartialKey> partial;
+  std::vector<std::vector<std::uint32_t>> whole;
+};
+
+Explored explore(const detail::Program& program, std::uint32_t max_states) {
   detail::Stacks stacks;
   detail::Runner runner(program, stacks);
   std::unordered_set<detail::PartialKey, detail::PartialKeyHash> keys;
-  std::vector<detail::PartialKey> ordered;
+  std::unordered_set<std::uint32_t> tops_seen;  // nodes: one whole stack each
+  Explored out;
   std::unordered_set<std::string> seen;
   std::deque<detail::State> queue(1);
   runner.start(queue.front());
@@ -39,7 +46,10 @@ std::vector<detail::PartialKey> explore(const detail::Program& program,
     ++visited;
     for (const std::uint32_t top : state.tops) {
       const detail::PartialKey key = detail::partial_key(stacks, top);
-      if (keys.insert(key).second) ordered.push_back(key);
+      if (keys.insert(key).second) out.partial.push_back(key);
+      if (tops_seen.insert(top).second) {
+        detail::whole_key(stacks, top, out.whole.emplace_back());
+      }
     }
     const ByteSet bytes = runner.next_bytes(state);
     for (unsigned b = 0; b < 256; ++b) {
@@ -49,7 +59,39 @@ std::vector<detail::PartialKey> explore(const detail::Program& program,
       if (seen.insert(name(next)).second) queue.push_back(next);
     }
   }
-  return ordered;
+  return out;
+}
+
+// Runs `work(i)` for i in [0, count) on `threads` threads (this one among them).
+template <typename Work>
+void parallel_for(std::size_t count, unsigned threads, const Work& work) {
+  std::atomic<std::size_t> next{0};
+  const auto loop = [&] {
+    for (std::size_t i = next++; i < count; i = next++) work(i);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(loop);
+  loop();
+  for (std::thread& t : pool) t.join();
+}
+
+// The uncertain tokens a whole stack accepts, settled and remembered.
+void settle_whole(const detail::Program& program, const Vocabulary& vocabulary,
+                  detail::MaskCache& masks, std::span<const std::uint32_t> positions) {
+  const auto mask = masks.partial(detail::partial_key(positions));
+  if (mask->uncertain.empty() || masks.whole(positions)) return;
+  thread_local detail::Stacks stacks;
+  stacks.clear();
+  std::uint32_t node = detail::kRoot;
+  for (std::size_t i = positions.size(); i-- > 0;) node = stacks.node(positions[i], node);
+  detail::Runner runner(program, stacks);
+  detail::State start;
+  start.tops.push_back(node);
+  std::vector<TokenId> accepted;
+  detail::WalkOut out;
+  out.accepted = &accepted;
+  detail::walk_tokens(runner, start, vocabulary, mask->uncertain, {}, out);
+  masks.remember_whole(positions, std::move(accepted));
 }
 
 }  // namespace
@@ -65,23 +107,21 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
       std::make_unique<detail::Program>(detail::Program::flatten(compiled->grammar_));
   compiled->masks_ = std::make_unique<detail::MaskCache>(
       *compiled->program_, *compiled->vocabulary_, options.cache_bytes);
-  const std::vector<detail::PartialKey> keys = explore(*compiled->program_, options.explore_states);
-  unsigned threads = options.threads != 0 ? options.threads
-                                          : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(keys.size())));
-  std::atomic<std::size_t> next{0};
+  const Explored met = explore(*compiled->program_, options.explore_states);
+  const unsigned threads =
+      options.threads != 0 ? options.threads
+                           : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<std::uint64_t> uncertain{0};
-  const auto work = [&] {
-    for (std::size_t i = next++; i < keys.size(); i = next++) {
-      uncertain += compiled->masks_->partial(keys[i])->uncertain.size();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  parallel_for(met.partial.size(), threads, [&](std::size_t i) {
+    uncertain += compiled->masks_->partial(met.partial[i])->uncertain.size();
+  });
+  // Then the uncertain tokens of the whole stacks met, so that a sequence meets them settled.
+  parallel_for(met.whole.size(), threads, [&](std::size_t i) {
+    settle_whole(*compiled->program_, *compiled->vocabulary_, *compiled->masks_, met.whole[i]);
+  });
   compiled->stats_.positions = compiled->program_->ops.size();
-  compiled->stats_.partial_stacks = keys.size();
+  compiled->stats_.partial_stacks = met.partial.size();
+  compiled->stats_.whole_stacks = met.whole.size();
   compiled->stats_.uncertain_tokens = uncertain.load();
   compiled->stats_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();

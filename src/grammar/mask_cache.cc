@@ -1,5 +1,6 @@
 #include "grammar/mask_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -24,6 +25,25 @@ PartialKey partial_key(const Stacks& stacks, std::uint32_t node) {
   return key;
 }
 
+PartialKey partial_key(std::span<const std::uint32_t> positions) {
+  PartialKey key;
+  while (key.depth < kKeyDepth && key.depth < positions.size()) {
+    key.pos[key.depth] = positions[key.depth];
+    ++key.depth;
+  }
+  key.rooted = positions.size() <= static_cast<std::size_t>(kKeyDepth);
+  return key;
+}
+
+void PartialMask::or_into(std::span<std::uint32_t> out) const {
+  if (words.empty()) {
+    const std::size_t n = std::min(out.size(), accepted.size());
+    for (std::size_t i = 0; i < n; ++i) out[i] |= accepted[i];
+    return;
+  }
+  for (std::size_t i = 0; i < words.size(); ++i) out[words[i]] |= accepted[i];
+}
+
 void whole_key(const Stacks& stacks, std::uint32_t node, std::vector<std::uint32_t>& out) {
   out.clear();
   for (std::uint32_t n = node; n != kRoot; n = stacks.parent(n)) out.push_back(stacks.pos(n));
@@ -43,6 +63,20 @@ PartialMask compute_partial_mask(const Program& program, const Vocabulary& vocab
   out.accepted_words = &mask.accepted;
   out.uncertain = &mask.uncertain;
   walk_tokens(runner, start, vocabulary, vocabulary.sorted(), vocabulary.shared_prefix(), out);
+  std::size_t set = 0;
+  for (const std::uint32_t w : mask.accepted) set += w != 0 ? 1 : 0;
+  if (set * 4 <= mask.accepted.size()) {
+    std::vector<std::uint32_t> bits;
+    bits.reserve(set);
+    mask.words.reserve(set);
+    for (std::size_t i = 0; i < mask.accepted.size(); ++i) {
+      if (mask.accepted[i] == 0) continue;
+      mask.words.push_back(static_cast<std::uint32_t>(i));
+      bits.push_back(mask.accepted[i]);
+    }
+    mask.accepted = std::move(bits);
+    if (mask.words.empty()) mask.accepted.clear();
+  }
   return mask;
 }
 

@@ -34,13 +34,22 @@ struct PartialKeyHash {
 
 // The top frames of the stack whose top is `node`.
 PartialKey partial_key(const Stacks& stacks, std::uint32_t node);
+// The same from a whole stack's positions (top first).
+PartialKey partial_key(std::span<const std::uint32_t> positions);
 // Every frame's position, top first.
 void whole_key(const Stacks& stacks, std::uint32_t node, std::vector<std::uint32_t>& out);
 
 struct PartialMask {
-  std::vector<std::uint32_t> accepted;  // a bit per token
-  std::vector<TokenId> uncertain;       // in the vocabulary's sorted order
-  std::uint64_t bytes() const { return accepted.size() * 4 + uncertain.size() * 4 + 64; }
+  // The accepted tokens, a bit per token: every word (`accepted`), or, when at most a quarter of
+  // the words have a bit set (a top that takes one UTF-8 lead byte, a digit, a quote), only
+  // those words (`words` their indices, `accepted` their bits), so a mask ORs what is there.
+  std::vector<std::uint32_t> accepted;
+  std::vector<std::uint32_t> words;  // empty: `accepted` is every word
+  std::vector<TokenId> uncertain;    // in the vocabulary's sorted order
+  std::uint64_t bytes() const {
+    return (accepted.size() + words.size() + uncertain.size()) * 4 + 64;
+  }
+  void or_into(std::span<std::uint32_t> out) const;
 };
 
 PartialMask compute_partial_mask(const Program& program, const Vocabulary& vocabulary,

@@ -70,8 +70,7 @@ void Matcher::fill_mask(std::span<std::uint32_t> words) {
     const auto mask = masks.partial(key);
     if (std::find(seen.begin(), seen.end(), key) == seen.end()) {
       seen.push_back(key);
-      const std::size_t n = std::min(words.size(), mask->accepted.size());
-      for (std::size_t i = 0; i < n; ++i) words[i] |= mask->accepted[i];
+      mask->or_into(words);
     }
     if (mask->uncertain.empty()) continue;
     // The uncertain tokens depend on the frames below the key: settle them on this stack.

@@ -87,7 +87,9 @@ void expect_mask_is_brute_force(Matcher& m, const std::string& where) {
   m.fill_mask(words);
   for (TokenId t = 0; t < static_cast<TokenId>(v.size()); ++t) {
     const bool allowed = m.accept_token(t);
-    if (allowed) ASSERT_TRUE(m.rollback(1));
+    if (allowed) {
+      ASSERT_TRUE(m.rollback(1));
+    }
     ASSERT_EQ(bit(words, t), allowed) << where << " token " << t << " '" << v.bytes(t) << "'";
   }
 }
@@ -114,7 +116,9 @@ TEST(MatcherTest, MasksAreBruteForceAlongRandomWalks) {
       if (!v.is_end(t)) text += v.bytes(t);
       EXPECT_TRUE(testing::oracle_viable((*compiled)->grammar(), text)) << text;
     }
-    if (m.ended()) EXPECT_TRUE(testing::oracle_accepts((*compiled)->grammar(), text)) << text;
+    if (m.ended()) {
+      EXPECT_TRUE(testing::oracle_accepts((*compiled)->grammar(), text)) << text;
+    }
   }
 }
 

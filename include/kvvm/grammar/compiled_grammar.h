@@ -26,9 +26,10 @@ class MaskCache;
 
 struct CompileOptions {
   GrammarLimits limits;
-  // Partial stacks found by exploring the grammar byte by byte at compile time, at most this
-  // many states visited; their masks are computed then (on `threads` threads), so that the first
-  // sequence does not pay for them. The rest are computed when first met.
+  // Stacks found by exploring the grammar byte by byte at compile time, at most this many states
+  // visited: the masks of their partial stacks, and which uncertain tokens each whole stack
+  // accepts, are computed then (on `threads` threads), so that the first sequence does not pay
+  // for them. The rest are computed when first met.
   std::uint32_t explore_states = 4096;
   unsigned threads = 0;  // 0: the hardware's, at most 8
   // Bytes the masks of one grammar may hold; past it, a mask is computed and not kept.
@@ -39,6 +40,7 @@ struct CompileStats {
   double seconds = 0;               // check, flattening, exploration and the masks computed then
   std::uint64_t positions = 0;      // the flattened grammar's positions
   std::uint64_t partial_stacks = 0;  // masks computed at compile time
+  std::uint64_t whole_stacks = 0;    // whole stacks met, their uncertain tokens settled then
   std::uint64_t uncertain_tokens = 0;  // summed over those masks
 };
 
