@@ -325,6 +325,7 @@ EngineStats Engine::Impl::stats() const {
     s.peak_running = published_.peak_running;
     s.graphs = graphs_;
     s.grammar = grammar_;
+    s.grammar.forced_tokens = published_.forced_tokens;
     s.context_lost = !lost_.ok();
   }
   s.refused_overloaded = admission.refused_at_arrival + s.refused_in_queue;

@@ -60,8 +60,9 @@ struct RequestState {
   bool ever_admitted = false;
   RequestStats stats;
 
-  // What this step delivers: the new token (if any), the new text, and the end.
-  bool emit_token = false;
+  // What this step delivers: the new tokens (the last emit_tokens of `tokens`: the drawn one,
+  // and a grammar's forced run after it), the new text, and the end.
+  std::uint32_t emit_tokens = 0;
   std::string text_out;
   bool finished = false;
   RequestEnd end = RequestEnd::kLength;

@@ -275,7 +275,7 @@ void Scheduler::delivered() {
   for (RequestState* r : touched_) {
     r->touched = false;
     r->prompt_logprobs_sent = r->prompt_logprobs_sent || r->request.prompt_logprobs;
-    r->emit_token = false;
+    r->emit_tokens = 0;
     r->text_out.clear();
   }
   touched_.clear();

@@ -26,6 +26,7 @@ struct StepCounters {
   std::uint64_t preemptions = 0, steps = 0, decode_only_steps = 0;
   StepTokenCounts step_tokens;
   std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  std::uint64_t forced_tokens = 0;  // of the generated: a grammar's forced runs
   std::uint32_t peak_running = 0;
 };
 
@@ -95,6 +96,12 @@ class Scheduler {
 
   // The token sampled after the request's last missing one.
   void on_sampled(RequestState& r, std::int32_t token, Clock::time_point now);
+  // Appends one output token (drawn or forced): its text, the stop strings, the grammar's end,
+  // max_tokens. False once the request ended.
+  bool append_output(RequestState& r, std::int32_t token, Clock::time_point now);
+  // The tokens a grammar forces after r's last token (EngineOptions::jump_forward), at most what
+  // max_tokens leaves; empty without a grammar, a tokenizer, or with log-probabilities asked.
+  std::vector<std::int32_t> forced_tokens(RequestState& r) const;
   // Tells the KV manager the ids and the written tokens, so later requests may share them.
   void publish_written(RequestState& r);
   // The choices waiting on `parent`, whose prompt is now computed, fork its KV

@@ -92,6 +92,7 @@ void Scheduler::finish_stats(RequestState& r, Clock::time_point now) {
                               static_cast<double>(r.generated - 1);
   }
   counters_.generated_tokens += r.generated;
+  counters_.forced_tokens += r.stats.forced_tokens;
   admission_.note_ended(r);
   // A request of n choices counts once, by its first choice, and its prompt once.
   if (r.index != 0) return;

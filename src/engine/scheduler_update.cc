@@ -86,27 +86,72 @@ void Scheduler::on_sampled(RequestState& r, std::int32_t token, Clock::time_poin
     end_request(r, RequestEnd::kStop);
     return;
   }
+  touch(r);
+  if (!append_output(r, token, now)) return;
+  // A grammar's forced run: the tokens the tokenizer makes of the bytes every continuation
+  // starts with, taken without a draw (their K / V are computed with the next step's chunk).
+  for (const std::int32_t forced : forced_tokens(r)) {
+    if (!r.matcher->accept_token(forced)) break;  // forced_tokens checked their bytes
+    ++r.stats.forced_tokens;
+    if (!append_output(r, forced, now)) return;
+  }
+}
+
+bool Scheduler::append_output(RequestState& r, std::int32_t token, Clock::time_point now) {
   r.tokens.push_back(token);
   ++r.generated;
   if (r.generated == 1) r.first_token = now;
   r.last_token = now;
-  r.emit_token = true;
-  touch(r);
+  ++r.emit_tokens;
   if (r.text && r.text->push(token, r.text_out)) {
-    r.emit_token = false;  // the token that completed a stop string is not emitted
+    --r.emit_tokens;  // the token that completed a stop string is not emitted
     end_request(r, RequestEnd::kStop);
-    return;
+    return false;
   }
   if (r.matcher && r.matcher->must_end()) {
     // The grammar is complete and allows nothing more: the answer ends here, end token or not.
     if (r.text) r.text->finish(r.text_out);
     end_request(r, RequestEnd::kStop);
-    return;
+    return false;
   }
   if (r.generated >= r.request.max_tokens) {
     const bool stopped = r.text && r.text->finish(r.text_out);
     end_request(r, stopped ? RequestEnd::kStop : RequestEnd::kLength);
+    return false;
   }
+  return true;
+}
+
+std::vector<std::int32_t> Scheduler::forced_tokens(RequestState& r) const {
+  const tokenizer::Tokenizer* tokenizer = options_.tokenizer;
+  if (!r.matcher || !options_.jump_forward || tokenizer == nullptr || r.request.logprobs) return {};
+  std::string forced = r.matcher->forced_bytes();
+  // Whole characters only: the tokenizer reads text.
+  std::size_t end = forced.size();
+  while (end > 0 && (static_cast<unsigned char>(forced[end - 1]) & 0xC0) == 0x80) --end;
+  if (end > 0 && static_cast<unsigned char>(forced[end - 1]) >= 0xC0) {
+    const unsigned char lead = static_cast<unsigned char>(forced[end - 1]);
+    const std::size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (forced.size() - (end - 1) < length) forced.resize(end - 1);
+  }
+  if (forced.empty()) return {};
+  std::vector<std::int32_t> ids = tokenizer->encode(forced, false);
+  // Exactly as the tokenizer would: the ids must give the bytes back (a tokenizer that adds a
+  // prefix space at the start of a text does not), else nothing is forced.
+  std::string bytes;
+  for (const std::int32_t id : ids) bytes += tokenizer->token_bytes(id);
+  if (bytes != forced) return {};
+  // The last piece may merge with what the model writes after it, as the tokenizer would merge
+  // it: it is left to the draw, unless the run completes the grammar.
+  bool completes = false;
+  if (r.matcher->accept_bytes(forced)) {
+    completes = r.matcher->must_end();
+    r.matcher->rollback(1);
+  }
+  if (!completes) ids.pop_back();
+  const std::uint32_t room = r.request.max_tokens - r.generated;
+  if (ids.size() > room) ids.resize(room);
+  return ids;
 }
 
 }  // namespace kvvm::engine

@@ -4,6 +4,7 @@
 // where the grammar allows nothing more, and the mask statistics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,7 +106,10 @@ TEST(EngineGrammarTest, EveryConstrainedOutputMatchesItsGrammar) {
     ASSERT_TRUE((*engine)->run_until_idle().ok());
     const EngineStats stats = (*engine)->stats();
     EXPECT_EQ(stats.grammar.constrained_requests, 24u);
-    EXPECT_GE(stats.grammar.masks, stats.generated_tokens);
+    // Every generated token was drawn through a mask or forced (a draw of an end token is
+    // masked too, and generates nothing).
+    EXPECT_GE(stats.grammar.masks + stats.grammar.forced_tokens, stats.generated_tokens);
+    EXPECT_GT(stats.grammar.forced_tokens, 0u);
     std::uint64_t bucketed = 0;
     for (const std::uint64_t n : stats.grammar.mask_buckets) bucketed += n;
     EXPECT_EQ(bucketed, stats.grammar.masks);
@@ -190,6 +194,72 @@ TEST(EngineGrammarTest, OneChoiceAtATimeIsExactlyAChoice) {
     const std::string text = bytes_of(o.tokens);
     EXPECT_EQ(o.end, RequestEnd::kStop) << text;
     EXPECT_TRUE(text == "yes" || text == "no" || text == "maybe not") << "'" << text << "'";
+  }
+}
+
+// {"name":"<letters>","kind":"cat"|"dog"}: long runs with one continuation only.
+Grammar pet_grammar() {
+  Grammar g;
+  Builder b(g);
+  g.set_root(g.add(
+      "root", {Builder::cat({b.literal("{\"name\":\""),
+                             b.plus("letters", b.bytes(ByteSet::range('a', 'z'))),
+                             b.literal("\",\"kind\":\""),
+                             b.any_of("kind", {b.literal("cat"), b.literal("dog")}),
+                             b.literal("\"}")})}));
+  return g;
+}
+
+TEST(EngineGrammarTest, ForcedRunsAreTakenWithoutADrawAsTheTokenizerWrites) {
+  const auto g = compile(pet_grammar());
+  for (const bool jump : {true, false}) {
+    auto kv = make_kv(llama().config, 8, 128);
+    Collector collector;
+    std::vector<RequestId> ids;
+    EngineOptions options = no_cache();
+    options.tokenizer = &tiny_tokenizer();
+    options.jump_forward = jump;
+    EngineStats stats;
+    {
+      auto engine = Engine::create(*llama().model, *kv, options);
+      ASSERT_TRUE(engine.ok());
+      for (std::uint64_t seed = 0; seed < 8; ++seed) {
+        EngineRequest r = sampled(seed, 100, g);
+        r.use_model_eos = false;
+        ids.push_back(*(*engine)->submit(std::move(r), collector.callback()));
+      }
+      ASSERT_TRUE((*engine)->run_until_idle().ok());
+      stats = (*engine)->stats();
+    }
+    expect_clean(*kv);
+    std::uint64_t forced = 0;
+    for (const RequestId id : ids) {
+      const testing::Outcome o = collector.get(id);
+      const std::string text = bytes_of(o.tokens);
+      EXPECT_EQ(o.text, text);
+      EXPECT_EQ(o.tokens.size(), o.stats.generated_tokens);
+      if (o.end == RequestEnd::kStop) {
+        EXPECT_TRUE(grammar::testing::oracle_accepts(g->grammar(), text)) << text;
+      } else {
+        EXPECT_TRUE(grammar::testing::oracle_viable(g->grammar(), text)) << text;
+      }
+      forced += o.stats.forced_tokens;
+      // The run after the letters, as the tokenizer writes it: `","kind":"` but its last piece.
+      const std::size_t after = text.find("\",\"kind\":\"");
+      if (jump && after != std::string::npos && o.stats.forced_tokens > 0) {
+        std::vector<std::int32_t> want = tiny_tokenizer().encode("\",\"kind\":\"");
+        ASSERT_GT(want.size(), 1u);
+        want.pop_back();
+        const auto at = std::search(o.tokens.begin(), o.tokens.end(), want.begin(), want.end());
+        EXPECT_NE(at, o.tokens.end()) << text;
+      }
+    }
+    EXPECT_EQ(stats.grammar.forced_tokens, forced);
+    if (jump) {
+      EXPECT_GT(forced, 8u) << "every answer has runs to force";
+    } else {
+      EXPECT_EQ(forced, 0u);
+    }
   }
 }
 

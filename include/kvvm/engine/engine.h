@@ -111,6 +111,7 @@ struct RequestStats {
   std::uint32_t prompt_tokens = 0;
   std::uint32_t cached_tokens = 0;  // prompt tokens found in the prefix cache (last admission)
   std::uint32_t generated_tokens = 0;
+  std::uint32_t forced_tokens = 0;  // of those, a grammar's forced runs (not drawn)
   std::uint32_t preemptions = 0;
   double queue_seconds = 0;          // submit to first admission
   double time_to_first_token = 0;    // submit to the first generated token, seconds
@@ -186,6 +187,11 @@ struct EngineOptions {
   // Reuse is then paid once by the next admission (a map per window).
   std::chrono::milliseconds idle_release{30000};
   bool prefix_cache = true;
+  // A constrained request's forced runs (where its grammar allows one continuation only, up to
+  // its next choice) are taken without drawing, as the tokenizer tokenises them (the last piece
+  // left to the draw, where it may merge with what follows): fewer steps for JSON's keys and
+  // punctuation. Needs the tokenizer; never for a request asking for log-probabilities.
+  bool jump_forward = true;
   std::string model_identity;  // folded into cache keys; empty: the config's architecture
   bool graphs = true;          // CUDA: decode steps replay captured graphs
   std::vector<std::uint32_t> graph_batch_sizes;  // empty: 1, 2, 4, 8, 16, 32, ... max_running
@@ -219,6 +225,7 @@ inline constexpr std::array<double, 9> kMaskSecondsBounds = {5e-6,   1e-5,   2.5
 struct GrammarStats {
   std::uint64_t constrained_requests = 0;  // submitted with EngineRequest::grammar
   std::uint64_t masks = 0;                 // masked draws
+  std::uint64_t forced_tokens = 0;         // taken without a draw (EngineOptions::jump_forward)
   double mask_seconds = 0;                 // their host time, summed
   std::array<std::uint64_t, kMaskSecondsBounds.size() + 1> mask_buckets{};  // not cumulative
 };
