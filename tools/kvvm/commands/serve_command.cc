@@ -206,6 +206,10 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   add_weight_flags(*cmd, options.weights);
   cmd->add_flag("--no-prefix-cache", options.no_prefix_cache,
                 "Do not share the KV of common prompt prefixes between requests");
+  cmd->add_flag("--no-jump-forward", options.no_jump_forward,
+                "Structured output: draw every token, even where the grammar allows one "
+                "continuation only (by default such runs are taken without a draw, as the "
+                "tokenizer writes them)");
   cmd->add_option("--default-max-tokens", options.default_max_tokens,
                   "max_tokens of a request that gives none (default 256, cut to the context)")
       ->transform(count_validator(1, std::numeric_limits<std::uint32_t>::max()));
@@ -290,6 +294,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   engine_options.tpot_target = tpot_target(options.tpot_target_ms);
   engine_options.graphs = !options.no_graphs;
   engine_options.prefix_cache = !options.no_prefix_cache;
+  engine_options.jump_forward = !options.no_jump_forward;
   engine_options.tokenizer = loaded->tokenizer.get();
   Result<std::unique_ptr<engine::Engine>> engine =
       engine::Engine::create(model, **kv, engine_options);
