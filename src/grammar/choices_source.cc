@@ -13,7 +13,7 @@
 
 #include "grammar/builder.h"
 #include "grammar/text.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 
 namespace kvvm::grammar {
 namespace {

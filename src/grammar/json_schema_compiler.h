@@ -1,4 +1,4 @@
-// The JSON Schema compiler behind grammar_from_json_schema (kvvm/grammar/sources.h): a schema
+// The JSON Schema compiler behind grammar_from_json_schema (kvvm/grammar/constraint.h): a schema
 // is walked once, top down, each subschema becoming a Sequence of the grammar; a $ref target
 // becomes a rule of its own, declared at its first reference and compiled after the root, so
 // recursive schemas are recursive rules. The walk is split by concept: objects, arrays and the
@@ -18,7 +18,7 @@
 #include "grammar/builder.h"
 #include "grammar/json_values.h"
 #include "grammar/text.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 
 namespace kvvm::grammar {
 

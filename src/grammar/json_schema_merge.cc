@@ -38,8 +38,6 @@ bool tighter_upper(std::string_view key) {
          key == "exclusiveMaximum";
 }
 
-}  // namespace
-
 class AllOfMerge {
  public:
   AllOfMerge(const std::function<Result<const SchemaJson*>(const SchemaJson&, const std::string&)>&
@@ -163,6 +161,8 @@ class AllOfMerge {
   std::function<Status(const std::string&, int)> depth_bound_;
   MergeState state_;
 };
+
+}  // namespace
 
 Result<SchemaJson> JsonSchemaCompiler::merge_all_of(const SchemaJson& s, const std::string& path,
                                                     int depth) {

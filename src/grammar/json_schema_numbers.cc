@@ -101,16 +101,18 @@ std::uint64_t power10(std::size_t n) {
 }
 
 // The decimal texts (no leading zeros) of the integers from `lo` to `hi` (none: unbounded).
-std::vector<Sequence> integer_range(Builder& b, JsonValues& json, std::uint64_t lo,
-                                    std::optional<std::uint64_t> hi) {
+// [lo, hi], or [lo, any) when not `bounded`. (Plain values, not an optional: GCC's
+// -Wmaybe-uninitialized misreads an inlined optional here.)
+std::vector<Sequence> integer_range(Builder& b, JsonValues& json, std::uint64_t lo, bool bounded,
+                                    std::uint64_t hi) {
   std::vector<Sequence> out;
-  if (hi && lo > *hi) return out;
+  if (bounded && lo > hi) return out;
   const std::size_t lo_len = std::to_string(lo).size();
-  const std::size_t hi_len = hi ? std::to_string(*hi).size() : lo_len;
+  const std::size_t hi_len = bounded ? std::to_string(hi).size() : lo_len;
   std::vector<std::vector<ByteSet>> products;
   for (std::size_t len = lo_len; len <= hi_len; ++len) {
     const std::uint64_t from = len == lo_len ? lo : power10(len - 1);
-    const std::uint64_t to = hi && len == hi_len ? *hi : power10(len) - 1;
+    const std::uint64_t to = bounded && len == hi_len ? hi : power10(len) - 1;
     same_length(std::to_string(from), std::to_string(to), {}, products);
   }
   for (const auto& product : products) {
@@ -118,7 +120,7 @@ std::vector<Sequence> integer_range(Builder& b, JsonValues& json, std::uint64_t 
     for (const ByteSet& set : product) Builder::append(seq, b.bytes(set));
     out.push_back(std::move(seq));
   }
-  if (!hi) {
+  if (!bounded) {
     // Every integer with more digits than lo.
     Sequence longer = b.bytes(ByteSet::range('1', '9'));
     for (std::size_t i = 0; i < lo_len; ++i) Builder::append(longer, json.digit());
@@ -150,16 +152,15 @@ Result<Sequence> JsonSchemaCompiler::integer(const SchemaJson& s, const std::str
   if (!hi || *hi >= 0) {
     const std::uint64_t from = lo && *lo > 0 ? static_cast<std::uint64_t>(*lo) : 0;
     for (Sequence& seq :
-         integer_range(b_, json_, from, hi ? std::optional<std::uint64_t>(*hi) : std::nullopt)) {
+         integer_range(b_, json_, from, hi.has_value(), hi ? static_cast<std::uint64_t>(*hi) : 0)) {
       options.push_back(std::move(seq));
     }
   }
   if (!lo || *lo < 0) {
     // Negative integers: "-" and a magnitude from max(1, -hi) to -lo.
     const std::uint64_t from = hi && *hi < 0 ? static_cast<std::uint64_t>(-*hi) : 1;
-    const std::optional<std::uint64_t> to =
-        lo ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(-*lo)) : std::nullopt;
-    std::vector<Sequence> negative = integer_range(b_, json_, from, to);
+    const std::uint64_t to = lo ? static_cast<std::uint64_t>(-*lo) : 0;
+    std::vector<Sequence> negative = integer_range(b_, json_, from, lo.has_value(), to);
     if (!negative.empty()) {
       options.push_back(
           Builder::cat({b_.literal("-"),
@@ -199,9 +200,8 @@ Result<Sequence> JsonSchemaCompiler::number(const SchemaJson& s, const std::stri
     std::vector<Sequence> out;
     const std::uint64_t from = low ? low->value + (low->strict ? 1 : 0) : 0;
     if (!high || high->value >= 1) {
-      const std::optional<std::uint64_t> to =
-          high ? std::optional<std::uint64_t>(high->value - 1) : std::nullopt;
-      for (Sequence& seq : integer_range(b_, json_, from, to)) {
+      const std::uint64_t to = high ? high->value - 1 : 0;
+      for (Sequence& seq : integer_range(b_, json_, from, high.has_value(), to)) {
         out.push_back(Builder::cat({seq, any_fraction}));
       }
     }

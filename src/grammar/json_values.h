@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "grammar/builder.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 
 namespace kvvm::grammar {
 

@@ -1,6 +1,6 @@
 // A regular expression's rules written into another front end's grammar: a JSON Schema
 // "pattern" becomes part of the string it constrains. Implemented by the regular-expression
-// front end (grammar_from_regex in kvvm/grammar/sources.h), which shares its parser.
+// front end (grammar_from_regex in kvvm/grammar/constraint.h), which shares its parser.
 #pragma once
 
 #include <string_view>

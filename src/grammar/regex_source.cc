@@ -16,7 +16,7 @@
 #include "grammar/regex_embed.h"
 #include "grammar/regex_parser.h"
 #include "grammar/text.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 
 namespace kvvm::grammar {
 namespace {

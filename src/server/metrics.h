@@ -42,6 +42,7 @@
 #include "kvvm/engine/engine.h"
 #include "kvvm/governor/governor.h"
 #include "kvvm/grammar/constraint.h"
+#include "kvvm/grammar/grammar_cache.h"
 #include "kvvm/vmm/driver.h"
 
 namespace kvvm::server {

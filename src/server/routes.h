@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kvvm/grammar/constraint.h"
+#include "kvvm/grammar/grammar_cache.h"
 #include "kvvm/server/server.h"
 #include "metrics.h"
 #include "openai_request.h"

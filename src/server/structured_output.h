@@ -29,6 +29,7 @@
 #include "field_values.h"
 #include "kvvm/grammar/compiled_grammar.h"
 #include "kvvm/grammar/constraint.h"
+#include "kvvm/grammar/grammar_cache.h"
 #include "openai_request.h"
 #include "request_fields.h"
 

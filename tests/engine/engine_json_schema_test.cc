@@ -25,7 +25,7 @@
 
 #include "kvvm/engine/engine.h"
 #include "kvvm/grammar/compiled_grammar.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 #include "kvvm/grammar/vocabulary.h"
 #include "kvvm/tokenizer/tokenizer.h"
 #include "support/engine_harness.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "grammar/builder.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 #include "support/grammar_oracle.h"
 
 namespace kvvm::grammar {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 #include "support/grammar_oracle.h"
 
 namespace kvvm::grammar::json_schema_source_test {

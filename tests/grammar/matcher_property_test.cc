@@ -24,7 +24,7 @@
 
 #include "kvvm/grammar/compiled_grammar.h"
 #include "kvvm/grammar/matcher.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 #include "kvvm/grammar/vocabulary.h"
 #include "support/grammar_oracle.h"
 

@@ -16,7 +16,7 @@
 
 #include "grammar/builder.h"
 #include "grammar/regex_embed.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 #include "support/grammar_oracle.h"
 
 namespace kvvm::grammar {

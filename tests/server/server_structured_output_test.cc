@@ -3,7 +3,7 @@
 // bombs a 400 naming the field, a schema sent twice compiled once, both in /metrics), and the
 // answers match their constraint, streamed or not, on both generation endpoints.
 //
-// The answers' tests need the grammar front ends (kvvm/grammar/sources.h) and the engine's
+// The answers' tests need the grammar front ends (kvvm/grammar/constraint.h) and the engine's
 // masks: they skip while the front ends only refuse (a tree without them).
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 #include "support/prometheus_text.h"
 #include "support/server_rig.h"
 #include "support/test_data.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kit/cli_common.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/constraint.h"
 #include "support/cli_run.h"
 #include "support/test_data.h"
 

@@ -26,6 +26,7 @@
 #include "kvvm/base/dtype.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/grammar/constraint.h"
+#include "kvvm/grammar/grammar_cache.h"
 #include "kvvm/tokenizer/tokenizer.h"
 #include "kvvm/kernels/model_kernels.h"
 #include "kvvm/model/config.h"
@@ -142,7 +143,9 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> compile_constraint(
     constraint.text =
         options.constrain_regex.empty() ? "[A-Za-z0-9 ,.;:!?'()-]+" : options.constrain_regex;
   }
-  grammar::GrammarCache cache(vocabulary, {.entries = 1});
+  grammar::GrammarCacheOptions one;
+  one.entries = 1;
+  grammar::GrammarCache cache(vocabulary, one);
   Result<std::shared_ptr<const grammar::CompiledGrammar>> compiled = cache.get(constraint);
   if (!compiled.ok()) {
     return compiled.status().with_context(options.constrain_schema.empty() ? "--constrain-regex"

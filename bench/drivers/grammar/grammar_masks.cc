@@ -12,6 +12,7 @@
 #include "base/format.h"
 #include "kit/cli_common.h"
 #include "kvvm/grammar/constraint.h"
+#include "kvvm/grammar/grammar_cache.h"
 #include "kvvm/grammar/matcher.h"
 #include "kvvm/tokenizer/tokenizer.h"
 
@@ -165,7 +166,9 @@ int run_bench_grammar(const BenchGrammarOptions& options, std::ostream& out, std
     if (!options.only.empty() && rung.name != options.only) continue;
     found = true;
     err << "kvvm bench grammar: " << rung.name << "\n";
-    grammar::GrammarCache cache(*vocabulary, {.entries = 1});
+    grammar::GrammarCacheOptions one;
+    one.entries = 1;
+    grammar::GrammarCache cache(*vocabulary, one);
     const auto began = Clock::now();
     auto compiled = cache.get(rung.constraint);
     const double compile_seconds = std::chrono::duration<double>(Clock::now() - began).count();

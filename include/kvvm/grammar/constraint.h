@@ -1,25 +1,75 @@
-// Constraint: what a request asks its output to match, as the API and the CLI take it (a JSON
-// Schema, any JSON object, a regular expression, GBNF text, a list of choices), and the cache
-// of compiled grammars keyed by its content, so that a schema sent with every request is
-// compiled once.
+// Constraint: what a request may ask its output to match, as the API and the CLI take it (a JSON
+// Schema, any JSON object, a regular expression, GBNF text, a list of choices), and the front
+// ends that compile each kind to a Grammar (kvvm/grammar/grammar.h).
+//
+// Every refusal is InvalidArgument naming the place (a schema's JSON pointer and keyword, a
+// pattern's byte offset, a grammar's line and column) and what is wrong there, or
+// ResourceExhausted naming the bound a schema bomb ran into. Nothing is ever ignored: a schema
+// keyword the compiler cannot enforce is refused by name.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <list>
-#include <memory>
-#include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "kvvm/base/status.h"
-#include "kvvm/grammar/compiled_grammar.h"
-#include "kvvm/grammar/sources.h"
+#include "kvvm/grammar/grammar.h"
 
 namespace kvvm::grammar {
+
+// Whitespace the JSON grammars allow between tokens.
+struct JsonWhitespace {
+  // false (the default, as OpenAI's strict outputs): none at all, `{"a":1,"b":[2,3]}`.
+  // true: spaces, tabs and newlines where JSON allows them, at most `max_run` in a row, so a
+  // model cannot spend its budget on blanks.
+  bool flexible = false;
+  std::uint32_t max_run = 16;
+};
+
+struct JsonSchemaOptions {
+  JsonWhitespace whitespace;
+  // OpenAI's strict mode: properties not listed are not allowed even where the schema leaves
+  // additionalProperties out (strict schemas must say false anyway); false: JSON Schema's
+  // default, where any other property is allowed.
+  bool strict = false;
+  GrammarLimits limits;
+};
+
+// The JSON Schema in `schema_json` (a JSON text). The keywords enforced: type (a name or a
+// list), properties (written in the schema's order), required, additionalProperties (false,
+// true or a schema), items, prefixItems, enum, const, anyOf, oneOf (where its options cannot
+// overlap: different types, different enum / const values, or a required property whose values
+// differ, as pydantic's tagged unions; otherwise refused, since the grammar could not keep
+// "exactly one"), allOf (merged where its parts merge), $ref to "#" or any pointer inside the
+// schema ("#/$defs/...", "#/definitions/...", recursive too), minLength / maxLength (code
+// points) / pattern, format (date, time, date-time, uuid, email), minimum / maximum /
+// exclusiveMinimum / exclusiveMaximum (exact on integers, and on numbers for integer-valued
+// bounds), minItems / maxItems. Annotations (title, description, default, examples, $schema,
+// $id, $comment, deprecated, readOnly, writeOnly) are read and ignored. Anything else is
+// refused: "schema at /properties/a: \"if\" is not supported".
+Result<Grammar> grammar_from_json_schema(std::string_view schema_json,
+                                         const JsonSchemaOptions& options = {});
+// Any JSON object (response_format json_object).
+Grammar json_object_grammar(const JsonWhitespace& whitespace = {});
+
+// A regular expression in the ECMAScript syntax JSON Schema patterns use, matched whole (as
+// if anchored at both ends; ^ and $ at the ends are accepted): literals and escapes, ., [...]
+// classes and negations, \d \w \s \D \W \S, \uXXXX and \u{...}, groups (capturing,
+// (?:...), named), |, ?, *, +, {m}, {m,}, {m,n} and their lazy forms (the same language).
+// Lookaround, backreferences, \b \B and anchors inside the pattern are refused by name.
+Result<Grammar> grammar_from_regex(std::string_view pattern, const GrammarLimits& limits = {});
+
+// GBNF as llama.cpp users write it: `name ::= ...` rules (root is the start), "literals" with
+// escapes, [classes] and [^negations] over code points, (groups), |, ?, *, +, {m}, {m,},
+// {m,n}, `.`, # comments, rules across lines.
+Result<Grammar> grammar_from_gbnf(std::string_view text, const GrammarLimits& limits = {});
+
+// Exactly one of `choices` (byte for byte). InvalidArgument for none, or an empty one.
+Result<Grammar> grammar_from_choices(std::span<const std::string> choices,
+                                     const GrammarLimits& limits = {});
+
 
 struct Constraint {
   enum class Kind : std::uint8_t { kJsonSchema, kJsonObject, kRegex, kGbnf, kChoices };
@@ -33,39 +83,5 @@ std::string_view to_string(Constraint::Kind kind);
 
 // The constraint's grammar (sources.h's front ends); their errors as they give them.
 Result<Grammar> grammar_of(const Constraint& constraint, const GrammarLimits& limits = {});
-
-struct GrammarCacheOptions {
-  std::uint32_t entries = 64;  // compiled grammars kept, the least recently used dropped first
-  CompileOptions compile;
-};
-
-struct GrammarCacheStats {
-  std::uint64_t hits = 0, compiled = 0, refused = 0;  // refused: the constraint's error
-  double compile_seconds = 0;                          // summed over every compile
-  std::uint32_t entries = 0;
-  std::uint64_t bytes = 0;  // the kept grammars' mask caches
-};
-
-class GrammarCache {
- public:
-  GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, GrammarCacheOptions options = {});
-
-  // The constraint's compiled grammar: from the cache, or compiled on the calling thread (a
-  // request's own, never the engine's step). Concurrent calls for one constraint compile it
-  // once; the others wait for it. Errors are not kept.
-  Result<std::shared_ptr<const CompiledGrammar>> get(const Constraint& constraint);
-  GrammarCacheStats stats() const;
-  const std::shared_ptr<const Vocabulary>& vocabulary() const { return vocabulary_; }
-
- private:
-  struct Entry;
-  std::shared_ptr<const Vocabulary> vocabulary_;
-  GrammarCacheOptions options_;
-  mutable std::mutex mutex_;
-  std::condition_variable compiled_;
-  std::unordered_map<std::string, std::shared_ptr<Entry>> entries_;
-  std::list<std::string> recent_;  // most recent first
-  GrammarCacheStats stats_;
-};
 
 }  // namespace kvvm::grammar

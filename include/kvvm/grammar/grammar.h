@@ -1,5 +1,5 @@
 // Grammar: a context-free grammar over bytes, the one form every constraint compiles to (JSON
-// Schema, regular expressions, GBNF text, choice lists; kvvm/grammar/sources.h) before the
+// Schema, regular expressions, GBNF text, choice lists; kvvm/grammar/constraint.h) before the
 // matcher walks it as a pushdown automaton (kvvm/grammar/matcher.h).
 //
 // A rule is a list of alternatives; an alternative a sequence of elements; an element a set of

@@ -21,6 +21,7 @@
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/grammar/constraint.h"
+#include "kvvm/grammar/grammar_cache.h"
 #include "kvvm/grammar/vocabulary.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
