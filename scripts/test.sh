@@ -120,6 +120,10 @@ check "figures: the README's against docs/PERFORMANCE.md" bash scripts/check-fig
 check "figures: the check names an altered figure" bash tests/check-figures-test.sh || overall=1
 check "lock requirements (clang -Wthread-safety)" thread_safety || overall=1
 # The versions tests/clients/package-lock.json pins; without them clients.conformance fails.
+# The JSON Schema validator the structured-output tests run (they skip without it, so its absence
+# fails here instead).
+check "schema validator: python3 -c 'import jsonschema' (python3-jsonschema)" \
+  python3 -c 'import jsonschema' || overall=1
 check "real API clients: npm ci (openai, @langchain/openai)" \
   npm ci --prefix tests/clients --no-audit --no-fund --quiet || overall=1
 run_suite "${presets[0]}" || overall=1
