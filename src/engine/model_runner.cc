@@ -119,7 +119,8 @@ const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) 
     if (end == r.tokens.size() && r.matcher) {
       if (masks_.size() < (mask_rows + 1) * mask_words) masks_.resize((mask_rows + 1) * mask_words);
       const auto began = std::chrono::steady_clock::now();
-      fill_token_mask(*c.request, std::span<std::uint32_t>(masks_).subspan(mask_rows * mask_words, mask_words));
+      fill_token_mask(*c.request,
+                      std::span<std::uint32_t>(masks_).subspan(mask_rows * mask_words, mask_words));
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
       ++grammar_stats_.masks;
@@ -132,13 +133,13 @@ const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) 
     sampling_.push_back(sampling);
     want_logits = want_logits || wants_prompt_logits(r, end);
   }
-  const model::StepBatch batch{.token_ids = ids_,
-                               .chunks = chunks_,
-                               .kv = kv,
-                               .sampling = sampling_,
-                               .adjustments = adjustments_,
-                               .token_masks = std::span<const std::uint32_t>(
-                                   masks_.data(), mask_rows * mask_words)};
+  const model::StepBatch batch{
+      .token_ids = ids_,
+      .chunks = chunks_,
+      .kv = kv,
+      .sampling = sampling_,
+      .adjustments = adjustments_,
+      .token_masks = std::span<const std::uint32_t>(masks_.data(), mask_rows * mask_words)};
   model::StepOutput out;
   out.sampled = sampled_.data();
   const std::size_t vocab = model_.config().vocab_size;

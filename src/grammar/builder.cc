@@ -59,8 +59,8 @@ Sequence Builder::plus(std::string_view name, const Sequence& body) {
 Result<Sequence> Builder::repeat(std::string_view name, const Sequence& body, std::uint64_t min,
                                  std::optional<std::uint64_t> max) {
   if (max && *max < min) {
-    return Status::InvalidArgument(concat(name, ": a repetition of at least ", min,
-                                          " and at most ", *max));
+    return Status::InvalidArgument(
+        concat(name, ": a repetition of at least ", min, " and at most ", *max));
   }
   // Each copy costs the body's elements, and each optional copy a rule; the bounds are checked
   // before anything is built, in arithmetic that cannot wrap (counts come from user text).
@@ -262,9 +262,9 @@ Sequence Builder::any_codepoint() {
 Status Builder::check_size(std::string_view where) const {
   const std::size_t elements = grammar_.element_count();
   if (elements > limits_.max_elements) {
-    return Status::ResourceExhausted(concat(where, ": the grammar passes its bound of ",
-                                            limits_.max_elements, " elements"),
-                                     {elements, limits_.max_elements, limits_.max_elements});
+    return Status::ResourceExhausted(
+        concat(where, ": the grammar passes its bound of ", limits_.max_elements, " elements"),
+        {elements, limits_.max_elements, limits_.max_elements});
   }
   if (grammar_.rules().size() > limits_.max_rules) {
     return Status::ResourceExhausted(

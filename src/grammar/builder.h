@@ -50,9 +50,8 @@ class Builder {
   Result<Sequence> repeat(std::string_view name, const Sequence& body, std::uint64_t min,
                           std::optional<std::uint64_t> max);
   // body (separator body){min - 1, max - 1}: a list of at least `min` items (0 allowed).
-  Result<Sequence> separated(std::string_view name, const Sequence& body,
-                             const Sequence& separator, std::uint64_t min,
-                             std::optional<std::uint64_t> max);
+  Result<Sequence> separated(std::string_view name, const Sequence& body, const Sequence& separator,
+                             std::uint64_t min, std::optional<std::uint64_t> max);
 
   // One UTF-8 encoded code point in any of `ranges` (surrogates never: they are not UTF-8);
   // `negate`: one outside all of them. A rule named `name` whose alternatives are the

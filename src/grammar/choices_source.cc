@@ -41,8 +41,8 @@ Result<Grammar> grammar_from_choices(std::span<const std::string> choices,
   }
   const std::size_t bound = std::min<std::size_t>(kMaxBytes, limits.max_elements);
   if (total > bound) {
-    return Status::ResourceExhausted(
-        concat("choices: ", total, " bytes in all; at most ", bound), {total, bound, bound});
+    return Status::ResourceExhausted(concat("choices: ", total, " bytes in all; at most ", bound),
+                                     {total, bound, bound});
   }
 
   // The trie; duplicates end at the same node.

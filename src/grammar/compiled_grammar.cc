@@ -108,9 +108,9 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
   compiled->masks_ = std::make_unique<detail::MaskCache>(
       *compiled->program_, *compiled->vocabulary_, options.cache_bytes);
   const Explored met = explore(*compiled->program_, options.explore_states);
-  const unsigned threads =
-      options.threads != 0 ? options.threads
-                           : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
+  const unsigned threads = options.threads != 0
+                               ? options.threads
+                               : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<std::uint64_t> uncertain{0};
   parallel_for(met.partial.size(), threads, [&](std::size_t i) {
     uncertain += compiled->masks_->partial(met.partial[i])->uncertain.size();

@@ -25,9 +25,9 @@ Result<Grammar> grammar_of(const Constraint& constraint, const GrammarLimits& li
   switch (constraint.kind) {
     case Constraint::Kind::kJsonSchema:
       return grammar_from_json_schema(
-          constraint.text, JsonSchemaOptions{.whitespace = constraint.whitespace,
-                                             .strict = constraint.strict,
-                                             .limits = limits});
+          constraint.text,
+          JsonSchemaOptions{
+              .whitespace = constraint.whitespace, .strict = constraint.strict, .limits = limits});
     case Constraint::Kind::kJsonObject:
       return json_object_grammar(constraint.whitespace);
     case Constraint::Kind::kRegex:

@@ -57,8 +57,7 @@ int utf8_sequence(std::string_view text, std::size_t at) {
   if (b0 >= 0xF0 && b0 <= 0xF4) {
     const std::uint8_t lo = b0 == 0xF0 ? 0x90 : 0x80;
     const std::uint8_t hi = b0 == 0xF4 ? 0x8F : 0xBF;
-    return byte(1) >= lo && byte(1) <= hi && is_continuation(byte(2)) &&
-                   is_continuation(byte(3))
+    return byte(1) >= lo && byte(1) <= hi && is_continuation(byte(2)) && is_continuation(byte(3))
                ? 4
                : 0;
   }
@@ -66,7 +65,9 @@ int utf8_sequence(std::string_view text, std::size_t at) {
 }
 
 std::uint32_t decode(std::string_view text, std::size_t at, int length) {
-  const auto b = [&](int i) { return static_cast<std::uint32_t>(static_cast<std::uint8_t>(text[at + i])); };
+  const auto b = [&](int i) {
+    return static_cast<std::uint32_t>(static_cast<std::uint8_t>(text[at + i]));
+  };
   switch (length) {
     case 1:
       return b(0);
@@ -101,7 +102,8 @@ std::string show_codepoint(std::uint32_t cp) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   if (cp >= 0x20 && cp < 0x7f) return std::string("'") + static_cast<char>(cp) + "'";
   std::string digits;
-  for (std::uint32_t v = cp; v != 0 || digits.size() < 4; v >>= 4) digits.insert(digits.begin(), kHex[v & 15]);
+  for (std::uint32_t v = cp; v != 0 || digits.size() < 4; v >>= 4)
+    digits.insert(digits.begin(), kHex[v & 15]);
   return "U+" + digits;
 }
 
@@ -242,8 +244,8 @@ Result<Grammar> GbnfParser::parse() {
   for (std::size_t i = 0; i < text_.size();) {
     const int length = utf8_sequence(text_, i);
     if (length == 0) {
-      return error(i, concat("invalid UTF-8 (byte ", show_byte(static_cast<std::uint8_t>(text_[i])),
-                             ")"));
+      return error(
+          i, concat("invalid UTF-8 (byte ", show_byte(static_cast<std::uint8_t>(text_[i])), ")"));
     }
     i += static_cast<std::size_t>(length);
   }
@@ -275,14 +277,14 @@ Status GbnfParser::parse_rule() {
   const std::size_t start = pos_;
   const std::string_view name = name_at(pos_);
   if (name.empty()) {
-    return error(pos_, concat("expected a rule name (letters, digits, '-', '_'), found ",
-                              describe(pos_)));
+    return error(
+        pos_, concat("expected a rule name (letters, digits, '-', '_'), found ", describe(pos_)));
   }
   pos_ += name.size();
   skip_space();
   if (!text_.substr(pos_).starts_with("::=")) {
-    return error(pos_, concat("expected '::=' after the rule name '", name, "', found ",
-                              describe(pos_)));
+    return error(pos_,
+                 concat("expected '::=' after the rule name '", name, "', found ", describe(pos_)));
   }
   pos_ += 3;
   const RuleId id = reference(name, start);
@@ -511,8 +513,8 @@ Result<std::pair<std::uint64_t, std::optional<std::uint64_t>>> GbnfParser::parse
   const auto bad = [&](std::string_view what) {
     const std::size_t close = text_.find('}', open);
     const std::string_view written =
-        close == std::string_view::npos || text_.substr(open, close - open).find('\n') !=
-                                               std::string_view::npos
+        close == std::string_view::npos ||
+                text_.substr(open, close - open).find('\n') != std::string_view::npos
             ? std::string_view("{")
             : text_.substr(open, close - open + 1);
     return error(open, concat("bad repetition bounds '", written, "': ", what));

@@ -135,14 +135,15 @@ Status Grammar::check(const GrammarLimits& limits) const {
   }
   if (root_ >= rules_.size()) return Status::InvalidArgument("the grammar has no root rule");
   for (const Rule& rule : rules_) {
-    if (!rule.defined) return Status::InvalidArgument(concat("rule '", rule.name, "' is not defined"));
+    if (!rule.defined)
+      return Status::InvalidArgument(concat("rule '", rule.name, "' is not defined"));
     for (const Sequence& alternative : rule.alternatives) {
       for (const Element& e : alternative) {
         const std::size_t bound =
             e.kind == Element::Kind::kBytes ? byte_sets_.size() : rules_.size();
         if (e.index >= bound) {
-          return Status::InvalidArgument(concat("rule '", rule.name, "' names element ", e.index,
-                                             " of ", bound));
+          return Status::InvalidArgument(
+              concat("rule '", rule.name, "' names element ", e.index, " of ", bound));
         }
       }
     }
@@ -157,8 +158,8 @@ Status Grammar::check(const GrammarLimits& limits) const {
   while (!work.empty()) {
     const RuleId r = work.back();
     work.pop_back();
-    if (!live[r] && (!dead || (rules_[r].alternatives.empty() &&
-                               !rules_[*dead].alternatives.empty()))) {
+    if (!live[r] &&
+        (!dead || (rules_[r].alternatives.empty() && !rules_[*dead].alternatives.empty()))) {
       dead = r;
     }
     for (const Sequence& alternative : rules_[r].alternatives) {

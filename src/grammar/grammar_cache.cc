@@ -56,7 +56,8 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const Constrain
     entries_.emplace(key, entry);
   }
   const auto began = std::chrono::steady_clock::now();
-  Result<std::shared_ptr<const CompiledGrammar>> compiled = [&]() -> Result<std::shared_ptr<const CompiledGrammar>> {
+  Result<std::shared_ptr<const CompiledGrammar>> compiled =
+      [&]() -> Result<std::shared_ptr<const CompiledGrammar>> {
     Result<Grammar> grammar = grammar_of(constraint, options_.compile.limits);
     if (!grammar.ok()) return grammar.status();
     return CompiledGrammar::compile(std::move(*grammar), vocabulary_, options_.compile);

@@ -30,7 +30,8 @@ Sequence JsonValues::ws() {
   if (!ws_) {
     const RuleId rule = lazy(ws_, "ws");
     // max_run is bounded above, so the repetition's copies always fit.
-    Result<Sequence> run = b_.repeat("ws-run", b_.bytes(ByteSet::of_bytes(" \t\n")), 0, whitespace_.max_run);
+    Result<Sequence> run =
+        b_.repeat("ws-run", b_.bytes(ByteSet::of_bytes(" \t\n")), 0, whitespace_.max_run);
     b_.grammar().define(rule, {run.ok() ? *run : Sequence{}});
   }
   return b_.ref(*ws_);
@@ -82,12 +83,12 @@ Sequence JsonValues::string_char() {
     const Sequence u = b_.literal("\\u");
     const Sequence d = b_.bytes(ByteSet::of_bytes("dD"));
     // \uXXXX outside D800..DFFF, and a high surrogate then a low one.
-    const Sequence single =
-        b_.any_of("u-escape", {Builder::cat({b_.bytes(ByteSet::of_bytes("0123456789abcABC")), h, h, h}),
-                               Builder::cat({b_.bytes(ByteSet::of_bytes("eEfF")), h, h, h}),
-                               Builder::cat({d, b_.bytes(ByteSet::range('0', '7')), h, h})});
-    const Sequence pair =
-        Builder::cat({d, b_.bytes(ByteSet::of_bytes("89abAB")), h, h, u, d, b_.bytes(ByteSet::of_bytes("cdefCDEF")), h, h});
+    const Sequence single = b_.any_of(
+        "u-escape", {Builder::cat({b_.bytes(ByteSet::of_bytes("0123456789abcABC")), h, h, h}),
+                     Builder::cat({b_.bytes(ByteSet::of_bytes("eEfF")), h, h, h}),
+                     Builder::cat({d, b_.bytes(ByteSet::range('0', '7')), h, h})});
+    const Sequence pair = Builder::cat({d, b_.bytes(ByteSet::of_bytes("89abAB")), h, h, u, d,
+                                        b_.bytes(ByteSet::of_bytes("cdefCDEF")), h, h});
     char_ = b_.grammar().add(
         "string-char",
         {plain_char(), Builder::cat({b_.literal("\\"), b_.bytes(ByteSet::of_bytes("\"\\/bfnrt"))}),
@@ -127,8 +128,9 @@ Sequence JsonValues::number() {
   if (!number_) {
     const Sequence fraction = b_.optional("fraction", Builder::cat({b_.literal("."), digits()}));
     const Sequence exponent = b_.optional(
-        "exponent", Builder::cat({b_.bytes(ByteSet::of_bytes("eE")),
-                                  b_.optional("exponent-sign", b_.bytes(ByteSet::of_bytes("+-"))), digits()}));
+        "exponent",
+        Builder::cat({b_.bytes(ByteSet::of_bytes("eE")),
+                      b_.optional("exponent-sign", b_.bytes(ByteSet::of_bytes("+-"))), digits()}));
     number_ = b_.grammar().add("number", {Builder::cat({integer(), fraction, exponent})});
   }
   return b_.ref(*number_);

@@ -74,7 +74,8 @@ void Runner::start(State& out) {
   const std::uint32_t root = kRoot;
   out.clear();
   work_.clear();
-  for (const std::uint32_t s : program_.starts[program_.root]) work_.push_back(stacks_.node(s, root));
+  for (const std::uint32_t s : program_.starts[program_.root])
+    work_.push_back(stacks_.node(s, root));
   run(out);
 }
 

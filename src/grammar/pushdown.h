@@ -26,7 +26,7 @@ inline constexpr std::uint32_t kUnknown = 0xFFFFFFFEu;
 struct Program {
   enum Op : std::uint8_t { kBytes, kCall, kTailCall, kReturn };
   std::vector<std::uint8_t> ops;
-  std::vector<std::uint32_t> args;                // byte set (kBytes) or rule (calls)
+  std::vector<std::uint32_t> args;                 // byte set (kBytes) or rule (calls)
   std::vector<std::vector<std::uint32_t>> starts;  // per rule, its alternatives' first positions
   std::vector<ByteSet> sets;
   RuleId root = 0;

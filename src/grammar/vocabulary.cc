@@ -10,8 +10,8 @@ Result<std::shared_ptr<const Vocabulary>> Vocabulary::from_bytes(std::vector<std
                                                                  std::vector<bool> special,
                                                                  std::span<const TokenId> ends) {
   if (special.size() != bytes.size()) {
-    return Status::InvalidArgument(concat("vocabulary: ", bytes.size(), " tokens but ",
-                                          special.size(), " special flags"));
+    return Status::InvalidArgument(
+        concat("vocabulary: ", bytes.size(), " tokens but ", special.size(), " special flags"));
   }
   std::vector<bool> text(bytes.size());
   for (std::size_t i = 0; i < bytes.size(); ++i) text[i] = !special[i] && !bytes[i].empty();

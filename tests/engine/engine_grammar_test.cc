@@ -202,11 +202,10 @@ Grammar pet_grammar() {
   Grammar g;
   Builder b(g);
   g.set_root(g.add(
-      "root", {Builder::cat({b.literal("{\"name\":\""),
-                             b.plus("letters", b.bytes(ByteSet::range('a', 'z'))),
-                             b.literal("\",\"kind\":\""),
-                             b.any_of("kind", {b.literal("cat"), b.literal("dog")}),
-                             b.literal("\"}")})}));
+      "root", {Builder::cat(
+                  {b.literal("{\"name\":\""), b.plus("letters", b.bytes(ByteSet::range('a', 'z'))),
+                   b.literal("\",\"kind\":\""),
+                   b.any_of("kind", {b.literal("cat"), b.literal("dog")}), b.literal("\"}")})}));
   return g;
 }
 

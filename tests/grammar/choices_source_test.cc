@@ -95,8 +95,7 @@ TEST(ChoicesSourceTest, Refusals) {
   EXPECT_EQ(empty.status().message(),
             "choices: choice 1 is the empty string; every choice needs a byte");
 
-  const std::vector<std::string> big = {std::string(1 << 19, 'a'), std::string(1 << 19, 'b'),
-                                        "c"};
+  const std::vector<std::string> big = {std::string(1 << 19, 'a'), std::string(1 << 19, 'b'), "c"};
   const Result<Grammar> large = grammar_from_choices(big);
   ASSERT_FALSE(large.ok());
   EXPECT_EQ(large.status().code(), StatusCode::kResourceExhausted);

@@ -115,8 +115,9 @@ name ::= [A-Z] [a-z]* # a last comment, no newline after)");
 }
 
 TEST(GbnfSourceTest, CheckNamesTheUsersRule) {
-  const Result<Grammar> g = grammar_from_gbnf("root ::= expr\nexpr ::= expr \"+\" num | num\n"
-                                              "num ::= [0-9]+");
+  const Result<Grammar> g = grammar_from_gbnf(
+      "root ::= expr\nexpr ::= expr \"+\" num | num\n"
+      "num ::= [0-9]+");
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(g.status().message().rfind("rule 'expr' is left-recursive", 0), 0)
@@ -175,7 +176,8 @@ TEST(GbnfSourceTest, RefusalsNameLineAndColumn) {
       {"root ::= [^\\x00-\\U0010FFFF]", "rule 'root-class@9' matches no string"},
       {"root ::= \"a\"{2000000}", "grammar at 1:13: root-repeat@12: a repetition of 2000000",
        StatusCode::kResourceExhausted},
-      {"root ::= \"a\"{0,100000}", "grammar at 1:13: root-repeat@12: a repetition with 100000 optional copies passes",
+      {"root ::= \"a\"{0,100000}",
+       "grammar at 1:13: root-repeat@12: a repetition with 100000 optional copies passes",
        StatusCode::kResourceExhausted},
       {"root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')'),
        "grammar at 1:266: groups nested more than 256 deep", StatusCode::kResourceExhausted},
@@ -246,8 +248,8 @@ TEST(GbnfSourceTest, SmallerLimitsAreHonoured) {
   EXPECT_EQ(rules.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(rules.status().message().find("bound of 8 rules"), std::string::npos)
       << rules.status().message();
-  const Result<Grammar> elements = grammar_from_gbnf("root ::= \"" + std::string(100, 'a') + "\"",
-                                                     limits);
+  const Result<Grammar> elements =
+      grammar_from_gbnf("root ::= \"" + std::string(100, 'a') + "\"", limits);
   ASSERT_FALSE(elements.ok());
   EXPECT_EQ(elements.status().code(), StatusCode::kResourceExhausted);
 }
@@ -285,10 +287,10 @@ ws ::= | " " | "\n" [ \t]{0,20}
 TEST(GbnfSourceTest, JsonGrammar) {
   const Grammar g = compile(kJson);
   expect_language(g,
-                  {"{}", R"({"a": 1, "b": [true, null, "x\n\u00e9"]})",
-                   "{\"k\":{\"n\":-12.5e+3}}", "{\"\xC3\xA9\": []}"},
-                  {"[]", "{", R"({"a" 1})", R"({"a": 01x})", "{\"a\": \"\x01\"}",
-                   R"({"a": "\q"})", R"({"a": [1,]})"},
+                  {"{}", R"({"a": 1, "b": [true, null, "x\n\u00e9"]})", "{\"k\":{\"n\":-12.5e+3}}",
+                   "{\"\xC3\xA9\": []}"},
+                  {"[]", "{", R"({"a" 1})", R"({"a": 01x})", "{\"a\": \"\x01\"}", R"({"a": "\q"})",
+                   R"({"a": [1,]})"},
                   200);
 }
 
@@ -312,7 +314,10 @@ root ::= item+
 item ::= "- " [^\r\n\x0b\x0c\x85\u2028\u2029]+ "\n"
 )");
   expect_language(g, {"- milk\n", "- eggs\n- b\xC3\xA9 \n"},
-                  {"", "- \n", "-milk\n", "- a\xE2\x80\xA8" "b\n", "- a"});
+                  {"", "- \n", "-milk\n",
+                   "- a\xE2\x80\xA8"
+                   "b\n",
+                   "- a"});
 }
 
 TEST(GbnfSourceTest, ChessGrammar) {
@@ -324,17 +329,18 @@ pawn   ::= ([a-h] "x")? [a-h] [1-8] ("=" [NBKQ])?
 nonpawn ::= [NBKRQ] [a-h]? [1-8]? "x"? [a-h] [1-8]
 castle ::= "O-O" "-O"?
 )");
-  expect_language(g, {"1. e4 e5\n2. Nf3 Nc6\n", "1. d4 Nf6\n2. c4 e6\n3. Nc3 Bb4+\n4. O-O-O exd8=Q#\n"},
-                  {"1. e4 e5\n", "1. e9 e5\n2. a3 a6\n", "1. e4 e5\n2. Zf3 Nc6\n"});
+  expect_language(
+      g, {"1. e4 e5\n2. Nf3 Nc6\n", "1. d4 Nf6\n2. c4 e6\n3. Nc3 Bb4+\n4. O-O-O exd8=Q#\n"},
+      {"1. e4 e5\n", "1. e9 e5\n2. a3 a6\n", "1. e4 e5\n2. Zf3 Nc6\n"});
 }
 
 // Random grammars: rules of literals, classes, groups and operators over {a, b, c} rendered as
 // GBNF text, against the strings of length <= 4 each expression denotes, computed directly.
 struct Expr {
   enum Kind { kLiteral, kClass, kRef, kSeq, kAlt, kOp } kind = kLiteral;
-  std::string text;       // literal: its bytes; class: the bytes in it
-  bool negate = false;    // class
-  int rule = 0;           // ref
+  std::string text;     // literal: its bytes; class: the bytes in it
+  bool negate = false;  // class
+  int rule = 0;         // ref
   std::vector<Expr> parts;
   std::string op;         // "?", "*", "+", "{m}", "{m,}", "{m,n}"
   int min = 0, max = -1;  // op; max -1: unbounded
@@ -442,11 +448,29 @@ Expr random_expr(std::mt19937_64& rng, int depth, int rule) {
     e.kind = Expr::kOp;
     e.parts.push_back(random_expr(rng, depth - 1, rule));
     switch (pick(6)) {
-      case 0: e.op = "?"; e.min = 0; e.max = 1; break;
-      case 1: e.op = "*"; e.min = 0; e.max = -1; break;
-      case 2: e.op = "+"; e.min = 1; e.max = -1; break;
-      case 3: e.min = e.max = pick(3); e.op = "{" + std::to_string(e.min) + "}"; break;
-      case 4: e.min = pick(3); e.op = "{" + std::to_string(e.min) + ",}"; break;
+      case 0:
+        e.op = "?";
+        e.min = 0;
+        e.max = 1;
+        break;
+      case 1:
+        e.op = "*";
+        e.min = 0;
+        e.max = -1;
+        break;
+      case 2:
+        e.op = "+";
+        e.min = 1;
+        e.max = -1;
+        break;
+      case 3:
+        e.min = e.max = pick(3);
+        e.op = "{" + std::to_string(e.min) + "}";
+        break;
+      case 4:
+        e.min = pick(3);
+        e.op = "{" + std::to_string(e.min) + ",}";
+        break;
       default:
         e.min = pick(3);
         e.max = e.min + pick(3);
@@ -468,7 +492,8 @@ TEST(GbnfSourceTest, RandomGrammarsMatchADirectReading) {
     std::vector<Expr> rules;
     for (int r = 0; r < 4; ++r) rules.push_back(random_expr(rng, 3, r));
     std::string text;
-    for (int r = 0; r < 4; ++r) text += (r ? "r" + std::to_string(r) : "root") + " ::= " + render(rules[r]) + "\n";
+    for (int r = 0; r < 4; ++r)
+      text += (r ? "r" + std::to_string(r) : "root") + " ::= " + render(rules[r]) + "\n";
     std::vector<Lang> langs(4);
     for (int r = 3; r >= 0; --r) langs[r] = denote(rules[r], langs);
     const Result<Grammar> g = grammar_from_gbnf(text);
@@ -479,8 +504,8 @@ TEST(GbnfSourceTest, RandomGrammarsMatchADirectReading) {
       continue;
     }
     for (const std::string& s : strings) {
-      ASSERT_EQ(oracle_accepts(*g, s), langs[0].count(s) > 0)
-          << "string '" << s << "' in\n" << text << g->to_string();
+      ASSERT_EQ(oracle_accepts(*g, s), langs[0].count(s) > 0) << "string '" << s << "' in\n"
+                                                              << text << g->to_string();
       ++compared;
     }
   }

@@ -115,8 +115,8 @@ TEST(GrammarTest, CodepointRangesAreTheirUtf8Encodings) {
     }
     return out;
   };
-  const std::vector<CodepointRange> ranges = {{'a', 'f'}, {0x3B1, 0x3C9}, {0x7F0, 0x1000},
-                                              {0xD000, 0xE100}, {0x1F600, 0x1F64F}};
+  const std::vector<CodepointRange> ranges = {
+      {'a', 'f'}, {0x3B1, 0x3C9}, {0x7F0, 0x1000}, {0xD000, 0xE100}, {0x1F600, 0x1F64F}};
   for (bool negate : {false, true}) {
     Grammar g;
     Builder b(g);
@@ -125,10 +125,11 @@ TEST(GrammarTest, CodepointRangesAreTheirUtf8Encodings) {
     std::mt19937_64 rng(7);
     for (int i = 0; i < 3000; ++i) {
       std::uint32_t cp = static_cast<std::uint32_t>(rng() % 0x110000);
-      if (i < 64) cp = std::vector<std::uint32_t>{'a', 'f', 'g', 0x3B1, 0x3C9, 0x7EF, 0x7F0, 0x7FF,
-                                                  0x800, 0xFFF, 0x1000, 0x1001, 0xD000, 0xD7FF,
-                                                  0xE000, 0xE100, 0xE101, 0xFFFF, 0x10000,
-                                                  0x1F600, 0x1F64F, 0x1F650, 0x10FFFF}[i % 23];
+      if (i < 64)
+        cp = std::vector<std::uint32_t>{'a',     'f',     'g',     0x3B1,   0x3C9,   0x7EF,
+                                        0x7F0,   0x7FF,   0x800,   0xFFF,   0x1000,  0x1001,
+                                        0xD000,  0xD7FF,  0xE000,  0xE100,  0xE101,  0xFFFF,
+                                        0x10000, 0x1F600, 0x1F64F, 0x1F650, 0x10FFFF}[i % 23];
       if (cp >= 0xD800 && cp <= 0xDFFF) continue;
       bool inside = false;
       for (const CodepointRange& r : ranges) inside |= cp >= r.lo && cp <= r.hi;

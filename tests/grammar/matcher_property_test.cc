@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "kvvm/grammar/compiled_grammar.h"
-#include "kvvm/grammar/matcher.h"
 #include "kvvm/grammar/constraint.h"
+#include "kvvm/grammar/matcher.h"
 #include "kvvm/grammar/vocabulary.h"
 #include "support/grammar_oracle.h"
 

@@ -27,13 +27,13 @@ Grammar json_like() {
                                         s.add('n');
                                         return s;
                                       }())})});
-  const RuleId string = g.add("string", {Builder::cat({b.literal("\""), b.star("chars", character),
-                                                       b.literal("\"")})});
+  const RuleId string = g.add(
+      "string", {Builder::cat({b.literal("\""), b.star("chars", character), b.literal("\"")})});
   const Sequence digits = b.star("digits", b.bytes(ByteSet::range('0', '9')));
-  const Sequence integer = Builder::cat(
-      {b.optional("minus", b.literal("-")),
-       b.any_of("int", {b.literal("0"),
-                        Builder::cat({b.bytes(ByteSet::range('1', '9')), digits})})});
+  const Sequence integer =
+      Builder::cat({b.optional("minus", b.literal("-")),
+                    b.any_of("int", {b.literal("0"),
+                                     Builder::cat({b.bytes(ByteSet::range('1', '9')), digits})})});
   const Sequence member = Builder::cat({b.ref(string), b.literal(":"), b.ref(value)});
   const Sequence members = *b.separated("members", member, b.literal(","), 0, std::nullopt);
   const Sequence items = *b.separated("items", b.ref(value), b.literal(","), 0, std::nullopt);
@@ -51,9 +51,10 @@ std::shared_ptr<const Vocabulary> test_vocabulary(std::uint64_t seed, std::size_
   std::vector<std::string> bytes;
   for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
   for (const char* piece :
-       {"{\"", "\":", "\",\"", "\"}", "\"]", "}]", "},{\"", "[{\"", "true", "false", "null", "nu",
-        "ll", "12", "-0", "00", "\\\"", "\\n", "\"\"", "é", "\xC3", "\xA9\"", "ab", "abc\"",
-        ",", "\":{\"", "\":[", "]}", "\":\"", "\":1", "1,", "\"x\"", "tr", "ue"}) {
+       {"{\"",   "\":",   "\",\"", "\"}",    "\"]",   "}]",    "},{\"", "[{\"",   "true",
+        "false", "null",  "nu",    "ll",     "12",    "-0",    "00",    "\\\"",   "\\n",
+        "\"\"",  "é",     "\xC3",  "\xA9\"", "ab",    "abc\"", ",",     "\":{\"", "\":[",
+        "]}",    "\":\"", "\":1",  "1,",     "\"x\"", "tr",    "ue"}) {
     bytes.emplace_back(piece);
   }
   const std::string alphabet = "{}[]\",:\\abcnxy019-é truefalsnl";

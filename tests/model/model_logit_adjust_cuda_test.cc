@@ -483,8 +483,7 @@ void expect_masked(const StepOut& got, const StepOut& raw, const std::vector<std
   const std::int32_t rows[kChunks] = {1, -1, 0};
   for (std::size_t c = 0; c < kChunks; ++c) {
     for (std::uint32_t t = 0; t < vocab; ++t) {
-      const bool on = rows[c] < 0 ||
-                      ((masks[rows[c] * words + (t >> 5)] >> (t & 31)) & 1) != 0;
+      const bool on = rows[c] < 0 || ((masks[rows[c] * words + (t >> 5)] >> (t & 31)) & 1) != 0;
       const float want = on ? raw.logits[c * vocab + t] : -INFINITY;
       ASSERT_EQ(got.logits[c * vocab + t], want) << where << ", chunk " << c << ", id " << t;
     }

@@ -45,10 +45,10 @@ bool allowed(const std::vector<std::uint32_t>& mask, std::size_t row_words, std:
 }
 
 TEST(TokenMask, MaskLogitsBansExactlyTheZeroBits) {
-  std::vector<float> logits = {1.0f, 2.0f, -3.0f, 4.0f, NAN, 0.0f, 7.0f, 8.0f, 9.0f, 10.0f,
-                               11.0f, 12.0f, 13.0f, 14.0f, 15.0f, 16.0f, 17.0f, 18.0f, 19.0f,
-                               20.0f, 21.0f, 22.0f, 23.0f, 24.0f, 25.0f, 26.0f, 27.0f, 28.0f,
-                               29.0f, 30.0f, 31.0f, 32.0f, 33.0f, 34.0f};
+  std::vector<float> logits = {1.0f,  2.0f,  -3.0f, 4.0f,  NAN,   0.0f,  7.0f,  8.0f,  9.0f,
+                               10.0f, 11.0f, 12.0f, 13.0f, 14.0f, 15.0f, 16.0f, 17.0f, 18.0f,
+                               19.0f, 20.0f, 21.0f, 22.0f, 23.0f, 24.0f, 25.0f, 26.0f, 27.0f,
+                               28.0f, 29.0f, 30.0f, 31.0f, 32.0f, 33.0f, 34.0f};
   const std::vector<float> raw = logits;
   const std::vector<std::uint32_t> mask = {0b1011u | (1u << 31), 0b10u};
   mask_logits(logits, mask);
@@ -76,8 +76,7 @@ struct Stepped {
 };
 
 Stepped step(testing::ModelRig& rig, std::vector<testing::Sequence>& seqs,
-             const std::vector<ChunkSampling>& sampling,
-             const std::vector<std::uint32_t>& masks) {
+             const std::vector<ChunkSampling>& sampling, const std::vector<std::uint32_t>& masks) {
   std::vector<Chunk> chunks;
   std::vector<std::int32_t> ids;
   for (testing::Sequence& s : seqs) {
@@ -121,7 +120,8 @@ TEST(ModelCpuTokenMask, TheStepDrawsOnlyAllowedTokens) {
     const Stepped free = step(rig, seqs, sampling, {});
     EXPECT_EQ(masked.sampled[1], free.sampled[1]);  // the unmasked chunk draws as without
     for (std::uint32_t v = 0; v < vocab; ++v) {
-      const float want0 = allowed(masks, words, 1, static_cast<std::int32_t>(v)) ? free.logits[v] : -kInf;
+      const float want0 =
+          allowed(masks, words, 1, static_cast<std::int32_t>(v)) ? free.logits[v] : -kInf;
       ASSERT_EQ(masked.logits[v], want0) << "chunk 0 id " << v;
       ASSERT_EQ(masked.logits[vocab + v], free.logits[vocab + v]) << "chunk 1 id " << v;
     }
@@ -199,8 +199,8 @@ TEST(TokenMaskKernelChecks, MalformedCallsAreRefused) {
   float logits[4] = {};
   std::int32_t row = 0;
   std::uint32_t mask = 1;
-  TokenMaskParams p{.rows = 1, .vocab = 4, .words = 2, .logits = logits, .mask_rows = &row,
-                    .masks = &mask};
+  TokenMaskParams p{
+      .rows = 1, .vocab = 4, .words = 2, .logits = logits, .mask_rows = &row, .masks = &mask};
   Status refused = token_mask_cuda(p, nullptr);
   EXPECT_NE(refused.message().find("2 words a row for a vocabulary of 4"), std::string::npos)
       << refused.to_string();

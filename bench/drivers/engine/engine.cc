@@ -27,12 +27,12 @@
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/grammar/constraint.h"
 #include "kvvm/grammar/grammar_cache.h"
-#include "kvvm/tokenizer/tokenizer.h"
 #include "kvvm/kernels/model_kernels.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
+#include "kvvm/tokenizer/tokenizer.h"
 #include "kvvm/vmm/cuda_driver.h"
 #include "sim/trace.h"
 
@@ -149,7 +149,7 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> compile_constraint(
   Result<std::shared_ptr<const grammar::CompiledGrammar>> compiled = cache.get(constraint);
   if (!compiled.ok()) {
     return compiled.status().with_context(options.constrain_schema.empty() ? "--constrain-regex"
-                                                                            : "--constrain-schema");
+                                                                           : "--constrain-schema");
   }
   if (progress != nullptr) {
     *progress << kBenchEngine << ": constraint compiled in "

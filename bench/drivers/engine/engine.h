@@ -66,7 +66,7 @@ struct BenchEngineOptions {
   std::string constrain_tokenizer;
   std::string constrain_schema;
   std::string constrain_regex;
-  std::uint32_t choices = 0;   // > 1: the choices part with this n
+  std::uint32_t choices = 0;  // > 1: the choices part with this n
   std::uint64_t choices_prompt_tokens = 2048;
   std::uint64_t choices_tokens = 256;
   bool skip_decode = false;

@@ -179,9 +179,9 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
       run_batch(engine, params.batch, params.prompt_tokens, 2, rng, vocab, logprobs, grammar);
   if (!warm.ok()) return warm.status().with_context("warm-up");
   const engine::EngineStats before = engine.stats();
-  KVVM_ASSIGN_OR_RETURN(BatchTimes times, run_batch(engine, params.batch, params.prompt_tokens,
-                                                    params.decode_tokens, rng, vocab, logprobs,
-                                                    grammar));
+  KVVM_ASSIGN_OR_RETURN(BatchTimes times,
+                        run_batch(engine, params.batch, params.prompt_tokens, params.decode_tokens,
+                                  rng, vocab, logprobs, grammar));
   const engine::EngineStats after = engine.stats();
 
   run.generated_tokens = times.generated;

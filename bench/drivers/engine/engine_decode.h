@@ -34,7 +34,7 @@ struct DecodeParams {
   std::uint64_t prompt_tokens = 128;
   std::uint64_t decode_tokens = 128;  // >= 2: one first token, then decode
   std::uint64_t seed = 1;
-  std::uint32_t logprobs = 0;  // kLogprobs: alternatives per token
+  std::uint32_t logprobs = 0;                               // kLogprobs: alternatives per token
   std::shared_ptr<const grammar::CompiledGrammar> grammar;  // kConstrained
 };
 

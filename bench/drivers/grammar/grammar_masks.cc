@@ -101,7 +101,8 @@ double brute_force_seconds(grammar::Matcher& m) {
 
 std::string find_end_token(const tokenizer::Tokenizer& t, const std::string& asked) {
   if (!asked.empty()) return asked;
-  for (const char* name : {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "</s>"}) {
+  for (const char* name :
+       {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "</s>"}) {
     if (t.token_id(name)) return name;
   }
   return "";
@@ -158,9 +159,9 @@ int run_bench_grammar(const BenchGrammarOptions& options, std::ostream& out, std
     return kExitFailure;
   }
   nlohmann::ordered_json report = {{"tokenizer", options.tokenizer},
-                           {"vocabulary", (*vocabulary)->size()},
-                           {"end_token", end_text},
-                           {"constraints", nlohmann::ordered_json::array()}};
+                                   {"vocabulary", (*vocabulary)->size()},
+                                   {"end_token", end_text},
+                                   {"constraints", nlohmann::ordered_json::array()}};
   bool found = options.only.empty();
   for (const Rung& rung : ladder()) {
     if (!options.only.empty() && rung.name != options.only) continue;
@@ -211,31 +212,33 @@ int run_bench_grammar(const BenchGrammarOptions& options, std::ostream& out, std
     const grammar::CompileStats& stats = (*compiled)->stats();
     report["constraints"].push_back(nlohmann::ordered_json{
         {"name", rung.name},
-         {"compile_seconds", compile_seconds},
-         {"partial_stacks", stats.partial_stacks},
-         {"uncertain_tokens", stats.uncertain_tokens},
-         {"cache_bytes", (*compiled)->cache_bytes()},
-         {"masks", mask_seconds.size()},
-         {"walks_ended", ended},
-         {"mean_allowed", mask_seconds.empty() ? 0.0 : double(allowed_sum) / mask_seconds.size()},
-         {"mask_p50_seconds", p50},
-         {"mask_p90_seconds", quantile(mask_seconds, 0.9)},
-         {"mask_p99_seconds", quantile(mask_seconds, 0.99)},
-         {"mask_max_seconds", quantile(mask_seconds, 1.0)},
-         {"brute_force_seconds", brute},
-         {"brute_force_over_p50", p50 > 0 ? brute / p50 : 0.0}});
+        {"compile_seconds", compile_seconds},
+        {"partial_stacks", stats.partial_stacks},
+        {"uncertain_tokens", stats.uncertain_tokens},
+        {"cache_bytes", (*compiled)->cache_bytes()},
+        {"masks", mask_seconds.size()},
+        {"walks_ended", ended},
+        {"mean_allowed", mask_seconds.empty() ? 0.0 : double(allowed_sum) / mask_seconds.size()},
+        {"mask_p50_seconds", p50},
+        {"mask_p90_seconds", quantile(mask_seconds, 0.9)},
+        {"mask_p99_seconds", quantile(mask_seconds, 0.99)},
+        {"mask_max_seconds", quantile(mask_seconds, 1.0)},
+        {"brute_force_seconds", brute},
+        {"brute_force_over_p50", p50 > 0 ? brute / p50 : 0.0}});
   }
   if (!found) {
-    err << "kvvm bench grammar: --only '" << options.only << "' names no constraint of the ladder\n";
+    err << "kvvm bench grammar: --only '" << options.only
+        << "' names no constraint of the ladder\n";
     return kExitUsage;
   }
   if (options.json) {
     out << dump_json(report) << "\n";
     return kExitOk;
   }
-  out << "vocabulary " << report["vocabulary"].get<std::size_t>() << " tokens (" << options.tokenizer
-      << "), end " << end_text << "\n";
-  out << "constraint          compile   stacks   p50       p90       p99       max       brute force  gain\n";
+  out << "vocabulary " << report["vocabulary"].get<std::size_t>() << " tokens ("
+      << options.tokenizer << "), end " << end_text << "\n";
+  out << "constraint          compile   stacks   p50       p90       p99       max       brute "
+         "force  gain\n";
   for (const auto& c : report["constraints"]) {
     char line[256];
     std::snprintf(line, sizeof line, "%-18s %8s %8llu %9s %9s %9s %9s %12s %6s\n",

@@ -17,13 +17,13 @@ class App;
 namespace kvvm::cli {
 
 struct BenchGrammarOptions {
-  std::string tokenizer;        // --tokenizer: a tokenizer.json (required)
-  std::string end_token;        // --end-token: the end token's text; empty: found in the file
-  std::uint32_t walks = 20;     // --walks: walks per constraint
-  std::uint32_t tokens = 200;   // --tokens: tokens per walk at most
-  std::uint32_t brute = 3;      // --brute-force: states also masked by brute force
-  std::uint64_t seed = 1;       // --seed
-  std::string only;             // --only NAME: one constraint of the ladder
+  std::string tokenizer;       // --tokenizer: a tokenizer.json (required)
+  std::string end_token;       // --end-token: the end token's text; empty: found in the file
+  std::uint32_t walks = 20;    // --walks: walks per constraint
+  std::uint32_t tokens = 200;  // --tokens: tokens per walk at most
+  std::uint32_t brute = 3;     // --brute-force: states also masked by brute force
+  std::uint64_t seed = 1;      // --seed
+  std::string only;            // --only NAME: one constraint of the ladder
   bool json = false;
 };
 

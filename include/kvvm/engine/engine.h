@@ -220,8 +220,8 @@ struct StepTokenCounts {
 
 // Constrained draws by the time their mask took on the host (seconds): a draw counts in the
 // first bucket whose bound is >= its time, else in the last.
-inline constexpr std::array<double, 9> kMaskSecondsBounds = {5e-6,   1e-5,   2.5e-5, 5e-5, 1e-4,
-                                                             2.5e-4, 1e-3,   1e-2,   1e-1};
+inline constexpr std::array<double, 9> kMaskSecondsBounds = {5e-6,   1e-5, 2.5e-5, 5e-5, 1e-4,
+                                                             2.5e-4, 1e-3, 1e-2,   1e-1};
 struct GrammarStats {
   std::uint64_t constrained_requests = 0;  // submitted with EngineRequest::grammar
   std::uint64_t masks = 0;                 // masked draws

@@ -37,10 +37,10 @@ struct CompileOptions {
 };
 
 struct CompileStats {
-  double seconds = 0;               // check, flattening, exploration and the masks computed then
-  std::uint64_t positions = 0;      // the flattened grammar's positions
-  std::uint64_t partial_stacks = 0;  // masks computed at compile time
-  std::uint64_t whole_stacks = 0;    // whole stacks met, their uncertain tokens settled then
+  double seconds = 0;                  // check, flattening, exploration and the masks computed then
+  std::uint64_t positions = 0;         // the flattened grammar's positions
+  std::uint64_t partial_stacks = 0;    // masks computed at compile time
+  std::uint64_t whole_stacks = 0;      // whole stacks met, their uncertain tokens settled then
   std::uint64_t uncertain_tokens = 0;  // summed over those masks
 };
 

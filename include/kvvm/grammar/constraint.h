@@ -70,7 +70,6 @@ Result<Grammar> grammar_from_gbnf(std::string_view text, const GrammarLimits& li
 Result<Grammar> grammar_from_choices(std::span<const std::string> choices,
                                      const GrammarLimits& limits = {});
 
-
 struct Constraint {
   enum class Kind : std::uint8_t { kJsonSchema, kJsonObject, kRegex, kGbnf, kChoices };
   Kind kind = Kind::kJsonObject;

@@ -23,7 +23,7 @@ struct GrammarCacheOptions {
 
 struct GrammarCacheStats {
   std::uint64_t hits = 0, compiled = 0, refused = 0;  // refused: the constraint's error
-  double compile_seconds = 0;                          // summed over every compile
+  double compile_seconds = 0;                         // summed over every compile
   std::uint32_t entries = 0;
   std::uint64_t bytes = 0;  // the kept grammars' mask caches
 };

@@ -374,8 +374,8 @@ class CpuModel final : public Model {
         adjust_logits(row, s.params, batch.adjustments.subspan(s.adjust_begin, s.adjust_count));
       }
       if (s.mask_row >= 0) {
-        mask_logits(row, batch.token_masks.subspan(static_cast<std::size_t>(s.mask_row) * mask_words,
-                                                   mask_words));
+        mask_logits(row, batch.token_masks.subspan(
+                             static_cast<std::size_t>(s.mask_row) * mask_words, mask_words));
       }
     }
     if (out.argmax != nullptr) {

@@ -179,10 +179,10 @@ Status CudaModel::copy_arrays() {
       "cudaMemcpyAsync", cudaMemcpyAsync(arrays_, staging_, std::uint64_t{offsets_.words} * 4,
                                          cudaMemcpyHostToDevice, stream_)));
   if (masked_) {
-    KVVM_RETURN_IF_ERROR(cuda_call(
-        "cudaMemcpyAsync",
-        cudaMemcpyAsync(token_masks_, batch_masks_.data(), batch_masks_.size_bytes(),
-                        cudaMemcpyHostToDevice, stream_)));
+    KVVM_RETURN_IF_ERROR(
+        cuda_call("cudaMemcpyAsync",
+                  cudaMemcpyAsync(token_masks_, batch_masks_.data(), batch_masks_.size_bytes(),
+                                  cudaMemcpyHostToDevice, stream_)));
   }
   if (adjust_entries_ == 0) return Status::Ok();
   return cuda_call("cudaMemcpyAsync",

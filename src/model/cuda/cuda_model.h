@@ -195,7 +195,7 @@ class CudaModel final : public Model {
   // [max_chunks][token_mask_words(vocab)] the step's token masks, copied only by a step that
   // has some; a fixed address, so a captured graph reads each replay's.
   std::uint32_t* token_masks_ = nullptr;
-  bool masked_ = false;  // the step being run masks some row
+  bool masked_ = false;                         // the step being run masks some row
   std::span<const std::uint32_t> batch_masks_;  // the step's StepBatch::token_masks
   // [2][layers][kv_heads] float: every layer's fp8 KV scales per KV head (K, then V), which
   // the kernels read when they run (KvHeadScales), so a captured graph follows a new set.
