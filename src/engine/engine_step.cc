@@ -111,7 +111,7 @@ void Engine::Impl::fill_event(const RequestState& r, RequestEvent& event) const 
   event.id = r.id;
   event.index = r.index;
   if (r.emit_tokens > 0) {
-    event.tokens = std::span<const std::int32_t>(r.tokens).last(r.emit_tokens);
+    event.tokens = std::span<const std::int32_t>(r.tokens).subspan(r.emit_from, r.emit_tokens);
     // Only a drawn token has log-probabilities; a request asking for them never jumps forward.
     if (r.request.logprobs)
       event.logprobs = std::span<const model::RowLogprobs>(&r.token_logprobs, 1);

@@ -60,8 +60,10 @@ struct RequestState {
   bool ever_admitted = false;
   RequestStats stats;
 
-  // What this step delivers: the new tokens (the last emit_tokens of `tokens`: the drawn one,
-  // and a grammar's forced run after it), the new text, and the end.
+  // What this step delivers: the new tokens (emit_tokens of `tokens` from emit_from: the drawn
+  // one and a grammar's forced run after it, not a token that completed a stop string), the new
+  // text, and the end.
+  std::size_t emit_from = 0;
   std::uint32_t emit_tokens = 0;
   std::string text_out;
   bool finished = false;

@@ -102,6 +102,7 @@ bool Scheduler::append_output(RequestState& r, std::int32_t token, Clock::time_p
   ++r.generated;
   if (r.generated == 1) r.first_token = now;
   r.last_token = now;
+  if (r.emit_tokens == 0) r.emit_from = r.tokens.size() - 1;
   ++r.emit_tokens;
   if (r.text && r.text->push(token, r.text_out)) {
     --r.emit_tokens;  // the token that completed a stop string is not emitted

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -197,10 +198,19 @@ TEST(EngineGrammarTest, OneChoiceAtATimeIsExactlyAChoice) {
   }
 }
 
-// {"name":"<letters>","kind":"cat"|"dog"}: long runs with one continuation only.
-Grammar pet_grammar() {
+// {"name":"<letters>","kind":"cat"|"dog"}: long runs with one continuation only; names of at
+// most `longest` letters when given (the random model rarely closes a name by itself).
+Grammar pet_grammar(std::optional<std::uint64_t> longest = std::nullopt) {
   Grammar g;
   Builder b(g);
+  if (longest) {
+    const Sequence letters = *b.repeat("letters", b.bytes(ByteSet::range('a', 'z')), 1, *longest);
+    g.set_root(g.add("root",
+                     {Builder::cat({b.literal("{\"name\":\""), letters, b.literal("\",\"kind\":\""),
+                                    b.any_of("kind", {b.literal("cat"), b.literal("dog")}),
+                                    b.literal("\"}")})}));
+    return g;
+  }
   g.set_root(g.add(
       "root", {Builder::cat(
                   {b.literal("{\"name\":\""), b.plus("letters", b.bytes(ByteSet::range('a', 'z'))),
@@ -260,6 +270,42 @@ TEST(EngineGrammarTest, ForcedRunsAreTakenWithoutADrawAsTheTokenizerWrites) {
       EXPECT_EQ(forced, 0u);
     }
   }
+}
+
+// A stop string completed inside a forced run: the tokens before it are delivered, the one that
+// completed it is not.
+TEST(EngineGrammarTest, AStopStringInsideAForcedRunEndsItThere) {
+  const auto g = compile(pet_grammar(4));
+  auto kv = make_kv(llama().config, 8, 128);
+  Collector collector;
+  std::vector<RequestId> ids;
+  EngineOptions options = no_cache();
+  options.tokenizer = &tiny_tokenizer();
+  {
+    auto engine = Engine::create(*llama().model, *kv, options);
+    ASSERT_TRUE(engine.ok());
+    for (std::uint64_t seed = 0; seed < 8; ++seed) {
+      EngineRequest r = sampled(seed, 100, g);
+      r.use_model_eos = false;
+      r.stop_strings = {"kind"};
+      ids.push_back(*(*engine)->submit(std::move(r), collector.callback()));
+    }
+    ASSERT_TRUE((*engine)->run_until_idle().ok());
+  }
+  expect_clean(*kv);
+  int stopped = 0;
+  for (const RequestId id : ids) {
+    const testing::Outcome o = collector.get(id);
+    if (o.end != RequestEnd::kStop) continue;
+    ++stopped;
+    const std::string delivered = bytes_of(o.tokens);
+    EXPECT_EQ(delivered.find("kind"), std::string::npos) << delivered;
+    EXPECT_EQ(o.text.find("kind"), std::string::npos) << o.text;
+    EXPECT_EQ(o.tokens.size() + 1, o.stats.generated_tokens) << delivered;
+    // What was delivered is the answer up to the token that completed "kind".
+    EXPECT_TRUE(grammar::testing::oracle_viable(g->grammar(), delivered)) << delivered;
+  }
+  EXPECT_EQ(stopped, 8);
 }
 
 TEST(EngineGrammarTest, AGrammarOfALargerVocabularyIsRefusedAtSubmit) {

@@ -369,13 +369,15 @@ class CpuModel final : public Model {
     const std::size_t mask_words = token_mask_words(c.vocab_size);
     for (std::size_t i = 0; i < batch.sampling.size() && i < chunks; ++i) {
       const ChunkSampling& s = batch.sampling[i];
-      const std::span<float> row(logits + i * c.vocab_size, c.vocab_size);
+      const std::span<float> chunk_logits(logits + i * c.vocab_size, c.vocab_size);
       if (s.adjust_count != 0) {
-        adjust_logits(row, s.params, batch.adjustments.subspan(s.adjust_begin, s.adjust_count));
+        adjust_logits(chunk_logits, s.params,
+                      batch.adjustments.subspan(s.adjust_begin, s.adjust_count));
       }
       if (s.mask_row >= 0) {
-        mask_logits(row, batch.token_masks.subspan(
-                             static_cast<std::size_t>(s.mask_row) * mask_words, mask_words));
+        mask_logits(chunk_logits,
+                    batch.token_masks.subspan(static_cast<std::size_t>(s.mask_row) * mask_words,
+                                              mask_words));
       }
     }
     if (out.argmax != nullptr) {
