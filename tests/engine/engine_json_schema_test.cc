@@ -30,6 +30,7 @@
 #include "kvvm/tokenizer/tokenizer.h"
 #include "support/engine_harness.h"
 #include "support/grammar_oracle.h"
+#include "support/json_validator.h"
 #include "support/test_data.h"
 
 namespace kvvm::engine::engine_json_schema_test {
@@ -56,31 +57,9 @@ const char* const kSchemas[] = {
 constexpr int kSeedsPerSchema = 16;
 constexpr std::uint32_t kMaxTokens = 200;
 
-std::string validator_script() {
-  return (test::data_dir() / ".." / "grammar" / "validate_json.py").string();
-}
-
-// validate_json.py's output and exit status for `instances` against `schema` (0: all valid,
-// 1: some invalid, 2: jsonschema missing or bad input).
 std::pair<int, std::string> run_validator(const std::string& schema,
                                           const std::vector<std::string>& instances) {
-  const std::string file = ::testing::TempDir() + "kvvm_engine_json_schema.json";
-  {
-    nlohmann::json input = {{"schema", nlohmann::json::parse(schema)}, {"instances", instances}};
-    // Replacing invalid UTF-8 rather than throwing: a bad byte then shows as a validation
-    // failure with the text, not as an exception here.
-    std::ofstream(file) << input.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
-  const std::string command = "python3 '" + validator_script() + "' '" + file + "' 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) {
-    output.append(buffer.data(), n);
-  }
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  return test::validate_json(schema, instances);
 }
 
 std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const std::string& fixture) {
@@ -189,9 +168,9 @@ void expect_valid(const std::vector<SchemaRun>& runs, const std::string& fixture
   }
 }
 
-// python3 with Debian's python3-jsonschema: scripts/test.sh installs it and checks the import on
-// its own, so CI never skips these; a machine without it (the GPU machine) skips them, saying why.
-bool have_validator() { return std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") == 0; }
+// scripts/test.sh installs and checks the validator, so CI never skips these; a machine without
+// it (the GPU machine) skips them, saying why.
+bool have_validator() { return test::have_json_validator(); }
 
 TEST(EngineJsonSchemaTest, EveryFinishedAnswerOfLlamaTinyIsValidAgainstItsSchema) {
   if (!have_validator()) GTEST_SKIP() << "no python3-jsonschema: answers not validated";

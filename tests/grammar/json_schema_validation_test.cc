@@ -14,6 +14,7 @@
 
 #include "kvvm/grammar/constraint.h"
 #include "support/grammar_oracle.h"
+#include "support/json_validator.h"
 
 namespace kvvm::grammar::json_schema_validation_test {
 
@@ -43,39 +44,20 @@ const char* const kLadder[] = {
     R"({"type":"object","properties":{"steps":{"type":"array","items":{"type":"object","properties":{"explanation":{"type":"string"},"output":{"type":"string"}},"required":["explanation","output"],"additionalProperties":false}},"answer":{"type":["string","null"]}},"required":["steps","answer"],"additionalProperties":false})",
 };
 
-std::string script_path() {
-  return std::string(KVVM_TEST_DATA_DIR) + "/../grammar/validate_json.py";
-}
-
-// validate_json.py's output and exit status for `instances` against `schema`.
 std::pair<int, std::string> validate(const std::string& schema,
                                      const std::vector<std::string>& instances) {
-  const std::string file = ::testing::TempDir() + "kvvm_json_schema_validation.json";
-  {
-    nlohmann::json input = {{"schema", nlohmann::json::parse(schema)}, {"instances", instances}};
-    std::ofstream(file) << input.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
-  const std::string command = "python3 '" + script_path() + "' '" + file + "' 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe))
-    output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  return test::validate_json(schema, instances);
 }
 
 // The validator is python3 with Debian's python3-jsonschema. scripts/test.sh installs it and
 // checks the import on its own, so CI never skips these; a machine without it (the GPU machine)
 // skips them, saying why.
-constexpr const char* kHaveValidator = "python3 -c 'import jsonschema' >/dev/null 2>&1";
 constexpr const char* kNoValidator =
     "python3 with its jsonschema module (Debian: python3-jsonschema) is not installed: the "
     "samples are not validated here (scripts/test.sh installs it)";
 
 void run_ladder(const JsonSchemaOptions& options) {
-  if (std::system(kHaveValidator) != 0) GTEST_SKIP() << kNoValidator;
+  if (!test::have_json_validator()) GTEST_SKIP() << kNoValidator;
   std::mt19937_64 rng(20240611);
   for (const char* schema : kLadder) {
     Result<Grammar> grammar = grammar_from_json_schema(schema, options);
@@ -101,7 +83,7 @@ TEST(JsonSchemaValidationTest, SamplesOfFlexibleGrammarsAreValid) {
 }
 
 TEST(JsonSchemaValidationTest, TheValidatorRejectsWhatItShould) {
-  if (std::system(kHaveValidator) != 0) GTEST_SKIP() << kNoValidator;
+  if (!test::have_json_validator()) GTEST_SKIP() << kNoValidator;
   const auto [status, output] =
       validate(R"({"type":"string","format":"date"})", {"\"2023-02-29\"", "1", "\"2024-02-29\""});
   EXPECT_EQ(status, 1) << output;
