@@ -23,11 +23,6 @@ using test::CliRun;
 using test::contains;
 using test::run;
 
-bool front_ends_present() {
-  const Result<grammar::Grammar> probe = grammar::grammar_from_regex("a");
-  return probe.ok() || probe.status().code() != StatusCode::kUnavailable;
-}
-
 // A file of the test's own under the system's temporary directory.
 std::string write_file(const std::string& name, const std::string& text) {
   const fs::path path = fs::temp_directory_path() / ("kvvm_cli_constraint_" + name);
@@ -81,15 +76,12 @@ TEST(CliGenerateConstraint, BadConstraintsAreRefusedNamingTheFlag) {
   CliRun unsupported = run(demo_args({"--json-schema", schema}));
   EXPECT_EQ(unsupported.code, kExitUsage);
   EXPECT_TRUE(contains(unsupported.err, "--json-schema " + schema + ": ")) << unsupported.err;
-  if (front_ends_present()) {
-    EXPECT_TRUE(contains(unsupported.err, R"("if" is not supported)")) << unsupported.err;
-  }
+  EXPECT_TRUE(contains(unsupported.err, R"("if" is not supported)")) << unsupported.err;
 }
 
 // --- The answers: these need the front ends and the engine's masks. ---
 
 TEST(CliGenerateConstraint, TheTextMatchesItsConstraint) {
-  if (!front_ends_present()) GTEST_SKIP() << "the grammar front ends are not in this tree";
   CliRun digits = run(demo_args({"--regex", "[0-9]{3}"}));
   ASSERT_EQ(digits.code, kExitOk) << digits.err;
   const nlohmann::json three = nlohmann::json::parse(digits.out);
