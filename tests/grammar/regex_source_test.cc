@@ -3,7 +3,6 @@
 // compared with PCRE2 on sampled, mutated and random strings.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -234,8 +233,7 @@ TEST(RegexSourceTest, NestingPastTheBoundIsRefused) {
 
 // Schema bombs: nested counts share their bodies (the grammar grows as their sum, not their
 // product); a count too large for the limits is refused before it is built.
-TEST(RegexSourceTest, SchemaBombsAreSmallOrRefusedFast) {
-  const auto start = std::chrono::steady_clock::now();
+TEST(RegexSourceTest, SchemaBombsAreSmallOrRefused) {
   for (std::string_view bomb : {"(a{1000}){1000}", "((a{1000}){1000}){1000}",
                                 "(((a|b){0,1000}){0,1000}){0,1000}", "((ab){1000}c){1000}"}) {
     Result<Grammar> g = grammar_from_regex(bomb);
@@ -264,27 +262,24 @@ TEST(RegexSourceTest, SchemaBombsAreSmallOrRefusedFast) {
   EXPECT_NE(limited.status().message().find("regex@9: a repetition of 1000 copies"),
             std::string::npos)
       << limited.status().message();
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  // Milliseconds each without sanitizers; a generous bound for sanitized, loaded machines.
-  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count(), 5000);
 }
 
 // Long patterns of many small constructs: each rule and repetition costs the same however many
 // came before (naming a rule and counting elements are not walks of the grammar so far).
-TEST(RegexSourceTest, LongPatternsCompileInLinearTime) {
-  const auto start = std::chrono::steady_clock::now();
+TEST(RegexSourceTest, LongPatternsGrowTheGrammarLinearly) {
   std::string optionals, counted, literal(200000, 'x');
   for (int i = 0; i < 20000; ++i) optionals += "a?";
   for (int i = 0; i < 8000; ++i) counted += "(a|b){2}";
+  // The grammar grows with the pattern, a few elements and rules per construct (the time is
+  // kvvm bench's to measure, not a test's).
   for (const std::string& pattern : {optionals, counted, literal}) {
     Result<Grammar> g = grammar_from_regex(pattern);
     ASSERT_TRUE(g.ok()) << g.status().to_string();
+    EXPECT_LT(g->element_count(), 4 * pattern.size()) << pattern.substr(0, 20);
+    EXPECT_LT(g->rules().size(), 4 * pattern.size()) << pattern.substr(0, 20);
   }
   expect_refused(std::string(1100000, 'x'), "regex@0: a sequence of 1100000 elements passes",
                  StatusCode::kResourceExhausted);
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  // About 0.3 s unsanitized (2 s under ASan); quadratic, it took seconds more.
-  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count(), 8000);
 }
 
 TEST(RegexSourceTest, EmbedsIntoAnotherGrammarNamingTheCallersPlace) {
