@@ -5,6 +5,7 @@
 
 #include "kvvm/base/log.h"
 #include "scheduler.h"
+#include "tokenizer/utf8.h"
 
 namespace kvvm::engine {
 namespace {
@@ -128,13 +129,7 @@ std::vector<std::int32_t> Scheduler::forced_tokens(RequestState& r) const {
   if (!r.matcher || !options_.jump_forward || tokenizer == nullptr || r.request.logprobs) return {};
   std::string forced = r.matcher->forced_bytes();
   // Whole characters only: the tokenizer reads text.
-  std::size_t end = forced.size();
-  while (end > 0 && (static_cast<unsigned char>(forced[end - 1]) & 0xC0) == 0x80) --end;
-  if (end > 0 && static_cast<unsigned char>(forced[end - 1]) >= 0xC0) {
-    const unsigned char lead = static_cast<unsigned char>(forced[end - 1]);
-    const std::size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    if (forced.size() - (end - 1) < length) forced.resize(end - 1);
-  }
+  forced.resize(tokenizer::detail::utf8_complete_prefix(forced));
   if (forced.empty()) return {};
   std::vector<std::int32_t> ids = tokenizer->encode(forced, false);
   // Exactly as the tokenizer would: the ids must give the bytes back (a tokenizer that adds a

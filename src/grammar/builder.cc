@@ -4,6 +4,7 @@
 #include <string>
 
 #include "grammar/text.h"
+#include "tokenizer/utf8.h"
 
 namespace kvvm::grammar {
 
@@ -169,25 +170,9 @@ namespace {
 int utf8_length(std::uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
 void encode(std::uint32_t cp, std::uint8_t* out) {
-  switch (utf8_length(cp)) {
-    case 1:
-      out[0] = static_cast<std::uint8_t>(cp);
-      break;
-    case 2:
-      out[0] = static_cast<std::uint8_t>(0xC0 | (cp >> 6));
-      out[1] = static_cast<std::uint8_t>(0x80 | (cp & 0x3F));
-      break;
-    case 3:
-      out[0] = static_cast<std::uint8_t>(0xE0 | (cp >> 12));
-      out[1] = static_cast<std::uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-      out[2] = static_cast<std::uint8_t>(0x80 | (cp & 0x3F));
-      break;
-    default:
-      out[0] = static_cast<std::uint8_t>(0xF0 | (cp >> 18));
-      out[1] = static_cast<std::uint8_t>(0x80 | ((cp >> 12) & 0x3F));
-      out[2] = static_cast<std::uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-      out[3] = static_cast<std::uint8_t>(0x80 | (cp & 0x3F));
-  }
+  std::string bytes;
+  tokenizer::detail::utf8_append(bytes, static_cast<char32_t>(cp));
+  for (std::size_t i = 0; i < bytes.size(); ++i) out[i] = static_cast<std::uint8_t>(bytes[i]);
 }
 
 // [lo, hi] of one encoded length as products of byte ranges: split until, at every level, the

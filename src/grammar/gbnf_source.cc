@@ -22,6 +22,7 @@
 #include "grammar/builder.h"
 #include "grammar/text.h"
 #include "kvvm/grammar/constraint.h"
+#include "tokenizer/utf8.h"
 
 namespace kvvm::grammar {
 namespace {
@@ -43,59 +44,12 @@ bool is_continuation(std::uint8_t b) { return (b & 0xC0) == 0x80; }
 // The length of the well-formed UTF-8 sequence at `at`, or 0 (overlong forms, surrogates and
 // code points past U+10FFFF are not well-formed).
 int utf8_sequence(std::string_view text, std::size_t at) {
-  const auto byte = [&](std::size_t i) {
-    return at + i < text.size() ? static_cast<std::uint8_t>(text[at + i]) : std::uint8_t{0};
-  };
-  const std::uint8_t b0 = byte(0);
-  if (b0 < 0x80) return 1;
-  if (b0 >= 0xC2 && b0 <= 0xDF) return is_continuation(byte(1)) ? 2 : 0;
-  if (b0 >= 0xE0 && b0 <= 0xEF) {
-    const std::uint8_t lo = b0 == 0xE0 ? 0xA0 : 0x80;
-    const std::uint8_t hi = b0 == 0xED ? 0x9F : 0xBF;
-    return byte(1) >= lo && byte(1) <= hi && is_continuation(byte(2)) ? 3 : 0;
-  }
-  if (b0 >= 0xF0 && b0 <= 0xF4) {
-    const std::uint8_t lo = b0 == 0xF0 ? 0x90 : 0x80;
-    const std::uint8_t hi = b0 == 0xF4 ? 0x8F : 0xBF;
-    return byte(1) >= lo && byte(1) <= hi && is_continuation(byte(2)) && is_continuation(byte(3))
-               ? 4
-               : 0;
-  }
-  return 0;
+  return static_cast<int>(tokenizer::detail::utf8_length(text, at));
 }
 
 std::uint32_t decode(std::string_view text, std::size_t at, int length) {
-  const auto b = [&](int i) {
-    return static_cast<std::uint32_t>(static_cast<std::uint8_t>(text[at + i]));
-  };
-  switch (length) {
-    case 1:
-      return b(0);
-    case 2:
-      return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
-    case 3:
-      return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
-    default:
-      return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
-  }
-}
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  return static_cast<std::uint32_t>(
+      tokenizer::detail::utf8_decode(text, at, static_cast<std::size_t>(length)));
 }
 
 std::string show_codepoint(std::uint32_t cp) {
@@ -457,7 +411,7 @@ Result<Sequence> GbnfParser::parse_literal() {
     }
     if (text_[pos_] == '"') break;
     KVVM_ASSIGN_OR_RETURN(const std::uint32_t cp, parse_char());
-    append_utf8(bytes, cp);
+    tokenizer::detail::utf8_append(bytes, static_cast<char32_t>(cp));
   }
   ++pos_;
   return builder_.literal(bytes);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "grammar/json_schema_compiler.h"
+#include "tokenizer/utf8.h"
 
 namespace kvvm::grammar {
 
@@ -661,21 +662,7 @@ Result<Sequence> JsonSchemaCompiler::key_other_than(const std::vector<std::strin
     std::vector<CodepointRange> taken = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
     for (const auto& [cp, child] : trie[i].children) {
       std::string utf8;
-      if (cp < 0x80) {
-        utf8 += static_cast<char>(cp);
-      } else if (cp < 0x800) {
-        utf8 += static_cast<char>(0xC0 | (cp >> 6));
-        utf8 += static_cast<char>(0x80 | (cp & 0x3F));
-      } else if (cp < 0x10000) {
-        utf8 += static_cast<char>(0xE0 | (cp >> 12));
-        utf8 += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        utf8 += static_cast<char>(0x80 | (cp & 0x3F));
-      } else {
-        utf8 += static_cast<char>(0xF0 | (cp >> 18));
-        utf8 += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        utf8 += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        utf8 += static_cast<char>(0x80 | (cp & 0x3F));
-      }
+      tokenizer::detail::utf8_append(utf8, static_cast<char32_t>(cp));
       options.push_back(Builder::cat({b_.literal(utf8), b_.ref(rules[child])}));
       taken.push_back({cp, cp});
     }

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "grammar/text.h"
+#include "tokenizer/utf8.h"
 
 namespace kvvm::grammar {
 namespace regex_syntax {
@@ -50,22 +51,7 @@ bool is_surrogate(std::uint32_t cp) { return cp >= 0xD800 && cp <= 0xDFFF; }
 
 std::string utf8(std::uint32_t cp) {
   std::string out;
-  const auto add = [&out](std::uint32_t byte) { out += static_cast<char>(byte); };
-  if (cp < 0x80) {
-    add(cp);
-  } else if (cp < 0x800) {
-    add(0xC0 | (cp >> 6));
-    add(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    add(0xE0 | (cp >> 12));
-    add(0x80 | ((cp >> 6) & 0x3F));
-    add(0x80 | (cp & 0x3F));
-  } else {
-    add(0xF0 | (cp >> 18));
-    add(0x80 | ((cp >> 12) & 0x3F));
-    add(0x80 | ((cp >> 6) & 0x3F));
-    add(0x80 | (cp & 0x3F));
-  }
+  tokenizer::detail::utf8_append(out, static_cast<char32_t>(cp));
   return out;
 }
 
@@ -73,21 +59,8 @@ std::string utf8(std::uint32_t cp) {
 // forms, surrogates and code points past U+10FFFF included), or nullopt.
 std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
   for (std::size_t i = 0; i < text.size();) {
-    const auto b = static_cast<std::uint8_t>(text[i]);
-    const std::size_t n = b < 0x80                 ? 1
-                          : b >= 0xC2 && b <= 0xDF ? 2
-                          : b >= 0xE0 && b <= 0xEF ? 3
-                          : b >= 0xF0 && b <= 0xF4 ? 4
-                                                   : 0;
-    if (n == 0 || i + n > text.size()) return i;
-    for (std::size_t k = 1; k < n; ++k) {
-      if ((static_cast<std::uint8_t>(text[i + k]) & 0xC0) != 0x80) return i;
-    }
-    const auto b1 = static_cast<std::uint8_t>(n > 1 ? text[i + 1] : 0);
-    if ((b == 0xE0 && b1 < 0xA0) || (b == 0xED && b1 >= 0xA0) || (b == 0xF0 && b1 < 0x90) ||
-        (b == 0xF4 && b1 >= 0x90)) {
-      return i;
-    }
+    const std::size_t n = tokenizer::detail::utf8_length(text, i);
+    if (n == 0) return i;
     i += n;
   }
   return std::nullopt;
