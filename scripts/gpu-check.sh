@@ -177,12 +177,13 @@ fi
 # Sharing, fork and copy-on-write under every injected fault, the fences failing with the
 # copies still running (the sweeps hold each copy behind a spinning kernel on a GPU): an
 # access to memory a rollback unmapped is an error here even when the context survives it.
-# MEMCHECK=0 skips it.
+# MEMCHECK=0 skips it. Left out: the test whose child process writes a read-only window from
+# a kernel on purpose (under memcheck that child never ended in 8 minutes on an H100).
 memcheck_state="not run"
 if ((built)) && [[ -x "$TESTS" ]] && [[ "${MEMCHECK:-1}" != 0 ]] &&
   command -v compute-sanitizer >/dev/null 2>&1; then
   step memcheck "$OUT/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 1 \
-    "$TESTS" --gtest_filter='ArenaShareSweepTest/cuda*:UnconfirmedCopyTest/cuda*:ArenaShareTest/cuda*'
+    "$TESTS" --gtest_filter='ArenaShareSweepTest/cuda*:UnconfirmedCopyTest/cuda*:ArenaShareTest/cuda*:CopyOnWriteTest*-*AWriteIntoASharedWindowFaults*'
   memcheck_state="passed (share, fork and copy-on-write sweeps)"
   step_failed memcheck && memcheck_state="FAILED ($OUT/memcheck.log)"
 fi
