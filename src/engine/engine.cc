@@ -164,6 +164,7 @@ std::unique_ptr<RequestState> Engine::Impl::make_state(EngineRequest request,
     r->text = std::make_unique<TextStream>(*options_.tokenizer, request.stop_strings);
   }
   if (request.grammar) r->matcher = std::make_unique<grammar::Matcher>(request.grammar);
+  r->grammar_started = request.grammar_trigger.empty();
   r->request = std::move(request);
   r->request.sampling.seed += index;  // choice i draws as n = 1 with seed + i would
   return r;

@@ -190,6 +190,12 @@ Status Engine::Impl::validate(const EngineRequest& r) const {
         "grammar: compiled over a vocabulary of " + std::to_string(r.grammar->vocabulary().size()) +
         " tokens, more than the model's " + std::to_string(model_.config().vocab_size));
   }
+  if (!r.grammar_trigger.empty() && (!r.grammar || options_.tokenizer == nullptr)) {
+    return Status::InvalidArgument(
+        r.grammar ? "grammar_trigger: the engine has no tokenizer (EngineOptions::tokenizer) to "
+                    "read the output's text with"
+                  : "grammar_trigger: given without a grammar to start");
+  }
   for (std::size_t i = 0; i < r.stop_strings.size(); ++i) {
     if (r.stop_strings[i].empty()) {
       return Status::InvalidArgument("stop_strings[" + std::to_string(i) + "]: empty");

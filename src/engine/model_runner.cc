@@ -116,7 +116,7 @@ const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) 
       sampling.adjust_count =
           static_cast<std::uint32_t>(adjustments_.size()) - sampling.adjust_begin;
     }
-    if (end == r.tokens.size() && r.matcher) {
+    if (end == r.tokens.size() && r.constrained()) {
       if (masks_.size() < (mask_rows + 1) * mask_words) masks_.resize((mask_rows + 1) * mask_words);
       const auto began = std::chrono::steady_clock::now();
       fill_token_mask(*c.request,

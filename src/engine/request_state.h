@@ -44,6 +44,12 @@ struct RequestState {
   std::unique_ptr<TextStream> text;  // with a tokenizer
   // With EngineRequest::grammar: where the output is in it (every generated token accepted).
   std::unique_ptr<grammar::Matcher> matcher;
+  // With EngineRequest::grammar_trigger: false until the output holds the trigger, and the
+  // output's last bytes (fewer than the trigger's) while it is awaited.
+  bool grammar_started = true;
+  std::string trigger_tail;
+  // Whether the grammar masks the next draw.
+  bool constrained() const { return matcher != nullptr && grammar_started; }
   bool touched = false;              // has an event this step
   std::vector<float> prompt_logits;  // kept when asked, from the step that ends the prompt
   // Prompt log-probabilities gathered chunk by chunk (row i scores token i + 1), complete once

@@ -99,6 +99,9 @@ class Scheduler {
   // Appends one output token (drawn or forced): its text, the stop strings, the grammar's end,
   // max_tokens. False once the request ended.
   bool append_output(RequestState& r, std::int32_t token, Clock::time_point now);
+  // With a grammar trigger not yet seen: takes `token`'s bytes and starts r's grammar once its
+  // output holds the trigger.
+  void start_grammar(RequestState& r, std::int32_t token) const;
   // The tokens a grammar forces after r's last token (EngineOptions::jump_forward), at most what
   // max_tokens leaves; empty without a grammar, a tokenizer, or with log-probabilities asked.
   std::vector<std::int32_t> forced_tokens(RequestState& r) const;

@@ -80,7 +80,7 @@ void Scheduler::on_sampled(RequestState& r, std::int32_t token, Clock::time_poin
     end_request(r, RequestEnd::kStop);
     return;
   }
-  if (r.matcher && !r.matcher->accept_token(token)) {
+  if (r.constrained() && !r.matcher->accept_token(token)) {
     // Only a grammar that left no token to draw (fill_token_mask's fallback) gets here: what it
     // matched so far is the answer.
     if (r.text) r.text->finish(r.text_out);
@@ -110,7 +110,8 @@ bool Scheduler::append_output(RequestState& r, std::int32_t token, Clock::time_p
     end_request(r, RequestEnd::kStop);
     return false;
   }
-  if (r.matcher && r.matcher->must_end()) {
+  if (!r.grammar_started) start_grammar(r, token);
+  if (r.constrained() && r.matcher->must_end()) {
     // The grammar is complete and allows nothing more: the answer ends here, end token or not.
     if (r.text) r.text->finish(r.text_out);
     end_request(r, RequestEnd::kStop);
@@ -124,9 +125,33 @@ bool Scheduler::append_output(RequestState& r, std::int32_t token, Clock::time_p
   return true;
 }
 
+void Scheduler::start_grammar(RequestState& r, std::int32_t token) const {
+  const tokenizer::Tokenizer* tokenizer = options_.tokenizer;
+  if (tokenizer == nullptr) return;  // validate() refuses a trigger without one
+  const std::string& trigger = r.request.grammar_trigger;
+  r.trigger_tail += tokenizer->token_bytes(token);
+  const std::size_t at = r.trigger_tail.find(trigger);
+  if (at == std::string::npos) {
+    // Only the bytes that could still begin the trigger are kept.
+    if (r.trigger_tail.size() >= trigger.size()) {
+      r.trigger_tail.erase(0, r.trigger_tail.size() - (trigger.size() - 1));
+    }
+    return;
+  }
+  r.grammar_started = true;
+  const std::string after = r.trigger_tail.substr(at + trigger.size());
+  r.trigger_tail.clear();
+  r.trigger_tail.shrink_to_fit();
+  // The token that completed the trigger may carry the grammar's first bytes; a grammar that
+  // refuses them leaves the rest of the answer free (the parser reads it as text).
+  if (!after.empty() && !r.matcher->accept_bytes(after)) r.matcher.reset();
+}
+
 std::vector<std::int32_t> Scheduler::forced_tokens(RequestState& r) const {
   const tokenizer::Tokenizer* tokenizer = options_.tokenizer;
-  if (!r.matcher || !options_.jump_forward || tokenizer == nullptr || r.request.logprobs) return {};
+  if (!r.constrained() || !options_.jump_forward || tokenizer == nullptr || r.request.logprobs) {
+    return {};
+  }
   std::string forced = r.matcher->forced_bytes();
   // Whole characters only: the tokenizer reads text.
   forced.resize(tokenizer::detail::utf8_complete_prefix(forced));

@@ -325,5 +325,82 @@ TEST(EngineGrammarTest, AGrammarOfALargerVocabularyIsRefusedAtSubmit) {
       << id.status().message();
 }
 
+// A grammar behind a trigger (tool_choice auto): the draws are free, exactly the unconstrained
+// ones of the same seed, until the output holds the trigger; from there on the output matches
+// the grammar and ends where it does.
+TEST(EngineGrammarTest, AGrammarStartsOnlyOnceTheOutputHoldsItsTrigger) {
+  const auto g = compile(choice_grammar());
+  const auto run = [&](std::uint64_t seed, std::string trigger,
+                       std::shared_ptr<const grammar::CompiledGrammar> with) {
+    auto kv = make_kv(llama().config, 2, 128);
+    Collector collector;
+    EngineOptions options = no_cache();
+    options.tokenizer = &tiny_tokenizer();
+    RequestId id = 0;
+    EngineStats stats;
+    {
+      auto engine = Engine::create(*llama().model, *kv, options);
+      EXPECT_TRUE(engine.ok());
+      EngineRequest r = sampled(seed, 40, std::move(with));
+      r.use_model_eos = false;
+      r.grammar_trigger = std::move(trigger);
+      auto submitted = (*engine)->submit(std::move(r), collector.callback());
+      EXPECT_TRUE(submitted.ok()) << submitted.status().to_string();
+      id = *submitted;
+      EXPECT_TRUE((*engine)->run_until_idle().ok());
+      stats = (*engine)->stats();
+    }
+    expect_clean(*kv);
+    return std::make_pair(collector.get(id), stats);
+  };
+  int started = 0;
+  for (std::uint64_t seed = 0; seed < 6; ++seed) {
+    const testing::Outcome free = run(seed, "", nullptr).first;
+    ASSERT_EQ(free.tokens.size(), 40u);
+    // The trigger: the bytes of output tokens 2..5, where they first occur.
+    std::size_t begin = 0;
+    for (int i = 0; i < 2; ++i) begin += tiny_tokenizer().token_bytes(free.tokens[i]).size();
+    std::string trigger;
+    for (int i = 2; i < 6; ++i) trigger += tiny_tokenizer().token_bytes(free.tokens[i]);
+    const std::string free_text = bytes_of(free.tokens);
+    if (trigger.empty() || free_text.find(trigger) != begin) continue;
+    ++started;
+    const auto [constrained, stats] = run(seed, trigger, g);
+    ASSERT_TRUE(constrained.completed()) << constrained.error.to_string();
+    ASSERT_GT(constrained.tokens.size(), 6u);
+    EXPECT_TRUE(std::equal(constrained.tokens.begin(), constrained.tokens.begin() + 6,
+                           free.tokens.begin()));
+    const std::string after = bytes_of(
+        std::vector<std::int32_t>(constrained.tokens.begin() + 6, constrained.tokens.end()));
+    EXPECT_TRUE(after == "yes" || after == "no" || after == "maybe not") << after;
+    EXPECT_EQ(constrained.end, RequestEnd::kStop);
+    EXPECT_GT(stats.grammar.masks, 0u);
+    // A trigger the output never holds leaves every draw free.
+    const auto [never, never_stats] = run(seed, "\x01\x02 never written", g);
+    EXPECT_EQ(never.tokens, free.tokens);
+    EXPECT_EQ(never_stats.grammar.masks, 0u);
+  }
+  EXPECT_GE(started, 3);
+}
+
+TEST(EngineGrammarTest, ATriggerWithoutAGrammarOrATokenizerIsRefused) {
+  auto kv = make_kv(llama().config, 2, 128);
+  auto engine = Engine::create(*llama().model, *kv, no_cache());
+  ASSERT_TRUE(engine.ok());
+  EngineRequest r = sampled(1, 4, compile(choice_grammar()));
+  r.grammar_trigger = "<tool_call>";
+  auto id = (*engine)->submit(r, [](const RequestEvent&) {});
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("grammar_trigger: the engine has no tokenizer"),
+            std::string::npos)
+      << id.status().message();
+  r.grammar = nullptr;
+  id = (*engine)->submit(r, [](const RequestEvent&) {});
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("grammar_trigger: given without a grammar"),
+            std::string::npos)
+      << id.status().message();
+}
+
 }  // namespace
 }  // namespace kvvm::engine

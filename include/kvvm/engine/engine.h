@@ -83,6 +83,11 @@ struct EngineRequest {
   // tokenizer), off the step thread (kvvm/grammar/constraint.h's GrammarCache); each choice of
   // n has its own matcher.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // With `grammar`: the grammar applies only after the output first contains this text (a
+  // tool call's opening tag under tool_choice auto: free text until the model opens a call,
+  // then the call must parse); it matches what follows the trigger. Empty: from the start.
+  // Needs the engine's tokenizer.
+  std::string grammar_trigger;
 };
 
 // What a request may ask of one model over one KV space.
