@@ -17,6 +17,8 @@ std::string_view to_string(Constraint::Kind kind) {
       return "grammar";
     case Constraint::Kind::kChoices:
       return "choice";
+    case Constraint::Kind::kToolCalls:
+      return "tool_calls";
   }
   return "unknown";
 }
@@ -36,6 +38,10 @@ Result<Grammar> grammar_of(const Constraint& constraint, const GrammarLimits& li
       return grammar_from_gbnf(constraint.text, limits);
     case Constraint::Kind::kChoices:
       return grammar_from_choices(constraint.choices, limits);
+    case Constraint::Kind::kToolCalls:
+      return grammar_from_tool_calls(
+          constraint.tool_calls,
+          JsonSchemaOptions{.whitespace = {}, .strict = constraint.strict, .limits = limits});
   }
   return Status::InvalidArgument("unknown constraint kind");
 }

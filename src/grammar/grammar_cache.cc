@@ -20,6 +20,21 @@ std::string content_key(const Constraint& c) {
   for (const std::string& choice : c.choices) add(choice);
   add(c.whitespace.flexible ? "ws" + std::to_string(c.whitespace.max_run) : "compact");
   add(c.strict ? "strict" : "loose");
+  if (c.kind == Constraint::Kind::kToolCalls) {
+    const ToolCallsSpec& spec = c.tool_calls;
+    add(std::to_string(spec.tools.size()));
+    for (const ToolSchema& tool : spec.tools) {
+      add(tool.name);
+      add(tool.parameters_json);
+    }
+    add(spec.open);
+    add(spec.close);
+    add(spec.between);
+    add(spec.arguments_key);
+    add(std::to_string(spec.min_calls) + "-" + std::to_string(spec.max_calls));
+    add(spec.after_open ? "after_open" : "whole");
+    add(spec.whitespace.flexible ? "ws" + std::to_string(spec.whitespace.max_run) : "compact");
+  }
   return key;
 }
 

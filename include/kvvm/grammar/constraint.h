@@ -70,13 +70,49 @@ Result<Grammar> grammar_from_gbnf(std::string_view text, const GrammarLimits& li
 Result<Grammar> grammar_from_choices(std::span<const std::string> choices,
                                      const GrammarLimits& limits = {});
 
+// A tool a request offers, as the grammar of its calls needs it.
+struct ToolSchema {
+  std::string name;
+  std::string parameters_json;  // a JSON Schema (an object's); "{}" or empty: any JSON object
+};
+
+// The calls a model may write in its family's spelling: the language is
+//   open CALL (between CALL){min_calls - 1, max_calls - 1} close
+// where CALL is {"name": "<one of the tools' names>", "<arguments_key>": <that tool's
+// parameters>} with "name" first. One open and one close around all calls, so that an array
+// family (Mistral's [TOOL_CALLS][c1, c2]) and a tagged one (hermes, whose `between` closes one
+// block and opens the next) are both written by it.
+struct ToolCallsSpec {
+  std::vector<ToolSchema> tools;
+  std::string open;
+  std::string close;
+  std::string between;
+  std::string arguments_key = "arguments";
+  std::uint32_t min_calls = 1;
+  std::uint32_t max_calls = 1;  // 0: any number (parallel_tool_calls)
+  // true: the grammar starts right after `open` (tool_choice auto, where the constraint begins
+  // once the model wrote the opening text itself).
+  bool after_open = false;
+  // Flexible by default: models write {"name": "f", "arguments": {...}} with spaces.
+  JsonWhitespace whitespace{.flexible = true};
+};
+
+// The calls of `spec`. Each tool's parameters compile with the JSON Schema front end under
+// `options.strict` and `options.limits`; the spec's whitespace governs the whole call
+// (options.whitespace is not read). A schema that front end refuses is refused naming the tool:
+// "tools[2] (get_weather).function.parameters: schema at /properties/a: ...". InvalidArgument
+// as well for no tools, an empty or repeated name, max_calls below min_calls, min_calls 0.
+Result<Grammar> grammar_from_tool_calls(const ToolCallsSpec& spec,
+                                        const JsonSchemaOptions& options = {});
+
 struct Constraint {
-  enum class Kind : std::uint8_t { kJsonSchema, kJsonObject, kRegex, kGbnf, kChoices };
+  enum class Kind : std::uint8_t { kJsonSchema, kJsonObject, kRegex, kGbnf, kChoices, kToolCalls };
   Kind kind = Kind::kJsonObject;
   std::string text;                  // the schema (JSON text), the pattern or the GBNF text
   std::vector<std::string> choices;  // kChoices
   JsonWhitespace whitespace;         // kJsonSchema, kJsonObject
-  bool strict = false;               // kJsonSchema (JsonSchemaOptions::strict)
+  bool strict = false;               // kJsonSchema, kToolCalls (JsonSchemaOptions::strict)
+  ToolCallsSpec tool_calls;          // kToolCalls
 };
 std::string_view to_string(Constraint::Kind kind);
 
