@@ -342,6 +342,59 @@ TEST(ToolCallParser, EverySplitStreamsToTheWholeParse) {
   }
 }
 
+// Random soups of the pieces a parser decides on (tags, braces, quotes, separators, blanks,
+// whole calls, multi-byte characters): however the text is cut, the stream reads it the same.
+TEST(ToolCallParser, RandomTextsStreamTheSameInEverySplit) {
+  const std::vector<std::string> pieces = {"<tool_call>",
+                                           "</tool_call>",
+                                           "[TOOL_CALLS]",
+                                           "<|python_tag|>",
+                                           "<tool",
+                                           "[TOOL",
+                                           "\n",
+                                           " ",
+                                           "{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           "\"",
+                                           "\\",
+                                           ",",
+                                           ";",
+                                           ":",
+                                           R"("name")",
+                                           R"("arguments")",
+                                           R"("parameters")",
+                                           R"("f")",
+                                           "1",
+                                           "x",
+                                           "é",
+                                           "😀",
+                                           kWeather,
+                                           R"({"name": "g", "parameters": {"a": [1, "}"]}})"};
+  std::mt19937_64 rng(2024);
+  for (ToolCallFormat format :
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+    for (int i = 0; i < 300; ++i) {
+      std::string text;
+      for (std::size_t n = 1 + rng() % 12; n > 0; --n) text += pieces[rng() % pieces.size()];
+      const ParsedAnswer whole = parse_tool_calls(format, text, counter_ids());
+      const std::string label = std::string(to_string(format)) + " \"" + text + "\"";
+      std::vector<std::size_t> bytes;
+      for (std::size_t k = 1; k < text.size(); ++k) bytes.push_back(k);
+      expect_same(stream(format, text, bytes, label), whole, label + " byte by byte");
+      std::vector<std::size_t> cuts;
+      for (std::size_t at = 0;;) {
+        at += 1 + rng() % 9;
+        if (at >= text.size()) break;
+        cuts.push_back(at);
+      }
+      expect_same(stream(format, text, cuts, label), whole, label + " random cuts");
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // The family's own spelling (syntax_of, as its template writes calls) parses back.
 TEST(ToolCallParser, SyntaxOfEachFamilyParsesBack) {
   for (ToolCallFormat format :
