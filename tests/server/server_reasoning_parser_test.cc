@@ -95,6 +95,23 @@ TEST(ReasoningParser, EverySplitStreamsToTheWholeSplit) {
   }
 }
 
+TEST(ReasoningParser, RandomTextsStreamTheSameInEverySplit) {
+  const std::vector<std::string> pieces = {"<think>", "</think>", "<think", "</th", "<",
+                                           "\n",      " ",        "a",      "é",    "😀"};
+  std::mt19937_64 rng(77);
+  for (int i = 0; i < 400; ++i) {
+    Fixture f{"random", ReasoningFormat::kThinkTags, i % 2 == 0, "", "", ""};
+    for (std::size_t n = 1 + rng() % 10; n > 0; --n) f.text += pieces[rng() % pieces.size()];
+    const ReasoningSplit whole = split_reasoning(f.format, f.text, f.thinking);
+    std::vector<std::size_t> bytes;
+    for (std::size_t k = 1; k < f.text.size(); ++k) bytes.push_back(k);
+    const ReasoningSplit got = stream(f, bytes);
+    EXPECT_EQ(got.reasoning, whole.reasoning) << f.text;
+    EXPECT_EQ(got.content, whole.content) << f.text;
+    if (HasFailure()) return;
+  }
+}
+
 TEST(ReasoningParser, ReasoningStreamsAsItComes) {
   ReasoningStream parser(ReasoningFormat::kThinkTags);
   EXPECT_TRUE(parser.push("<thi").empty());

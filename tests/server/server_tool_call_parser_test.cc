@@ -216,6 +216,22 @@ std::vector<Fixture> fixtures() {
        "<tool_call>{\"name\": \"f\", \"parameters\": {\"a\": 1}}</tool_call>",
        "",
        {{"f", R"({"a": 1})"}}},
+      {"hermes numbers as Python writes them",
+       H,
+       R"(<tool_call>{"name": "f", "arguments": {"a": 1e999, "b": -0, "c": 1.50, "d": 1E2, "e": 12345678901234567890, "f": "\/", "g": -2.5e-3}}</tool_call>)",
+       "",
+       {{"f",
+         R"({"a": 1e999, "b": 0, "c": 1.5, "d": 100.0, "e": 12345678901234567890, "f": "/", "g": -0.0025})"}}},
+      {"hermes lone surrogate",
+       H,
+       R"(<tool_call>{"name": "f", "arguments": {"a": "\ud800"}}</tool_call>)",
+       R"(<tool_call>{"name": "f", "arguments": {"a": "\ud800"}}</tool_call>)",
+       {}},
+      {"hermes repeated key",
+       H,
+       R"(<tool_call>{"name": "f", "arguments": {"a": 1, "b": 2, "a": 3}}</tool_call>)",
+       "",
+       {{"f", R"({"a": 3, "b": 2})"}}},
       {"hermes blanks only", H, " \n ", " \n ", {}},
       // llama3_json
       {"llama content only",
@@ -323,6 +339,59 @@ TEST(ToolCallParser, EverySplitStreamsToTheWholeParse) {
   for (const Fixture& f : fixtures()) {
     expect_every_split(f.format, f.text, parse_tool_calls(f.format, f.text, counter_ids()),
                        f.label);
+  }
+}
+
+// Random soups of the pieces a parser decides on (tags, braces, quotes, separators, blanks,
+// whole calls, multi-byte characters): however the text is cut, the stream reads it the same.
+TEST(ToolCallParser, RandomTextsStreamTheSameInEverySplit) {
+  const std::vector<std::string> pieces = {"<tool_call>",
+                                           "</tool_call>",
+                                           "[TOOL_CALLS]",
+                                           "<|python_tag|>",
+                                           "<tool",
+                                           "[TOOL",
+                                           "\n",
+                                           " ",
+                                           "{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           "\"",
+                                           "\\",
+                                           ",",
+                                           ";",
+                                           ":",
+                                           R"("name")",
+                                           R"("arguments")",
+                                           R"("parameters")",
+                                           R"("f")",
+                                           "1",
+                                           "x",
+                                           "é",
+                                           "😀",
+                                           kWeather,
+                                           R"({"name": "g", "parameters": {"a": [1, "}"]}})"};
+  std::mt19937_64 rng(2024);
+  for (ToolCallFormat format :
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+    for (int i = 0; i < 300; ++i) {
+      std::string text;
+      for (std::size_t n = 1 + rng() % 12; n > 0; --n) text += pieces[rng() % pieces.size()];
+      const ParsedAnswer whole = parse_tool_calls(format, text, counter_ids());
+      const std::string label = std::string(to_string(format)) + " \"" + text + "\"";
+      std::vector<std::size_t> bytes;
+      for (std::size_t k = 1; k < text.size(); ++k) bytes.push_back(k);
+      expect_same(stream(format, text, bytes, label), whole, label + " byte by byte");
+      std::vector<std::size_t> cuts;
+      for (std::size_t at = 0;;) {
+        at += 1 + rng() % 9;
+        if (at >= text.size()) break;
+        cuts.push_back(at);
+      }
+      expect_same(stream(format, text, cuts, label), whole, label + " random cuts");
+      if (HasFailure()) return;
+    }
   }
 }
 
