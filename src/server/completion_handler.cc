@@ -119,7 +119,13 @@ struct AnswerShape {
   std::vector<std::vector<std::int32_t>> prompts;  // kept for echo only
   std::vector<std::string> prompt_texts;           // kept for echo only
   const tokenizer::Tokenizer* tokenizer = nullptr;
+  AnswerParsing parsing;  // chat: reasoning and tool calls read out of the text
 };
+
+// Call ids as the family's template takes them back in the next turn.
+ToolCallIds call_ids_of(const AnswerParsing& parsing) {
+  return parsing.tool_calls ? random_tool_call_ids(*parsing.tool_calls) : random_tool_call_ids();
+}
 
 // One request's usage: each prompt once, every choice's tokens.
 engine::RequestStats combined_stats(const StreamUpdate& all, std::uint32_t n) {
@@ -187,8 +193,9 @@ struct StreamState {
   AnswerShape shape;
   ResponseHead head;
   bool include_usage = false;
-  std::vector<bool> started;      // per choice: its first chunk went out
-  std::vector<std::size_t> sent;  // per choice: text bytes sent (text_offset's origin)
+  std::vector<bool> started;          // per choice: its first chunk went out
+  std::vector<std::size_t> sent;      // per choice: text bytes sent (text_offset's origin)
+  std::vector<AnswerStream> answers;  // per choice, with AnswerShape::parsing
   bool done = false;
   StreamUpdate pending;  // taken before the status line was sent
   StreamUpdate all;      // every finish so far: the usage and the metrics at the end
@@ -215,13 +222,29 @@ std::string sse_text(StreamState& state, StreamUpdate& update) {
     // prompt's log-probabilities).
     const bool echoing = first && state.shape.echo && !choice.empty();
     const bool scored = state.shape.logprobs && (!choice.ids.empty() || echoing);
-    if (choice.text.empty() && !scored && !echoing && !choice.finished) continue;
+    AssistantDelta delta;
+    const bool read = !state.answers.empty();
+    if (read) {
+      delta = state.answers[i].push(choice.text);
+      if (choice.finished) {
+        AssistantDelta rest = state.answers[i].finish();
+        delta.reasoning += rest.reasoning;
+        delta.content += rest.content;
+        for (ToolCallDelta& call : rest.calls) delta.calls.push_back(std::move(call));
+      }
+      if (delta.empty() && !scored && !choice.finished) continue;
+    } else if (choice.text.empty() && !scored && !echoing && !choice.finished) {
+      continue;
+    }
     std::string text = choice.text;
     if (echoing) text = state.shape.prompt_texts[i / state.shape.n] + text;
     ChoiceText piece;
     piece.index = i;
     piece.text = text;
-    if (choice.finished) piece.finish = finish_reason(choice.end);
+    if (read) piece.delta = &delta;
+    if (choice.finished) {
+      piece.finish = finish_reason(choice.end, read && state.answers[i].called());
+    }
     piece.logprobs = choice_logprobs(state.shape, i, choice, echoing, state.sent[i]);
     // The finish rides with the choice's last text, or alone with an empty delta.
     out += sse_event(stream_chunk(state.head, piece, first, state.include_usage));
@@ -261,6 +284,11 @@ void stream_answer(const CompletionContext& context, const ApiRequest& request, 
   state->include_usage = request.include_usage;
   state->started.assign(first.choices.size(), false);
   state->sent.assign(first.choices.size(), 0);
+  if (shape.endpoint == Endpoint::kChat && shape.parsing.any()) {
+    for (std::size_t i = 0; i < first.choices.size(); ++i) {
+      state->answers.emplace_back(shape.parsing, call_ids_of(shape.parsing));
+    }
+  }
   state->shape = std::move(shape);
   state->pending = std::move(first);
 
@@ -311,13 +339,18 @@ void whole_answer(const CompletionContext& context, const ApiRequest& request,
                                     shape.n);
   std::vector<std::string> texts(all.choices.size());
   std::vector<ChoiceText> choices(all.choices.size());
+  const bool read = shape.endpoint == Endpoint::kChat && shape.parsing.any();
+  std::vector<AssistantMessage> messages(read ? all.choices.size() : 0);
+  const ToolCallIds call_ids = call_ids_of(shape.parsing);
   for (std::uint32_t i = 0; i < all.choices.size(); ++i) {
     const ChoiceUpdate& choice = all.choices[i];
     texts[i] = shape.echo ? shape.prompt_texts[i / shape.n] + choice.text : choice.text;
+    if (read) messages[i] = read_answer(shape.parsing, choice.text, call_ids);
     choices[i] = ChoiceText{.index = i,
                             .text = texts[i],
-                            .finish = finish_reason(choice.end),
-                            .logprobs = choice_logprobs(shape, i, choice, true, 0)};
+                            .finish = finish_reason(choice.end, read && !messages[i].calls.empty()),
+                            .logprobs = choice_logprobs(shape, i, choice, true, 0),
+                            .message = read ? &messages[i] : nullptr};
   }
   const nlohmann::json body = completion_body(head_of(request), choices, usage_of(stats));
   res.status = 200;
@@ -342,6 +375,7 @@ void answer_completion(const CompletionContext& context, ApiRequest request,
   shape.echo = request.echo;
   shape.logprobs = request.engine.logprobs.has_value();
   shape.tokenizer = context.tokenizer;
+  shape.parsing = request.parsing;
   std::vector<std::vector<std::int32_t>> prompts;
   prompts.reserve(1 + request.more_prompts.size());
   prompts.push_back(request.engine.prompt);

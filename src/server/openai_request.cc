@@ -16,33 +16,22 @@
 #include "field_values.h"
 #include "request_fields.h"
 #include "structured_output.h"
+#include "tool_fields.h"
 
 namespace kvvm::server {
 namespace {
 
 using nlohmann::json;
 
-// Tools the client describes are fine while it asks for none to be called (LangChain binds
-// tools and then may say "none"); a call kvvm would have to make is refused.
-Check check_tools(const RequestBody& body) {
-  struct Tools {
-    const char* name;
-    const json* list;
-    const char* choice_name;
-    const json* choice;
-  };
-  for (const Tools& tools :
-       {Tools{"tools", body.tools, "tool_choice", body.tool_choice},
-        Tools{"functions", body.functions, "function_call", body.function_call}}) {
-    if (tools.list == nullptr || tools.list->empty()) continue;
-    if (tools.choice != nullptr && *tools.choice == "none") continue;
-    const std::string asked =
-        tools.choice == nullptr ? std::string("\"auto\" (the default)") : shown(*tools.choice);
-    return unsupported(tools.name, std::string("calling tools (") + tools.choice_name + " " +
-                                       asked + "; send " + tools.choice_name + " \"none\" or no " +
-                                       tools.name + ")");
-  }
-  return std::nullopt;
+// The deprecated functions / function_call pair is read but never called: a client that
+// lets the model call them is told to send tools (which kvvm calls) instead.
+Check check_functions(const RequestBody& body) {
+  if (body.functions == nullptr || body.functions->empty()) return std::nullopt;
+  if (body.function_call != nullptr && *body.function_call == "none") return std::nullopt;
+  const std::string asked = body.function_call == nullptr ? std::string("\"auto\" (the default)")
+                                                          : shown(*body.function_call);
+  return unsupported("functions", "calling the deprecated functions (function_call " + asked +
+                                      "); send them as tools with tool_choice");
 }
 
 // One prompt: a string (encoded as `kvvm generate --prompt` does) or token ids.
@@ -265,12 +254,18 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
     return *error;
   }
   copy_fields(fields, &request);
+  ToolRequest tools;
   if (endpoint == Endpoint::kChat) {
-    if (Check error = check_tools(fields)) return *error;
+    if (Check error = check_functions(fields)) return *error;
+    std::variant<ToolRequest, ApiError> read_tools = read_tool_request(fields);
+    if (auto* error = std::get_if<ApiError>(&read_tools)) return *error;
+    tools = std::move(std::get<ToolRequest>(read_tools));
   }
   if (Check error = settle_structured_output(fields, body, request.ignored, &request.constraint)) {
     return *error;
   }
+  if (Check error = settle_tool_calls(tools, context, &request)) return *error;
+  if (endpoint == Endpoint::kChat) request.parsing.reasoning = context.reasoning;
   if (Check error = settle_choice_fields(endpoint, fields, &request)) return *error;
   // max_tokens under the name the client used (chat has two).
   std::optional<std::int64_t> max_tokens = fields.max_tokens;

@@ -35,6 +35,7 @@
 #include <variant>
 #include <vector>
 
+#include "answer_reader.h"
 #include "api_error.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/grammar/constraint.h"
@@ -56,7 +57,14 @@ struct ParseContext {
   std::uint32_t default_max_tokens = 256;  // when the body gives none
   std::uint32_t max_n = 16;                // n (and best_of) at most
   std::uint32_t max_prompts = 128;         // prompts in a completions list at most
-  std::size_t max_json_depth = 16;         // nesting the body may have (the reader's bound)
+  // How a chat answer is read when its request offers tools the model may call (nullopt: such
+  // a request is a 400 saying to start the server with --tool-call-parser), and whether its
+  // reasoning is split out.
+  std::optional<ToolCallFormat> tool_call_format;
+  ReasoningFormat reasoning = ReasoningFormat::kNone;
+  // Nesting the body may have (the reader's bound): tool definitions and their JSON Schemas nest
+  // tens of levels; nlohmann's recursion stays far from the stack's end at this depth.
+  std::size_t max_json_depth = 128;
 };
 
 // A request's structured output (structured_output.h): the constraint and the field the body
@@ -89,6 +97,8 @@ struct ApiRequest {
   // What the output must match (at most one per request); compiled by the server's grammar
   // cache on the HTTP thread into engine.grammar before submit.
   std::optional<ConstraintRequest> constraint;
+  // Chat: how the answer's text is read (reasoning, tool calls); nothing for plain text.
+  AnswerParsing parsing;
   // Fields the body held that kvvm does not know ("temprature", "messages.tool_calls",
   // "stream_options.continuous_usage_stats"): ignored. Top-level names first, in key order.
   std::vector<std::string> ignored;

@@ -24,6 +24,45 @@ json finish_json(std::optional<std::string_view> finish) {
   return finish ? json(std::string(*finish)) : json(nullptr);
 }
 
+json message_json(const AssistantMessage& message) {
+  json out = {{"role", "assistant"}};
+  // OpenAI's: content null when the answer is only calls.
+  out["content"] =
+      message.content.empty() && !message.calls.empty() ? json(nullptr) : json(message.content);
+  out["refusal"] = nullptr;
+  if (!message.reasoning.empty()) out["reasoning_content"] = message.reasoning;
+  if (!message.calls.empty()) {
+    json calls = json::array();
+    for (const ToolCall& call : message.calls) {
+      calls.push_back({{"id", call.id},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    out["tool_calls"] = std::move(calls);
+  }
+  return out;
+}
+
+// A streamed delta's parts; a call's first piece names it, later ones only add arguments.
+void add_delta(json& out, const AssistantDelta& delta) {
+  if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;
+  if (!delta.content.empty()) out["content"] = delta.content;
+  if (delta.calls.empty()) return;
+  json calls = json::array();
+  for (const ToolCallDelta& call : delta.calls) {
+    json piece = {{"index", call.index}};
+    if (!call.id.empty()) {
+      piece["id"] = call.id;
+      piece["type"] = "function";
+      piece["function"] = {{"name", call.name}, {"arguments", call.arguments}};
+    } else {
+      piece["function"] = {{"arguments", call.arguments}};
+    }
+    calls.push_back(std::move(piece));
+  }
+  out["tool_calls"] = std::move(calls);
+}
+
 }  // namespace
 
 Usage usage_of(const engine::RequestStats& stats) {
@@ -34,10 +73,10 @@ Usage usage_of(const engine::RequestStats& stats) {
   return usage;
 }
 
-std::string_view finish_reason(engine::RequestEnd end) {
+std::string_view finish_reason(engine::RequestEnd end, bool called_tools) {
   switch (end) {
     case engine::RequestEnd::kStop:
-      return "stop";
+      return called_tools ? "tool_calls" : "stop";
     case engine::RequestEnd::kLength:
       return "length";
     case engine::RequestEnd::kCancelled:
@@ -73,7 +112,9 @@ json completion_body(const ResponseHead& head, std::span<const ChoiceText> choic
   json all = json::array();
   for (const ChoiceText& c : choices) {
     json choice = {{"index", c.index}};
-    if (chat) {
+    if (chat && c.message != nullptr) {
+      choice["message"] = message_json(*c.message);
+    } else if (chat) {
       // refusal: null as OpenAI's (its SDK's message type has the field).
       choice["message"] = {
           {"role", "assistant"}, {"content", std::string(c.text)}, {"refusal", nullptr}};
@@ -103,7 +144,14 @@ json stream_chunk(const ResponseHead& head, const ChoiceText& c, bool first, boo
     json delta = json::object();
     if (first) delta["role"] = "assistant";
     // The last chunk may carry only the finish reason: its delta is then {} (as OpenAI's).
-    if (first || !c.text.empty()) delta["content"] = std::string(c.text);
+    if (c.delta != nullptr) {
+      add_delta(delta, *c.delta);
+      if (first && !delta.contains("content")) {
+        delta["content"] = c.delta->calls.empty() ? json("") : json(nullptr);
+      }
+    } else if (first || !c.text.empty()) {
+      delta["content"] = std::string(c.text);
+    }
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = std::string(c.text);

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "answer_reader.h"
 #include "kvvm/engine/engine.h"
 #include "openai_request.h"
 
@@ -23,7 +24,8 @@ struct Usage {
 Usage usage_of(const engine::RequestStats& stats);
 
 // "stop" (an end token or a stop string) or "length"; cancelled / error are not answered.
-std::string_view finish_reason(engine::RequestEnd end);
+// "tool_calls" instead of "stop" when the answer called tools.
+std::string_view finish_reason(engine::RequestEnd end, bool called_tools = false);
 
 struct ResponseHead {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -42,11 +44,16 @@ struct ChoiceText {
   std::string_view text;
   std::optional<std::string_view> finish;  // null until the choice's last chunk
   nlohmann::json logprobs = nullptr;       // logprobs_json.h's, or null when not asked
+  // Chat with tools or reasoning (AnswerParsing): the answer read into its parts, which the
+  // message (or the delta) carries instead of `text`.
+  const AssistantMessage* message = nullptr;  // completion_body
+  const AssistantDelta* delta = nullptr;      // stream_chunk
 };
 
 // The whole answer: object "text_completion" (choices[i].text) or "chat.completion"
-// (choices[i].message {role: assistant, content, refusal: null}), finish_reason, logprobs,
-// usage.
+// (choices[i].message {role: assistant, content, refusal: null}; with a read answer: content
+// null when it is only calls, tool_calls [{id, type: function, function {name, arguments}}],
+// reasoning_content when there was reasoning), finish_reason, logprobs, usage.
 nlohmann::json completion_body(const ResponseHead& head, std::span<const ChoiceText> choices,
                                const Usage& usage);
 // One choice, no log-probabilities.
@@ -54,7 +61,9 @@ nlohmann::json completion_body(const ResponseHead& head, std::string_view text,
                                std::string_view finish, const Usage& usage);
 // One streamed chunk of one choice: "text_completion" (choices[0].text) or
 // "chat.completion.chunk" (choices[0].delta: {role: assistant} on the choice's first, {content}
-// after); finish_reason null until the choice's last. `usage_follows`
+// after; with a read answer, reasoning_content and tool_calls [{index, id, type, function
+// {name, arguments}}] pieces as the SDKs accumulate them); finish_reason null until the
+// choice's last. `usage_follows`
 // (stream_options.include_usage): "usage": null, as OpenAI writes it on every chunk before the
 // usage chunk; otherwise no usage field.
 nlohmann::json stream_chunk(const ResponseHead& head, const ChoiceText& choice, bool first,

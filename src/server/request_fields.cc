@@ -159,11 +159,14 @@ constexpr Field<B> kFields[] = {
     D::object("metadata", kInGeneration),
     // Accepted only where they ask for nothing kvvm lacks.
     D::string("suffix", kInCompletions).only(is_empty_string, "no text insertion; omit it"),
-    D::array("tools", kInChat, &B::tools),
+    D::array("tools", kInChat | kInTokenize, &B::tools),
     D::string_or_object("tool_choice", kInChat, &B::tool_choice),
     D::array("functions", kInChat, &B::functions),
     D::string_or_object("function_call", kInChat, &B::function_call),
-    D::boolean("parallel_tool_calls", kInChat),
+    D::boolean("parallel_tool_calls", kInChat, &B::parallel_tool_calls, true),
+    D::object("chat_template_kwargs", kInChat | kInTokenize, &B::chat_template_kwargs),
+    D::array("documents", kInChat | kInTokenize, &B::documents),
+    D::boolean("continue_final_message", kInChat | kInTokenize, &B::continue_final_message, false),
     D::any("audio", kInChat).only(nullptr, "text output only"),
     D::array("modalities", kInChat)
         .only(is_text_only, "text output only; send [\"text\"] or omit it"),
@@ -181,7 +184,7 @@ constexpr Field<B> kFields[] = {
     D::object("structured_outputs", kInGeneration, &B::structured_outputs),
     // /tokenize: special tokens are added to a text prompt unless false (never to messages).
     D::boolean("add_special_tokens", kInTokenize, &B::add_special_tokens),
-    D::boolean("add_generation_prompt", kInTokenize, &B::add_generation_prompt, true),
+    D::boolean("add_generation_prompt", kInChat | kInTokenize, &B::add_generation_prompt, true),
     // /detokenize.
     D::array("tokens", kInDetokenize)
         .required_in(kInDetokenize)

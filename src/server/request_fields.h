@@ -46,11 +46,16 @@ struct RequestBody {
   std::int64_t min_tokens = 0;
   std::vector<std::pair<std::int32_t, float>> logit_bias;
   bool ignore_eos = false;  // the model's end token does not end generation
-  // Tools are described, never called: settled with the tool choice (openai_request.cc).
+  // Tools, read together by tool_fields.h.
   const nlohmann::json* tools = nullptr;
   const nlohmann::json* tool_choice = nullptr;
   const nlohmann::json* functions = nullptr;
   const nlohmann::json* function_call = nullptr;
+  bool parallel_tool_calls = true;
+  // What the chat template renders besides the messages (vLLM's chat fields).
+  const nlohmann::json* chat_template_kwargs = nullptr;  // each member a template variable
+  const nlohmann::json* documents = nullptr;
+  bool continue_final_message = false;
   // Structured output, each as sent: structured_output.cc reads their inner structure and
   // settles them into at most one constraint.
   const nlohmann::json* response_format = nullptr;  // OpenAI's
@@ -61,7 +66,7 @@ struct RequestBody {
   const nlohmann::json* structured_outputs = nullptr;  // vLLM's newer object
   // /tokenize and /detokenize (vLLM's).
   std::optional<bool> add_special_tokens;
-  bool add_generation_prompt = false;
+  bool add_generation_prompt = true;
   std::vector<std::int32_t> tokens;
 };
 

@@ -19,6 +19,7 @@
 #include "api_error.h"
 #include "completion_handler.h"
 #include "routes.h"
+#include "tool_call_parser.h"
 
 namespace kvvm::server {
 // Named, not anonymous: Server::Impl holds one, and GCC's -Wsubobject-linkage refuses a member
@@ -237,6 +238,19 @@ Result<std::unique_ptr<Server>> Server::create(ServerDeps deps, ServerOptions op
   if (options.grammar_cache_entries == 0) {
     return Status::InvalidArgument(
         "ServerOptions::grammar_cache_entries is 0 (--grammar-cache): must be at least 1");
+  }
+  if (!options.tool_call_parser.empty()) {
+    Result<ToolCallFormat> format = parse_tool_call_format(options.tool_call_parser);
+    if (!format.ok()) {
+      return Status::InvalidArgument("ServerOptions::tool_call_parser (--tool-call-parser): " +
+                                     format.status().message());
+    }
+  }
+  if (!options.reasoning_parser.empty() && options.reasoning_parser != "none" &&
+      options.reasoning_parser != "think") {
+    return Status::InvalidArgument("ServerOptions::reasoning_parser (--reasoning-parser): \"" +
+                                   options.reasoning_parser +
+                                   "\" is none of none, think (or empty: from the template)");
   }
   return std::unique_ptr<Server>(new Server(std::make_unique<Impl>(deps, std::move(options))));
 }

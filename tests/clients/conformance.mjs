@@ -519,8 +519,7 @@ await check('openai: two constraints throw BadRequestError naming both', async (
   assert.ok(error.message.includes('response_format'), `the message ${show(error.message)} ` +
     'does not name response_format');
 });
-// LangChain's default method for a model it does not know is jsonSchema too; named here, since
-// kvvm has no tool calls for functionCalling.
+// LangChain's default method for a model it does not know is jsonSchema too; named here.
 const structuredChat = new ChatOpenAI({ model: modelId, temperature: 0, maxTokens: 32,
   apiKey: 'none', maxRetries: 0, configuration: { baseURL: `${main.url}/v1` } });
 await check('langchain: withStructuredOutput (jsonSchema) answers the zod schema',
@@ -537,6 +536,119 @@ await check('langchain: withStructuredOutput (jsonSchema, includeRaw) keeps the 
   answersSchema(parsed, 'parsed');
   answersSchema(JSON.parse(raw.content), 'raw.content');
   equal(raw.response_metadata?.finish_reason, 'stop', 'raw.response_metadata.finish_reason');
+});
+
+// Tool calls: the demo model's own template shows tools and tool calls as Qwen2.5's does
+// (<tool_call> blocks), so kvvm reads its answers with the hermes parser; with tool_choice
+// required or a named function the grammar engine makes every call parse against its schema.
+const AddArgs = z.object({ a: z.number().int(), b: z.number().int() }).strict();
+const addTool = { type: 'function', function: { name: 'add', description: 'Adds two integers',
+  parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } },
+    required: ['a', 'b'], additionalProperties: false } } };
+const echoTool = { type: 'function', function: { name: 'echo', description: 'Repeats a text',
+  parameters: { type: 'object', properties: { text: { type: 'string', maxLength: 12 } },
+    required: ['text'] } } };
+function callsAdd(call, what) {
+  equal(call.type, 'function', `${what}.type`);
+  equal(call.function.name, 'add', `${what}.function.name`);
+  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/, `${what}.id`);
+  const args = AddArgs.safeParse(JSON.parse(call.function.arguments));
+  assert.ok(args.success, `${what}.function.arguments ${show(call.function.arguments)}: ` +
+    `${args.error?.message}`);
+  return args.data;
+}
+await check('openai: tool_choice required always answers calls that parse against the ' +
+  'schema (12 seeds, temperature 1)', async () => {
+  for (let seed = 0; seed < 12; ++seed) {
+    const reply = await client.chat.completions.create({ model: modelId, messages: demoMessages,
+      tools: [addTool], tool_choice: 'required', parallel_tool_calls: false, temperature: 1,
+      seed, max_tokens: 64 });
+    const choice = reply.choices[0];
+    equal(choice.finish_reason, 'tool_calls', `seed ${seed}: finish_reason`);
+    equal(choice.message.content, null, `seed ${seed}: content`);
+    equal(choice.message.tool_calls.length, 1, `seed ${seed}: calls`);
+    callsAdd(choice.message.tool_calls[0], `seed ${seed}: tool_calls[0]`);
+  }
+});
+await check('openai: a named tool_choice calls that function', async () => {
+  const reply = await client.chat.completions.create({ model: modelId, messages: demoMessages,
+    tools: [addTool, echoTool], tool_choice: { type: 'function', function: { name: 'echo' } },
+    temperature: 1, seed: 3, max_tokens: 64 });
+  const calls = reply.choices[0].message.tool_calls;
+  assert.ok(calls.length >= 1, 'no call');
+  for (const call of calls) {
+    equal(call.function.name, 'echo', 'function.name');
+    assert.equal(typeof JSON.parse(call.function.arguments).text, 'string', 'arguments.text');
+  }
+});
+await check('openai: a tool loop by hand: call, result, answer', async () => {
+  const messages = [...demoMessages];
+  const first = await client.chat.completions.create({ model: modelId, messages,
+    tools: [addTool], tool_choice: 'required', parallel_tool_calls: false, temperature: 0,
+    max_tokens: 64 });
+  const call = first.choices[0].message.tool_calls[0];
+  const { a, b } = callsAdd(call, 'the call');
+  messages.push(first.choices[0].message);  // content null, tool_calls
+  messages.push({ role: 'tool', tool_call_id: call.id, content: String(a + b) });
+  const answer = await client.chat.completions.create({ model: modelId, messages,
+    tools: [addTool], tool_choice: 'none', temperature: 0, max_tokens: 16 });
+  const choice = answer.choices[0];
+  assert.ok(choice.finish_reason === 'stop' || choice.finish_reason === 'length',
+    `finish_reason ${choice.finish_reason}`);
+  assert.equal(typeof choice.message.content, 'string', 'the answer is text');
+  assert.ok(choice.message.tool_calls === undefined || choice.message.tool_calls.length === 0,
+    'no call under tool_choice none');
+});
+await check('openai: streamed tool calls accumulate (stream().finalChatCompletion()) to the ' +
+  'whole answer\'s calls', async () => {
+  const body = { model: modelId, messages: demoMessages, tools: [addTool, echoTool],
+    tool_choice: 'required', temperature: 0, max_tokens: 96 };
+  const whole = await client.chat.completions.create(body);
+  const stream = client.chat.completions.stream(body);
+  const streamed = await stream.finalChatCompletion();
+  const strip = (calls) => calls.map((c) => [c.function.name, c.function.arguments]);
+  assert.deepEqual(strip(streamed.choices[0].message.tool_calls),
+    strip(whole.choices[0].message.tool_calls), 'streamed calls');
+  equal(streamed.choices[0].finish_reason, 'tool_calls', 'streamed finish_reason');
+});
+await check('openai: runTools with a named function calls it once and sends its result',
+  async () => {
+    let called = 0;
+    const runner = client.chat.completions.runTools({ model: modelId, messages: demoMessages,
+      temperature: 0, max_tokens: 64, tool_choice: { type: 'function', function: { name: 'add' } },
+      tools: [{ type: 'function', function: { ...addTool.function, parse: JSON.parse,
+        function: ({ a, b }) => { ++called; return String(a + b); } } }] });
+    await runner.done();
+    equal(called, 1, 'calls of the function');
+    const roles = runner.messages.map((m) => m.role);
+    assert.ok(roles.includes('tool'), `the runner's messages ${show(roles)} have no tool result`);
+  });
+await check('openai: tool_choice required without tools throws BadRequestError', async () => {
+  const error = await refused(client.chat.completions.create({ model: modelId,
+    messages: demoMessages, max_tokens: 8, tool_choice: 'required' }), BadRequestError, 400,
+  'required without tools');
+  equal(error.param, 'tool_choice', 'error.param');
+});
+const { tool } = await import('@langchain/core/tools');
+const { HumanMessage, ToolMessage } = await import('@langchain/core/messages');
+await check('langchain: bindTools (tool_choice required), then an agent step with the ' +
+  'ToolMessage', async () => {
+  const add = tool(({ a, b }) => String(a + b), { name: 'add', description: 'Adds two integers',
+    schema: z.object({ a: z.number().int(), b: z.number().int() }) });
+  const chat = new ChatOpenAI({ model: modelId, temperature: 0, maxTokens: 64, apiKey: 'none',
+    maxRetries: 0, configuration: { baseURL: `${main.url}/v1` } });
+  const bound = chat.bindTools([add], { tool_choice: 'required' });
+  const human = new HumanMessage(question(...DEMO));
+  const ai = await bound.invoke([human]);
+  assert.ok(ai.tool_calls?.length >= 1, `no tool_calls in ${show(ai)}`);
+  const call = ai.tool_calls[0];
+  equal(call.name, 'add', 'tool_calls[0].name');
+  const args = AddArgs.safeParse(call.args);
+  assert.ok(args.success, `tool_calls[0].args ${show(call.args)}: ${args.error?.message}`);
+  const result = await add.invoke(call);  // a ToolMessage
+  assert.ok(result instanceof ToolMessage, 'the tool answers a ToolMessage');
+  const answer = await chat.invoke([human, ai, result]);
+  assert.equal(typeof answer.content, 'string', 'the agent step answers text');
 });
 
 // SIGTERM drains and ends with exit 0.

@@ -63,7 +63,7 @@ TEST_F(ServerRequest, EveryRefusalNamesItsField) {
       {kC, c + R"("logit_bias": {"x": 1}})", "logit_bias.x", "not a token id"},
       {kC, c + R"("logit_bias": {"100000": 1}})", "logit_bias.100000", "not a token id"},
       {kC, c + R"("logit_bias": [1]})", "logit_bias", "array"},
-      {kChat, ch + R"("tools": [{"type": "function"}]})", "tools", "tools"},
+      {kChat, ch + R"("tools": [{"type": "function"}]})", "tools[0].function", "is required"},
       {kC, c + R"("max_tokens": 1000000000000})", "max_tokens", "64"},
       {kC, c + R"("max_tokens": 18446744073709551616})", "max_tokens", "64"},
       {kC, c + R"("max_tokens": 18446744073709551615})", "max_tokens", "64"},
@@ -172,10 +172,7 @@ TEST_F(ServerRequest, WhatKvvmDoesNotDoIsNotSupportedByThisServer) {
   const std::string ch = R"({"model": "m", "messages": [{"role": "user", "content": "a"}], )";
   const std::vector<Refusal> refusals = {
       {Endpoint::kCompletions, c + R"("n": 2, "best_of": 3})", "best_of", "3"},
-      {Endpoint::kChat, ch + R"("tools": [{"type": "function"}]})", "tools", "auto"},
-      {Endpoint::kChat, ch + R"("tools": [{"type": "function"}], "tool_choice": "required"})",
-       "tools", "required"},
-      {Endpoint::kChat, ch + R"("functions": [{"name": "f"}]})", "functions", "function_call"},
+      {Endpoint::kChat, ch + R"("functions": [{"name": "f"}]})", "functions", "send them as tools"},
       {Endpoint::kChat, ch + R"("audio": {"voice": "alloy"}})", "audio", "text output only"},
       {Endpoint::kChat, ch + R"("modalities": ["text", "audio"]})", "modalities", "audio"},
       {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "tool", "content": "a"}]})",

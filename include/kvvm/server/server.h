@@ -50,6 +50,13 @@ struct ServerOptions {
   std::size_t max_body_bytes = std::size_t{8} << 20;  // larger: 413
   std::uint32_t default_max_tokens = 256;             // when a request gives none
   std::uint32_t max_n = 16;  // choices of one request (n) at most; more: 400
+  // How answers to requests with tools are read into tool calls: "hermes", "llama3_json",
+  // "mistral" (vLLM's --tool-call-parser names); empty: the family the chat template writes
+  // calls in (none shown: requests that let the model call tools get 400).
+  std::string tool_call_parser;
+  // How reasoning is split out of answers (reasoning_content): "none", "think" (<think>
+  // blocks, Qwen3 and DeepSeek-R1); empty: "think" when the chat template thinks in them.
+  std::string reasoning_parser;
   // Compiled structured-output grammars kept by content (a schema sent with every request is
   // compiled once), the least recently used dropped first.
   std::uint32_t grammar_cache_entries = 64;
