@@ -502,7 +502,12 @@ Value f_center(Interpreter& in, const Value& v, CallArgs& args) {
 Value f_attr(Interpreter& in, const Value& v, CallArgs& args) {
   const Value* name = find_arg(args, 0, "name");
   if (name == nullptr) fail("attr() needs a name");
-  return in.get_attr(v, name->str());
+  // getattr without the item fallback: a dict's keys are not its attributes.
+  std::string n = name->str();
+  if (v.is_dict() || v.is_string() || v.is_list()) {
+    if (!has_method(v, n)) return Value::undefined("no attribute '" + n + "'");
+  }
+  return in.get_attr(v, n);
 }
 
 Value f_batch(Interpreter&, const Value& v, CallArgs& args) {

@@ -104,8 +104,11 @@ class Parser {
       switch (t.kind) {
         case TokenKind::kEnd:
           if (ends.size() != 0) {
-            fail_at(t.pos,
-                    "unexpected end of template, expected '" + std::string(*ends.begin()) + "'");
+            std::string expected;
+            for (std::string_view end : ends) {
+              expected += (expected.empty() ? "'" : " or '") + std::string(end) + "'";
+            }
+            fail_at(t.pos, "unexpected end of template, expected " + expected);
           }
           return body;
         case TokenKind::kText:
@@ -638,7 +641,8 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto call = std::make_unique<CallExpr>(peek().pos, std::move(callee));
+    SourcePos pos = callee->pos;  // errors in a call point at what was called
+    auto call = std::make_unique<CallExpr>(pos, std::move(callee));
     parse_arguments(call->args);
     return call;
   }

@@ -184,7 +184,7 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
                    ? eval(*m.params[i].default_value)
                    : Value::undefined("parameter '" + m.params[i].name + "' was not provided"));
   }
-  frame->set("varargs", Value::list(std::move(varargs)));
+  frame->set("varargs", Value::list(std::move(varargs), /*tuple=*/true));
   frame->set("kwargs", Value::dict(std::move(kwargs)));
   if (caller != nullptr) frame->set("caller", *caller);
   return Value::string(capture(m.body));

@@ -98,9 +98,7 @@ std::vector<std::string> py_split(std::string_view s, const std::string* sep, lo
       while (i < cps.size() && is_unicode_space(cps[i].cp)) ++i;
       if (i == cps.size()) break;
       if (maxsplit >= 0 && static_cast<long long>(out.size()) == maxsplit) {
-        std::size_t e = cps.size();
-        while (e > i && is_unicode_space(cps[e - 1].cp)) --e;
-        out.emplace_back(s.substr(cps[i].begin, cps[e - 1].end - cps[i].begin));
+        out.emplace_back(s.substr(cps[i].begin));  // the rest keeps its trailing blanks
         break;
       }
       std::size_t j = i;
@@ -115,9 +113,7 @@ std::vector<std::string> py_split(std::string_view s, const std::string* sep, lo
     while (i > 0 && is_unicode_space(cps[i - 1].cp)) --i;
     if (i == 0) break;
     if (maxsplit >= 0 && static_cast<long long>(out.size()) == maxsplit) {
-      std::size_t b = 0;
-      while (b < i && is_unicode_space(cps[b].cp)) ++b;
-      out.emplace_back(s.substr(cps[b].begin, cps[i - 1].end - cps[b].begin));
+      out.emplace_back(s.substr(0, cps[i - 1].end));  // the rest keeps its leading blanks
       break;
     }
     std::size_t j = i;
