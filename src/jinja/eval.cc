@@ -121,6 +121,7 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b, Interpreter& in) {
       if (ints) return Value::integer(floor_div(a.as_int(), b.as_int()));
       return Value::floating(std::floor(a.as_float() / b.as_float()));
     case BinaryOp::kMod:
+      if (a.is_string()) return Value::string(printf_format(a.as_string(), b, in));
       if (!nums) fail_operands("%", a, b);
       if (b.as_float() == 0) fail("integer division or modulo by zero");
       if (ints) return Value::integer(floor_mod(a.as_int(), b.as_int()));

@@ -152,6 +152,9 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
   FrameSwap swap(frame_, frame);
   std::size_t n = m.params.size();
   List varargs;
+  if (args.positional.size() > n && !m.uses_varargs) {
+    fail("macro '" + m.name + "' takes not more than " + std::to_string(n) + " argument(s)");
+  }
   for (std::size_t i = 0; i < args.positional.size(); ++i) {
     if (i < n) {
       frame->set(m.params[i].name, args.positional[i]);
@@ -173,8 +176,10 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
       frame->set(k, v);
     } else if (k == "caller" && caller == nullptr) {
       frame->set(k, v);
-    } else {
+    } else if (m.uses_kwargs) {
       kwargs.emplace_back(Value::string(k), v);
+    } else {
+      fail("macro '" + m.name + "' takes no keyword argument '" + k + "'");
     }
   }
   for (std::size_t i = 0; i < n; ++i) {
