@@ -229,6 +229,9 @@ struct MacroStmt : Stmt {
   explicit MacroStmt(SourcePos p) : Stmt(StmtKind::kMacro, p) {}
   std::string name;
   std::vector<MacroParam> params;
+  // Extra positional or keyword arguments are errors unless the body reads varargs / kwargs.
+  bool uses_varargs = false;
+  bool uses_kwargs = false;
   Body body;
 };
 

@@ -18,8 +18,20 @@ std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
        " and " + quoted(b.type_name()));
 }
 
-std::int64_t checked(bool overflow, std::int64_t r) {
-  if (overflow) fail("integer overflow");
+// Python's ints do not overflow; ours report it instead of wrapping.
+std::int64_t checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) fail("integer overflow");
+  return r;
+}
+std::int64_t checked_sub(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) fail("integer overflow");
+  return r;
+}
+std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) fail("integer overflow");
   return r;
 }
 
@@ -64,7 +76,6 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b, Interpreter& in) {
   if (b.is_undefined() && op != BinaryOp::kConcat) fail_undefined(b);
   bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
   bool nums = a.is_number() && b.is_number();
-  std::int64_t r = 0;
   switch (op) {
     case BinaryOp::kConcat: {
       std::string s = a.str();
@@ -73,8 +84,7 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b, Interpreter& in) {
       return Value::string(std::move(s));
     }
     case BinaryOp::kAdd:
-      if (ints)
-        return Value::integer(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
+      if (ints) return Value::integer(checked_add(a.as_int(), b.as_int()));
       if (nums) return Value::floating(a.as_float() + b.as_float());
       if (a.is_string() && b.is_string()) {
         in.check_size(a.as_string().size() + b.as_string().size());
@@ -88,13 +98,11 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b, Interpreter& in) {
       }
       fail_operands("+", a, b);
     case BinaryOp::kSub:
-      if (ints)
-        return Value::integer(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
+      if (ints) return Value::integer(checked_sub(a.as_int(), b.as_int()));
       if (nums) return Value::floating(a.as_float() - b.as_float());
       fail_operands("-", a, b);
     case BinaryOp::kMul:
-      if (ints)
-        return Value::integer(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
+      if (ints) return Value::integer(checked_mul(a.as_int(), b.as_int()));
       if (nums) return Value::floating(a.as_float() * b.as_float());
       if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) {
         return repeat(a, b.as_int(), in);
@@ -113,6 +121,7 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b, Interpreter& in) {
       if (ints) return Value::integer(floor_div(a.as_int(), b.as_int()));
       return Value::floating(std::floor(a.as_float() / b.as_float()));
     case BinaryOp::kMod:
+      if (a.is_string()) return Value::string(printf_format(a.as_string(), b, in));
       if (!nums) fail_operands("%", a, b);
       if (b.as_float() == 0) fail("integer division or modulo by zero");
       if (ints) return Value::integer(floor_mod(a.as_int(), b.as_int()));
@@ -263,11 +272,9 @@ void Interpreter::check_size(std::size_t size) const {
 }
 
 Value Interpreter::get_attr(const Value& object, std::string_view name) {
-  // The sandbox: no dunder or private attributes, whatever the object.
-  if (!name.empty() && name[0] == '_') {
-    return Value::undefined("access to attribute " + quoted(name) + " of " +
-                            quoted(object.type_name()) + " object is unsafe");
-  }
+  // The sandbox: no Python attribute is reachable, only a value's data (a dict's items, a
+  // namespace's attributes) and the methods has_method() lists, none named with '_'. Jinja's
+  // sandbox gives undefined for an unsafe attribute too; using it further is an error.
   switch (object.kind()) {
     case Kind::kUndefined:
       fail_undefined(object);

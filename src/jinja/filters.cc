@@ -47,7 +47,7 @@ std::string attribute_name(const Value& v) {
 
 // A sort key: lower-cased strings unless case_sensitive.
 Value sort_key(const Value& v, bool case_sensitive) {
-  if (!case_sensitive && v.is_string()) return Value::string(ascii_lower(v.as_string()));
+  if (!case_sensitive && v.is_string()) return Value::string(py_lower(v.as_string()));
   return v;
 }
 
@@ -68,7 +68,7 @@ Value f_length(Interpreter&, const Value& v, CallArgs&) {
 
 Value f_tojson(Interpreter& in, const Value& v, CallArgs& args) {
   // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
-  if (bool_arg(args, 0, "ensure_ascii", false)) fail("tojson: ensure_ascii is not supported");
+  bool ensure_ascii = bool_arg(args, 0, "ensure_ascii", false);
   Value indent = arg_or(args, 1, "indent", Value::none());
   const Value* separators = find_arg(args, 2, "separators");
   bool sort_keys = bool_arg(args, 3, "sort_keys", false);
@@ -82,7 +82,8 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& args) {
     item_sep = seps[0].as_string();
     key_sep = seps[1].as_string();
   }
-  return Value::string(to_json(v, indent, item_sep, key_sep, sort_keys, in.max_output_bytes()));
+  return Value::string(
+      to_json(v, indent, item_sep, key_sep, sort_keys, ensure_ascii, in.max_output_bytes()));
 }
 
 Value f_trim(Interpreter&, const Value& v, CallArgs& args) {
@@ -291,10 +292,10 @@ Value f_float(Interpreter&, const Value& v, CallArgs& args) {
 }
 
 Value f_lower(Interpreter&, const Value& v, CallArgs&) {
-  return Value::string(ascii_lower(soft_str(v)));
+  return Value::string(py_lower(soft_str(v)));
 }
 Value f_upper(Interpreter&, const Value& v, CallArgs&) {
-  return Value::string(ascii_upper(soft_str(v)));
+  return Value::string(py_upper(soft_str(v)));
 }
 Value f_capitalize(Interpreter&, const Value& v, CallArgs&) {
   return Value::string(py_capitalize(soft_str(v)));
@@ -502,7 +503,12 @@ Value f_center(Interpreter& in, const Value& v, CallArgs& args) {
 Value f_attr(Interpreter& in, const Value& v, CallArgs& args) {
   const Value* name = find_arg(args, 0, "name");
   if (name == nullptr) fail("attr() needs a name");
-  return in.get_attr(v, name->str());
+  // getattr without the item fallback: a dict's keys are not its attributes.
+  std::string n = name->str();
+  if (v.is_dict() || v.is_string() || v.is_list()) {
+    if (!has_method(v, n)) return Value::undefined("no attribute '" + n + "'");
+  }
+  return in.get_attr(v, n);
 }
 
 Value f_batch(Interpreter&, const Value& v, CallArgs& args) {
@@ -525,6 +531,21 @@ Value f_batch(Interpreter&, const Value& v, CallArgs& args) {
   return Value::list(std::move(out));
 }
 
+Value f_format(Interpreter& in, const Value& v, CallArgs& args) {
+  if (!args.positional.empty() && !args.keywords.empty()) {
+    fail("can't handle positional and keyword arguments at the same time");
+  }
+  Value packed;
+  if (!args.keywords.empty()) {
+    Dict kw;
+    for (auto& [k, val] : args.keywords) kw.emplace_back(Value::string(k), val);
+    packed = Value::dict(std::move(kw));
+  } else {
+    packed = Value::list(args.positional, /*tuple=*/true);
+  }
+  return Value::string(printf_format(soft_str(v), packed, in));
+}
+
 struct FilterEntry {
   std::string_view name;
   FilterFn fn;
@@ -545,6 +566,7 @@ constexpr FilterEntry kFilters[] = {
     {"first", f_first},
     {"float", f_float},
     {"forceescape", f_escape},
+    {"format", f_format},
     {"indent", f_indent},
     {"int", f_int},
     {"items", f_items},

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "jinja/render.h"
+#include "jinja/text.h"
 
 namespace kvvm::jinja::detail {
 
@@ -75,23 +76,14 @@ bool t_sameas(Interpreter&, const Value& v, CallArgs& a) {
   if (v.is_none() || v.is_bool() || v.is_undefined()) return v.kind() == o.kind() && v.equals(o);
   return false;
 }
+// str.islower() / str.isupper(): every cased character in that case, and at least one.
 bool t_lower(Interpreter&, const Value& v, CallArgs&) {
-  if (!v.is_string()) return false;
-  bool cased = false;
-  for (char c : v.as_string()) {
-    if (c >= 'A' && c <= 'Z') return false;
-    cased = cased || (c >= 'a' && c <= 'z');
-  }
-  return cased;
+  return v.is_string() && py_lower(v.as_string()) == v.as_string() &&
+         py_upper(v.as_string()) != v.as_string();
 }
 bool t_upper(Interpreter&, const Value& v, CallArgs&) {
-  if (!v.is_string()) return false;
-  bool cased = false;
-  for (char c : v.as_string()) {
-    if (c >= 'a' && c <= 'z') return false;
-    cased = cased || (c >= 'A' && c <= 'Z');
-  }
-  return cased;
+  return v.is_string() && py_upper(v.as_string()) == v.as_string() &&
+         py_lower(v.as_string()) != v.as_string();
 }
 bool t_filter(Interpreter&, const Value& v, CallArgs&) {
   return v.is_string() && has_filter(v.as_string());

@@ -1,4 +1,5 @@
-// tojson: Python's json.dumps as transformers calls it (ensure_ascii=False, no HTML escaping).
+// tojson: Python's json.dumps as transformers calls it (ensure_ascii=False unless asked, no HTML
+// escaping).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -9,39 +10,63 @@ namespace kvvm::jinja::detail {
 
 namespace {
 
-void append_json_string(std::string_view s, std::string& out) {
+void append_json_string(std::string_view s, bool ensure_ascii, std::string& out) {
   out.push_back('"');
-  for (char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    char c = s[i];
     switch (c) {
       case '"':
         out += "\\\"";
-        break;
+        ++i;
+        continue;
       case '\\':
         out += "\\\\";
-        break;
+        ++i;
+        continue;
       case '\n':
         out += "\\n";
-        break;
+        ++i;
+        continue;
       case '\r':
         out += "\\r";
-        break;
+        ++i;
+        continue;
       case '\t':
         out += "\\t";
-        break;
+        ++i;
+        continue;
       case '\b':
         out += "\\b";
-        break;
+        ++i;
+        continue;
       case '\f':
         out += "\\f";
-        break;
+        ++i;
+        continue;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out.push_back(c);
-        }
+        break;
+    }
+    auto u = static_cast<unsigned char>(c);
+    char buf[16];
+    if (u < 0x20) {
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(u));
+      out += buf;
+      ++i;
+    } else if (u < 0x80 || !ensure_ascii) {
+      out.push_back(c);
+      ++i;
+    } else {
+      // ensure_ascii: every code point past ASCII as \uXXXX, UTF-16 surrogates above the BMP.
+      char32_t cp = decode_at(s, i);
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x",
+                      static_cast<unsigned>(0xd800 + (cp >> 10)),
+                      static_cast<unsigned>(0xdc00 + (cp & 0x3ff)));
+      } else {
+        std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
+      }
+      out += buf;
     }
   }
   out.push_back('"');
@@ -70,6 +95,7 @@ struct JsonWriter {
   std::string_view item_sep;
   std::string_view key_sep;
   bool sort_keys;
+  bool ensure_ascii;
   std::size_t max_bytes;
   std::string out;
 
@@ -105,7 +131,7 @@ struct JsonWriter {
         return;
       }
       case Kind::kString:
-        append_json_string(v.as_string(), out);
+        append_json_string(v.as_string(), ensure_ascii, out);
         return;
       case Kind::kList: {
         const List& items = v.as_list();
@@ -140,7 +166,7 @@ struct JsonWriter {
         for (std::size_t i = 0; i < entries.size(); ++i) {
           if (i > 0) out += item_sep;
           if (indent != nullptr) newline(level + 1);
-          append_json_string(entries[i].first, out);
+          append_json_string(entries[i].first, ensure_ascii, out);
           out += key_sep;
           write(*entries[i].second, level + 1);
         }
@@ -159,7 +185,8 @@ struct JsonWriter {
 }  // namespace
 
 std::string to_json(const Value& v, const Value& indent, std::string_view item_separator,
-                    std::string_view key_separator, bool sort_keys, std::size_t max_bytes) {
+                    std::string_view key_separator, bool sort_keys, bool ensure_ascii,
+                    std::size_t max_bytes) {
   std::string indent_text;
   bool pretty = false;
   if (indent.is_string()) {
@@ -171,8 +198,13 @@ std::string to_json(const Value& v, const Value& indent, std::string_view item_s
   } else if (!indent.is_none()) {
     fail("tojson: indent must be an integer or a string");
   }
-  JsonWriter w{
-      pretty ? &indent_text : nullptr, item_separator, key_separator, sort_keys, max_bytes, {}};
+  JsonWriter w{pretty ? &indent_text : nullptr,
+               item_separator,
+               key_separator,
+               sort_keys,
+               ensure_ascii,
+               max_bytes,
+               {}};
   w.write(v, 0);
   return std::move(w.out);
 }

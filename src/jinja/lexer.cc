@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "jinja/text.h"
 #include "jinja/value.h"
 
 namespace kvvm::jinja::detail {
@@ -106,8 +107,9 @@ class Lexer {
       line_pos = line_pos == std::string::npos ? 0 : line_pos + 1;
       if (line_pos > 0 || line_starting) {
         bool blank = line_pos < text.size();
-        for (std::size_t i = line_pos; i < text.size(); ++i) {
-          if (!is_space(text[i])) blank = false;
+        // Python's \s: Unicode whitespace, not just blanks.
+        for (std::size_t i = line_pos; i < text.size() && blank;) {
+          blank = is_unicode_space(decode_at(text, i));
         }
         if (blank) text.resize(line_pos);
       }

@@ -101,8 +101,8 @@ Value string_method(Interpreter& in, const std::string& s, std::string_view name
     for (std::string& line : py_splitlines(s)) out.push_back(Value::string(std::move(line)));
     return Value::list(std::move(out));
   }
-  if (name == "upper") return Value::string(ascii_upper(s));
-  if (name == "lower") return Value::string(ascii_lower(s));
+  if (name == "upper") return Value::string(py_upper(s));
+  if (name == "lower") return Value::string(py_lower(s));
   if (name == "title") return Value::string(py_title(s));
   if (name == "capitalize") return Value::string(py_capitalize(s));
   if (name == "replace") {
@@ -163,14 +163,9 @@ Value string_method(Interpreter& in, const std::string& s, std::string_view name
     return Value::boolean(true);
   }
   if (name == "islower" || name == "isupper") {
-    bool cased = false;
-    for (char c : s) {
-      bool lower = c >= 'a' && c <= 'z';
-      bool upper = c >= 'A' && c <= 'Z';
-      if (name == "islower" ? upper : lower) return Value::boolean(false);
-      cased = cased || lower || upper;
-    }
-    return Value::boolean(cased);
+    std::string lower = py_lower(s);
+    std::string upper = py_upper(s);
+    return Value::boolean(name == "islower" ? lower == s && upper != s : upper == s && lower != s);
   }
   if (name == "format") {
     // "{}" and "{0}"-style fields with positional and keyword arguments, no format specs.

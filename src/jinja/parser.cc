@@ -104,8 +104,11 @@ class Parser {
       switch (t.kind) {
         case TokenKind::kEnd:
           if (ends.size() != 0) {
-            fail_at(t.pos,
-                    "unexpected end of template, expected '" + std::string(*ends.begin()) + "'");
+            std::string expected;
+            for (std::string_view end : ends) {
+              expected += (expected.empty() ? "'" : " or '") + std::string(end) + "'";
+            }
+            fail_at(t.pos, "unexpected end of template, expected " + expected);
           }
           return body;
         case TokenKind::kText:
@@ -300,7 +303,11 @@ class Parser {
     stmt->name = expect_name();
     stmt->params = parse_params();
     expect_block_end();
+    std::size_t varargs_before = varargs_refs_;
+    std::size_t kwargs_before = kwargs_refs_;
     stmt->body = parse_body({"endmacro"});
+    stmt->uses_varargs = varargs_refs_ != varargs_before;
+    stmt->uses_kwargs = kwargs_refs_ != kwargs_before;
     expect_tag("endmacro");
     expect_block_end();
     return stmt;
@@ -496,6 +503,8 @@ class Parser {
         if (t.text == "none" || t.text == "None") {
           return std::make_unique<LiteralExpr>(t.pos, Value::none());
         }
+        if (t.text == "varargs") ++varargs_refs_;
+        if (t.text == "kwargs") ++kwargs_refs_;
         return std::make_unique<NameExpr>(t.pos, t.text);
       }
       case TokenKind::kString: {
@@ -638,7 +647,8 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto call = std::make_unique<CallExpr>(peek().pos, std::move(callee));
+    SourcePos pos = callee->pos;  // errors in a call point at what was called
+    auto call = std::make_unique<CallExpr>(pos, std::move(callee));
     parse_arguments(call->args);
     return call;
   }
@@ -692,6 +702,8 @@ class Parser {
   std::size_t pos_ = 0;
   std::uint32_t max_depth_;
   std::uint32_t depth_ = 0;
+  std::size_t varargs_refs_ = 0;  // names read so far, to tell whether a macro reads them
+  std::size_t kwargs_refs_ = 0;
 };
 
 }  // namespace

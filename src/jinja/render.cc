@@ -152,6 +152,9 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
   FrameSwap swap(frame_, frame);
   std::size_t n = m.params.size();
   List varargs;
+  if (args.positional.size() > n && !m.uses_varargs) {
+    fail("macro '" + m.name + "' takes not more than " + std::to_string(n) + " argument(s)");
+  }
   for (std::size_t i = 0; i < args.positional.size(); ++i) {
     if (i < n) {
       frame->set(m.params[i].name, args.positional[i]);
@@ -173,8 +176,10 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
       frame->set(k, v);
     } else if (k == "caller" && caller == nullptr) {
       frame->set(k, v);
-    } else {
+    } else if (m.uses_kwargs) {
       kwargs.emplace_back(Value::string(k), v);
+    } else {
+      fail("macro '" + m.name + "' takes no keyword argument '" + k + "'");
     }
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -184,7 +189,7 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
                    ? eval(*m.params[i].default_value)
                    : Value::undefined("parameter '" + m.params[i].name + "' was not provided"));
   }
-  frame->set("varargs", Value::list(std::move(varargs)));
+  frame->set("varargs", Value::list(std::move(varargs), /*tuple=*/true));
   frame->set("kwargs", Value::dict(std::move(kwargs)));
   if (caller != nullptr) frame->set("caller", *caller);
   return Value::string(capture(m.body));

@@ -128,11 +128,16 @@ bool call_method(Interpreter& in, const Value& receiver, std::string_view name, 
                  Value& result);
 bool has_method(const Value& receiver, std::string_view name);
 
+// Python's `format % args`: a tuple gives the arguments, a dict the %(name)s keys, any other
+// value the one argument.
+std::string printf_format(std::string_view format, const Value& args, Interpreter& in);
+
 // range, namespace, dict, raise_exception, strftime_now, cycler, joiner; undefined if none.
 Value builtin_global(std::string_view name);
 
-// json.dumps(v, ensure_ascii=False, indent=indent, separators=..., sort_keys=...).
+// json.dumps(v, ensure_ascii=..., indent=indent, separators=..., sort_keys=...).
 std::string to_json(const Value& v, const Value& indent, std::string_view item_separator,
-                    std::string_view key_separator, bool sort_keys, std::size_t max_bytes);
+                    std::string_view key_separator, bool sort_keys, bool ensure_ascii,
+                    std::size_t max_bytes);
 
 }  // namespace kvvm::jinja::detail

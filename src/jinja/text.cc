@@ -26,12 +26,89 @@ std::vector<CodePoint> code_points(std::string_view s) {
   return out;
 }
 
-bool is_ascii_upper(char32_t c) { return c >= 'A' && c <= 'Z'; }
-bool is_ascii_lower(char32_t c) { return c >= 'a' && c <= 'z'; }
-bool is_cased(char32_t c) { return is_ascii_upper(c) || is_ascii_lower(c) || c >= 0xc0; }
+// Simple (one to one) case mappings of the scripts chat text is mostly written in: Latin,
+// Greek, Cyrillic, Armenian, fullwidth Latin. Other characters have no case here.
+char32_t to_upper_cp(char32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if (c >= 0xe0 && c <= 0xfe && c != 0xf7) return c - 0x20;
+  if (c == 0xff) return 0x178;
+  if (c >= 0x100 && c <= 0x17f) {
+    bool odd = (c & 1) != 0;
+    if ((c <= 0x12f || (c >= 0x132 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && odd)
+      return c - 1;
+    if (((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) && !odd) return c - 1;
+    if (c == 0x131) return 'I';
+    if (c == 0x17f) return 'S';
+    return c;
+  }
+  if (c >= 0x3b1 && c <= 0x3c9) return c == 0x3c2 ? 0x3a3 : c - 0x20;
+  if (c == 0x3ac) return 0x386;
+  if (c >= 0x3ad && c <= 0x3af) return c - 0x25;
+  if (c == 0x3cc) return 0x38c;
+  if (c == 0x3cd || c == 0x3ce) return c - 0x3f;
+  if (c >= 0x430 && c <= 0x44f) return c - 0x20;
+  if (c >= 0x450 && c <= 0x45f) return c - 0x50;
+  if (((c >= 0x460 && c <= 0x481) || (c >= 0x48a && c <= 0x4bf)) && (c & 1) != 0) return c - 1;
+  if (c >= 0x561 && c <= 0x586) return c - 0x30;
+  if (c >= 0xff41 && c <= 0xff5a) return c - 0x20;
+  return c;
+}
 
-char to_upper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 32) : c; }
-char to_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+char32_t to_lower_cp(char32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if (c >= 0xc0 && c <= 0xde && c != 0xd7) return c + 0x20;
+  if (c == 0x178) return 0xff;
+  if (c >= 0x100 && c <= 0x17f) {
+    bool odd = (c & 1) != 0;
+    if ((c <= 0x12f || (c >= 0x132 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && !odd)
+      return c + 1;
+    if (((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) && odd) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2) return c + 0x20;
+  if (c == 0x386) return 0x3ac;
+  if (c >= 0x388 && c <= 0x38a) return c + 0x25;
+  if (c == 0x38c) return 0x3cc;
+  if (c == 0x38e || c == 0x38f) return c + 0x3f;
+  if (c >= 0x410 && c <= 0x42f) return c + 0x20;
+  if (c >= 0x400 && c <= 0x40f) return c + 0x50;
+  if (((c >= 0x460 && c <= 0x481) || (c >= 0x48a && c <= 0x4bf)) && (c & 1) == 0) return c + 1;
+  if (c >= 0x531 && c <= 0x556) return c + 0x30;
+  if (c >= 0xff21 && c <= 0xff3a) return c + 0x20;
+  return c;
+}
+
+bool is_cased(char32_t c) { return to_upper_cp(c) != c || to_lower_cp(c) != c || c == 0xdf; }
+
+std::string map_case(std::string_view s, bool upper) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    auto b = static_cast<unsigned char>(s[i]);
+    if (b < 0x80) {
+      char c = s[i++];
+      if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
+      if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+      out.push_back(c);
+      continue;
+    }
+    std::size_t start = i;
+    char32_t cp = decode_at(s, i);
+    if (upper && cp == 0xdf) {
+      out += "SS";  // Python's str.upper() of sharp s
+      continue;
+    }
+    char32_t mapped = upper ? to_upper_cp(cp) : to_lower_cp(cp);
+    if (mapped == cp) {
+      out.append(s.substr(start, i - start));
+    } else {
+      append_utf8(mapped, out);
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -98,9 +175,7 @@ std::vector<std::string> py_split(std::string_view s, const std::string* sep, lo
       while (i < cps.size() && is_unicode_space(cps[i].cp)) ++i;
       if (i == cps.size()) break;
       if (maxsplit >= 0 && static_cast<long long>(out.size()) == maxsplit) {
-        std::size_t e = cps.size();
-        while (e > i && is_unicode_space(cps[e - 1].cp)) --e;
-        out.emplace_back(s.substr(cps[i].begin, cps[e - 1].end - cps[i].begin));
+        out.emplace_back(s.substr(cps[i].begin));  // the rest keeps its trailing blanks
         break;
       }
       std::size_t j = i;
@@ -115,9 +190,7 @@ std::vector<std::string> py_split(std::string_view s, const std::string* sep, lo
     while (i > 0 && is_unicode_space(cps[i - 1].cp)) --i;
     if (i == 0) break;
     if (maxsplit >= 0 && static_cast<long long>(out.size()) == maxsplit) {
-      std::size_t b = 0;
-      while (b < i && is_unicode_space(cps[b].cp)) ++b;
-      out.emplace_back(s.substr(cps[b].begin, cps[i - 1].end - cps[b].begin));
+      out.emplace_back(s.substr(0, cps[i - 1].end));  // the rest keeps its leading blanks
       break;
     }
     std::size_t j = i;
@@ -157,22 +230,15 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
   return out;
 }
 
-std::string ascii_upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = to_upper(c);
-  return out;
-}
+std::string py_upper(std::string_view s) { return map_case(s, true); }
 
-std::string ascii_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = to_lower(c);
-  return out;
-}
+std::string py_lower(std::string_view s) { return map_case(s, false); }
 
 std::string py_capitalize(std::string_view s) {
-  std::string out = ascii_lower(s);
-  if (!out.empty()) out[0] = to_upper(out[0]);
-  return out;
+  if (s.empty()) return {};
+  std::size_t first = 0;
+  decode_at(s, first);
+  return py_upper(s.substr(0, first)) + py_lower(s.substr(first));
 }
 
 std::string py_title(std::string_view s) {
@@ -180,12 +246,7 @@ std::string py_title(std::string_view s) {
   bool previous_cased = false;
   for (const CodePoint& c : code_points(s)) {
     std::string_view piece = s.substr(c.begin, c.end - c.begin);
-    if (c.cp < 0x80) {
-      char ch = static_cast<char>(c.cp);
-      out.push_back(previous_cased ? to_lower(ch) : to_upper(ch));
-    } else {
-      out.append(piece);
-    }
+    out += previous_cased ? py_lower(piece) : py_upper(piece);
     previous_cased = is_cased(c.cp);
   }
   return out;
@@ -205,9 +266,7 @@ std::string jinja_title(std::string_view s) {
     std::size_t j = i;
     while (j < cps.size() && separator(cps[j].cp) == sep) ++j;
     std::string piece(s.substr(cps[i].begin, cps[j - 1].end - cps[i].begin));
-    std::string lowered = ascii_lower(piece);
-    lowered[0] = to_upper(lowered[0]);
-    out += lowered;
+    out += py_capitalize(piece);
     i = j;
   }
   return out;

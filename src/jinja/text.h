@@ -16,9 +16,10 @@ std::vector<std::string> py_split(std::string_view s, const std::string* sep, lo
                                   bool from_right);
 std::string py_replace(std::string_view s, std::string_view old, std::string_view replacement,
                        long long count);
-// ASCII case mapping (other characters are kept).
-std::string ascii_upper(std::string_view s);
-std::string ascii_lower(std::string_view s);
+// str.upper() and str.lower() for Latin, Greek, Cyrillic, Armenian and fullwidth Latin letters
+// (other characters are kept).
+std::string py_upper(std::string_view s);
+std::string py_lower(std::string_view s);
 // str.capitalize(), str.title() and Jinja's title filter.
 std::string py_capitalize(std::string_view s);
 std::string py_title(std::string_view s);
