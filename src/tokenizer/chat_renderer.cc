@@ -88,6 +88,12 @@ std::string_view trim_ascii(std::string_view text) {
   return text.substr(begin, text.find_last_not_of(" \t\r\n") - begin + 1);
 }
 
+// An optional ChatInput member is absent when empty or JSON null (Python's None).
+bool json_given(std::string_view text) {
+  const std::string_view trimmed = trim_ascii(text);
+  return !trimmed.empty() && trimmed != "null";
+}
+
 // A ChatInput member: "" or a JSON text of the kind it must be ('[' an array, '{' an object).
 Status check_json_member(std::string_view text, char opening, std::string_view member) {
   const std::string_view trimmed = trim_ascii(text);
@@ -254,7 +260,7 @@ struct ChatRenderer::State {
   std::vector<NamedTemplate> templates;
   const NamedTemplate* default_template = nullptr;  // into templates; null: a list without one
   const NamedTemplate* tool_use = nullptr;
-  // The special tokens, each as `"name":"value"` for the context, and their names.
+  // The special tokens set in tokenizer_config.json: {name, value}.
   std::vector<std::pair<std::string, std::string>> special_tokens;
 
   State() = default;
@@ -389,14 +395,14 @@ Result<std::string> ChatRenderer::render(const ChatInput& input,
         "assistant message instead.");
   }
   KVVM_RETURN_IF_ERROR(check_json_member(input.messages_json, '[', "messages"));
-  const bool has_tools = !trim_ascii(input.tools_json).empty();
+  const bool has_tools = json_given(input.tools_json);
   if (has_tools) KVVM_RETURN_IF_ERROR(check_json_member(input.tools_json, '[', "tools"));
-  const bool has_documents = !trim_ascii(input.documents_json).empty();
+  const bool has_documents = json_given(input.documents_json);
   if (has_documents) {
     KVVM_RETURN_IF_ERROR(check_json_member(input.documents_json, '[', "documents"));
   }
   OrderedJson kwargs = OrderedJson::object();
-  if (!trim_ascii(input.kwargs_json).empty()) {
+  if (json_given(input.kwargs_json)) {
     KVVM_RETURN_IF_ERROR(check_json_member(input.kwargs_json, '{', "kwargs"));
     kwargs = OrderedJson::parse(input.kwargs_json);
     for (std::string_view name : kRequestVariables) {

@@ -150,6 +150,10 @@ TEST(ChatRenderer, ListOfNamedTemplatesTakesToolUseWithTools) {
   Result<std::string> plain = renderer.render(input);
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_EQ(*plain, "<bos><user>Hi</user>\n<assistant>");
+  input.tools_json = "null";  // None, as absent
+  Result<std::string> null_tools = renderer.render(input);
+  ASSERT_TRUE(null_tools.ok()) << null_tools.status().to_string();
+  EXPECT_EQ(*null_tools, *plain);
   input.tools_json = R"([{"type": "function", "function": {"name": "f"}}])";
   Result<std::string> with_tools = renderer.render(input);
   ASSERT_TRUE(with_tools.ok()) << with_tools.status().to_string();

@@ -47,7 +47,10 @@ Result<std::optional<tokenizer::ChatRenderer>> chat_template_of(const ServeOptio
                                                                 std::ostream& err) {
   Result<tokenizer::ChatRenderer> renderer =
       tokenizer::ChatRenderer::load(options.model_dir, options.chat_template);
-  if (renderer.ok()) return std::optional<tokenizer::ChatRenderer>(std::move(renderer).value());
+  if (renderer.ok()) {
+    err << kServe << ": chat template: " << renderer->origin() << "\n";
+    return std::optional<tokenizer::ChatRenderer>(std::move(renderer).value());
+  }
   if (!options.chat_template.empty()) return renderer.status().with_context("--chat-template");
   err << kServe << ": note: " << renderer.status().message()
       << "; /v1/chat/completions answers 400 until the server is started with one\n";
