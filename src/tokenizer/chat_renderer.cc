@@ -280,6 +280,32 @@ Result<NamedTemplate> parse_named(std::string name, std::string origin, std::str
   return out;
 }
 
+Status add_additional_templates(const std::filesystem::path& dir,
+                                std::vector<NamedTemplate>& templates) {
+  const std::filesystem::path folder = dir / "additional_chat_templates";
+  std::error_code error;
+  if (!std::filesystem::is_directory(folder, error)) return Status::Ok();
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+    if (entry.path().extension() == ".jinja" && file_exists(entry.path())) {
+      files.push_back(entry.path());
+    }
+  }
+  if (files.empty()) return Status::Ok();
+  std::sort(files.begin(), files.end());  // the names in a stable order
+  if (templates.size() == 1 && templates.front().name.empty()) templates.front().name = "default";
+  for (const std::filesystem::path& file : files) {
+    KVVM_ASSIGN_OR_RETURN(std::string source, read_text_file(file));
+    const std::string name = file.stem().string();
+    KVVM_ASSIGN_OR_RETURN(NamedTemplate named,
+                          parse_named(name, "additional_chat_templates/" + file.filename().string(),
+                                      std::move(source)));
+    std::erase_if(templates, [&](const NamedTemplate& t) { return t.name == name; });
+    templates.push_back(std::move(named));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 ChatRenderer::ChatRenderer(std::shared_ptr<const State> state) : state_(std::move(state)) {}
@@ -362,6 +388,12 @@ Result<ChatRenderer> ChatRenderer::load(const std::string& model_dir,
     }
   }
 
+  // transformers 5 saves named templates beside chat_template.jinja (then "default") as
+  // additional_chat_templates/NAME.jinja; a file replaces a template of its name.
+  if (override_spec.empty()) {
+    KVVM_RETURN_IF_ERROR(add_additional_templates(dir, state->templates));
+  }
+
   if (state->templates.empty()) {
     if (std::optional<ChatTemplate> kind = builtin_from_tokens(dir, config_text)) {
       return builtin(*kind);
@@ -380,7 +412,10 @@ Result<ChatRenderer> ChatRenderer::load(const std::string& model_dir,
   const NamedTemplate& shown =
       state->default_template != nullptr ? *state->default_template : state->templates.front();
   state->source = shown.parsed.source();
-  state->origin = names.empty() ? shown.origin : "tokenizer_config.json (" + names + ")";
+  // A list's origin: where its first template came from, with the names it holds.
+  const std::string& first = state->templates.front().origin;
+  state->origin =
+      names.empty() ? shown.origin : first.substr(0, first.find(" (")) + " (" + names + ")";
   return ChatRenderer(std::move(state));
 }
 

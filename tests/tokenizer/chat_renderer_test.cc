@@ -192,6 +192,29 @@ TEST(ChatRenderer, ChatTemplateJinjaWinsOverTheConfig) {
   EXPECT_EQ(*text, "file <s>");  // keep_trailing_newline off, as in transformers
 }
 
+TEST(ChatRenderer, AdditionalChatTemplatesAreNamedByTheirFiles) {
+  // transformers 5's layout: the default in chat_template.jinja, the others in
+  // additional_chat_templates/NAME.jinja.
+  test::TempDir temp;
+  write_scratch_file(temp / "chat_template.jinja", "default");
+  fs::create_directories(temp / "additional_chat_templates");
+  write_scratch_file(temp / "additional_chat_templates" / "tool_use.jinja",
+                     "tools {{ tools | length }}");
+  write_scratch_file(temp / "additional_chat_templates" / "notes.txt", "not a template");
+  const ChatRenderer renderer = load_renderer(temp.path());
+  EXPECT_EQ(renderer.origin(), "chat_template.jinja (default, tool_use)");
+  EXPECT_EQ(renderer.source(), "default");
+  ChatInput input;
+  input.messages_json = "[]";
+  Result<std::string> plain = renderer.render(input);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(*plain, "default");
+  input.tools_json = "[{}]";
+  Result<std::string> tools = renderer.render(input);
+  ASSERT_TRUE(tools.ok()) << tools.status().to_string();
+  EXPECT_EQ(*tools, "tools 1");
+}
+
 TEST(ChatRenderer, OverrideFileGetsTheModelsSpecialTokens) {
   test::TempDir temp;
   write_scratch_file(temp / "tokenizer_config.json",
