@@ -203,7 +203,7 @@ bool contains(const Value& container, const Value& item) {
   }
 }
 
-List iterate(const Value& v) {
+List iterate(Interpreter& in, const Value& v) {
   switch (v.kind()) {
     case Kind::kList:
       return v.as_list();
@@ -216,6 +216,10 @@ List iterate(const Value& v) {
     case Kind::kString: {
       List chars;
       const std::string& s = v.as_string();
+      std::size_t n = utf8_length(s);
+      in.check_size(n * sizeof(Value));
+      in.step(n);
+      chars.reserve(n);
       for (std::size_t i = 0; i < s.size();) {
         std::size_t start = i;
         decode_at(s, i);
@@ -262,6 +266,22 @@ void Interpreter::step(std::uint64_t n) {
   }
 }
 
+void Interpreter::charge(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kString:
+      step(v.as_string().size() / 16);
+      break;
+    case Kind::kList:
+      step(v.as_list().size());
+      break;
+    case Kind::kDict:
+      step(v.as_dict().size());
+      break;
+    default:
+      break;
+  }
+}
+
 void Interpreter::check_size(std::size_t size) const {
   if (size > limits_.max_output_bytes) {
     throw TemplateError{TemplateError::Kind::kExhausted,
@@ -292,8 +312,9 @@ Value Interpreter::get_attr(const Value& object, std::string_view name) {
       if (name == "first") return Value::boolean(l.index0 == 0);
       if (name == "last") return Value::boolean(l.index0 == l.length - 1);
       if (name == "length") return Value::integer(l.length);
-      if (name == "depth") return Value::integer(l.depth0 + 1);
-      if (name == "depth0") return Value::integer(l.depth0);
+      // Only recursive loops (not supported) nest depth.
+      if (name == "depth") return Value::integer(1);
+      if (name == "depth0") return Value::integer(0);
       const List& items = l.items.as_list();
       if (name == "previtem") {
         if (l.index0 == 0) return Value::undefined("there is no previous item");
@@ -302,6 +323,16 @@ Value Interpreter::get_attr(const Value& object, std::string_view name) {
       if (name == "nextitem") {
         if (l.index0 + 1 >= l.length) return Value::undefined("there is no next item");
         return items[static_cast<std::size_t>(l.index0 + 1)];
+      }
+      if (name == "changed") {
+        auto state = std::static_pointer_cast<const LoopState>(object.loop_state());
+        return Value::callable("changed", [state](Interpreter&, CallArgs& args) {
+          List now = args.positional;
+          bool changed =
+              !state->last_changed || !Value::list(*state->last_changed).equals(Value::list(now));
+          if (changed) state->last_changed = std::make_shared<const List>(std::move(now));
+          return Value::boolean(changed);
+        });
       }
       if (name == "cycle") {
         std::int64_t index0 = l.index0;
@@ -355,6 +386,7 @@ Value Interpreter::get_item(const Value& object, const Value& index) {
           auto n = static_cast<std::int64_t>(utf8_length(s));
           if (i < 0) i += n;
           if (i >= 0 && i < n) {
+            step(static_cast<std::uint64_t>(i) / 64);
             std::size_t pos = 0;
             for (std::int64_t k = 0; k < i; ++k) decode_at(s, pos);
             std::size_t start = pos;
@@ -408,9 +440,11 @@ Value Interpreter::eval_call(const CallExpr& e) {
         has_method(receiver, attr.name)) {
       eval_args(e.args, args);
       step();
+      if (attr.name != "get") charge(receiver);
       Value result;
       call_method(*this, receiver, attr.name, args, result);
       if (result.is_string()) check_size(result.as_string().size());
+      charge(result);
       return result;
     }
     Value callee = get_attr(receiver, attr.name);
@@ -433,13 +467,17 @@ Value Interpreter::eval_binary(const BinaryExpr& e) {
   }
   Value left = eval(*e.left);
   Value right = eval(*e.right);
-  return binary_op(e.op, left, right, *this);
+  Value result = binary_op(e.op, left, right, *this);
+  charge(result);
+  return result;
 }
 
 Value Interpreter::eval_compare(const CompareExpr& e) {
   Value left = eval(*e.left);
   for (const auto& [op, expr] : e.rest) {
     Value right = eval(*expr);
+    // Membership scans the container, equality walks both sides.
+    charge(op == CompareOp::kIn || op == CompareOp::kNotIn ? right : left);
     bool ok = false;
     switch (op) {
       case CompareOp::kEq:
@@ -488,21 +526,15 @@ Value Interpreter::eval_slice(const SliceExpr& e) {
   if (step_by == 0) fail("slice step cannot be zero");
   if (object.is_undefined()) fail_undefined(object);
   // Strings slice by code point, as Python's do.
-  std::vector<std::size_t> offsets;
   std::int64_t n = 0;
   if (object.is_list()) {
     n = static_cast<std::int64_t>(object.as_list().size());
   } else if (object.is_string()) {
-    const std::string& s = object.as_string();
-    for (std::size_t i = 0; i < s.size();) {
-      offsets.push_back(i);
-      decode_at(s, i);
-    }
-    offsets.push_back(s.size());
-    n = static_cast<std::int64_t>(offsets.size()) - 1;
+    n = static_cast<std::int64_t>(utf8_length(object.as_string()));
   } else {
     fail(quoted(object.type_name()) + " object is not subscriptable");
   }
+  charge(object);
   auto clamp = [&](std::optional<std::int64_t> v, std::int64_t dflt) {
     if (!v) return dflt;
     std::int64_t x = *v;
@@ -512,30 +544,45 @@ Value Interpreter::eval_slice(const SliceExpr& e) {
   };
   std::int64_t lo = clamp(start, step_by > 0 ? 0 : n - 1);
   std::int64_t hi = clamp(stop, step_by > 0 ? n : -1);
-  std::vector<std::int64_t> picks;
-  if (step_by > 0) {
-    for (std::int64_t i = lo; i < hi; i += step_by) picks.push_back(i);
-  } else {
-    for (std::int64_t i = lo; i > hi; i += step_by) picks.push_back(i);
-  }
+  auto picked = [&](auto&& visit) {
+    if (step_by > 0) {
+      for (std::int64_t i = lo; i < hi; i += step_by) visit(i);
+    } else {
+      for (std::int64_t i = lo; i > hi; i += step_by) visit(i);
+    }
+  };
   if (object.is_list()) {
+    const List& items = object.as_list();
     List out;
-    out.reserve(picks.size());
-    for (std::int64_t i : picks) out.push_back(object.as_list()[static_cast<std::size_t>(i)]);
+    picked([&](std::int64_t i) { out.push_back(items[static_cast<std::size_t>(i)]); });
     return Value::list(std::move(out), object.is_tuple());
   }
   const std::string& s = object.as_string();
-  std::string out;
-  if (step_by == 1 && lo < hi) {
-    auto a = offsets[static_cast<std::size_t>(lo)];
-    auto b = offsets[static_cast<std::size_t>(hi)];
+  auto offset_of = [&](std::int64_t cp) {  // byte offset of code point `cp`
+    std::size_t pos = 0;
+    for (std::int64_t k = 0; k < cp && pos < s.size(); ++k) decode_at(s, pos);
+    return pos;
+  };
+  if (step_by == 1) {
+    if (lo >= hi) return Value::string("");
+    std::size_t a = offset_of(lo);
+    std::size_t b = a;
+    for (std::int64_t k = lo; k < hi && b < s.size(); ++k) decode_at(s, b);
     return Value::string(s.substr(a, b - a));
   }
-  for (std::int64_t i : picks) {
-    auto a = offsets[static_cast<std::size_t>(i)];
-    auto b = offsets[static_cast<std::size_t>(i) + 1];
-    out.append(s, a, b - a);
+  // Other steps: the code points' offsets once, then pick.
+  std::vector<std::size_t> offsets;
+  offsets.reserve(static_cast<std::size_t>(n) + 1);
+  for (std::size_t i = 0; i < s.size();) {
+    offsets.push_back(i);
+    decode_at(s, i);
   }
+  offsets.push_back(s.size());
+  std::string out;
+  picked([&](std::int64_t i) {
+    auto a = offsets[static_cast<std::size_t>(i)];
+    out.append(s, a, offsets[static_cast<std::size_t>(i) + 1] - a);
+  });
   return Value::string(std::move(out));
 }
 
@@ -613,8 +660,14 @@ Value Interpreter::eval(const Expr& e) {
         CallArgs args;
         eval_args(f.args, args);
         step();
+        // Filters that read no more than a value's first or last item cost one step.
+        if (f.name != "length" && f.name != "count" && f.name != "default" && f.name != "d" &&
+            f.name != "first" && f.name != "last" && f.name != "safe") {
+          charge(operand);
+        }
         Value result = apply_filter(*this, f.name, operand, args);
         if (result.is_string()) check_size(result.as_string().size());
+        charge(result);
         return result;
       }
       case ExprKind::kTest: {

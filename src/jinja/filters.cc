@@ -75,7 +75,7 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& args) {
   std::string item_sep = indent.is_none() ? ", " : ",";
   std::string key_sep = ": ";
   if (separators != nullptr && !separators->is_none()) {
-    List seps = iterate(*separators);
+    List seps = iterate(in, *separators);
     if (seps.size() != 2 || !seps[0].is_string() || !seps[1].is_string()) {
       fail("tojson: separators must be a pair of strings");
     }
@@ -101,7 +101,7 @@ Value f_join(Interpreter& in, const Value& v, CallArgs& args) {
   const Value* attribute = find_arg(args, 1, "attribute");
   std::string out;
   bool first = true;
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : iterate(in, v)) {
     if (!first) out += sep;
     first = false;
     if (attribute != nullptr && !attribute->is_none()) {
@@ -130,7 +130,7 @@ Value select_items(Interpreter& in, const Value& v, CallArgs& args, bool by_attr
   test_args.keywords = args.keywords;
   if (!test.empty() && !has_test(test)) fail("No test named '" + test + "'");
   List out;
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : iterate(in, v)) {
     in.step();
     Value subject = by_attribute ? get_path(in, item, attribute) : item;
     bool pass = test.empty() ? subject.truthy() : apply_test(in, test, subject, test_args);
@@ -161,7 +161,7 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
   if (attribute != nullptr) {
     Value fallback = arg_or(CallArgs{{}, args.keywords}, 99, "default", Value::undefined());
     std::string path = attribute_name(*attribute);
-    for (const Value& item : iterate(v)) {
+    for (const Value& item : iterate(in, v)) {
       in.step();
       Value got = get_path(in, item, path);
       out.push_back(got.is_undefined() && !fallback.is_undefined() ? fallback : got);
@@ -169,14 +169,14 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
     return Value::list(std::move(out));
   }
   if (args.positional.empty()) {
-    return Value::list(iterate(v));
+    return Value::list(iterate(in, v));
   }
   std::string filter = args.positional[0].str();
   if (!has_filter(filter)) fail("No filter named '" + filter + "'");
   CallArgs rest;
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
   rest.keywords = args.keywords;
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : iterate(in, v)) {
     in.step();
     CallArgs copy = rest;
     out.push_back(apply_filter(in, filter, item, copy));
@@ -216,19 +216,40 @@ Value f_default(Interpreter&, const Value& v, CallArgs& args) {
   return v;
 }
 
-Value f_first(Interpreter&, const Value& v, CallArgs&) {
-  List items = iterate(v);
+Value f_first(Interpreter& in, const Value& v, CallArgs&) {
+  if (v.is_list()) {
+    if (v.as_list().empty()) return Value::undefined("No first item, sequence was empty.");
+    return v.as_list().front();
+  }
+  if (v.is_string() && !v.as_string().empty()) {
+    std::size_t end = 0;
+    decode_at(v.as_string(), end);
+    return Value::string(v.as_string().substr(0, end));
+  }
+  if (v.is_dict() && !v.as_dict().empty()) return v.as_dict().front().first;
+  List items = iterate(in, v);
   if (items.empty()) return Value::undefined("No first item, sequence was empty.");
   return items.front();
 }
 
-Value f_last(Interpreter&, const Value& v, CallArgs&) {
-  List items = iterate(v);
+Value f_last(Interpreter& in, const Value& v, CallArgs&) {
+  if (v.is_list()) {
+    if (v.as_list().empty()) return Value::undefined("No last item, sequence was empty.");
+    return v.as_list().back();
+  }
+  if (v.is_string() && !v.as_string().empty()) {
+    const std::string& s = v.as_string();
+    std::size_t start = s.size() - 1;
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80) --start;
+    return Value::string(s.substr(start));
+  }
+  if (v.is_dict() && !v.as_dict().empty()) return v.as_dict().back().first;
+  List items = iterate(in, v);
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items.back();
 }
 
-Value f_list(Interpreter&, const Value& v, CallArgs&) { return Value::list(iterate(v)); }
+Value f_list(Interpreter& in, const Value& v, CallArgs&) { return Value::list(iterate(in, v)); }
 Value f_string(Interpreter&, const Value& v, CallArgs&) {
   return v.is_string() ? v : Value::string(v.str());
 }
@@ -359,12 +380,13 @@ Value f_unique(Interpreter& in, const Value& v, CallArgs& args) {
   const Value* attribute = find_arg(args, 1, "attribute");
   List out;
   List seen;
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : iterate(in, v)) {
     in.step();
     Value key = attribute != nullptr && !attribute->is_none()
                     ? get_path(in, item, attribute_name(*attribute))
                     : item;
     key = sort_key(key, case_sensitive);
+    in.step(seen.size());  // the scan below
     bool dup = false;
     for (const Value& s : seen) dup = dup || s.equals(key);
     if (dup) continue;
@@ -378,7 +400,7 @@ Value f_sort(Interpreter& in, const Value& v, CallArgs& args) {
   bool reverse = bool_arg(args, 0, "reverse", false);
   bool case_sensitive = bool_arg(args, 1, "case_sensitive", false);
   const Value* attribute = find_arg(args, 2, "attribute");
-  List items = iterate(v);
+  List items = iterate(in, v);
   std::vector<std::pair<Value, std::size_t>> keyed;
   for (std::size_t i = 0; i < items.size(); ++i) {
     Value key = attribute != nullptr && !attribute->is_none()
@@ -396,14 +418,14 @@ Value f_sort(Interpreter& in, const Value& v, CallArgs& args) {
   return Value::list(std::move(out));
 }
 
-Value f_reverse(Interpreter&, const Value& v, CallArgs&) {
+Value f_reverse(Interpreter& in, const Value& v, CallArgs&) {
   if (v.is_string()) {
-    List chars = iterate(v);
+    List chars = iterate(in, v);
     std::string out;
     for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += it->as_string();
     return Value::string(std::move(out));
   }
-  List items = iterate(v);
+  List items = iterate(in, v);
   std::reverse(items.begin(), items.end());
   return Value::list(std::move(items));
 }
@@ -411,7 +433,7 @@ Value f_reverse(Interpreter&, const Value& v, CallArgs&) {
 Value f_sum(Interpreter& in, const Value& v, CallArgs& args) {
   const Value* attribute = find_arg(args, 0, "attribute");
   Value total = arg_or(args, 1, "start", Value::integer(0));
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : iterate(in, v)) {
     Value x = attribute != nullptr && !attribute->is_none()
                   ? get_path(in, item, attribute_name(*attribute))
                   : item;
@@ -423,7 +445,7 @@ Value f_sum(Interpreter& in, const Value& v, CallArgs& args) {
 Value min_max(Interpreter& in, const Value& v, CallArgs& args, bool want_max) {
   bool case_sensitive = bool_arg(args, 0, "case_sensitive", false);
   const Value* attribute = find_arg(args, 1, "attribute");
-  List items = iterate(v);
+  List items = iterate(in, v);
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   std::size_t best = 0;
   Value best_key;
@@ -511,13 +533,13 @@ Value f_attr(Interpreter& in, const Value& v, CallArgs& args) {
   return in.get_attr(v, n);
 }
 
-Value f_batch(Interpreter&, const Value& v, CallArgs& args) {
+Value f_batch(Interpreter& in, const Value& v, CallArgs& args) {
   std::int64_t size = arg_or(args, 0, "linecount", Value::integer(1)).as_int();
   const Value* fill = find_arg(args, 1, "fill_with");
   if (size <= 0) fail("batch size must be positive");
   List out;
   List current;
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : iterate(in, v)) {
     current.push_back(item);
     if (static_cast<std::int64_t>(current.size()) == size)
       out.push_back(Value::list(std::exchange(current, {})));

@@ -73,7 +73,7 @@ Value make_namespace(Interpreter&, CallArgs& args) {
   return Value::ns(std::move(ns));
 }
 
-Value make_dict(Interpreter&, CallArgs& args) {
+Value make_dict(Interpreter& in, CallArgs& args) {
   Dict items;
   auto put = [&](Value k, Value v) {
     for (auto& [ek, ev] : items) {
@@ -90,8 +90,8 @@ Value make_dict(Interpreter&, CallArgs& args) {
     if (p.is_dict()) {
       for (const auto& [k, v] : p.as_dict()) put(k, v);
     } else {
-      for (const Value& pair : iterate(p)) {
-        List kv = iterate(pair);
+      for (const Value& pair : iterate(in, p)) {
+        List kv = iterate(in, pair);
         if (kv.size() != 2) fail("dictionary update sequence element has wrong length");
         put(kv[0], kv[1]);
       }

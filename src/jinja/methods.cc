@@ -90,6 +90,18 @@ Value string_method(Interpreter& in, const std::string& s, std::string_view name
   if (name == "split" || name == "rsplit") {
     const std::string* sep = string_arg(args, 0, "sep", name);
     std::int64_t maxsplit = int_arg(args, 1, "maxsplit", -1);
+    // The parts' count bounds the list's memory: counted before any is built.
+    std::size_t parts = 1;
+    if (sep != nullptr && !sep->empty()) {
+      for (std::size_t pos = s.find(*sep); pos != std::string::npos;
+           pos = s.find(*sep, pos + sep->size())) {
+        ++parts;
+      }
+    } else {
+      parts += s.size() / 2;
+    }
+    in.check_size(parts * sizeof(Value));
+    in.step(parts);
     List out;
     for (std::string& part : py_split(s, sep, maxsplit, name == "rsplit")) {
       out.push_back(Value::string(std::move(part)));
@@ -140,7 +152,7 @@ Value string_method(Interpreter& in, const std::string& s, std::string_view name
     if (items == nullptr) fail("join() takes exactly one argument");
     std::string out;
     bool first = true;
-    for (const Value& item : iterate(*items)) {
+    for (const Value& item : iterate(in, *items)) {
       if (!item.is_string())
         fail("sequence item: expected str instance, " + std::string(item.type_name()) + " found");
       if (!first) out += s;

@@ -93,7 +93,7 @@ void Interpreter::assign(const std::vector<std::string>& targets, bool unpack,
     frame_->set(targets[0], std::move(v));
     return;
   }
-  List items = iterate(v);
+  List items = iterate(*this, v);
   if (items.size() != targets.size()) {
     fail(items.size() < targets.size()
              ? "not enough values to unpack (expected " + std::to_string(targets.size()) +
@@ -105,12 +105,8 @@ void Interpreter::assign(const std::vector<std::string>& targets, bool unpack,
 
 Interpreter::Flow Interpreter::exec_for(const ForStmt& s) {
   Value iterable = eval(*s.iterable);
-  List items = iterate(iterable);
+  List items = iterate(*this, iterable);
   auto state = std::make_shared<LoopState>();
-  // Count the enclosing loops for loop.depth.
-  if (Value* outer = frame_->find("loop"); outer != nullptr && outer->is_loop()) {
-    state->depth0 = outer->as_loop().depth0 + 1;
-  }
   auto frame = std::make_shared<Frame>();
   frame->parent = frame_;
   FrameSwap swap(frame_, frame);

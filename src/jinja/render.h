@@ -54,6 +54,10 @@ class Interpreter {
   void step(std::uint64_t n = 1);
   // A string or list about to be built with `size` bytes or items, against max_output_bytes.
   void check_size(std::size_t size) const;
+  // Work in proportion to a value's size (copying, scanning), against max_steps: a bounded
+  // number of steps cannot each move megabytes. A list counts its items, a string 16 bytes a
+  // step.
+  void charge(const Value& v);
 
   const RenderHooks& hooks() const { return hooks_; }
   std::size_t max_output_bytes() const { return limits_.max_output_bytes; }
@@ -110,8 +114,8 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b, Interpreter& in);
 int compare_values(const Value& a, const Value& b);
 bool contains(const Value& container, const Value& item);
 // The items iterating `v` yields (a dict's keys, a string's characters); fails when not
-// iterable. Undefined iterates as empty.
-List iterate(const Value& v);
+// iterable. Undefined iterates as empty. A string's characters count against the limits.
+List iterate(Interpreter& in, const Value& v);
 [[noreturn]] void fail_undefined(const Value& v);
 
 // Argument `index` (positional) or `name` (keyword) of a call, or nullptr.

@@ -94,6 +94,7 @@ class Value {
   const Callable& as_callable() const;
   Namespace& as_namespace() const;
   const LoopState& as_loop() const;
+  std::shared_ptr<const void> loop_state() const { return ptr_; }
   // Why an undefined value is undefined ("'x' is undefined"), for the error its use raises.
   const std::string& undefined_hint() const;
 
@@ -128,7 +129,9 @@ struct LoopState {
   Value items;  // the list iterated (after an `if` filter)
   std::int64_t index0 = 0;
   std::int64_t length = 0;
-  std::int64_t depth0 = 0;
+  // loop.changed(...): the arguments of its last call; written during the render that owns
+  // the loop (one render's loops are never shared between threads).
+  mutable std::shared_ptr<const List> last_changed;
 };
 
 // Python's float repr: shortest round-trip digits, "1.0", "0.1", "1e-05", "1e+16", "inf".

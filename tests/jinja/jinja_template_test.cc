@@ -86,6 +86,33 @@ TEST(JinjaTemplate, StepLimitStopsLongLoops) {
   EXPECT_NE(nested.status().message().find("max_steps"), std::string::npos);
 }
 
+TEST(JinjaTemplate, StepLimitCountsWorkNotJustIterations) {
+  // Each iteration copies or scans megabytes: steps are charged by size, so these end quickly
+  // instead of running for minutes.
+  for (const char* heavy : {
+           "{% set s = 'x' * 10000000 %}{% for i in range(100000) %}{% if s ~ 'y' %}{% endif %}"
+           "{% endfor %}",
+           "{% set l = range(100000)|list %}{% for i in l %}{% if i in l %}{% endif %}"
+           "{% endfor %}",
+           "{% set s = 'x' * 10000000 %}{% for i in range(100000) %}{{ s[5000000:5000001] }}"
+           "{% endfor %}",
+           "{% set l = range(100000)|list %}{% for i in range(100000) %}{{ l|unique|length }}"
+           "{% endfor %}",
+           "{% set s = 'ab' * 5000000 %}{% for i in range(100000) %}{{ s.split('a')|length }}"
+           "{% endfor %}",
+           "{% set s = 'a' * 60000000 %}{% for c in s %}{% endfor %}",
+       }) {
+    SCOPED_TRACE(heavy);
+    Result<std::string> out = render(heavy);
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+    // The steps, or for the split, the list's memory counted before it is built.
+    EXPECT_TRUE(out.status().message().find("max_steps") != std::string::npos ||
+                out.status().message().find("max_output_bytes") != std::string::npos)
+        << out.status().message();
+  }
+}
+
 TEST(JinjaTemplate, DepthLimitStopsRecursion) {
   Result<std::string> out = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   ASSERT_FALSE(out.ok());
