@@ -249,7 +249,7 @@ Result<std::vector<ChatMessage>> builtin_messages(const nlohmann::json& messages
 }  // namespace
 
 // One Jinja template of the checkpoint, under the name a list gives it ("" for a single one).
-struct NamedTemplate {
+struct NamedChatTemplate {
   std::string name;
   std::string origin;
   jinja::Template parsed;
@@ -260,9 +260,9 @@ struct ChatRenderer::State {
   std::string origin;
   std::string source;
   std::optional<ChatTemplate> builtin;
-  std::vector<NamedTemplate> templates;
-  const NamedTemplate* default_template = nullptr;  // into templates; null: a list without one
-  const NamedTemplate* tool_use = nullptr;
+  std::vector<NamedChatTemplate> templates;
+  const NamedChatTemplate* default_template = nullptr;  // into templates; null: a list without one
+  const NamedChatTemplate* tool_use = nullptr;
   // The special tokens set in tokenizer_config.json: {name, value}.
   std::vector<std::pair<std::string, std::string>> special_tokens;
 
@@ -273,18 +273,18 @@ struct ChatRenderer::State {
 
 namespace {
 
-Result<NamedTemplate> parse_named(std::string name, std::string origin, std::string source) {
+Result<NamedChatTemplate> parse_named(std::string name, std::string origin, std::string source) {
   Result<jinja::Template> parsed = jinja::Template::parse(source, origin);
   if (!parsed.ok()) {
     return Status::InvalidArgument("chat template " + parsed.status().message());
   }
-  NamedTemplate out{std::move(name), std::move(origin), std::move(parsed).value(),
-                    source.find("content") != std::string::npos};
+  NamedChatTemplate out{std::move(name), std::move(origin), std::move(parsed).value(),
+                        source.find("content") != std::string::npos};
   return out;
 }
 
 Status add_additional_templates(const std::filesystem::path& dir,
-                                std::vector<NamedTemplate>& templates) {
+                                std::vector<NamedChatTemplate>& templates) {
   const std::filesystem::path folder = dir / "additional_chat_templates";
   std::error_code error;
   if (!std::filesystem::is_directory(folder, error)) return Status::Ok();
@@ -300,10 +300,10 @@ Status add_additional_templates(const std::filesystem::path& dir,
   for (const std::filesystem::path& file : files) {
     KVVM_ASSIGN_OR_RETURN(std::string source, read_text_file(file));
     const std::string name = file.stem().string();
-    KVVM_ASSIGN_OR_RETURN(NamedTemplate named,
+    KVVM_ASSIGN_OR_RETURN(NamedChatTemplate named,
                           parse_named(name, "additional_chat_templates/" + file.filename().string(),
                                       std::move(source)));
-    std::erase_if(templates, [&](const NamedTemplate& t) { return t.name == name; });
+    std::erase_if(templates, [&](const NamedChatTemplate& t) { return t.name == name; });
     templates.push_back(std::move(named));
   }
   return Status::Ok();
@@ -350,20 +350,21 @@ Result<ChatRenderer> ChatRenderer::load(const std::string& model_dir,
                                "': no such file, nor a built-in template (chatml, llama3, qwen3)");
     }
     KVVM_ASSIGN_OR_RETURN(std::string source, read_text_file(file));
-    KVVM_ASSIGN_OR_RETURN(NamedTemplate named, parse_named("", file.string(), std::move(source)));
+    KVVM_ASSIGN_OR_RETURN(NamedChatTemplate named,
+                          parse_named("", file.string(), std::move(source)));
     state->templates.push_back(std::move(named));
   } else if (const std::filesystem::path jinja_path = dir / "chat_template.jinja";
              file_exists(jinja_path)) {
     // transformers' from_pretrained: the file clobbers any template in the config.
     KVVM_ASSIGN_OR_RETURN(std::string source, read_text_file(jinja_path));
-    KVVM_ASSIGN_OR_RETURN(NamedTemplate named,
+    KVVM_ASSIGN_OR_RETURN(NamedChatTemplate named,
                           parse_named("", "chat_template.jinja", std::move(source)));
     state->templates.push_back(std::move(named));
   } else if (const nlohmann::json* value =
                  config.is_object() ? detail::find_member(config, "chat_template") : nullptr) {
     const std::string where = "'" + config_path.string() + "' chat_template";
     if (value->is_string()) {
-      KVVM_ASSIGN_OR_RETURN(NamedTemplate named,
+      KVVM_ASSIGN_OR_RETURN(NamedChatTemplate named,
                             parse_named("", "tokenizer_config.json", value->get<std::string>()));
       state->templates.push_back(std::move(named));
     } else if (value->is_array()) {
@@ -378,7 +379,7 @@ Result<ChatRenderer> ChatRenderer::load(const std::string& model_dir,
                                          ": expected {\"name\": string, \"template\": string}");
         }
         const std::string entry_name = name->get<std::string>();
-        KVVM_ASSIGN_OR_RETURN(NamedTemplate named,
+        KVVM_ASSIGN_OR_RETURN(NamedChatTemplate named,
                               parse_named(entry_name, "tokenizer_config.json (" + entry_name + ")",
                                           text->get<std::string>()));
         state->templates.push_back(std::move(named));
@@ -407,12 +408,12 @@ Result<ChatRenderer> ChatRenderer::load(const std::string& model_dir,
                              std::string(kWhatToPass));
   }
   std::string names;
-  for (const NamedTemplate& named : state->templates) {
+  for (const NamedChatTemplate& named : state->templates) {
     if (named.name.empty() || named.name == "default") state->default_template = &named;
     if (named.name == "tool_use") state->tool_use = &named;
     if (!named.name.empty()) names += (names.empty() ? "" : ", ") + named.name;
   }
-  const NamedTemplate& shown =
+  const NamedChatTemplate& shown =
       state->default_template != nullptr ? *state->default_template : state->templates.front();
   state->source = shown.parsed.source();
   // A list's origin: where its first template came from, with the names it holds.
@@ -489,7 +490,7 @@ Result<std::string> ChatRenderer::render(const ChatInput& input,
   }
 
   // get_chat_template: a list's "tool_use" when tools are given, else its "default".
-  const NamedTemplate* chosen =
+  const NamedChatTemplate* chosen =
       has_tools && state.tool_use != nullptr ? state.tool_use : state.default_template;
   if (chosen == nullptr) {
     return Status::InvalidArgument(
