@@ -117,20 +117,21 @@ Check read_messages(const json& value, const ParseContext& context, std::vector<
                     std::vector<std::string>* ignored, bool add_generation_prompt = true) {
   if (!value.is_array()) return bad_field("messages", wrong_type(value, "an array"));
   if (value.empty()) return bad_field("messages", "is empty; send at least one message");
-  std::vector<tokenizer::ChatMessage> messages;
+  // The messages go to the template as the body gave them, developer renamed system.
+  json messages = value;
   for (std::size_t i = 0; i < value.size(); ++i) {
     const json& item = value[i];
     const std::string param = "messages[" + std::to_string(i) + "]";
     if (!item.is_object()) return bad_field(param, wrong_type(item, "an object"));
     for (const auto& [key, field] : item.items()) {
-      // A participant's name changes nothing kvvm's templates render: read, not used.
+      // A participant's name: checked, and left to the template (most render none).
       if (key == "name") {
         if (!field.is_string()) return bad_field(param + ".name", wrong_type(field, "a string"));
       } else if (key != "role" && key != "content") {
         ignored->push_back("messages." + key);
       }
     }
-    tokenizer::ChatMessage message;
+    std::string content;
     if (!item.contains("role")) return bad_field(param + ".role", "is required");
     const json& role = item.at("role");
     if (role == "tool" || role == "function") {
@@ -142,21 +143,22 @@ Check read_messages(const json& value, const ParseContext& context, std::vector<
                                             "or assistant");
     }
     // OpenAI's newer name for the system prompt.
-    message.role = role == "developer" ? "system" : role.get<std::string>();
+    if (role == "developer") messages[i]["role"] = "system";
     if (!item.contains("content")) return bad_field(param + ".content", "is required");
-    if (Check error =
-            read_content(item.at("content"), param + ".content", &message.content, ignored)) {
+    if (Check error = read_content(item.at("content"), param + ".content", &content, ignored)) {
       return error;
     }
-    messages.push_back(std::move(message));
   }
-  if (!context.chat_template) {
+  if (context.chat_renderer == nullptr) {
     return bad_field("messages",
-                     "this model has no chat template kvvm recognises; start the server with "
-                     "--chat-template chatml|llama3|qwen3, or use /v1/completions");
+                     "this model has no chat template; start the server with --chat-template "
+                     "FILE (a Jinja chat template) or chatml|llama3|qwen3, or use "
+                     "/v1/completions");
   }
-  Result<std::string> text =
-      tokenizer::render_chat(*context.chat_template, messages, add_generation_prompt);
+  tokenizer::ChatInput input;
+  input.messages_json = messages.dump();
+  input.add_generation_prompt = add_generation_prompt;
+  Result<std::string> text = context.chat_renderer->render(input);
   if (!text.ok()) return bad_field("messages", text.status().message());
   // The template spells the special tokens out: adding them again would double the BOS.
   *ids = context.tokenizer->encode(*text, /*add_special_tokens=*/false);

@@ -39,7 +39,7 @@
 #include "api_error.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/grammar/constraint.h"
-#include "kvvm/tokenizer/chat_template.h"
+#include "kvvm/tokenizer/chat_renderer.h"
 #include "kvvm/tokenizer/tokenizer.h"
 
 namespace kvvm::server {
@@ -48,9 +48,9 @@ enum class Endpoint : std::uint8_t { kCompletions, kChat };
 
 struct ParseContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;  // required
-  // The model's chat template; nullopt: chat requests are refused (400 naming messages, the
-  // message saying to start the server with --chat-template).
-  std::optional<tokenizer::ChatTemplate> chat_template;
+  // The model's chat template (it outlives the context); null: chat requests are refused (400
+  // naming messages, the message saying to start the server with --chat-template).
+  const tokenizer::ChatRenderer* chat_renderer = nullptr;
   std::string model_name;                  // what `model` must equal
   std::uint32_t context_tokens = 0;        // prompt + max_tokens must fit
   std::uint32_t vocab_size = 0;            // token-id prompts must be below it

@@ -116,7 +116,7 @@ Routes::Routes(ServerDeps deps, const ServerOptions& options) : deps_(deps), opt
                  .count();
   context_tokens_ = static_cast<std::uint32_t>(deps_.kv->options().max_context);
   parse_context_.tokenizer = deps_.tokenizer;
-  parse_context_.chat_template = options_.chat_template;
+  parse_context_.chat_renderer = options_.chat_renderer ? &*options_.chat_renderer : nullptr;
   parse_context_.model_name = options_.model_name;
   parse_context_.context_tokens = context_tokens_;
   parse_context_.vocab_size = deps_.config->vocab_size;

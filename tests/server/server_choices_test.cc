@@ -228,7 +228,7 @@ TEST_F(ServerChoices, TooManyChoicesAre400) {
 TEST(ServerChoicesChat, ChatLogprobsCarryTokensBytesAndAlternatives) {
   ServerOptions options;
   options.model_name = "kvvm-adder";
-  options.chat_template = tokenizer::ChatTemplate::kChatML;
+  options.chat_renderer = tokenizer::ChatRenderer::builtin(tokenizer::ChatTemplate::kChatML);
   auto rig = testing::ServerRig::make(test::demo_model_dir(), options);
   ASSERT_NE(rig, nullptr);
   auto client = rig->client();

@@ -359,7 +359,7 @@ TEST_F(ServerHttpTest, ATakenPortIsRefused) {
 TEST(ServerHttpChat, AdderAnswersAndEqualsGenerate) {
   ServerOptions options;
   options.model_name = "kvvm-adder";
-  options.chat_template = tokenizer::ChatTemplate::kChatML;
+  options.chat_renderer = tokenizer::ChatRenderer::builtin(tokenizer::ChatTemplate::kChatML);
   auto rig = ServerRig::make(test::demo_model_dir(), options);
   ASSERT_NE(rig, nullptr);
 
@@ -411,7 +411,7 @@ TEST(ServerHttpChat, AdderAnswersAndEqualsGenerate) {
 TEST(ServerHttpChat, IgnoreEosGeneratesMaxTokens) {
   ServerOptions options;
   options.model_name = "kvvm-adder";
-  options.chat_template = tokenizer::ChatTemplate::kChatML;
+  options.chat_renderer = tokenizer::ChatRenderer::builtin(tokenizer::ChatTemplate::kChatML);
   auto rig = ServerRig::make(test::demo_model_dir(), options);
   ASSERT_NE(rig, nullptr);
   auto client = rig->client();

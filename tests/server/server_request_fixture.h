@@ -12,6 +12,7 @@
 #include <utility>
 #include <variant>
 
+#include "kvvm/tokenizer/chat_renderer.h"
 #include "kvvm/tokenizer/chat_template.h"
 #include "kvvm/tokenizer/tokenizer.h"
 #include "server/openai_request.h"
@@ -54,10 +55,19 @@ class ServerRequest : public ::testing::Test {
     delete llama_;
   }
 
+  // The built-in renderer of `kind`, alive for the whole run (contexts point at it).
+  static const tokenizer::ChatRenderer* renderer(ChatTemplate kind) {
+    static const tokenizer::ChatRenderer chatml =
+        tokenizer::ChatRenderer::builtin(ChatTemplate::kChatML);
+    static const tokenizer::ChatRenderer llama3 =
+        tokenizer::ChatRenderer::builtin(ChatTemplate::kLlama3);
+    return kind == ChatTemplate::kChatML ? &chatml : &llama3;
+  }
+
   static ParseContext context(const Tokenizer* tok, ChatTemplate kind) {
     ParseContext ctx;
     ctx.tokenizer = tok;
-    ctx.chat_template = kind;
+    ctx.chat_renderer = renderer(kind);
     ctx.model_name = "m";
     ctx.context_tokens = kContext;
     ctx.vocab_size = static_cast<std::uint32_t>(tok->vocab_size());

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "server_request_fixture.h"
@@ -32,8 +33,9 @@ TEST_F(ServerRequest, ChatIsRenderedByTheTemplateAndEncodedWithoutSpecialTokens)
       {"role": "system", "content": "You add."},
       {"role": "user", "content": "What is 482 + 39?"}]})";
   const std::vector<ChatMessage> messages = {{"system", "You add."}, {"user", "What is 482 + 39?"}};
-  for (const auto& [ctx, tok] : {std::pair{adder(), adder_}, std::pair{llama(), llama_}}) {
-    Result<std::string> text = tokenizer::render_chat(*ctx.chat_template, messages);
+  for (const auto& [ctx, tok, kind] : {std::tuple{adder(), adder_, ChatTemplate::kChatML},
+                                       std::tuple{llama(), llama_, ChatTemplate::kLlama3}}) {
+    Result<std::string> text = tokenizer::render_chat(kind, messages);
     ASSERT_TRUE(text.ok());
     const ApiRequest request = accept(Endpoint::kChat, body, ctx);
     EXPECT_EQ(request.endpoint, Endpoint::kChat);

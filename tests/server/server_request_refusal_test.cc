@@ -258,7 +258,7 @@ TEST_F(ServerRequest, PromptPlusMaxTokensPastTheContextNamesMaxTokens) {
 
 TEST_F(ServerRequest, ChatWithoutATemplateSaysHowToGiveOne) {
   ParseContext ctx = adder();
-  ctx.chat_template.reset();
+  ctx.chat_renderer = nullptr;
   const ApiError error = refuse(
       Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user", "content": "a"}]})", ctx);
   EXPECT_EQ(error.param, "messages");

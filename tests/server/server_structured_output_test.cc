@@ -52,7 +52,7 @@ class ServerStructuredOutput : public ::testing::Test {
   void SetUp() override {
     ServerOptions options;
     options.model_name = "llama-tiny";
-    options.chat_template = tokenizer::ChatTemplate::kChatML;
+    options.chat_renderer = tokenizer::ChatRenderer::builtin(tokenizer::ChatTemplate::kChatML);
     rig_ = ServerRig::make(test::model_fixture_dir("llama-tiny"), options);
     ASSERT_NE(rig_, nullptr);
   }

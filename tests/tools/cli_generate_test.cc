@@ -120,7 +120,9 @@ class CliGenerateCheckpoint : public ::testing::Test {
     test::write_json_file(dir() / "tokenizer_config.json",
                           {{"chat_template",
                             "{% for message in messages %}{{'<|im_start|>' + message['role'] + "
-                            "'\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"}});
+                            "'\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+                            "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                            "{% endif %}"}});
   }
   fs::path dir() const { return temp_ / "model"; }
   std::string dir_text() const { return dir().string(); }
@@ -251,7 +253,7 @@ TEST_F(CliGenerateCheckpoint, ChatRendersTheTemplate) {
   EXPECT_EQ(ids.front(), 256);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 256), 3);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 257), 2);
-  // Recognised from tokenizer_config.json's template when not named.
+  // tokenizer_config.json's own template when none is named: the same prompt.
   CliRun detected = run({"generate", "--model", dir_text(), "--chat", "Hi", "--system", "Be brief",
                          "--max-tokens", "2", "--json"});
   ASSERT_EQ(detected.code, kExitOk) << detected.err;

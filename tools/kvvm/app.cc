@@ -13,6 +13,7 @@
 #include "bench/drivers/memory/share.h"
 #include "bench/drivers/serve/serve.h"
 #include "bench/drivers/tokenizer/tokenizer_load.h"
+#include "commands/chat_template_command.h"
 #include "commands/generate_command.h"
 #include "commands/info_command.h"
 #include "commands/plan_command.h"
@@ -77,6 +78,8 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   CLI::App* generate = add_generate_command(app, generate_options);
   ServeOptions serve_options;
   CLI::App* serve = add_serve_command(app, serve_options);
+  ChatTemplateOptions chat_template_options;
+  CLI::App* chat_template = add_chat_template_command(app, chat_template_options);
 
   // CLI11 answers a misspelt subcommand with "A subcommand is required", which does not say
   // what was wrong: name the word and the subcommands it could have been.
@@ -99,6 +102,7 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
     if (simulate->parsed()) return run_simulate(simulate_options, out, err);
     if (generate->parsed()) return run_generate(generate_options, out, err);
     if (serve->parsed()) return run_serve(serve_options, out, err);
+    if (chat_template->parsed()) return run_chat_template(chat_template_options, out, err);
     if (bench_share->parsed()) return run_bench_share(bench_share_options, out, err);
     if (bench_decode->parsed()) return run_bench_decode(bench_decode_options, out, err);
     if (bench_prefill->parsed()) return run_bench_prefill(bench_prefill_options, out, err);

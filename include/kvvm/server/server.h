@@ -35,7 +35,7 @@
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/model/config.h"
 #include "kvvm/server/api_keys.h"
-#include "kvvm/tokenizer/chat_template.h"
+#include "kvvm/tokenizer/chat_renderer.h"
 #include "kvvm/tokenizer/tokenizer.h"
 
 namespace kvvm::server {
@@ -45,8 +45,9 @@ struct ServerOptions {
   std::uint16_t port = 8000;  // 0: a free port the system picks (port() tells which)
   std::string model_name;     // the id /v1/models lists and `model` must name (required)
   ApiKeys api_keys;           // empty: no key needed, one tenant
-  // nullopt: /v1/chat/completions answers 400 saying the model has no chat template.
-  std::optional<tokenizer::ChatTemplate> chat_template;
+  // The model's chat template (ChatRenderer::load); nullopt: /v1/chat/completions answers 400
+  // saying the model has no chat template.
+  std::optional<tokenizer::ChatRenderer> chat_renderer;
   std::size_t max_body_bytes = std::size_t{8} << 20;  // larger: 413
   std::uint32_t default_max_tokens = 256;             // when a request gives none
   std::uint32_t max_n = 16;  // choices of one request (n) at most; more: 400

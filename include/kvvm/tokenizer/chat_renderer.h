@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "kvvm/base/status.h"
+#include "kvvm/jinja/template.h"
 #include "kvvm/tokenizer/chat_template.h"
 
 namespace kvvm::tokenizer {
@@ -20,10 +21,12 @@ struct ChatInput {
   // A JSON array of messages: {role, content (a string, null, or content parts), name,
   // tool_calls [{id, type, function {name, arguments}}], tool_call_id, reasoning_content}.
   std::string messages_json;
-  std::string tools_json;       // "" or a JSON array of {type: "function", function: {...}}
-  std::string documents_json;   // "" or a JSON array of documents (RAG templates)
+  std::string tools_json;      // "" or a JSON array of {type: "function", function: {...}}
+  std::string documents_json;  // "" or a JSON array of documents (RAG templates)
   // "" or a JSON object: chat_template_kwargs, each member a variable of the template
-  // (enable_thinking, ...); they do not override messages, tools or the special tokens.
+  // (enable_thinking, ...). As transformers: a member overrides a special token of its name
+  // (bos_token, ...); one named messages, tools, documents, add_generation_prompt,
+  // continue_final_message or chat_template is refused (the request sets those).
   std::string kwargs_json;
   bool add_generation_prompt = true;
   // The last message (an assistant's) left open for the model to continue: the text ends where
@@ -44,11 +47,12 @@ class ChatRenderer {
   // The prompt text, special tokens spelled out (encode it with special tokens parsed and none
   // added). InvalidArgument naming the template's line for a template error (a
   // raise_exception() call's message kept) and for input a built-in cannot render (tools with
-  // a built-in that has no tool block).
-  Result<std::string> render(const ChatInput& input) const;
+  // a built-in that has no tool block). `hooks`: strftime_now's clock (tests fix it).
+  Result<std::string> render(const ChatInput& input, const jinja::RenderHooks& hooks = {}) const;
 
   // Where the template came from, for logs, `kvvm info` and errors: "tokenizer_config.json",
-  // "tokenizer_config.json (tool_use)", "chat_template.jinja", "FILE", "built-in chatml".
+  // "tokenizer_config.json (default, tool_use)" (a list: the names it renders),
+  // "chat_template.jinja", "FILE", "built-in chatml".
   const std::string& origin() const;
   // The Jinja text (the default one of a list); empty for a built-in.
   const std::string& source() const;

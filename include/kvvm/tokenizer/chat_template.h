@@ -1,7 +1,7 @@
 // Chat templates built in for the families the runtime serves: ChatML (Qwen2), Qwen3's ChatML
-// with thinking tags, and the Llama-3 header template. A model's tokenizer_config.json carries
-// a Jinja template; it is recognised by its markers, never interpreted (no partial Jinja
-// engine), and an unknown one is an error that says how to pick a built-in one.
+// with thinking tags, and the Llama-3 header template. A checkpoint's own Jinja template is
+// rendered by ChatRenderer (chat_renderer.h); these are its fallback for checkpoints that ship
+// none, and what --chat-template chatml|llama3|qwen3 picks.
 #pragma once
 
 #include <span>

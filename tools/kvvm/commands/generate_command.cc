@@ -5,6 +5,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -25,7 +26,7 @@
 #include "kvvm/grammar/vocabulary.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
-#include "kvvm/tokenizer/chat_template.h"
+#include "kvvm/tokenizer/chat_renderer.h"
 #include "kvvm/tokenizer/tokenizer.h"
 
 namespace kvvm::cli {
@@ -66,14 +67,15 @@ Result<std::vector<std::int32_t>> prompt_tokens(const GenerateOptions& options,
   } else if (options.prompt) {
     ids = tok.encode(*options.prompt, /*add_special_tokens=*/true);
   } else if (options.chat) {
-    Result<tokenizer::ChatTemplate> kind =
-        options.chat_template.empty() ? tokenizer::detect_chat_template(options.model_dir)
-                                      : tokenizer::parse_chat_template(options.chat_template);
-    if (!kind.ok()) return kind.status().with_context("--chat");
-    std::vector<tokenizer::ChatMessage> messages;
-    if (options.system) messages.push_back({"system", *options.system});
-    messages.push_back({"user", *options.chat});
-    Result<std::string> text = tokenizer::render_chat(*kind, messages);
+    Result<tokenizer::ChatRenderer> renderer =
+        tokenizer::ChatRenderer::load(options.model_dir, options.chat_template);
+    if (!renderer.ok()) return renderer.status().with_context("--chat");
+    nlohmann::json messages = nlohmann::json::array();
+    if (options.system) messages.push_back({{"role", "system"}, {"content", *options.system}});
+    messages.push_back({{"role", "user"}, {"content", *options.chat}});
+    tokenizer::ChatInput input;
+    input.messages_json = messages.dump();
+    Result<std::string> text = renderer->render(input);
     if (!text.ok()) return text.status().with_context("--chat");
     // The template spells the special tokens out: adding them again would double the BOS.
     ids = tok.encode(*text, /*add_special_tokens=*/false);
@@ -209,9 +211,11 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
   cmd->add_option("--system", options.system, "A system message before the --chat message")
       ->needs(chat);
   cmd->add_option("--chat-template", options.chat_template,
-                  "chatml, llama3 or qwen3 (default: recognised from tokenizer_config.json)")
-      ->needs(chat)
-      ->check(CLI::IsMember({"chatml", "llama3", "qwen3"}));
+                  "The chat template: a Jinja file (rendered as transformers renders it), or a "
+                  "built-in one: chatml, llama3, qwen3 (default: the model's own, from "
+                  "chat_template.jinja or tokenizer_config.json; a built-in its tokens identify "
+                  "when it ships none)")
+      ->needs(chat);
   cmd->add_option("--max-tokens", options.max_tokens,
                   "Tokens to generate at most; generation also stops at the config's end tokens "
                   "(default 128, cut to what the context leaves)")

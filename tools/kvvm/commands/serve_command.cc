@@ -24,7 +24,7 @@
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/server/api_keys.h"
 #include "kvvm/server/server.h"
-#include "kvvm/tokenizer/chat_template.h"
+#include "kvvm/tokenizer/chat_renderer.h"
 
 namespace kvvm::cli {
 namespace {
@@ -40,22 +40,21 @@ std::string dir_name(const std::string& dir) {
   return name.empty() || name == "." || name == ".." ? std::string("model") : name;
 }
 
-// The chat template: the one asked for, else the directory's; none recognised is no error
-// (the chat endpoint then answers 400 saying so), only a note.
-Result<std::optional<tokenizer::ChatTemplate>> chat_template_of(const ServeOptions& options,
+// The chat template: the one asked for (its errors stop the server), else the directory's;
+// none, or one that does not parse, is no error (the chat endpoint then answers 400 saying
+// so, completions still serve), only a note.
+Result<std::optional<tokenizer::ChatRenderer>> chat_template_of(const ServeOptions& options,
                                                                 std::ostream& err) {
-  if (!options.chat_template.empty()) {
-    Result<tokenizer::ChatTemplate> kind = tokenizer::parse_chat_template(options.chat_template);
-    if (!kind.ok()) return kind.status().with_context("--chat-template");
-    return std::optional<tokenizer::ChatTemplate>(*kind);
+  Result<tokenizer::ChatRenderer> renderer =
+      tokenizer::ChatRenderer::load(options.model_dir, options.chat_template);
+  if (renderer.ok()) {
+    err << kServe << ": chat template: " << renderer->origin() << "\n";
+    return std::optional<tokenizer::ChatRenderer>(std::move(renderer).value());
   }
-  Result<tokenizer::ChatTemplate> detected = tokenizer::detect_chat_template(options.model_dir);
-  if (!detected.ok()) {
-    err << kServe << ": note: " << detected.status().message()
-        << "; /v1/chat/completions answers 400 until the server is started with one\n";
-    return std::optional<tokenizer::ChatTemplate>();
-  }
-  return std::optional<tokenizer::ChatTemplate>(*detected);
+  if (!options.chat_template.empty()) return renderer.status().with_context("--chat-template");
+  err << kServe << ": note: " << renderer.status().message()
+      << "; /v1/chat/completions answers 400 until the server is started with one\n";
+  return std::optional<tokenizer::ChatRenderer>();
 }
 
 // How long a server whose GPU context was lost keeps answering 503 before it exits.
@@ -147,9 +146,11 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "Key file: one 'KEY TENANT' per line; requests then need 'Authorization: "
                   "Bearer KEY', and tenants never share cached KV (default: no keys)");
   cmd->add_option("--chat-template", options.chat_template,
-                  "chatml, llama3 or qwen3 (default: recognised from tokenizer_config.json; none "
-                  "recognised: /v1/chat/completions answers 400)")
-      ->check(CLI::IsMember({"chatml", "llama3", "qwen3"}));
+                  "The chat template: a Jinja file (rendered as transformers renders it), or a "
+                  "built-in one: chatml, llama3, qwen3 (default: the model's own, from "
+                  "chat_template.jinja or tokenizer_config.json; a built-in its tokens identify "
+                  "when it ships none; none, or one that does not parse: /v1/chat/completions "
+                  "answers 400)");
   cmd->add_option("--backend", options.backend,
                   "auto, cpu or cuda (default auto: cuda when a GPU is usable, else cpu)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -248,7 +249,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
     if (!loaded.ok()) return fail(loaded.status().with_context("--api-keys"));
     keys = std::move(loaded).value();
   }
-  Result<std::optional<tokenizer::ChatTemplate>> chat = chat_template_of(options, err);
+  Result<std::optional<tokenizer::ChatRenderer>> chat = chat_template_of(options, err);
   if (!chat.ok()) return fail(chat.status());
 
   Result<LoadedModel> loaded =
@@ -307,7 +308,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   server_options.model_name =
       options.served_model_name.empty() ? dir_name(options.model_dir) : options.served_model_name;
   server_options.api_keys = std::move(keys);
-  server_options.chat_template = *chat;
+  server_options.chat_renderer = std::move(chat).value();
   server_options.max_body_bytes = options.max_body;
   server_options.default_max_tokens = static_cast<std::uint32_t>(options.default_max_tokens);
   server_options.max_n = static_cast<std::uint32_t>(options.max_n);

@@ -34,7 +34,7 @@ struct ServeOptions {
   std::uint64_t port = 8000;      // 0: a free port (the ready line says which)
   std::string served_model_name;  // empty: the directory's name
   std::string api_keys_file;      // empty: no keys, one tenant
-  std::string chat_template;      // chatml | llama3; empty: recognised from the directory
+  std::string chat_template;      // NAME|FILE; empty: the directory's own template
   std::string backend = "auto";   // auto | cpu | cuda
   std::uint64_t kv_budget = 0;    // bytes; 0: the KV space's default
   std::uint64_t max_context = 0;  // 0: the config's max_position_embeddings

@@ -1,0 +1,31 @@
+// How an error travels inside the interpreter: thrown from where it is found, given the line and
+// column of the innermost node that was being evaluated, and turned into a Status at the public
+// boundary (template.cc). Never thrown past Template's API.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace kvvm::jinja::detail {
+
+struct SourcePos {
+  std::uint32_t line = 0;  // 1-based; 0: not known yet
+  std::uint32_t column = 0;
+};
+
+struct TemplateError {
+  enum class Kind { kInvalid, kExhausted, kRaised };
+  Kind kind = Kind::kInvalid;
+  std::string message;
+  SourcePos pos;
+};
+
+[[noreturn]] inline void fail(std::string message) {
+  throw TemplateError{TemplateError::Kind::kInvalid, std::move(message), {}};
+}
+[[noreturn]] inline void fail_at(SourcePos pos, std::string message) {
+  throw TemplateError{TemplateError::Kind::kInvalid, std::move(message), pos};
+}
+
+}  // namespace kvvm::jinja::detail
