@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/json_reader.h"
+#include "chat_messages.h"
 #include "choice_fields.h"
 #include "field_reader.h"
 #include "field_values.h"
@@ -80,89 +81,6 @@ Check read_prompt(const json& value, const ParseContext& context, std::vector<st
     }
     more->push_back(std::move(next));
   }
-  return std::nullopt;
-}
-
-// One message's content: a string, or text parts joined.
-Check read_content(const json& value, const std::string& param, std::string* out,
-                   std::vector<std::string>* ignored) {
-  if (value.is_string()) {
-    *out = value.get<std::string>();
-    return std::nullopt;
-  }
-  if (!value.is_array()) return bad_field(param, wrong_type(value, "a string or an array"));
-  for (std::size_t i = 0; i < value.size(); ++i) {
-    const json& part = value[i];
-    const std::string part_param = param + "[" + std::to_string(i) + "]";
-    if (!part.is_object()) return bad_field(part_param, wrong_type(part, "an object"));
-    // The type first: an image part is refused for its type, not for its other keys.
-    const auto type = part.find("type");
-    if (type == part.end()) return bad_field(part_param + ".type", "is required");
-    if (*type != "text") {
-      return unsupported(part_param + ".type", shown(*type) + " content (text parts only)");
-    }
-    for (const auto& [key, item] : part.items()) {
-      if (key != "type" && key != "text") ignored->push_back("messages.content." + key);
-    }
-    const auto text = part.find("text");
-    if (text == part.end()) return bad_field(part_param + ".text", "is required");
-    if (!text->is_string()) return bad_field(part_param + ".text", wrong_type(*text, "a string"));
-    *out += text->get_ref<const std::string&>();
-  }
-  return std::nullopt;
-}
-
-// chat's messages through the model's template, encoded as `kvvm generate --chat` does.
-Check read_messages(const json& value, const ParseContext& context, std::vector<std::int32_t>* ids,
-                    std::vector<std::string>* ignored, bool add_generation_prompt = true) {
-  if (!value.is_array()) return bad_field("messages", wrong_type(value, "an array"));
-  if (value.empty()) return bad_field("messages", "is empty; send at least one message");
-  // The messages go to the template as the body gave them, developer renamed system.
-  json messages = value;
-  for (std::size_t i = 0; i < value.size(); ++i) {
-    const json& item = value[i];
-    const std::string param = "messages[" + std::to_string(i) + "]";
-    if (!item.is_object()) return bad_field(param, wrong_type(item, "an object"));
-    for (const auto& [key, field] : item.items()) {
-      // A participant's name: checked, and left to the template (most render none).
-      if (key == "name") {
-        if (!field.is_string()) return bad_field(param + ".name", wrong_type(field, "a string"));
-      } else if (key != "role" && key != "content") {
-        ignored->push_back("messages." + key);
-      }
-    }
-    std::string content;
-    if (!item.contains("role")) return bad_field(param + ".role", "is required");
-    const json& role = item.at("role");
-    if (role == "tool" || role == "function") {
-      return unsupported(param + ".role", shown(role) + " (no tool calls)");
-    }
-    if (role != "system" && role != "developer" && role != "user" && role != "assistant") {
-      return bad_field(param + ".role", shown(role) +
-                                            " is not a role kvvm takes: system, developer, user "
-                                            "or assistant");
-    }
-    // OpenAI's newer name for the system prompt.
-    if (role == "developer") messages[i]["role"] = "system";
-    if (!item.contains("content")) return bad_field(param + ".content", "is required");
-    if (Check error = read_content(item.at("content"), param + ".content", &content, ignored)) {
-      return error;
-    }
-  }
-  if (context.chat_renderer == nullptr) {
-    return bad_field("messages",
-                     "this model has no chat template; start the server with --chat-template "
-                     "FILE (a Jinja chat template) or chatml|llama3|qwen3, or use "
-                     "/v1/completions");
-  }
-  tokenizer::ChatInput input;
-  input.messages_json = messages.dump();
-  input.add_generation_prompt = add_generation_prompt;
-  Result<std::string> text = context.chat_renderer->render(input);
-  if (!text.ok()) return bad_field("messages", text.status().message());
-  // The template spells the special tokens out: adding them again would double the BOS.
-  *ids = context.tokenizer->encode(*text, /*add_special_tokens=*/false);
-  if (ids->empty()) return bad_field("messages", "encode to no tokens");
   return std::nullopt;
 }
 
@@ -282,10 +200,18 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
   }
   const std::string prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
   std::vector<std::int32_t>& ids = request.engine.prompt;
-  Check error = endpoint == Endpoint::kChat
-                    ? read_messages(*fields.messages, context, &ids, &request.ignored)
-                    : read_prompt(*fields.prompt, context, &ids, &request.more_prompts);
-  if (error) return *error;
+  if (endpoint == Endpoint::kChat) {
+    ChatPrompt prompt;
+    if (Check error = read_chat_prompt(fields, body, context, &prompt, &request.ignored)) {
+      return *error;
+    }
+    ids = std::move(prompt.ids);
+    // A prompt that closed an empty think block (Qwen3's enable_thinking false) is answered
+    // without thinking.
+    request.parsing.thinking = !prompt_closes_reasoning(prompt.text);
+  } else if (Check error = read_prompt(*fields.prompt, context, &ids, &request.more_prompts)) {
+    return *error;
+  }
   if (max_tokens && *max_tokens == 0 && !request.echo) {
     return bad_field(max_tokens_param,
                      "0 is out of range [1, " + std::to_string(context.context_tokens) +
@@ -370,10 +296,11 @@ std::variant<TokenizeRequest, ApiError> tokenize(std::string_view body,
   if (fields.add_special_tokens.value_or(false)) {
     return unsupported("add_special_tokens", "true with messages (the template writes them)");
   }
-  if (Check error = read_messages(*messages, context, &request.tokens, &request.ignored,
-                                  fields.add_generation_prompt)) {
+  ChatPrompt chat;
+  if (Check error = read_chat_prompt(fields, body, context, &chat, &request.ignored)) {
     return *error;
   }
+  request.tokens = std::move(chat.ids);
   return request;
 }
 

@@ -15,7 +15,9 @@
 #include "kvvm/grammar/vocabulary.h"
 #include "kvvm/kv/layout.h"
 #include "openai_response.h"
+#include "reasoning_parser.h"
 #include "structured_output.h"
+#include "tool_call_parser.h"
 
 namespace kvvm::server {
 namespace {
@@ -117,6 +119,21 @@ Routes::Routes(ServerDeps deps, const ServerOptions& options) : deps_(deps), opt
   context_tokens_ = static_cast<std::uint32_t>(deps_.kv->options().max_context);
   parse_context_.tokenizer = deps_.tokenizer;
   parse_context_.chat_renderer = options_.chat_renderer ? &*options_.chat_renderer : nullptr;
+  // How answers are read: the named parser (checked by Server::create), else what the
+  // template's text shows.
+  const std::string_view source =
+      options_.chat_renderer ? std::string_view(options_.chat_renderer->source()) : "";
+  if (!options_.tool_call_parser.empty()) {
+    parse_context_.tool_call_format = parse_tool_call_format(options_.tool_call_parser).value();
+  } else {
+    parse_context_.tool_call_format = detect_tool_call_format(source);
+  }
+  if (options_.reasoning_parser.empty()) {
+    parse_context_.reasoning = detect_reasoning_format(source);
+  } else {
+    parse_context_.reasoning =
+        options_.reasoning_parser == "think" ? ReasoningFormat::kThinkTags : ReasoningFormat::kNone;
+  }
   parse_context_.model_name = options_.model_name;
   parse_context_.context_tokens = context_tokens_;
   parse_context_.vocab_size = deps_.config->vocab_size;

@@ -154,7 +154,7 @@ TEST(JinjaFuzz, MutatedTemplatesEndWithValueOrError) {
   for (int i = 0; i < kRounds; ++i) {
     const auto& [source, context] = seeds[rng() % seeds.size()];
     std::string mutated = mutate(source, rng);
-    SCOPED_TRACE(testing::Message() << "round " << i << ": " << mutated);
+    SCOPED_TRACE(::testing::Message() << "round " << i << ": " << mutated);
     Result<Template> t = Template::parse(mutated, "fuzz", options);
     Status status = t.ok() ? t->render(context).status() : t.status();
     switch (status.code()) {

@@ -16,6 +16,7 @@
 #include "kvvm/tokenizer/chat_template.h"
 #include "kvvm/tokenizer/tokenizer.h"
 #include "server/openai_request.h"
+#include "server/tool_call_parser.h"
 #include "support/test_data.h"
 #include "support/text_match.h"
 
@@ -76,6 +77,21 @@ class ServerRequest : public ::testing::Test {
   }
   static ParseContext adder() { return context(adder_, ChatTemplate::kChatML); }
   static ParseContext llama() { return context(llama_, ChatTemplate::kLlama3); }
+  // The demo model with its own template, which shows tools and calls as Qwen2.5's does: its
+  // answers are read with the hermes parser. The context holds the tools' text.
+  static ParseContext adder_tools() {
+    static const tokenizer::ChatRenderer own = [] {
+      Result<tokenizer::ChatRenderer> loaded =
+          tokenizer::ChatRenderer::load(test::demo_model_dir(), "");
+      EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
+      return std::move(loaded).value();
+    }();
+    ParseContext ctx = adder();
+    ctx.chat_renderer = &own;
+    ctx.context_tokens = 1024;
+    ctx.tool_call_format = detect_tool_call_format(own.source());
+    return ctx;
+  }
 
   static ApiRequest accept(Endpoint endpoint, const std::string& body, const ParseContext& ctx) {
     std::variant<ApiRequest, ApiError> parsed = parse_request(endpoint, body, ctx);

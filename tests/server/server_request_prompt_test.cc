@@ -48,13 +48,14 @@ TEST_F(ServerRequest, ChatIsRenderedByTheTemplateAndEncodedWithoutSpecialTokens)
   EXPECT_NE(accept(Endpoint::kChat, body, llama()).engine.prompt, llama_->encode(*text, true));
 }
 
+// Text parts reach the template as one string, joined with "\n" as vLLM joins them.
 TEST_F(ServerRequest, ChatContentPartsEqualTheirJoinedString) {
   const ApiRequest parts = accept(Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user",
-      "content": [{"type": "text", "text": "What is "}, {"type": "text", "text": "1 + 2?"}]}]})",
+      "content": [{"type": "text", "text": "What is"}, {"type": "text", "text": "1 + 2?"}]}]})",
                                   adder());
   const ApiRequest plain = accept(
       Endpoint::kChat,
-      R"({"model": "m", "messages": [{"role": "user", "content": "What is 1 + 2?"}]})", adder());
+      R"({"model": "m", "messages": [{"role": "user", "content": "What is\n1 + 2?"}]})", adder());
   EXPECT_FALSE(parts.engine.prompt.empty());
   EXPECT_EQ(parts.engine.prompt, plain.engine.prompt);
 }

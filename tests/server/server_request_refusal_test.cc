@@ -175,8 +175,8 @@ TEST_F(ServerRequest, WhatKvvmDoesNotDoIsNotSupportedByThisServer) {
       {Endpoint::kChat, ch + R"("functions": [{"name": "f"}]})", "functions", "send them as tools"},
       {Endpoint::kChat, ch + R"("audio": {"voice": "alloy"}})", "audio", "text output only"},
       {Endpoint::kChat, ch + R"("modalities": ["text", "audio"]})", "modalities", "audio"},
-      {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "tool", "content": "a"}]})",
-       "messages[0].role", "tool"},
+      {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "function", "content": "a"}]})",
+       "messages[0].role", "send tool"},
       {Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type":
           "image_url", "image_url": {}}]}]})",
        "messages[0].content[0].type", "image_url"},

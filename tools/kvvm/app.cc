@@ -7,6 +7,7 @@
 #include "bench/drivers/attention/decode_attention.h"
 #include "bench/drivers/attention/kv_error.h"
 #include "bench/drivers/attention/prefill_attention.h"
+#include "bench/drivers/chat/chat_template_render.h"
 #include "bench/drivers/engine/engine.h"
 #include "bench/drivers/grammar/grammar_masks.h"
 #include "bench/drivers/memory/growth.h"
@@ -72,6 +73,9 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
   BenchGrammarOptions bench_grammar_options;
   CLI::App* bench_grammar =
       add_bench_grammar_command(*app.get_subcommand("bench"), bench_grammar_options);
+  BenchChatTemplateOptions bench_chat_template_options;
+  CLI::App* bench_chat_template =
+      add_bench_chat_template_command(*app.get_subcommand("bench"), bench_chat_template_options);
   SimulateOptions simulate_options;
   CLI::App* simulate = add_simulate_command(app, simulate_options);
   GenerateOptions generate_options;
@@ -113,6 +117,9 @@ int parse_and_run(const std::vector<std::string>& args, const std::string& versi
       return run_bench_tokenizer_load(bench_tokenizer_load_options, out, err);
     }
     if (bench_grammar->parsed()) return run_bench_grammar(bench_grammar_options, out, err);
+    if (bench_chat_template->parsed()) {
+      return run_bench_chat_template(bench_chat_template_options, out, err);
+    }
     if (bench_growth->parsed()) return run_bench_growth(bench_growth_options, out, err);
   } catch (const std::exception& error) {
     err << "kvvm: internal error: " << error.what() << "\n";

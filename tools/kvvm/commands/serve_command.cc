@@ -151,6 +151,18 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "chat_template.jinja or tokenizer_config.json; a built-in its tokens identify "
                   "when it ships none; none, or one that does not parse: /v1/chat/completions "
                   "answers 400)");
+  cmd->add_option("--tool-call-parser", options.tool_call_parser,
+                  "How answers to requests with tools are read into tool_calls, as vLLM names "
+                  "its parsers: hermes (<tool_call> JSON blocks: Qwen2.5, Qwen3, Hermes), "
+                  "llama3_json (Llama 3.1-3.3), mistral ([TOOL_CALLS]) (default: the family the "
+                  "chat template writes calls in; none shown: requests that let the model call "
+                  "tools get 400)")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "llama4_json", "mistral"}));
+  cmd->add_option("--reasoning-parser", options.reasoning_parser,
+                  "How reasoning is split out of chat answers into reasoning_content: think "
+                  "(<think> blocks, Qwen3 and DeepSeek-R1), none (default: think when the chat "
+                  "template thinks in <think> blocks)")
+      ->check(CLI::IsMember({"none", "think"}));
   cmd->add_option("--backend", options.backend,
                   "auto, cpu or cuda (default auto: cuda when a GPU is usable, else cpu)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -314,6 +326,8 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   server_options.max_n = static_cast<std::uint32_t>(options.max_n);
   server_options.http_threads = static_cast<std::uint32_t>(options.http_threads);
   server_options.grammar_cache_entries = static_cast<std::uint32_t>(options.grammar_cache);
+  server_options.tool_call_parser = options.tool_call_parser;
+  server_options.reasoning_parser = options.reasoning_parser;
   const std::string model_name = server_options.model_name;
   server::ServerDeps deps{engine->get(), kv->get(), &loaded->config, loaded->tokenizer.get()};
   Result<std::unique_ptr<server::Server>> made = server::Server::create(deps, server_options);
