@@ -117,6 +117,8 @@ bool contains(const Value& container, const Value& item);
 // iterable. Undefined iterates as empty. A string's characters count against the limits.
 List iterate(Interpreter& in, const Value& v);
 [[noreturn]] void fail_undefined(const Value& v);
+// 's', quoted for an error message.
+std::string quoted(std::string_view s);
 
 // Argument `index` (positional) or `name` (keyword) of a call, or nullptr.
 const Value* find_arg(const CallArgs& args, std::size_t index, std::string_view name);
