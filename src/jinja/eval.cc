@@ -12,19 +12,14 @@ namespace kvvm::jinja::detail {
 DepthScope::DepthScope(Interpreter& in) : in_(in) {
   if (++in_.depth_ > in_.limits_.max_depth) {
     --in_.depth_;
-    throw TemplateError{
-        TemplateError::Kind::kExhausted,
-        "render nesting exceeds max_depth (" + std::to_string(in_.limits_.max_depth) + ")",
-        {}};
+    exhausted("render nesting", "max_depth", in_.depth_ + 1, in_.limits_.max_depth);
   }
 }
 
 void Interpreter::step(std::uint64_t n) {
   steps_ += n;
   if (steps_ > limits_.max_steps) {
-    throw TemplateError{TemplateError::Kind::kExhausted,
-                        "render exceeds max_steps (" + std::to_string(limits_.max_steps) + ")",
-                        {}};
+    exhausted("render", "max_steps", steps_, limits_.max_steps);
   }
 }
 
@@ -46,10 +41,8 @@ void Interpreter::charge(const Value& v) {
 
 void Interpreter::check_size(std::size_t size) const {
   if (size > limits_.max_output_bytes) {
-    throw TemplateError{TemplateError::Kind::kExhausted,
-                        "a value of " + std::to_string(size) + " exceeds max_output_bytes (" +
-                            std::to_string(limits_.max_output_bytes) + ")",
-                        {}};
+    exhausted("a value of " + std::to_string(size) + " bytes", "max_output_bytes", size,
+              limits_.max_output_bytes);
   }
 }
 

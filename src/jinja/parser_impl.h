@@ -27,10 +27,7 @@ class Parser {
    public:
     explicit DepthGuard(Parser& p) : p_(p) {
       if (++p_.depth_ > p_.max_depth_) {
-        throw TemplateError{
-            TemplateError::Kind::kExhausted,
-            "template nesting exceeds max_depth (" + std::to_string(p_.max_depth_) + ")",
-            p_.peek().pos};
+        exhausted("template nesting", "max_depth", p_.depth_, p_.max_depth_, p_.peek().pos);
       }
     }
     ~DepthGuard() { --p_.depth_; }

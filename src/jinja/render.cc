@@ -36,10 +36,7 @@ std::string Interpreter::render(const Body& body, Value context) {
 void Interpreter::write(std::string_view text) {
   step();
   if (out_->size() + text.size() > limits_.max_output_bytes) {
-    throw TemplateError{
-        TemplateError::Kind::kExhausted,
-        "output exceeds max_output_bytes (" + std::to_string(limits_.max_output_bytes) + ")",
-        {}};
+    exhausted("output", "max_output_bytes", out_->size() + text.size(), limits_.max_output_bytes);
   }
   out_->append(text);
 }
@@ -142,7 +139,7 @@ Interpreter::Flow Interpreter::exec_for(const ForStmt& s) {
 }
 
 Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& closure,
-                              CallArgs& args, const Value* caller) {
+                              CallArgs& args) {
   auto frame = std::make_shared<Frame>();
   frame->parent = closure;
   FrameSwap swap(frame_, frame);
@@ -170,7 +167,7 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
     }
     if (is_param) {
       frame->set(k, v);
-    } else if (k == "caller" && caller == nullptr) {
+    } else if (k == "caller") {  // from a call block
       frame->set(k, v);
     } else if (m.uses_kwargs) {
       kwargs.emplace_back(Value::string(k), v);
@@ -187,7 +184,6 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
   }
   frame->set("varargs", Value::list(std::move(varargs), /*tuple=*/true));
   frame->set("kwargs", Value::dict(std::move(kwargs)));
-  if (caller != nullptr) frame->set("caller", *caller);
   return Value::string(capture(m.body));
 }
 
@@ -195,7 +191,7 @@ Value Interpreter::make_macro(const MacroStmt& m) {
   std::shared_ptr<Frame> closure = frame_;
   const MacroStmt* macro = &m;
   return Value::callable(m.name, [macro, closure](Interpreter& in, CallArgs& args) {
-    return in.call_macro(*macro, closure, args, nullptr);
+    return in.call_macro(*macro, closure, args);
   });
 }
 

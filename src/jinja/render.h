@@ -72,8 +72,8 @@ class Interpreter {
   void assign(const std::vector<std::string>& targets, bool unpack, const std::string& attribute,
               Value v);
   Value make_macro(const struct MacroStmt& m);
-  Value call_macro(const struct MacroStmt& m, const std::shared_ptr<Frame>& closure, CallArgs& args,
-                   const Value* caller);
+  Value call_macro(const struct MacroStmt& m, const std::shared_ptr<Frame>& closure,
+                   CallArgs& args);
   std::string capture(const Body& body);
   void write(std::string_view text);
   void write_value(const Value& v);

@@ -76,6 +76,9 @@ TEST(JinjaTemplate, StepLimitStopsLongLoops) {
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(out.status().message().find("max_steps"), std::string::npos);
+  ASSERT_TRUE(out.status().exhaustion().has_value());
+  EXPECT_EQ(out.status().exhaustion()->limit, 100'000u);
+  EXPECT_GT(out.status().exhaustion()->requested, 100'000u);
   // Nested loops that each stay under range()'s bound still run into the step limit.
   Result<std::string> nested = render(
       "{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}"
