@@ -81,6 +81,7 @@ Value Interpreter::get_attr(const Value& object, std::string_view name) {
       }
       if (name == "changed") {
         auto state = std::static_pointer_cast<const LoopState>(object.loop_state());
+        track(state);
         return Value::callable("changed", [state](Interpreter&, CallArgs& args) {
           List now = args.positional;
           bool changed =

@@ -24,9 +24,18 @@ class FrameSwap {
 
 }  // namespace
 
+Interpreter::~Interpreter() {
+  // Break the cycles; the values' own destructors then free the rest.
+  for (const auto& frame : frames_) frame->vars.clear();
+  for (const auto& ns : namespaces_) ns->attributes.clear();
+  for (const auto& loop : loops_) loop->last_changed.reset();
+  if (frame_) frame_->vars.clear();
+}
+
 std::string Interpreter::render(const Body& body, Value context) {
   context_ = std::move(context);
   frame_ = std::make_shared<Frame>();
+  track(frame_);
   std::string out;
   out_ = &out;
   exec(body);
@@ -189,6 +198,7 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
 
 Value Interpreter::make_macro(const MacroStmt& m) {
   std::shared_ptr<Frame> closure = frame_;
+  track(closure);
   const MacroStmt* macro = &m;
   return Value::callable(m.name, [macro, closure](Interpreter& in, CallArgs& args) {
     return in.call_macro(*macro, closure, args);
@@ -238,6 +248,7 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s) {
       case StmtKind::kCallBlock: {
         const auto& c = static_cast<const CallBlockStmt&>(s);
         std::shared_ptr<Frame> closure = frame_;
+        track(closure);
         // caller(): renders the call block's body with the block's own parameters.
         const CallBlockStmt* block = &c;
         Value caller = Value::callable("caller", [block, closure](Interpreter& in, CallArgs& args) {

@@ -39,6 +39,16 @@ class Interpreter {
  public:
   Interpreter(const TemplateLimits& limits, const RenderHooks& hooks)
       : limits_(limits), hooks_(hooks) {}
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  // Objects that can close a reference cycle (a scope holding a macro that holds the scope, a
+  // namespace holding itself, loop.changed's last arguments): emptied when the render ends so
+  // that everything it built is freed.
+  void track(std::shared_ptr<Frame> frame) { frames_.push_back(std::move(frame)); }
+  void track(std::shared_ptr<Namespace> ns) { namespaces_.push_back(std::move(ns)); }
+  void track(std::shared_ptr<const LoopState> loop) { loops_.push_back(std::move(loop)); }
 
   // Renders `body` with `context` (a dict) as the template's variables.
   std::string render(const Body& body, Value context);
@@ -94,6 +104,9 @@ class Interpreter {
   std::string* out_ = nullptr;
   std::uint64_t steps_ = 0;
   std::uint32_t depth_ = 0;
+  std::vector<std::shared_ptr<Frame>> frames_;
+  std::vector<std::shared_ptr<Namespace>> namespaces_;
+  std::vector<std::shared_ptr<const LoopState>> loops_;
 };
 
 // Counts a nesting level against max_depth while alive.
