@@ -41,6 +41,11 @@ struct Namespace {
   std::vector<std::pair<std::string, Value>> attributes;
 };
 
+// The deepest a list or dict may nest. A template can build nesting in a loop
+// ({% set ns.x = [ns.x] %}); printing, comparing and freeing recurse over it, so it is bounded
+// well inside any thread's stack.
+inline constexpr std::int64_t kMaxNesting = 1000;
+
 enum class Kind : std::uint8_t {
   kUndefined,
   kNone,
@@ -86,7 +91,8 @@ class Value {
   bool is_loop() const { return kind_ == Kind::kLoop; }
 
   bool as_bool() const { return int_ != 0; }
-  std::int64_t as_int() const { return int_; }  // bools too (Python's bool is an int)
+  std::int64_t nesting() const { return int_; }  // lists and dicts: 1 + their items' deepest
+  std::int64_t as_int() const { return int_; }   // bools too (Python's bool is an int)
   double as_float() const { return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_); }
   const std::string& as_string() const;
   const List& as_list() const;
@@ -119,7 +125,7 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
-  std::int64_t int_ = 0;
+  std::int64_t int_ = 0;  // bool and int values; a list's or dict's nesting depth
   double float_ = 0;
   std::shared_ptr<const void> ptr_;  // string, list, dict, callable, namespace, loop, hint
 };

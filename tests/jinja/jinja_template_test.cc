@@ -156,6 +156,30 @@ TEST(JinjaTemplate, OutputLimitStopsBombs) {
   }
 }
 
+TEST(JinjaTemplate, NestingLimitStopsDeepValues) {
+  // Values nested in a loop, one level an iteration: printing, comparing and freeing them
+  // recurse, so their depth is bounded.
+  for (const char* deep : {
+           "{% set ns = namespace(x=[]) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}"
+           "{% endfor %}{{ ns.x|length }}",
+           "{% set ns = namespace(x={}) %}{% for i in range(5000) %}{% set ns.x = {'a': ns.x} %}"
+           "{% endfor %}{{ ns.x }}",
+           "{% set ns = namespace(cur=none) %}{% for i in range(5000) %}"
+           "{% set ns.cur = namespace(prev=ns.cur) %}{% endfor %}{{ ns }}",
+       }) {
+    SCOPED_TRACE(deep);
+    Result<std::string> out = render(deep);
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(out.status().message().find("nesting"), std::string::npos) << out.status().message();
+  }
+  Result<std::string> shallow = render(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}"
+      "{% endfor %}{{ ns.x|tojson|length }}");
+  ASSERT_TRUE(shallow.ok()) << shallow.status().to_string();
+  EXPECT_EQ(*shallow, "202");
+}
+
 TEST(JinjaTemplate, SandboxRefusesPythonInternals) {
   // Unsafe attributes are undefined, as jinja2's sandbox makes them; using one further fails.
   Result<std::string> out = render("[{{ ''.__class__ }}][{{ x.__len__ }}]", R"({"x": [1]})");
