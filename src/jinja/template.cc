@@ -2,6 +2,8 @@
 // interpreter), errors as Status with the template's name, line and column.
 #include "kvvm/jinja/template.h"
 
+#include <exception>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -295,6 +297,9 @@ Result<Template> Template::parse(std::string_view source, std::string_view name,
     check_loop_controls(parsed->body, false);
   } catch (const TemplateError& e) {
     return to_status(e, name);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(std::string(name) + ": out of memory while parsing",
+                                     Exhaustion{});
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string(name) + ": " + e.what());
   }
@@ -315,6 +320,8 @@ Result<std::string> Template::render(std::string_view context_json,
     return interpreter.render(p.body, std::move(vars));
   } catch (const TemplateError& e) {
     return to_status(e, p.name);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(p.name + ": out of memory while rendering", Exhaustion{});
   } catch (const std::exception& e) {
     return Status::InvalidArgument(p.name + ": " + e.what());
   }
