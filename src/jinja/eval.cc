@@ -67,9 +67,8 @@ Value Interpreter::get_attr(const Value& object, std::string_view name) {
       if (name == "first") return Value::boolean(l.index0 == 0);
       if (name == "last") return Value::boolean(l.index0 == l.length - 1);
       if (name == "length") return Value::integer(l.length);
-      // Only recursive loops (not supported) nest depth.
-      if (name == "depth") return Value::integer(1);
-      if (name == "depth0") return Value::integer(0);
+      if (name == "depth") return Value::integer(l.depth0 + 1);
+      if (name == "depth0") return Value::integer(l.depth0);
       const List& items = l.items.as_list();
       if (name == "previtem") {
         if (l.index0 == 0) return Value::undefined("there is no previous item");
@@ -176,12 +175,26 @@ void Interpreter::eval_args(const Arguments& args, CallArgs& out) {
   out.positional.reserve(args.positional.size());
   for (const ExprPtr& e : args.positional) out.positional.push_back(eval(*e));
   for (const auto& [k, e] : args.keywords) out.keywords.emplace_back(k, eval(*e));
+  if (args.star) {
+    Value extra = eval(*args.star);
+    for (Value& v : iterate(*this, extra)) out.positional.push_back(std::move(v));
+  }
+  if (args.star_star) {
+    Value extra = eval(*args.star_star);
+    if (!extra.is_dict())
+      fail("argument after ** must be a mapping, not " + quoted(extra.type_name()));
+    for (const auto& [k, v] : extra.as_dict()) {
+      if (!k.is_string()) fail("keywords must be strings");
+      out.keywords.emplace_back(k.as_string(), v);
+    }
+  }
 }
 
 Value Interpreter::call(const Value& callee, CallArgs& args) {
   step();
   DepthScope depth(*this);
   if (callee.is_undefined()) fail_undefined(callee);
+  if (callee.is_loop()) return call_loop(callee.as_loop(), args);
   if (!callee.is_callable()) fail(quoted(callee.type_name()) + " object is not callable");
   return callee.as_callable().call(*this, args);
 }

@@ -295,18 +295,24 @@ ExprPtr Parser::parse_subscript(SourcePos pos, ExprPtr object) {
 
 void Parser::parse_arguments(Arguments& args) {
   expect_op("(");
+  bool first = true;
   while (!accept_op(")")) {
-    if (!args.positional.empty() || !args.keywords.empty()) {
+    if (!first) {
       expect_op(",");
       if (accept_op(")")) break;
     }
-    if (is_op("*") || is_op("**")) fail_at(peek().pos, "*args and **kwargs are not supported");
-    if (peek().kind == TokenKind::kName && is_op("=", 1)) {
+    first = false;
+    if (is_op("*") || is_op("**")) {
+      bool two = next().text == "**";
+      ExprPtr& slot = two ? args.star_star : args.star;
+      if (slot) fail_at(peek().pos, two ? "repeated **kwargs" : "repeated *args");
+      slot = parse_expression();
+    } else if (peek().kind == TokenKind::kName && is_op("=", 1)) {
       std::string name = next().text;
       next();
       args.keywords.emplace_back(std::move(name), parse_expression());
     } else {
-      if (!args.keywords.empty()) {
+      if (!args.keywords.empty() || args.star || args.star_star) {
         fail_at(peek().pos, "positional argument follows keyword argument");
       }
       args.positional.push_back(parse_expression());

@@ -152,7 +152,7 @@ StmtPtr Parser::parse_for(SourcePos pos) {
   if (!accept_name("in")) unexpected("'in'");
   stmt->iterable = parse_tuple_or_expr(/*with_condexpr=*/false);
   if (accept_name("if")) stmt->filter = parse_expression();
-  if (is_name("recursive")) fail_at(peek().pos, "recursive loops are not supported");
+  stmt->recursive = accept_name("recursive");
   expect_block_end();
   stmt->body = parse_body({"else", "endfor"});
   next();

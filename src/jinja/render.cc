@@ -111,8 +111,30 @@ void Interpreter::assign(const std::vector<std::string>& targets, bool unpack,
 
 Interpreter::Flow Interpreter::exec_for(const ForStmt& s) {
   Value iterable = eval(*s.iterable);
-  List items = iterate(*this, iterable);
+  return run_loop(s, iterate(*this, iterable), 0);
+}
+
+Value Interpreter::call_loop(const LoopState& loop, CallArgs& args) {
+  if (loop.recursive == nullptr)
+    fail("'LoopContext' object is not callable (the loop is not recursive)");
+  if (args.positional.size() != 1 || !args.keywords.empty()) fail("loop() takes one iterable");
+  List items = iterate(*this, args.positional[0]);
+  std::string buffer;
+  std::string* saved = std::exchange(out_, &buffer);
+  try {
+    run_loop(*loop.recursive, std::move(items), loop.depth0 + 1);
+  } catch (...) {
+    out_ = saved;
+    throw;
+  }
+  out_ = saved;
+  return Value::string(std::move(buffer));
+}
+
+Interpreter::Flow Interpreter::run_loop(const ForStmt& s, List items, std::int64_t depth0) {
   auto state = std::make_shared<LoopState>();
+  state->depth0 = depth0;
+  if (s.recursive) state->recursive = &s;
   auto frame = std::make_shared<Frame>();
   frame->parent = frame_;
   FrameSwap swap(frame_, frame);

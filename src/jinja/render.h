@@ -78,6 +78,9 @@ class Interpreter {
   Flow exec(const Body& body);
   Flow exec_stmt(const Stmt& s);
   Flow exec_for(const struct ForStmt& s);
+  Flow run_loop(const struct ForStmt& s, List items, std::int64_t depth0);
+  // loop(children) in a recursive loop: the body again over `children`, one level deeper.
+  Value call_loop(const LoopState& loop, CallArgs& args);
   void exec_set(const struct SetStmt& s);
   void assign(const std::vector<std::string>& targets, bool unpack, const std::string& attribute,
               Value v);

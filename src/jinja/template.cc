@@ -82,6 +82,8 @@ void check_body(const detail::Body& body);
 void check_args(const detail::Arguments& args) {
   for (const auto& a : args.positional) check_names(*a);
   for (const auto& [_, a] : args.keywords) check_names(*a);
+  if (args.star) check_names(*args.star);
+  if (args.star_star) check_names(*args.star_star);
 }
 
 void check_names(const detail::Expr& e) {

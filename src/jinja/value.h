@@ -19,6 +19,7 @@ namespace kvvm::jinja::detail {
 
 class Value;
 class Interpreter;
+struct ForStmt;
 struct LoopState;
 
 using List = std::vector<Value>;
@@ -135,6 +136,8 @@ struct LoopState {
   Value items;  // the list iterated (after an `if` filter)
   std::int64_t index0 = 0;
   std::int64_t length = 0;
+  std::int64_t depth0 = 0;             // recursive loops: how deep loop(...) calls went
+  const ForStmt* recursive = nullptr;  // set when the loop is recursive
   // loop.changed(...): the arguments of its last call; written during the render that owns
   // the loop (one render's loops are never shared between threads).
   mutable std::shared_ptr<const List> last_changed;
