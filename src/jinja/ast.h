@@ -127,6 +127,8 @@ struct SliceExpr : Expr {
 struct Arguments {
   std::vector<ExprPtr> positional;
   std::vector<std::pair<std::string, ExprPtr>> keywords;
+  ExprPtr star;       // f(*xs): more positional arguments; may be null
+  ExprPtr star_star;  // f(**kw): more keyword arguments; may be null
 };
 
 struct CallExpr : Expr {
@@ -198,7 +200,8 @@ struct ForStmt : Stmt {
   std::vector<std::string> targets;
   bool unpack = false;  // targets written as a tuple
   ExprPtr iterable;
-  ExprPtr filter;  // `for x in xs if cond`; may be null
+  ExprPtr filter;          // `for x in xs if cond`; may be null
+  bool recursive = false;  // `loop(children)` renders the body again over children
   Body body;
   Body else_body;
 };

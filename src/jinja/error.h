@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace kvvm::jinja::detail {
@@ -19,6 +20,8 @@ struct TemplateError {
   Kind kind = Kind::kInvalid;
   std::string message;
   SourcePos pos;
+  std::uint64_t requested = 0;  // kExhausted: what was asked for, and the bound it passed
+  std::uint64_t limit = 0;
 };
 
 [[noreturn]] inline void fail(std::string message) {
@@ -26,6 +29,16 @@ struct TemplateError {
 }
 [[noreturn]] inline void fail_at(SourcePos pos, std::string message) {
   throw TemplateError{TemplateError::Kind::kInvalid, std::move(message), pos};
+}
+
+// A limit reached: "`what` exceeds `bound` (limit)", with the numbers for the Status.
+[[noreturn]] inline void exhausted(std::string_view what, std::string_view bound,
+                                   std::uint64_t requested, std::uint64_t limit,
+                                   SourcePos pos = {}) {
+  throw TemplateError{
+      TemplateError::Kind::kExhausted,
+      std::string(what) + " exceeds " + std::string(bound) + " (" + std::to_string(limit) + ")",
+      pos, requested, limit};
 }
 
 }  // namespace kvvm::jinja::detail

@@ -54,8 +54,9 @@ Value range(Interpreter& in, CallArgs& args) {
   return Value::list(std::move(items));
 }
 
-Value make_namespace(Interpreter&, CallArgs& args) {
+Value make_namespace(Interpreter& in, CallArgs& args) {
   auto ns = std::make_shared<Namespace>();
+  in.track(ns);
   for (const Value& p : args.positional) {
     if (!p.is_dict()) fail("namespace() takes a dict or keyword arguments");
     for (const auto& [k, v] : p.as_dict()) ns->attributes.emplace_back(k.str(), v);

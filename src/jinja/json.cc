@@ -101,10 +101,7 @@ struct JsonWriter {
 
   void newline(std::size_t level) {
     if (out.size() > max_bytes) {
-      throw TemplateError{
-          TemplateError::Kind::kExhausted,
-          "tojson output exceeds max_output_bytes (" + std::to_string(max_bytes) + ")",
-          {}};
+      exhausted("tojson output", "max_output_bytes", out.size(), max_bytes);
     }
     out.push_back('\n');
     for (std::size_t i = 0; i < level; ++i) out += *indent;

@@ -24,9 +24,18 @@ class FrameSwap {
 
 }  // namespace
 
+Interpreter::~Interpreter() {
+  // Break the cycles; the values' own destructors then free the rest.
+  for (const auto& frame : frames_) frame->vars.clear();
+  for (const auto& ns : namespaces_) ns->attributes.clear();
+  for (const auto& loop : loops_) loop->last_changed.reset();
+  if (frame_) frame_->vars.clear();
+}
+
 std::string Interpreter::render(const Body& body, Value context) {
   context_ = std::move(context);
   frame_ = std::make_shared<Frame>();
+  track(frame_);
   std::string out;
   out_ = &out;
   exec(body);
@@ -36,10 +45,7 @@ std::string Interpreter::render(const Body& body, Value context) {
 void Interpreter::write(std::string_view text) {
   step();
   if (out_->size() + text.size() > limits_.max_output_bytes) {
-    throw TemplateError{
-        TemplateError::Kind::kExhausted,
-        "output exceeds max_output_bytes (" + std::to_string(limits_.max_output_bytes) + ")",
-        {}};
+    exhausted("output", "max_output_bytes", out_->size() + text.size(), limits_.max_output_bytes);
   }
   out_->append(text);
 }
@@ -105,8 +111,30 @@ void Interpreter::assign(const std::vector<std::string>& targets, bool unpack,
 
 Interpreter::Flow Interpreter::exec_for(const ForStmt& s) {
   Value iterable = eval(*s.iterable);
-  List items = iterate(*this, iterable);
+  return run_loop(s, iterate(*this, iterable), 0);
+}
+
+Value Interpreter::call_loop(const LoopState& loop, CallArgs& args) {
+  if (loop.recursive == nullptr)
+    fail("'LoopContext' object is not callable (the loop is not recursive)");
+  if (args.positional.size() != 1 || !args.keywords.empty()) fail("loop() takes one iterable");
+  List items = iterate(*this, args.positional[0]);
+  std::string buffer;
+  std::string* saved = std::exchange(out_, &buffer);
+  try {
+    run_loop(*loop.recursive, std::move(items), loop.depth0 + 1);
+  } catch (...) {
+    out_ = saved;
+    throw;
+  }
+  out_ = saved;
+  return Value::string(std::move(buffer));
+}
+
+Interpreter::Flow Interpreter::run_loop(const ForStmt& s, List items, std::int64_t depth0) {
   auto state = std::make_shared<LoopState>();
+  state->depth0 = depth0;
+  if (s.recursive) state->recursive = &s;
   auto frame = std::make_shared<Frame>();
   frame->parent = frame_;
   FrameSwap swap(frame_, frame);
@@ -142,7 +170,7 @@ Interpreter::Flow Interpreter::exec_for(const ForStmt& s) {
 }
 
 Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& closure,
-                              CallArgs& args, const Value* caller) {
+                              CallArgs& args) {
   auto frame = std::make_shared<Frame>();
   frame->parent = closure;
   FrameSwap swap(frame_, frame);
@@ -170,7 +198,7 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
     }
     if (is_param) {
       frame->set(k, v);
-    } else if (k == "caller" && caller == nullptr) {
+    } else if (k == "caller") {  // from a call block
       frame->set(k, v);
     } else if (m.uses_kwargs) {
       kwargs.emplace_back(Value::string(k), v);
@@ -187,15 +215,15 @@ Value Interpreter::call_macro(const MacroStmt& m, const std::shared_ptr<Frame>& 
   }
   frame->set("varargs", Value::list(std::move(varargs), /*tuple=*/true));
   frame->set("kwargs", Value::dict(std::move(kwargs)));
-  if (caller != nullptr) frame->set("caller", *caller);
   return Value::string(capture(m.body));
 }
 
 Value Interpreter::make_macro(const MacroStmt& m) {
   std::shared_ptr<Frame> closure = frame_;
+  track(closure);
   const MacroStmt* macro = &m;
   return Value::callable(m.name, [macro, closure](Interpreter& in, CallArgs& args) {
-    return in.call_macro(*macro, closure, args, nullptr);
+    return in.call_macro(*macro, closure, args);
   });
 }
 
@@ -242,6 +270,7 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s) {
       case StmtKind::kCallBlock: {
         const auto& c = static_cast<const CallBlockStmt&>(s);
         std::shared_ptr<Frame> closure = frame_;
+        track(closure);
         // caller(): renders the call block's body with the block's own parameters.
         const CallBlockStmt* block = &c;
         Value caller = Value::callable("caller", [block, closure](Interpreter& in, CallArgs& args) {

@@ -39,6 +39,16 @@ class Interpreter {
  public:
   Interpreter(const TemplateLimits& limits, const RenderHooks& hooks)
       : limits_(limits), hooks_(hooks) {}
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  // Objects that can close a reference cycle (a scope holding a macro that holds the scope, a
+  // namespace holding itself, loop.changed's last arguments): emptied when the render ends so
+  // that everything it built is freed.
+  void track(std::shared_ptr<Frame> frame) { frames_.push_back(std::move(frame)); }
+  void track(std::shared_ptr<Namespace> ns) { namespaces_.push_back(std::move(ns)); }
+  void track(std::shared_ptr<const LoopState> loop) { loops_.push_back(std::move(loop)); }
 
   // Renders `body` with `context` (a dict) as the template's variables.
   std::string render(const Body& body, Value context);
@@ -68,12 +78,15 @@ class Interpreter {
   Flow exec(const Body& body);
   Flow exec_stmt(const Stmt& s);
   Flow exec_for(const struct ForStmt& s);
+  Flow run_loop(const struct ForStmt& s, List items, std::int64_t depth0);
+  // loop(children) in a recursive loop: the body again over `children`, one level deeper.
+  Value call_loop(const LoopState& loop, CallArgs& args);
   void exec_set(const struct SetStmt& s);
   void assign(const std::vector<std::string>& targets, bool unpack, const std::string& attribute,
               Value v);
   Value make_macro(const struct MacroStmt& m);
-  Value call_macro(const struct MacroStmt& m, const std::shared_ptr<Frame>& closure, CallArgs& args,
-                   const Value* caller);
+  Value call_macro(const struct MacroStmt& m, const std::shared_ptr<Frame>& closure,
+                   CallArgs& args);
   std::string capture(const Body& body);
   void write(std::string_view text);
   void write_value(const Value& v);
@@ -94,6 +107,9 @@ class Interpreter {
   std::string* out_ = nullptr;
   std::uint64_t steps_ = 0;
   std::uint32_t depth_ = 0;
+  std::vector<std::shared_ptr<Frame>> frames_;
+  std::vector<std::shared_ptr<Namespace>> namespaces_;
+  std::vector<std::shared_ptr<const LoopState>> loops_;
 };
 
 // Counts a nesting level against max_depth while alive.
@@ -117,6 +133,8 @@ bool contains(const Value& container, const Value& item);
 // iterable. Undefined iterates as empty. A string's characters count against the limits.
 List iterate(Interpreter& in, const Value& v);
 [[noreturn]] void fail_undefined(const Value& v);
+// 's', quoted for an error message.
+std::string quoted(std::string_view s);
 
 // Argument `index` (positional) or `name` (keyword) of a call, or nullptr.
 const Value* find_arg(const CallArgs& args, std::size_t index, std::string_view name);

@@ -2,6 +2,8 @@
 // interpreter), errors as Status with the template's name, line and column.
 #include "kvvm/jinja/template.h"
 
+#include <exception>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -25,20 +27,18 @@ namespace {
 using detail::TemplateError;
 using detail::Value;
 
-Status to_status(const TemplateError& e, std::string_view name, const TemplateLimits& limits) {
+Status to_status(const TemplateError& e, std::string_view name) {
   std::string where = std::string(name) + ":" + std::to_string(e.pos.line) + ":" +
                       std::to_string(e.pos.column) + ": ";
   if (e.kind == TemplateError::Kind::kExhausted) {
-    return Status::ResourceExhausted(where + e.message, Exhaustion{0, 0, limits.max_output_bytes});
+    return Status::ResourceExhausted(where + e.message, Exhaustion{e.requested, 0, e.limit});
   }
   return Status::InvalidArgument(where + e.message);
 }
 
 Value from_json(const nlohmann::ordered_json& j, std::uint32_t depth, std::uint32_t max_depth) {
   if (depth > max_depth) {
-    throw TemplateError{TemplateError::Kind::kExhausted,
-                        "context nesting exceeds max_depth (" + std::to_string(max_depth) + ")",
-                        {1, 1}};
+    detail::exhausted("context nesting", "max_depth", depth, max_depth, {1, 1});
   }
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
@@ -82,6 +82,8 @@ void check_body(const detail::Body& body);
 void check_args(const detail::Arguments& args) {
   for (const auto& a : args.positional) check_names(*a);
   for (const auto& [_, a] : args.keywords) check_names(*a);
+  if (args.star) check_names(*args.star);
+  if (args.star_star) check_names(*args.star_star);
 }
 
 void check_names(const detail::Expr& e) {
@@ -296,7 +298,10 @@ Result<Template> Template::parse(std::string_view source, std::string_view name,
     check_body(parsed->body);
     check_loop_controls(parsed->body, false);
   } catch (const TemplateError& e) {
-    return to_status(e, name, options.limits);
+    return to_status(e, name);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(std::string(name) + ": out of memory while parsing",
+                                     Exhaustion{});
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string(name) + ": " + e.what());
   }
@@ -316,7 +321,9 @@ Result<std::string> Template::render(std::string_view context_json,
     detail::Interpreter interpreter(p.options.limits, hooks);
     return interpreter.render(p.body, std::move(vars));
   } catch (const TemplateError& e) {
-    return to_status(e, p.name, p.options.limits);
+    return to_status(e, p.name);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(p.name + ": out of memory while rendering", Exhaustion{});
   } catch (const std::exception& e) {
     return Status::InvalidArgument(p.name + ": " + e.what());
   }

@@ -1,5 +1,6 @@
 #include "jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -55,8 +56,24 @@ Value Value::string(std::string s) {
   return v;
 }
 
+namespace {
+
+std::int64_t nesting_of(const Value& v) { return v.is_list() || v.is_dict() ? v.nesting() : 0; }
+
+void check_nesting(std::int64_t depth) {
+  if (depth > kMaxNesting) {
+    exhausted("value nesting", "the nesting bound", static_cast<std::uint64_t>(depth), kMaxNesting);
+  }
+}
+
+}  // namespace
+
 Value Value::list(List items, bool tuple) {
   Value v;
+  std::int64_t depth = 0;
+  for (const Value& item : items) depth = std::max(depth, nesting_of(item));
+  check_nesting(depth + 1);
+  v.int_ = depth + 1;
   v.kind_ = Kind::kList;
   v.tuple_ = tuple;
   v.ptr_ = std::make_shared<const List>(std::move(items));
@@ -65,6 +82,10 @@ Value Value::list(List items, bool tuple) {
 
 Value Value::dict(Dict items) {
   Value v;
+  std::int64_t depth = 0;
+  for (const auto& [k, item] : items) depth = std::max({depth, nesting_of(k), nesting_of(item)});
+  check_nesting(depth + 1);
+  v.int_ = depth + 1;
   v.kind_ = Kind::kDict;
   v.ptr_ = std::make_shared<const Dict>(std::move(items));
   return v;
@@ -333,6 +354,14 @@ void Value::append_str(std::string& out) const {
   }
 }
 
+namespace {
+
+// The namespaces being printed on this thread: one inside itself prints as <Namespace {...}>,
+// as Python prints a recursive container.
+thread_local std::vector<const void*> printing_namespaces;
+
+}  // namespace
+
 void Value::append_repr(std::string& out) const {
   switch (kind_) {
     case Kind::kUndefined:
@@ -380,6 +409,20 @@ void Value::append_repr(std::string& out) const {
       out += "<function " + as_callable().name + ">";
       return;
     case Kind::kNamespace: {
+      if (std::find(printing_namespaces.begin(), printing_namespaces.end(), ptr_.get()) !=
+          printing_namespaces.end()) {
+        out += "<Namespace {...}>";
+        return;
+      }
+      // Chains of distinct namespaces recurse too: bounded like nesting.
+      if (static_cast<std::int64_t>(printing_namespaces.size()) >= kMaxNesting) {
+        exhausted("value nesting", "the nesting bound", printing_namespaces.size() + 1,
+                  kMaxNesting);
+      }
+      printing_namespaces.push_back(ptr_.get());
+      struct Pop {
+        ~Pop() { printing_namespaces.pop_back(); }
+      } pop;
       out += "<Namespace {";
       bool first = true;
       for (const auto& [k, v] : as_namespace().attributes) {

@@ -19,6 +19,7 @@ namespace kvvm::jinja::detail {
 
 class Value;
 class Interpreter;
+struct ForStmt;
 struct LoopState;
 
 using List = std::vector<Value>;
@@ -40,6 +41,11 @@ struct Callable {
 struct Namespace {
   std::vector<std::pair<std::string, Value>> attributes;
 };
+
+// The deepest a list or dict may nest. A template can build nesting in a loop
+// ({% set ns.x = [ns.x] %}); printing, comparing and freeing recurse over it, so it is bounded
+// well inside any thread's stack.
+inline constexpr std::int64_t kMaxNesting = 1000;
 
 enum class Kind : std::uint8_t {
   kUndefined,
@@ -86,7 +92,8 @@ class Value {
   bool is_loop() const { return kind_ == Kind::kLoop; }
 
   bool as_bool() const { return int_ != 0; }
-  std::int64_t as_int() const { return int_; }  // bools too (Python's bool is an int)
+  std::int64_t nesting() const { return int_; }  // lists and dicts: 1 + their items' deepest
+  std::int64_t as_int() const { return int_; }   // bools too (Python's bool is an int)
   double as_float() const { return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_); }
   const std::string& as_string() const;
   const List& as_list() const;
@@ -119,7 +126,7 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
-  std::int64_t int_ = 0;
+  std::int64_t int_ = 0;  // bool and int values; a list's or dict's nesting depth
   double float_ = 0;
   std::shared_ptr<const void> ptr_;  // string, list, dict, callable, namespace, loop, hint
 };
@@ -129,6 +136,8 @@ struct LoopState {
   Value items;  // the list iterated (after an `if` filter)
   std::int64_t index0 = 0;
   std::int64_t length = 0;
+  std::int64_t depth0 = 0;             // recursive loops: how deep loop(...) calls went
+  const ForStmt* recursive = nullptr;  // set when the loop is recursive
   // loop.changed(...): the arguments of its last call; written during the render that owns
   // the loop (one render's loops are never shared between threads).
   mutable std::shared_ptr<const List> last_changed;

@@ -76,6 +76,9 @@ TEST(JinjaTemplate, StepLimitStopsLongLoops) {
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(out.status().message().find("max_steps"), std::string::npos);
+  ASSERT_TRUE(out.status().exhaustion().has_value());
+  EXPECT_EQ(out.status().exhaustion()->limit, 100'000u);
+  EXPECT_GT(out.status().exhaustion()->requested, 100'000u);
   // Nested loops that each stay under range()'s bound still run into the step limit.
   Result<std::string> nested = render(
       "{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}"
@@ -151,6 +154,30 @@ TEST(JinjaTemplate, OutputLimitStopsBombs) {
     EXPECT_NE(out.status().message().find("max_output_bytes"), std::string::npos)
         << out.status().message();
   }
+}
+
+TEST(JinjaTemplate, NestingLimitStopsDeepValues) {
+  // Values nested in a loop, one level an iteration: printing, comparing and freeing them
+  // recurse, so their depth is bounded.
+  for (const char* deep : {
+           "{% set ns = namespace(x=[]) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}"
+           "{% endfor %}{{ ns.x|length }}",
+           "{% set ns = namespace(x={}) %}{% for i in range(5000) %}{% set ns.x = {'a': ns.x} %}"
+           "{% endfor %}{{ ns.x }}",
+           "{% set ns = namespace(cur=none) %}{% for i in range(5000) %}"
+           "{% set ns.cur = namespace(prev=ns.cur) %}{% endfor %}{{ ns }}",
+       }) {
+    SCOPED_TRACE(deep);
+    Result<std::string> out = render(deep);
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(out.status().message().find("nesting"), std::string::npos) << out.status().message();
+  }
+  Result<std::string> shallow = render(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}"
+      "{% endfor %}{{ ns.x|tojson|length }}");
+  ASSERT_TRUE(shallow.ok()) << shallow.status().to_string();
+  EXPECT_EQ(*shallow, "202");
 }
 
 TEST(JinjaTemplate, SandboxRefusesPythonInternals) {

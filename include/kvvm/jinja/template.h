@@ -9,8 +9,9 @@
 // the string, list and dict methods templates call), and a render is bounded in steps, nesting
 // and output (TemplateLimits): a hostile or broken template ends with an error, never a hang or
 // a crash. Errors are InvalidArgument "NAME:LINE:COLUMN: what" (parse and render alike; a
-// raise_exception() call's message is kept), ResourceExhausted naming the bound a render ran
-// into.
+// raise_exception() call's message is kept), ResourceExhausted "NAME:LINE:COLUMN: ... exceeds
+// BOUND (LIMIT)" naming the bound a render ran into, its Exhaustion holding what was asked for
+// (requested) and the limit, in the bound's unit (steps, levels, bytes).
 #pragma once
 
 #include <cstddef>
@@ -25,9 +26,11 @@
 namespace kvvm::jinja {
 
 struct TemplateLimits {
-  std::uint64_t max_steps = 10'000'000;  // loop iterations, calls and output writes together
-  std::uint32_t max_depth = 256;         // nested calls (macros, recursion) and expressions
-  std::size_t max_output_bytes = std::size_t{64} << 20;
+  // Loop iterations, calls and output writes together; work on large values counts in
+  // proportion (a step per list item, per 16 bytes of a string copied or scanned).
+  std::uint64_t max_steps = 10'000'000;
+  std::uint32_t max_depth = 256;  // nested calls (macros, recursion) and expressions
+  std::size_t max_output_bytes = std::size_t{64} << 20;  // the output, and any one value built
 };
 
 struct TemplateOptions {
