@@ -120,7 +120,9 @@ Check read_message(const json& item, const std::string& param, ordered_json* out
     if (Check error = read_content(*content, param + ".content", &text, ignored)) return error;
     (*out)["content"] = std::move(text);
   } else {
-    (*out)["content"] = nullptr;
+    // As vLLM hands templates a message without content: an empty string (Qwen3's template,
+    // for one, searches the content for </think> and fails on null).
+    (*out)["content"] = "";
   }
   // OpenAI's newer name for the system prompt.
   if (role == "developer") (*out)["role"] = "system";

@@ -5,8 +5,9 @@
 // Messages as OpenAI's API takes them: system, developer (rendered as system), user,
 // assistant (content null or absent beside tool_calls [{id, type: function, function {name,
 // arguments}}], reasoning_content) and tool (tool_call_id, content) — each checked and a 400
-// naming the field otherwise. Content parts of text are joined with "\n" into one string, as
-// vLLM gives templates that read content as a string; other parts are refused by type. What
+// naming the field otherwise. Content parts of text are joined with "\n" into one string, and
+// an absent or null content is "", as vLLM gives templates content; other parts are refused
+// by type. What
 // reaches the template keeps the client's key order (tools printed with tojson read as the
 // client wrote them), and an assistant call's arguments, sent as JSON text, reach it as the
 // object they spell, as vLLM and transformers give them to templates.

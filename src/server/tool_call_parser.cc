@@ -392,6 +392,9 @@ grammar::ToolCallsSpec tool_calls_spec(ToolCallFormat format, std::vector<ToolSp
   spec.min_calls = 1;
   spec.max_calls = parallel ? 0 : 1;
   spec.after_open = after_open;
+  // One blank at most where JSON allows blanks: room for the template's own spacing
+  // ({"name": "f", "arguments": {...}}), none for a model to spend max_tokens on blanks.
+  spec.whitespace = grammar::JsonWhitespace{.flexible = true, .max_run = 1};
   return spec;
 }
 

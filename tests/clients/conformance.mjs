@@ -50,8 +50,8 @@ const BATCH = [[164, 921], [229, 271], [719, 123]];
 const servers = [];
 
 // Starts `kvvm serve` on a free port; resolves once it prints the line with its URL.
-function startServer(name, extraArgs) {
-  const args = ['serve', '--model', modelDir, '--backend', 'cpu', '--port', '0', ...extraArgs];
+function startServer(name, extraArgs, dir = modelDir) {
+  const args = ['serve', '--model', dir, '--backend', 'cpu', '--port', '0', ...extraArgs];
   const child = spawn(kvvm, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, OPENBLAS_NUM_THREADS: process.env.OPENBLAS_NUM_THREADS ?? '1' },
@@ -175,11 +175,18 @@ async function refused(promise, Class, status, what) {
 const started = Date.now();
 let main;
 let overload;
+let tools;
+const toolModelDir = path.join(here, '..', 'data', 'models', 'qwen3-tiny');
+const toolModelId = 'qwen3-tiny';
+const demoTemplate = path.join(path.resolve(modelDir), 'chat_template.jinja');
 try {
   // The overload server admits one request and queues one more: a burst gets 429s.
-  [main, overload] = await Promise.all([
+  [main, overload, tools] = await Promise.all([
     startServer('main', []),
     startServer('overload', ['--max-running', '1', '--max-queue', '1']),
+    // Tool loops need more context than the demo model's 128 tokens: the qwen3-tiny fixture
+    // (trained, 512 tokens) through the demo's template, which shows tools in few tokens.
+    startServer('tools', ['--chat-template', demoTemplate], toolModelDir),
   ]);
 } catch (error) {
   console.log(`not ok - kvvm serve starts: ${describe(error)}`);
@@ -538,16 +545,20 @@ await check('langchain: withStructuredOutput (jsonSchema, includeRaw) keeps the 
   equal(raw.response_metadata?.finish_reason, 'stop', 'raw.response_metadata.finish_reason');
 });
 
-// Tool calls: the demo model's own template shows tools and tool calls as Qwen2.5's does
-// (<tool_call> blocks), so kvvm reads its answers with the hermes parser; with tool_choice
-// required or a named function the grammar engine makes every call parse against its schema.
+// Tool calls: the demo's template shows tools and tool calls as Qwen2.5's does (<tool_call>
+// blocks), so kvvm reads the answers with the hermes parser; with tool_choice required or a
+// named function the grammar engine makes every call parse against its schema. Bounded values
+// keep a random model's calls short.
+const toolClient = new OpenAI({ baseURL: `${tools.url}/v1`, apiKey: 'none', maxRetries: 0,
+  timeout: 20_000 });
 const AddArgs = z.object({ a: z.number().int(), b: z.number().int() }).strict();
+const operand = { type: 'integer', minimum: 0, maximum: 999 };
 const addTool = { type: 'function', function: { name: 'add', description: 'Adds two integers',
-  parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } },
-    required: ['a', 'b'], additionalProperties: false } } };
+  parameters: { type: 'object', properties: { a: operand, b: operand }, required: ['a', 'b'],
+    additionalProperties: false } } };
 const echoTool = { type: 'function', function: { name: 'echo', description: 'Repeats a text',
   parameters: { type: 'object', properties: { text: { type: 'string', maxLength: 12 } },
-    required: ['text'] } } };
+    required: ['text'], additionalProperties: false } } };
 function callsAdd(call, what) {
   equal(call.type, 'function', `${what}.type`);
   equal(call.function.name, 'add', `${what}.function.name`);
@@ -560,9 +571,9 @@ function callsAdd(call, what) {
 await check('openai: tool_choice required always answers calls that parse against the ' +
   'schema (12 seeds, temperature 1)', async () => {
   for (let seed = 0; seed < 12; ++seed) {
-    const reply = await client.chat.completions.create({ model: modelId, messages: demoMessages,
+    const reply = await toolClient.chat.completions.create({ model: toolModelId, messages: demoMessages,
       tools: [addTool], tool_choice: 'required', parallel_tool_calls: false, temperature: 1,
-      seed, max_tokens: 64 });
+      seed, max_tokens: 128 });
     const choice = reply.choices[0];
     equal(choice.finish_reason, 'tool_calls', `seed ${seed}: finish_reason`);
     equal(choice.message.content, null, `seed ${seed}: content`);
@@ -571,9 +582,9 @@ await check('openai: tool_choice required always answers calls that parse agains
   }
 });
 await check('openai: a named tool_choice calls that function', async () => {
-  const reply = await client.chat.completions.create({ model: modelId, messages: demoMessages,
+  const reply = await toolClient.chat.completions.create({ model: toolModelId, messages: demoMessages,
     tools: [addTool, echoTool], tool_choice: { type: 'function', function: { name: 'echo' } },
-    temperature: 1, seed: 3, max_tokens: 64 });
+    temperature: 1, seed: 3, max_tokens: 128 });
   const calls = reply.choices[0].message.tool_calls;
   assert.ok(calls.length >= 1, 'no call');
   for (const call of calls) {
@@ -583,14 +594,14 @@ await check('openai: a named tool_choice calls that function', async () => {
 });
 await check('openai: a tool loop by hand: call, result, answer', async () => {
   const messages = [...demoMessages];
-  const first = await client.chat.completions.create({ model: modelId, messages,
+  const first = await toolClient.chat.completions.create({ model: toolModelId, messages,
     tools: [addTool], tool_choice: 'required', parallel_tool_calls: false, temperature: 0,
-    max_tokens: 64 });
+    max_tokens: 128 });
   const call = first.choices[0].message.tool_calls[0];
   const { a, b } = callsAdd(call, 'the call');
   messages.push(first.choices[0].message);  // content null, tool_calls
   messages.push({ role: 'tool', tool_call_id: call.id, content: String(a + b) });
-  const answer = await client.chat.completions.create({ model: modelId, messages,
+  const answer = await toolClient.chat.completions.create({ model: toolModelId, messages,
     tools: [addTool], tool_choice: 'none', temperature: 0, max_tokens: 16 });
   const choice = answer.choices[0];
   assert.ok(choice.finish_reason === 'stop' || choice.finish_reason === 'length',
@@ -601,10 +612,10 @@ await check('openai: a tool loop by hand: call, result, answer', async () => {
 });
 await check('openai: streamed tool calls accumulate (stream().finalChatCompletion()) to the ' +
   'whole answer\'s calls', async () => {
-  const body = { model: modelId, messages: demoMessages, tools: [addTool, echoTool],
-    tool_choice: 'required', temperature: 0, max_tokens: 96 };
-  const whole = await client.chat.completions.create(body);
-  const stream = client.chat.completions.stream(body);
+  const body = { model: toolModelId, messages: demoMessages, tools: [addTool, echoTool],
+    tool_choice: 'required', temperature: 0, max_tokens: 160 };
+  const whole = await toolClient.chat.completions.create(body);
+  const stream = toolClient.chat.completions.stream(body);
   const streamed = await stream.finalChatCompletion();
   const strip = (calls) => calls.map((c) => [c.function.name, c.function.arguments]);
   assert.deepEqual(strip(streamed.choices[0].message.tool_calls),
@@ -614,8 +625,8 @@ await check('openai: streamed tool calls accumulate (stream().finalChatCompletio
 await check('openai: runTools with a named function calls it once and sends its result',
   async () => {
     let called = 0;
-    const runner = client.chat.completions.runTools({ model: modelId, messages: demoMessages,
-      temperature: 0, max_tokens: 64, tool_choice: { type: 'function', function: { name: 'add' } },
+    const runner = toolClient.chat.completions.runTools({ model: toolModelId, messages: demoMessages,
+      temperature: 0, max_tokens: 128, tool_choice: { type: 'function', function: { name: 'add' } },
       tools: [{ type: 'function', function: { ...addTool.function, parse: JSON.parse,
         function: ({ a, b }) => { ++called; return String(a + b); } } }] });
     await runner.done();
@@ -624,7 +635,7 @@ await check('openai: runTools with a named function calls it once and sends its 
     assert.ok(roles.includes('tool'), `the runner's messages ${show(roles)} have no tool result`);
   });
 await check('openai: tool_choice required without tools throws BadRequestError', async () => {
-  const error = await refused(client.chat.completions.create({ model: modelId,
+  const error = await refused(toolClient.chat.completions.create({ model: toolModelId,
     messages: demoMessages, max_tokens: 8, tool_choice: 'required' }), BadRequestError, 400,
   'required without tools');
   equal(error.param, 'tool_choice', 'error.param');
@@ -635,8 +646,8 @@ await check('langchain: bindTools (tool_choice required), then an agent step wit
   'ToolMessage', async () => {
   const add = tool(({ a, b }) => String(a + b), { name: 'add', description: 'Adds two integers',
     schema: z.object({ a: z.number().int(), b: z.number().int() }) });
-  const chat = new ChatOpenAI({ model: modelId, temperature: 0, maxTokens: 64, apiKey: 'none',
-    maxRetries: 0, configuration: { baseURL: `${main.url}/v1` } });
+  const chat = new ChatOpenAI({ model: toolModelId, temperature: 0, maxTokens: 128, apiKey: 'none',
+    maxRetries: 0, configuration: { baseURL: `${tools.url}/v1` } });
   const bound = chat.bindTools([add], { tool_choice: 'required' });
   const human = new HumanMessage(question(...DEMO));
   const ai = await bound.invoke([human]);
@@ -652,7 +663,7 @@ await check('langchain: bindTools (tool_choice required), then an agent step wit
 });
 
 // SIGTERM drains and ends with exit 0.
-for (const server of [main, overload]) {
+for (const server of [main, overload, tools]) {
   await check(`kvvm serve (${server.name}) exits 0 on SIGTERM`, () => stopServer(server));
 }
 

@@ -128,7 +128,25 @@ TEST_F(ServerRequest, AToolLoopsMessagesAreRendered) {
       contains(text, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}"))
       << text;
   EXPECT_TRUE(contains(text, "<tool_response>\n3\n</tool_response>")) << text;
-  EXPECT_TRUE(contains(text, "\"name\": \"add\", \"description\": \"Adds\"")) << text;
+  EXPECT_TRUE(contains(text, "<tools>add</tools>")) << text;
+
+  // What the template is handed, printed by a probe template: the tools in the client's key
+  // order (the reader's JSON sorts keys), the arguments as an object.
+  Result<tokenizer::ChatRenderer> probe =
+      tokenizer::ChatRenderer::load(std::string(KVVM_TEST_DATA_DIR) + "/chat_templates/probe", "");
+  ASSERT_TRUE(probe.ok()) << probe.status().to_string();
+  ParseContext p = ctx;
+  p.chat_renderer = &*probe;
+  p.context_tokens = 4096;
+  const std::string seen = adder_->decode(accept(Endpoint::kChat, loop, p).engine.prompt);
+  EXPECT_TRUE(contains(seen,
+                       "\"type\": \"function\",\n    \"function\": {\n      \"name\": "
+                       "\"add\",\n      \"description\": \"Adds\""))
+      << seen;
+  // Content null reaches templates as "", as vLLM hands it (Qwen3's fails on null).
+  EXPECT_TRUE(contains(seen, "[1:assistant] calls=")) << seen;
+  EXPECT_TRUE(contains(seen, "\"arguments\": {\"a\": 1, \"b\": 2}")) << seen;
+  EXPECT_TRUE(contains(seen, "[2:tool]3 id=call_1")) << seen;
 }
 
 TEST_F(ServerRequest, ToolSchemasNestDeeperThanSixteenLevels) {

@@ -40,7 +40,8 @@ ordered_json made_tool(std::uint32_t i) {
 }
 
 // system, then user / assistant turns; every third assistant turn calls a tool, answered by a
-// tool message.
+// tool message. As the server hands them to templates: a call's content "", its arguments an
+// object.
 ordered_json made_messages(std::uint32_t count) {
   ordered_json messages = ordered_json::array();
   messages.push_back({{"role", "system"}, {"content", "You are a helpful assistant."}});
@@ -54,13 +55,13 @@ ordered_json made_messages(std::uint32_t count) {
       const std::string id = "call_" + std::to_string(turn);
       messages.push_back(
           {{"role", "assistant"},
-           {"content", nullptr},
+           {"content", ""},  // as the server hands templates a null content
            {"tool_calls",
             {{{"id", id},
               {"type", "function"},
               {"function",
                {{"name", "tool_1"},
-                {"arguments", R"({"query": "weather", "where": {"city": "Paris"}})"}}}}}}});
+                {"arguments", {{"query", "weather"}, {"where", {{"city", "Paris"}}}}}}}}}}});
       messages.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", "Sunny, 21 C"}});
     } else {
       messages.push_back(
