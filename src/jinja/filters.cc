@@ -2,6 +2,7 @@
 #include "jinja/filters.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -150,9 +151,11 @@ Value f_replace(Interpreter& in, const Value& v, CallArgs& args) {
   const Value* old = find_arg(args, 0, "old");
   const Value* replacement = find_arg(args, 1, "new");
   if (old == nullptr || replacement == nullptr) fail("replace() needs old and new");
-  long long count = arg_or(args, 2, "count", Value::none()).is_none()
-                        ? -1
-                        : arg_or(args, 2, "count", Value::none()).as_int();
+  Value count_arg = arg_or(args, 2, "count", Value::none());
+  if (!count_arg.is_none() && !count_arg.is_int() && !count_arg.is_bool()) {
+    fail("'" + std::string(count_arg.type_name()) + "' object cannot be interpreted as an integer");
+  }
+  long long count = count_arg.is_none() ? -1 : count_arg.as_int();
   std::string s = soft_str(v);
   std::string o = old->str();
   std::string n = replacement->str();
@@ -274,60 +277,94 @@ Value f_format(Interpreter& in, const Value& v, CallArgs& args) {
   return Value::string(printf_format(soft_str(v), packed, in));
 }
 
+// A filter's parameters after the value, as Jinja 3.1 (and transformers, for tojson) declares
+// them: calls are checked against them as Python checks a call. kAnyArgs: *args, **kwargs.
 struct FilterEntry {
   std::string_view name;
   FilterFn fn;
+  std::array<std::string_view, 4> params;
+  std::size_t required = 0;
 };
+
+constexpr std::string_view kAnyArgs = "*";
 
 constexpr FilterEntry kFilters[] = {
-    {"abs", f_abs},
-    {"attr", f_attr},
-    {"batch", f_batch},
-    {"capitalize", f_capitalize},
-    {"center", f_center},
-    {"count", f_length},
-    {"d", f_default},
-    {"default", f_default},
-    {"dictsort", f_dictsort},
-    {"e", f_escape},
-    {"escape", f_escape},
-    {"first", f_first},
-    {"float", f_float},
-    {"forceescape", f_escape},
-    {"format", f_format},
-    {"indent", f_indent},
-    {"int", f_int},
-    {"items", f_items},
-    {"join", f_join},
-    {"last", f_last},
-    {"length", f_length},
-    {"list", f_list},
-    {"lower", f_lower},
-    {"map", f_map},
-    {"max", f_max},
-    {"min", f_min},
-    {"reject", f_reject},
-    {"rejectattr", f_rejectattr},
-    {"replace", f_replace},
-    {"reverse", f_reverse},
-    {"round", f_round},
-    {"safe", f_safe},
-    {"select", f_select},
-    {"selectattr", f_selectattr},
-    {"sort", f_sort},
-    {"string", f_string},
-    {"sum", f_sum},
-    {"title", f_title},
-    {"tojson", f_tojson},
-    {"trim", f_trim},
-    {"unique", f_unique},
-    {"upper", f_upper},
-    {"wordcount", f_wordcount},
+    {"abs", f_abs, {}},
+    {"attr", f_attr, {"name"}, 1},
+    {"batch", f_batch, {"linecount", "fill_with"}, 1},
+    {"capitalize", f_capitalize, {}},
+    {"center", f_center, {"width"}},
+    {"count", f_length, {}},
+    {"d", f_default, {"default_value", "boolean"}},
+    {"default", f_default, {"default_value", "boolean"}},
+    {"dictsort", f_dictsort, {"case_sensitive", "by", "reverse"}},
+    {"e", f_escape, {}},
+    {"escape", f_escape, {}},
+    {"first", f_first, {}},
+    {"float", f_float, {"default"}},
+    {"forceescape", f_escape, {}},
+    {"format", f_format, {kAnyArgs}},
+    {"indent", f_indent, {"width", "first", "blank"}},
+    {"int", f_int, {"default", "base"}},
+    {"items", f_items, {}},
+    {"join", f_join, {"d", "attribute"}},
+    {"last", f_last, {}},
+    {"length", f_length, {}},
+    {"list", f_list, {}},
+    {"lower", f_lower, {}},
+    {"map", f_map, {kAnyArgs}},
+    {"max", f_max, {"case_sensitive", "attribute"}},
+    {"min", f_min, {"case_sensitive", "attribute"}},
+    {"reject", f_reject, {kAnyArgs}},
+    {"rejectattr", f_rejectattr, {kAnyArgs}},
+    {"replace", f_replace, {"old", "new", "count"}, 2},
+    {"reverse", f_reverse, {}},
+    {"round", f_round, {"precision", "method"}},
+    {"safe", f_safe, {}},
+    {"select", f_select, {kAnyArgs}},
+    {"selectattr", f_selectattr, {kAnyArgs}},
+    {"sort", f_sort, {"reverse", "case_sensitive", "attribute"}},
+    {"string", f_string, {}},
+    {"sum", f_sum, {"attribute", "start"}},
+    {"title", f_title, {}},
+    {"tojson", f_tojson, {"ensure_ascii", "indent", "separators", "sort_keys"}},
+    {"trim", f_trim, {"chars"}},
+    {"unique", f_unique, {"case_sensitive", "attribute"}},
+    {"upper", f_upper, {}},
+    {"wordcount", f_wordcount, {}},
 };
 
-FilterFn find_filter(std::string_view name) {
+// Python's checks of a call against a signature.
+void check_call(const FilterEntry& e, const CallArgs& args) {
+  if (e.params[0] == kAnyArgs) return;
+  std::size_t count = 0;
+  while (count < e.params.size() && !e.params[count].empty()) ++count;
+  if (args.positional.size() > count) {
+    fail("filter '" + std::string(e.name) + "' takes at most " + std::to_string(count) +
+         " argument(s), " + std::to_string(args.positional.size()) + " given");
+  }
+  for (const auto& [k, v] : args.keywords) {
+    auto it = std::find(e.params.begin(), e.params.begin() + static_cast<std::ptrdiff_t>(count), k);
+    if (it == e.params.begin() + static_cast<std::ptrdiff_t>(count)) {
+      fail("filter '" + std::string(e.name) + "' got an unexpected keyword argument '" + k + "'");
+    }
+    if (static_cast<std::size_t>(it - e.params.begin()) < args.positional.size()) {
+      fail("filter '" + std::string(e.name) + "' got multiple values for argument '" + k + "'");
+    }
+  }
+  for (std::size_t i = args.positional.size(); i < e.required; ++i) {
+    bool given = false;
+    for (const auto& [k, v] : args.keywords) given = given || k == e.params[i];
+    if (!given) {
+      fail("filter '" + std::string(e.name) + "' is missing required argument '" +
+           std::string(e.params[i]) + "'");
+    }
+  }
+}
+
+const FilterEntry* find_filter(std::string_view name) {
   for (const FilterEntry& e : kFilters) {
-    if (e.name == name) return e.fn;
+    if (e.name == name) return &e;
   }
   return nullptr;
 }
@@ -337,9 +374,10 @@ FilterFn find_filter(std::string_view name) {
 bool has_filter(std::string_view name) { return find_filter(name) != nullptr; }
 
 Value apply_filter(Interpreter& in, std::string_view name, const Value& operand, CallArgs& args) {
-  FilterFn fn = find_filter(name);
-  if (fn == nullptr) fail("No filter named '" + std::string(name) + "'");
-  return fn(in, operand, args);
+  const FilterEntry* e = find_filter(name);
+  if (e == nullptr) fail("No filter named '" + std::string(name) + "'");
+  check_call(*e, args);
+  return e->fn(in, operand, args);
 }
 
 }  // namespace kvvm::jinja::detail

@@ -141,9 +141,7 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
     }
     return Value::list(std::move(out));
   }
-  if (args.positional.empty()) {
-    return Value::list(iterate(in, v));
-  }
+  if (args.positional.empty()) fail("map requires a filter argument");
   std::string filter = args.positional[0].str();
   if (!has_filter(filter)) fail("No filter named '" + filter + "'");
   CallArgs rest;
@@ -252,6 +250,8 @@ Value f_sort(Interpreter& in, const Value& v, CallArgs& args) {
   }
   in.step(items.size());
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+    // Equal keys never reach an ordering (Python compares jinja's key lists with == first).
+    if (a.first.equals(b.first)) return false;
     int c = compare_values(a.first, b.first);
     return reverse ? c > 0 : c < 0;
   });

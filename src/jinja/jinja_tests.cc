@@ -1,4 +1,5 @@
 // The built-in tests (`x is defined`, `n is divisibleby 3`, ...).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -153,6 +154,18 @@ bool has_test(std::string_view name) { return find_test(name) != nullptr; }
 bool apply_test(Interpreter& in, std::string_view name, const Value& operand, CallArgs& args) {
   TestFn fn = find_test(name);
   if (fn == nullptr) fail("No test named '" + std::string(name) + "'");
+  // Tests that compare take exactly one argument; the others none, as their Python
+  // signatures say.
+  static constexpr std::string_view kOneArgument[] = {
+      "!=", "<",           "<=", "==", ">",  ">=",       "divisibleby", "eq", "equalto",
+      "ge", "greaterthan", "gt", "in", "le", "lessthan", "lt",          "ne", "sameas"};
+  bool one =
+      std::find(std::begin(kOneArgument), std::end(kOneArgument), name) != std::end(kOneArgument);
+  std::size_t given = args.positional.size() + args.keywords.size();
+  if (given != (one ? 1u : 0u)) {
+    fail("test '" + std::string(name) + "' takes " + (one ? "one argument" : "no arguments") +
+         ", " + std::to_string(given) + " given");
+  }
   return fn(in, operand, args);
 }
 

@@ -1,6 +1,7 @@
 #include "jinja/lexer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <string>
@@ -235,6 +236,32 @@ class Lexer {
 
   std::size_t lex_number(std::size_t i) {
     std::size_t start = i;
+    // 0x1f, 0o17, 0b101; a decimal integer never starts with 0 unless it is all zeros.
+    if (src_[i] == '0' && i + 1 < src_.size()) {
+      char prefix = static_cast<char>(src_[i + 1] | 0x20);
+      int base = prefix == 'x' ? 16 : prefix == 'o' ? 8 : prefix == 'b' ? 2 : 0;
+      if (base != 0) {
+        std::string digits;
+        std::size_t j = i + 2;
+        while (j < src_.size() &&
+               (std::isxdigit(static_cast<unsigned char>(src_[j])) || src_[j] == '_')) {
+          if (src_[j] != '_') digits.push_back(src_[j]);
+          ++j;
+        }
+        errno = 0;
+        char* end = nullptr;
+        long long v = std::strtoll(digits.c_str(), &end, base);
+        if (digits.empty() || errno == ERANGE || *end != '\0') {
+          error_at(start, "invalid integer literal");
+        }
+        Token t;
+        t.kind = TokenKind::kInteger;
+        t.integer = v;
+        t.pos = pos_at(start);
+        tokens_.push_back(std::move(t));
+        return j;
+      }
+    }
     std::string digits;
     auto take_digits = [&] {
       while (i < src_.size() && (is_digit(src_[i]) || (src_[i] == '_' && i + 1 < src_.size() &&
@@ -244,6 +271,15 @@ class Lexer {
       }
     };
     take_digits();
+    if (digits.size() > 1 && digits[0] == '0' &&
+        digits.find_first_not_of('0') != std::string::npos &&
+        !(i < src_.size() && (src_[i] == '.' || src_[i] == 'e' || src_[i] == 'E'))) {
+      // "07": Python has no such literal; Jinja reads the zeros as one integer and the rest as
+      // another, which the parser refuses.
+      i = start + 1;
+      while (i < src_.size() && (src_[i] == '0' || src_[i] == '_')) ++i;
+      digits = "0";
+    }
     bool is_float = false;
     if (i + 1 < src_.size() && src_[i] == '.' && is_digit(src_[i + 1])) {
       is_float = true;

@@ -365,6 +365,7 @@ thread_local std::vector<const void*> printing_namespaces;
 void Value::append_repr(std::string& out) const {
   switch (kind_) {
     case Kind::kUndefined:
+      out += "Undefined";  // as Jinja's Undefined reprs inside a list or tuple
       return;
     case Kind::kNone:
       out += "None";

@@ -12,6 +12,11 @@
 // raise_exception() call's message is kept), ResourceExhausted "NAME:LINE:COLUMN: ... exceeds
 // BOUND (LIMIT)" naming the bound a render ran into, its Exhaustion holding what was asked for
 // (requested) and the limit, in the bound's unit (steps, levels, bytes).
+//
+// Not there, as no chat template needs them and transformers gives templates no loader:
+// extends/block/include/import, {% do %}, autoescaping (escape returns a plain string), and
+// the printed form of Python's lazy objects (range(), dict.items() and map/select results
+// print as the lists they hold).
 #pragma once
 
 #include <cstddef>
