@@ -161,7 +161,8 @@ std::unique_ptr<RequestState> Engine::Impl::make_state(EngineRequest request,
   r->tokens = request.prompt;
   r->stats.prompt_tokens = r->prompt_size;
   if (options_.tokenizer != nullptr) {
-    r->text = std::make_unique<TextStream>(*options_.tokenizer, request.stop_strings);
+    r->text = std::make_unique<TextStream>(*options_.tokenizer, request.stop_strings,
+                                           request.skip_special_tokens);
   }
   if (request.grammar) r->matcher = std::make_unique<grammar::Matcher>(request.grammar);
   r->grammar_started = request.grammar_trigger.empty();

@@ -7,9 +7,11 @@
 
 namespace kvvm::engine {
 
-TextStream::TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop_strings)
-    // Special tokens (an end token the request chose to ignore, say) are not text.
-    : decoder_(tokenizer, /*skip_special=*/true), stop_strings_(std::move(stop_strings)) {}
+TextStream::TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop_strings,
+                       bool skip_special)
+    // Special tokens (an end token the request chose to ignore, say) are not text, unless
+    // the request reads them (a tool-call format spelled in special tokens).
+    : decoder_(tokenizer, skip_special), stop_strings_(std::move(stop_strings)) {}
 
 bool TextStream::push(std::int32_t token, std::string& out) {
   if (stopped_) return true;

@@ -14,7 +14,8 @@ namespace kvvm::engine {
 
 class TextStream {
  public:
-  TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop_strings);
+  TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop_strings,
+             bool skip_special = true);
 
   // Decodes one more token; appends the text now safe to emit to `out`. Returns true when a
   // stop string appeared (the text before it was appended; nothing after it ever will be).

@@ -157,6 +157,7 @@ void copy_fields(const RequestBody& body, ApiRequest* request) {
   engine.logit_bias = body.logit_bias;
   engine.min_tokens = static_cast<std::uint32_t>(body.min_tokens);
   engine.use_model_eos = !body.ignore_eos;
+  engine.skip_special_tokens = body.skip_special_tokens;
 }
 
 std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view body,

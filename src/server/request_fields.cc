@@ -136,7 +136,8 @@ constexpr Field<B> kFields[] = {
     D::integer("top_k", kInGeneration, top_k_range, &B::top_k, 0),
     D::seed("seed", kInGeneration, &B::seed, 0),
     D::any("stop", kInGeneration).then(read_stop),
-    D::boolean("ignore_eos", kInGeneration, &B::ignore_eos, false),  // vLLM's
+    D::boolean("ignore_eos", kInGeneration, &B::ignore_eos, false),                   // vLLM's
+    D::boolean("skip_special_tokens", kInGeneration, &B::skip_special_tokens, true),  // vLLM's
     D::boolean("stream", kInGeneration, &B::stream, false),
     D::object("stream_options", kInGeneration).with_fields(kStreamOptions),
     D::string("user", kInGeneration, &B::user),

@@ -45,7 +45,8 @@ struct RequestBody {
   double repetition_penalty = 0;
   std::int64_t min_tokens = 0;
   std::vector<std::pair<std::int32_t, float>> logit_bias;
-  bool ignore_eos = false;  // the model's end token does not end generation
+  bool ignore_eos = false;          // the model's end token does not end generation
+  bool skip_special_tokens = true;  // vLLM's: the answer's text leaves special tokens out
   // Tools, read together by tool_fields.h.
   const nlohmann::json* tools = nullptr;
   const nlohmann::json* tool_choice = nullptr;

@@ -160,6 +160,8 @@ Check settle_tool_calls(const ToolRequest& tools, const ParseContext& context,
   }
   const ToolCallFormat format = *context.tool_call_format;
   request->parsing.tool_calls = format;
+  // Mistral opens its calls with a special token: the text must keep it (as vLLM does).
+  if (format == ToolCallFormat::kMistral) request->engine.skip_special_tokens = false;
   const ToolCallSyntax syntax = syntax_of(format);
   const bool automatic = tools.choice == ToolRequest::Choice::kAuto;
   if (automatic && syntax.trigger.empty()) return std::nullopt;  // read, not constrained

@@ -68,6 +68,20 @@ TEST_F(ServerRequest, ToolChoicesAreWhatTheAnswerMustBe) {
   }
 }
 
+// Mistral opens calls with a special token ([TOOL_CALLS]): its answers keep special tokens in
+// their text, as vLLM's mistral parser needs; other formats leave them out unless asked.
+TEST_F(ServerRequest, SpecialTokensStayInTheTextWhereTheFormatSpellsCallsWithThem) {
+  ParseContext ctx = adder_tools();
+  const std::string body = kUser + R"("tools": [)" + kAdd + R"(], "tool_choice": "required"})";
+  EXPECT_TRUE(accept(Endpoint::kChat, body, ctx).engine.skip_special_tokens);
+  ctx.tool_call_format = ToolCallFormat::kMistral;
+  const ApiRequest mistral = accept(Endpoint::kChat, body, ctx);
+  EXPECT_FALSE(mistral.engine.skip_special_tokens);
+  EXPECT_EQ(mistral.constraint->constraint.tool_calls.open, "[TOOL_CALLS][");
+  EXPECT_FALSE(accept(Endpoint::kChat, kUser + R"("skip_special_tokens": false})", adder_tools())
+                   .engine.skip_special_tokens);
+}
+
 TEST_F(ServerRequest, MalformedToolsAndChoicesAreRefusedNamingTheField) {
   const ParseContext ctx = adder_tools();
   const std::vector<Refusal> cases = {

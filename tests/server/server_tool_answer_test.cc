@@ -123,9 +123,13 @@ TEST(ServerToolAnswer, StreamedDeltasOfAnySplitAddUpToTheWholeReading) {
         if (last) choice.finish = finish_reason(engine::RequestEnd::kStop, stream.called());
         const json chunk = stream_chunk(head, choice, first);
         const json& d = chunk["choices"][0]["delta"];
-        if (first) EXPECT_EQ(d["role"], "assistant");
+        if (first) {
+          EXPECT_EQ(d["role"], "assistant");
+        }
         got.add(d);
-        if (last) EXPECT_EQ(chunk["choices"][0]["finish_reason"], "tool_calls");
+        if (last) {
+          EXPECT_EQ(chunk["choices"][0]["finish_reason"], "tool_calls");
+        }
         first = false;
       }
       if (last) break;

@@ -88,6 +88,9 @@ struct EngineRequest {
   // then the call must parse); it matches what follows the trigger. Empty: from the start.
   // Needs the engine's tokenizer.
   std::string grammar_trigger;
+  // The output's text leaves special tokens out (an end token the request chose to ignore,
+  // say); false writes them (Mistral's [TOOL_CALLS], which its tool-call parser reads).
+  bool skip_special_tokens = true;
 };
 
 // What a request may ask of one model over one KV space.

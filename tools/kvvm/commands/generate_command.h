@@ -25,11 +25,11 @@ class App;
 namespace kvvm::cli {
 
 struct GenerateOptions {
-  std::string model_dir;                    // --model DIR (required)
-  std::optional<std::string> prompt;        // --prompt TEXT: encoded with the special tokens
-  std::optional<std::string> chat;          // --chat TEXT: one user message through the template
-  std::optional<std::string> system;        // --system TEXT: a system message before it
-  std::string chat_template;  // --chat-template NAME|FILE; empty: the directory's template
+  std::string model_dir;              // --model DIR (required)
+  std::optional<std::string> prompt;  // --prompt TEXT: encoded with the special tokens
+  std::optional<std::string> chat;    // --chat TEXT: one user message through the template
+  std::optional<std::string> system;  // --system TEXT: a system message before it
+  std::string chat_template;          // --chat-template NAME|FILE; empty: the directory's template
   std::optional<std::string> prompt_ids;    // hidden --prompt-ids 1,2,3: exact ids (tests)
   std::optional<std::uint64_t> max_tokens;  // unset: 128, cut to the context with a note
   double temperature = 0;
