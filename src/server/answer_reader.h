@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "reasoning_parser.h"
@@ -37,6 +38,12 @@ struct AssistantDelta {
   std::string content;
   std::vector<ToolCallDelta> calls;
   bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
+  // `later`'s pieces after this one's.
+  void append(AssistantDelta later) {
+    reasoning += later.reasoning;
+    content += later.content;
+    for (ToolCallDelta& call : later.calls) calls.push_back(std::move(call));
+  }
 };
 
 class AnswerStream {

@@ -226,12 +226,7 @@ std::string sse_text(StreamState& state, StreamUpdate& update) {
     const bool read = !state.answers.empty();
     if (read) {
       delta = state.answers[i].push(choice.text);
-      if (choice.finished) {
-        AssistantDelta rest = state.answers[i].finish();
-        delta.reasoning += rest.reasoning;
-        delta.content += rest.content;
-        for (ToolCallDelta& call : rest.calls) delta.calls.push_back(std::move(call));
-      }
+      if (choice.finished) delta.append(state.answers[i].finish());
       if (delta.empty() && !scored && !choice.finished) continue;
     } else if (choice.text.empty() && !scored && !echoing && !choice.finished) {
       continue;

@@ -1,39 +1,16 @@
 #include "server/reasoning_parser.h"
 
-#include <algorithm>
-
-#include "tokenizer/utf8.h"
+#include "server/streamed_text.h"
 
 namespace kvvm::server {
 namespace {
 
+using detail::is_blank;
+using detail::leading_blanks;
+using detail::tag_prefix_at_end;
+
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
-
-bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-std::size_t leading_blanks(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size() && is_blank(text[i])) ++i;
-  return i;
-}
-
-// The longest end of `text` that is a proper prefix of `tag`.
-std::size_t tag_prefix_at_end(std::string_view text, std::string_view tag) {
-  for (std::size_t k = std::min(text.size(), tag.size() - 1); k > 0; --k) {
-    if (text.substr(text.size() - k) == tag.substr(0, k)) return k;
-  }
-  return 0;
-}
-
-// Moves `text`'s incomplete last character into `held` (after putting the held one back).
-void hold_partial(std::string& text, std::string& held, bool at_end) {
-  text.insert(0, held);
-  held.clear();
-  if (at_end) return;
-  const std::size_t whole = tokenizer::detail::utf8_complete_prefix(text);
-  held = text.substr(whole);
-  text.resize(whole);
-}
 
 }  // namespace
 
@@ -91,8 +68,8 @@ ReasoningSplit ReasoningStream::finish() {
 }
 
 void ReasoningStream::release_utf8(ReasoningSplit& out, bool at_end) {
-  hold_partial(out.reasoning, partial_reasoning_, at_end);
-  hold_partial(out.content, partial_content_, at_end);
+  detail::hold_partial_utf8(out.reasoning, partial_reasoning_, at_end);
+  detail::hold_partial_utf8(out.content, partial_content_, at_end);
 }
 
 void ReasoningStream::run(bool at_end, ReasoningSplit& out) {

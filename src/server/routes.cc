@@ -131,8 +131,7 @@ Routes::Routes(ServerDeps deps, const ServerOptions& options) : deps_(deps), opt
   if (options_.reasoning_parser.empty()) {
     parse_context_.reasoning = detect_reasoning_format(source);
   } else {
-    parse_context_.reasoning =
-        options_.reasoning_parser == "think" ? ReasoningFormat::kThinkTags : ReasoningFormat::kNone;
+    parse_context_.reasoning = parse_reasoning_format(options_.reasoning_parser).value();
   }
   parse_context_.model_name = options_.model_name;
   parse_context_.context_tokens = context_tokens_;

@@ -18,6 +18,7 @@
 
 #include "api_error.h"
 #include "completion_handler.h"
+#include "reasoning_parser.h"
 #include "routes.h"
 #include "tool_call_parser.h"
 
@@ -246,11 +247,12 @@ Result<std::unique_ptr<Server>> Server::create(ServerDeps deps, ServerOptions op
                                      format.status().message());
     }
   }
-  if (!options.reasoning_parser.empty() && options.reasoning_parser != "none" &&
-      options.reasoning_parser != "think") {
-    return Status::InvalidArgument("ServerOptions::reasoning_parser (--reasoning-parser): \"" +
-                                   options.reasoning_parser +
-                                   "\" is none of none, think (or empty: from the template)");
+  if (!options.reasoning_parser.empty()) {
+    Result<ReasoningFormat> format = parse_reasoning_format(options.reasoning_parser);
+    if (!format.ok()) {
+      return Status::InvalidArgument("ServerOptions::reasoning_parser (--reasoning-parser): " +
+                                     format.status().message());
+    }
   }
   return std::unique_ptr<Server>(new Server(std::make_unique<Impl>(deps, std::move(options))));
 }

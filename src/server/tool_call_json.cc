@@ -6,14 +6,13 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "server/streamed_text.h"
 #include "tokenizer/utf8.h"
 
 namespace kvvm::server::detail {
 namespace {
 
 using Json = nlohmann::ordered_json;  // keys in the model's order, as Python's dicts keep them
-
-bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 // Python's json.dumps(value, ensure_ascii=False): ", " and ": " between items, nothing else
 // added; strings escaped as nlohmann escapes them (", \, control characters), which is

@@ -4,32 +4,20 @@
 #include <random>
 #include <utility>
 
+#include "server/streamed_text.h"
 #include "server/tool_call_json.h"
-#include "tokenizer/utf8.h"
 
 namespace kvvm::server {
 namespace {
+
+using detail::all_blank;
+using detail::leading_blanks;
+using detail::tag_prefix_at_end;
 
 constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kMistralTag = "[TOOL_CALLS]";
-
-bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-bool all_blank(std::string_view text) { return std::all_of(text.begin(), text.end(), is_blank); }
-std::size_t leading_blanks(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size() && is_blank(text[i])) ++i;
-  return i;
-}
-
-// The longest end of `text` that is a proper prefix of `tag`: text that may still open it.
-std::size_t tag_prefix_at_end(std::string_view text, std::string_view tag) {
-  for (std::size_t k = std::min(text.size(), tag.size() - 1); k > 0; --k) {
-    if (text.substr(text.size() - k) == tag.substr(0, k)) return k;
-  }
-  return 0;
-}
 
 std::string random_alphanumerics(std::size_t count) {
   static constexpr std::string_view kAlphabet =
@@ -162,13 +150,7 @@ AnswerDelta ToolCallStream::finish() {
 }
 
 void ToolCallStream::release_utf8(AnswerDelta& out, bool at_end) {
-  if (partial_utf8_.empty() && out.content.empty()) return;
-  out.content.insert(0, partial_utf8_);
-  partial_utf8_.clear();
-  if (at_end) return;
-  const std::size_t whole = tokenizer::detail::utf8_complete_prefix(out.content);
-  partial_utf8_ = out.content.substr(whole);
-  out.content.resize(whole);
+  detail::hold_partial_utf8(out.content, partial_utf8_, at_end);
 }
 
 void ToolCallStream::emit_content(std::string_view text, AnswerDelta& out) {

@@ -111,12 +111,7 @@ TEST(ServerToolAnswer, StreamedDeltasOfAnySplitAddUpToTheWholeReading) {
       at += size;
       const bool last = at >= kAnswer.size();
       AssistantDelta delta = stream.push(piece);
-      if (last) {
-        AssistantDelta rest = stream.finish();
-        delta.reasoning += rest.reasoning;
-        delta.content += rest.content;
-        for (ToolCallDelta& call : rest.calls) delta.calls.push_back(std::move(call));
-      }
+      if (last) delta.append(stream.finish());
       if (!delta.empty() || last) {
         ChoiceText choice;
         choice.delta = &delta;

@@ -55,8 +55,9 @@ struct ServerOptions {
   // "mistral" (vLLM's --tool-call-parser names); empty: the family the chat template writes
   // calls in (none shown: requests that let the model call tools get 400).
   std::string tool_call_parser;
-  // How reasoning is split out of answers (reasoning_content): "none", "think" (<think>
-  // blocks, Qwen3 and DeepSeek-R1); empty: "think" when the chat template thinks in them.
+  // How reasoning is split out of answers (reasoning_content), as vLLM's --reasoning-parser
+  // names it: "qwen3" or "deepseek_r1" (<think> blocks), "none"; empty: <think> blocks when
+  // the chat template thinks in them.
   std::string reasoning_parser;
   // Compiled structured-output grammars kept by content (a schema sent with every request is
   // compiled once), the least recently used dropped first.

@@ -159,10 +159,10 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
                   "tools get 400)")
       ->check(CLI::IsMember({"hermes", "llama3_json", "llama4_json", "mistral"}));
   cmd->add_option("--reasoning-parser", options.reasoning_parser,
-                  "How reasoning is split out of chat answers into reasoning_content: think "
-                  "(<think> blocks, Qwen3 and DeepSeek-R1), none (default: think when the chat "
-                  "template thinks in <think> blocks)")
-      ->check(CLI::IsMember({"none", "think"}));
+                  "How reasoning is split out of chat answers into reasoning_content, as vLLM "
+                  "names its parsers: qwen3 or deepseek_r1 (<think> blocks), none (default: "
+                  "<think> blocks when the chat template thinks in them)")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1", "none"}));
   cmd->add_option("--backend", options.backend,
                   "auto, cpu or cuda (default auto: cuda when a GPU is usable, else cpu)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

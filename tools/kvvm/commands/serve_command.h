@@ -36,7 +36,7 @@ struct ServeOptions {
   std::string api_keys_file;      // empty: no keys, one tenant
   std::string chat_template;      // NAME|FILE; empty: the directory's own template
   std::string tool_call_parser;   // hermes|llama3_json|mistral; empty: from the template
-  std::string reasoning_parser;   // none|think; empty: from the template
+  std::string reasoning_parser;   // qwen3|deepseek_r1|none; empty: from the template
   std::string backend = "auto";   // auto | cpu | cuda
   std::uint64_t kv_budget = 0;    // bytes; 0: the KV space's default
   std::uint64_t max_context = 0;  // 0: the config's max_position_embeddings
