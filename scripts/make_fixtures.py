@@ -42,11 +42,39 @@ Outputs (under --out, default the repository):
         FP8 model itself (its FP8 GEMMs, activations quantized per token and group of 128; its
         math emulated in torch when transformers' FP8 kernel cannot be loaded, which
         `reference` then says), for qwen3-tiny-fp8-channel the dequantized weights in bf16
+  tests/data/models/{qwen3-moe-tiny,qwen3-moe-tiny-bf16,mixtral-tiny,mixtral-tiny-bf16,
+  qwen2-moe-tiny,qwen2-moe-tiny-bf16}/ (--only moe, made last, from seeds of their own; the
+  load-balancing loss in training, experts in transformers' eager loop throughout):
+      qwen3-moe-tiny: Qwen3MoeForCausalLM, 3 layers, layer 1 dense (mlp_only_layers), the others
+        8 experts, top 4, renormalised; Qwen3's tokenizer additions and template, as qwen3-tiny
+      mixtral-tiny: MixtralForCausalLM, 2 layers of 4 experts, top 2; llama-tiny's tokenizer
+      qwen2-moe-tiny: Qwen2MoeForCausalLM, 2 layers of 8 experts, top 2, not renormalised, a
+        shared expert behind its sigmoid gate, q/k/v biases; qwen2-tiny's tokenizer (ChatML)
+      the files of the fixtures above, expected.json with, besides (scripts/fixtures/
+      moe_routing.py says each in full):
+        expert_format  "per-expert" or "fused": the experts' tensors as save_pretrained wrote them
+        moe            {num_experts, top_k, renormalize, layers, router_aux_loss_coef,
+                       experts_implementation}
+        expert_usage   [{layer, counts}]  how often each expert is chosen over the prompts
+        routing        [{prompt, prompt_ids, layers: [{layer, ids, weights, margins, ids_fp32,
+                       weights_fp32, margins_fp32}]}]  the first 3 prompts' top-k experts per
+                       token, their float32 weights (renormalised where `renormalize`), and the
+                       k-th minus the (k+1)-th probability; unsuffixed as `last`, _fp32 as
+                       `last_fp32`
+        routing_margin, routing_margin_fp32  the smallest of those margins
+  tests/data/models/qwen3-moe-tiny-fp8/ (--only moe with CUDA, or --only moe-fp8 alone from the
+  saved qwen3-moe-tiny-bf16, drawing nothing random): written here in the Hub's per-expert block
+      FP8 layout (each attention, dense-MLP and expert projection e4m3 with a float32
+      `weight_scale_inv` per 128 x 128 block; routers, embeddings, norms, lm_head bf16),
+      config.json's quantization_config {quant_method fp8, activation_scheme dynamic, fmt e4m3,
+      weight_block_size [128, 128], modules_to_not_convert}; expected.json as the FP8 fixtures'
+      (`weight_quant` "fp8-block128", `reference`: the dequantized weights in bf16 on CUDA; `_fp32`
+      in float32 on the CPU) with the MoE fields above from the same two models
   models/kvvm-adder/   the demo model (Qwen2, ChatML): adds two numbers below 1000;
       README.md (model card), eval.json (held-out prompts, HF's answers, accuracy)
 
 Usage: python3 scripts/make_fixtures.py [--out DIR] [--quick]
-       [--only fixtures|demo|qwen3|fp8|prompt-logprobs] [--check-reproducible]
+       [--only fixtures|demo|qwen3|fp8|moe|moe-fp8|prompt-logprobs] [--check-reproducible]
 
 The work is done by the modules of scripts/fixtures/, one concept each; this file is the command
 line.
@@ -54,6 +82,7 @@ line.
 
 import argparse
 import os
+import sys
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
@@ -64,6 +93,8 @@ from fixtures.demo import make_demo  # noqa: E402
 from fixtures.digest import check_reproducible  # noqa: E402
 from fixtures.fp8 import FP8_FIXTURES, make_fp8_fixtures  # noqa: E402
 from fixtures.llama_qwen2 import FIXTURES, make_fixtures  # noqa: E402
+from fixtures.moe import MOE_FIXTURES, MOE_TRAINED, make_moe_fixtures  # noqa: E402
+from fixtures.moe_fp8 import MOE_FP8_FIXTURES, make_moe_fp8_fixture  # noqa: E402
 from fixtures.prompt_logprobs import write_prompt_logprobs  # noqa: E402
 from fixtures.qwen3 import QWEN3_FIXTURES, make_qwen3_fixtures  # noqa: E402
 
@@ -72,10 +103,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), ".."))
     parser.add_argument("--quick", action="store_true", help="a few steps only (smoke run)")
-    parser.add_argument("--only", choices=["fixtures", "demo", "qwen3", "fp8", "prompt-logprobs"],
+    parser.add_argument("--only", choices=["fixtures", "demo", "qwen3", "fp8", "moe", "moe-fp8",
+                                           "prompt-logprobs"],
                         help="qwen3: only the Qwen3 fixtures; fp8: only the FP8 fixtures (from "
-                             "the saved qwen3-tiny-bf16); prompt-logprobs: only "
-                             "prompt_logprobs.json of the saved fixtures")
+                             "the saved qwen3-tiny-bf16); moe: only the MoE fixtures; moe-fp8: "
+                             "only qwen3-moe-tiny-fp8 (from the saved qwen3-moe-tiny-bf16); "
+                             "prompt-logprobs: only prompt_logprobs.json of the saved fixtures")
     parser.add_argument("--check-reproducible", action="store_true",
                         help="make the fixtures twice and compare every byte")
     args = parser.parse_args()
@@ -87,10 +120,10 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, {device}",
           flush=True)
     if args.only == "prompt-logprobs":
-        for name in FIXTURES + QWEN3_FIXTURES:
+        for name in FIXTURES + QWEN3_FIXTURES + MOE_TRAINED:
             directory = os.path.join(args.out, "tests", "data", "models", name)
-            if name in QWEN3_FIXTURES and not os.path.isdir(directory):
-                continue  # not made yet (--only qwen3 makes it)
+            if name not in FIXTURES and not os.path.isdir(directory):
+                continue  # not made yet (--only qwen3 / --only moe makes it)
             write_prompt_logprobs(directory)
             print(f"  wrote {directory}/prompt_logprobs.json", flush=True)
         return
@@ -115,6 +148,19 @@ def main():
                 FP8_FIXTURES, args.out, args.quick, device)
     elif args.only is None:
         print("  FP8 fixtures not made: they need CUDA", flush=True)
+    # Last: from seeds of their own (and its FP8 fixture from its own saved bf16 checkpoint).
+    if args.only in (None, "moe"):
+        make_moe_fixtures(args.out, args.quick, device)
+        if args.check_reproducible:
+            check_reproducible(make_moe_fixtures, MOE_FIXTURES, args.out, args.quick, device)
+    if args.only == "moe-fp8":
+        if device != "cuda":
+            sys.exit("--only moe-fp8 needs CUDA: its reference runs on a GPU")
+        make_moe_fp8_fixture(args.out, args.quick, device)
+        if args.check_reproducible:
+            check_reproducible(
+                lambda again, quick, dev: make_moe_fp8_fixture(again, quick, dev, args.out),
+                MOE_FP8_FIXTURES, args.out, args.quick, device)
 
 
 if __name__ == "__main__":
