@@ -111,12 +111,77 @@ ReferenceTransformer::ReferenceTransformer(const model::ModelConfig& config,
                    : to_doubles(weights.lm_head)),
       inv_freq_(reference_inv_freq(config)) {
   for (const model::LayerWeights& w : weights.layers) {
-    layers_.push_back(Layer{to_doubles(w.input_norm), to_doubles(w.q), to_doubles(w.k),
-                            to_doubles(w.v), to_doubles(w.q_bias), to_doubles(w.k_bias),
-                            to_doubles(w.v_bias), to_doubles(w.o), to_doubles(w.o_bias),
-                            to_doubles(w.post_norm), to_doubles(w.gate), to_doubles(w.up),
-                            to_doubles(w.down), to_doubles(w.q_norm), to_doubles(w.k_norm)});
+    Layer& layer = layers_.emplace_back();
+    layer.input_norm = to_doubles(w.input_norm);
+    layer.q = to_doubles(w.q);
+    layer.k = to_doubles(w.k);
+    layer.v = to_doubles(w.v);
+    layer.q_bias = to_doubles(w.q_bias);
+    layer.k_bias = to_doubles(w.k_bias);
+    layer.v_bias = to_doubles(w.v_bias);
+    layer.o = to_doubles(w.o);
+    layer.o_bias = to_doubles(w.o_bias);
+    layer.post_norm = to_doubles(w.post_norm);
+    layer.gate = to_doubles(w.gate);
+    layer.up = to_doubles(w.up);
+    layer.down = to_doubles(w.down);
+    layer.q_norm = to_doubles(w.q_norm);
+    layer.k_norm = to_doubles(w.k_norm);
+    layer.router = to_doubles(w.router);
+    for (const model::ExpertWeights& e : w.experts) {
+      layer.expert_gate.push_back(to_doubles(e.gate));
+      layer.expert_up.push_back(to_doubles(e.up));
+      layer.expert_down.push_back(to_doubles(e.down));
+    }
+    layer.shared_gate_proj = to_doubles(w.shared.gate);
+    layer.shared_up = to_doubles(w.shared.up);
+    layer.shared_down = to_doubles(w.shared.down);
+    layer.shared_gate = to_doubles(w.shared_gate);
   }
+}
+
+std::vector<double> ReferenceTransformer::mlp(const Matrix& gate_w, const Matrix& up_w,
+                                              const Matrix& down_w, std::size_t inter,
+                                              const std::vector<double>& xn) const {
+  std::vector<double> gate = apply(gate_w, {}, xn, inter);
+  const std::vector<double> up = apply(up_w, {}, xn, inter);
+  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+  return apply(down_w, {}, gate, config_.hidden_size);
+}
+
+std::vector<double> ReferenceTransformer::feed_forward(const Layer& w,
+                                                       const std::vector<double>& xn) const {
+  const model::ModelConfig& c = config_;
+  if (w.router.empty()) return mlp(w.gate, w.up, w.down, c.intermediate_size, xn);
+  const model::MoeConfig& moe = c.moe;
+  // softmax over every expert, the top k (the lower id first among equals), renormalised.
+  const std::vector<double> logits = apply(w.router, {}, xn, moe.experts);
+  const double top = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(moe.experts);
+  double sum = 0;
+  for (std::size_t e = 0; e < p.size(); ++e) sum += (p[e] = std::exp(logits[e] - top));
+  for (double& value : p) value /= sum;
+  std::vector<std::size_t> order(moe.experts);
+  for (std::size_t e = 0; e < order.size(); ++e) order[e] = e;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return p[a] > p[b]; });
+  double chosen = 0;
+  for (std::size_t j = 0; j < moe.top_k; ++j) chosen += p[order[j]];
+  std::vector<double> out(c.hidden_size, 0.0);
+  for (std::size_t j = 0; j < moe.top_k; ++j) {
+    const std::size_t e = order[j];
+    const double weight = moe.renormalize ? p[e] / chosen : p[e];
+    const std::vector<double> y =
+        mlp(w.expert_gate[e], w.expert_up[e], w.expert_down[e], moe.expert_intermediate, xn);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] += weight * y[i];
+  }
+  if (!w.shared_gate.empty()) {
+    const std::vector<double> y =
+        mlp(w.shared_gate_proj, w.shared_up, w.shared_down, moe.shared_intermediate, xn);
+    const double gate = 1 / (1 + std::exp(-apply(w.shared_gate, {}, xn, 1)[0]));
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] += gate * y[i];
+  }
+  return out;
 }
 
 std::vector<std::vector<double>> ReferenceTransformer::logits(
@@ -167,12 +232,7 @@ std::vector<std::vector<double>> ReferenceTransformer::logits(
       const std::vector<double> o = apply(w.o, w.o_bias, attn, hidden);
       for (std::size_t i = 0; i < hidden; ++i) x[t][i] += o[i];
       const std::vector<double> xn = rms_norm(x[t], w.post_norm, c.rms_norm_eps);
-      std::vector<double> gate = apply(w.gate, {}, xn, c.intermediate_size);
-      const std::vector<double> up = apply(w.up, {}, xn, c.intermediate_size);
-      for (std::size_t i = 0; i < gate.size(); ++i) {
-        gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-      }
-      const std::vector<double> down = apply(w.down, {}, gate, hidden);
+      const std::vector<double> down = feed_forward(w, xn);
       for (std::size_t i = 0; i < hidden; ++i) x[t][i] += down[i];
     }
   }

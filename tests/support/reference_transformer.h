@@ -1,5 +1,6 @@
 // A float64 reference of the decoder-only forward pass the model layer implements (Llama /
-// Qwen2 / Qwen3 / Mistral as Hugging Face defines them), for tests: every position recomputed from
+// Qwen2 / Qwen3 / Mistral, and the mixtures Qwen3-MoE / Mixtral / Qwen2-MoE, as Hugging Face
+// defines them), for tests: every position recomputed from
 // scratch with full causal attention, no KV cache, no packing, no GEMM library, so a bug in
 // the cache, the batching or the kernels shows as a difference.
 #pragma once
@@ -31,7 +32,15 @@ class ReferenceTransformer {
   struct Layer {
     Matrix input_norm, q, k, v, q_bias, k_bias, v_bias, o, o_bias, post_norm, gate, up, down;
     Matrix q_norm, k_norm;  // [head_dim] each; empty without q/k norms
+    // A sparse layer's: the router, each expert's gate, up, down, the shared expert and its gate.
+    Matrix router;
+    std::vector<Matrix> expert_gate, expert_up, expert_down;
+    Matrix shared_gate_proj, shared_up, shared_down, shared_gate;
   };
+  // The feed-forward of one token's normed row: the dense MLP, or the mixture of experts.
+  std::vector<double> feed_forward(const Layer& w, const std::vector<double>& xn) const;
+  std::vector<double> mlp(const Matrix& gate, const Matrix& up, const Matrix& down,
+                          std::size_t inter, const std::vector<double>& xn) const;
   model::ModelConfig config_;
   Matrix embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;

@@ -56,6 +56,33 @@ inline model::ModelConfig tiny_cuda_config(std::uint32_t max_positions) {
   return c;
 }
 
+// tiny_config() as a mixture of experts of `family` ("qwen3_moe": 8 experts, top 4,
+// renormalised, layer 1 dense among three; "mixtral": 4 experts, top 2; "qwen2_moe": 8 experts,
+// top 2, not renormalised, a shared expert and q/k/v biases).
+inline model::ModelConfig tiny_moe_config(const std::string& family) {
+  model::ModelConfig c = tiny_config();
+  model::MoeConfig& moe = c.moe;
+  if (family == "qwen3_moe") {
+    c.architecture = "Qwen3MoeForCausalLM";
+    c.layers = 3;
+    c.qk_norm = true;
+    moe.experts = 8, moe.top_k = 4, moe.expert_intermediate = 32, moe.renormalize = true;
+    moe.sparse = {true, false, true};
+  } else if (family == "mixtral") {
+    c.architecture = "MixtralForCausalLM";
+    moe.experts = 4, moe.top_k = 2, moe.expert_intermediate = 48, moe.renormalize = true;
+    moe.naming = model::ExpertNaming::kMixtral;
+    moe.sparse = {true, true};
+  } else {
+    c.architecture = "Qwen2MoeForCausalLM";
+    c.qkv_bias = true;
+    moe.experts = 8, moe.top_k = 2, moe.expert_intermediate = 32, moe.renormalize = false;
+    moe.shared_intermediate = 80;
+    moe.sparse = {true, true};
+  }
+  return c;
+}
+
 class TinyModel {
  public:
   TinyModel(const model::ModelConfig& config, model::TensorDType dtype, std::uint64_t seed)
@@ -84,9 +111,13 @@ class TinyModel {
         w.k_norm = tensor(p + "self_attn.k_norm.weight", {config.head_dim}, 0.5, 1.0);
       }
       w.post_norm = tensor(p + "post_attention_layernorm.weight", {hidden}, 0.2, 1.0);
-      w.gate = linear(p + "mlp.gate_proj.weight", inter, hidden);
-      w.up = linear(p + "mlp.up_proj.weight", inter, hidden);
-      w.down = linear(p + "mlp.down_proj.weight", hidden, inter);
+      if (config.moe.sparse_layer(i)) {
+        add_experts(p, w);
+      } else {
+        w.gate = linear(p + "mlp.gate_proj.weight", inter, hidden);
+        w.up = linear(p + "mlp.up_proj.weight", inter, hidden);
+        w.down = linear(p + "mlp.down_proj.weight", hidden, inter);
+      }
       weights_.layers.push_back(w);
     }
     weights_.final_norm = tensor("model.norm.weight", {hidden}, 0.2, 1.0);
@@ -122,6 +153,28 @@ class TinyModel {
   }
 
  private:
+  // A sparse layer's router (drawn wide, so the top k are far from ties), experts and shared
+  // expert, named as Qwen's checkpoints name them.
+  void add_experts(const std::string& p, model::LayerWeights& w) {
+    const model::MoeConfig& moe = config_.moe;
+    const std::uint64_t hidden = config_.hidden_size, inter = moe.expert_intermediate;
+    w.router = tensor(p + "mlp.gate.weight", {moe.experts, hidden}, 4.0 / std::sqrt(hidden), 0);
+    for (std::uint32_t e = 0; e < moe.experts; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      model::ExpertWeights& expert = w.experts.emplace_back();
+      expert.gate = linear(x + "gate_proj.weight", inter, hidden);
+      expert.up = linear(x + "up_proj.weight", inter, hidden);
+      expert.down = linear(x + "down_proj.weight", hidden, inter);
+    }
+    if (moe.shared_intermediate > 0) {
+      const std::uint64_t shared = moe.shared_intermediate;
+      w.shared.gate = linear(p + "mlp.shared_expert.gate_proj.weight", shared, hidden);
+      w.shared.up = linear(p + "mlp.shared_expert.up_proj.weight", shared, hidden);
+      w.shared.down = linear(p + "mlp.shared_expert.down_proj.weight", hidden, shared);
+      w.shared_gate = linear(p + "mlp.shared_expert_gate.weight", 1, hidden);
+    }
+  }
+
   // Scaled so activations stay of order one through the layers (peaked but finite logits).
   const model::TensorView* linear(const std::string& name, std::uint64_t rows, std::uint64_t cols) {
     return tensor(name, {rows, cols}, 1.5 / std::sqrt(static_cast<double>(cols)), 0);

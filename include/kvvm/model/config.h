@@ -1,6 +1,7 @@
 // ModelConfig: what the model runtime needs of a Hugging Face checkpoint's config.json (and
 // generation_config.json), for the decoder-only families it runs: LlamaForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM and MistralForCausalLM without a sliding window.
+// Qwen2ForCausalLM, Qwen3ForCausalLM and MistralForCausalLM without a sliding window, and the
+// mixtures of experts Qwen3MoeForCausalLM, MixtralForCausalLM and Qwen2MoeForCausalLM.
 //
 // Why refuse rather than guess: a field this runtime does not implement (a sliding window, an
 // MLP bias, an unknown RoPE scaling) changes the model's outputs silently if ignored, so the
@@ -50,14 +51,43 @@ struct RopeConfig {
   std::uint32_t original_max_position = 8192;  // llama3
 };
 
+// How a checkpoint names its experts (model/weights.h lists the tensors).
+enum class ExpertNaming : std::uint8_t {
+  kQwen,     // mlp.gate, mlp.experts.{e}.{gate,up,down}_proj (Qwen3-MoE, Qwen2-MoE)
+  kMixtral,  // block_sparse_moe.gate, block_sparse_moe.experts.{e}.{w1,w3,w2} (gate, up, down)
+};
+
+// A mixture of experts' feed-forward, as transformers runs it: the router's logits
+// (a [experts][hidden] linear), softmax in float32 over all experts, the top_k largest (the lower
+// id first among equals), renormalised over the chosen when `renormalize`, each chosen expert's
+// SiLU MLP of `expert_intermediate` weighted by its probability and summed; with a shared
+// expert (Qwen2-MoE), sigmoid(shared_expert_gate(x)) * shared_expert(x) added. Layers that are
+// not sparse run the dense MLP of intermediate_size.
+struct MoeConfig {
+  std::uint32_t experts = 0;  // num_experts (num_local_experts); 0: a dense model
+  std::uint32_t top_k = 0;    // num_experts_per_tok
+  std::uint32_t expert_intermediate = 0;  // moe_intermediate_size (Mixtral: intermediate_size)
+  bool renormalize = false;               // norm_topk_prob (Mixtral: always)
+  std::uint32_t shared_intermediate = 0;  // shared_expert_intermediate_size; 0: none
+  ExpertNaming naming = ExpertNaming::kQwen;
+  std::vector<bool> sparse;  // per layer: experts (true) or the dense MLP
+
+  bool enabled() const { return experts > 0; }
+  bool sparse_layer(std::uint32_t layer) const {
+    return enabled() && layer < sparse.size() && sparse[layer];
+  }
+  std::uint32_t sparse_layers() const;
+};
+
 struct ModelConfig {
   // Where the config came from, for messages and the KV geometry's name: a built-in model's
   // name or the config.json path (load_kv_config, builtin_model_config); empty otherwise.
   std::string name;
-  // "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"
+  // "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
+  // "Qwen3MoeForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM"
   std::string architecture;
   std::uint32_t hidden_size = 0;
-  std::uint32_t intermediate_size = 0;
+  std::uint32_t intermediate_size = 0;  // the dense MLP's (a mixture's dense layers')
   std::uint32_t layers = 0;    // num_hidden_layers
   std::uint32_t heads = 0;     // num_attention_heads
   std::uint32_t kv_heads = 0;  // num_key_value_heads (heads when absent)
@@ -74,6 +104,7 @@ struct ModelConfig {
   std::uint32_t max_position_embeddings = 0;
   DType dtype = DType::kBf16;  // torch_dtype / dtype of the checkpoint (its unquantized tensors)
   WeightQuant weight_quant = WeightQuant::kNone;  // config.json's quantization_config
+  MoeConfig moe;  // experts 0 for a dense model
   std::vector<std::int32_t> bos_token_ids;
   std::vector<std::int32_t> eos_token_ids;  // generation_config.json's list, else config's
 

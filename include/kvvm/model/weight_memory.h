@@ -50,6 +50,20 @@ struct WeightSizes {
   DType element = DType::kUnset;
   DType projection = DType::kUnset;
   std::uint64_t layer_scale_bytes = 0;
+  // Of layer_bytes, those a mixture keeps in `element` whatever the projections' type: the
+  // routers and shared-expert gates (never quantized).
+  std::uint64_t layer_element_bytes = 0;
+  // A mixture of experts: each sparse layer's block holds `experts` experts of `expert_bytes`
+  // (their projections and scales, rounded up likewise); 0 for a dense model.
+  std::uint32_t sparse_layers = 0;
+  std::uint32_t experts = 0;
+  std::uint64_t expert_bytes = 0;
+  // The experts' bytes over all layers, and what is left (the dense part: embedding, attention,
+  // routers, dense MLPs, shared experts).
+  std::uint64_t expert_total() const {
+    return std::uint64_t{sparse_layers} * experts * expert_bytes;
+  }
+  std::uint64_t dense_total() const { return total() - expert_total(); }
   // base_bytes + layers * layer_bytes.
   std::uint64_t total() const { return base_bytes + std::uint64_t{layers} * layer_bytes; }
   // total() by the type it is stored in, largest first: {"bf16", bytes}, {"fp8", bytes},

@@ -18,6 +18,21 @@
 //   model.norm.weight                             [hidden]
 //   lm_head.weight                                [vocab, hidden] (embed_tokens when tied)
 //
+// A mixture of experts (config.moe) has, in place of the mlp.* projections on each sparse layer
+// (a layer config.moe.sparse_layer() names; the others keep the dense MLP above):
+//   model.layers.{i}.mlp.gate.weight                          [experts, hidden]  the router
+//   model.layers.{i}.mlp.experts.{e}.gate_proj.weight         [expert_intermediate, hidden]
+//   model.layers.{i}.mlp.experts.{e}.up_proj.weight           [expert_intermediate, hidden]
+//   model.layers.{i}.mlp.experts.{e}.down_proj.weight         [hidden, expert_intermediate]
+//   model.layers.{i}.mlp.shared_expert.{gate,up,down}_proj.weight   (Qwen2-MoE) [shared, ...]
+//   model.layers.{i}.mlp.shared_expert_gate.weight            [1, hidden]        (Qwen2-MoE)
+// Mixtral names them block_sparse_moe.gate and block_sparse_moe.experts.{e}.w1 (gate), .w3 (up),
+// .w2 (down). transformers 5 may instead save each layer's experts fused:
+// <mlp or block_sparse_moe>.experts.gate_up_proj [experts, 2 * expert_intermediate, hidden] (gate
+// rows, then up rows) and .experts.down_proj [experts, hidden, expert_intermediate]; each
+// expert's gate, up and down are then views into those. The router and the shared expert's gate
+// are never quantized; an FP8 checkpoint stores each expert's projections per expert.
+//
 // A quantized checkpoint (config.weight_quant) stores each of the seven projections' .weight as
 // F8_E4M3 beside its scales (F32, BF16 or F16), w = e4m3 * scale:
 //   fp8-block128: <projection>.weight_scale_inv [ceil(out / 128), ceil(in / 128)], one per
@@ -25,6 +40,7 @@
 //   fp8-channel:  <projection>.weight_scale     [out, 1], one per output row
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "kvvm/base/status.h"
@@ -34,6 +50,16 @@
 #include "kvvm/model/weight_memory.h"
 
 namespace kvvm::model {
+
+// One expert's projections (and their scales when quantized).
+struct ExpertWeights {
+  const TensorView* gate = nullptr;
+  const TensorView* up = nullptr;
+  const TensorView* down = nullptr;
+  const TensorView* gate_weight_scale = nullptr;
+  const TensorView* up_weight_scale = nullptr;
+  const TensorView* down_weight_scale = nullptr;
+};
 
 struct LayerWeights {
   const TensorView* input_norm = nullptr;
@@ -48,9 +74,15 @@ struct LayerWeights {
   const TensorView* q_norm = nullptr;  // null unless config.qk_norm
   const TensorView* k_norm = nullptr;
   const TensorView* post_norm = nullptr;
+  // The dense MLP; null on a mixture's sparse layers.
   const TensorView* gate = nullptr;
   const TensorView* up = nullptr;
   const TensorView* down = nullptr;
+  // A sparse layer's router, experts and (Qwen2-MoE) shared expert; empty / null otherwise.
+  const TensorView* router = nullptr;
+  std::vector<ExpertWeights> experts;
+  ExpertWeights shared;
+  const TensorView* shared_gate = nullptr;
   // The projections' scales when config.weight_quant is not kNone (the projections are then
   // F8_E4M3); null otherwise.
   const TensorView* q_weight_scale = nullptr;
@@ -72,6 +104,9 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   const TensorView* final_norm = nullptr;
   const TensorView* lm_head = nullptr;  // == embed when tied
+  // Views made here rather than found in the files: each expert's slice of fused expert tensors
+  // (shared, so a copy of the weights points at views that live as long as it does).
+  std::vector<std::shared_ptr<const TensorView>> slices;
 };
 
 // The checkpoint's KV scales: source kCheckpoint when every layer has both, kDefault (ones)

@@ -34,18 +34,32 @@ using detail::Scopes;
 struct Family {
   const char* architecture;
   const char* model_type;
+  // The dense family whose attention it has (itself for a dense one), and its experts' kind.
+  const char* attention;
+  bool moe = false;
+  detail::MoeFamily moe_family = detail::MoeFamily::kQwen3Moe;
 };
 constexpr Family kFamilies[] = {
-    {"LlamaForCausalLM", "llama"},
-    {"Qwen2ForCausalLM", "qwen2"},
-    {"Qwen3ForCausalLM", "qwen3"},
-    {"MistralForCausalLM", "mistral"},
+    {"LlamaForCausalLM", "llama", "llama"},
+    {"Qwen2ForCausalLM", "qwen2", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3", "qwen3"},
+    {"MistralForCausalLM", "mistral", "mistral"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3", true, detail::MoeFamily::kQwen3Moe},
+    {"MixtralForCausalLM", "mixtral", "mistral", true, detail::MoeFamily::kMixtral},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2", true, detail::MoeFamily::kQwen2Moe},
 };
 constexpr const char* kFamilyList =
-    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM";
+    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
+    "Qwen3MoeForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM";
 
 bool is_family(const Family& family, std::string_view model_type) {
   return std::string_view(family.model_type) == model_type;
+}
+
+// Whether the family's attention is that of the dense family `model_type` (Qwen3-MoE's is
+// Qwen3's, Mixtral's Mistral's, Qwen2-MoE's Qwen2's).
+bool attends_as(const Family& family, std::string_view model_type) {
+  return std::string_view(family.attention) == model_type;
 }
 
 Result<const Family*> read_family(const Scopes& scopes) {
@@ -79,7 +93,8 @@ Result<const Family*> read_family(const Scopes& scopes) {
     }
     if (family == nullptr) {
       return type_scope.bad("model_type", nlohmann::json(*model_type),
-                            "llama, qwen2, qwen3 or mistral (no 'architectures' names the class)");
+                            "llama, qwen2, qwen3, mistral, qwen3_moe, mixtral or qwen2_moe (no "
+                            "'architectures' names the class)");
     }
   } else if (model_type.has_value() && *model_type != family->model_type) {
     return type_scope.bad("model_type", nlohmann::json(*model_type),
@@ -143,7 +158,7 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
                       "false: MLP biases are not implemented by this runtime");
   }
   KVVM_ASSIGN_OR_RETURN(std::optional<bool> attention_bias, fields.boolean("attention_bias"));
-  if (is_family(family, "qwen2")) {
+  if (attends_as(family, "qwen2")) {
     // Qwen2's attention always has q/k/v biases and never an o bias, whatever the file says.
     config.qkv_bias = true;
     config.o_bias = false;
@@ -152,7 +167,7 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
     config.o_bias = config.qkv_bias;
   }
   // Qwen3 normalises every q and k head; no config field turns it off.
-  config.qk_norm = is_family(family, "qwen3");
+  config.qk_norm = attends_as(family, "qwen3");
   KVVM_ASSIGN_OR_RETURN(std::optional<std::string> act, fields.string("hidden_act"));
   if (act.has_value() && *act != "silu" && *act != "swish") {
     return fields.bad("hidden_act", nlohmann::json(*act),
@@ -175,7 +190,7 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
     }
   }
   // A window at least as long as the context never drops a token, so it changes nothing.
-  if (is_family(family, "mistral")) {
+  if (attends_as(family, "mistral")) {
     if (const nlohmann::json* window = fields.find("sliding_window")) {
       KVVM_ASSIGN_OR_RETURN(
           std::optional<std::uint32_t> size,
@@ -188,7 +203,7 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
       }
     }
   }
-  if (is_family(family, "qwen2") || is_family(family, "qwen3")) {
+  if (attends_as(family, "qwen2") || attends_as(family, "qwen3")) {
     KVVM_ASSIGN_OR_RETURN(std::optional<bool> sliding, fields.boolean("use_sliding_window"));
     if (sliding.value_or(false)) {
       return fields.bad("use_sliding_window", nlohmann::json(true),
@@ -242,6 +257,7 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
   KVVM_ASSIGN_OR_RETURN(RopeConfig rope, detail::parse_rope(fields));
   config.rope = rope;
   KVVM_RETURN_IF_ERROR(read_features(fields, *family, config));
+  if (family->moe) KVVM_RETURN_IF_ERROR(detail::parse_moe(fields, family->moe_family, config));
 
   const ConfigFields& tie_scope = scopes.holding("tie_word_embeddings");
   KVVM_ASSIGN_OR_RETURN(std::optional<bool> tie, tie_scope.boolean("tie_word_embeddings"));

@@ -98,6 +98,16 @@ Scopes config_scopes(const nlohmann::json& parsed, const std::string& origin);
 // projections unquantized) refused naming the field and its value.
 Result<WeightQuant> parse_quantization(const Scopes& scopes, std::uint32_t layers);
 
+// The mixtures of experts' families, which name their fields differently.
+enum class MoeFamily : std::uint8_t { kQwen3Moe, kMixtral, kQwen2Moe };
+
+// config.moe from `fields` (model/config_moe.cc), after the dense fields (layers,
+// intermediate_size) are read: the experts, top k, renormalisation, the sparse layers, Qwen2-MoE's
+// shared expert. InvalidArgument naming the field for one missing or out of bounds, and for the
+// fields of routers this runtime does not implement (grouped top-k, score bias, another scoring
+// function, routed scaling).
+Status parse_moe(const ConfigFields& fields, MoeFamily family, ModelConfig& config);
+
 // torch_dtype, or "dtype" as newer transformers releases write it, from text_config first, then
 // the top level; std::nullopt when neither scope has one. fp8 is a KV element type but no
 // checkpoint's, so only `allow_fp8` takes it.

@@ -18,6 +18,7 @@
 
 #include "kvvm/kernels/attention.h"
 #include "kvvm/model/model.h"
+#include "model/cpu/cpu_moe.h"
 #include "model/cpu/cpu_ops.h"
 #include "model/cpu/cpu_weights.h"
 #include "model/rope.h"
@@ -88,6 +89,10 @@ class CpuModel final : public Model {
     decode_rows_.resize(c);
     last_.resize(c * config.hidden_size);
     logits_.resize(c * config.vocab_size);
+    if (config.moe.enabled()) {
+      moe_ = std::make_unique<cpu::CpuMoe>(this->config(), t);
+      moe_out_.resize(t * config.hidden_size);
+    }
   }
 
   Backend backend() const override { return Backend::kCpu; }
@@ -222,6 +227,11 @@ class CpuModel final : public Model {
 
     const std::size_t inter = c.intermediate_size;
     cpu::rms_norm(x_.data(), w.post_norm, tokens, hidden, eps, xn_.data());
+    if (c.moe.sparse_layer(layer)) {
+      moe_->run(w, xn_.data(), tokens, moe_out_.data());
+      cpu::add_into(x_.data(), moe_out_.data(), tokens * hidden);
+      return Status::Ok();
+    }
     cpu::linear(xn_.data(), tokens, hidden, w.gate, inter, gate_.data());
     cpu::linear(xn_.data(), tokens, hidden, w.up, inter, up_.data());
     cpu::silu_mul(gate_.data(), up_.data(), tokens * inter);
@@ -456,6 +466,8 @@ class CpuModel final : public Model {
   bool calibrating_ = false;  // this step measures the KV scales (Model::calibrate_kv_scales)
   // Activations, sized once from the limits.
   Scratch<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, last_, logits_;
+  std::unique_ptr<cpu::CpuMoe> moe_;  // a mixture of experts' feed-forward; null when dense
+  Scratch<float> moe_out_;
   Scratch<std::uint32_t> positions_, row_slots_;
   Scratch<unsigned char> q_elements_, k_elements_, v_elements_, out_elements_;
   Scratch<unsigned char> decode_q_, decode_out_;

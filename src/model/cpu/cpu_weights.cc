@@ -162,6 +162,8 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
   out->final_norm = f(at.final_norm);
   const std::uint64_t gate_bytes =
       std::uint64_t{config.intermediate_size} * config.hidden_size * sizeof(float);
+  const detail::SparseOffsets& sparse = layout.sparse;
+  const MoeConfig& moe = config.moe;
   for (const detail::LayerAddresses& a : at.layers) {
     out->layers.push_back(CpuLayerWeights{.input_norm = f(a.input_norm),
                                           .q = f(a.q),
@@ -177,7 +179,30 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
                                           .post_norm = f(a.post_norm),
                                           .gate = f(a.gate_up),
                                           .up = f(a.gate_up + gate_bytes),
-                                          .down = f(a.down)});
+                                          .down = f(a.down),
+                                          .router = nullptr,
+                                          .experts = {},
+                                          .shared = {},
+                                          .shared_gate = nullptr});
+    if (a.router == 0) continue;
+    CpuLayerWeights& layer = out->layers.back();
+    layer.gate = layer.up = layer.down = nullptr;
+    layer.router = f(a.router);
+    // up follows gate in each gate|up run, as in the dense MLP.
+    auto expert = [&](Address gate_up, Address down, std::uint64_t inter) {
+      return CpuExpert{.gate = f(gate_up),
+                       .up = f(gate_up + inter * config.hidden_size * sizeof(float)),
+                       .down = f(down)};
+    };
+    for (std::uint32_t e = 0; e < moe.experts; ++e) {
+      const Address base = a.experts + std::uint64_t{e} * sparse.expert_stride;
+      layer.experts.push_back(expert(base + sparse.expert.gate_up, base + sparse.expert.down,
+                                     moe.expert_intermediate));
+    }
+    if (a.shared_gate != 0) {
+      layer.shared_gate = f(a.shared_gate);
+      layer.shared = expert(a.shared_gate_up, a.shared_down, moe.shared_intermediate);
+    }
   }
   out->load_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

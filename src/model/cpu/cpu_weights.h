@@ -18,6 +18,13 @@
 
 namespace kvvm::model::cpu {
 
+// One expert's MLP (or a shared expert's).
+struct CpuExpert {
+  const float* gate = nullptr;  // [inter][hidden]
+  const float* up = nullptr;
+  const float* down = nullptr;  // [hidden][inter]
+};
+
 struct CpuLayerWeights {
   const float* input_norm = nullptr;  // [hidden]
   const float* q = nullptr;           // [out][hidden], as stored (the GEMM reads them transposed)
@@ -34,6 +41,12 @@ struct CpuLayerWeights {
   const float* gate = nullptr;  // [intermediate][hidden]
   const float* up = nullptr;
   const float* down = nullptr;  // [hidden][intermediate]
+  // A sparse layer's (null / empty on a dense one): the router [experts][hidden], the experts,
+  // and Qwen2-MoE's shared expert with its gate [hidden].
+  const float* router = nullptr;
+  std::vector<CpuExpert> experts;
+  CpuExpert shared;
+  const float* shared_gate = nullptr;
 };
 
 class CpuWeights {

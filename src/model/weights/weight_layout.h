@@ -27,6 +27,27 @@ struct LayerBlockOffsets {
                 down_scale = kNoTensor;
 };
 
+// Byte offsets inside one expert's stretch of a layer block: its gate|up and down (the dense
+// MLP's layout), then their float32 scales when quantized.
+struct ExpertOffsets {
+  std::uint64_t gate_up = 0, down = 0;
+  std::uint64_t gate_up_scale = kNoTensor, down_scale = kNoTensor;
+};
+
+// A sparse layer's part of the block (kNoTensor / 0 throughout for a dense model), after the
+// dense part: the router [experts][hidden] and the shared expert's gate [1][hidden] in the
+// element type (never quantized), the shared expert (Qwen2-MoE), then the experts, expert e at
+// experts + e * expert_stride. A mixture with dense layers keeps both parts in every block (one
+// block size for all layers): a dense layer leaves this part unused, a sparse one the dense MLP.
+struct SparseOffsets {
+  std::uint64_t router = kNoTensor;
+  std::uint64_t shared_gate = kNoTensor;
+  ExpertOffsets shared;  // absolute offsets in the block; unused without a shared expert
+  std::uint64_t experts = kNoTensor;
+  std::uint64_t expert_stride = 0;
+  ExpertOffsets expert;  // from the start of an expert's stretch
+};
+
 // Byte offsets of one layer's small tensors inside the base region (kNoTensor: absent).
 struct LayerBaseOffsets {
   std::uint64_t input_norm = 0, post_norm = 0;
@@ -43,6 +64,8 @@ struct WeightLayout {
   std::uint64_t final_norm = 0;
   std::vector<LayerBaseOffsets> layers;
   LayerBlockOffsets block;
+  SparseOffsets sparse;
+  std::vector<bool> sparse_layer;  // per layer: its block holds experts (config.moe)
   WeightSizes sizes;
 };
 

@@ -51,9 +51,30 @@ std::uint64_t device_scale_count(WeightQuant quant, std::uint64_t rows, std::uin
   return (rows + kFp8WeightBlock - 1) / kFp8WeightBlock * device_scale_row(in);
 }
 
+namespace {
+
+// An expert's stretch (or the shared expert's, placed at `end`): gate|up, down, then their scales.
+ExpertOffsets place_expert(std::uint64_t& end, const ModelConfig& c, std::uint64_t inter,
+                           std::uint32_t psize, bool scales) {
+  const std::uint64_t hidden = c.hidden_size;
+  ExpertOffsets out;
+  out.gate_up = place(end, 2 * inter * hidden, psize);
+  out.down = place(end, hidden * inter, psize);
+  if (scales) {
+    out.gate_up_scale = place(end, 2 * device_scale_count(c.weight_quant, inter, hidden), 4);
+    out.down_scale = place(end, device_scale_count(c.weight_quant, hidden, inter), 4);
+  }
+  return out;
+}
+
+}  // namespace
+
 WeightLayout weight_layout(const ModelConfig& c, DType element) {
   const std::uint32_t size = element_bytes(element);
-  const std::uint64_t hidden = c.hidden_size, inter = c.intermediate_size;
+  const std::uint64_t hidden = c.hidden_size;
+  // A mixture whose layers are all sparse has no dense MLP to place.
+  const std::uint64_t inter =
+      c.moe.sparse_layers() == c.layers && c.moe.enabled() ? 0 : c.intermediate_size;
   const std::uint64_t q_dim = std::uint64_t{c.heads} * c.head_dim;
   const std::uint64_t kv_dim = std::uint64_t{c.kv_heads} * c.head_dim;
   WeightLayout layout;
@@ -102,12 +123,39 @@ WeightLayout weight_layout(const ModelConfig& c, DType element) {
     layout.block.down_scale = place(block, device_scale_count(quant, hidden, inter), 4);
     scale_bytes = block - projections;
   }
+  std::uint64_t expert_scale_bytes = 0;
+  std::uint64_t element_bytes_in_block = 0;  // the router's and the shared expert's gate
+  if (c.moe.enabled()) {
+    layout.sparse_layer.resize(c.layers);
+    for (std::uint32_t l = 0; l < c.layers; ++l) layout.sparse_layer[l] = c.moe.sparse_layer(l);
+    const bool scales = layout.projection != element;
+    SparseOffsets& sparse = layout.sparse;
+    sparse.router = place(block, std::uint64_t{c.moe.experts} * hidden, size);
+    if (c.moe.shared_intermediate > 0) {
+      sparse.shared_gate = place(block, hidden, size);
+      sparse.shared = place_expert(block, c, c.moe.shared_intermediate, psize, scales);
+      if (scales) scale_bytes += block - sparse.shared.gate_up_scale;
+    }
+    sparse.experts = block;
+    std::uint64_t stride = 0;
+    sparse.expert = place_expert(stride, c, c.moe.expert_intermediate, psize, scales);
+    sparse.expert_stride = stride;
+    if (scales) expert_scale_bytes = stride - sparse.expert.gate_up_scale;
+    block += stride * c.moe.experts;
+    scale_bytes += expert_scale_bytes * c.moe.experts;
+    element_bytes_in_block = (sparse.shared_gate == kNoTensor ? sparse.experts : sparse.shared.gate_up) -
+                             sparse.router;
+  }
   layout.sizes = WeightSizes{.base_bytes = base,
                              .layer_bytes = block,
                              .layers = c.layers,
                              .element = element,
                              .projection = layout.projection,
-                             .layer_scale_bytes = scale_bytes};
+                             .layer_scale_bytes = scale_bytes,
+                             .layer_element_bytes = element_bytes_in_block,
+                             .sparse_layers = c.moe.sparse_layers(),
+                             .experts = c.moe.experts,
+                             .expert_bytes = layout.sparse.expert_stride};
   return layout;
 }
 
@@ -200,7 +248,9 @@ std::vector<std::pair<std::string, std::uint64_t>> WeightSizes::bytes_by_type() 
     out.emplace_back(name, bytes);
   };
   add(element, base_bytes);
-  add(projection == DType::kUnset ? element : projection, n * (layer_bytes - layer_scale_bytes));
+  add(projection == DType::kUnset ? element : projection,
+      n * (layer_bytes - layer_scale_bytes - layer_element_bytes));
+  add(element, n * layer_element_bytes);
   add(DType::kFp32, n * layer_scale_bytes);
   std::stable_sort(out.begin(), out.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });

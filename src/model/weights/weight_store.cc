@@ -171,6 +171,17 @@ WeightAddresses WeightStore::addresses() const {
                                         .o = block + k.o,
                                         .gate_up = block + k.gate_up,
                                         .down = block + k.down});
+    const SparseOffsets& sparse = layout_.sparse;
+    if (l < layout_.sparse_layer.size() && layout_.sparse_layer[l]) {
+      LayerAddresses& a = out.layers.back();
+      a.router = block + sparse.router;
+      if (sparse.shared_gate != kNoTensor) {
+        a.shared_gate = block + sparse.shared_gate;
+        a.shared_gate_up = block + sparse.shared.gate_up;
+        a.shared_down = block + sparse.shared.down;
+      }
+      a.experts = block + sparse.experts;
+    }
   }
   return out;
 }

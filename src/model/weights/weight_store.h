@@ -31,6 +31,10 @@ struct LayerAddresses {
   Address q = 0, k = 0, v = 0, o = 0;
   Address gate_up = 0;  // [2 * intermediate][hidden]: gate rows, then up rows
   Address down = 0;
+  // A sparse layer's (0 on a dense one): the router, the shared expert's gate, the shared
+  // expert's gate|up and down, and expert 0's stretch (expert e's at experts + e *
+  // layout().sparse.expert_stride, its tensors at layout().sparse.expert's offsets).
+  Address router = 0, shared_gate = 0, shared_gate_up = 0, shared_down = 0, experts = 0;
 };
 struct WeightAddresses {
   Address embed = 0, lm_head = 0, final_norm = 0;  // lm_head == embed when tied

@@ -90,6 +90,101 @@ Status check_source(const WeightTensor& t) {
 // size through a dummy model's layers.
 float fan_in_scale(std::uint64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); }
 
+// An expert's three projections (gate and up as one [2 * inter][hidden] run, as the dense MLP
+// keeps them) at `at` in layer `l`'s block, with their scales' offsets when the store keeps any.
+void add_expert(const ModelConfig& c, const WeightLayout& layout, std::uint32_t l,
+                const std::string& name, const ExpertWeights* w, std::uint64_t inter,
+                const ExpertOffsets& at, std::uint32_t& next_id, std::vector<WeightTensor>& out) {
+  const std::uint64_t hidden = c.hidden_size;
+  const std::uint32_t psize = element_bytes(layout.projection);
+  const bool mixtral = c.moe.naming == ExpertNaming::kMixtral && name.find("shared") == std::string::npos;
+  const char* names[3] = {"gate_proj", "up_proj", "down_proj"};
+  if (mixtral) names[0] = "w1", names[1] = "w3", names[2] = "w2";
+  const TensorView* sources[3] = {w ? w->gate : nullptr, w ? w->up : nullptr,
+                                  w ? w->down : nullptr};
+  const TensorView* scale_sources[3] = {w ? w->gate_weight_scale : nullptr,
+                                        w ? w->up_weight_scale : nullptr,
+                                        w ? w->down_weight_scale : nullptr};
+  const std::uint64_t offsets[3] = {at.gate_up, at.gate_up + inter * hidden * psize, at.down};
+  const std::uint64_t shapes[3][2] = {{inter, hidden}, {inter, hidden}, {hidden, inter}};
+  std::uint64_t scale_at = at.gate_up_scale;
+  for (int i = 0; i < 3; ++i) {
+    WeightTensor t;
+    t.name = name + names[i] + ".weight";
+    t.shape = {shapes[i][0], shapes[i][1]};
+    t.source = sources[i];
+    t.region = l;
+    t.offset = offsets[i];
+    t.elements = shapes[i][0] * shapes[i][1];
+    t.dummy_id = next_id++;
+    t.scale = fan_in_scale(shapes[i][1]);
+    if (c.weight_quant != WeightQuant::kNone) {
+      t.quant = c.weight_quant;
+      t.scale_source = scale_sources[i];
+      t.scale_count = weight_scale_count(c.weight_quant, t.shape[0], t.shape[1]);
+      if (i == 2) scale_at = at.down_scale;
+      t.scale_offset = scale_at;
+      if (scale_at != kNoTensor) {
+        scale_at += device_scale_count(c.weight_quant, t.shape[0], t.shape[1]) * sizeof(float);
+      }
+    }
+    out.push_back(std::move(t));
+  }
+}
+
+// A sparse layer's router, shared expert and experts, where layout.sparse places them.
+void add_sparse_layer(const ModelConfig& c, const WeightLayout& layout, std::uint32_t l,
+                      const LayerWeights* w, std::uint32_t& next_id,
+                      std::vector<WeightTensor>& out) {
+  const MoeConfig& moe = c.moe;
+  const SparseOffsets& sparse = layout.sparse;
+  const std::uint64_t hidden = c.hidden_size;
+  const std::string module = "model.layers." + std::to_string(l) +
+                             (moe.naming == ExpertNaming::kMixtral ? ".block_sparse_moe." : ".mlp.");
+  auto plain = [&](std::string name, std::vector<std::uint64_t> shape, const TensorView* source,
+                   std::uint64_t offset) {
+    WeightTensor t;
+    t.name = std::move(name);
+    t.shape = std::move(shape);
+    t.source = source;
+    t.region = l;
+    t.offset = offset;
+    t.elements = t.shape[0] * t.shape[1];
+    t.dummy_id = next_id++;
+    t.scale = fan_in_scale(hidden);
+    out.push_back(std::move(t));
+  };
+  // Named as the checkpoint names them when bound (a fused tensor's slice says which expert).
+  auto named = [](const TensorView* source, std::string fallback) {
+    return source != nullptr ? source->name : std::move(fallback);
+  };
+  plain(named(w ? w->router : nullptr, module + "gate.weight"), {moe.experts, hidden},
+        w ? w->router : nullptr, sparse.router);
+  if (moe.shared_intermediate > 0) {
+    plain(named(w ? w->shared_gate : nullptr, module + "shared_expert_gate.weight"), {1, hidden},
+          w ? w->shared_gate : nullptr, sparse.shared_gate);
+    add_expert(c, layout, l, module + "shared_expert.", w ? &w->shared : nullptr,
+               moe.shared_intermediate, sparse.shared, next_id, out);
+  }
+  for (std::uint32_t e = 0; e < moe.experts; ++e) {
+    ExpertOffsets at = sparse.expert;
+    const std::uint64_t base = sparse.experts + std::uint64_t{e} * sparse.expert_stride;
+    at.gate_up += base;
+    at.down += base;
+    if (at.gate_up_scale != kNoTensor) at.gate_up_scale += base;
+    if (at.down_scale != kNoTensor) at.down_scale += base;
+    const std::size_t first = out.size();
+    add_expert(c, layout, l, module + "experts." + std::to_string(e) + ".",
+               w ? &w->experts[e] : nullptr, moe.expert_intermediate, at, next_id, out);
+    if (w != nullptr) {
+      // A fused tensor's slices keep their own names (the checkpoint has no per-expert name).
+      for (std::size_t i = first; i < out.size(); ++i) {
+        if (out[i].source != nullptr) out[i].name = out[i].source->name;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Result<std::vector<WeightTensor>> weight_tensors(const ModelConfig& c, const WeightLayout& layout,
@@ -184,15 +279,18 @@ Result<std::vector<WeightTensor>> weight_tensors(const ModelConfig& c, const Wei
         fan_in_scale(hidden), 0);
     add(p + "self_attn.o_proj.weight", {hidden, q_dim}, view(&LayerWeights::o), l, k.o,
         fan_in_scale(q_dim), 0);
-    // gate and up are one [2 * intermediate][hidden] matrix in the block (one GEMM on CUDA).
-    add(p + "mlp.gate_proj.weight", {inter, hidden}, view(&LayerWeights::gate), l, k.gate_up,
-        fan_in_scale(hidden), 0);
-    add(p + "mlp.up_proj.weight", {inter, hidden}, view(&LayerWeights::up), l,
-        k.gate_up + inter * hidden * psize, fan_in_scale(hidden), 0);
-    add(p + "mlp.down_proj.weight", {hidden, inter}, view(&LayerWeights::down), l, k.down,
-        fan_in_scale(inter), 0);
+    const bool sparse = c.moe.sparse_layer(l);
+    if (!sparse) {
+      // gate and up are one [2 * intermediate][hidden] matrix in the block (one GEMM on CUDA).
+      add(p + "mlp.gate_proj.weight", {inter, hidden}, view(&LayerWeights::gate), l, k.gate_up,
+          fan_in_scale(hidden), 0);
+      add(p + "mlp.up_proj.weight", {inter, hidden}, view(&LayerWeights::up), l,
+          k.gate_up + inter * hidden * psize, fan_in_scale(hidden), 0);
+      add(p + "mlp.down_proj.weight", {hidden, inter}, view(&LayerWeights::down), l, k.down,
+          fan_in_scale(inter), 0);
+    }
     if (c.weight_quant != WeightQuant::kNone) {
-      // The seven projections just added, in the order of their scales in the block.
+      // The projections just added, in the order of their scales in the block.
       const TensorView* LayerWeights::*const scales[] = {
           &LayerWeights::q_weight_scale,    &LayerWeights::k_weight_scale,
           &LayerWeights::v_weight_scale,    &LayerWeights::o_weight_scale,
@@ -203,10 +301,11 @@ Result<std::vector<WeightTensor>> weight_tensors(const ModelConfig& c, const Wei
       // after q, v after k, up after gate.
       const std::uint64_t runs[] = {k.qkv_scale,     kNoTensor, kNoTensor,   k.o_scale,
                                     k.gate_up_scale, kNoTensor, k.down_scale};
+      const int count = sparse ? 4 : 7;
       const bool stored = k.qkv_scale != kNoTensor;
       std::uint64_t at = kNoTensor;
-      WeightTensor* projection = &out[out.size() - 7];
-      for (int i = 0; i < 7; ++i, ++projection) {
+      WeightTensor* projection = &out[out.size() - count];
+      for (int i = 0; i < count; ++i, ++projection) {
         WeightTensor& t = *projection;
         t.quant = c.weight_quant;
         t.scale_source = view(scales[i]);
@@ -218,6 +317,7 @@ Result<std::vector<WeightTensor>> weight_tensors(const ModelConfig& c, const Wei
         }
       }
     }
+    if (sparse) add_sparse_layer(c, layout, l, w, next_id, out);
   }
   if (!dummy) {
     for (const WeightTensor& t : out) KVVM_RETURN_IF_ERROR(check_source(t));

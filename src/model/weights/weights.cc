@@ -3,6 +3,7 @@
 #include "kvvm/model/weights.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -93,6 +94,87 @@ class Binder {
   WeightQuant quant_;
 };
 
+// A view of rows [first, first + rows) of expert `e` in a fused [experts][R][in] tensor.
+const TensorView* slice_of(const TensorView& fused, std::uint64_t e, std::uint64_t first,
+                           std::uint64_t rows, std::vector<std::shared_ptr<const TensorView>>& slices) {
+  const std::uint64_t in = fused.shape[2];
+  const std::uint64_t size = element_size(fused.dtype);
+  auto view = std::make_shared<TensorView>();
+  view->name = fused.name + "[" + std::to_string(e) + "]" +
+               (rows == fused.shape[1] ? "" : "[" + std::to_string(first) + ":" +
+                                                  std::to_string(first + rows) + "]");
+  view->dtype = fused.dtype;
+  view->shape = {rows, in};
+  view->data = fused.data + ((e * fused.shape[1] + first) * in) * size;
+  view->bytes = rows * in * size;
+  view->file = fused.file;
+  slices.push_back(std::move(view));
+  return slices.back().get();
+}
+
+// A sparse layer's router, experts (per expert, or transformers 5's fused tensors) and shared
+// expert.
+template <typename Bind, typename BindProjection>
+Status bind_sparse_layer(const ModelConfig& config, const WeightFiles& files,
+                         const std::string& prefix, const Bind& bind,
+                         const BindProjection& bind_projection, LayerWeights& layer,
+                         std::vector<std::shared_ptr<const TensorView>>& slices) {
+  const MoeConfig& moe = config.moe;
+  const std::uint64_t hidden = config.hidden_size, inter = moe.expert_intermediate;
+  const bool mixtral = moe.naming == ExpertNaming::kMixtral;
+  // Mixtral's module is block_sparse_moe as released; transformers 5 may save it as mlp.
+  std::string module = prefix + (mixtral ? "block_sparse_moe." : "mlp.");
+  if (mixtral && files.find(module + "gate.weight") == nullptr &&
+      files.find(prefix + "mlp.gate.weight") != nullptr) {
+    module = prefix + "mlp.";
+  }
+  KVVM_RETURN_IF_ERROR(bind(layer.router, module + "gate.weight", {moe.experts, hidden}));
+  layer.experts.resize(moe.experts);
+  const TensorView* fused_gate_up = files.find(module + "experts.gate_up_proj");
+  const TensorView* fused_down = files.find(module + "experts.down_proj");
+  if (fused_gate_up != nullptr || fused_down != nullptr) {
+    if (config.weight_quant != WeightQuant::kNone) {
+      return Status::InvalidArgument(
+          module + "experts.gate_up_proj: fused experts in an FP8 checkpoint are not read by "
+                   "this runtime (it reads each expert's projections and their scales by name)");
+    }
+    const TensorView* gate_up = nullptr;
+    const TensorView* down = nullptr;
+    KVVM_RETURN_IF_ERROR(bind(gate_up, module + "experts.gate_up_proj",
+                              {moe.experts, 2 * inter, hidden}));
+    KVVM_RETURN_IF_ERROR(bind(down, module + "experts.down_proj", {moe.experts, hidden, inter}));
+    for (std::uint32_t e = 0; e < moe.experts; ++e) {
+      layer.experts[e].gate = slice_of(*gate_up, e, 0, inter, slices);
+      layer.experts[e].up = slice_of(*gate_up, e, inter, inter, slices);
+      layer.experts[e].down = slice_of(*down, e, 0, hidden, slices);
+    }
+  } else {
+    const char* names[3] = {"gate_proj", "up_proj", "down_proj"};
+    if (mixtral) names[0] = "w1", names[1] = "w3", names[2] = "w2";
+    for (std::uint32_t e = 0; e < moe.experts; ++e) {
+      ExpertWeights& x = layer.experts[e];
+      const std::string at = module + "experts." + std::to_string(e) + ".";
+      KVVM_RETURN_IF_ERROR(
+          bind_projection(x.gate, x.gate_weight_scale, at + names[0], inter, hidden));
+      KVVM_RETURN_IF_ERROR(bind_projection(x.up, x.up_weight_scale, at + names[1], inter, hidden));
+      KVVM_RETURN_IF_ERROR(
+          bind_projection(x.down, x.down_weight_scale, at + names[2], hidden, inter));
+    }
+  }
+  if (moe.shared_intermediate > 0) {
+    const std::uint64_t shared = moe.shared_intermediate;
+    ExpertWeights& x = layer.shared;
+    const std::string at = module + "shared_expert.";
+    KVVM_RETURN_IF_ERROR(
+        bind_projection(x.gate, x.gate_weight_scale, at + "gate_proj", shared, hidden));
+    KVVM_RETURN_IF_ERROR(bind_projection(x.up, x.up_weight_scale, at + "up_proj", shared, hidden));
+    KVVM_RETURN_IF_ERROR(
+        bind_projection(x.down, x.down_weight_scale, at + "down_proj", hidden, shared));
+    KVVM_RETURN_IF_ERROR(bind(layer.shared_gate, module + "shared_expert_gate.weight", {1, hidden}));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& files) {
@@ -162,12 +244,17 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
     }
     KVVM_RETURN_IF_ERROR(
         bind(layer.post_norm, prefix + "post_attention_layernorm.weight", {hidden}));
-    KVVM_RETURN_IF_ERROR(bind_projection(layer.gate, layer.gate_weight_scale,
-                                         prefix + "mlp.gate_proj", intermediate, hidden));
-    KVVM_RETURN_IF_ERROR(bind_projection(layer.up, layer.up_weight_scale, prefix + "mlp.up_proj",
-                                         intermediate, hidden));
-    KVVM_RETURN_IF_ERROR(bind_projection(layer.down, layer.down_weight_scale,
-                                         prefix + "mlp.down_proj", hidden, intermediate));
+    if (config.moe.sparse_layer(i)) {
+      KVVM_RETURN_IF_ERROR(bind_sparse_layer(config, files, prefix, bind, bind_projection,
+                                             layer, weights.slices));
+    } else {
+      KVVM_RETURN_IF_ERROR(bind_projection(layer.gate, layer.gate_weight_scale,
+                                           prefix + "mlp.gate_proj", intermediate, hidden));
+      KVVM_RETURN_IF_ERROR(bind_projection(layer.up, layer.up_weight_scale,
+                                           prefix + "mlp.up_proj", intermediate, hidden));
+      KVVM_RETURN_IF_ERROR(bind_projection(layer.down, layer.down_weight_scale,
+                                           prefix + "mlp.down_proj", hidden, intermediate));
+    }
     // fp8 KV scales are optional; their values are checked by kv_scales_of.
     layer.k_scale = files.find(attn + "k_scale");
     layer.v_scale = files.find(attn + "v_scale");

@@ -206,19 +206,19 @@ Pair make_pair(WeightQuant quant, const std::string& scale_dtype) {
   return pair;
 }
 
-struct Loaded {
+struct Fp8Loaded {
   model::ModelConfig config;
   std::unique_ptr<model::WeightFiles> files;
   model::ModelWeights weights;
 };
 
 // Writes the checkpoint to DIR and loads it as a user's would.
-Result<Loaded> load(const Checkpoint& checkpoint, const fs::path& dir) {
+Result<Fp8Loaded> load(const Checkpoint& checkpoint, const fs::path& dir) {
   fs::create_directories(dir);
   test::write_json_file(dir / "config.json", checkpoint.config);
   test::write_safetensors(dir / "model.safetensors", checkpoint.tensors,
                           nlohmann::json{{"format", "pt"}});
-  Loaded loaded;
+  Fp8Loaded loaded;
   Result<model::ModelConfig> config = model::load_model_config(dir.string());
   if (!config.ok()) return config.status();
   loaded.config = *config;
@@ -234,7 +234,7 @@ Result<Loaded> load(const Checkpoint& checkpoint, const fs::path& dir) {
 // Why the checkpoint is refused (empty, with a failure, when it loads).
 std::string refusal(const Checkpoint& checkpoint) {
   test::TempDir dir;
-  Result<Loaded> loaded = load(checkpoint, dir / "model");
+  Result<Fp8Loaded> loaded = load(checkpoint, dir / "model");
   EXPECT_FALSE(loaded.ok()) << "loaded";
   if (loaded.ok()) return "";
   EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
@@ -281,7 +281,7 @@ class ModelFp8Weights : public ::testing::TestWithParam<Fp8Case> {
 };
 
 TEST_P(ModelFp8Weights, TheCpuBackendHoldsE4m3TimesItsScale) {
-  Result<Loaded> loaded = load(pair_.quantized, dir_ / "fp8");
+  Result<Fp8Loaded> loaded = load(pair_.quantized, dir_ / "fp8");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(loaded->config.weight_quant, GetParam().quant);
   for (const model::LayerWeights& layer : loaded->weights.layers) {
@@ -314,9 +314,9 @@ TEST_P(ModelFp8Weights, TheCpuBackendHoldsE4m3TimesItsScale) {
 }
 
 TEST_P(ModelFp8Weights, LogitsEqualThoseOfTheDequantizedCheckpoint) {
-  Result<Loaded> fp8 = load(pair_.quantized, dir_ / "fp8");
+  Result<Fp8Loaded> fp8 = load(pair_.quantized, dir_ / "fp8");
   ASSERT_TRUE(fp8.ok()) << fp8.status().to_string();
-  Result<Loaded> f32 = load(pair_.dequantized, dir_ / "f32");
+  Result<Fp8Loaded> f32 = load(pair_.dequantized, dir_ / "f32");
   ASSERT_TRUE(f32.ok()) << f32.status().to_string();
   EXPECT_EQ(f32->config.weight_quant, WeightQuant::kNone);
   const std::vector<float> got = last_logits(fp8->config, fp8->weights);
@@ -446,7 +446,7 @@ TEST(ModelFp8Refusal, ConfigFieldsKvvmDoesNotImplement) {
 // Weights bound by hand (not through bind_weights) are checked again at load.
 TEST(ModelFp8Refusal, HandBoundWeightsAreCheckedAtLoad) {
   test::TempDir dir;
-  Result<Loaded> loaded = load(make_pair(WeightQuant::kFp8Channel, "BF16").quantized, dir / "m");
+  Result<Fp8Loaded> loaded = load(make_pair(WeightQuant::kFp8Channel, "BF16").quantized, dir / "m");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   model::ModelWeights weights = loaded->weights;
   weights.layers[1].up_weight_scale = nullptr;
@@ -477,7 +477,7 @@ TEST(ModelFp8Refusal, HandBoundWeightsAreCheckedAtLoad) {
 // then up's; the CPU backend's layout keeps none (it multiplies them in at load).
 TEST(ModelFp8WeightTensors, ScalesSitWhereTheLayoutPutsThem) {
   test::TempDir dir;
-  Result<Loaded> loaded = load(make_pair(WeightQuant::kFp8Block, "F32").quantized, dir / "m");
+  Result<Fp8Loaded> loaded = load(make_pair(WeightQuant::kFp8Block, "F32").quantized, dir / "m");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   const model::ModelConfig& c = loaded->config;
   const auto layout = model::detail::weight_layout(c, DType::kBf16);
@@ -536,7 +536,7 @@ TEST(ModelFp8WeightTensors, ScalesSitWhereTheLayoutPutsThem) {
 // Per channel, one scale per row, no padding.
 TEST(ModelFp8WeightTensors, ChannelScalesFollowOneAnother) {
   test::TempDir dir;
-  Result<Loaded> loaded = load(make_pair(WeightQuant::kFp8Channel, "F32").quantized, dir / "m");
+  Result<Fp8Loaded> loaded = load(make_pair(WeightQuant::kFp8Channel, "F32").quantized, dir / "m");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   const auto layout = model::detail::weight_layout(loaded->config, DType::kFp16);
   auto tensors = model::detail::weight_tensors(loaded->config, layout, &loaded->weights);

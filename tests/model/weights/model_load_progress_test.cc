@@ -34,14 +34,14 @@ std::uint64_t write_three_shards(const TempDir& dir, const TinyModel& model) {
   return read;
 }
 
-struct Loaded {
+struct ProgressLoaded {
   std::unique_ptr<WeightFiles> files;
   ModelConfig config;
   ModelWeights weights;
 };
 
-Loaded open(const TempDir& dir) {
-  Loaded loaded;
+ProgressLoaded open(const TempDir& dir) {
+  ProgressLoaded loaded;
   Result<ModelConfig> config = load_model_config(dir.path().string());
   EXPECT_TRUE(config.ok()) << config.status().to_string();
   loaded.config = *config;
@@ -58,7 +58,7 @@ TEST(ModelLoadProgress, ShardsAreCountedAndTheBytesGrowToTheTotal) {
   TinyModel model;
   TempDir dir;
   const std::uint64_t total = write_three_shards(dir, model);
-  Loaded loaded = open(dir);
+  ProgressLoaded loaded = open(dir);
   std::vector<LoadProgress> calls;
   CpuModelOptions options;
   options.weights.on_progress = [&calls](const LoadProgress& p) { calls.push_back(p); };
@@ -96,7 +96,7 @@ TEST(ModelLoadProgress, OneFileIsOneShardAndDummyWeightsReportNothing) {
   TinyModel model;
   TempDir dir;
   test::write_tiny_model(dir.path(), model);
-  Loaded loaded = open(dir);
+  ProgressLoaded loaded = open(dir);
   std::vector<LoadProgress> calls;
   CpuModelOptions options;
   options.weights.on_progress = [&calls](const LoadProgress& p) { calls.push_back(p); };

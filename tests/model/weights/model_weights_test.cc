@@ -19,13 +19,13 @@ using test::TinyModel;
 
 using test::contains;
 
-struct Loaded {
+struct WeightsLoaded {
   ModelConfig config;
   std::unique_ptr<WeightFiles> files;
 };
 
 // `model`'s config and `tensors` written to `dir`, then read back.
-Loaded load(const TempDir& dir, const TinyModel& model, const std::vector<TensorSpec>& tensors) {
+WeightsLoaded load(const TempDir& dir, const TinyModel& model, const std::vector<TensorSpec>& tensors) {
   test::write_json_file(dir / "config.json", test::tiny_config_json(model));
   test::write_safetensors(dir / "model.safetensors", tensors);
   Result<ModelConfig> config = load_model_config(dir.path().string());
@@ -39,7 +39,7 @@ Loaded load(const TempDir& dir, const TinyModel& model, const std::vector<Tensor
 // The error binding `tensors` to `model`'s config.
 std::string refusal(const TinyModel& model, const std::vector<TensorSpec>& tensors) {
   TempDir dir;
-  Loaded loaded = load(dir, model, tensors);
+  WeightsLoaded loaded = load(dir, model, tensors);
   if (!loaded.files) return "";
   Result<ModelWeights> weights = bind_weights(loaded.config, *loaded.files);
   EXPECT_FALSE(weights.ok());
@@ -69,7 +69,7 @@ TEST(ModelWeights, LlamaBindsEveryTensorWithItsShape) {
                      "F32",
                      {8},
                      test::f32_bytes(test::random_floats(8, 3))});
-  Loaded loaded = load(dir, model, tensors);
+  WeightsLoaded loaded = load(dir, model, tensors);
   ASSERT_TRUE(loaded.files);
   Result<ModelWeights> weights = bind_weights(loaded.config, *loaded.files);
   ASSERT_TRUE(weights.ok()) << weights.status().to_string();
@@ -102,7 +102,7 @@ TEST(ModelWeights, LlamaAttentionBiasBindsAllFourBiases) {
   TinyModel model;
   model.attention_bias = true;
   model.dtype = "BF16";
-  Loaded loaded = load(dir, model, test::tiny_model_tensors(model));
+  WeightsLoaded loaded = load(dir, model, test::tiny_model_tensors(model));
   ASSERT_TRUE(loaded.files);
   Result<ModelWeights> weights = bind_weights(loaded.config, *loaded.files);
   ASSERT_TRUE(weights.ok()) << weights.status().to_string();
@@ -131,7 +131,7 @@ TEST(ModelWeights, Qwen2HasQkvBiasesAndTiesTheHead) {
        {model.vocab, model.hidden},
        test::f32_bytes(test::random_floats(std::size_t{model.vocab} * model.hidden, 9))});
   TempDir dir;
-  Loaded loaded = load(dir, model, tensors);
+  WeightsLoaded loaded = load(dir, model, tensors);
   ASSERT_TRUE(loaded.files);
   Result<ModelWeights> weights = bind_weights(loaded.config, *loaded.files);
   ASSERT_TRUE(weights.ok()) << weights.status().to_string();
@@ -203,7 +203,7 @@ TEST(ModelWeights, OnlyFloatDtypesAreUsable) {
   up.dtype = "F16";
   up.bytes.resize(up.bytes.size() / 2);
   TempDir dir;
-  Loaded loaded = load(dir, model, tensors);
+  WeightsLoaded loaded = load(dir, model, tensors);
   ASSERT_TRUE(loaded.files);
   Result<ModelWeights> weights = bind_weights(loaded.config, *loaded.files);
   ASSERT_TRUE(weights.ok()) << weights.status().to_string();
