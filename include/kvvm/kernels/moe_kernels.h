@@ -1,8 +1,7 @@
 // The CUDA kernels of a mixture-of-experts layer (Qwen3-MoE, Mixtral, Qwen2-MoE as Hugging Face
 // runs them), in the order a step calls them:
 //   1. the router's logits: a plain GEMM of the normed hidden rows by the router's
-//   [experts][hidden]
-//      weight (the model's own projection path; not here);
+//      [experts][hidden] weight (the model's own projection path; not here);
 //   2. moe_route_cuda: softmax over all experts in float32, the top k, renormalised when the
 //      config says so, each token's expert ids and weights left on the device;
 //   3. moe_permute_cuda: the (token, choice) pairs sorted by expert with a counting sort, each
