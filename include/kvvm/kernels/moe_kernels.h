@@ -1,7 +1,7 @@
 // The CUDA kernels of a mixture-of-experts layer (Qwen3-MoE, Mixtral, Qwen2-MoE as Hugging Face
 // runs them), in the order a step calls them:
-//   1. the router's logits: a plain GEMM of the normed hidden rows by the router's [experts][hidden]
-//      weight (the model's own projection path; not here);
+//   1. the router's logits: a plain GEMM of the normed hidden rows by the router's
+//      [experts][hidden] weight (the model's own projection path; not here);
 //   2. moe_route_cuda: softmax over all experts in float32, the top k, renormalised when the
 //      config says so, each token's expert ids and weights left on the device;
 //   3. moe_permute_cuda: the (token, choice) pairs sorted by expert with a counting sort, each
@@ -47,16 +47,18 @@ inline constexpr std::uint32_t kMoeMaxTopK = 16;
 // p, in descending order, the lower expert id first among equal values (torch.topk's order on
 // ties); with `renormalize`, each chosen p divided by the sum of the chosen (Mixtral always,
 // Qwen3-MoE / Qwen2-MoE when norm_topk_prob). ids[t][j] and weights[t][j] (float32, not yet
-// rounded to the element type). A NaN logit sorts below every number.
+// rounded to the element type). A NaN logit sorts below every number: it takes no part in the
+// softmax's maximum or sum (the other experts' p are the softmax over the numbers), its own p is
+// NaN, and it is chosen only when fewer than top_k logits are numbers.
 struct MoeRouteParams {
   DType element = DType::kUnset;  // of logits: fp16, bf16 or fp32
   std::uint32_t tokens = 0;
   std::uint32_t experts = 0;  // at most kMoeMaxExperts
   std::uint32_t top_k = 0;    // 1 .. min(experts, kMoeMaxTopK)
   bool renormalize = false;
-  const void* logits = nullptr;     // [tokens][experts]
-  std::int32_t* ids = nullptr;      // [tokens][top_k]
-  float* weights = nullptr;         // [tokens][top_k]
+  const void* logits = nullptr;  // [tokens][experts]
+  std::int32_t* ids = nullptr;   // [tokens][top_k]
+  float* weights = nullptr;      // [tokens][top_k]
 };
 // moe_route_cuda's checks, in every build (no CUDA call): InvalidArgument naming the value.
 Status check_moe_route(const MoeRouteParams& params);
@@ -80,13 +82,13 @@ struct MoePermuteParams {
   std::uint32_t tokens = 0;
   std::uint32_t top_k = 0;
   std::uint32_t experts = 0;
-  std::uint32_t tile = 0;  // a power of two: the grouped GEMMs' row tile (kMoeRowTile)
-  const std::int32_t* ids = nullptr;    // [tokens][top_k], each in [0, experts)
-  std::uint32_t* offsets = nullptr;     // [experts + 1]
-  std::uint32_t* rows = nullptr;        // [capacity]
+  std::uint32_t tile = 0;             // a power of two: the grouped GEMMs' row tile (kMoeRowTile)
+  const std::int32_t* ids = nullptr;  // [tokens][top_k], each in [0, experts)
+  std::uint32_t* offsets = nullptr;   // [experts + 1]
+  std::uint32_t* rows = nullptr;      // [capacity]
   std::uint32_t* slot_of_pair = nullptr;  // [tokens * top_k]
-  std::uint32_t* active = nullptr;      // [1 + experts]
-  void* scratch = nullptr;              // moe_permute_scratch_bytes(experts) bytes
+  std::uint32_t* active = nullptr;        // [1 + experts]
+  void* scratch = nullptr;                // moe_permute_scratch_bytes(experts) bytes
 };
 inline constexpr std::uint32_t kMoeRowTile = 16;
 std::uint64_t moe_permute_scratch_bytes(std::uint32_t experts);
@@ -108,15 +110,18 @@ struct MoeGateUpParams {
   std::uint32_t tokens = 0;
   std::uint32_t top_k = 0;
   std::uint32_t experts = 0;
-  std::uint32_t hidden = 0;  // a multiple of 16 (of 128 for kFp8Block128)
-  std::uint32_t inter = 0;   // a multiple of 16 (of 128 for kFp8Block128)
-  const void* x = nullptr;                   // [tokens][hidden]
-  const void* const* gate_up = nullptr;      // [experts] device pointers, 16-byte aligned
+  std::uint32_t hidden = 0;                      // a multiple of 16 (of 128 for kFp8Block128)
+  std::uint32_t inter = 0;                       // a multiple of 16 (of 128 for kFp8Block128)
+  const void* x = nullptr;                       // [tokens][hidden]
+  const void* const* gate_up = nullptr;          // [experts] device pointers, 16-byte aligned
   const float* const* gate_up_scales = nullptr;  // [experts], kFp8Block128 only
-  const std::uint32_t* offsets = nullptr;    // moe_permute_cuda's
+  const std::uint32_t* offsets = nullptr;        // moe_permute_cuda's
   const std::uint32_t* rows = nullptr;
   const std::uint32_t* active = nullptr;
   void* act = nullptr;  // [capacity][inter]
+  // For measuring and tests: the grouped GEMM's row tile, 16, 64 or 128 rows (0: chosen from
+  // tokens * top_k over the experts it can reach). Any choice computes the same bits.
+  std::uint32_t block_rows = 0;
 };
 Status check_moe_gate_up(const MoeGateUpParams& params);
 Status moe_expert_gate_up_cuda(const MoeGateUpParams& params, void* stream);
@@ -135,18 +140,19 @@ struct MoeDownParams {
   std::uint32_t experts = 0;
   std::uint32_t hidden = 0;
   std::uint32_t inter = 0;
-  const void* act = nullptr;              // moe_expert_gate_up_cuda's
-  const void* const* down = nullptr;      // [experts] device pointers
+  const void* act = nullptr;                  // moe_expert_gate_up_cuda's
+  const void* const* down = nullptr;          // [experts] device pointers
   const float* const* down_scales = nullptr;  // [experts], kFp8Block128 only
   const std::uint32_t* offsets = nullptr;
   const std::uint32_t* rows = nullptr;
   const std::uint32_t* active = nullptr;
   const std::uint32_t* slot_of_pair = nullptr;
-  const float* weights = nullptr;  // moe_route_cuda's [tokens][top_k]
-  void* pairs = nullptr;           // [tokens * top_k][hidden] in the element type
+  const float* weights = nullptr;     // moe_route_cuda's [tokens][top_k]
+  void* pairs = nullptr;              // [tokens * top_k][hidden] in the element type
   const void* shared = nullptr;       // [tokens][hidden] or null
   const void* shared_gate = nullptr;  // [tokens] (a [tokens][1] GEMM's output); with `shared`
   void* out = nullptr;                // [tokens][hidden]
+  std::uint32_t block_rows = 0;       // as MoeGateUpParams::block_rows
 };
 Status check_moe_down(const MoeDownParams& params);
 Status moe_expert_down_cuda(const MoeDownParams& params, void* stream);
