@@ -27,12 +27,16 @@ void route_top_k(const float* logits, std::size_t tokens, std::uint32_t experts,
   std::vector<std::int32_t> order(experts);
   for (std::size_t t = 0; t < tokens; ++t) {
     const float* row = logits + t * experts;
+    // A NaN logit stays out of the max and the sum (its own probability NaN, ranked last), so
+    // one broken expert's logit does not make every choice NaN; the CUDA router does the same.
     float most = -INFINITY;
-    for (std::uint32_t e = 0; e < experts; ++e) most = std::max(most, row[e]);
+    for (std::uint32_t e = 0; e < experts; ++e) {
+      if (!std::isnan(row[e])) most = std::max(most, row[e]);
+    }
     float sum = 0.0f;
     for (std::uint32_t e = 0; e < experts; ++e) {
       p[e] = std::exp(row[e] - most);
-      sum += p[e];
+      if (!std::isnan(p[e])) sum += p[e];
     }
     for (std::uint32_t e = 0; e < experts; ++e) p[e] /= sum;
     std::iota(order.begin(), order.end(), 0);

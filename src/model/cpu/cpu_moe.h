@@ -13,9 +13,10 @@
 
 namespace kvvm::model::cpu {
 
-// For each of `tokens` rows of `experts` logits: p = softmax(logits) (float32, max subtracted),
-// the top_k largest p in descending order with the lower id first among equals (a NaN below
-// every number), each divided by the sum of the chosen when `renormalize`. ids and weights are
+// For each of `tokens` rows of `experts` logits: p = softmax(logits) (float32, max subtracted;
+// a NaN logit left out of the max and sum, its p NaN and ranked below every number, as the CUDA
+// router does), the top_k largest p in descending order with the lower id first among equals,
+// each divided by the sum of the chosen when `renormalize`. ids and weights are
 // [tokens][top_k].
 void route_top_k(const float* logits, std::size_t tokens, std::uint32_t experts,
                  std::uint32_t top_k, bool renormalize, std::int32_t* ids, float* weights);
