@@ -83,6 +83,25 @@ inline model::ModelConfig tiny_moe_config(const std::string& family) {
   return c;
 }
 
+// tiny_moe_config(family) shaped for the CUDA kernels: head dim 64, hidden 192, experts of 64
+// (a shared expert of 96), `max_positions` long, bf16.
+inline model::ModelConfig tiny_cuda_moe_config(const std::string& family,
+                                               std::uint32_t max_positions) {
+  model::ModelConfig c = tiny_moe_config(family);
+  c.hidden_size = 192;
+  c.intermediate_size = 256;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 263;
+  c.rope.theta = 1000000.0;
+  c.max_position_embeddings = max_positions;
+  c.dtype = DType::kBf16;
+  c.moe.expert_intermediate = 64;
+  if (c.moe.shared_intermediate > 0) c.moe.shared_intermediate = 96;
+  return c;
+}
+
 class TinyModel {
  public:
   TinyModel(const model::ModelConfig& config, model::TensorDType dtype, std::uint64_t seed)
@@ -158,7 +177,9 @@ class TinyModel {
   void add_experts(const std::string& p, model::LayerWeights& w) {
     const model::MoeConfig& moe = config_.moe;
     const std::uint64_t hidden = config_.hidden_size, inter = moe.expert_intermediate;
-    w.router = tensor(p + "mlp.gate.weight", {moe.experts, hidden}, 4.0 / std::sqrt(hidden), 0);
+    // Logits of spread ~7: the top k far apart from the rest, so a bf16 backend's rounding
+    // cannot flip a choice that carries weight (an expert at the boundary has p ~ e^-7).
+    w.router = tensor(p + "mlp.gate.weight", {moe.experts, hidden}, 12.0 / std::sqrt(hidden), 0);
     for (std::uint32_t e = 0; e < moe.experts; ++e) {
       const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
       model::ExpertWeights& expert = w.experts.emplace_back();

@@ -24,6 +24,7 @@
 
 #include "kvvm/kernels/attention.h"
 #include "kvvm/kernels/model_kernels.h"
+#include "kvvm/kernels/moe_kernels.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/cuda_status.h"
 #include "model/step_checks.h"
@@ -428,6 +429,12 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
   const bool quantized = norm.quantized.out != nullptr;
   norm.add = delta_;
   norm.weight = w.post_norm;
+  if (w.router != nullptr) {
+    // The router reads the rows unquantized, and so do the expert kernels.
+    norm.quantized = {};
+    KVVM_RETURN_IF_ERROR(rmsnorm_cuda(norm, stream_));
+    return sparse_mlp(layer, tokens);
+  }
   KVVM_RETURN_IF_ERROR(rmsnorm_cuda(norm, stream_));  // and the gate|up projection's input
   KVVM_RETURN_IF_ERROR(linear(normed_, w.gate_up, w.gate_up_scales, nullptr, gate_up_, tokens,
                               c.hidden_size, 2 * c.intermediate_size, quantized));
@@ -441,6 +448,92 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
   KVVM_RETURN_IF_ERROR(silu_mul_cuda(silu, stream_));
   return linear(act_, w.down, w.down_scales, nullptr, delta_, tokens, c.intermediate_size,
                 c.hidden_size, quantized);
+}
+
+Status CudaModel::sparse_mlp(std::uint32_t layer, std::uint32_t tokens) {
+  const ModelConfig& c = config();
+  const MoeConfig& moe = c.moe;
+  const DeviceLayer& w = weights_->layers[layer];
+  const MoeWeightFormat format = c.weight_quant == WeightQuant::kFp8Block
+                                     ? MoeWeightFormat::kFp8Block128
+                                     : MoeWeightFormat::kNone;
+  KVVM_RETURN_IF_ERROR(linear(normed_, w.router, nullptr, nullptr, router_logits_, tokens,
+                              c.hidden_size, moe.experts));
+  MoeRouteParams route;
+  route.element = compute_;
+  route.tokens = tokens;
+  route.experts = moe.experts;
+  route.top_k = moe.top_k;
+  route.renormalize = moe.renormalize;
+  route.logits = router_logits_;
+  route.ids = moe_ids_;
+  route.weights = moe_weights_;
+  KVVM_RETURN_IF_ERROR(moe_route_cuda(route, stream_));
+  MoePermuteParams permute;
+  permute.tokens = tokens;
+  permute.top_k = moe.top_k;
+  permute.experts = moe.experts;
+  permute.tile = kMoeRowTile;
+  permute.ids = moe_ids_;
+  permute.offsets = moe_offsets_;
+  permute.rows = moe_rows_;
+  permute.slot_of_pair = moe_slot_of_pair_;
+  permute.active = moe_active_;
+  KVVM_RETURN_IF_ERROR(moe_permute_cuda(permute, stream_));
+  MoeGateUpParams gate_up;
+  gate_up.element = compute_;
+  gate_up.format = format;
+  gate_up.tokens = tokens;
+  gate_up.top_k = moe.top_k;
+  gate_up.experts = moe.experts;
+  gate_up.hidden = c.hidden_size;
+  gate_up.inter = moe.expert_intermediate;
+  gate_up.x = normed_;
+  gate_up.gate_up = w.expert_gate_up;
+  gate_up.gate_up_scales = w.expert_gate_up_scales;
+  gate_up.offsets = moe_offsets_;
+  gate_up.rows = moe_rows_;
+  gate_up.active = moe_active_;
+  gate_up.act = moe_act_;
+  KVVM_RETURN_IF_ERROR(moe_expert_gate_up_cuda(gate_up, stream_));
+  MoeDownParams down;
+  if (w.shared_gate != nullptr) {
+    // Qwen2-MoE's shared expert: the dense MLP's path on its own weights, and its gate's logit.
+    const std::uint32_t shared = moe.shared_intermediate;
+    KVVM_RETURN_IF_ERROR(linear(normed_, w.shared_gate_up, w.shared_gate_up_scales, nullptr,
+                                gate_up_, tokens, c.hidden_size, 2 * shared));
+    SiluMulParams silu;
+    silu.element = compute_;
+    silu.rows = tokens;
+    silu.inter = shared;
+    silu.gate_up = gate_up_;
+    silu.out = act_;
+    KVVM_RETURN_IF_ERROR(silu_mul_cuda(silu, stream_));
+    KVVM_RETURN_IF_ERROR(linear(act_, w.shared_down, w.shared_down_scales, nullptr, shared_out_,
+                                tokens, shared, c.hidden_size));
+    KVVM_RETURN_IF_ERROR(
+        linear(normed_, w.shared_gate, nullptr, nullptr, shared_logit_, tokens, c.hidden_size, 1));
+    down.shared = shared_out_;
+    down.shared_gate = shared_logit_;
+  }
+  down.element = compute_;
+  down.format = format;
+  down.tokens = tokens;
+  down.top_k = moe.top_k;
+  down.experts = moe.experts;
+  down.hidden = c.hidden_size;
+  down.inter = moe.expert_intermediate;
+  down.act = moe_act_;
+  down.down = w.expert_down;
+  down.down_scales = w.expert_down_scales;
+  down.offsets = moe_offsets_;
+  down.rows = moe_rows_;
+  down.active = moe_active_;
+  down.slot_of_pair = moe_slot_of_pair_;
+  down.weights = moe_weights_;
+  down.pairs = moe_pairs_;
+  down.out = delta_;
+  return moe_expert_down_cuda(down, stream_);
 }
 
 }  // namespace kvvm::model::detail

@@ -2,6 +2,8 @@
 // cuBLAS, uploads the weights, and sizes every buffer a step uses.
 #include "model/cuda/cuda_model.h"
 
+#include "kvvm/kernels/moe_kernels.h"
+
 #include <algorithm>
 #include <string>
 
@@ -256,8 +258,22 @@ Status CudaModel::allocate_buffers() {
   void* xq = nullptr;
   void* xq_scales = nullptr;
   const bool fp8 = c.weight_quant != WeightQuant::kNone;
-  const std::uint64_t widest =
-      std::max({std::uint64_t{c.hidden_size}, q_dim, std::uint64_t{c.intermediate_size}});
+  // The dense MLP's buffers serve a shared expert too.
+  const std::uint64_t inter =
+      std::max(std::uint64_t{c.intermediate_size}, std::uint64_t{c.moe.shared_intermediate});
+  const std::uint64_t widest = std::max({std::uint64_t{c.hidden_size}, q_dim, inter});
+  const MoeConfig& moe = c.moe;
+  const std::uint64_t pairs = tokens * moe.top_k;
+  const std::uint64_t capacity =
+      moe.enabled() ? moe_permuted_rows(static_cast<std::uint32_t>(tokens), moe.top_k,
+                                        moe.experts, kMoeRowTile)
+                    : 0;
+  void* moe_ids = nullptr;
+  void* moe_weights = nullptr;
+  void* moe_offsets = nullptr;
+  void* moe_rows = nullptr;
+  void* moe_slots = nullptr;
+  void* moe_active = nullptr;
   const Piece pieces[] = {
       {&arrays, std::uint64_t{offsets_.words} * 4},
       {&inv_freq, std::uint64_t{c.head_dim / 2} * sizeof(float)},
@@ -269,8 +285,19 @@ Status CudaModel::allocate_buffers() {
       {&v_, tokens * kv_dim * size},
       {&attn_, tokens * q_dim * size},
       {&delta_, tokens * c.hidden_size * size},
-      {&gate_up_, tokens * 2 * c.intermediate_size * size},
-      {&act_, tokens * c.intermediate_size * size},
+      {&gate_up_, tokens * 2 * inter * size},
+      {&act_, tokens * inter * size},
+      {&router_logits_, tokens * moe.experts * size},
+      {&moe_ids, pairs * sizeof(std::int32_t)},
+      {&moe_weights, pairs * sizeof(float)},
+      {&moe_offsets, moe.enabled() ? (moe.experts + 1) * sizeof(std::uint32_t) : 0},
+      {&moe_rows, capacity * sizeof(std::uint32_t)},
+      {&moe_slots, pairs * sizeof(std::uint32_t)},
+      {&moe_active, moe.enabled() ? (moe.experts + 1) * sizeof(std::uint32_t) : 0},
+      {&moe_act_, capacity * moe.expert_intermediate * size},
+      {&moe_pairs_, pairs * c.hidden_size * size},
+      {&shared_out_, moe.shared_intermediate > 0 ? tokens * c.hidden_size * size : 0},
+      {&shared_logit_, moe.shared_intermediate > 0 ? tokens * size : 0},
       {&final_, chunks * c.hidden_size * size},
       {&logits, chunks * c.vocab_size * sizeof(float)},
       {&argmax, chunks * sizeof(std::int32_t)},
@@ -298,6 +325,14 @@ Status CudaModel::allocate_buffers() {
     at += aligned(piece.bytes);
   }
   arrays_ = static_cast<std::uint32_t*>(arrays);
+  if (moe.enabled()) {
+    moe_ids_ = static_cast<std::int32_t*>(moe_ids);
+    moe_weights_ = static_cast<float*>(moe_weights);
+    moe_offsets_ = static_cast<std::uint32_t*>(moe_offsets);
+    moe_rows_ = static_cast<std::uint32_t*>(moe_rows);
+    moe_slot_of_pair_ = static_cast<std::uint32_t*>(moe_slots);
+    moe_active_ = static_cast<std::uint32_t*>(moe_active);
+  }
   inv_freq_ = static_cast<float*>(inv_freq);
   logits_ = static_cast<float*>(logits);
   argmax_ = static_cast<std::int32_t*>(argmax);

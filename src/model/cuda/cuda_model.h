@@ -111,6 +111,10 @@ class CudaModel final : public Model {
   Status capture_one(std::uint32_t rows, const DecodeGraphOptions& options, cudaGraphExec_t* exec);
   Status run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens,
                    std::uint32_t decode_max_length);
+  // A sparse layer's feed-forward of normed_ into delta_: the router's GEMM, top k, the
+  // permutation, the grouped expert GEMMs and the combine (with the shared expert), all on the
+  // device with no host synchronisation (capturable).
+  Status sparse_mlp(std::uint32_t layer, std::uint32_t tokens);
   // The layer's q, k, v and the KV append: fused (one projection, RoPE in the append) or one
   // op at a time; either way q_ holds the rotated queries and the cache the new K and V.
   Status attention_inputs(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens);
@@ -178,6 +182,21 @@ class CudaModel final : public Model {
   void* delta_ = nullptr;                     // [tokens][hidden]: o_proj / down_proj output
   void* gate_up_ = nullptr;                   // [tokens][2 * intermediate]
   void* act_ = nullptr;                       // [tokens][intermediate]
+  // A mixture of experts' step buffers (null for a dense model): the router's logits [tokens]
+  // [experts], each token's top-k ids and weights, the permutation (offsets [experts + 1], rows
+  // and activations [capacity], slot_of_pair [tokens * k], active [1 + experts]), the weighted
+  // expert outputs [tokens * k][hidden], the shared expert's output and gate logit.
+  void* router_logits_ = nullptr;
+  std::int32_t* moe_ids_ = nullptr;
+  float* moe_weights_ = nullptr;
+  std::uint32_t* moe_offsets_ = nullptr;
+  std::uint32_t* moe_rows_ = nullptr;
+  std::uint32_t* moe_slot_of_pair_ = nullptr;
+  std::uint32_t* moe_active_ = nullptr;
+  void* moe_act_ = nullptr;
+  void* moe_pairs_ = nullptr;
+  void* shared_out_ = nullptr;
+  void* shared_logit_ = nullptr;
   void* final_ = nullptr;                     // [chunks][hidden]
   float* logits_ = nullptr;                   // [chunks][vocab], float32
   std::int32_t* argmax_ = nullptr;            // [chunks]

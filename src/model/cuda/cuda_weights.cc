@@ -166,6 +166,7 @@ Status dummy_fill(const WeightTensor& t, DType compute, std::uint64_t seed, void
 DeviceWeights::~DeviceWeights() {
   store_.reset();  // synchronizes before it unmaps
   if (staging_ != nullptr) (void)cudaFreeHost(staging_);
+  if (expert_tables_ != nullptr) (void)cudaFree(expert_tables_);
 }
 
 const void* DeviceWeights::staged(std::uint32_t layer) const {
@@ -346,7 +347,75 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
                     .gate_up_scales = fp8(layer, block.gate_up_scale),
                     .down_scales = fp8(layer, block.down_scale)});
   }
+  KVVM_RETURN_IF_ERROR(out->bind_experts(config, stream));
   return out;
+}
+
+// Each sparse layer's experts as the MoE kernels take them: four tables of `experts` device
+// pointers (gate|up, down, and their scales), written once; the kernels read them at run time,
+// so a table rewritten on the device (an expert moved) needs no new graph.
+Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
+  const MoeConfig& moe = config.moe;
+  const std::uint32_t sparse_layers = moe.sparse_layers();
+  if (sparse_layers == 0) return Status::Ok();
+  if (config.weight_quant == WeightQuant::kFp8Channel) {
+    return Status::InvalidArgument(
+        "CUDA model: per-channel FP8 experts (compressed-tensors) are not implemented by the "
+        "MoE kernels, which read bf16 / fp16 or 128 x 128 block-scaled FP8 experts");
+  }
+  const WeightLayout& layout = store_->layout();
+  const SparseOffsets& sparse = layout.sparse;
+  const WeightAddresses at = store_->addresses();
+  const std::uint64_t per_layer = 4ull * moe.experts;
+  std::vector<std::uint64_t> tables(per_layer * sparse_layers, 0);
+  const std::uint64_t bytes = tables.size() * sizeof(std::uint64_t);
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaMalloc", cudaMalloc(&expert_tables_, bytes))
+                           .with_context("the experts' pointer tables"));
+  auto* device = static_cast<std::uint64_t*>(expert_tables_);
+  std::uint32_t index = 0;
+  for (std::uint32_t l = 0; l < layers.size(); ++l) {
+    if (!moe.sparse_layer(l)) continue;
+    const LayerAddresses& a = at.layers[l];
+    DeviceLayer& layer = layers[l];
+    std::uint64_t* table = &tables[per_layer * index];
+    for (std::uint32_t e = 0; e < moe.experts; ++e) {
+      const Address expert = a.experts + std::uint64_t{e} * sparse.expert_stride;
+      table[e] = expert + sparse.expert.gate_up;
+      table[moe.experts + e] = expert + sparse.expert.down;
+      if (sparse.expert.gate_up_scale != kNoTensor) {
+        table[2 * moe.experts + e] = expert + sparse.expert.gate_up_scale;
+        table[3 * moe.experts + e] = expert + sparse.expert.down_scale;
+      }
+    }
+    const std::uint64_t* on_device = device + per_layer * index;
+    layer.expert_gate_up = reinterpret_cast<const void* const*>(on_device);
+    layer.expert_down = reinterpret_cast<const void* const*>(on_device + moe.experts);
+    if (sparse.expert.gate_up_scale != kNoTensor) {
+      layer.expert_gate_up_scales = reinterpret_cast<const float* const*>(on_device + 2 * moe.experts);
+      layer.expert_down_scales = reinterpret_cast<const float* const*>(on_device + 3 * moe.experts);
+    }
+    layer.router = reinterpret_cast<void*>(a.router);
+    layer.gate_up = layer.down = nullptr;
+    layer.gate_up_scales = layer.down_scales = nullptr;
+    if (a.shared_gate != 0) {
+      layer.shared_gate = reinterpret_cast<void*>(a.shared_gate);
+      layer.shared_gate_up = reinterpret_cast<void*>(a.shared_gate_up);
+      layer.shared_down = reinterpret_cast<void*>(a.shared_down);
+      if (sparse.shared.gate_up_scale != kNoTensor) {
+        layer.shared_gate_up_scales =
+            reinterpret_cast<const float*>(store_->layer(l) + sparse.shared.gate_up_scale);
+        layer.shared_down_scales =
+            reinterpret_cast<const float*>(store_->layer(l) + sparse.shared.down_scale);
+      }
+    }
+    ++index;
+  }
+  // Pageable source: the copy completes before cudaMemcpyAsync returns its staging.
+  KVVM_RETURN_IF_ERROR(cuda_call(
+      "cudaMemcpyAsync", cudaMemcpyAsync(expert_tables_, tables.data(), bytes,
+                                         cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream))));
+  return cuda_call("cudaStreamSynchronize",
+                   cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
 }  // namespace kvvm::model::detail

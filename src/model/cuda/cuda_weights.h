@@ -47,6 +47,19 @@ struct DeviceLayer {
   const float* o_scales = nullptr;
   const float* gate_up_scales = nullptr;
   const float* down_scales = nullptr;
+  // A sparse layer's (null on a dense one): the router [experts][hidden], the per-expert pointer
+  // tables the MoE kernels read (device memory: each expert's gate|up and down, and their scales
+  // in an FP8 checkpoint), and Qwen2-MoE's shared expert with its gate [1][hidden].
+  void* router = nullptr;
+  const void* const* expert_gate_up = nullptr;
+  const void* const* expert_down = nullptr;
+  const float* const* expert_gate_up_scales = nullptr;
+  const float* const* expert_down_scales = nullptr;
+  void* shared_gate = nullptr;
+  void* shared_gate_up = nullptr;
+  void* shared_down = nullptr;
+  const float* shared_gate_up_scales = nullptr;
+  const float* shared_down_scales = nullptr;
 };
 
 class DeviceWeights {
@@ -73,8 +86,10 @@ class DeviceWeights {
 
  private:
   DeviceWeights() = default;
+  Status bind_experts(const ModelConfig& config, void* stream);
   std::unique_ptr<WeightStore> store_;
   unsigned char* staging_ = nullptr;  // pinned: streamed layers' blocks, in streamed order
+  void* expert_tables_ = nullptr;     // device: the sparse layers' per-expert pointer tables
   std::uint64_t load_bytes_ = 0;
   double load_seconds_ = 0;
 };
