@@ -117,6 +117,36 @@ TEST(GenerateCpu, SameTokensOnEveryLayoutAndGranule) {
   }
 }
 
+// The mixtures of experts (support/tiny_model.h) likewise: their greedy tokens against the
+// float64 reference, and the same on every layout and prefill chunking.
+class GenerateCpuMoe : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GenerateCpuMoe, GreedyTokensMatchTheFloat64ReferenceOnEveryLayout) {
+  TinyModel tiny(kvvm::testing::tiny_moe_config(GetParam()), model::TensorDType::kF32, 17);
+  const ReferenceTransformer reference(tiny.config(), tiny.weights());
+  const std::vector<std::int32_t> prompt = prompt_of(23, tiny.config().vocab_size, 6);
+  std::vector<std::int32_t> expected;
+  std::vector<double> margins;
+  reference_greedy(reference, prompt, kGenerated, &expected, &margins);
+  auto baseline = run_generate(tiny, Layout::kTokenMajor, 0, prompt, 7);
+  ASSERT_TRUE(baseline.ok()) << baseline.status().to_string();
+  std::size_t compared = 0;
+  for (std::size_t i = 0; i < expected.size() && margins[i] > 1e-3; ++i, ++compared) {
+    EXPECT_EQ(baseline->tokens[i], expected[i]) << "step " << i << ", margin " << margins[i];
+  }
+  EXPECT_GE(compared, kGenerated / 2) << "the reference's margins are too small to test";
+  for (const Layout layout : all_layouts()) {
+    for (const std::uint32_t chunk : {0u, 5u}) {
+      auto result = run_generate(tiny, layout, std::uint64_t{2} << 20, prompt, chunk);
+      ASSERT_TRUE(result.ok()) << result.status().to_string();
+      EXPECT_EQ(result->tokens, baseline->tokens) << to_string(layout) << ", chunk " << chunk;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GenerateCpuMoe,
+                         ::testing::Values("qwen3_moe", "mixtral", "qwen2_moe"));
+
 // The committed fixtures: transformers' greedy continuation of each "greedy" entry, token for
 // token wherever its top-2 margin is wide enough for float32 to call, on every layout and
 // with the page-sized granule (many windows) as with a 2 MiB one.

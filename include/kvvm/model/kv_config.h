@@ -38,13 +38,15 @@ Result<ModelConfig> load_kv_config(const std::string& path, bool dtype_given = f
 Geometry kv_geometry(const ModelConfig& config, std::optional<DType> dtype = std::nullopt);
 
 // The built-in models: qwen2.5-0.5b, llama-3-8b, qwen2.5-7b, qwen2.5-14b, llama-3-70b,
-// qwen3-0.6b, qwen3-8b, each the ModelConfig of its published config.json. Names ignore case.
+// qwen3-0.6b, qwen3-8b and the mixtures qwen3-30b-a3b, mixtral-8x7b, qwen2-57b-a14b, each the
+// ModelConfig of its published config.json. Names ignore case.
 // InvalidArgument naming the known names for anything else.
 Result<ModelConfig> builtin_model_config(std::string_view name);
 std::vector<std::string> builtin_model_names();
 // kv_geometry(builtin_model_config(name), dtype): qwen2.5-0.5b (24, 2, 64), llama-3-8b
 // (32, 8, 128), qwen2.5-7b (28, 4, 128), qwen2.5-14b (48, 8, 128), llama-3-70b (80, 8, 128),
-// qwen3-0.6b (28, 8, 128), qwen3-8b (36, 8, 128).
+// qwen3-0.6b (28, 8, 128), qwen3-8b (36, 8, 128), qwen3-30b-a3b (48, 4, 128), mixtral-8x7b
+// (32, 8, 128), qwen2-57b-a14b (28, 4, 128).
 Result<Geometry> builtin_geometry(std::string_view name, DType dtype = DType::kFp16);
 
 }  // namespace kvvm::model

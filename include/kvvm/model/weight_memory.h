@@ -71,6 +71,9 @@ struct WeightSizes {
   std::vector<std::pair<std::string, std::uint64_t>> bytes_by_type() const;
   // "bf16 1.2 GiB, fp8 7.2 GiB, fp32 3.5 MiB" (the same, for logs).
   std::string describe_types() const;
+  // A mixture's "experts 56.6 GiB (48 layers x 128 x 9 MiB), dense part 3.1 GiB"; empty for a
+  // dense model.
+  std::string describe_experts() const;
 };
 
 // Every tensor starts at a multiple of this inside its region (what cuBLAS and vector loads

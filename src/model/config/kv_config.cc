@@ -152,9 +152,16 @@ struct BuiltinModel {
   std::uint32_t max_position_embeddings;
   double rope_theta;
   bool tie_word_embeddings;
+  // A mixture of experts (every layer sparse): experts, top k, each expert's intermediate size,
+  // renormalised, the shared expert's size.
+  std::uint32_t experts = 0;
+  std::uint32_t top_k = 0;
+  std::uint32_t expert_intermediate = 0;
+  bool renormalize = false;
+  std::uint32_t shared_intermediate = 0;
 };
 
-constexpr std::array<BuiltinModel, 7> kBuiltinModels = {{
+constexpr std::array<BuiltinModel, 10> kBuiltinModels = {{
     {"qwen2.5-0.5b", "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 0, 151936, 32768, 1e6, true},
     {"llama-3-8b", "LlamaForCausalLM", 4096, 14336, 32, 32, 8, 0, 128256, 8192, 5e5, false},
     {"qwen2.5-7b", "Qwen2ForCausalLM", 3584, 18944, 28, 28, 4, 0, 152064, 32768, 1e6, false},
@@ -163,6 +170,12 @@ constexpr std::array<BuiltinModel, 7> kBuiltinModels = {{
     // Qwen3's heads are 128 wide whatever hidden_size / heads is (0.6B: 16 x 128 over 1024).
     {"qwen3-0.6b", "Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936, 40960, 1e6, true},
     {"qwen3-8b", "Qwen3ForCausalLM", 4096, 12288, 36, 32, 8, 128, 151936, 40960, 1e6, false},
+    {"qwen3-30b-a3b", "Qwen3MoeForCausalLM", 2048, 6144, 48, 32, 4, 128, 151936, 40960, 1e6,
+     false, 128, 8, 768, true, 0},
+    {"mixtral-8x7b", "MixtralForCausalLM", 4096, 14336, 32, 32, 8, 0, 32000, 32768, 1e6, false, 8,
+     2, 14336, true, 0},
+    {"qwen2-57b-a14b", "Qwen2MoeForCausalLM", 3584, 18944, 28, 28, 4, 0, 151936, 131072, 1e6,
+     false, 64, 8, 2560, false, 20480},
 }};
 
 ModelConfig to_config(const BuiltinModel& model) {
@@ -181,8 +194,18 @@ ModelConfig to_config(const BuiltinModel& model) {
   config.tie_word_embeddings = model.tie_word_embeddings;
   // Qwen2's attention always has q/k/v biases; Qwen3's normalises q and k instead.
   const std::string_view architecture = model.architecture;
-  config.qkv_bias = architecture == "Qwen2ForCausalLM";
-  config.qk_norm = architecture == "Qwen3ForCausalLM";
+  config.qkv_bias = architecture == "Qwen2ForCausalLM" || architecture == "Qwen2MoeForCausalLM";
+  config.qk_norm = architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM";
+  if (model.experts > 0) {
+    MoeConfig& moe = config.moe;
+    moe.experts = model.experts;
+    moe.top_k = model.top_k;
+    moe.expert_intermediate = model.expert_intermediate;
+    moe.renormalize = model.renormalize;
+    moe.shared_intermediate = model.shared_intermediate;
+    moe.naming = architecture == "MixtralForCausalLM" ? ExpertNaming::kMixtral : ExpertNaming::kQwen;
+    moe.sparse.assign(model.layers, true);
+  }
   config.rms_norm_eps = config.qkv_bias || config.qk_norm ? 1e-6 : 1e-5;
   config.dtype = DType::kBf16;
   return config;

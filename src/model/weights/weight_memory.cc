@@ -265,9 +265,18 @@ std::string WeightSizes::describe_types() const {
   return out;
 }
 
+std::string WeightSizes::describe_experts() const {
+  if (experts == 0) return "";
+  return "experts " + format_bytes(expert_total()) + " (" + layer_count(sparse_layers) + " x " +
+         std::to_string(experts) + " x " + format_bytes(expert_bytes) + "), dense part " +
+         format_bytes(dense_total());
+}
+
 std::string WeightSplit::describe() const {
   const std::uint32_t n = sizes.layers;
-  const std::string types = " [" + sizes.describe_types() + "]";
+  const std::string experts = sizes.describe_experts();
+  const std::string types =
+      " [" + sizes.describe_types() + (experts.empty() ? "" : "; " + experts) + "]";
   const std::string where = in_host_memory ? " in host memory" : " on the device";
   if (streamed_layers == 0) {
     return "weights: " + format_bytes(device_bytes) + where + ", all " + layer_count(n) +

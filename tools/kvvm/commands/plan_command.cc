@@ -559,6 +559,8 @@ nlohmann::ordered_json plan_json(const PlanReport& report) {
                        {"host_staging_bytes", w.host_staging_bytes},
                        {"quantization", report.weight_quant},
                        {"bytes_by_dtype", bytes_by_dtype(w.sizes)},
+                       {"expert_bytes", w.sizes.expert_total()},
+                       {"dense_bytes", w.sizes.dense_total()},
                        {"placement", w.describe()}};
   }
   nlohmann::ordered_json layouts = nlohmann::ordered_json::array();
