@@ -78,6 +78,9 @@ TEST(ModelConfigGeometry, BuiltinModelsHaveThePublishedShapes) {
       {"qwen2.5-7b", 28, 4, 128, 57'344},   {"qwen2.5-14b", 48, 8, 128, 196'608},
       {"llama-3-70b", 80, 8, 128, 327'680}, {"qwen3-0.6b", 28, 8, 128, 114'688},
       {"qwen3-8b", 36, 8, 128, 147'456},
+      // The mixtures: their attention's KV, whatever the experts.
+      {"qwen3-30b-a3b", 48, 4, 128, 98'304}, {"mixtral-8x7b", 32, 8, 128, 131'072},
+      {"qwen2-57b-a14b", 28, 4, 128, 57'344},
   };
   std::vector<std::string> names;
   for (const Expected& model : expected) {
@@ -340,7 +343,8 @@ TEST(ModelConfigGeometry, BuiltinConfigsAreWholeModelConfigs) {
     EXPECT_EQ(config->name, name);
     EXPECT_EQ(config->heads % config->kv_heads, 0u) << name;
     // Qwen3 gives its head size apart from hidden / heads (the 0.6B's 16 heads of 128 over 1024).
-    if (config->architecture == "Qwen3ForCausalLM") {
+    if (config->architecture == "Qwen3ForCausalLM" ||
+        config->architecture == "Qwen3MoeForCausalLM") {
       EXPECT_EQ(config->head_dim, 128u) << name;
       EXPECT_TRUE(config->qk_norm) << name;
     } else {

@@ -22,7 +22,7 @@ using testing::ModelRig;
 using testing::Sequence;
 
 void run_mixed(ModelRig& rig) {
-  Sequence a = rig.admit(120, 11), b = rig.admit(40, 12);
+  Sequence a = rig.admit(126, 11), b = rig.admit(40, 12);  // every token consumed below
   rig.step({&a}, {90});
   rig.step({&b, &a}, {30, 30});
   for (int i = 0; i < 6; ++i) rig.step({&a, &b}, {1, 1});
