@@ -34,7 +34,7 @@ struct MoeRun {
 };
 
 MoeRun run_engine(model::Model& model, KvSpace& kv, const EngineOptions& options,
-               const std::vector<EngineRequest>& requests, int gap) {
+                  const std::vector<EngineRequest>& requests, int gap) {
   MoeRun run;
   Collector collector;
   std::vector<RequestId> ids;

@@ -4,13 +4,13 @@
 // RoPE scaling, an F32 checkpoint run in bf16) and Qwen3-like (q/k norms, heads apart from
 // hidden / heads, untied; on the fused and the unfused step), and the three mixtures of
 // experts (Qwen3-MoE with a dense layer among sparse ones, Mixtral in fp16, Qwen2-MoE with its
-// shared expert), head dim 64 with grouped-query attention. The KV lives in a CUDA-driver arena with only each sequence's windows committed.
-// Checked: the last logits of every chunk of a chunked prefill followed by decodes, and of a
-// packed batch of two sequences mixing prefill chunks and decodes in one step, within 2e-2
-// (max |ours - reference| / max |reference|); the argmax equal to our logits' and to the
-// reference's wherever its top-2 margin exceeds twice the tolerance of the largest logit;
-// malformed batches refused with the model still usable after. Skipped without a GPU; what a
-// build or machine without one answers is checked everywhere.
+// shared expert), head dim 64 with grouped-query attention. The KV lives in a CUDA-driver arena
+// with only each sequence's windows committed. Checked: the last logits of every chunk of a chunked
+// prefill followed by decodes, and of a packed batch of two sequences mixing prefill chunks and
+// decodes in one step, within 2e-2 (max |ours - reference| / max |reference|); the argmax equal to
+// our logits' and to the reference's wherever its top-2 margin exceeds twice the tolerance of the
+// largest logit; malformed batches refused with the model still usable after. Skipped without a
+// GPU; what a build or machine without one answers is checked everywhere.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -133,15 +133,14 @@ std::vector<Case> cases() {
       {"qwen2_fp16", qwen_config(), TensorDType::kBf16, DType::kFp16, DType::kFp16, true},
       {"llama3_f32_as_bf16", llama_config(), TensorDType::kF32, DType::kUnset, DType::kBf16, true},
       {"qwen3_bf16", qwen3_config(), TensorDType::kBf16, DType::kUnset, DType::kBf16, true},
-      {"qwen3_fp16_unfused", qwen3_config(), TensorDType::kBf16, DType::kFp16, DType::kFp16,
-       false},
+      {"qwen3_fp16_unfused", qwen3_config(), TensorDType::kBf16, DType::kFp16, DType::kFp16, false},
       // The mixtures: router, top k, permutation, grouped expert GEMMs and combine on the device.
       {"qwen3_moe_bf16", testing::tiny_cuda_moe_config("qwen3_moe", kContext), TensorDType::kBf16,
        DType::kUnset, DType::kBf16, true},
       {"mixtral_fp16", testing::tiny_cuda_moe_config("mixtral", kContext), TensorDType::kBf16,
        DType::kFp16, DType::kFp16, true},
-      {"qwen2_moe_bf16", testing::tiny_cuda_moe_config("qwen2_moe", kContext),
-       TensorDType::kBf16, DType::kUnset, DType::kBf16, true}};
+      {"qwen2_moe_bf16", testing::tiny_cuda_moe_config("qwen2_moe", kContext), TensorDType::kBf16,
+       DType::kUnset, DType::kBf16, true}};
 }
 
 class CudaModelTest : public ::testing::TestWithParam<Case> {

@@ -145,7 +145,8 @@ std::vector<double> ReferenceTransformer::mlp(const Matrix& gate_w, const Matrix
                                               const std::vector<double>& xn) const {
   std::vector<double> gate = apply(gate_w, {}, xn, inter);
   const std::vector<double> up = apply(up_w, {}, xn, inter);
-  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+  for (std::size_t i = 0; i < gate.size(); ++i)
+    gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
   return apply(down_w, {}, gate, config_.hidden_size);
 }
 

@@ -64,8 +64,8 @@ enum class ExpertNaming : std::uint8_t {
 // expert (Qwen2-MoE), sigmoid(shared_expert_gate(x)) * shared_expert(x) added. Layers that are
 // not sparse run the dense MLP of intermediate_size.
 struct MoeConfig {
-  std::uint32_t experts = 0;  // num_experts (num_local_experts); 0: a dense model
-  std::uint32_t top_k = 0;    // num_experts_per_tok
+  std::uint32_t experts = 0;              // num_experts (num_local_experts); 0: a dense model
+  std::uint32_t top_k = 0;                // num_experts_per_tok
   std::uint32_t expert_intermediate = 0;  // moe_intermediate_size (Mixtral: intermediate_size)
   bool renormalize = false;               // norm_topk_prob (Mixtral: always)
   std::uint32_t shared_intermediate = 0;  // shared_expert_intermediate_size; 0: none
@@ -88,10 +88,10 @@ struct ModelConfig {
   std::string architecture;
   std::uint32_t hidden_size = 0;
   std::uint32_t intermediate_size = 0;  // the dense MLP's (a mixture's dense layers')
-  std::uint32_t layers = 0;    // num_hidden_layers
-  std::uint32_t heads = 0;     // num_attention_heads
-  std::uint32_t kv_heads = 0;  // num_key_value_heads (heads when absent)
-  std::uint32_t head_dim = 0;  // head_dim, else hidden_size / heads (Qwen3: 128)
+  std::uint32_t layers = 0;             // num_hidden_layers
+  std::uint32_t heads = 0;              // num_attention_heads
+  std::uint32_t kv_heads = 0;           // num_key_value_heads (heads when absent)
+  std::uint32_t head_dim = 0;           // head_dim, else hidden_size / heads (Qwen3: 128)
   std::uint32_t vocab_size = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
@@ -104,7 +104,7 @@ struct ModelConfig {
   std::uint32_t max_position_embeddings = 0;
   DType dtype = DType::kBf16;  // torch_dtype / dtype of the checkpoint (its unquantized tensors)
   WeightQuant weight_quant = WeightQuant::kNone;  // config.json's quantization_config
-  MoeConfig moe;  // experts 0 for a dense model
+  MoeConfig moe;                                  // experts 0 for a dense model
   std::vector<std::int32_t> bos_token_ids;
   std::vector<std::int32_t> eos_token_ids;  // generation_config.json's list, else config's
 

@@ -79,8 +79,7 @@ Status read_sparse_layers(const ConfigFields& fields, ModelConfig& config) {
     }
   }
   if (config.moe.sparse_layers() == 0) {
-    return Status::InvalidArgument(fields.where() +
-                                   ": no layer is sparse (decoder_sparse_step " +
+    return Status::InvalidArgument(fields.where() + ": no layer is sparse (decoder_sparse_step " +
                                    std::to_string(every) +
                                    " and mlp_only_layers leave every layer dense): a mixture of "
                                    "experts without experts");
@@ -97,9 +96,9 @@ Status parse_moe(const ConfigFields& fields, MoeFamily family, ModelConfig& conf
   moe.naming = mixtral ? ExpertNaming::kMixtral : ExpertNaming::kQwen;
   const char* experts_field = mixtral ? "num_local_experts" : "num_experts";
   KVVM_ASSIGN_OR_RETURN(moe.experts, fields.required_whole(experts_field, 1, kMoeMaxExperts));
-  KVVM_ASSIGN_OR_RETURN(
-      moe.top_k, fields.required_whole("num_experts_per_tok", 1,
-                                       std::min<std::uint32_t>(moe.experts, kMoeMaxTopK)));
+  KVVM_ASSIGN_OR_RETURN(moe.top_k,
+                        fields.required_whole("num_experts_per_tok", 1,
+                                              std::min<std::uint32_t>(moe.experts, kMoeMaxTopK)));
   if (mixtral) {
     // Mixtral's experts are its MLPs: intermediate_size is theirs, and it always renormalises
     // (softmax over the chosen logits).
@@ -114,9 +113,8 @@ Status parse_moe(const ConfigFields& fields, MoeFamily family, ModelConfig& conf
   moe.renormalize = renormalize.value_or(false);
   KVVM_RETURN_IF_ERROR(read_sparse_layers(fields, config));
   if (family == MoeFamily::kQwen2Moe) {
-    KVVM_ASSIGN_OR_RETURN(
-        std::optional<std::uint32_t> shared,
-        fields.whole("shared_expert_intermediate_size", 0, kMaxIntermediateSize));
+    KVVM_ASSIGN_OR_RETURN(std::optional<std::uint32_t> shared,
+                          fields.whole("shared_expert_intermediate_size", 0, kMaxIntermediateSize));
     moe.shared_intermediate = shared.value_or(0);
     if (moe.shared_intermediate == 0) {
       return fields.missing("shared_expert_intermediate_size",

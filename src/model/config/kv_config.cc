@@ -170,12 +170,12 @@ constexpr std::array<BuiltinModel, 10> kBuiltinModels = {{
     // Qwen3's heads are 128 wide whatever hidden_size / heads is (0.6B: 16 x 128 over 1024).
     {"qwen3-0.6b", "Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936, 40960, 1e6, true},
     {"qwen3-8b", "Qwen3ForCausalLM", 4096, 12288, 36, 32, 8, 128, 151936, 40960, 1e6, false},
-    {"qwen3-30b-a3b", "Qwen3MoeForCausalLM", 2048, 6144, 48, 32, 4, 128, 151936, 40960, 1e6,
-     false, 128, 8, 768, true, 0},
+    {"qwen3-30b-a3b", "Qwen3MoeForCausalLM", 2048, 6144, 48, 32, 4, 128, 151936, 40960, 1e6, false,
+     128, 8, 768, true, 0},
     {"mixtral-8x7b", "MixtralForCausalLM", 4096, 14336, 32, 32, 8, 0, 32000, 32768, 1e6, false, 8,
      2, 14336, true, 0},
-    {"qwen2-57b-a14b", "Qwen2MoeForCausalLM", 3584, 18944, 28, 28, 4, 0, 151936, 131072, 1e6,
-     false, 64, 8, 2560, false, 20480},
+    {"qwen2-57b-a14b", "Qwen2MoeForCausalLM", 3584, 18944, 28, 28, 4, 0, 151936, 131072, 1e6, false,
+     64, 8, 2560, false, 20480},
 }};
 
 ModelConfig to_config(const BuiltinModel& model) {
@@ -203,7 +203,8 @@ ModelConfig to_config(const BuiltinModel& model) {
     moe.expert_intermediate = model.expert_intermediate;
     moe.renormalize = model.renormalize;
     moe.shared_intermediate = model.shared_intermediate;
-    moe.naming = architecture == "MixtralForCausalLM" ? ExpertNaming::kMixtral : ExpertNaming::kQwen;
+    moe.naming =
+        architecture == "MixtralForCausalLM" ? ExpertNaming::kMixtral : ExpertNaming::kQwen;
     moe.sparse.assign(model.layers, true);
   }
   config.rms_norm_eps = config.qkv_bias || config.qk_norm ? 1e-6 : 1e-5;

@@ -40,8 +40,9 @@ void route_top_k(const float* logits, std::size_t tokens, std::uint32_t experts,
     }
     for (std::uint32_t e = 0; e < experts; ++e) p[e] /= sum;
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
-                      [&](std::int32_t a, std::int32_t b) { return ranks_before(p[a], a, p[b], b); });
+    std::partial_sort(
+        order.begin(), order.begin() + top_k, order.end(),
+        [&](std::int32_t a, std::int32_t b) { return ranks_before(p[a], a, p[b], b); });
     float chosen = 0.0f;
     for (std::uint32_t j = 0; j < top_k; ++j) chosen += p[order[j]];
     for (std::uint32_t j = 0; j < top_k; ++j) {

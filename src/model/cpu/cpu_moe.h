@@ -36,8 +36,7 @@ class CpuMoe {
 
  private:
   // y[n][hidden] = down(silu(gate(x)) * up(x)) for n rows of x.
-  void expert_mlp(const CpuExpert& e, std::uint32_t inter, const float* x, std::size_t n,
-                  float* y);
+  void expert_mlp(const CpuExpert& e, std::uint32_t inter, const float* x, std::size_t n, float* y);
 
   const ModelConfig& config_;
   std::vector<float> logits_;

@@ -196,8 +196,8 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
     };
     for (std::uint32_t e = 0; e < moe.experts; ++e) {
       const Address base = a.experts + std::uint64_t{e} * sparse.expert_stride;
-      layer.experts.push_back(expert(base + sparse.expert.gate_up, base + sparse.expert.down,
-                                     moe.expert_intermediate));
+      layer.experts.push_back(
+          expert(base + sparse.expert.gate_up, base + sparse.expert.down, moe.expert_intermediate));
     }
     if (a.shared_gate != 0) {
       layer.shared_gate = f(a.shared_gate);

@@ -2,8 +2,6 @@
 // cuBLAS, uploads the weights, and sizes every buffer a step uses.
 #include "model/cuda/cuda_model.h"
 
-#include "kvvm/kernels/moe_kernels.h"
-
 #include <algorithm>
 #include <string>
 
@@ -11,6 +9,7 @@
 #include "kvvm/kernels/attention.h"
 #include "kvvm/kernels/fp8_kernels.h"
 #include "kvvm/kernels/model_kernels.h"
+#include "kvvm/kernels/moe_kernels.h"
 #include "model/cuda/cublas_api.h"
 #include "model/cuda/cuda_status.h"
 #include "model/rope.h"
@@ -264,10 +263,10 @@ Status CudaModel::allocate_buffers() {
   const std::uint64_t widest = std::max({std::uint64_t{c.hidden_size}, q_dim, inter});
   const MoeConfig& moe = c.moe;
   const std::uint64_t pairs = tokens * moe.top_k;
-  const std::uint64_t capacity =
-      moe.enabled() ? moe_permuted_rows(static_cast<std::uint32_t>(tokens), moe.top_k,
-                                        moe.experts, kMoeRowTile)
-                    : 0;
+  const std::uint64_t capacity = moe.enabled()
+                                     ? moe_permuted_rows(static_cast<std::uint32_t>(tokens),
+                                                         moe.top_k, moe.experts, kMoeRowTile)
+                                     : 0;
   void* moe_ids = nullptr;
   void* moe_weights = nullptr;
   void* moe_offsets = nullptr;

@@ -178,10 +178,10 @@ class CudaModel final : public Model {
   void* q_ = nullptr;          // [tokens][heads][head_dim]
   void* k_ = nullptr;          // [tokens][kv_heads][head_dim]
   void* v_ = nullptr;
-  void* attn_ = nullptr;                      // [tokens][heads][head_dim]
-  void* delta_ = nullptr;                     // [tokens][hidden]: o_proj / down_proj output
-  void* gate_up_ = nullptr;                   // [tokens][2 * intermediate]
-  void* act_ = nullptr;                       // [tokens][intermediate]
+  void* attn_ = nullptr;     // [tokens][heads][head_dim]
+  void* delta_ = nullptr;    // [tokens][hidden]: o_proj / down_proj output
+  void* gate_up_ = nullptr;  // [tokens][2 * intermediate]
+  void* act_ = nullptr;      // [tokens][intermediate]
   // A mixture of experts' step buffers (null for a dense model): the router's logits [tokens]
   // [experts], each token's top-k ids and weights, the permutation (offsets [experts + 1], rows
   // and activations [capacity], slot_of_pair [tokens * k], active [1 + experts]), the weighted

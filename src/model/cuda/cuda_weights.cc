@@ -391,7 +391,8 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
     layer.expert_gate_up = reinterpret_cast<const void* const*>(on_device);
     layer.expert_down = reinterpret_cast<const void* const*>(on_device + moe.experts);
     if (sparse.expert.gate_up_scale != kNoTensor) {
-      layer.expert_gate_up_scales = reinterpret_cast<const float* const*>(on_device + 2 * moe.experts);
+      layer.expert_gate_up_scales =
+          reinterpret_cast<const float* const*>(on_device + 2 * moe.experts);
       layer.expert_down_scales = reinterpret_cast<const float* const*>(on_device + 3 * moe.experts);
     }
     layer.router = reinterpret_cast<void*>(a.router);
@@ -411,9 +412,10 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
     ++index;
   }
   // Pageable source: the copy completes before cudaMemcpyAsync returns its staging.
-  KVVM_RETURN_IF_ERROR(cuda_call(
-      "cudaMemcpyAsync", cudaMemcpyAsync(expert_tables_, tables.data(), bytes,
-                                         cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream))));
+  KVVM_RETURN_IF_ERROR(
+      cuda_call("cudaMemcpyAsync",
+                cudaMemcpyAsync(expert_tables_, tables.data(), bytes, cudaMemcpyHostToDevice,
+                                static_cast<cudaStream_t>(stream))));
   return cuda_call("cudaStreamSynchronize",
                    cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }

@@ -143,8 +143,8 @@ WeightLayout weight_layout(const ModelConfig& c, DType element) {
     if (scales) expert_scale_bytes = stride - sparse.expert.gate_up_scale;
     block += stride * c.moe.experts;
     scale_bytes += expert_scale_bytes * c.moe.experts;
-    element_bytes_in_block = (sparse.shared_gate == kNoTensor ? sparse.experts : sparse.shared.gate_up) -
-                             sparse.router;
+    element_bytes_in_block =
+        (sparse.shared_gate == kNoTensor ? sparse.experts : sparse.shared.gate_up) - sparse.router;
   }
   layout.sizes = WeightSizes{.base_bytes = base,
                              .layer_bytes = block,

@@ -97,7 +97,8 @@ void add_expert(const ModelConfig& c, const WeightLayout& layout, std::uint32_t 
                 const ExpertOffsets& at, std::uint32_t& next_id, std::vector<WeightTensor>& out) {
   const std::uint64_t hidden = c.hidden_size;
   const std::uint32_t psize = element_bytes(layout.projection);
-  const bool mixtral = c.moe.naming == ExpertNaming::kMixtral && name.find("shared") == std::string::npos;
+  const bool mixtral =
+      c.moe.naming == ExpertNaming::kMixtral && name.find("shared") == std::string::npos;
   const char* names[3] = {"gate_proj", "up_proj", "down_proj"};
   if (mixtral) names[0] = "w1", names[1] = "w3", names[2] = "w2";
   const TensorView* sources[3] = {w ? w->gate : nullptr, w ? w->up : nullptr,
@@ -139,8 +140,9 @@ void add_sparse_layer(const ModelConfig& c, const WeightLayout& layout, std::uin
   const MoeConfig& moe = c.moe;
   const SparseOffsets& sparse = layout.sparse;
   const std::uint64_t hidden = c.hidden_size;
-  const std::string module = "model.layers." + std::to_string(l) +
-                             (moe.naming == ExpertNaming::kMixtral ? ".block_sparse_moe." : ".mlp.");
+  const std::string module =
+      "model.layers." + std::to_string(l) +
+      (moe.naming == ExpertNaming::kMixtral ? ".block_sparse_moe." : ".mlp.");
   auto plain = [&](std::string name, std::vector<std::uint64_t> shape, const TensorView* source,
                    std::uint64_t offset) {
     WeightTensor t;

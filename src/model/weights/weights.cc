@@ -96,13 +96,15 @@ class Binder {
 
 // A view of rows [first, first + rows) of expert `e` in a fused [experts][R][in] tensor.
 const TensorView* slice_of(const TensorView& fused, std::uint64_t e, std::uint64_t first,
-                           std::uint64_t rows, std::vector<std::shared_ptr<const TensorView>>& slices) {
+                           std::uint64_t rows,
+                           std::vector<std::shared_ptr<const TensorView>>& slices) {
   const std::uint64_t in = fused.shape[2];
   const std::uint64_t size = element_size(fused.dtype);
   auto view = std::make_shared<TensorView>();
   view->name = fused.name + "[" + std::to_string(e) + "]" +
-               (rows == fused.shape[1] ? "" : "[" + std::to_string(first) + ":" +
-                                                  std::to_string(first + rows) + "]");
+               (rows == fused.shape[1]
+                    ? ""
+                    : "[" + std::to_string(first) + ":" + std::to_string(first + rows) + "]");
   view->dtype = fused.dtype;
   view->shape = {rows, in};
   view->data = fused.data + ((e * fused.shape[1] + first) * in) * size;
@@ -135,13 +137,14 @@ Status bind_sparse_layer(const ModelConfig& config, const WeightFiles& files,
   if (fused_gate_up != nullptr || fused_down != nullptr) {
     if (config.weight_quant != WeightQuant::kNone) {
       return Status::InvalidArgument(
-          module + "experts.gate_up_proj: fused experts in an FP8 checkpoint are not read by "
-                   "this runtime (it reads each expert's projections and their scales by name)");
+          module +
+          "experts.gate_up_proj: fused experts in an FP8 checkpoint are not read by "
+          "this runtime (it reads each expert's projections and their scales by name)");
     }
     const TensorView* gate_up = nullptr;
     const TensorView* down = nullptr;
-    KVVM_RETURN_IF_ERROR(bind(gate_up, module + "experts.gate_up_proj",
-                              {moe.experts, 2 * inter, hidden}));
+    KVVM_RETURN_IF_ERROR(
+        bind(gate_up, module + "experts.gate_up_proj", {moe.experts, 2 * inter, hidden}));
     KVVM_RETURN_IF_ERROR(bind(down, module + "experts.down_proj", {moe.experts, hidden, inter}));
     for (std::uint32_t e = 0; e < moe.experts; ++e) {
       layer.experts[e].gate = slice_of(*gate_up, e, 0, inter, slices);
@@ -170,7 +173,8 @@ Status bind_sparse_layer(const ModelConfig& config, const WeightFiles& files,
     KVVM_RETURN_IF_ERROR(bind_projection(x.up, x.up_weight_scale, at + "up_proj", shared, hidden));
     KVVM_RETURN_IF_ERROR(
         bind_projection(x.down, x.down_weight_scale, at + "down_proj", hidden, shared));
-    KVVM_RETURN_IF_ERROR(bind(layer.shared_gate, module + "shared_expert_gate.weight", {1, hidden}));
+    KVVM_RETURN_IF_ERROR(
+        bind(layer.shared_gate, module + "shared_expert_gate.weight", {1, hidden}));
   }
   return Status::Ok();
 }
@@ -245,13 +249,13 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const WeightFiles& 
     KVVM_RETURN_IF_ERROR(
         bind(layer.post_norm, prefix + "post_attention_layernorm.weight", {hidden}));
     if (config.moe.sparse_layer(i)) {
-      KVVM_RETURN_IF_ERROR(bind_sparse_layer(config, files, prefix, bind, bind_projection,
-                                             layer, weights.slices));
+      KVVM_RETURN_IF_ERROR(
+          bind_sparse_layer(config, files, prefix, bind, bind_projection, layer, weights.slices));
     } else {
       KVVM_RETURN_IF_ERROR(bind_projection(layer.gate, layer.gate_weight_scale,
                                            prefix + "mlp.gate_proj", intermediate, hidden));
-      KVVM_RETURN_IF_ERROR(bind_projection(layer.up, layer.up_weight_scale,
-                                           prefix + "mlp.up_proj", intermediate, hidden));
+      KVVM_RETURN_IF_ERROR(bind_projection(layer.up, layer.up_weight_scale, prefix + "mlp.up_proj",
+                                           intermediate, hidden));
       KVVM_RETURN_IF_ERROR(bind_projection(layer.down, layer.down_weight_scale,
                                            prefix + "mlp.down_proj", hidden, intermediate));
     }

@@ -74,12 +74,16 @@ TEST(ModelConfigGeometry, BuiltinModelsHaveThePublishedShapes) {
     std::uint64_t bytes_per_token;  // L * 2 * H * D * 2 at fp16
   };
   const Expected expected[] = {
-      {"qwen2.5-0.5b", 24, 2, 64, 12'288},  {"llama-3-8b", 32, 8, 128, 131'072},
-      {"qwen2.5-7b", 28, 4, 128, 57'344},   {"qwen2.5-14b", 48, 8, 128, 196'608},
-      {"llama-3-70b", 80, 8, 128, 327'680}, {"qwen3-0.6b", 28, 8, 128, 114'688},
+      {"qwen2.5-0.5b", 24, 2, 64, 12'288},
+      {"llama-3-8b", 32, 8, 128, 131'072},
+      {"qwen2.5-7b", 28, 4, 128, 57'344},
+      {"qwen2.5-14b", 48, 8, 128, 196'608},
+      {"llama-3-70b", 80, 8, 128, 327'680},
+      {"qwen3-0.6b", 28, 8, 128, 114'688},
       {"qwen3-8b", 36, 8, 128, 147'456},
       // The mixtures: their attention's KV, whatever the experts.
-      {"qwen3-30b-a3b", 48, 4, 128, 98'304}, {"mixtral-8x7b", 32, 8, 128, 131'072},
+      {"qwen3-30b-a3b", 48, 4, 128, 98'304},
+      {"mixtral-8x7b", 32, 8, 128, 131'072},
       {"qwen2-57b-a14b", 28, 4, 128, 57'344},
   };
   std::vector<std::string> names;

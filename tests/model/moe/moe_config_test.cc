@@ -116,8 +116,8 @@ TEST(MoeConfig, Qwen3ThirtyBillionHasThePublishedNumbers) {
   EXPECT_GT(sizes.dense_total(), 3'000'000'000ull);
   EXPECT_LT(sizes.dense_total(), 3'500'000'000ull);
   // The active weights a token reads: the dense part and 8 experts a layer, about 3.3B params.
-  const double active = static_cast<double>(sizes.dense_total()) +
-                        48.0 * 8 * static_cast<double>(sizes.expert_bytes);
+  const double active =
+      static_cast<double>(sizes.dense_total()) + 48.0 * 8 * static_cast<double>(sizes.expert_bytes);
   EXPECT_GT(active / 2, 3.0e9);
   EXPECT_LT(active / 2, 3.5e9);
 }
@@ -196,11 +196,10 @@ TEST(MoeConfig, OtherRoutersAreRefusedByTheirField) {
     const char* field;
     nlohmann::json value;
   };
-  for (const Case& c : {Case{"n_group", 8}, Case{"topk_group", 4},
-                        Case{"topk_method", "noaux_tc"}, Case{"scoring_func", "sigmoid"},
-                        Case{"routed_scaling_factor", 2.5}, Case{"n_shared_experts", 1},
-                        Case{"e_score_correction_bias", true}, Case{"router_bias", true},
-                        Case{"first_k_dense_replace", 3}}) {
+  for (const Case& c : {Case{"n_group", 8}, Case{"topk_group", 4}, Case{"topk_method", "noaux_tc"},
+                        Case{"scoring_func", "sigmoid"}, Case{"routed_scaling_factor", 2.5},
+                        Case{"n_shared_experts", 1}, Case{"e_score_correction_bias", true},
+                        Case{"router_bias", true}, Case{"first_k_dense_replace", 3}}) {
     nlohmann::json json = qwen3_30b_a3b();
     json[c.field] = c.value;
     const std::string why = refusal(json);

@@ -59,7 +59,7 @@ TEST(MoeCpuForward, TheWeightsSplitExpertBytesFromTheDensePart) {
 // route_top_k: softmax, the top k in descending order with the lower id first among equals,
 // renormalised or not; a NaN logit never chosen over a number.
 TEST(MoeRouting, TopKBreaksTiesByTheLowerIdAndRenormalises) {
-  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, 0.5f, 3.0f, -1.0f,  // ties at 3
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, 0.5f, 3.0f,  -1.0f,  // ties at 3
                                      NAN,  0.0f, 2.0f, 2.0f, -5.0f, 1.0f};
   std::vector<std::int32_t> ids(6);
   std::vector<float> weights(6);
@@ -79,7 +79,8 @@ TEST(MoeRouting, TopKBreaksTiesByTheLowerIdAndRenormalises) {
 std::vector<test::TensorSpec> moe_tensors(const test::TinyModel& m, std::uint32_t experts,
                                           std::uint32_t inter, bool fused) {
   std::vector<test::TensorSpec> tensors = test::tiny_model_tensors(m);
-  std::erase_if(tensors, [](const test::TensorSpec& t) { return t.name.find(".mlp.") != std::string::npos; });
+  std::erase_if(
+      tensors, [](const test::TensorSpec& t) { return t.name.find(".mlp.") != std::string::npos; });
   std::uint64_t seed = 100;
   auto spec = [&](std::string name, std::vector<std::uint64_t> shape) {
     std::uint64_t count = 1;

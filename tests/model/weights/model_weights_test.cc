@@ -25,7 +25,8 @@ struct WeightsLoaded {
 };
 
 // `model`'s config and `tensors` written to `dir`, then read back.
-WeightsLoaded load(const TempDir& dir, const TinyModel& model, const std::vector<TensorSpec>& tensors) {
+WeightsLoaded load(const TempDir& dir, const TinyModel& model,
+                   const std::vector<TensorSpec>& tensors) {
   test::write_json_file(dir / "config.json", test::tiny_config_json(model));
   test::write_safetensors(dir / "model.safetensors", tensors);
   Result<ModelConfig> config = load_model_config(dir.path().string());
