@@ -185,11 +185,38 @@ WeightStats DeviceWeights::stats(std::uint64_t layer_copies) const {
   return stats;
 }
 
+namespace {
+
+// What the MoE kernels take, checked before a byte is loaded: experts of whole 16-element
+// vectors (128-wide scale blocks in FP8), bf16 / fp16 or block-scaled FP8.
+Status check_experts(const ModelConfig& config) {
+  const MoeConfig& moe = config.moe;
+  if (!moe.enabled()) return Status::Ok();
+  // The grouped GEMMs' tiles: whole 16-element vectors (128-wide scale blocks in FP8).
+  const std::uint32_t multiple = config.weight_quant == WeightQuant::kFp8Block ? 128 : 16;
+  if (config.hidden_size % multiple != 0 || moe.expert_intermediate % multiple != 0) {
+    return Status::InvalidArgument(
+        "CUDA model: the MoE kernels take a hidden size and an expert intermediate size that "
+        "are multiples of " +
+        std::to_string(multiple) + "; this model has " + std::to_string(config.hidden_size) +
+        " and " + std::to_string(moe.expert_intermediate));
+  }
+  if (config.weight_quant == WeightQuant::kFp8Channel) {
+    return Status::InvalidArgument(
+        "CUDA model: per-channel FP8 experts (compressed-tensors) are not implemented by the "
+        "MoE kernels, which read bf16 / fp16 or 128 x 128 block-scaled FP8 experts");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& config,
                                                              const ModelWeights& weights,
                                                              DType compute,
                                                              const WeightOptions& options,
                                                              void* stream_handle) {
+  KVVM_RETURN_IF_ERROR(check_experts(config));
   const auto started = std::chrono::steady_clock::now();
   auto* stream = static_cast<cudaStream_t>(stream_handle);
   const WeightLayout layout = weight_layout(config, compute);
@@ -358,11 +385,6 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
   const MoeConfig& moe = config.moe;
   const std::uint32_t sparse_layers = moe.sparse_layers();
   if (sparse_layers == 0) return Status::Ok();
-  if (config.weight_quant == WeightQuant::kFp8Channel) {
-    return Status::InvalidArgument(
-        "CUDA model: per-channel FP8 experts (compressed-tensors) are not implemented by the "
-        "MoE kernels, which read bf16 / fp16 or 128 x 128 block-scaled FP8 experts");
-  }
   const WeightLayout& layout = store_->layout();
   const SparseOffsets& sparse = layout.sparse;
   const WeightAddresses at = store_->addresses();
