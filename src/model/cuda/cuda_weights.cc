@@ -166,7 +166,6 @@ Status dummy_fill(const WeightTensor& t, DType compute, std::uint64_t seed, void
 DeviceWeights::~DeviceWeights() {
   store_.reset();  // synchronizes before it unmaps
   if (staging_ != nullptr) (void)cudaFreeHost(staging_);
-  if (expert_tables_ != nullptr) (void)cudaFree(expert_tables_);
 }
 
 const void* DeviceWeights::staged(std::uint32_t layer) const {
@@ -391,9 +390,7 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
   const std::uint64_t per_layer = 4ull * moe.experts;
   std::vector<std::uint64_t> tables(per_layer * sparse_layers, 0);
   const std::uint64_t bytes = tables.size() * sizeof(std::uint64_t);
-  KVVM_RETURN_IF_ERROR(cuda_call("cudaMalloc", cudaMalloc(&expert_tables_, bytes))
-                           .with_context("the experts' pointer tables"));
-  auto* device = static_cast<std::uint64_t*>(expert_tables_);
+  auto* device = reinterpret_cast<std::uint64_t*>(store_->at(layout.expert_tables));
   std::uint32_t index = 0;
   for (std::uint32_t l = 0; l < layers.size(); ++l) {
     if (!moe.sparse_layer(l)) continue;
@@ -433,11 +430,10 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
     }
     ++index;
   }
-  // Pageable source: the copy completes before cudaMemcpyAsync returns its staging.
-  KVVM_RETURN_IF_ERROR(
-      cuda_call("cudaMemcpyAsync",
-                cudaMemcpyAsync(expert_tables_, tables.data(), bytes, cudaMemcpyHostToDevice,
-                                static_cast<cudaStream_t>(stream))));
+  // Pageable source: synchronised below, before `tables` goes.
+  KVVM_RETURN_IF_ERROR(cuda_call(
+      "cudaMemcpyAsync", cudaMemcpyAsync(device, tables.data(), bytes, cudaMemcpyHostToDevice,
+                                         static_cast<cudaStream_t>(stream))));
   return cuda_call("cudaStreamSynchronize",
                    cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }

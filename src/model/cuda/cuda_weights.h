@@ -48,8 +48,8 @@ struct DeviceLayer {
   const float* gate_up_scales = nullptr;
   const float* down_scales = nullptr;
   // A sparse layer's (null on a dense one): the router [experts][hidden], the per-expert pointer
-  // tables the MoE kernels read (device memory: each expert's gate|up and down, and their scales
-  // in an FP8 checkpoint), and Qwen2-MoE's shared expert with its gate [1][hidden].
+  // tables the MoE kernels read (in the base region: each expert's gate|up and down, and their
+  // scales in an FP8 checkpoint), and Qwen2-MoE's shared expert with its gate [1][hidden].
   void* router = nullptr;
   const void* const* expert_gate_up = nullptr;
   const void* const* expert_down = nullptr;
@@ -89,7 +89,6 @@ class DeviceWeights {
   Status bind_experts(const ModelConfig& config, void* stream);
   std::unique_ptr<WeightStore> store_;
   unsigned char* staging_ = nullptr;  // pinned: streamed layers' blocks, in streamed order
-  void* expert_tables_ = nullptr;     // device: the sparse layers' per-expert pointer tables
   std::uint64_t load_bytes_ = 0;
   double load_seconds_ = 0;
 };

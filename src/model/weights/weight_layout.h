@@ -66,6 +66,10 @@ struct WeightLayout {
   LayerBlockOffsets block;
   SparseOffsets sparse;
   std::vector<bool> sparse_layer;  // per layer: its block holds experts (config.moe)
+  // A mixture's pointer tables (in the base region, so the weights' tier counts them): per
+  // sparse layer 4 x experts 8-byte addresses (gate|up, down, their scales), as the CUDA MoE
+  // kernels read them; kNoTensor for a dense model.
+  std::uint64_t expert_tables = kNoTensor;
   WeightSizes sizes;
 };
 

@@ -100,6 +100,9 @@ WeightLayout weight_layout(const ModelConfig& c, DType element) {
       layer.k_norm = place(base, c.head_dim, size);
     }
   }
+  if (c.moe.enabled()) {
+    layout.expert_tables = place(base, 4ull * c.moe.experts * c.moe.sparse_layers(), 8);
+  }
   layout.projection = projection_element(c, element);
   const std::uint32_t psize = element_bytes(layout.projection);
   std::uint64_t block = 0;
