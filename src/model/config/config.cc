@@ -162,6 +162,16 @@ Status read_features(const ConfigFields& fields, const Family& family, ModelConf
     // Qwen2's attention always has q/k/v biases and never an o bias, whatever the file says.
     config.qkv_bias = true;
     config.o_bias = false;
+    if (family.moe) {
+      // Newer Qwen2-MoE configs may say whether the biases exist; one without them is a model
+      // this runtime has not been checked against, so it is refused rather than guessed.
+      KVVM_ASSIGN_OR_RETURN(std::optional<bool> qkv_bias, fields.boolean("qkv_bias"));
+      if (!qkv_bias.value_or(true)) {
+        return fields.bad("qkv_bias", nlohmann::json(false),
+                          "true or absent: Qwen2-MoE's attention without q/k/v biases is not "
+                          "implemented by this runtime");
+      }
+    }
   } else {
     config.qkv_bias = attention_bias.value_or(false);
     config.o_bias = config.qkv_bias;

@@ -153,6 +153,11 @@ TEST(MoeConfig, Qwen2MoeHasASharedExpertAndQkvBiases) {
   EXPECT_TRUE(c->qkv_bias);
   EXPECT_FALSE(c->qk_norm);
   nlohmann::json json = qwen2_57b_a14b();
+  json["qkv_bias"] = true;
+  EXPECT_TRUE(parse(json).ok());
+  json["qkv_bias"] = false;
+  EXPECT_TRUE(contains(refusal(json), "'qkv_bias' is false"));
+  json.erase("qkv_bias");
   json.erase("shared_expert_intermediate_size");
   EXPECT_TRUE(contains(refusal(json), "'shared_expert_intermediate_size' is missing"));
 }
