@@ -232,10 +232,8 @@ class CpuModel final : public Model {
       cpu::add_into(x_.data(), moe_out_.data(), tokens * hidden);
       return Status::Ok();
     }
-    cpu::linear(xn_.data(), tokens, hidden, w.gate, inter, gate_.data());
-    cpu::linear(xn_.data(), tokens, hidden, w.up, inter, up_.data());
-    cpu::silu_mul(gate_.data(), up_.data(), tokens * inter);
-    cpu::linear(gate_.data(), tokens, inter, w.down, hidden, xn_.data());
+    cpu::silu_mlp(xn_.data(), tokens, hidden, w.gate, w.up, w.down, inter, gate_.data(), up_.data(),
+                  xn_.data());
     cpu::add_into(x_.data(), xn_.data(), tokens * hidden);
     return Status::Ok();
   }

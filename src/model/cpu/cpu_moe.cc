@@ -69,11 +69,7 @@ CpuMoe::CpuMoe(const ModelConfig& config, std::size_t max_tokens) : config_(conf
 
 void CpuMoe::expert_mlp(const CpuExpert& e, std::uint32_t inter, const float* x, std::size_t n,
                         float* y) {
-  const std::size_t hidden = config_.hidden_size;
-  linear(x, n, hidden, e.gate, inter, gate_.data());
-  linear(x, n, hidden, e.up, inter, up_.data());
-  silu_mul(gate_.data(), up_.data(), n * inter);
-  linear(gate_.data(), n, inter, e.down, hidden, y);
+  silu_mlp(x, n, config_.hidden_size, e.gate, e.up, e.down, inter, gate_.data(), up_.data(), y);
 }
 
 void CpuMoe::run(const CpuLayerWeights& w, const float* x, std::size_t tokens, float* out) {

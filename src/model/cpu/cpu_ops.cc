@@ -39,6 +39,15 @@ void silu_mul(float* gate, const float* up, std::size_t n) {
   }
 }
 
+void silu_mlp(const float* x, std::size_t rows, std::size_t hidden, const float* gate,
+              const float* up, const float* down, std::size_t inter, float* gate_buf, float* up_buf,
+              float* y) {
+  linear(x, rows, hidden, gate, inter, gate_buf);
+  linear(x, rows, hidden, up, inter, up_buf);
+  silu_mul(gate_buf, up_buf, rows * inter);
+  linear(gate_buf, rows, inter, down, hidden, y);
+}
+
 void gather_rows(const float* table, std::size_t width, std::span<const std::int32_t> ids,
                  float* out) {
   for (std::size_t t = 0; t < ids.size(); ++t) {

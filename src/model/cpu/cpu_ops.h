@@ -30,6 +30,13 @@ void gather_rows(const float* table, std::size_t width, std::span<const std::int
 void linear(const float* x, std::size_t rows, std::size_t k, const float* w, std::size_t n,
             float* y);
 
+// y[rows][hidden] = down(silu(gate(x)) * up(x)), Hugging Face's SiLU MLP, for x [rows][hidden];
+// gate, up [inter][hidden], down [hidden][inter]; gate_buf and up_buf hold rows * inter floats.
+// y may be x (x is read whole before y is written).
+void silu_mlp(const float* x, std::size_t rows, std::size_t hidden, const float* gate,
+              const float* up, const float* down, std::size_t inter, float* gate_buf, float* up_buf,
+              float* y);
+
 // The index of the largest value; the lowest index among equals (NaN never wins).
 std::int32_t argmax(const float* values, std::size_t n);
 

@@ -436,18 +436,26 @@ Status CudaModel::run_layer(std::uint32_t layer, const StepBatch& batch, std::ui
     return sparse_mlp(layer, tokens);
   }
   KVVM_RETURN_IF_ERROR(rmsnorm_cuda(norm, stream_));  // and the gate|up projection's input
-  KVVM_RETURN_IF_ERROR(linear(normed_, w.gate_up, w.gate_up_scales, nullptr, gate_up_, tokens,
-                              c.hidden_size, 2 * c.intermediate_size, quantized));
+  return mlp(w.gate_up, w.gate_up_scales, w.down, w.down_scales, c.intermediate_size, delta_,
+             tokens, quantized);
+}
+
+Status CudaModel::mlp(const void* gate_up, const float* gate_up_scales, const void* down,
+                      const float* down_scales, std::uint32_t inter, void* out,
+                      std::uint32_t tokens, bool input_quantized) {
+  const std::uint32_t hidden = config().hidden_size;
+  KVVM_RETURN_IF_ERROR(linear(normed_, gate_up, gate_up_scales, nullptr, gate_up_, tokens, hidden,
+                              2 * inter, input_quantized));
   SiluMulParams silu;
   silu.element = compute_;
   silu.rows = tokens;
-  silu.inter = c.intermediate_size;
+  silu.inter = inter;
   silu.gate_up = gate_up_;
   silu.out = act_;
-  silu.quantized = quantized_input(tokens);
+  silu.quantized = quantized_input(tokens);  // the down projection's input, for FP8 weights
   KVVM_RETURN_IF_ERROR(silu_mul_cuda(silu, stream_));
-  return linear(act_, w.down, w.down_scales, nullptr, delta_, tokens, c.intermediate_size,
-                c.hidden_size, quantized);
+  return linear(act_, down, down_scales, nullptr, out, tokens, inter, hidden,
+                silu.quantized.out != nullptr);
 }
 
 Status CudaModel::sparse_mlp(std::uint32_t layer, std::uint32_t tokens) {
@@ -498,19 +506,11 @@ Status CudaModel::sparse_mlp(std::uint32_t layer, std::uint32_t tokens) {
   KVVM_RETURN_IF_ERROR(moe_expert_gate_up_cuda(gate_up, stream_));
   MoeDownParams down;
   if (w.shared_gate != nullptr) {
-    // Qwen2-MoE's shared expert: the dense MLP's path on its own weights, and its gate's logit.
-    const std::uint32_t shared = moe.shared_intermediate;
-    KVVM_RETURN_IF_ERROR(linear(normed_, w.shared_gate_up, w.shared_gate_up_scales, nullptr,
-                                gate_up_, tokens, c.hidden_size, 2 * shared));
-    SiluMulParams silu;
-    silu.element = compute_;
-    silu.rows = tokens;
-    silu.inter = shared;
-    silu.gate_up = gate_up_;
-    silu.out = act_;
-    KVVM_RETURN_IF_ERROR(silu_mul_cuda(silu, stream_));
-    KVVM_RETURN_IF_ERROR(linear(act_, w.shared_down, w.shared_down_scales, nullptr, shared_out_,
-                                tokens, shared, c.hidden_size));
+    // Qwen2-MoE's shared expert: the dense MLP's path on its own weights (its input rows
+    // unquantized, as the router reads them), and its gate's logit.
+    KVVM_RETURN_IF_ERROR(mlp(w.shared_gate_up, w.shared_gate_up_scales, w.shared_down,
+                             w.shared_down_scales, moe.shared_intermediate, shared_out_, tokens,
+                             false));
     KVVM_RETURN_IF_ERROR(
         linear(normed_, w.shared_gate, nullptr, nullptr, shared_logit_, tokens, c.hidden_size, 1));
     down.shared = shared_out_;

@@ -111,6 +111,12 @@ class CudaModel final : public Model {
   Status capture_one(std::uint32_t rows, const DecodeGraphOptions& options, cudaGraphExec_t* exec);
   Status run_layer(std::uint32_t layer, const StepBatch& batch, std::uint32_t tokens,
                    std::uint32_t decode_max_length);
+  // The SiLU MLP of normed_ into `out` (the dense MLP's, or a shared expert's): gate|up, SiLU-mul
+  // (quantizing for an FP8 down projection), down. `input_quantized`: normed_'s e4m3 copy is
+  // there for the gate|up projection.
+  Status mlp(const void* gate_up, const float* gate_up_scales, const void* down,
+             const float* down_scales, std::uint32_t inter, void* out, std::uint32_t tokens,
+             bool input_quantized);
   // A sparse layer's feed-forward of normed_ into delta_: the router's GEMM, top k, the
   // permutation, the grouped expert GEMMs and the combine (with the shared expert), all on the
   // device with no host synchronisation (capturable).
