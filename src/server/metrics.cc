@@ -397,6 +397,21 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
            {}, inputs.weights.split.streamed_bytes_per_step);
   w.single("kvvm_weights_streamed_layers", "gauge", "Layers streamed through the ring.", {},
            std::uint64_t{inputs.weights.split.streamed_layers});
+  const model::ExpertCacheStats& experts = inputs.weights.experts;
+  w.single("kvvm_expert_cache_slots", "gauge",
+           "Slots of a mixture's expert cache (0: every expert resident or streamed with its layer).",
+           {}, std::uint64_t{experts.slots});
+  w.single("kvvm_expert_cache_lookups_total", "counter",
+           "Experts of a layer a step wanted from the expert experts.", {}, experts.lookups);
+  w.single("kvvm_expert_cache_hits_total", "counter",
+           "Expert cache lookups that found the expert resident.", {}, experts.hits);
+  w.single("kvvm_expert_cache_misses_total", "counter",
+           "Expert cache lookups that copied the expert in from host memory.", {}, experts.misses);
+  w.single("kvvm_expert_cache_copied_bytes_total", "counter",
+           "Expert bytes copied from host memory on misses (divide by tokens for bytes per token).",
+           {}, experts.bytes_copied);
+  w.single("kvvm_expert_cache_copy_seconds_total", "counter",
+           "Time steps spent waiting on expert copies.", {}, experts.copy_seconds);
   w.single("kvvm_kv_committed_bytes", "gauge",
            "KV bytes mapped under the arena, every mapping counted.", {}, arena.committed_bytes);
   w.single("kvvm_kv_physical_bytes", "gauge",

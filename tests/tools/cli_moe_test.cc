@@ -1,9 +1,11 @@
 // A mixture of experts from the command line, on the CPU: `kvvm generate --load-format dummy`
 // runs a Qwen3-MoE config (experts, a dense layer among sparse ones) and says the experts' bytes
-// apart from the dense part; streamed through the ring it prints the resident run's tokens;
+// apart from the dense part; with its experts cached under a weight budget it prints the
+// resident run's tokens and the cache's counts;
 // `kvvm plan` gives the published MoE shapes' expert bytes in its JSON.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -52,7 +54,7 @@ std::vector<std::string> generate_args(const std::string& dir, std::vector<std::
   return args;
 }
 
-TEST(CliMoe, DummyExpertsRunResidentAndStreamedToTheSameTokens) {
+TEST(CliMoe, DummyExpertsRunResidentAndCachedToTheSameTokens) {
   const std::string dir = dummy_moe_dir();
   const test::CliRun resident = run(generate_args(dir, {}));
   ASSERT_EQ(resident.code, kExitOk) << resident.err;
@@ -63,15 +65,31 @@ TEST(CliMoe, DummyExpertsRunResidentAndStreamedToTheSameTokens) {
 
   auto config = model::load_model_config(dir);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
-  const std::string budget = std::to_string(model::weight_budget_for(
-      model::weight_sizes(*config, DType::kFp32), 4096, 3, model::kDefaultRingSlots));
-  const test::CliRun streamed = run(generate_args(dir, {"--weight-budget", budget}));
-  ASSERT_EQ(streamed.code, kExitOk) << streamed.err;
-  EXPECT_TRUE(contains(streamed.err, "3 layers streamed from host memory")) << streamed.err;
+  const std::string budget = std::to_string(
+      model::expert_cache_budget_for(model::weight_sizes(*config, DType::kFp32), 4096, 12));
+  const test::CliRun cached = run(generate_args(dir, {"--weight-budget", budget}));
+  ASSERT_EQ(cached.code, kExitOk) << cached.err;
+  EXPECT_TRUE(contains(cached.err, "an expert cache of 12 slots of ")) << cached.err;
+  EXPECT_TRUE(contains(cached.err, "for 40 experts")) << cached.err;
   const nlohmann::json a = nlohmann::json::parse(resident.out);
-  const nlohmann::json b = nlohmann::json::parse(streamed.out);
+  const nlohmann::json b = nlohmann::json::parse(cached.out);
   ASSERT_EQ(a["token_ids"].size(), 10u);
   EXPECT_EQ(a["token_ids"], b["token_ids"]);
+  EXPECT_FALSE(a.contains("expert_cache"));
+  ASSERT_TRUE(b.contains("expert_cache")) << cached.out;
+  EXPECT_EQ(b["expert_cache"]["slots"], 12);
+  EXPECT_EQ(b["expert_cache"]["hits"].get<std::uint64_t>() +
+                b["expert_cache"]["misses"].get<std::uint64_t>(),
+            b["expert_cache"]["lookups"].get<std::uint64_t>());
+  EXPECT_GT(b["expert_cache"]["misses"].get<std::uint64_t>(), 0u);
+
+  // The text form says the hit rate and the bytes per token.
+  std::vector<std::string> text = generate_args(dir, {"--weight-budget", budget});
+  text.erase(std::find(text.begin(), text.end(), "--json"));
+  const test::CliRun said = run(text);
+  ASSERT_EQ(said.code, kExitOk) << said.err;
+  EXPECT_TRUE(contains(said.err, "expert cache: 12 slots for 40 experts, hit rate ")) << said.err;
+  EXPECT_TRUE(contains(said.err, " per token over 14 tokens")) << said.err;
 }
 
 TEST(CliMoe, PlanSaysThePublishedShapesExpertBytes) {

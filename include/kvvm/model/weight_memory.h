@@ -64,6 +64,11 @@ struct WeightSizes {
     return std::uint64_t{sparse_layers} * experts * expert_bytes;
   }
   std::uint64_t dense_total() const { return total() - expert_total(); }
+  // One layer block's bytes before its experts (the whole block for a dense model): what stays
+  // resident of every layer when the experts are cached.
+  std::uint64_t dense_layer_bytes() const {
+    return layer_bytes - std::uint64_t{experts} * expert_bytes;
+  }
   // base_bytes + layers * layer_bytes.
   std::uint64_t total() const { return base_bytes + std::uint64_t{layers} * layer_bytes; }
   // total() by the type it is stored in, largest first: {"bf16", bytes}, {"fp8", bytes},
@@ -104,6 +109,13 @@ struct WeightSplit {
   std::uint64_t ring_bytes = 0;               // ring_slots * layer_block
   std::uint64_t streamed_bytes_per_step = 0;  // streamed_layers * layer_bytes
   std::uint64_t host_staging_bytes = 0;       // streamed_layers * layer_bytes, in host memory
+  // A mixture's expert cache (0 slots when off): every layer's dense part resident, the experts
+  // staged in host memory and copied on a miss into `expert_slots` slots of
+  // sizes.expert_bytes at fixed addresses (a region after the layer blocks, `expert_region`
+  // bytes), of the sizes.sparse_layers * sizes.experts experts there are.
+  std::uint32_t expert_slots = 0;
+  std::uint64_t expert_region = 0;
+  bool expert_cache() const { return expert_slots > 0; }
   // Where device_bytes are: host memory for a host driver's store (the CPU backend), the device
   // otherwise (CUDA, and `kvvm plan`, which sizes a GPU).
   bool in_host_memory = false;
@@ -116,14 +128,29 @@ struct WeightSplit {
 // the other is read); a third slot adds slack at no copy cost but a layer of memory.
 inline constexpr std::uint32_t kDefaultRingSlots = 2;
 
-// budget_bytes 0: every layer resident. Otherwise the most layers that fit in the budget
-// beside the base region and `ring_slots` (0: kDefaultRingSlots) slots stay resident, the first
-// and the last always among them, and the rest are streamed, spread evenly between them; a
-// budget that holds everything streams nothing. InvalidArgument naming the budget and the
-// least it could be when the base region, the first and last layers and the ring do not fit, or
-// for a granule of 0.
+// How a mixture of experts is split under a budget that does not hold it.
+enum class ExpertPlacement : std::uint8_t {
+  kCache,       // the experts in a residency cache, every layer's dense part resident
+  kWithLayers,  // the experts inside their layers' blocks, whole layers streamed
+};
+
+// budget_bytes 0: every layer resident. Otherwise, for a dense model (or a mixture with
+// kWithLayers), the most layers that fit in the budget beside the base region and `ring_slots`
+// (0: kDefaultRingSlots) slots stay resident, the first and the last always among them, and the
+// rest are streamed, spread evenly between them; for a mixture with kCache, the base region and
+// every layer's dense part stay resident and what is left holds expert slots (at least top_k,
+// `top_k` the config's, so one token's experts of a layer fit at once). A budget that holds
+// everything streams nothing. InvalidArgument naming the budget and the least it could be when
+// that minimum does not fit, or for a granule of 0.
 Result<WeightSplit> plan_weight_split(const WeightSizes& sizes, std::uint64_t granule,
-                                      std::uint64_t budget_bytes, std::uint32_t ring_slots = 0);
+                                      std::uint64_t budget_bytes, std::uint32_t ring_slots = 0,
+                                      ExpertPlacement placement = ExpertPlacement::kWithLayers,
+                                      std::uint32_t top_k = 1);
+
+// The budget that caches a mixture's experts in exactly `slots` slots (tests, and the figures
+// that sweep it). REQUIRES a mixture and 0 < slots < sizes.sparse_layers * sizes.experts.
+std::uint64_t expert_cache_budget_for(const WeightSizes& sizes, std::uint64_t granule,
+                                      std::uint32_t slots);
 
 // The budget that streams exactly `streamed` of the layers (tests, and the figures that
 // sweep it). REQUIRES streamed <= layers - 2 and, when streamed > 0, ring_slots < streamed.
@@ -148,6 +175,9 @@ struct WeightOptions {
   // exceeds the device's free memory (the error names the bytes and suggests a budget).
   std::uint64_t budget_bytes = 0;
   std::uint32_t ring_slots = 0;  // 0: kDefaultRingSlots
+  // A mixture under a budget that does not hold it: its experts cached (the CPU backend) or
+  // streamed with their layers.
+  ExpertPlacement expert_placement = ExpertPlacement::kCache;
   // Host memory the streamed layers may pin; 0: what the machine has available (read before
   // the first byte is), less a margin.
   std::uint64_t host_limit_bytes = 0;
@@ -155,6 +185,25 @@ struct WeightOptions {
   std::uint64_t dummy_seed = 0;
   // Told how the checkpoint's load goes (load_progress.h); empty: nothing is told.
   LoadProgressCallback on_progress;
+};
+
+// A mixture's expert cache, from its own counts (all 0 when there is none). A lookup is one
+// expert of one layer wanted by a step (however many of its rows); a miss copies the expert's
+// bytes from host memory into a slot, evicting the slot's expert with the least routing
+// frequency measured.
+struct ExpertCacheStats {
+  std::uint32_t slots = 0;
+  std::uint64_t experts = 0;  // sparse layers x experts per layer
+  std::uint64_t lookups = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t bytes_copied = 0;  // by misses (the slots' first fill at load is not counted)
+  double copy_seconds = 0;         // the steps' time spent waiting on those copies
+  double hit_rate() const { return lookups == 0 ? 0.0 : static_cast<double>(hits) / lookups; }
+  // "expert cache: 29 slots for 40 experts, hit rate 74.3% (812 of 1093 lookups), 26.3 MiB
+  // copied (1.3 MiB per token over 20 tokens), 4.1 ms waiting on copies" (tokens 0: no per-token
+  // figure).
+  std::string describe(std::uint64_t tokens) const;
 };
 
 // What the weights hold, from the store's own counts.
@@ -166,6 +215,7 @@ struct WeightStats {
                                    // replays copy without the host seeing them)
   std::uint64_t load_bytes = 0;    // bytes written at load (device and host staging)
   double load_seconds = 0;         // from the first byte read to the last written
+  ExpertCacheStats experts;
 };
 
 }  // namespace kvvm::model

@@ -228,7 +228,7 @@ class CpuModel final : public Model {
     const std::size_t inter = c.intermediate_size;
     cpu::rms_norm(x_.data(), w.post_norm, tokens, hidden, eps, xn_.data());
     if (c.moe.sparse_layer(layer)) {
-      moe_->run(w, xn_.data(), tokens, moe_out_.data());
+      KVVM_RETURN_IF_ERROR(moe_->run(*w_, layer, xn_.data(), tokens, moe_out_.data()));
       cpu::add_into(x_.data(), moe_out_.data(), tokens * hidden);
       return Status::Ok();
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <span>
 
 #include "model/cpu/cpu_ops.h"
 
@@ -72,7 +73,31 @@ void CpuMoe::expert_mlp(const CpuExpert& e, std::uint32_t inter, const float* x,
   silu_mlp(x, n, config_.hidden_size, e.gate, e.up, e.down, inter, gate_.data(), up_.data(), y);
 }
 
-void CpuMoe::run(const CpuLayerWeights& w, const float* x, std::size_t tokens, float* out) {
+void CpuMoe::add_expert(const CpuExpert& expert, std::uint32_t e, const float* x,
+                        std::size_t tokens, float* out) {
+  const std::size_t hidden = config_.hidden_size;
+  const std::uint32_t k = config_.moe.top_k;
+  std::size_t n = 0;
+  for (std::size_t t = 0; t < tokens; ++t) {
+    for (std::uint32_t j = 0; j < k; ++j) {
+      if (ids_[t * k + j] != static_cast<std::int32_t>(e)) continue;
+      rows_[n] = static_cast<std::uint32_t>(t);
+      row_weights_[n] = weights_[t * k + j];
+      std::memcpy(&gathered_[n * hidden], x + t * hidden, hidden * sizeof(float));
+      ++n;
+    }
+  }
+  expert_mlp(expert, config_.moe.expert_intermediate, gathered_.data(), n, y_.data());
+  for (std::size_t r = 0; r < n; ++r) {
+    float* to = out + std::size_t{rows_[r]} * hidden;
+    const float* from = &y_[r * hidden];
+    for (std::size_t i = 0; i < hidden; ++i) to[i] += from[i] * row_weights_[r];
+  }
+}
+
+Status CpuMoe::run(CpuWeights& weights, std::uint32_t layer, const float* x, std::size_t tokens,
+                   float* out) {
+  const CpuLayerWeights& w = weights.layers[layer];
   const MoeConfig& moe = config_.moe;
   const std::size_t hidden = config_.hidden_size;
   const std::uint32_t k = moe.top_k;
@@ -80,28 +105,28 @@ void CpuMoe::run(const CpuLayerWeights& w, const float* x, std::size_t tokens, f
   route_top_k(logits_.data(), tokens, moe.experts, k, moe.renormalize, ids_.data(),
               weights_.data());
   std::memset(out, 0, tokens * hidden * sizeof(float));
-  // Expert by expert in ascending id, as transformers adds them: each one's rows gathered, its
-  // MLP over all of them, each row's output times its weight added into its token's sum.
+  // The wanted experts in ascending id with their row counts.
+  wanted_rows_.assign(moe.experts, 0);
+  for (std::size_t i = 0; i < tokens * k; ++i) ++wanted_rows_[static_cast<std::size_t>(ids_[i])];
+  wanted_.clear();
   for (std::uint32_t e = 0; e < moe.experts; ++e) {
-    std::size_t n = 0;
-    for (std::size_t t = 0; t < tokens; ++t) {
-      for (std::uint32_t j = 0; j < k; ++j) {
-        if (ids_[t * k + j] != static_cast<std::int32_t>(e)) continue;
-        rows_[n] = static_cast<std::uint32_t>(t);
-        row_weights_[n] = weights_[t * k + j];
-        std::memcpy(&gathered_[n * hidden], x + t * hidden, hidden * sizeof(float));
-        ++n;
-      }
-    }
-    if (n == 0) continue;
-    expert_mlp(w.experts[e], moe.expert_intermediate, gathered_.data(), n, y_.data());
-    for (std::size_t r = 0; r < n; ++r) {
-      float* to = out + std::size_t{rows_[r]} * hidden;
-      const float* from = &y_[r * hidden];
-      for (std::size_t i = 0; i < hidden; ++i) to[i] += from[i] * row_weights_[r];
-    }
+    if (wanted_rows_[e] == 0) continue;
+    wanted_rows_[wanted_.size()] = wanted_rows_[e];
+    wanted_.push_back(e);
   }
-  if (w.shared_gate == nullptr) return;
+  // Expert by expert in ascending id, as transformers adds them (waves of the capacity keep
+  // that order): each one's rows gathered, its MLP over all of them, each row's output times
+  // its weight added into its token's sum.
+  const std::size_t capacity = weights.expert_capacity();
+  for (std::size_t first = 0; first < wanted_.size(); first += capacity) {
+    const std::size_t n = std::min(capacity, wanted_.size() - first);
+    wave_.resize(n);
+    KVVM_RETURN_IF_ERROR(weights.experts_for(
+        layer, std::span<const std::uint32_t>(wanted_).subspan(first, n),
+        std::span<const std::uint32_t>(wanted_rows_).subspan(first, n), wave_));
+    for (std::size_t i = 0; i < n; ++i) add_expert(wave_[i], wanted_[first + i], x, tokens, out);
+  }
+  if (w.shared_gate == nullptr) return Status::Ok();
   // Qwen2-MoE: sigmoid(shared_expert_gate(x)) * shared_expert(x), added after the experts.
   expert_mlp(w.shared, moe.shared_intermediate, x, tokens, y_.data());
   linear(x, tokens, hidden, w.shared_gate, 1, row_weights_.data());
@@ -109,6 +134,7 @@ void CpuMoe::run(const CpuLayerWeights& w, const float* x, std::size_t tokens, f
     const float gate = 1.0f / (1.0f + std::exp(-row_weights_[t]));
     for (std::size_t i = 0; i < hidden; ++i) out[t * hidden + i] += gate * y_[t * hidden + i];
   }
+  return Status::Ok();
 }
 
 }  // namespace kvvm::model::cpu

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvvm/base/status.h"
 #include "kvvm/model/config.h"
 #include "model/cpu/cpu_weights.h"
 
@@ -26,9 +27,12 @@ class CpuMoe {
   // Scratch for up to `max_tokens` rows.
   CpuMoe(const ModelConfig& config, std::size_t max_tokens);
 
-  // out[t] = the layer's mixture applied to x[t] (the post-attention normed rows), for `tokens`
-  // rows of hidden; out does not alias x.
-  void run(const CpuLayerWeights& w, const float* x, std::size_t tokens, float* out);
+  // out[t] = layer `layer`'s mixture applied to x[t] (the post-attention normed rows), for
+  // `tokens` rows of hidden; out does not alias x. The wanted experts come from `weights` in
+  // ascending id, in waves of at most its expert_capacity() (the cache's slots); the sum is
+  // the same, bit for bit, however many waves. A failed expert copy fails the step.
+  Status run(CpuWeights& weights, std::uint32_t layer, const float* x, std::size_t tokens,
+             float* out);
 
   // The last run's choices, [tokens][top_k] (tests, and the routing statistics).
   const std::vector<std::int32_t>& ids() const { return ids_; }
@@ -42,6 +46,12 @@ class CpuMoe {
   std::vector<float> logits_;
   std::vector<std::int32_t> ids_;
   std::vector<float> weights_;
+  // Adds expert e's weighted MLP over its routed rows into out.
+  void add_expert(const CpuExpert& expert, std::uint32_t e, const float* x, std::size_t tokens,
+                  float* out);
+
+  std::vector<std::uint32_t> wanted_, wanted_rows_;  // the step's experts, ascending, and rows
+  std::vector<CpuExpert> wave_;
   std::vector<std::uint32_t> rows_;  // one expert's token rows
   std::vector<float> row_weights_;
   std::vector<float> gathered_, gate_, up_, y_;

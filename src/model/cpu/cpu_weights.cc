@@ -140,12 +140,20 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
   out->staging_.resize(split.host_staging_bytes / sizeof(float));
   // Where a tensor's float32 values go: the base region, a resident layer's block, or a
   // streamed layer's part of the staging.
+  auto staged = [&](std::uint64_t at) {
+    return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(out->staging_.data()) + at);
+  };
   auto place = [&](std::uint32_t region, std::uint64_t offset) -> float* {
     if (region == detail::kBaseRegion) return reinterpret_cast<float*>(s.at(offset));
+    if (split.expert_cache() && layout.sparse_layer[region] && offset >= layout.sparse.experts) {
+      // Expert e of the i-th sparse layer at (i * experts + e) * expert_bytes: the stride of
+      // the experts in a block is an expert's bytes.
+      return staged(std::uint64_t{s.sparse_index(region)} * config.moe.experts *
+                        split.sizes.expert_bytes +
+                    (offset - layout.sparse.experts));
+    }
     if (!s.streamed(region)) return reinterpret_cast<float*>(s.layer(region) + offset);
-    const std::uint64_t at = std::uint64_t{s.streamed_index(region)} * split.sizes.layer_bytes;
-    return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(out->staging_.data()) + at +
-                                    offset);
+    return staged(std::uint64_t{s.streamed_index(region)} * split.sizes.layer_bytes + offset);
   };
   detail::LoadTracker tracker(tensors, options.on_progress, started);
   for (const detail::WeightTensor& t : tensors) {
@@ -194,7 +202,7 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
                        .up = f(gate_up + inter * config.hidden_size * sizeof(float)),
                        .down = f(down)};
     };
-    for (std::uint32_t e = 0; e < moe.experts; ++e) {
+    for (std::uint32_t e = 0; a.experts != 0 && e < moe.experts; ++e) {
       const Address base = a.experts + std::uint64_t{e} * sparse.expert_stride;
       layer.experts.push_back(
           expert(base + sparse.expert.gate_up, base + sparse.expert.down, moe.expert_intermediate));
@@ -204,9 +212,51 @@ Result<std::unique_ptr<CpuWeights>> CpuWeights::load(const ModelConfig& config,
       layer.shared = expert(a.shared_gate_up, a.shared_down, moe.shared_intermediate);
     }
   }
+  out->hidden_ = config.hidden_size;
+  out->expert_inter_ = moe.expert_intermediate;
+  out->experts_ = moe.experts;
+  out->expert_offsets_ = sparse.expert;
+  if (split.expert_cache()) {
+    Driver& driver = s.driver();
+    out->expert_cache_ = std::make_unique<detail::ExpertCache>(
+        detail::ExpertCacheShape{.sparse_layers = split.sizes.sparse_layers,
+                                 .experts = moe.experts,
+                                 .slots = split.expert_slots,
+                                 .expert_bytes = split.sizes.expert_bytes},
+        s.expert_slot(0), reinterpret_cast<const unsigned char*>(out->staging_.data()),
+        [&driver](Address to, const unsigned char* from, std::uint64_t bytes) {
+          return driver.write(to, from, bytes);
+        });
+    KVVM_RETURN_IF_ERROR(out->expert_cache_->preload().with_context("CPU model weights"));
+    out->load_bytes_ += std::uint64_t{split.expert_slots} * split.sizes.expert_bytes;
+  }
   out->load_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return out;
+}
+
+std::uint32_t CpuWeights::expert_capacity() const {
+  return expert_cache_ != nullptr ? expert_cache_->slots() : experts_;
+}
+
+Status CpuWeights::experts_for(std::uint32_t layer, std::span<const std::uint32_t> ids,
+                               std::span<const std::uint32_t> rows, std::span<CpuExpert> out) {
+  if (expert_cache_ == nullptr) {
+    for (std::size_t i = 0; i < ids.size(); ++i) out[i] = layers[layer].experts[ids[i]];
+    return Status::Ok();
+  }
+  expert_at_.resize(ids.size());
+  KVVM_RETURN_IF_ERROR(expert_cache_->acquire(store_->sparse_index(layer), ids, rows,
+                                              std::span<Address>(expert_at_)));
+  auto f = [](Address address) { return reinterpret_cast<const float*>(address); };
+  const std::uint64_t up = std::uint64_t{expert_inter_} * hidden_ * sizeof(float);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const Address at = expert_at_[i];
+    out[i] = CpuExpert{.gate = f(at + expert_offsets_.gate_up),
+                       .up = f(at + expert_offsets_.gate_up + up),
+                       .down = f(at + expert_offsets_.down)};
+  }
+  return Status::Ok();
 }
 
 Status CpuWeights::stream_in(std::uint32_t layer) {
@@ -226,6 +276,7 @@ WeightStats CpuWeights::stats() const {
   stats.layer_copies = layer_copies_.load(std::memory_order_relaxed);
   stats.load_bytes = load_bytes_;
   stats.load_seconds = load_seconds_;
+  if (expert_cache_ != nullptr) stats.experts = expert_cache_->stats();
   return stats;
 }
 

@@ -8,12 +8,14 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kvvm/base/status.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
+#include "model/weights/expert_cache.h"
 #include "model/weights/weight_store.h"
 
 namespace kvvm::model::cpu {
@@ -60,6 +62,15 @@ class CpuWeights {
   // Before layer `layer`'s compute: a streamed layer's bytes written into its addresses.
   Status stream_in(std::uint32_t layer);
 
+  // How many of a sparse layer's experts experts_for() can give at once: all of them when they
+  // are resident, the cache's slots otherwise.
+  std::uint32_t expert_capacity() const;
+  // The MLPs of experts `ids` (distinct, at most expert_capacity()) of layer `layer`, rows[i]
+  // tokens routed to ids[i]: the resident ones, or the cache's slots after any miss is copied
+  // in (a failed copy names the expert; the cache is as it was).
+  Status experts_for(std::uint32_t layer, std::span<const std::uint32_t> ids,
+                     std::span<const std::uint32_t> rows, std::span<CpuExpert> out);
+
   const float* embed = nullptr;  // [vocab][hidden]
   std::vector<CpuLayerWeights> layers;
   const float* final_norm = nullptr;  // [hidden]
@@ -70,7 +81,13 @@ class CpuWeights {
  private:
   CpuWeights() = default;
   std::unique_ptr<model::detail::WeightStore> store_;
-  std::vector<float> staging_;  // streamed layers' blocks, in streamed order
+  // Streamed layers' blocks in streamed order; with an expert cache, every expert instead (sparse
+  // layer by sparse layer, experts in id order).
+  std::vector<float> staging_;
+  std::unique_ptr<model::detail::ExpertCache> expert_cache_;  // null unless the split caches
+  std::vector<Address> expert_at_;                            // scratch: experts_for's slots
+  std::uint32_t hidden_ = 0, expert_inter_ = 0, experts_ = 0;
+  model::detail::ExpertOffsets expert_offsets_;
   // Read by stats() from other threads (a server's /metrics) while steps run.
   std::atomic<std::uint64_t> layer_copies_{0};
   std::uint64_t load_bytes_ = 0;

@@ -238,8 +238,12 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
                                    std::to_string(options.driver->info().device_ordinal) +
                                    ") is not the CUDA driver of device " + std::to_string(device));
   }
+  // The CUDA backend streams a mixture's experts with their layers: its expert cache (the
+  // miss handled on the device, inside the decode graphs) is not built yet.
+  WeightOptions placed = options;
+  placed.expert_placement = ExpertPlacement::kWithLayers;
   Result<std::unique_ptr<WeightStore>> store =
-      WeightStore::create(options.driver, std::move(owned), layout, options, true);
+      WeightStore::create(options.driver, std::move(owned), layout, placed, true);
   if (!store.ok()) return store.status().with_context("CUDA model weights");
 
   std::unique_ptr<DeviceWeights> out(new DeviceWeights());

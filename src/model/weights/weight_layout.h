@@ -70,6 +70,7 @@ struct WeightLayout {
   // sparse layer 4 x experts 8-byte addresses (gate|up, down, their scales), as the CUDA MoE
   // kernels read them; kNoTensor for a dense model.
   std::uint64_t expert_tables = kNoTensor;
+  std::uint32_t top_k = 0;  // experts a token reads per sparse layer (0 for a dense model)
   WeightSizes sizes;
 };
 

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <utility>
 
 #include "kvvm/base/bytes.h"
 #include "model/weights/weight_layout.h"
@@ -129,6 +131,7 @@ WeightLayout weight_layout(const ModelConfig& c, DType element) {
   std::uint64_t expert_scale_bytes = 0;
   std::uint64_t element_bytes_in_block = 0;  // the router's and the shared expert's gate
   if (c.moe.enabled()) {
+    layout.top_k = c.moe.top_k;
     layout.sparse_layer.resize(c.layers);
     for (std::uint32_t l = 0; l < c.layers; ++l) layout.sparse_layer[l] = c.moe.sparse_layer(l);
     const bool scales = layout.projection != element;
@@ -173,8 +176,44 @@ WeightSizes weight_sizes(const ModelConfig& config, DType element) {
   return detail::weight_layout(config, element).sizes;
 }
 
+namespace {
+
+// Every layer's dense part resident and the experts cached in what the budget leaves
+// (`split` holds the sizes, granule and base region; the budget is below everything).
+Result<WeightSplit> plan_expert_cache(WeightSplit split, std::uint64_t everything,
+                                      std::uint64_t budget_bytes, std::uint32_t top_k) {
+  const WeightSizes& sizes = split.sizes;
+  const std::uint64_t granule = split.granule;
+  const std::uint32_t n = sizes.layers;
+  split.layer_block = round_up(sizes.dense_layer_bytes(), granule);
+  const std::uint64_t fixed = split.base_region + std::uint64_t{n} * split.layer_block;
+  const std::uint64_t least_slots = std::max<std::uint32_t>(top_k, 1);
+  const std::uint64_t least = fixed + round_up(least_slots * sizes.expert_bytes, granule);
+  if (budget_bytes < least) {
+    return Status::InvalidArgument(
+        "weight budget " + format_bytes(budget_bytes) + " is below the " +
+        format_bytes(everything) + " every weight needs, and caching the experts needs at least " +
+        format_bytes(least) + " (the embeddings and norms " + format_bytes(split.base_region) +
+        ", every layer's dense part " + format_bytes(std::uint64_t{n} * split.layer_block) +
+        " and " + std::to_string(least_slots) + " expert slots of " +
+        format_bytes(sizes.expert_bytes) + ", one token's experts of a layer)");
+  }
+  const std::uint64_t cached = std::uint64_t{sizes.sparse_layers} * sizes.experts;
+  const std::uint64_t room = (budget_bytes - fixed) / granule * granule;
+  const std::uint64_t slots = std::min(cached, room / sizes.expert_bytes);
+  split.expert_slots = static_cast<std::uint32_t>(slots);
+  split.expert_region = round_up(slots * sizes.expert_bytes, granule);
+  split.resident_layer_bytes = std::uint64_t{n} * split.layer_block;
+  split.host_staging_bytes = sizes.expert_total();
+  split.device_bytes = fixed + split.expert_region;
+  return split;
+}
+
+}  // namespace
+
 Result<WeightSplit> plan_weight_split(const WeightSizes& sizes, std::uint64_t granule,
-                                      std::uint64_t budget_bytes, std::uint32_t ring_slots) {
+                                      std::uint64_t budget_bytes, std::uint32_t ring_slots,
+                                      ExpertPlacement placement, std::uint32_t top_k) {
   if (granule == 0) return Status::InvalidArgument("weight split: a granule of 0 bytes");
   WeightSplit split;
   split.sizes = sizes;
@@ -188,6 +227,9 @@ Result<WeightSplit> plan_weight_split(const WeightSizes& sizes, std::uint64_t gr
     split.device_bytes = everything;
     split.resident_layer_bytes = std::uint64_t{n} * split.layer_block;
     return split;
+  }
+  if (placement == ExpertPlacement::kCache && sizes.experts > 0 && sizes.sparse_layers > 0) {
+    return plan_expert_cache(std::move(split), everything, budget_bytes, top_k);
   }
   const std::uint32_t ring = ring_slots == 0 ? kDefaultRingSlots : ring_slots;
   if (ring < 2) {
@@ -236,6 +278,13 @@ std::uint64_t weight_budget_for(const WeightSizes& sizes, std::uint64_t granule,
          (std::uint64_t{sizes.layers} - streamed + ring) * round_up(sizes.layer_bytes, granule);
 }
 
+std::uint64_t expert_cache_budget_for(const WeightSizes& sizes, std::uint64_t granule,
+                                      std::uint32_t slots) {
+  return round_up(sizes.base_bytes, granule) +
+         std::uint64_t{sizes.layers} * round_up(sizes.dense_layer_bytes(), granule) +
+         round_up(std::uint64_t{slots} * sizes.expert_bytes, granule);
+}
+
 std::vector<std::pair<std::string, std::uint64_t>> WeightSizes::bytes_by_type() const {
   const std::uint64_t n = layers;
   std::vector<std::pair<std::string, std::uint64_t>> out;
@@ -275,12 +324,36 @@ std::string WeightSizes::describe_experts() const {
          format_bytes(dense_total());
 }
 
+std::string ExpertCacheStats::describe(std::uint64_t tokens) const {
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%.1f%%", 100.0 * hit_rate());
+  std::string out = "expert cache: " + std::to_string(slots) + " slots for " +
+                    std::to_string(experts) + " experts, hit rate " + rate + " (" +
+                    std::to_string(hits) + " of " + std::to_string(lookups) + " lookups), " +
+                    format_bytes(bytes_copied) + " copied";
+  if (tokens > 0) {
+    out += " (" + format_bytes(bytes_copied / tokens) + " per token over " +
+           std::to_string(tokens) + (tokens == 1 ? " token)" : " tokens)");
+  }
+  char wait[32];
+  std::snprintf(wait, sizeof wait, "%.1f ms", copy_seconds * 1e3);
+  return out + ", " + wait + " waiting on copies";
+}
+
 std::string WeightSplit::describe() const {
   const std::uint32_t n = sizes.layers;
   const std::string experts = sizes.describe_experts();
   const std::string types =
       " [" + sizes.describe_types() + (experts.empty() ? "" : "; " + experts) + "]";
   const std::string where = in_host_memory ? " in host memory" : " on the device";
+  if (expert_cache()) {
+    const std::uint64_t cached = std::uint64_t{sizes.sparse_layers} * sizes.experts;
+    return "weights: " + format_bytes(device_bytes) + where + " (every layer's dense part " +
+           "resident, an expert cache of " + std::to_string(expert_slots) + " slots of " +
+           format_bytes(sizes.expert_bytes) + " for " + std::to_string(cached) + " experts); " +
+           format_bytes(host_staging_bytes) + " of experts in host memory, copied on a miss" +
+           types;
+  }
   if (streamed_layers == 0) {
     return "weights: " + format_bytes(device_bytes) + where + ", all " + layer_count(n) +
            " resident" + types;

@@ -53,8 +53,9 @@ Result<std::unique_ptr<WeightStore>> WeightStore::create(Driver* driver,
     return Status::InvalidArgument("weights: a lent driver needs the governor it budgets under");
   }
   store->layout_ = layout;
-  Result<WeightSplit> split = plan_weight_split(layout.sizes, store->driver_->granule(),
-                                                options.budget_bytes, options.ring_slots);
+  Result<WeightSplit> split =
+      plan_weight_split(layout.sizes, store->driver_->granule(), options.budget_bytes,
+                        options.ring_slots, options.expert_placement, layout.top_k);
   if (!split.ok()) return split.status().with_context("--weight-budget");
   store->split_ = std::move(split).value();
   store->split_.in_host_memory = store->driver_->info().backend == "host";
@@ -78,6 +79,12 @@ Status WeightStore::build(const WeightOptions& options) {
   const WeightSplit& s = split_;
   const std::uint32_t n = s.sizes.layers;
   streamed_index_.assign(n, 0);
+  sparse_index_.assign(n, 0);
+  std::uint32_t sparse = 0;
+  for (std::uint32_t l = 0; l < n; ++l) {
+    sparse_index_[l] = sparse;
+    if (l < layout_.sparse_layer.size() && layout_.sparse_layer[l]) ++sparse;
+  }
   for (std::uint32_t l = 0; l < n; ++l) {
     if (!s.streamed[l]) continue;
     streamed_index_[l] = static_cast<std::uint32_t>(streamed_order_.size());
@@ -95,7 +102,7 @@ Status WeightStore::build(const WeightOptions& options) {
   pool_ =
       std::make_unique<HandlePool>(*driver_, PoolOptions{.max_pooled_bytes = 0}, governor_, tier_);
   Result<std::unique_ptr<Reservation>> reserved =
-      Reservation::create(*pool_, s.base_region + std::uint64_t{n} * s.layer_block);
+      Reservation::create(*pool_, s.base_region + std::uint64_t{n} * s.layer_block + s.expert_region);
   if (!reserved.ok()) return reserved.status().with_context("weights");
   reservation_ = std::move(reserved).value();
 
@@ -110,6 +117,9 @@ Status WeightStore::build(const WeightOptions& options) {
     } else if (streamed_index_[l] < s.ring_slots) {
       slots.push_back(block);
     }
+  }
+  if (s.expert_region > 0) {
+    resident.push_back(Range{s.base_region + std::uint64_t{n} * s.layer_block, s.expert_region});
   }
   const std::uint64_t granule = s.granule;
   KVVM_RETURN_IF_ERROR(reservation_->commit_ranges(
@@ -147,6 +157,11 @@ Address WeightStore::layer(std::uint32_t layer) const {
   return base() + split_.base_region + std::uint64_t{layer} * split_.layer_block;
 }
 
+Address WeightStore::expert_slot(std::uint32_t slot) const {
+  return base() + split_.base_region + std::uint64_t{split_.sizes.layers} * split_.layer_block +
+         std::uint64_t{slot} * split_.sizes.expert_bytes;
+}
+
 WeightAddresses WeightStore::addresses() const {
   WeightAddresses out;
   out.embed = at(layout_.embed);
@@ -180,7 +195,7 @@ WeightAddresses WeightStore::addresses() const {
         a.shared_gate_up = block + sparse.shared.gate_up;
         a.shared_down = block + sparse.shared.down;
       }
-      a.experts = block + sparse.experts;
+      a.experts = split_.expert_cache() ? 0 : block + sparse.experts;
     }
   }
   return out;

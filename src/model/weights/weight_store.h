@@ -33,7 +33,8 @@ struct LayerAddresses {
   Address down = 0;
   // A sparse layer's (0 on a dense one): the router, the shared expert's gate, the shared
   // expert's gate|up and down, and expert 0's stretch (expert e's at experts + e *
-  // layout().sparse.expert_stride, its tensors at layout().sparse.expert's offsets).
+  // layout().sparse.expert_stride, its tensors at layout().sparse.expert's offsets; 0 with an
+  // expert cache, whose slots hold the experts instead).
   Address router = 0, shared_gate = 0, shared_gate_up = 0, shared_down = 0, experts = 0;
 };
 struct WeightAddresses {
@@ -73,6 +74,10 @@ class WeightStore {
   std::uint32_t streamed_index(std::uint32_t layer) const { return streamed_index_[layer]; }
   // The streamed layers, in layer order.
   const std::vector<std::uint32_t>& streamed_layers() const { return streamed_order_; }
+  // With an expert cache (split().expert_cache()): slot `slot`'s address, fixed for the model's
+  // life, and a layer's order among the sparse layers (its experts' place in host staging).
+  Address expert_slot(std::uint32_t slot) const;
+  std::uint32_t sparse_index(std::uint32_t layer) const { return sparse_index_[layer]; }
 
   WeightAddresses addresses() const;
 
@@ -89,6 +94,7 @@ class WeightStore {
   WeightSplit split_;
   std::vector<std::uint32_t> streamed_index_;
   std::vector<std::uint32_t> streamed_order_;
+  std::vector<std::uint32_t> sparse_index_;
   // Construction order; teardown runs in reverse (the reservation first, the driver last).
   std::unique_ptr<Driver> owned_driver_;
   Driver* driver_ = nullptr;

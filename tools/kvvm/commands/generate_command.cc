@@ -383,6 +383,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
                     : result.status());
   }
   const engine::GenerateTimings& t = result->timings;
+  const model::ExpertCacheStats cache = model.weight_stats().experts;
   const double tokens_per_second = t.decode_seconds > 0 ? t.decode_steps / t.decode_seconds : 0;
   if (options.json) {
     nlohmann::ordered_json json;
@@ -397,12 +398,26 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
                        {"decode_seconds", t.decode_seconds},
                        {"decode_steps", t.decode_steps},
                        {"tokens_per_second", tokens_per_second}};
+    if (cache.slots > 0) {
+      json["expert_cache"] = {{"slots", cache.slots},
+                              {"experts", cache.experts},
+                              {"lookups", cache.lookups},
+                              {"hits", cache.hits},
+                              {"misses", cache.misses},
+                              {"hit_rate", cache.hit_rate()},
+                              {"bytes_copied", cache.bytes_copied},
+                              {"copy_seconds", cache.copy_seconds}};
+    }
     out << dump_json(json) << "\n";
   } else {
     out << clean_utf8(decoder.finish()) << "\n";
     err << kGenerate << ": " << result->tokens.size() << " tokens (" << finish_name(result->finish)
         << "); prefill " << format_duration(t.prefill_seconds) << ", decode "
         << format_rate(tokens_per_second, "tokens") << "\n";
+    if (cache.slots > 0) {
+      err << kGenerate << ": "
+          << cache.describe(request.prompt.size() + result->tokens.size()) << "\n";
+    }
   }
   return kExitOk;
 }
