@@ -398,9 +398,10 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
   w.single("kvvm_weights_streamed_layers", "gauge", "Layers streamed through the ring.", {},
            std::uint64_t{inputs.weights.split.streamed_layers});
   const model::ExpertCacheStats& experts = inputs.weights.experts;
-  w.single("kvvm_expert_cache_slots", "gauge",
-           "Slots of a mixture's expert cache (0: every expert resident or streamed with its layer).",
-           {}, std::uint64_t{experts.slots});
+  w.single(
+      "kvvm_expert_cache_slots", "gauge",
+      "Slots of a mixture's expert cache (0: every expert resident or streamed with its layer).",
+      {}, std::uint64_t{experts.slots});
   w.single("kvvm_expert_cache_lookups_total", "counter",
            "Experts of a layer a step wanted from the expert experts.", {}, experts.lookups);
   w.single("kvvm_expert_cache_hits_total", "counter",

@@ -121,9 +121,9 @@ Status CpuMoe::run(CpuWeights& weights, std::uint32_t layer, const float* x, std
   for (std::size_t first = 0; first < wanted_.size(); first += capacity) {
     const std::size_t n = std::min(capacity, wanted_.size() - first);
     wave_.resize(n);
-    KVVM_RETURN_IF_ERROR(weights.experts_for(
-        layer, std::span<const std::uint32_t>(wanted_).subspan(first, n),
-        std::span<const std::uint32_t>(wanted_rows_).subspan(first, n), wave_));
+    KVVM_RETURN_IF_ERROR(
+        weights.experts_for(layer, std::span<const std::uint32_t>(wanted_).subspan(first, n),
+                            std::span<const std::uint32_t>(wanted_rows_).subspan(first, n), wave_));
     for (std::size_t i = 0; i < n; ++i) add_expert(wave_[i], wanted_[first + i], x, tokens, out);
   }
   if (w.shared_gate == nullptr) return Status::Ok();

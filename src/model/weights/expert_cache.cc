@@ -94,10 +94,11 @@ Status ExpertCache::acquire(std::uint32_t layer, std::span<const std::uint32_t> 
     const std::uint32_t slot = std::get<2>(*evictable_.begin());
     const auto started = std::chrono::steady_clock::now();
     status = fill(slot, index);
-    copy_ns_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                      std::chrono::steady_clock::now() - started)
-                                                      .count()),
-                       std::memory_order_relaxed);
+    copy_ns_.fetch_add(
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - started)
+                                       .count()),
+        std::memory_order_relaxed);
     if (!status.ok()) {
       status = status.with_context("expert cache: copying expert " + std::to_string(ids[i]) +
                                    " of sparse layer " + std::to_string(layer) +
@@ -133,8 +134,7 @@ ExpertCacheStats ExpertCache::stats() const {
   return out;
 }
 
-std::optional<std::uint32_t> ExpertCache::slot_of(std::uint32_t layer,
-                                                  std::uint32_t expert) const {
+std::optional<std::uint32_t> ExpertCache::slot_of(std::uint32_t layer, std::uint32_t expert) const {
   const std::uint32_t slot = slot_of_[layer * shape_.experts + expert];
   if (slot == kEmpty) return std::nullopt;
   return slot;

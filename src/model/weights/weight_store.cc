@@ -101,8 +101,8 @@ Status WeightStore::build(const WeightOptions& options) {
   // zero when the store goes.
   pool_ =
       std::make_unique<HandlePool>(*driver_, PoolOptions{.max_pooled_bytes = 0}, governor_, tier_);
-  Result<std::unique_ptr<Reservation>> reserved =
-      Reservation::create(*pool_, s.base_region + std::uint64_t{n} * s.layer_block + s.expert_region);
+  Result<std::unique_ptr<Reservation>> reserved = Reservation::create(
+      *pool_, s.base_region + std::uint64_t{n} * s.layer_block + s.expert_region);
   if (!reserved.ok()) return reserved.status().with_context("weights");
   reservation_ = std::move(reserved).value();
 

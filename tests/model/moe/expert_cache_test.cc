@@ -1,6 +1,8 @@
 // The expert cache alone: the split that makes it (every layer's dense part resident, slots in
 // what the budget leaves), the slots' bookkeeping against a model of their contents
 // (rapidcheck), the frequency policy, and a failed copy leaving every mapping as it was.
+#include "model/weights/expert_cache.h"
+
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "kvvm/model/weight_memory.h"
-#include "model/weights/expert_cache.h"
 #include "support/text_match.h"
 #include "support/tiny_model.h"
 
@@ -21,7 +22,9 @@ namespace {
 
 constexpr std::uint64_t kPage = 4096;
 
-WeightSizes tiny_sizes() { return weight_sizes(testing::tiny_moe_config("qwen3_moe"), DType::kFp32); }
+WeightSizes tiny_sizes() {
+  return weight_sizes(testing::tiny_moe_config("qwen3_moe"), DType::kFp32);
+}
 
 TEST(ExpertCacheSplit, KeepsTheDensePartResidentAndCachesTheExpertsInTheRest) {
   const WeightSizes sizes = tiny_sizes();
@@ -39,8 +42,8 @@ TEST(ExpertCacheSplit, KeepsTheDensePartResidentAndCachesTheExpertsInTheRest) {
     EXPECT_EQ(split->layer_block, (sizes.dense_layer_bytes() + kPage - 1) / kPage * kPage);
     EXPECT_GE(split->expert_region, std::uint64_t{slots} * sizes.expert_bytes);
     EXPECT_EQ(split->host_staging_bytes, sizes.expert_total());
-    EXPECT_TRUE(test::contains(split->describe(), "an expert cache of " + std::to_string(slots) +
-                                                      " slots of "))
+    EXPECT_TRUE(test::contains(split->describe(),
+                               "an expert cache of " + std::to_string(slots) + " slots of "))
         << split->describe();
     // A page less holds one slot fewer.
     auto tighter = plan_weight_split(sizes, kPage, budget - kPage, 0, ExpertPlacement::kCache, 4);

@@ -57,8 +57,7 @@ Steps run_steps(Model& model, bool retry_after_failure = false) {
       out.failed = status;
       out.failed_at = step;
       if (!retry_after_failure) return out;
-      status =
-          model.forward({ids, chunks, kv->arena().view(), {}}, {logits.data(), argmax.data()});
+      status = model.forward({ids, chunks, kv->arena().view(), {}}, {logits.data(), argmax.data()});
     }
     EXPECT_TRUE(status.ok()) << status.to_string();
     if (!status.ok()) return out;

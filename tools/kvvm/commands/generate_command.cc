@@ -415,8 +415,8 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
         << "); prefill " << format_duration(t.prefill_seconds) << ", decode "
         << format_rate(tokens_per_second, "tokens") << "\n";
     if (cache.slots > 0) {
-      err << kGenerate << ": "
-          << cache.describe(request.prompt.size() + result->tokens.size()) << "\n";
+      err << kGenerate << ": " << cache.describe(request.prompt.size() + result->tokens.size())
+          << "\n";
     }
   }
   return kExitOk;
