@@ -138,14 +138,15 @@ enum class ExpertPlacement : std::uint8_t {
 // kWithLayers), the most layers that fit in the budget beside the base region and `ring_slots`
 // (0: kDefaultRingSlots) slots stay resident, the first and the last always among them, and the
 // rest are streamed, spread evenly between them; for a mixture with kCache, the base region and
-// every layer's dense part stay resident and what is left holds expert slots (at least top_k,
-// `top_k` the config's, so one token's experts of a layer fit at once). A budget that holds
-// everything streams nothing. InvalidArgument naming the budget and the least it could be when
-// that minimum does not fit, or for a granule of 0.
+// every layer's dense part stay resident and what is left holds expert slots, at least
+// `least_slots` (the config's top k, one token's experts of a layer, where a layer runs its
+// experts in waves; its experts per layer where a backend takes a layer's at once). A budget
+// that holds everything streams nothing. InvalidArgument naming the budget and the least it
+// could be when that minimum does not fit, or for a granule of 0.
 Result<WeightSplit> plan_weight_split(const WeightSizes& sizes, std::uint64_t granule,
                                       std::uint64_t budget_bytes, std::uint32_t ring_slots = 0,
                                       ExpertPlacement placement = ExpertPlacement::kWithLayers,
-                                      std::uint32_t top_k = 1);
+                                      std::uint32_t least_slots = 1);
 
 // The budget that caches a mixture's experts in exactly `slots` slots (tests, and the figures
 // that sweep it). REQUIRES a mixture and 0 < slots < sizes.sparse_layers * sizes.experts.

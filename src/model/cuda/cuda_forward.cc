@@ -458,6 +458,33 @@ Status CudaModel::mlp(const void* gate_up, const float* gate_up_scales, const vo
                 silu.quantized.out != nullptr);
 }
 
+Status CudaModel::acquire_experts(std::uint32_t layer, std::uint32_t tokens) {
+  const MoeConfig& moe = config().moe;
+  const std::uint64_t pairs = std::uint64_t{tokens} * moe.top_k;
+  KVVM_RETURN_IF_ERROR(cuda_call(
+      "cudaMemcpyAsync", cudaMemcpyAsync(moe_ids_host_, moe_ids_, pairs * sizeof(std::int32_t),
+                                         cudaMemcpyDeviceToHost, stream_)));
+  KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
+  // The wanted experts in ascending id with their rows, as the CPU model asks for them.
+  wanted_rows_.assign(moe.experts, 0);
+  for (std::uint64_t i = 0; i < pairs; ++i) {
+    const std::int32_t id = moe_ids_host_[i];
+    if (id < 0 || static_cast<std::uint32_t>(id) >= moe.experts) {
+      return Status::Internal("MoE layer " + std::to_string(layer) + ": the router chose expert " +
+                              std::to_string(id) + " of " + std::to_string(moe.experts));
+    }
+    ++wanted_rows_[static_cast<std::size_t>(id)];
+  }
+  wanted_.clear();
+  for (std::uint32_t e = 0; e < moe.experts; ++e) {
+    if (wanted_rows_[e] == 0) continue;
+    wanted_rows_[wanted_.size()] = wanted_rows_[e];
+    wanted_.push_back(e);
+  }
+  return weights_->acquire_experts(
+      layer, wanted_, std::span<const std::uint32_t>(wanted_rows_).first(wanted_.size()));
+}
+
 Status CudaModel::sparse_mlp(std::uint32_t layer, std::uint32_t tokens) {
   const ModelConfig& c = config();
   const MoeConfig& moe = c.moe;
@@ -477,6 +504,7 @@ Status CudaModel::sparse_mlp(std::uint32_t layer, std::uint32_t tokens) {
   route.ids = moe_ids_;
   route.weights = moe_weights_;
   KVVM_RETURN_IF_ERROR(moe_route_cuda(route, stream_));
+  if (weights_->expert_cache()) KVVM_RETURN_IF_ERROR(acquire_experts(layer, tokens));
   MoePermuteParams permute;
   permute.tokens = tokens;
   permute.top_k = moe.top_k;

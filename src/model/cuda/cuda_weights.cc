@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -165,7 +166,9 @@ Status dummy_fill(const WeightTensor& t, DType compute, std::uint64_t seed, void
 
 DeviceWeights::~DeviceWeights() {
   store_.reset();  // synchronizes before it unmaps
+  expert_cache_.reset();
   if (staging_ != nullptr) (void)cudaFreeHost(staging_);
+  if (table_mirror_ != nullptr) (void)cudaFreeHost(table_mirror_);
 }
 
 const void* DeviceWeights::staged(std::uint32_t layer) const {
@@ -181,7 +184,35 @@ WeightStats DeviceWeights::stats(std::uint64_t layer_copies) const {
   stats.layer_copies = layer_copies;
   stats.load_bytes = load_bytes_;
   stats.load_seconds = load_seconds_;
+  if (expert_cache_ != nullptr) stats.experts = expert_cache_->stats();
   return stats;
+}
+
+Status DeviceWeights::acquire_experts(std::uint32_t layer, std::span<const std::uint32_t> ids,
+                                      std::span<const std::uint32_t> rows) {
+  const std::uint32_t sparse = store_->sparse_index(layer);
+  expert_at_.resize(ids.size());
+  KVVM_RETURN_IF_ERROR(expert_cache_->acquire(sparse, ids, rows, std::span<Address>(expert_at_)));
+  // Only this layer's wanted entries are rewritten: an entry of an expert evicted since (here or
+  // in another layer) is stale, but no kernel reads an entry its step did not route to, and
+  // every routed one is rewritten by its layer's acquisition first.
+  const std::uint64_t per_layer = 4ull * experts_;
+  std::uint64_t* table = table_mirror_ + per_layer * sparse;
+  const bool scales = expert_offsets_.gate_up_scale != kNoTensor;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const Address at = expert_at_[i];
+    table[ids[i]] = at + expert_offsets_.gate_up;
+    table[experts_ + ids[i]] = at + expert_offsets_.down;
+    if (scales) {
+      table[2 * experts_ + ids[i]] = at + expert_offsets_.gate_up_scale;
+      table[3 * experts_ + ids[i]] = at + expert_offsets_.down_scale;
+    }
+  }
+  auto* device = reinterpret_cast<std::uint64_t*>(store_->at(store_->layout().expert_tables)) +
+                 per_layer * sparse;
+  return cuda_call("cudaMemcpyAsync",
+                   cudaMemcpyAsync(device, table, per_layer * sizeof(std::uint64_t),
+                                   cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)));
 }
 
 namespace {
@@ -218,7 +249,10 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
   KVVM_RETURN_IF_ERROR(check_experts(config));
   const auto started = std::chrono::steady_clock::now();
   auto* stream = static_cast<cudaStream_t>(stream_handle);
-  const WeightLayout layout = weight_layout(config, compute);
+  WeightLayout layout = weight_layout(config, compute);
+  // A layer's experts are acquired at once (the grouped GEMMs take one list of a layer's
+  // experts), so a cache holds at least one layer's.
+  if (config.moe.enabled()) layout.least_expert_slots = config.moe.experts;
   const bool dummy = options.format == LoadFormat::kDummy;
   Result<std::vector<WeightTensor>> tensors =
       weight_tensors(config, layout, dummy ? nullptr : &weights);
@@ -238,12 +272,8 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
                                    std::to_string(options.driver->info().device_ordinal) +
                                    ") is not the CUDA driver of device " + std::to_string(device));
   }
-  // The CUDA backend streams a mixture's experts with their layers: its expert cache (the
-  // miss handled on the device, inside the decode graphs) is not built yet.
-  WeightOptions placed = options;
-  placed.expert_placement = ExpertPlacement::kWithLayers;
   Result<std::unique_ptr<WeightStore>> store =
-      WeightStore::create(options.driver, std::move(owned), layout, placed, true);
+      WeightStore::create(options.driver, std::move(owned), layout, options, true);
   if (!store.ok()) return store.status().with_context("CUDA model weights");
 
   std::unique_ptr<DeviceWeights> out(new DeviceWeights());
@@ -255,11 +285,36 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
         cuda_call("cudaHostAlloc", cudaHostAlloc(reinterpret_cast<void**>(&out->staging_),
                                                  split.host_staging_bytes, cudaHostAllocDefault))
             .with_context("CUDA model: " + format_bytes(split.host_staging_bytes) +
-                          " of pinned host memory for the streamed layers"));
+                          " of pinned host memory for the " +
+                          (split.expert_cache() ? "experts" : "streamed layers")));
   }
+  const bool cached = split.expert_cache();
+  const SparseOffsets& sparse = layout.sparse;
+  // With an expert cache an expert's tensors live in host staging only (its block offset less
+  // the experts' start, after the sparse layers before it), and a dummy one is drawn in slot 0
+  // (at its offset inside its expert's stretch) before its copy there.
+  auto cached_expert = [&](const WeightTensor& t) {
+    return cached && t.region != kBaseRegion && layout.sparse_layer[t.region] &&
+           t.offset >= sparse.experts;
+  };
   auto device_at = [&](const WeightTensor& t) {
+    if (cached_expert(t)) {
+      return reinterpret_cast<unsigned char*>(s.expert_slot(0) +
+                                              (t.offset - sparse.experts) % sparse.expert_stride);
+    }
     const Address base = t.region == kBaseRegion ? s.base() : s.layer(t.region);
     return reinterpret_cast<unsigned char*>(base + t.offset);
+  };
+  auto host_at = [&](const WeightTensor& t) -> unsigned char* {
+    if (cached_expert(t)) {
+      return out->staging_ +
+             std::uint64_t{s.sparse_index(t.region)} * config.moe.experts *
+                 split.sizes.expert_bytes +
+             (t.offset - sparse.experts);
+    }
+    if (t.region == kBaseRegion || !s.streamed(t.region)) return nullptr;
+    return const_cast<unsigned char*>(static_cast<const unsigned char*>(out->staged(t.region))) +
+           t.offset;
   };
   {
     Pipeline pipeline(stream);
@@ -268,11 +323,8 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
     // still run): what a load's time goes to.
     LoadTracker tracker(*tensors, options.on_progress, started);
     for (const WeightTensor& t : *tensors) {
-      const bool staged = t.region != kBaseRegion && s.streamed(t.region);
-      unsigned char* host = staged ? const_cast<unsigned char*>(
-                                         static_cast<const unsigned char*>(out->staged(t.region))) +
-                                         t.offset
-                                   : nullptr;
+      unsigned char* host = host_at(t);
+      const bool staged = host != nullptr;
       const DType type = stored_type(t, layout);
       const std::uint64_t bytes = t.elements * element_bytes(type);
       out->load_bytes_ += bytes;
@@ -377,6 +429,25 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
                     .gate_up_scales = fp8(layer, block.gate_up_scale),
                     .down_scales = fp8(layer, block.down_scale)});
   }
+  if (cached) {
+    out->stream_ = stream;
+    out->experts_ = config.moe.experts;
+    out->expert_offsets_ = sparse.expert;
+    out->expert_cache_ = std::make_unique<ExpertCache>(
+        ExpertCacheShape{.sparse_layers = split.sizes.sparse_layers,
+                         .experts = config.moe.experts,
+                         .slots = split.expert_slots,
+                         .expert_bytes = split.sizes.expert_bytes},
+        s.expert_slot(0), out->staging_,
+        [stream](Address to, const unsigned char* from, std::uint64_t bytes) {
+          return cuda_call("cudaMemcpyAsync",
+                           cudaMemcpyAsync(reinterpret_cast<void*>(to), from, bytes,
+                                           cudaMemcpyHostToDevice, stream));
+        },
+        [stream] { return cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream)); });
+    KVVM_RETURN_IF_ERROR(out->expert_cache_->preload().with_context("CUDA model weights"));
+    out->load_bytes_ += std::uint64_t{split.expert_slots} * split.sizes.expert_bytes;
+  }
   KVVM_RETURN_IF_ERROR(out->bind_experts(config, stream));
   return out;
 }
@@ -392,8 +463,13 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
   const SparseOffsets& sparse = layout.sparse;
   const WeightAddresses at = store_->addresses();
   const std::uint64_t per_layer = 4ull * moe.experts;
-  std::vector<std::uint64_t> tables(per_layer * sparse_layers, 0);
-  const std::uint64_t bytes = tables.size() * sizeof(std::uint64_t);
+  const std::uint64_t bytes = per_layer * sparse_layers * sizeof(std::uint64_t);
+  // Pinned, kept: an expert cache rewrites a layer's part and copies it again.
+  KVVM_RETURN_IF_ERROR(cuda_call(
+      "cudaHostAlloc",
+      cudaHostAlloc(reinterpret_cast<void**>(&table_mirror_), bytes, cudaHostAllocDefault)));
+  std::uint64_t* tables = table_mirror_;
+  std::fill(tables, tables + per_layer * sparse_layers, std::uint64_t{0});
   auto* device = reinterpret_cast<std::uint64_t*>(store_->at(layout.expert_tables));
   std::uint32_t index = 0;
   for (std::uint32_t l = 0; l < layers.size(); ++l) {
@@ -402,7 +478,14 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
     DeviceLayer& layer = layers[l];
     std::uint64_t* table = &tables[per_layer * index];
     for (std::uint32_t e = 0; e < moe.experts; ++e) {
-      const Address expert = a.experts + std::uint64_t{e} * sparse.expert_stride;
+      // Cached: a resident expert's slot; the others stay 0 until a step routes to them.
+      std::optional<std::uint32_t> slot;
+      if (expert_cache_ != nullptr) {
+        slot = expert_cache_->slot_of(index, e);
+        if (!slot) continue;
+      }
+      const Address expert =
+          slot ? store_->expert_slot(*slot) : a.experts + std::uint64_t{e} * sparse.expert_stride;
       table[e] = expert + sparse.expert.gate_up;
       table[moe.experts + e] = expert + sparse.expert.down;
       if (sparse.expert.gate_up_scale != kNoTensor) {
@@ -434,10 +517,9 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
     }
     ++index;
   }
-  // Pageable source: synchronised below, before `tables` goes.
-  KVVM_RETURN_IF_ERROR(cuda_call(
-      "cudaMemcpyAsync", cudaMemcpyAsync(device, tables.data(), bytes, cudaMemcpyHostToDevice,
-                                         static_cast<cudaStream_t>(stream))));
+  KVVM_RETURN_IF_ERROR(
+      cuda_call("cudaMemcpyAsync", cudaMemcpyAsync(device, tables, bytes, cudaMemcpyHostToDevice,
+                                                   static_cast<cudaStream_t>(stream))));
   return cuda_call("cudaStreamSynchronize",
                    cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }

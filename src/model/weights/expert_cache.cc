@@ -9,8 +9,12 @@
 namespace kvvm::model::detail {
 
 ExpertCache::ExpertCache(const ExpertCacheShape& shape, Address first_slot,
-                         const unsigned char* staging, Copy copy)
-    : shape_(shape), first_slot_(first_slot), staging_(staging), copy_(std::move(copy)) {
+                         const unsigned char* staging, Copy copy, Wait wait)
+    : shape_(shape),
+      first_slot_(first_slot),
+      staging_(staging),
+      copy_(std::move(copy)),
+      wait_(std::move(wait)) {
   const std::uint64_t experts = std::uint64_t{shape.sparse_layers} * shape.experts;
   KVVM_CHECK(shape.slots > 0 && shape.slots <= experts, "expert cache: slots out of range");
   slot_of_.assign(experts, kEmpty);
@@ -60,6 +64,17 @@ void ExpertCache::decay() {
   }
 }
 
+Status ExpertCache::timed(const std::function<Status()>& work) {
+  const auto started = std::chrono::steady_clock::now();
+  Status status = work();
+  copy_ns_.fetch_add(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - started)
+                                     .count()),
+      std::memory_order_relaxed);
+  return status;
+}
+
 Status ExpertCache::acquire(std::uint32_t layer, std::span<const std::uint32_t> ids,
                             std::span<const std::uint32_t> rows, std::span<Address> at) {
   KVVM_CHECK(layer < shape_.sparse_layers, "expert cache: no such sparse layer");
@@ -86,19 +101,14 @@ Status ExpertCache::acquire(std::uint32_t layer, std::span<const std::uint32_t> 
   lookups_.fetch_add(ids.size(), std::memory_order_relaxed);
   hits_.fetch_add(hits, std::memory_order_relaxed);
   Status status = Status::Ok();
+  bool copied = false;
   for (std::size_t i = 0; i < ids.size() && status.ok(); ++i) {
     const std::uint32_t index = layer * shape_.experts + ids[i];
     if (slot_of_[index] != kEmpty) continue;
     // ids.size() <= slots and every wanted slot is out of the set, so a victim remains.
     KVVM_CHECK(!evictable_.empty(), "expert cache: no slot to evict");
     const std::uint32_t slot = std::get<2>(*evictable_.begin());
-    const auto started = std::chrono::steady_clock::now();
-    status = fill(slot, index);
-    copy_ns_.fetch_add(
-        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::steady_clock::now() - started)
-                                       .count()),
-        std::memory_order_relaxed);
+    status = timed([&] { return fill(slot, index); });
     if (!status.ok()) {
       status = status.with_context("expert cache: copying expert " + std::to_string(ids[i]) +
                                    " of sparse layer " + std::to_string(layer) +
@@ -115,6 +125,11 @@ Status ExpertCache::acquire(std::uint32_t layer, std::span<const std::uint32_t> 
     at[i] = slot_address(slot);
     misses_.fetch_add(1, std::memory_order_relaxed);
     bytes_copied_.fetch_add(shape_.expert_bytes, std::memory_order_relaxed);
+    copied = true;
+  }
+  if (status.ok() && copied && wait_) {
+    status = timed(wait_).with_context("expert cache: waiting on the copies of sparse layer " +
+                                       std::to_string(layer) + "'s missed experts");
   }
   // Wanted now, evictable by the next acquisition (its compute is done by then: the CPU runs in
   // order, a device stream likewise).

@@ -42,13 +42,16 @@ struct ExpertCacheShape {
 
 class ExpertCache {
  public:
-  // Writes `bytes` from host staging at `from` into a slot at `to`.
+  // Writes `bytes` from host staging at `from` into a slot at `to` (or starts to: see Wait).
   using Copy = std::function<Status(Address to, const unsigned char* from, std::uint64_t bytes)>;
+  // Waits for the copies an acquisition started (a device stream's); empty where Copy is done
+  // when it returns. Its time counts as time waiting on copies.
+  using Wait = std::function<Status()>;
 
   // Slot s at first_slot + s * expert_bytes; expert e of sparse layer l staged at
   // staging + (l * experts + e) * expert_bytes (both outlive the cache).
   ExpertCache(const ExpertCacheShape& shape, Address first_slot, const unsigned char* staging,
-              Copy copy);
+              Copy copy, Wait wait = {});
 
   // Fills every slot before any routing is seen: slot s takes expert s / sparse_layers of
   // sparse layer s % sparse_layers, an even share of each layer's lowest ids.
@@ -76,12 +79,15 @@ class ExpertCache {
   Address slot_address(std::uint32_t slot) const;
   const unsigned char* staged(std::uint32_t expert_index) const;
   Status fill(std::uint32_t slot, std::uint32_t expert_index);
+  // work(), its time added to the time waiting on copies.
+  Status timed(const std::function<Status()>& work);
   void decay();
 
   ExpertCacheShape shape_;
   Address first_slot_ = 0;
   const unsigned char* staging_ = nullptr;
   Copy copy_;
+  Wait wait_;
   // Indexed by sparse layer * experts + expert: its slot (kEmpty: not resident), its routed rows
   // (halving), the acquisition that last wanted it.
   std::vector<std::uint32_t> slot_of_;

@@ -70,7 +70,10 @@ struct WeightLayout {
   // sparse layer 4 x experts 8-byte addresses (gate|up, down, their scales), as the CUDA MoE
   // kernels read them; kNoTensor for a dense model.
   std::uint64_t expert_tables = kNoTensor;
-  std::uint32_t top_k = 0;  // experts a token reads per sparse layer (0 for a dense model)
+  // The fewest slots an expert cache may have: top k (one token's experts of a layer) where a
+  // layer's experts run in waves of the slots (the CPU backend); a backend acquiring a whole
+  // layer's at once (CUDA) raises it to the experts per layer. 0 for a dense model.
+  std::uint32_t least_expert_slots = 0;
   WeightSizes sizes;
 };
 

@@ -131,7 +131,7 @@ WeightLayout weight_layout(const ModelConfig& c, DType element) {
   std::uint64_t expert_scale_bytes = 0;
   std::uint64_t element_bytes_in_block = 0;  // the router's and the shared expert's gate
   if (c.moe.enabled()) {
-    layout.top_k = c.moe.top_k;
+    layout.least_expert_slots = c.moe.top_k;
     layout.sparse_layer.resize(c.layers);
     for (std::uint32_t l = 0; l < c.layers; ++l) layout.sparse_layer[l] = c.moe.sparse_layer(l);
     const bool scales = layout.projection != element;
@@ -181,22 +181,24 @@ namespace {
 // Every layer's dense part resident and the experts cached in what the budget leaves
 // (`split` holds the sizes, granule and base region; the budget is below everything).
 Result<WeightSplit> plan_expert_cache(WeightSplit split, std::uint64_t everything,
-                                      std::uint64_t budget_bytes, std::uint32_t top_k) {
+                                      std::uint64_t budget_bytes, std::uint32_t least_slots) {
   const WeightSizes& sizes = split.sizes;
   const std::uint64_t granule = split.granule;
   const std::uint32_t n = sizes.layers;
   split.layer_block = round_up(sizes.dense_layer_bytes(), granule);
   const std::uint64_t fixed = split.base_region + std::uint64_t{n} * split.layer_block;
-  const std::uint64_t least_slots = std::max<std::uint32_t>(top_k, 1);
-  const std::uint64_t least = fixed + round_up(least_slots * sizes.expert_bytes, granule);
+  const std::uint64_t fewest =
+      std::clamp<std::uint64_t>(least_slots, 1, std::uint64_t{sizes.sparse_layers} * sizes.experts);
+  const std::uint64_t least = fixed + round_up(fewest * sizes.expert_bytes, granule);
   if (budget_bytes < least) {
     return Status::InvalidArgument(
         "weight budget " + format_bytes(budget_bytes) + " is below the " +
         format_bytes(everything) + " every weight needs, and caching the experts needs at least " +
         format_bytes(least) + " (the embeddings and norms " + format_bytes(split.base_region) +
         ", every layer's dense part " + format_bytes(std::uint64_t{n} * split.layer_block) +
-        " and " + std::to_string(least_slots) + " expert slots of " +
-        format_bytes(sizes.expert_bytes) + ", one token's experts of a layer)");
+        " and " + std::to_string(fewest) + " expert slots of " + format_bytes(sizes.expert_bytes) +
+        (fewest == sizes.experts ? ", every expert of a layer)"
+                                 : ", one token's experts of a layer)"));
   }
   const std::uint64_t cached = std::uint64_t{sizes.sparse_layers} * sizes.experts;
   const std::uint64_t room = (budget_bytes - fixed) / granule * granule;
@@ -213,7 +215,7 @@ Result<WeightSplit> plan_expert_cache(WeightSplit split, std::uint64_t everythin
 
 Result<WeightSplit> plan_weight_split(const WeightSizes& sizes, std::uint64_t granule,
                                       std::uint64_t budget_bytes, std::uint32_t ring_slots,
-                                      ExpertPlacement placement, std::uint32_t top_k) {
+                                      ExpertPlacement placement, std::uint32_t least_slots) {
   if (granule == 0) return Status::InvalidArgument("weight split: a granule of 0 bytes");
   WeightSplit split;
   split.sizes = sizes;
@@ -229,7 +231,7 @@ Result<WeightSplit> plan_weight_split(const WeightSizes& sizes, std::uint64_t gr
     return split;
   }
   if (placement == ExpertPlacement::kCache && sizes.experts > 0 && sizes.sparse_layers > 0) {
-    return plan_expert_cache(std::move(split), everything, budget_bytes, top_k);
+    return plan_expert_cache(std::move(split), everything, budget_bytes, least_slots);
   }
   const std::uint32_t ring = ring_slots == 0 ? kDefaultRingSlots : ring_slots;
   if (ring < 2) {

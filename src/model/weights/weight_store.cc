@@ -55,7 +55,7 @@ Result<std::unique_ptr<WeightStore>> WeightStore::create(Driver* driver,
   store->layout_ = layout;
   Result<WeightSplit> split =
       plan_weight_split(layout.sizes, store->driver_->granule(), options.budget_bytes,
-                        options.ring_slots, options.expert_placement, layout.top_k);
+                        options.ring_slots, options.expert_placement, layout.least_expert_slots);
   if (!split.ok()) return split.status().with_context("--weight-budget");
   store->split_ = std::move(split).value();
   store->split_.in_host_memory = store->driver_->info().backend == "host";
