@@ -1,5 +1,6 @@
 // The weight placement options `generate`, `serve` and `bench engine` share: --weight-budget,
-// --ring-slots and --load-format (kvvm/model/weight_memory.h says what they mean).
+// --ring-slots, --expert-placement and --load-format (kvvm/model/weight_memory.h says what they
+// mean).
 #pragma once
 
 #include <cstdint>
@@ -14,9 +15,10 @@ class App;
 namespace kvvm::cli {
 
 struct WeightFlags {
-  std::uint64_t weight_budget = 0;   // bytes; 0: every layer resident
-  std::uint64_t ring_slots = 0;      // 0: the default (2)
-  std::string load_format = "auto";  // auto | dummy
+  std::uint64_t weight_budget = 0;         // bytes; 0: every layer resident
+  std::uint64_t ring_slots = 0;            // 0: the default (2)
+  std::string expert_placement = "cache";  // cache | layers
+  std::string load_format = "auto";        // auto | dummy
   std::uint64_t dummy_seed = 1;
 };
 

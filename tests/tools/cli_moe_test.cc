@@ -83,6 +83,18 @@ TEST(CliMoe, DummyExpertsRunResidentAndCachedToTheSameTokens) {
             b["expert_cache"]["lookups"].get<std::uint64_t>());
   EXPECT_GT(b["expert_cache"]["misses"].get<std::uint64_t>(), 0u);
 
+  // Streamed with their layers instead, the same tokens again.
+  const std::string layers = std::to_string(model::weight_budget_for(
+      model::weight_sizes(*config, DType::kFp32), 4096, 3, model::kDefaultRingSlots));
+  const test::CliRun streamed =
+      run(generate_args(dir, {"--weight-budget", layers, "--expert-placement", "layers"}));
+  ASSERT_EQ(streamed.code, kExitOk) << streamed.err;
+  EXPECT_TRUE(contains(streamed.err, "3 layers streamed from host memory")) << streamed.err;
+  EXPECT_EQ(a["token_ids"], nlohmann::json::parse(streamed.out)["token_ids"]);
+  const test::CliRun bad = run(generate_args(dir, {"--expert-placement", "nowhere"}));
+  EXPECT_NE(bad.code, kExitOk);
+  EXPECT_TRUE(contains(bad.err, "--expert-placement")) << bad.err;
+
   // The text form says the hit rate and the bytes per token.
   std::vector<std::string> text = generate_args(dir, {"--weight-budget", budget});
   text.erase(std::find(text.begin(), text.end(), "--json"));

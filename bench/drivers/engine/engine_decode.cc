@@ -1,12 +1,15 @@
 #include "bench/drivers/engine/engine_decode.h"
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "base/format.h"
+#include "kvvm/base/bytes.h"
 #include "kvvm/engine/engine.h"
 
 namespace kvvm::cli {
@@ -179,10 +182,35 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
       run_batch(engine, params.batch, params.prompt_tokens, 2, rng, vocab, logprobs, grammar);
   if (!warm.ok()) return warm.status().with_context("warm-up");
   const engine::EngineStats before = engine.stats();
+  const model::ExpertCacheStats experts_before = model.weight_stats().experts;
   KVVM_ASSIGN_OR_RETURN(BatchTimes times,
                         run_batch(engine, params.batch, params.prompt_tokens, params.decode_tokens,
                                   rng, vocab, logprobs, grammar));
   const engine::EngineStats after = engine.stats();
+  const model::ExpertCacheStats experts_after = model.weight_stats().experts;
+  if (experts_after.slots > 0) {
+    run.expert_cache = true;
+    run.expert_lookups = experts_after.lookups - experts_before.lookups;
+    run.expert_hits = experts_after.hits - experts_before.hits;
+    const std::uint64_t processed =
+        std::uint64_t{params.batch} * params.prompt_tokens + times.generated;
+    run.expert_bytes_per_token =
+        processed == 0
+            ? 0
+            : static_cast<double>(experts_after.bytes_copied - experts_before.bytes_copied) /
+                  static_cast<double>(processed);
+    run.expert_copy_seconds = experts_after.copy_seconds - experts_before.copy_seconds;
+    char rate[16];
+    std::snprintf(rate, sizeof rate, "%.1f%%",
+                  run.expert_lookups == 0 ? 0.0
+                                          : 100.0 * static_cast<double>(run.expert_hits) /
+                                                static_cast<double>(run.expert_lookups));
+    // Before the others: the mode's own notes follow.
+    run.note = "experts: hit rate " + std::string(rate) + ", " +
+               format_bytes(static_cast<std::uint64_t>(run.expert_bytes_per_token)) +
+               " copied per token, " + format_duration(run.expert_copy_seconds) +
+               " waiting on copies" + (run.note.empty() ? "" : "; " + run.note);
+  }
 
   run.generated_tokens = times.generated;
   run.decode_tokens = times.decode_tokens;

@@ -35,6 +35,12 @@ nlohmann::ordered_json decode_json(const DecodeRun& run) {
     json["masks"] = run.masks;
     json["mask_us"] = run.mask_us;
   }
+  if (run.expert_cache) {
+    json["expert_cache"] = {{"lookups", run.expert_lookups},
+                            {"hits", run.expert_hits},
+                            {"bytes_per_token", run.expert_bytes_per_token},
+                            {"copy_seconds", run.expert_copy_seconds}};
+  }
   if (!run.note.empty()) json["note"] = run.note;
   return json;
 }

@@ -37,6 +37,13 @@ struct DecodeRun {
   // The constrained mode's token masks on the host: how many, and their mean time.
   std::uint64_t masks = 0;
   double mask_us = 0;
+  // A mixture's expert cache over the timed run (prefill and decode; absent without a cache):
+  // lookups and hits, bytes copied per token the model processed (prompts and outputs), the
+  // time the steps waited on copies.
+  bool expert_cache = false;
+  std::uint64_t expert_lookups = 0, expert_hits = 0;
+  double expert_bytes_per_token = 0;
+  double expert_copy_seconds = 0;
 };
 
 // One open-loop replay of the generated trace at one rate through one engine.
