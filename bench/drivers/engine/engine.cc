@@ -16,6 +16,7 @@
 
 #include "bench/drivers/engine/engine_choices.h"
 #include "bench/drivers/engine/engine_decode.h"
+#include "bench/drivers/engine/engine_offline.h"
 #include "bench/drivers/engine/engine_trace.h"
 #include "kit/byte_size.h"
 #include "kit/cli_common.h"
@@ -90,6 +91,7 @@ struct Plan {
   std::vector<double> rates;
   std::vector<bool> preallocate;  // the trace's systems in order: false arena, true preallocated
   std::uint32_t max_running = 0;
+  std::vector<OfflineSpec> offline;
 };
 
 Result<Plan> plan_options(const BenchEngineOptions& options) {
@@ -115,6 +117,19 @@ Result<Plan> plan_options(const BenchEngineOptions& options) {
     for (const std::string& system : systems) plan.preallocate.push_back(system == "preallocated");
   }
   plan.max_running = options.max_running != 0 ? options.max_running : kDefaultMaxRunning;
+  if (!options.offline.empty()) {
+    KVVM_ASSIGN_OR_RETURN(
+        plan.offline,
+        parse_offline_lengths(options.offline, options.offline_requests, "--offline"));
+  }
+  if (!options.offline_dataset.empty()) {
+    KVVM_ASSIGN_OR_RETURN(OfflineSpec spec, read_offline_dataset(options.offline_dataset));
+    plan.offline.push_back(std::move(spec));
+  }
+  if (options.skip_decode && options.skip_trace && plan.offline.empty() && options.choices == 0) {
+    return Status::InvalidArgument(
+        "--no-decode and --no-trace leave nothing to run: add --offline or --choices");
+  }
   return plan;
 }
 
@@ -296,11 +311,30 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
   cmd->add_option("--choices-tokens", options.choices_tokens,
                   "Tokens each answer of the choices part generates (default 256)")
       ->transform(count_validator(1, kMaxTokens));
-  CLI::Option* no_decode =
-      cmd->add_flag("--no-decode", options.skip_decode, "Skip the decode part (a)");
-  CLI::Option* no_trace =
-      cmd->add_flag("--no-trace", options.skip_trace, "Skip the trace replay (b)");
-  no_decode->excludes(no_trace);
+  cmd->add_option("--offline", options.offline,
+                  "(d) Offline throughput as `trtllm-bench throughput` measures it: for each "
+                  "INPUT/OUTPUT pair (comma-separated, e.g. 128/128,1000/1000), "
+                  "--offline-requests random prompts of INPUT tokens submitted at once, each "
+                  "answered with exactly OUTPUT tokens; output and total tokens/s, requests/s, "
+                  "latency, TTFT and TPOT per request over the whole run (default: not run)");
+  cmd->add_option("--offline-dataset", options.offline_dataset,
+                  "(d) One offline run of a dataset file's requests: a line each, its input and "
+                  "output token counts (\"128 256\", \"128,256\" or \"128/256\"; '#' "
+                  "starts a comment)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--offline-requests", options.offline_requests,
+                  "Requests of each --offline pair (default 1000)")
+      ->transform(count_validator(1, kMaxRequests));
+  cmd->add_option("--offline-max-running", options.offline_max_running,
+                  "Sequences the offline engine runs at once (default: as many as the KV budget "
+                  "holds at the run's longest request, at most 2048)")
+      ->transform(count_validator(1, kMaxBatch));
+  cmd->add_option("--offline-warmup", options.offline_warmup,
+                  "Requests of the first lengths (answers cut to 16 tokens) run through the "
+                  "offline engine first and left out of its figures (default 8)")
+      ->transform(count_validator(0, kMaxBatch));
+  cmd->add_flag("--no-decode", options.skip_decode, "Skip the decode part (a)");
+  cmd->add_flag("--no-trace", options.skip_trace, "Skip the trace replay (b)");
   cmd->add_flag("--json", options.json, "Machine-readable report (JSON, ordered keys) on stdout");
   cmd->add_option("--plot", options.plot,
                   "Write an SVG line chart of output tokens/s against request rate, arena vs "
@@ -339,6 +373,16 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
         "--prompt-tokens " + str(options.prompt_tokens) + " + --decode-tokens " +
         str(options.decode_tokens) + " = " + str(options.prompt_tokens + options.decode_tokens) +
         " tokens do not fit in --max-context " + str(report.max_context));
+  }
+  for (const OfflineSpec& spec : plan.offline) {
+    for (std::size_t i = 0; i < spec.lengths.size(); ++i) {
+      const std::uint64_t tokens = std::uint64_t{spec.lengths[i].first} + spec.lengths[i].second;
+      if (tokens > report.max_context) {
+        return Status::InvalidArgument(
+            "offline " + spec.label + ": request " + str(i) + " of " + str(tokens) +
+            " tokens (input and output) does not fit in --max-context " + str(report.max_context));
+      }
+    }
   }
   if (options.choices == 1) {
     return Status::InvalidArgument("--choices 1: the choices part compares n > 1 answers");
@@ -386,6 +430,10 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
   std::uint32_t chunks = plan.max_running;
   for (std::uint32_t batch : plan.batches) chunks = std::max(chunks, batch);
   chunks = std::max(chunks, options.choices);
+  if (!plan.offline.empty()) {
+    chunks = std::max(chunks, options.offline_max_running != 0 ? options.offline_max_running
+                                                               : kDefaultOfflineChunks);
+  }
   limits.max_chunks = std::max(limits.max_chunks, chunks);
   limits.max_step_tokens = std::max(limits.max_step_tokens, limits.max_chunks);
   if (options.max_prefill_tokens_while_decoding > limits.max_step_tokens) {
@@ -492,6 +540,22 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
                                         .seed = options.seed});
       if (!runs.ok()) return runs.status().with_context("choices");
       report.choices = std::move(runs).value();
+    }
+    for (const OfflineSpec& spec : plan.offline) {
+      if (progress != nullptr) {
+        *progress << kBenchEngine << ": offline " << spec.label << " (" << spec.lengths.size()
+                  << " requests)\n"
+                  << std::flush;
+      }
+      Result<OfflineRun> run =
+          measure_offline(*model, kv, spec,
+                          OfflineParams{.max_running = options.offline_max_running,
+                                        .max_chunks = limits.max_chunks,
+                                        .warmup = options.offline_warmup,
+                                        .seed = options.seed,
+                                        .graphs = true});
+      if (!run.ok()) return run.status().with_context("offline " + spec.label);
+      report.offline.push_back(std::move(run).value());
     }
     for (std::size_t r = 0; r < plan.rates.size(); ++r) {
       for (const bool preallocate : plan.preallocate) {

@@ -8,7 +8,9 @@
 //       tenants with system prompts) at each --rates value, through the arena engine and the
 //       preallocated one at the same KV budget (bench/drivers/engine/engine_trace.h);
 //   (c) with --choices N: one prompt answered N times, as one request of N choices (forked)
-//       and as N requests at once with the prefix cache (bench/drivers/engine/engine_choices.h).
+//       and as N requests at once with the prefix cache (bench/drivers/engine/engine_choices.h);
+//   (d) with --offline IN/OUT,... or --offline-dataset FILE: every request submitted at once,
+//       on the terms of `trtllm-bench throughput` (bench/drivers/engine/engine_offline.h).
 // With --logprobs K the decode part adds a mode whose requests ask for K alternatives per
 // token, beside the graphs mode it is compared with.
 // On the CPU backend graphs do not exist: that mode is reported as skipped, with the reason.
@@ -69,6 +71,11 @@ struct BenchEngineOptions {
   std::uint32_t choices = 0;  // > 1: the choices part with this n
   std::uint64_t choices_prompt_tokens = 2048;
   std::uint64_t choices_tokens = 256;
+  std::string offline;          // --offline "128/128,1000/1000"
+  std::string offline_dataset;  // --offline-dataset FILE
+  std::uint64_t offline_requests = 1000;
+  std::uint32_t offline_max_running = 0;  // 0: what the KV budget holds
+  std::uint32_t offline_warmup = 8;
   bool skip_decode = false;
   bool skip_trace = false;
   bool json = false;
@@ -77,6 +84,9 @@ struct BenchEngineOptions {
 
 inline constexpr std::uint64_t kDefaultBenchContext = 8192;
 inline constexpr std::uint32_t kDefaultMaxRunning = 64;
+// The offline runs' sequences in one step at most when --offline-max-running is not given:
+// the model's activations are sized for it, and the KV budget sets what runs below it.
+inline constexpr std::uint32_t kDefaultOfflineChunks = 2048;
 
 // Adds `engine` under the existing `bench` subcommand.
 CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options);

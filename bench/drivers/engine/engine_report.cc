@@ -139,6 +139,35 @@ nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
     for (const ChoicesRun& run : report.choices) choices["runs"].push_back(choices_json(run));
     json["choices"] = std::move(choices);
   }
+  if (!report.offline.empty()) {
+    nlohmann::ordered_json offline = nlohmann::ordered_json::array();
+    for (const OfflineRun& run : report.offline) {
+      nlohmann::ordered_json o;
+      o["lengths"] = run.label;
+      o["requests"] = run.requests;
+      o["input_tokens"] = run.input_tokens;
+      o["output_tokens"] = run.output_tokens;
+      o["max_running"] = run.max_running;
+      o["peak_running"] = run.peak_running;
+      o["warmup_requests"] = run.warmup;
+      o["seconds"] = run.seconds;
+      o["output_tokens_per_s"] = run.output_tokens_per_s;
+      o["total_tokens_per_s"] = run.total_tokens_per_s;
+      o["requests_per_s"] = run.requests_per_s;
+      o["latency_p50_s"] = run.latency_p50_s;
+      o["latency_p99_s"] = run.latency_p99_s;
+      o["ttft_p50_s"] = run.ttft_p50_s;
+      o["ttft_p99_s"] = run.ttft_p99_s;
+      o["tpot_p50_ms"] = run.tpot_p50_ms;
+      o["tpot_p99_ms"] = run.tpot_p99_ms;
+      o["steps"] = run.steps;
+      o["graph_replays"] = run.graph_replays;
+      o["preemptions"] = run.preemptions;
+      if (!run.note.empty()) o["note"] = run.note;
+      offline.push_back(std::move(o));
+    }
+    json["offline"] = std::move(offline);
+  }
   nlohmann::ordered_json trace;
   trace["requests"] = report.trace_requests;
   trace["tenants"] = report.tenants;
@@ -208,6 +237,23 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
                    3)
           << "x, time " << fixed(report.choices[0].seconds / report.choices[1].seconds, 3) << "x\n";
     }
+  }
+  if (!report.offline.empty()) {
+    out << "\nOffline (every request submitted at once, random prompts, greedy, each answer run "
+           "to its output length; a warm-up excluded; over the whole run):\n";
+    TextTable table(
+        {"lengths", "requests", "out tok/s", "total tok/s", "req/s", "latency p50 s", "p99",
+         "TTFT p50 s", "p99", "TPOT p50 ms", "p99", "running", "peak", "steps", "preempt"},
+        1, "note");
+    for (const OfflineRun& run : report.offline) {
+      table.add({run.label, str(run.requests), fixed(run.output_tokens_per_s, 1),
+                 fixed(run.total_tokens_per_s, 1), fixed(run.requests_per_s, 2),
+                 fixed(run.latency_p50_s, 3), fixed(run.latency_p99_s, 3), fixed(run.ttft_p50_s, 3),
+                 fixed(run.ttft_p99_s, 3), fixed(run.tpot_p50_ms, 2), fixed(run.tpot_p99_ms, 2),
+                 str(run.max_running), str(run.peak_running), str(run.steps), str(run.preemptions)},
+                run.note);
+    }
+    table.print(out);
   }
   if (!report.trace.empty()) {
     out << "\nTrace replay (open loop, " << report.trace_requests << " requests per rate, "

@@ -46,6 +46,28 @@ struct DecodeRun {
   double expert_copy_seconds = 0;
 };
 
+// One offline run (bench/drivers/engine/engine_offline.h): every request submitted at once.
+struct OfflineRun {
+  std::string label;  // "128/128", or the dataset's file name
+  std::uint64_t requests = 0;
+  std::uint64_t input_tokens = 0;
+  std::uint64_t output_tokens = 0;
+  std::uint32_t max_running = 0;   // the engine's limit (the KV budget's, unless given)
+  std::uint32_t peak_running = 0;  // what ran at once at most
+  std::uint32_t warmup = 0;        // requests run first, excluded
+  double seconds = 0;              // submit of the first to the end of the last
+  double output_tokens_per_s = 0;
+  double total_tokens_per_s = 0;  // prompts and outputs
+  double requests_per_s = 0;
+  double latency_p50_s = 0, latency_p99_s = 0;  // submit to a request's last token
+  double ttft_p50_s = 0, ttft_p99_s = 0;        // submit to its first token
+  double tpot_p50_ms = 0, tpot_p99_ms = 0;      // its tokens after the first, each
+  std::uint64_t steps = 0;
+  std::uint64_t graph_replays = 0;
+  std::uint64_t preemptions = 0;
+  std::string note;
+};
+
 // One open-loop replay of the generated trace at one rate through one engine.
 struct TraceRun {
   std::string system;                    // "arena" or "preallocated"
@@ -129,6 +151,7 @@ struct BenchEngineReport {
   std::uint64_t choices_prompt_tokens = 0;
   std::uint64_t choices_tokens = 0;
   std::vector<ChoicesRun> choices;
+  std::vector<OfflineRun> offline;
   // Trace part.
   std::uint64_t trace_requests = 0;
   std::uint32_t tenants = 0;
