@@ -202,6 +202,11 @@ int main(int argc, char** argv) {
     void* dense = device(std::uint64_t{3} * m.inter * m.hidden * 2);
     fill(DType::kBf16, std::uint64_t{3} * m.inter * m.hidden, 5, 0.02f, dense, stream);
     void* dense_out = device(std::uint64_t{most_tokens} * m.top_k * 2 * m.inter * 2);
+    // Its input and output rows: as many as the routed pairs (x and out hold one per token).
+    const std::uint64_t pair_rows = std::uint64_t{most_tokens} * m.top_k;
+    void* dense_in = device(pair_rows * m.hidden * 2);
+    fill(DType::kBf16, pair_rows * m.hidden, 6, 1.0f, dense_in, stream);
+    void* dense_y = device(pair_rows * m.hidden * 2);
     const ExpertSet bf16(m, MoeWeightFormat::kNone, stream);
     const ExpertSet fp8(m, MoeWeightFormat::kFp8Block128, stream);
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -230,7 +235,7 @@ int main(int argc, char** argv) {
             const int n = static_cast<int>(rows);
             if (cublas.api.gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * m.inter),
                                    n, static_cast<int>(m.hidden), &alpha, dense, CUDA_R_16BF,
-                                   static_cast<int>(m.hidden), x, CUDA_R_16BF,
+                                   static_cast<int>(m.hidden), dense_in, CUDA_R_16BF,
                                    static_cast<int>(m.hidden), &beta, dense_out, CUDA_R_16BF,
                                    static_cast<int>(2 * m.inter), CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS ||
@@ -239,8 +244,9 @@ int main(int argc, char** argv) {
                     static_cast<int>(m.inter), &alpha,
                     static_cast<unsigned char*>(dense) + std::uint64_t{2} * m.inter * m.hidden * 2,
                     CUDA_R_16BF, static_cast<int>(m.inter), act, CUDA_R_16BF,
-                    static_cast<int>(m.inter), &beta, out, CUDA_R_16BF, static_cast<int>(m.hidden),
-                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+                    static_cast<int>(m.inter), &beta, dense_y, CUDA_R_16BF,
+                    static_cast<int>(m.hidden), CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
               die("cublasGemmEx failed");
             }
           },
@@ -315,7 +321,8 @@ int main(int argc, char** argv) {
       report("route", route_us, 0, 0);
       for (Routed* r : routed) delete r;
     }
-    for (void* p : {x, logits, act, pairs, out, route_ids, weights, dense, dense_out}) {
+    for (void* p :
+         {x, logits, act, pairs, out, route_ids, weights, dense, dense_out, dense_in, dense_y}) {
       (void)cudaFree(p);
     }
   }

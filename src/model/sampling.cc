@@ -55,6 +55,10 @@ Status check_sampling(const SamplingParams& params) {
     return Status::InvalidArgument("top_p " + std::to_string(params.top_p) +
                                    ": must lie in (0, 1]");
   }
+  if (!(params.min_p >= 0 && params.min_p <= 1)) {
+    return Status::InvalidArgument("min_p " + std::to_string(params.min_p) +
+                                   ": must lie in [0, 1] (0: off)");
+  }
   if (!std::isfinite(params.presence_penalty)) {
     return Status::InvalidArgument("presence_penalty " + std::to_string(params.presence_penalty) +
                                    ": must be finite");
@@ -119,15 +123,26 @@ std::int32_t sample_token(std::span<const float> logits, const SamplingParams& p
   // No finite maximum: every probability is 0 (all -inf) or concentrated on +inf; the
   // softmax is undefined, its limit is the argmax.
   if (candidates.empty() || !std::isfinite(max_weight)) return greedy(logits);
+  // Whether top-k truncates is decided on every valid logit, before min_p, as the CUDA kernel
+  // decides it (the walk order, and so the token a uniform picks, depends on it).
+  const std::size_t valid = candidates.size();
+  if (params.min_p > 0) {
+    // p / p_max >= min_p, in the log domain and in double as the CUDA kernel tests it; the
+    // maximum always stays (0 >= log(min_p)).
+    const double floor = std::log(static_cast<double>(params.min_p));
+    std::erase_if(candidates,
+                  [&](const Candidate& c) { return !(c.weight - max_weight >= floor); });
+  }
 
   // Truncation needs the candidates in descending order; without it the id order serves and
   // saves a sort over the whole vocabulary.
-  const bool top_k = params.top_k > 0 && params.top_k < candidates.size();
+  const bool top_k = params.top_k > 0 && params.top_k < valid;
   const bool top_p = params.top_p < 1;
   if (top_k) {
-    std::partial_sort(candidates.begin(), candidates.begin() + params.top_k, candidates.end(),
-                      before);
-    candidates.resize(params.top_k);
+    const std::size_t k = std::min<std::size_t>(params.top_k, candidates.size());
+    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k),
+                      candidates.end(), before);
+    candidates.resize(k);
   } else if (top_p) {
     std::sort(candidates.begin(), candidates.end(), before);
   }

@@ -148,6 +148,7 @@ void copy_fields(const RequestBody& body, ApiRequest* request) {
   model::SamplingParams& sampling = engine.sampling;
   sampling.temperature = static_cast<float>(body.temperature);
   sampling.top_p = static_cast<float>(body.top_p);
+  sampling.min_p = static_cast<float>(body.min_p);
   sampling.top_k = body.top_k <= 0 ? 0 : static_cast<std::uint32_t>(body.top_k);
   sampling.seed = body.seed;
   sampling.presence_penalty = static_cast<float>(body.presence_penalty);

@@ -134,6 +134,7 @@ constexpr Field<B> kFields[] = {
     D::number("temperature", kInGeneration, {.lo = 0, .hi = 2}, &B::temperature, 0),
     D::number("top_p", kInGeneration, {.lo = 0, .hi = 1, .lo_open = true}, &B::top_p, 1),
     D::integer("top_k", kInGeneration, top_k_range, &B::top_k, 0),
+    D::number("min_p", kInGeneration, {.lo = 0, .hi = 1}, &B::min_p, 0),  // vLLM's
     D::seed("seed", kInGeneration, &B::seed, 0),
     D::any("stop", kInGeneration).then(read_stop),
     D::boolean("ignore_eos", kInGeneration, &B::ignore_eos, false),                   // vLLM's

@@ -27,6 +27,7 @@ struct RequestBody {
   std::optional<std::int64_t> max_completion_tokens;  // chat's newer name for it
   double temperature = 0;
   double top_p = 0;
+  double min_p = 0;
   std::int64_t top_k = 0;  // -1 or 0: no limit
   std::uint64_t seed = 0;
   std::vector<std::string> stop;

@@ -207,7 +207,8 @@ TEST_P(GenerateCpuFixture, GreedyTokensEqualTransformersOnEveryLayout) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GenerateCpuFixture,
                          ::testing::Values("llama-tiny", "qwen2-tiny", "llama-tiny-bf16",
-                                           "qwen2-tiny-bf16", "qwen3-tiny", "qwen3-tiny-bf16"),
+                                           "qwen2-tiny-bf16", "qwen3-tiny", "qwen3-tiny-bf16",
+                                           "qwen3-moe-tiny", "mixtral-tiny", "qwen2-moe-tiny"),
                          [](const auto& param_info) {
                            std::string name = param_info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

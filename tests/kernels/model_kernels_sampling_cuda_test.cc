@@ -64,6 +64,7 @@ SamplingRow row_of(const SamplingParams& p, std::uint64_t counter) {
   row.temperature = p.temperature;
   row.top_k = p.top_k;
   row.top_p = p.top_p;
+  row.min_p = p.min_p;
   row.seed_low = static_cast<std::uint32_t>(p.seed);
   row.seed_high = static_cast<std::uint32_t>(p.seed >> 32);
   row.counter_low = static_cast<std::uint32_t>(counter);
@@ -138,6 +139,7 @@ class ModelKernelsSamplingTest : public ::testing::Test {
     const float temperatures[] = {0.0f, 0.3f, 0.7f, 1.0f, 1.0f, 1.5f, 5.0f};
     const std::uint32_t top_ks[] = {0, 0, 0, 1, 2, 10, 50, vocab - 1, vocab, vocab + 5};
     const float top_ps[] = {1.0f, 1.0f, 0.95f, 0.9f, 0.5f, 0.1f, 1e-6f};
+    const float min_ps[] = {0.0f, 0.0f, 0.0f, 1e-4f, 0.05f, 0.3f, 1.0f};
     auto pick = [&](std::size_t n) {
       return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng_);
     };
@@ -145,6 +147,7 @@ class ModelKernelsSamplingTest : public ::testing::Test {
     p.temperature = temperatures[pick(std::size(temperatures))];
     p.top_k = top_ks[pick(std::size(top_ks))];
     p.top_p = top_ps[pick(std::size(top_ps))];
+    p.min_p = min_ps[pick(std::size(min_ps))];
     p.seed = rng_();
     return p;
   }
@@ -200,9 +203,9 @@ class ModelKernelsSamplingTest : public ::testing::Test {
       if (out[r] != expected) {
         ++differ;
         ADD_FAILURE() << "row " << r << " (" << c.kind << ", T " << c.params.temperature
-                      << ", top_k " << c.params.top_k << ", top_p " << c.params.top_p << ", seed "
-                      << c.params.seed << ", counter " << c.counter << "): device " << out[r]
-                      << ", CPU " << expected;
+                      << ", top_k " << c.params.top_k << ", top_p " << c.params.top_p << ", min_p "
+                      << c.params.min_p << ", seed " << c.params.seed << ", counter " << c.counter
+                      << "): device " << out[r] << ", CPU " << expected;
       }
     }
     // The rows must exercise the draw, not only the argmax.

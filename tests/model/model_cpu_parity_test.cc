@@ -75,15 +75,19 @@ std::string parity_case_name(const ::testing::TestParamInfo<ParityCase>& info) {
 }
 
 const std::vector<std::string>& fixture_names() {
-  static const std::vector<std::string> names = {"llama-tiny", "llama-tiny-bf16",
-                                                 "qwen2-tiny", "qwen2-tiny-bf16",
-                                                 "qwen3-tiny", "qwen3-tiny-bf16"};
+  // The mixtures: scripts/make_fixtures.py --only moe (Qwen3-MoE with a dense layer, Mixtral,
+  // Qwen2-MoE with its shared expert).
+  static const std::vector<std::string> names = {
+      "llama-tiny",   "llama-tiny-bf16",   "qwen2-tiny",     "qwen2-tiny-bf16",
+      "qwen3-tiny",   "qwen3-tiny-bf16",   "qwen3-moe-tiny", "qwen3-moe-tiny-bf16",
+      "mixtral-tiny", "mixtral-tiny-bf16", "qwen2-moe-tiny", "qwen2-moe-tiny-bf16"};
   return names;
 }
 
 // FP8 weights: scripts/make_fixtures.py --only fp8 makes them from qwen3-tiny-bf16.
 const std::vector<std::string>& fp8_weight_fixture_names() {
-  static const std::vector<std::string> names = {"qwen3-tiny-fp8", "qwen3-tiny-fp8-channel"};
+  static const std::vector<std::string> names = {"qwen3-tiny-fp8", "qwen3-tiny-fp8-channel",
+                                                 "qwen3-moe-tiny-fp8"};
   return names;
 }
 

@@ -49,8 +49,9 @@ constexpr double kFp8WeightTolerance = 5e-2;
 bool fp8_weights(const std::string& fixture) { return fixture.find("-fp8") != std::string::npos; }
 
 const std::vector<std::string>& bf16_fixtures() {
-  static const std::vector<std::string> names = {"llama-tiny-bf16", "qwen2-tiny-bf16",
-                                                 "qwen3-tiny-bf16"};
+  static const std::vector<std::string> names = {"llama-tiny-bf16",   "qwen2-tiny-bf16",
+                                                 "qwen3-tiny-bf16",   "qwen3-moe-tiny-bf16",
+                                                 "mixtral-tiny-bf16", "qwen2-moe-tiny-bf16"};
   return names;
 }
 
@@ -192,12 +193,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCudaParityTest,
                                             ::testing::Values(DType::kBf16, DType::kFp8)),
                          fixture_name);
 // FP8 weights (scripts/make_fixtures.py --only fp8), bf16 KV.
-INSTANTIATE_TEST_SUITE_P(
-    Fp8Weights, ModelCudaParityTest,
-    ::testing::Combine(::testing::Values(std::string("qwen3-tiny-fp8"),
-                                         std::string("qwen3-tiny-fp8-channel")),
-                       ::testing::ValuesIn(all_layouts()), ::testing::Values(DType::kBf16)),
-    fixture_name);
+INSTANTIATE_TEST_SUITE_P(Fp8Weights, ModelCudaParityTest,
+                         ::testing::Combine(::testing::Values(std::string("qwen3-tiny-fp8"),
+                                                              std::string("qwen3-tiny-fp8-channel"),
+                                                              std::string("qwen3-moe-tiny-fp8")),
+                                            ::testing::ValuesIn(all_layouts()),
+                                            ::testing::Values(DType::kBf16)),
+                         fixture_name);
 
 }  // namespace
 }  // namespace kvvm::model_cuda_parity_test

@@ -193,6 +193,11 @@ class CudaModelTest : public ::testing::TestWithParam<Case> {
     std::uint32_t start;
     std::uint32_t tokens;
   };
+  // A mixture's logits pass through more 16-bit roundings than a dense model's (each expert's
+  // SiLU product is stored in the compute type between its two GEMMs, then its weighted row
+  // before the combine), and a near-tie of the router flips with them: its random seeds have
+  // reached 2.2e-2 where dense models stay under 2e-2.
+  double tolerance() const { return GetParam().config.moe.enabled() ? 3e-2 : kTolerance; }
   void step(const std::vector<Piece>& pieces, const std::string& what) {
     std::vector<Chunk> chunks;
     std::vector<std::int32_t> ids;
@@ -214,7 +219,7 @@ class CudaModelTest : public ::testing::TestWithParam<Case> {
       const std::string where =
           what + ", chunk " + std::to_string(c) + " [" + std::to_string(piece.start) + ", " +
           std::to_string(piece.start + piece.tokens) + "), seed " + std::to_string(seed_);
-      EXPECT_LE(testing::max_relative_difference(got, want), kTolerance) << where;
+      EXPECT_LE(testing::max_relative_difference(got, want), tolerance()) << where;
       // The argmax kernel agrees with the logits it was given (lowest index among equals).
       const auto top = std::max_element(got.begin(), got.end()) - got.begin();
       EXPECT_EQ(argmax[c], top) << where;
@@ -226,7 +231,7 @@ class CudaModelTest : public ::testing::TestWithParam<Case> {
         if (static_cast<std::ptrdiff_t>(i) != ref_top) second = std::max(second, want[i]);
       }
       const double margin = want[static_cast<std::size_t>(ref_top)] - second;
-      if (margin > 2 * kTolerance * scale) {
+      if (margin > 2 * tolerance() * scale) {
         EXPECT_EQ(argmax[c], ref_top)
             << where << ": reference margin " << margin << " (scale " << scale
             << "), our logits there " << got[ref_top] << " vs " << got[top];

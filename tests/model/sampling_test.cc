@@ -136,6 +136,35 @@ TEST(Sampling, TopPKeepsTheSmallestSetReachingP) {
   EXPECT_TRUE(saw_zero);
 }
 
+TEST(Sampling, MinPDropsTokensLessLikelyThanPTimesTheMostLikely) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05: min_p 0.25 keeps those >= 0.125 (tokens 1, 3, 0).
+  const std::vector<float> logits = {std::log(0.15f), std::log(0.5f), std::log(0.05f),
+                                     std::log(0.3f)};
+  SamplingParams params = sampled(1.0f);
+  params.min_p = 0.25f;
+  ASSERT_TRUE(check_sampling(params).ok());
+  int counts[4] = {0, 0, 0, 0};
+  for (std::uint64_t c = 0; c < 20000; ++c) ++counts[sample_token(logits, params, c)];
+  EXPECT_EQ(counts[2], 0);
+  // The rest renormalized over 0.95.
+  EXPECT_NEAR(counts[0] / 20000.0, 0.15 / 0.95, 0.015);
+  EXPECT_NEAR(counts[1] / 20000.0, 0.5 / 0.95, 0.015);
+  EXPECT_NEAR(counts[3] / 20000.0, 0.3 / 0.95, 0.015);
+  // 1: only the most likely; then top-p runs over what min_p left (vLLM's order): 0.5 of 0.8 is
+  // token 1 alone at top_p 0.6, where the unfiltered 0.6 would admit token 3 too.
+  params.min_p = 1.0f;
+  for (std::uint64_t c = 0; c < 200; ++c) EXPECT_EQ(sample_token(logits, params, c), 1);
+  params.min_p = 0.5f;  // keeps 0.5 and 0.3
+  params.top_p = 0.6f;
+  for (std::uint64_t c = 0; c < 400; ++c) EXPECT_EQ(sample_token(logits, params, c), 1) << c;
+  params.top_p = 0.7f;  // 0.5 / 0.8 = 0.625 falls short: token 3 joins
+  bool saw_three = false;
+  for (std::uint64_t c = 0; c < 400 && !saw_three; ++c) {
+    saw_three = sample_token(logits, params, c) == 3;
+  }
+  EXPECT_TRUE(saw_three);
+}
+
 // Pearson's chi-square over a 4-token distribution. With 3 degrees of freedom the 99.9th
 // percentile is 16.3; a sampler off by a few percent on any token, or one that ignores the
 // temperature, lands far above it at this many draws.
@@ -198,6 +227,13 @@ TEST(Sampling, BadParametersAreRefusedByName) {
   }
   params.top_p = 1;
   EXPECT_TRUE(check_sampling(params).ok());
+  for (const float min_p : {-0.1f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    params.min_p = min_p;
+    s = check_sampling(params);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << min_p;
+    EXPECT_NE(s.message().find("min_p"), std::string::npos) << s.message();
+  }
+  params.min_p = 0;
 }
 
 }  // namespace

@@ -283,7 +283,7 @@ struct SamplingRow {
   float top_p = 1;
   std::uint32_t seed_low = 0, seed_high = 0;
   std::uint32_t counter_low = 0, counter_high = 0;
-  std::uint32_t reserved = 0;
+  float min_p = 0;  // 0: off
 };
 static_assert(sizeof(SamplingRow) == 32, "eight 32-bit words");
 

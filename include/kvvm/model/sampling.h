@@ -20,6 +20,9 @@ struct SamplingParams {
   float temperature = 0;    // 0: greedy (argmax, lowest id among equals)
   std::uint32_t top_k = 0;  // 0: no limit
   float top_p = 1;          // (0, 1]
+  // [0, 1]; 0: off. Tokens whose probability is below min_p times the most likely one's are
+  // dropped first, then top-k, then top-p over what is left (vLLM's order).
+  float min_p = 0;
   std::uint64_t seed = 0;
   // Penalties on what the sequence has seen (vLLM's and OpenAI's): presence and frequency on
   // the output so far, repetition (> 0; 1: none) on the prompt and the output. They act
@@ -29,8 +32,8 @@ struct SamplingParams {
   float repetition_penalty = 1;
 };
 
-// InvalidArgument naming the field: temperature < 0 or not finite, top_p outside (0, 1], a
-// penalty not finite, repetition_penalty <= 0.
+// InvalidArgument naming the field: temperature < 0 or not finite, top_p outside (0, 1], min_p
+// outside [0, 1], a penalty not finite, repetition_penalty <= 0.
 Status check_sampling(const SamplingParams& params);
 
 // One token's transform before a draw: what the row's sequence has seen of it, and a bias.

@@ -65,6 +65,8 @@ struct RowState {
   double temperature;
   double max_weight;
   bool sorted;  // walk key: descending logit (a truncation applies), else the id
+  bool min_p;
+  double log_min_p;
   bool top_k;
   std::uint32_t k_key, k_id;
   bool top_p;
@@ -103,6 +105,10 @@ __device__ __forceinline__ bool within(std::uint32_t key, std::uint32_t id, std:
 
 __device__ __forceinline__ bool kept(const RowState& s, float value, std::uint32_t id) {
   if (isnan(value)) return false;
+  // min_p first: p / p_max >= min_p in the log domain, in double as on the CPU.
+  if (s.min_p && !(static_cast<double>(value) / s.temperature - s.max_weight >= s.log_min_p)) {
+    return false;
+  }
   if (!s.top_k && !s.top_p) return true;
   const std::uint32_t key = ~ascending_key(value);
   return (!s.top_k || within(key, id, s.k_key, s.k_id)) &&
@@ -366,6 +372,8 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(const SamplePara
     sh.state.sorted = top_k || top_p;
     sh.state.top_k = false;
     sh.state.top_p = false;
+    sh.state.min_p = params.min_p > 0;
+    sh.state.log_min_p = params.min_p > 0 ? log(static_cast<double>(params.min_p)) : 0.0;
   }
   __syncthreads();
   if (top_k) {

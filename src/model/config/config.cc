@@ -276,7 +276,7 @@ Result<ModelConfig> parse_config_json(const nlohmann::json& parsed, const std::s
   KVVM_ASSIGN_OR_RETURN(std::optional<DType> dtype,
                         detail::read_dtype(scopes, /*allow_fp8=*/false));
   if (dtype.has_value()) config.dtype = *dtype;
-  KVVM_ASSIGN_OR_RETURN(WeightQuant quant, detail::parse_quantization(scopes, config.layers));
+  KVVM_ASSIGN_OR_RETURN(WeightQuant quant, detail::parse_quantization(scopes, config));
   config.weight_quant = quant;
   KVVM_RETURN_IF_ERROR(read_token_ids(scopes.top, config));
   if (&scopes.inner.object() != &scopes.top.object()) {

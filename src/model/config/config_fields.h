@@ -94,9 +94,10 @@ Scopes config_scopes(const nlohmann::json& parsed, const std::string& origin);
 // quantization_config (model/config_quant.cc), from text_config first, then the top level:
 // WeightQuant::kNone without one; Hugging Face's "fp8" with 128 x 128 blocks and dynamic
 // activations, or compressed-tensors' FP8-dynamic; anything else (another method, block,
-// strategy, static activation scales, a list leaving one of a `layers`-layer model's
-// projections unquantized) refused naming the field and its value.
-Result<WeightQuant> parse_quantization(const Scopes& scopes, std::uint32_t layers);
+// strategy, static activation scales, a list leaving one of `config`'s quantized projections
+// unquantized: attention, dense MLP, a mixture's experts) refused naming the field and its value.
+// REQUIRES config's layers and mixture read.
+Result<WeightQuant> parse_quantization(const Scopes& scopes, const ModelConfig& config);
 
 // The mixtures of experts' families, which name their fields differently.
 enum class MoeFamily : std::uint8_t { kQwen3Moe, kMixtral, kQwen2Moe };

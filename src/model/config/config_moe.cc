@@ -94,8 +94,22 @@ Status parse_moe(const ConfigFields& fields, MoeFamily family, ModelConfig& conf
   MoeConfig& moe = config.moe;
   const bool mixtral = family == MoeFamily::kMixtral;
   moe.naming = mixtral ? ExpertNaming::kMixtral : ExpertNaming::kQwen;
-  const char* experts_field = mixtral ? "num_local_experts" : "num_experts";
+  // Qwen's Hub configs say num_experts; transformers 5 saves Qwen3-MoE's as num_local_experts,
+  // Mixtral's name. Either is read; both must agree.
+  const char* experts_field =
+      mixtral || (!fields.has("num_experts") && fields.has("num_local_experts"))
+          ? "num_local_experts"
+          : "num_experts";
   KVVM_ASSIGN_OR_RETURN(moe.experts, fields.required_whole(experts_field, 1, kMoeMaxExperts));
+  if (!mixtral && fields.has("num_experts") && fields.has("num_local_experts")) {
+    KVVM_ASSIGN_OR_RETURN(std::uint32_t local,
+                          fields.required_whole("num_local_experts", 1, kMoeMaxExperts));
+    if (local != moe.experts) {
+      return Status::InvalidArgument(fields.where() + ": num_experts " +
+                                     std::to_string(moe.experts) + " and num_local_experts " +
+                                     std::to_string(local) + " disagree: give one");
+    }
+  }
   KVVM_ASSIGN_OR_RETURN(moe.top_k,
                         fields.required_whole("num_experts_per_tok", 1,
                                               std::min<std::uint32_t>(moe.experts, kMoeMaxTopK)));

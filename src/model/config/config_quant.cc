@@ -165,9 +165,37 @@ class ModulePattern {
   bool to_end_ = false;
 };
 
-// The first projection module of a `layers`-layer model that `entry` names, or empty.
+// Layer `l`'s quantized projections, after "model.layers.L.": the attention's, then the dense
+// MLP's, or in a mixture's sparse layer every expert's (as the checkpoint names them; its router
+// and shared-expert gate are never quantized, so listing them is fine).
+std::vector<std::string> quantized_projections(const ModelConfig& config, std::uint32_t l) {
+  std::vector<std::string> out(std::begin(kProjections), std::begin(kProjections) + 4);
+  const MoeConfig& moe = config.moe;
+  if (!moe.enabled() || !moe.sparse_layer(l)) {
+    out.insert(out.end(), std::begin(kProjections) + 4, std::end(kProjections));
+    return out;
+  }
+  static constexpr const char* kQwenExpert[] = {"gate_proj", "up_proj", "down_proj"};
+  static constexpr const char* kMixtralExpert[] = {"w1", "w3", "w2"};
+  const bool mixtral = moe.naming == ExpertNaming::kMixtral;
+  for (std::uint32_t e = 0; e < moe.experts; ++e) {
+    const std::string expert =
+        (mixtral ? "block_sparse_moe.experts." : "mlp.experts.") + std::to_string(e) + ".";
+    for (const char* projection : mixtral ? kMixtralExpert : kQwenExpert) {
+      out.push_back(expert + projection);
+    }
+  }
+  if (moe.shared_intermediate > 0) {
+    for (const char* projection : kQwenExpert) {
+      out.push_back(std::string("mlp.shared_expert.") + projection);
+    }
+  }
+  return out;
+}
+
+// The first projection module of `config`'s layers that `entry` names, or empty.
 Result<std::string> projection_named(const std::string& entry, ListRules rules,
-                                     std::uint32_t layers) {
+                                     const ModelConfig& config) {
   std::string_view pattern;
   bool literal = false;
   if (rules == ListRules::kCompressedTensors) {
@@ -178,8 +206,8 @@ Result<std::string> projection_named(const std::string& entry, ListRules rules,
     pattern = entry;
   }
   KVVM_ASSIGN_OR_RETURN(ModulePattern expression, ModulePattern::parse(literal ? "" : pattern));
-  for (std::uint32_t l = 0; l < layers; ++l) {
-    for (const char* projection : kProjections) {
+  for (std::uint32_t l = 0; l < config.layers; ++l) {
+    for (const std::string& projection : quantized_projections(config, l)) {
       const std::string name = "model.layers." + std::to_string(l) + "." + projection;
       const bool named = literal ? name == entry
                                  : expression.matches(name) ||
@@ -193,7 +221,7 @@ Result<std::string> projection_named(const std::string& entry, ListRules rules,
 // A list of modules left unquantized (`field` of `fields`), absent or naming none of the
 // projections.
 Status check_unquantized(const ConfigFields& fields, const char* field, ListRules rules,
-                         std::uint32_t layers) {
+                         const ModelConfig& config) {
   const nlohmann::json* list = fields.find(field);
   if (list == nullptr) return Status::Ok();
   if (!list->is_array() || list->size() > kMaxListEntries) {
@@ -208,7 +236,7 @@ Status check_unquantized(const ConfigFields& fields, const char* field, ListRule
           at.c_str(), entry,
           "a module name of at most " + std::to_string(kMaxEntryChars) + " characters");
     }
-    Result<std::string> named = projection_named(entry.get<std::string>(), rules, layers);
+    Result<std::string> named = projection_named(entry.get<std::string>(), rules, config);
     if (!named.ok()) {
       return fields.bad(at.c_str(), entry,
                         "a module name or a regular expression this runtime reads (" +
@@ -261,7 +289,7 @@ Status expect_absent(const ConfigFields& fields, const char* field, const std::s
   return Status::Ok();
 }
 
-Status read_fp8_block(const ConfigFields& q, std::uint32_t layers) {
+Status read_fp8_block(const ConfigFields& q, const ModelConfig& config) {
   // transformers' defaults stand for absent fields: dynamic activations, 128 x 128 blocks.
   KVVM_RETURN_IF_ERROR(
       expect_string(q, "activation_scheme", "dynamic", true,
@@ -280,8 +308,8 @@ Status read_fp8_block(const ConfigFields& q, std::uint32_t layers) {
       q, "scale_fmt", "float", true,
       " (float32 or bfloat16 scales; power-of-two ue8m0 scales are not implemented)"));
   KVVM_RETURN_IF_ERROR(
-      check_unquantized(q, "modules_to_not_convert", ListRules::kTransformers, layers));
-  return check_unquantized(q, "ignored_layers", ListRules::kTransformers, layers);
+      check_unquantized(q, "modules_to_not_convert", ListRules::kTransformers, config));
+  return check_unquantized(q, "ignored_layers", ListRules::kTransformers, config);
 }
 
 // One side of a compressed-tensors scheme (`weights`, `input_activations`): 8-bit symmetric
@@ -310,7 +338,7 @@ Status read_fp8_args(const ConfigFields& group, const char* field, const char* s
   return expect_absent(fields, "block_structure", std::string(" (") + what + ")");
 }
 
-Status read_fp8_channel(const ConfigFields& q, std::uint32_t layers) {
+Status read_fp8_channel(const ConfigFields& q, const ModelConfig& config) {
   KVVM_RETURN_IF_ERROR(expect_string(q, "format", "float-quantized", true,
                                      " (FP8 weights stored as e4m3 with their scales)"));
   KVVM_RETURN_IF_ERROR(expect_string(q, "quantization_status", "compressed", true,
@@ -350,12 +378,12 @@ Status read_fp8_channel(const ConfigFields& q, std::uint32_t layers) {
   }
   KVVM_RETURN_IF_ERROR(
       expect_absent(q, "transform_config", " (weight transforms are not implemented)"));
-  return check_unquantized(q, "ignore", ListRules::kCompressedTensors, layers);
+  return check_unquantized(q, "ignore", ListRules::kCompressedTensors, config);
 }
 
 }  // namespace
 
-Result<WeightQuant> parse_quantization(const Scopes& scopes, std::uint32_t layers) {
+Result<WeightQuant> parse_quantization(const Scopes& scopes, const ModelConfig& config) {
   const ConfigFields& scope = scopes.holding("quantization_config");
   const nlohmann::json* object = scope.find("quantization_config");
   if (object == nullptr) return WeightQuant::kNone;
@@ -368,11 +396,11 @@ Result<WeightQuant> parse_quantization(const Scopes& scopes, std::uint32_t layer
       "\"fp8\" (Hugging Face's 128 x 128 block FP8) or \"compressed-tensors\" (FP8-dynamic)";
   if (method == nullptr) return q.missing("quant_method", "expected " + expected);
   if (*method == "fp8") {
-    KVVM_RETURN_IF_ERROR(read_fp8_block(q, layers));
+    KVVM_RETURN_IF_ERROR(read_fp8_block(q, config));
     return WeightQuant::kFp8Block;
   }
   if (*method == "compressed-tensors") {
-    KVVM_RETURN_IF_ERROR(read_fp8_channel(q, layers));
+    KVVM_RETURN_IF_ERROR(read_fp8_channel(q, config));
     return WeightQuant::kFp8Channel;
   }
   return q.bad("quant_method", *method, expected);

@@ -103,6 +103,7 @@ void CudaModel::stage(const StepBatch& batch, bool sample) {
       row_sampling.temperature = from.params.temperature;
       row_sampling.top_k = from.params.top_k;
       row_sampling.top_p = from.params.top_p;
+      row_sampling.min_p = from.params.min_p;
       row_sampling.seed_low = static_cast<std::uint32_t>(from.params.seed);
       row_sampling.seed_high = static_cast<std::uint32_t>(from.params.seed >> 32);
       row_sampling.counter_low = static_cast<std::uint32_t>(from.counter);

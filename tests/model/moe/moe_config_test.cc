@@ -191,9 +191,37 @@ TEST(MoeConfig, ExpertCountsAreBounded) {
   EXPECT_TRUE(contains(refusal(json), "'num_experts' is 4096"));
   json.erase("num_experts");
   EXPECT_TRUE(contains(refusal(json), "'num_experts' is missing"));
+  // transformers 5 saves Qwen3-MoE's count under Mixtral's name: read, and held to agree.
+  json["num_local_experts"] = 64;
+  auto read = parse(json);
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  EXPECT_EQ(read->moe.experts, 64u);
+  json["num_experts"] = 128;
+  EXPECT_TRUE(contains(refusal(json), "num_experts 128 and num_local_experts 64 disagree"));
   json = qwen3_30b_a3b();
   json.erase("moe_intermediate_size");
   EXPECT_TRUE(contains(refusal(json), "'moe_intermediate_size' is missing"));
+}
+
+// An FP8 checkpoint's list of unquantized modules names its routers (as transformers writes
+// them); an expert projection listed is refused, a dense layer's MLP only where it has one.
+TEST(MoeConfig, Fp8ListsMayNameTheRoutersButNoExpert) {
+  nlohmann::json json = qwen3_30b_a3b();
+  json["quantization_config"] = {
+      {"quant_method", "fp8"},
+      {"fmt", "e4m3"},
+      {"activation_scheme", "dynamic"},
+      {"weight_block_size", {128, 128}},
+      {"modules_to_not_convert", {"lm_head", "model.layers.0.mlp.gate"}}};
+  auto read = parse(json);
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  EXPECT_EQ(read->weight_quant, model::WeightQuant::kFp8Block);
+  json["quantization_config"]["modules_to_not_convert"] = {"model.layers.3.mlp.experts.5.up_proj"};
+  EXPECT_TRUE(contains(refusal(json), "leaves model.layers.3.mlp.experts.5.up_proj unquantized"));
+  json["quantization_config"]["modules_to_not_convert"] = {"model.layers.3.mlp.gate_proj"};
+  EXPECT_TRUE(parse(json).ok()) << "a sparse layer has no dense gate_proj to leave";
+  json["mlp_only_layers"] = {3};
+  EXPECT_TRUE(contains(refusal(json), "leaves model.layers.3.mlp.gate_proj unquantized"));
 }
 
 TEST(MoeConfig, OtherRoutersAreRefusedByTheirField) {

@@ -230,6 +230,10 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
                   "Sample among the fewest most likely tokens whose probability reaches P, in "
                   "(0, 1] (default 1: all)")
       ->transform(number_validator(0, 1, /*min_exclusive=*/true));
+  cmd->add_option("--min-p", options.min_p,
+                  "Drop tokens less likely than P times the most likely one, before --top-k "
+                  "and --top-p (vLLM's order), in [0, 1] (default 0: off)")
+      ->transform(number_validator(0, 1));
   cmd->add_option("--seed", options.seed,
                   "Seed of the sampler: the same seed, the same tokens (default 0)")
       ->transform(count_validator(0, std::numeric_limits<std::uint64_t>::max()));
@@ -350,6 +354,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   request.sampling.temperature = static_cast<float>(options.temperature);
   request.sampling.top_k = static_cast<std::uint32_t>(options.top_k);
   request.sampling.top_p = static_cast<float>(options.top_p);
+  request.sampling.min_p = static_cast<float>(options.min_p);
   request.sampling.seed = options.seed;
   request.graphs = !options.no_graphs;
   const std::uint64_t context = engine::request_limits(model, **kv).context;

@@ -35,6 +35,7 @@ struct GenerateOptions {
   double temperature = 0;
   std::uint64_t top_k = 0;
   double top_p = 1;
+  double min_p = 0;
   std::uint64_t seed = 0;
   std::string backend = "auto";  // auto | cpu | cuda
   std::string layout = "token-major";
