@@ -154,6 +154,22 @@ Status check_request_limits(const EngineRequest& r, const RequestLimits& limits)
                                      " (finite, or -inf to ban the token)");
     }
   }
+  const DryPenalty& dry = r.dry;
+  if (!std::isfinite(dry.multiplier) || dry.multiplier < 0) {
+    return Status::InvalidArgument("dry_multiplier: " + std::to_string(dry.multiplier) +
+                                   " (finite and >= 0; 0: off)");
+  }
+  if (dry.multiplier > 0 && !(std::isfinite(dry.base) && dry.base > 1)) {
+    return Status::InvalidArgument("dry_base: " + std::to_string(dry.base) + " (finite and > 1)");
+  }
+  for (std::size_t i = 0; i < dry.breakers.size(); ++i) {
+    const std::int32_t id = dry.breakers[i];
+    if (id < 0 || static_cast<std::uint32_t>(id) >= vocab || (i > 0 && id <= dry.breakers[i - 1])) {
+      return Status::InvalidArgument("dry breakers[" + std::to_string(i) + "]: id " +
+                                     std::to_string(id) + " (ascending ids of the vocabulary of " +
+                                     std::to_string(vocab) + ")");
+    }
+  }
   if (r.min_tokens > r.max_tokens) {
     return Status::InvalidArgument("min_tokens: " + std::to_string(r.min_tokens) +
                                    " exceeds max_tokens " + std::to_string(r.max_tokens));

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
+
+#include "dry_penalty.h"
 
 namespace kvvm::engine {
 namespace {
@@ -17,7 +20,8 @@ bool bans_ends(const RequestState& r) {
 }  // namespace
 
 bool has_logit_transforms(const RequestState& r) {
-  return counts_output(r.request.sampling) || !r.request.logit_bias.empty() || bans_ends(r);
+  return counts_output(r.request.sampling) || !r.request.logit_bias.empty() || bans_ends(r) ||
+         r.request.dry.multiplier > 0;
 }
 
 std::size_t logit_transform_bound(const RequestState& r, std::uint32_t vocab) {
@@ -25,12 +29,17 @@ std::size_t logit_transform_bound(const RequestState& r, std::uint32_t vocab) {
   std::size_t bound = r.request.logit_bias.size() + (bans_ends(r) ? r.ends.size() : 0);
   if (counts_output(r.request.sampling)) bound += r.tokens.size() - r.prompt_size;
   if (r.request.sampling.repetition_penalty != 1) bound += r.prompt_size;
+  if (r.request.dry.multiplier > 0) bound += r.tokens.size();  // a penalized token a place
   return std::min<std::size_t>(bound, vocab);
 }
 
 void append_logit_transforms(const RequestState& r, std::vector<model::LogitAdjustment>& out,
                              std::vector<model::LogitAdjustment>& scratch) {
   scratch.clear();
+  // DRY's penalties are biases, summed with logit_bias's below.
+  thread_local std::vector<std::int64_t> dry_scratch;
+  append_dry_penalties(std::span<const std::int32_t>(r.tokens), r.request.dry, scratch,
+                       dry_scratch);
   const model::SamplingParams& p = r.request.sampling;
   // One entry per mention first, merged by id below.
   if (counts_output(p)) {

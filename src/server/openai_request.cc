@@ -13,6 +13,7 @@
 #include "base/json_reader.h"
 #include "chat_messages.h"
 #include "choice_fields.h"
+#include "dry_breakers.h"
 #include "field_reader.h"
 #include "field_values.h"
 #include "request_fields.h"
@@ -176,6 +177,16 @@ std::variant<ApiRequest, ApiError> parse(Endpoint endpoint, std::string_view bod
     return *error;
   }
   copy_fields(fields, &request);
+  if (fields.dry_multiplier > 0 && fields.dry_penalty_last_n != 0) {
+    engine::DryPenalty& dry = request.engine.dry;
+    dry.multiplier = static_cast<float>(fields.dry_multiplier);
+    dry.base = static_cast<float>(fields.dry_base);
+    dry.allowed_length = static_cast<std::uint32_t>(fields.dry_allowed_length);
+    dry.last_n =
+        fields.dry_penalty_last_n < 0 ? 0 : static_cast<std::uint32_t>(fields.dry_penalty_last_n);
+    dry.breakers = dry_breaker_tokens(
+        *context.tokenizer, fields.dry_sequence_breakers.value_or(default_dry_breakers()));
+  }
   ToolRequest tools;
   if (endpoint == Endpoint::kChat) {
     if (Check error = check_functions(fields)) return *error;

@@ -15,6 +15,7 @@ using B = RequestBody;
 
 constexpr std::size_t kMaxStopStrings = 4;
 constexpr std::size_t kMaxStopBytes = 256;
+constexpr std::size_t kMaxDryBreakers = 32;
 constexpr std::size_t kMaxLogitBias = 1024;
 
 // Integer bounds. The context bounds max_tokens; completions' 0 is for echo.
@@ -32,6 +33,10 @@ IntegerRange choice_count(const ParseContext& context) {
 }
 IntegerRange top_k_range(const ParseContext&) {
   return {-1, std::numeric_limits<std::uint32_t>::max(), " (-1 or 0: no limit)"};
+}
+IntegerRange dry_length_range(const ParseContext&) { return {0, 1 << 20, ""}; }
+IntegerRange dry_last_n_range(const ParseContext&) {
+  return {-1, std::numeric_limits<std::uint32_t>::max(), " (-1: the whole context, 0: off)"};
 }
 IntegerRange alternatives(const ParseContext&) {
   return {0, model::kMaxTopLogprobs, " (alternatives per token)"};
@@ -71,6 +76,29 @@ Check read_stop(const json& value, std::string_view param, const ParseContext&, 
   for (std::size_t i = 0; i < value.size(); ++i) {
     if (Check error = one(value[i], name + "[" + std::to_string(i) + "]")) return error;
   }
+  return std::nullopt;
+}
+
+// dry_sequence_breakers: strings, each 1 to kMaxStopBytes bytes, as many as stop strings.
+Check read_dry_breakers(const json& value, std::string_view param, const ParseContext&, B* body) {
+  if (!value.is_array()) return bad_field(param, wrong_type(value, "an array of strings"));
+  if (value.size() > kMaxDryBreakers) {
+    return bad_field(param, std::to_string(value.size()) + " breakers; at most " +
+                                std::to_string(kMaxDryBreakers));
+  }
+  std::vector<std::string> breakers;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const std::string item = std::string(param) + "[" + std::to_string(i) + "]";
+    if (!value[i].is_string()) return bad_field(item, wrong_type(value[i], "a string"));
+    const std::string& text = value[i].get_ref<const std::string&>();
+    if (text.empty() || text.size() > kMaxStopBytes) {
+      return bad_field(item, "a breaker of " + std::to_string(text.size()) +
+                                 " bytes; each must be 1 to " + std::to_string(kMaxStopBytes) +
+                                 " bytes");
+    }
+    breakers.push_back(text);
+  }
+  body->dry_sequence_breakers = std::move(breakers);
   return std::nullopt;
 }
 
@@ -155,6 +183,12 @@ constexpr Field<B> kFields[] = {
     D::number("repetition_penalty", kInGeneration, {.lo = 0, .hi = 10, .lo_open = true},
               &B::repetition_penalty, 1),
     D::integer("min_tokens", kInGeneration, context_room, &B::min_tokens, 0),
+    // DRY, as llama.cpp's server takes it.
+    D::number("dry_multiplier", kInGeneration, {.lo = 0, .hi = 100}, &B::dry_multiplier, 0),
+    D::number("dry_base", kInGeneration, {.lo = 1, .hi = 100, .lo_open = true}, &B::dry_base, 1.75),
+    D::integer("dry_allowed_length", kInGeneration, dry_length_range, &B::dry_allowed_length, 2),
+    D::integer("dry_penalty_last_n", kInGeneration, dry_last_n_range, &B::dry_penalty_last_n, -1),
+    D::any("dry_sequence_breakers", kInGeneration).then(read_dry_breakers),
     D::object("logit_bias", kInGeneration).then(read_logit_bias),
     // Read, not kept.
     D::boolean("store", kInGeneration),

@@ -29,6 +29,13 @@ struct RequestBody {
   double top_p = 0;
   double min_p = 0;
   std::int64_t top_k = 0;  // -1 or 0: no limit
+  // DRY, llama.cpp's fields (engine::DryPenalty): last_n -1 the whole context, 0 off; the
+  // breakers' strings (null: llama.cpp's default "\n", ":", "\"", "*").
+  double dry_multiplier = 0;
+  double dry_base = 0;
+  std::int64_t dry_allowed_length = 0;
+  std::int64_t dry_penalty_last_n = 0;
+  std::optional<std::vector<std::string>> dry_sequence_breakers;
   std::uint64_t seed = 0;
   std::vector<std::string> stop;
   bool stream = false;

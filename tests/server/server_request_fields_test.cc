@@ -3,6 +3,7 @@
 // reported.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -78,6 +79,30 @@ TEST_F(ServerRequest, ReadsEveryField) {
   EXPECT_EQ(penalised.min_tokens, 2u);
   EXPECT_EQ(penalised.logit_bias,
             (std::vector<std::pair<std::int32_t, float>>{{5, 100.0f}, {7, -100.0f}}));
+
+  EXPECT_EQ(read(R"("min_p": 0.05)").sampling.min_p, 0.05f);
+  EXPECT_EQ(read(R"("top_p": 1)").sampling.min_p, 0.0f);
+  // DRY as llama.cpp's server takes it; its breakers become the ids of the tokens holding them.
+  EXPECT_EQ(read(R"("top_p": 1)").dry.multiplier, 0.0f);
+  const engine::EngineRequest dry =
+      read(R"("dry_multiplier": 0.8, "dry_base": 2, "dry_allowed_length": 3, )"
+           R"("dry_penalty_last_n": 64, "dry_sequence_breakers": ["1"])");
+  EXPECT_EQ(dry.dry.multiplier, 0.8f);
+  EXPECT_EQ(dry.dry.base, 2.0f);
+  EXPECT_EQ(dry.dry.allowed_length, 3u);
+  EXPECT_EQ(dry.dry.last_n, 64u);
+  ASSERT_FALSE(dry.dry.breakers.empty());
+  EXPECT_TRUE(std::is_sorted(dry.dry.breakers.begin(), dry.dry.breakers.end()));
+  for (const std::int32_t id : dry.dry.breakers) {
+    const std::string text = adder_->decode(std::vector<std::int32_t>{id});
+    EXPECT_NE(text.find('1'), std::string::npos) << id << " " << text;
+  }
+  const engine::EngineRequest defaults = read(R"("dry_multiplier": 1)");
+  EXPECT_EQ(defaults.dry.base, 1.75f);
+  EXPECT_EQ(defaults.dry.allowed_length, 2u);
+  EXPECT_EQ(defaults.dry.last_n, 0u);  // -1: the whole context
+  EXPECT_FALSE(defaults.dry.breakers.empty());
+  EXPECT_EQ(read(R"("dry_multiplier": 1, "dry_penalty_last_n": 0)").dry.multiplier, 0.0f);
 
   const ApiRequest chat = accept(Endpoint::kChat, R"({"model": "m", "max_completion_tokens": 3,
       "messages": [{"role": "user", "content": "hi"}]})",

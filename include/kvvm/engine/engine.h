@@ -45,6 +45,18 @@ namespace kvvm::engine {
 
 using RequestId = std::uint64_t;
 
+// DRY ("don't repeat yourself", llama.cpp's and text-generation-webui's sampler): a token that
+// would extend a repetition of the context (prompt and output) by one is penalized by
+// multiplier * base ^ (L - allowed_length), L the repetition's length, where L >=
+// allowed_length; no repetition runs across a breaker token (src/engine/dry_penalty.h).
+struct DryPenalty {
+  float multiplier = 0;                // 0: off
+  float base = 1.75f;                  // > 1
+  std::uint32_t allowed_length = 2;    // repetitions this long are free
+  std::uint32_t last_n = 0;            // the context's last tokens searched; 0: all of them
+  std::vector<std::int32_t> breakers;  // token ids, ascending
+};
+
 struct EngineRequest {
   std::vector<std::int32_t> prompt;  // non-empty, ids inside the vocabulary
   std::uint32_t max_tokens = 128;    // >= 1; 0 only with keep_prompt_logits: prefill only
@@ -74,6 +86,7 @@ struct EngineRequest {
   bool prompt_logprobs = false;
   // Added to the logits of these ids before every draw (OpenAI's logit_bias; -inf bans).
   std::vector<std::pair<std::int32_t, float>> logit_bias;
+  DryPenalty dry;  // applied as a bias on the tokens it penalizes, with logit_bias
   // The end tokens (stop_ids and the model's eos) cannot be drawn before this many tokens
   // (stop strings still end it).
   std::uint32_t min_tokens = 0;
