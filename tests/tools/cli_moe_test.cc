@@ -119,6 +119,17 @@ TEST(CliMoe, PlanSaysThePublishedShapesExpertBytes) {
                                  "--weight-budget", "64GiB", "--budget", "80GiB"});
   ASSERT_EQ(text.code, kExitOk) << text.err;
   EXPECT_TRUE(contains(text.out, "experts 84 GiB (32 layers x 8 x 336 MiB)")) << text.out;
+  // 64 GiB does not hold Mixtral's 87 GiB: its experts are cached, as the CUDA backend places
+  // them (2.99 GiB dense, 180 or so slots of 336 MiB in the rest).
+  EXPECT_TRUE(contains(text.out, "an expert cache of ")) << text.out;
+  const test::CliRun cached = run({"plan", "--model", "mixtral-8x7b", "--layout", "token-major",
+                                   "--weight-budget", "64GiB", "--budget", "80GiB", "--json"});
+  ASSERT_EQ(cached.code, kExitOk) << cached.err;
+  const nlohmann::json placed = nlohmann::json::parse(cached.out)["weights"];
+  EXPECT_GT(placed["expert_slots"].get<std::uint32_t>(), 150u);
+  EXPECT_LT(placed["expert_slots"].get<std::uint32_t>(), 256u);
+  EXPECT_EQ(placed["streamed_layers"], 0);
+  EXPECT_LE(placed["device_bytes"].get<std::uint64_t>(), std::uint64_t{64} << 30);
 }
 
 }  // namespace

@@ -423,8 +423,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& options) {
           "Also place the model's weights (in its 16-bit type; an FP8 checkpoint's projections in "
           "e4m3 with their float32 scales) under this many device bytes, "
           "as `kvvm serve --weight-budget` would: which layers stay resident and which stream, "
-          "the ring, the bytes copied per step; --budget is then the device's, and the KV gets "
-          "what the weights leave")
+          "the ring, the bytes copied per step (a mixture of experts: its dense part resident "
+          "and its experts in a cache of slots, at least one layer's); --budget is then the "
+          "device's, and the KV gets what the weights leave")
       ->transform(byte_size_validator(kMaxBudgetBytes, "the most a budget may be"));
   plan->add_flag("--json", options.json, "Machine-readable output (JSON) on stdout");
   plan->footer(std::string("Formulas use: ") + kLegend + ".");
@@ -479,8 +480,10 @@ Result<PlanReport> make_plan(const PlanOptions& options) {
     Result<model::ModelConfig> config = resolve_model_config(options.model);
     if (!config.ok()) return config.status().with_context("--model");
     const DType weights = config->dtype == DType::kFp16 ? DType::kFp16 : DType::kBf16;
+    // As the CUDA backend places a mixture: its experts cached, at least a layer's of them.
     Result<model::WeightSplit> split = model::plan_weight_split(
-        model::weight_sizes(*config, weights), options.granule, *options.weight_budget);
+        model::weight_sizes(*config, weights), options.granule, *options.weight_budget, 0,
+        model::ExpertPlacement::kCache, config->moe.experts);
     if (!split.ok()) return split.status().with_context("--weight-budget");
     if (split->device_bytes >= options.budget) {
       return Status::InvalidArgument("--budget " + exact_size(options.budget) +
@@ -561,6 +564,7 @@ nlohmann::ordered_json plan_json(const PlanReport& report) {
                        {"bytes_by_dtype", bytes_by_dtype(w.sizes)},
                        {"expert_bytes", w.sizes.expert_total()},
                        {"dense_bytes", w.sizes.dense_total()},
+                       {"expert_slots", w.expert_slots},
                        {"placement", w.describe()}};
   }
   nlohmann::ordered_json layouts = nlohmann::ordered_json::array();
