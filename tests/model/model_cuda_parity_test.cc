@@ -48,10 +48,11 @@ constexpr double kFp8WeightTolerance = 5e-2;
 
 bool fp8_weights(const std::string& fixture) { return fixture.find("-fp8") != std::string::npos; }
 
+// The mixtures' bf16 fixtures with the CUDA attention's head dims: mixtral-tiny and
+// qwen2-moe-tiny have heads of 32, which only the CPU backend takes (their parity runs there).
 const std::vector<std::string>& bf16_fixtures() {
-  static const std::vector<std::string> names = {"llama-tiny-bf16",   "qwen2-tiny-bf16",
-                                                 "qwen3-tiny-bf16",   "qwen3-moe-tiny-bf16",
-                                                 "mixtral-tiny-bf16", "qwen2-moe-tiny-bf16"};
+  static const std::vector<std::string> names = {"llama-tiny-bf16", "qwen2-tiny-bf16",
+                                                 "qwen3-tiny-bf16", "qwen3-moe-tiny-bf16"};
   return names;
 }
 

@@ -193,11 +193,11 @@ class CudaModelTest : public ::testing::TestWithParam<Case> {
     std::uint32_t start;
     std::uint32_t tokens;
   };
-  // A mixture's logits pass through more 16-bit roundings than a dense model's (each expert's
-  // SiLU product is stored in the compute type between its two GEMMs, then its weighted row
-  // before the combine), and a near-tie of the router flips with them: its random seeds have
-  // reached 2.2e-2 where dense models stay under 2e-2.
-  double tolerance() const { return GetParam().config.moe.enabled() ? 3e-2 : kTolerance; }
+  // One bar for every config. The mixtures' cases fail on some random seeds (2.2e-2, 3.3e-2 and
+  // 0.12 seen on an H100): a router near-tie flips an expert under bf16 rounding, so their
+  // comparison needs the reference's routing margins (skip a position whose margin bf16 can
+  // cross), which the reference does not report yet.
+  double tolerance() const { return kTolerance; }
   void step(const std::vector<Piece>& pieces, const std::string& what) {
     std::vector<Chunk> chunks;
     std::vector<std::int32_t> ids;
