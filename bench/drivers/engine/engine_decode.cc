@@ -1,15 +1,12 @@
 #include "bench/drivers/engine/engine_decode.h"
 
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "base/format.h"
-#include "kvvm/base/bytes.h"
 #include "kvvm/engine/engine.h"
 
 namespace kvvm::cli {
@@ -189,27 +186,24 @@ Result<DecodeRun> measure_decode(model::Model& model, const engine::KvSpaceOptio
   const engine::EngineStats after = engine.stats();
   const model::ExpertCacheStats experts_after = model.weight_stats().experts;
   if (experts_after.slots > 0) {
-    run.expert_cache = true;
-    run.expert_lookups = experts_after.lookups - experts_before.lookups;
-    run.expert_hits = experts_after.hits - experts_before.hits;
+    // The timed run's share of the cache's counts.
+    model::ExpertCacheStats run_share = experts_after;
+    run_share.lookups -= experts_before.lookups;
+    run_share.hits -= experts_before.hits;
+    run_share.misses -= experts_before.misses;
+    run_share.bytes_copied -= experts_before.bytes_copied;
+    run_share.copy_seconds -= experts_before.copy_seconds;
     const std::uint64_t processed =
         std::uint64_t{params.batch} * params.prompt_tokens + times.generated;
-    run.expert_bytes_per_token =
-        processed == 0
-            ? 0
-            : static_cast<double>(experts_after.bytes_copied - experts_before.bytes_copied) /
-                  static_cast<double>(processed);
-    run.expert_copy_seconds = experts_after.copy_seconds - experts_before.copy_seconds;
-    char rate[16];
-    std::snprintf(rate, sizeof rate, "%.1f%%",
-                  run.expert_lookups == 0 ? 0.0
-                                          : 100.0 * static_cast<double>(run.expert_hits) /
-                                                static_cast<double>(run.expert_lookups));
+    run.expert_cache = true;
+    run.expert_lookups = run_share.lookups;
+    run.expert_hits = run_share.hits;
+    run.expert_bytes_per_token = processed == 0 ? 0
+                                                : static_cast<double>(run_share.bytes_copied) /
+                                                      static_cast<double>(processed);
+    run.expert_copy_seconds = run_share.copy_seconds;
     // Before the others: the mode's own notes follow.
-    run.note = "experts: hit rate " + std::string(rate) + ", " +
-               format_bytes(static_cast<std::uint64_t>(run.expert_bytes_per_token)) +
-               " copied per token, " + format_duration(run.expert_copy_seconds) +
-               " waiting on copies" + (run.note.empty() ? "" : "; " + run.note);
+    run.note = run_share.describe(processed) + (run.note.empty() ? "" : "; " + run.note);
   }
 
   run.generated_tokens = times.generated;

@@ -105,15 +105,8 @@ Status CpuMoe::run(CpuWeights& weights, std::uint32_t layer, const float* x, std
   route_top_k(logits_.data(), tokens, moe.experts, k, moe.renormalize, ids_.data(),
               weights_.data());
   std::memset(out, 0, tokens * hidden * sizeof(float));
-  // The wanted experts in ascending id with their row counts.
-  wanted_rows_.assign(moe.experts, 0);
-  for (std::size_t i = 0; i < tokens * k; ++i) ++wanted_rows_[static_cast<std::size_t>(ids_[i])];
-  wanted_.clear();
-  for (std::uint32_t e = 0; e < moe.experts; ++e) {
-    if (wanted_rows_[e] == 0) continue;
-    wanted_rows_[wanted_.size()] = wanted_rows_[e];
-    wanted_.push_back(e);
-  }
+  KVVM_RETURN_IF_ERROR(detail::wanted_experts(std::span<const std::int32_t>(ids_).first(tokens * k),
+                                              moe.experts, wanted_, wanted_rows_));
   // Expert by expert in ascending id, as transformers adds them (waves of the capacity keep
   // that order): each one's rows gathered, its MLP over all of them, each row's output times
   // its weight added into its token's sum.

@@ -466,24 +466,10 @@ Status CudaModel::acquire_experts(std::uint32_t layer, std::uint32_t tokens) {
       "cudaMemcpyAsync", cudaMemcpyAsync(moe_ids_host_, moe_ids_, pairs * sizeof(std::int32_t),
                                          cudaMemcpyDeviceToHost, stream_)));
   KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
-  // The wanted experts in ascending id with their rows, as the CPU model asks for them.
-  wanted_rows_.assign(moe.experts, 0);
-  for (std::uint64_t i = 0; i < pairs; ++i) {
-    const std::int32_t id = moe_ids_host_[i];
-    if (id < 0 || static_cast<std::uint32_t>(id) >= moe.experts) {
-      return Status::Internal("MoE layer " + std::to_string(layer) + ": the router chose expert " +
-                              std::to_string(id) + " of " + std::to_string(moe.experts));
-    }
-    ++wanted_rows_[static_cast<std::size_t>(id)];
-  }
-  wanted_.clear();
-  for (std::uint32_t e = 0; e < moe.experts; ++e) {
-    if (wanted_rows_[e] == 0) continue;
-    wanted_rows_[wanted_.size()] = wanted_rows_[e];
-    wanted_.push_back(e);
-  }
-  return weights_->acquire_experts(
-      layer, wanted_, std::span<const std::uint32_t>(wanted_rows_).first(wanted_.size()));
+  KVVM_RETURN_IF_ERROR(wanted_experts(std::span<const std::int32_t>(moe_ids_host_, pairs),
+                                      moe.experts, wanted_, wanted_rows_)
+                           .with_context("MoE layer " + std::to_string(layer)));
+  return weights_->acquire_experts(layer, wanted_, wanted_rows_);
 }
 
 Status CudaModel::sparse_mlp(std::uint32_t layer, std::uint32_t tokens) {

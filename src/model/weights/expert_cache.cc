@@ -8,6 +8,27 @@
 
 namespace kvvm::model::detail {
 
+Status wanted_experts(std::span<const std::int32_t> ids, std::uint32_t experts,
+                      std::vector<std::uint32_t>& wanted, std::vector<std::uint32_t>& rows) {
+  rows.assign(experts, 0);
+  for (const std::int32_t id : ids) {
+    if (id < 0 || static_cast<std::uint32_t>(id) >= experts) {
+      return Status::InvalidArgument("the router chose expert " + std::to_string(id) + " of " +
+                                     std::to_string(experts));
+    }
+    ++rows[static_cast<std::size_t>(id)];
+  }
+  // Compacted in place: the e-th count moves to a place at or before e, already read.
+  wanted.clear();
+  for (std::uint32_t e = 0; e < experts; ++e) {
+    if (rows[e] == 0) continue;
+    rows[wanted.size()] = rows[e];
+    wanted.push_back(e);
+  }
+  rows.resize(wanted.size());
+  return Status::Ok();
+}
+
 ExpertCache::ExpertCache(const ExpertCacheShape& shape, Address first_slot,
                          const unsigned char* staging, Copy copy, Wait wait)
     : shape_(shape),

@@ -30,6 +30,12 @@
 
 namespace kvvm::model::detail {
 
+// The experts a step's top-k choices `ids` ([tokens][top_k]) route to, ascending, into `wanted`,
+// and the rows routed to each into `rows` (as long as `wanted`): what a backend asks the cache
+// for. InvalidArgument naming an id outside [0, experts).
+Status wanted_experts(std::span<const std::int32_t> ids, std::uint32_t experts,
+                      std::vector<std::uint32_t>& wanted, std::vector<std::uint32_t>& rows);
+
 // Acquisitions between two halvings of every expert's routing count.
 inline constexpr std::uint64_t kDecayAcquires = 4096;
 
