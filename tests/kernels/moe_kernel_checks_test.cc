@@ -171,6 +171,50 @@ TEST(MoeKernelChecks, DownRefusesNamingTheValue) {
        {[](MoeDownParams& q) { q.block_rows = 256; }, "block_rows 256"}});
 }
 
+MoeResidencyParams good_residency() {
+  MoeResidencyParams p;
+  p.tokens = 2;
+  p.top_k = 2;
+  p.experts = 8;
+  p.sparse_layers = 3;
+  p.layer = 2;
+  p.slots = 10;
+  p.expert_bytes = 256;
+  p.decay_every = 4096;
+  p.ids = reinterpret_cast<const std::int32_t*>(g_host);
+  p.slot_of = reinterpret_cast<std::uint32_t*>(g_host);
+  p.count = reinterpret_cast<std::uint64_t*>(g_host);
+  p.last_use = reinterpret_cast<std::uint64_t*>(g_host);
+  p.holder = reinterpret_cast<std::uint32_t*>(g_host);
+  p.copy_list = reinterpret_cast<std::uint32_t*>(g_host);
+  p.counters = reinterpret_cast<MoeResidencyCounters*>(g_host);
+  p.first_slot = g_host;
+  p.staging = g_host;
+  p.tables = reinterpret_cast<std::uint64_t*>(g_host);
+  p.down_offset = 128;
+  return p;
+}
+
+TEST(MoeKernelChecks, ResidencyRefusesNamingTheValue) {
+  expect_refusals<MoeResidencyParams>(
+      good_residency(), check_moe_residency,
+      {{[](MoeResidencyParams& q) { q.experts = 0; }, "experts 0 is not in 1 .. 512"},
+       {[](MoeResidencyParams& q) { q.layer = 3; }, "layer 3 is not below sparse_layers 3"},
+       {[](MoeResidencyParams& q) { q.slots = 7; }, "slots 7 is not in experts 8 .. "},
+       {[](MoeResidencyParams& q) { q.slots = 25; }, "sparse_layers x experts 24"},
+       {[](MoeResidencyParams& q) { q.expert_bytes = 100; }, "expert_bytes 100"},
+       {[](MoeResidencyParams& q) { q.decay_every = 0; }, "decay_every is 0"},
+       {[](MoeResidencyParams& q) { q.down_offset = 256; }, "down_offset 256 is past"},
+       {[](MoeResidencyParams& q) { q.gate_up_offset = kMoeNoOffset; }, "without gate_up_offset"},
+       {[](MoeResidencyParams& q) { q.down_scale_offset = 300; }, "down_scale_offset 300"},
+       {[](MoeResidencyParams& q) { q.ids = nullptr; }, "ids is null"},
+       {[](MoeResidencyParams& q) { q.holder = nullptr; }, "holder is null"},
+       {[](MoeResidencyParams& q) { q.counters = nullptr; }, "counters is null"},
+       {[](MoeResidencyParams& q) { q.first_slot = g_host + 4; }, "first_slot is not 16-byte"},
+       {[](MoeResidencyParams& q) { q.staging = g_host + 8; }, "staging is not 16-byte"},
+       {[](MoeResidencyParams& q) { q.tables = nullptr; }, "tables is null"}});
+}
+
 TEST(MoeKernelChecks, PermutedRowsBoundEveryRoutingsPaddedRuns) {
   EXPECT_EQ(moe_permuted_rows(0, 8, 128, 16), 0u);
   // One token, 8 experts of 128: 8 runs of one pair, each padded to 16.
@@ -198,6 +242,7 @@ TEST(MoeKernelChecks, WithoutTheKernelsEachLauncherIsUnavailableAfterItsChecks) 
   permute.top_k = 2;
   permute.tile = 16;
   EXPECT_EQ(moe_permute_cuda(permute, nullptr).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(moe_residency_cuda(good_residency(), nullptr).code(), StatusCode::kUnavailable);
 }
 
 }  // namespace

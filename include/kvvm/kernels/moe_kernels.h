@@ -157,4 +157,71 @@ struct MoeDownParams {
 Status check_moe_down(const MoeDownParams& params);
 Status moe_expert_down_cuda(const MoeDownParams& params, void* stream);
 
+// The residency of a mixture's experts cached in stable-address slots, decided on the device:
+// the policy of the host's ExpertCache (src/model/weights/expert_cache.h) run by the GPU between
+// the router and the permutation, so a sparse layer neither reads its routed ids back nor waits
+// on the host, and a step with cached experts stays inside a CUDA graph.
+//
+// moe_residency_cuda launches two kernels. The plan (one block): counts the rows routed to each
+// expert of sparse layer `layer`; every `decay_every`-th acquisition first halves every expert's
+// count; adds each wanted expert's rows to its count and stamps its last use; then, for each
+// wanted expert not resident, in ascending id, evicts the slot whose holder is not wanted by this
+// layer with the lowest (count, last use, slot) and gives it to the expert; rewrites the layer's
+// pointer tables for its wanted experts; leaves the misses in `copy_list` and adds to the
+// counters. The copy (a grid): reads each missed expert's bytes from pinned host staging over the
+// bus (a device-side read of mapped host memory: no copy engine call, so nothing for the host to
+// issue) into its slot. The next kernel on the stream (the permutation) starts after the copy
+// has ended, so the grouped GEMMs read the new bytes.
+//
+// An entry of an expert evicted since is stale, but no kernel reads an entry its step did not
+// route to, and every routed one is rewritten by its layer's plan first.
+inline constexpr std::uint32_t kMoeNoSlot = ~std::uint32_t{0};
+inline constexpr std::uint64_t kMoeNoOffset = ~std::uint64_t{0};
+struct MoeResidencyCounters {
+  std::uint64_t acquisitions = 0;  // plans run, over every sparse layer
+  std::uint64_t lookups = 0;       // wanted experts
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t bytes_copied = 0;
+  std::uint64_t copy_ns = 0;  // from a plan with misses to its copy's end (%globaltimer)
+  // The last plan's, for its copy: when it ended, and its misses; blocks of the copy done.
+  std::uint64_t planned_at = 0;
+  std::uint32_t copies = 0;
+  std::uint32_t finished_blocks = 0;
+};
+struct MoeResidencyParams {
+  std::uint32_t tokens = 0;
+  std::uint32_t top_k = 0;
+  std::uint32_t experts = 0;        // per sparse layer; at most slots
+  std::uint32_t sparse_layers = 0;  // layer < sparse_layers
+  std::uint32_t layer = 0;
+  std::uint32_t slots = 0;            // every slot holds an expert (the caller preloads them)
+  std::uint64_t expert_bytes = 0;     // a positive multiple of 16
+  std::uint64_t decay_every = 0;      // acquisitions between two halvings of the counts
+  const std::int32_t* ids = nullptr;  // moe_route_cuda's [tokens][top_k]; others are skipped
+  // State, in device memory, indexed by sparse layer * experts + expert (slot_of, count,
+  // last_use) or by slot (holder): its slot or kMoeNoSlot, its routed rows (halving), the
+  // acquisition that last wanted it; the expert index each slot holds.
+  std::uint32_t* slot_of = nullptr;
+  std::uint64_t* count = nullptr;
+  std::uint64_t* last_use = nullptr;
+  std::uint32_t* holder = nullptr;
+  std::uint32_t* copy_list = nullptr;  // [2 * experts]: (slot, expert index) of each miss
+  MoeResidencyCounters* counters = nullptr;
+  // Pinned host memory mapped for the device (null: none): the counters are written there too
+  // after each plan and copy, for the host to read without a synchronisation.
+  MoeResidencyCounters* mirror = nullptr;
+  void* first_slot = nullptr;       // slot s at first_slot + s * expert_bytes (16-byte aligned)
+  const void* staging = nullptr;    // mapped host: expert i at staging + i * expert_bytes
+  std::uint64_t* tables = nullptr;  // this layer's [4][experts] (gate|up, down, their scales)
+  // Offsets of an expert's tensors inside its expert_bytes; kMoeNoOffset: no such tensor (the
+  // scales of unquantized experts).
+  std::uint64_t gate_up_offset = 0;
+  std::uint64_t down_offset = 0;
+  std::uint64_t gate_up_scale_offset = kMoeNoOffset;
+  std::uint64_t down_scale_offset = kMoeNoOffset;
+};
+Status check_moe_residency(const MoeResidencyParams& params);
+Status moe_residency_cuda(const MoeResidencyParams& params, void* stream);
+
 }  // namespace kvvm

@@ -4,6 +4,7 @@
 // before any kernel runs.
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "base/format.h"
 #include "kvvm/kernels/moe_kernels.h"
@@ -155,6 +156,50 @@ Status check_moe_down(const MoeDownParams& p) {
   KVVM_RETURN_IF_ERROR(check_pointer(p.pairs, "pairs", kWho, true));
   if (p.shared != nullptr) KVVM_RETURN_IF_ERROR(check_pointer(p.shared, "shared", kWho, true));
   return check_pointer(p.out, "out", kWho, true);
+}
+
+Status check_moe_residency(const MoeResidencyParams& p) {
+  constexpr const char* kWho = "moe_residency";
+  KVVM_RETURN_IF_ERROR(check_routing(p.tokens, p.experts, p.top_k, kWho));
+  if (p.sparse_layers == 0 || p.layer >= p.sparse_layers) {
+    return invalid(kWho,
+                   "layer " + str(p.layer) + " is not below sparse_layers " + str(p.sparse_layers));
+  }
+  const std::uint64_t all = std::uint64_t{p.sparse_layers} * p.experts;
+  // A layer's wanted experts are made resident at once, so the slots hold a whole layer's.
+  if (p.slots < p.experts || p.slots > all) {
+    return invalid(kWho, "slots " + str(p.slots) + " is not in experts " + str(p.experts) +
+                             " .. sparse_layers x experts " + str(all));
+  }
+  if (all >= kMoeNoSlot) return invalid(kWho, str(all) + " experts overflow 32-bit indices");
+  if (p.expert_bytes == 0 || p.expert_bytes % 16 != 0) {
+    return invalid(kWho,
+                   "expert_bytes " + str(p.expert_bytes) + " is not a positive multiple of 16");
+  }
+  if (p.decay_every == 0) return invalid(kWho, "decay_every is 0");
+  for (const auto& [offset, name] :
+       {std::pair{p.gate_up_offset, "gate_up_offset"}, std::pair{p.down_offset, "down_offset"},
+        std::pair{p.gate_up_scale_offset, "gate_up_scale_offset"},
+        std::pair{p.down_scale_offset, "down_scale_offset"}}) {
+    if (offset != kMoeNoOffset && offset >= p.expert_bytes) {
+      return invalid(kWho, std::string(name) + " " + str(offset) + " is past expert_bytes " +
+                               str(p.expert_bytes));
+    }
+  }
+  if (p.gate_up_offset == kMoeNoOffset || p.down_offset == kMoeNoOffset) {
+    return invalid(kWho, "an expert without gate_up_offset or down_offset");
+  }
+  if (p.tokens == 0) return Status::Ok();
+  KVVM_RETURN_IF_ERROR(check_pointer(p.ids, "ids", kWho, false));
+  KVVM_RETURN_IF_ERROR(check_pointer(p.slot_of, "slot_of", kWho, false));
+  KVVM_RETURN_IF_ERROR(check_pointer(p.count, "count", kWho, false));
+  KVVM_RETURN_IF_ERROR(check_pointer(p.last_use, "last_use", kWho, false));
+  KVVM_RETURN_IF_ERROR(check_pointer(p.holder, "holder", kWho, false));
+  KVVM_RETURN_IF_ERROR(check_pointer(p.copy_list, "copy_list", kWho, false));
+  KVVM_RETURN_IF_ERROR(check_pointer(p.counters, "counters", kWho, false));
+  KVVM_RETURN_IF_ERROR(check_pointer(p.first_slot, "first_slot", kWho, true));
+  KVVM_RETURN_IF_ERROR(check_pointer(p.staging, "staging", kWho, true));
+  return check_pointer(p.tables, "tables", kWho, false);
 }
 
 }  // namespace kvvm

@@ -33,4 +33,9 @@ Status moe_expert_down_cuda(const MoeDownParams& params, void*) {
   return moe_unbuilt("moe_expert_down_cuda");
 }
 
+Status moe_residency_cuda(const MoeResidencyParams& params, void*) {
+  KVVM_RETURN_IF_ERROR(check_moe_residency(params));
+  return moe_unbuilt("moe_residency_cuda");
+}
+
 }  // namespace kvvm

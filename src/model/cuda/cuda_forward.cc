@@ -459,19 +459,6 @@ Status CudaModel::mlp(const void* gate_up, const float* gate_up_scales, const vo
                 silu.quantized.out != nullptr);
 }
 
-Status CudaModel::acquire_experts(std::uint32_t layer, std::uint32_t tokens) {
-  const MoeConfig& moe = config().moe;
-  const std::uint64_t pairs = std::uint64_t{tokens} * moe.top_k;
-  KVVM_RETURN_IF_ERROR(cuda_call(
-      "cudaMemcpyAsync", cudaMemcpyAsync(moe_ids_host_, moe_ids_, pairs * sizeof(std::int32_t),
-                                         cudaMemcpyDeviceToHost, stream_)));
-  KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
-  KVVM_RETURN_IF_ERROR(wanted_experts(std::span<const std::int32_t>(moe_ids_host_, pairs),
-                                      moe.experts, wanted_, wanted_rows_)
-                           .with_context("MoE layer " + std::to_string(layer)));
-  return weights_->acquire_experts(layer, wanted_, wanted_rows_);
-}
-
 Status CudaModel::sparse_mlp(std::uint32_t layer, std::uint32_t tokens) {
   const ModelConfig& c = config();
   const MoeConfig& moe = c.moe;
@@ -491,7 +478,9 @@ Status CudaModel::sparse_mlp(std::uint32_t layer, std::uint32_t tokens) {
   route.ids = moe_ids_;
   route.weights = moe_weights_;
   KVVM_RETURN_IF_ERROR(moe_route_cuda(route, stream_));
-  if (weights_->expert_cache()) KVVM_RETURN_IF_ERROR(acquire_experts(layer, tokens));
+  if (weights_->expert_cache()) {
+    KVVM_RETURN_IF_ERROR(weights_->acquire_experts(layer, tokens, moe.top_k, moe_ids_));
+  }
   MoePermuteParams permute;
   permute.tokens = tokens;
   permute.top_k = moe.top_k;

@@ -64,13 +64,6 @@ Status CudaModel::capture_decode_graphs(const DecodeGraphOptions& options) {
         " is outside [1, max_position_embeddings " + std::to_string(most) + "]");
   }
   KVVM_RETURN_IF_ERROR(check_view(options.kv, "decode graphs: the KvView"));
-  if (weights_->expert_cache()) {
-    // A sparse layer reads its routed ids back to decide its misses on the host, which a
-    // captured graph cannot do; a miss then costs the bus far more than the launches.
-    return Status::FailedPrecondition(
-        "decode graphs: the experts are cached (each sparse layer's misses are decided on the "
-        "host), so steps run eagerly");
-  }
   if (cublas_workspace_ == nullptr) {
     // Without a workspace of ours cuBLAS would allocate inside the capture.
     return Status::FailedPrecondition("decode graphs: cuBLAS has no workspace set");

@@ -331,15 +331,6 @@ Status CudaModel::allocate_buffers() {
     moe_rows_ = static_cast<std::uint32_t*>(moe_rows);
     moe_slot_of_pair_ = static_cast<std::uint32_t*>(moe_slots);
     moe_active_ = static_cast<std::uint32_t*>(moe_active);
-    if (weights_->expert_cache()) {
-      KVVM_RETURN_IF_ERROR(cuda_call(
-          "cudaHostAlloc",
-          cudaHostAlloc(reinterpret_cast<void**>(&moe_ids_host_),
-                        std::uint64_t{limits().max_step_tokens} * moe.top_k * sizeof(std::int32_t),
-                        cudaHostAllocDefault)));
-      wanted_.reserve(moe.experts);
-      wanted_rows_.reserve(moe.experts);
-    }
   }
   inv_freq_ = static_cast<float*>(inv_freq);
   logits_ = static_cast<float*>(logits);
@@ -450,8 +441,7 @@ CudaModel::~CudaModel() {
   if (cublas_ != nullptr) (void)cublas_library().api.destroy(cublas_);
   for (void* pointer : allocations_) (void)cudaFree(pointer);
   for (void* pinned : {static_cast<void*>(staging_), static_cast<void*>(prompt_staging_),
-                       static_cast<void*>(logprob_host_), static_cast<void*>(adjust_staging_),
-                       static_cast<void*>(moe_ids_host_)}) {
+                       static_cast<void*>(logprob_host_), static_cast<void*>(adjust_staging_)}) {
     if (pinned != nullptr) (void)cudaFreeHost(pinned);
   }
   if (own_stream_) (void)cudaStreamDestroy(stream_);

@@ -117,11 +117,9 @@ class CudaModel final : public Model {
   Status mlp(const void* gate_up, const float* gate_up_scales, const void* down,
              const float* down_scales, std::uint32_t inter, void* out, std::uint32_t tokens,
              bool input_quantized);
-  // With the experts cached: reads the step's top-k ids back (the one host synchronization of
-  // a sparse layer) and makes the wanted experts resident before the grouped GEMMs.
-  Status acquire_experts(std::uint32_t layer, std::uint32_t tokens);
   // A sparse layer's feed-forward of normed_ into delta_: the router's GEMM, top k, the
-  // permutation, the grouped expert GEMMs and the combine (with the shared expert), all on the
+  // permutation, the grouped expert GEMMs and the combine (with the shared expert), and with
+  // the experts cached their residency between the top k and the permutation, all on the
   // device with no host synchronisation (capturable).
   Status sparse_mlp(std::uint32_t layer, std::uint32_t tokens);
   // The layer's q, k, v and the KV append: fused (one projection, RoPE in the append) or one
@@ -206,10 +204,6 @@ class CudaModel final : public Model {
   void* moe_pairs_ = nullptr;
   void* shared_out_ = nullptr;
   void* shared_logit_ = nullptr;
-  // With the experts cached: the step's top-k ids read back [tokens * k] (pinned), and a
-  // layer's wanted experts and their rows (host scratch).
-  std::int32_t* moe_ids_host_ = nullptr;
-  std::vector<std::uint32_t> wanted_, wanted_rows_;
   void* final_ = nullptr;                     // [chunks][hidden]
   float* logits_ = nullptr;                   // [chunks][vocab], float32
   std::int32_t* argmax_ = nullptr;            // [chunks]

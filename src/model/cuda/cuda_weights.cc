@@ -166,9 +166,8 @@ Status dummy_fill(const WeightTensor& t, DType compute, std::uint64_t seed, void
 
 DeviceWeights::~DeviceWeights() {
   store_.reset();  // synchronizes before it unmaps
-  expert_cache_.reset();
+  residency_.reset();
   if (staging_ != nullptr) (void)cudaFreeHost(staging_);
-  if (table_mirror_ != nullptr) (void)cudaFreeHost(table_mirror_);
 }
 
 const void* DeviceWeights::staged(std::uint32_t layer) const {
@@ -184,35 +183,16 @@ WeightStats DeviceWeights::stats(std::uint64_t layer_copies) const {
   stats.layer_copies = layer_copies;
   stats.load_bytes = load_bytes_;
   stats.load_seconds = load_seconds_;
-  if (expert_cache_ != nullptr) stats.experts = expert_cache_->stats();
+  if (residency_ != nullptr) stats.experts = residency_->stats();
   return stats;
 }
 
-Status DeviceWeights::acquire_experts(std::uint32_t layer, std::span<const std::uint32_t> ids,
-                                      std::span<const std::uint32_t> rows) {
+Status DeviceWeights::acquire_experts(std::uint32_t layer, std::uint32_t tokens,
+                                      std::uint32_t top_k, const std::int32_t* ids) const {
   const std::uint32_t sparse = store_->sparse_index(layer);
-  expert_at_.resize(ids.size());
-  KVVM_RETURN_IF_ERROR(expert_cache_->acquire(sparse, ids, rows, std::span<Address>(expert_at_)));
-  // Only this layer's wanted entries are rewritten: an entry of an expert evicted since (here or
-  // in another layer) is stale, but no kernel reads an entry its step did not route to, and
-  // every routed one is rewritten by its layer's acquisition first.
-  const std::uint64_t per_layer = 4ull * experts_;
-  std::uint64_t* table = table_mirror_ + per_layer * sparse;
-  const bool scales = expert_offsets_.gate_up_scale != kNoTensor;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const Address at = expert_at_[i];
-    table[ids[i]] = at + expert_offsets_.gate_up;
-    table[experts_ + ids[i]] = at + expert_offsets_.down;
-    if (scales) {
-      table[2 * experts_ + ids[i]] = at + expert_offsets_.gate_up_scale;
-      table[3 * experts_ + ids[i]] = at + expert_offsets_.down_scale;
-    }
-  }
-  auto* device = reinterpret_cast<std::uint64_t*>(store_->at(store_->layout().expert_tables)) +
-                 per_layer * sparse;
-  return cuda_call("cudaMemcpyAsync",
-                   cudaMemcpyAsync(device, table, per_layer * sizeof(std::uint64_t),
-                                   cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)));
+  auto* tables = reinterpret_cast<std::uint64_t*>(store_->at(store_->layout().expert_tables)) +
+                 4ull * experts_ * sparse;
+  return residency_->acquire(sparse, tokens, top_k, ids, tables, stream_);
 }
 
 namespace {
@@ -282,8 +262,9 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
   const WeightSplit& split = s.split();
   if (split.host_staging_bytes > 0) {
     KVVM_RETURN_IF_ERROR(
+        // Mapped: the expert residency's copies read it from the device.
         cuda_call("cudaHostAlloc", cudaHostAlloc(reinterpret_cast<void**>(&out->staging_),
-                                                 split.host_staging_bytes, cudaHostAllocDefault))
+                                                 split.host_staging_bytes, cudaHostAllocMapped))
             .with_context("CUDA model: " + format_bytes(split.host_staging_bytes) +
                           " of pinned host memory for the " +
                           (split.expert_cache() ? "experts" : "streamed layers")));
@@ -432,20 +413,14 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const ModelConfig& 
   if (cached) {
     out->stream_ = stream;
     out->experts_ = config.moe.experts;
-    out->expert_offsets_ = sparse.expert;
-    out->expert_cache_ = std::make_unique<ExpertCache>(
+    auto residency = DeviceExpertResidency::create(
         ExpertCacheShape{.sparse_layers = split.sizes.sparse_layers,
                          .experts = config.moe.experts,
                          .slots = split.expert_slots,
                          .expert_bytes = split.sizes.expert_bytes},
-        s.expert_slot(0), out->staging_,
-        [stream](Address to, const unsigned char* from, std::uint64_t bytes) {
-          return cuda_call("cudaMemcpyAsync",
-                           cudaMemcpyAsync(reinterpret_cast<void*>(to), from, bytes,
-                                           cudaMemcpyHostToDevice, stream));
-        },
-        [stream] { return cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream)); });
-    KVVM_RETURN_IF_ERROR(out->expert_cache_->preload().with_context("CUDA model weights"));
+        reinterpret_cast<void*>(s.expert_slot(0)), out->staging_, sparse.expert, stream);
+    if (!residency.ok()) return residency.status().with_context("CUDA model weights");
+    out->residency_ = std::move(residency).value();
     out->load_bytes_ += std::uint64_t{split.expert_slots} * split.sizes.expert_bytes;
   }
   KVVM_RETURN_IF_ERROR(out->bind_experts(config, stream));
@@ -464,12 +439,8 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
   const WeightAddresses at = store_->addresses();
   const std::uint64_t per_layer = 4ull * moe.experts;
   const std::uint64_t bytes = per_layer * sparse_layers * sizeof(std::uint64_t);
-  // Pinned, kept: an expert cache rewrites a layer's part and copies it again.
-  KVVM_RETURN_IF_ERROR(cuda_call(
-      "cudaHostAlloc",
-      cudaHostAlloc(reinterpret_cast<void**>(&table_mirror_), bytes, cudaHostAllocDefault)));
-  std::uint64_t* tables = table_mirror_;
-  std::fill(tables, tables + per_layer * sparse_layers, std::uint64_t{0});
+  // Pageable: copied once, then rewritten on the device by an expert cache.
+  std::vector<std::uint64_t> tables(per_layer * sparse_layers, 0);
   auto* device = reinterpret_cast<std::uint64_t*>(store_->at(layout.expert_tables));
   std::uint32_t index = 0;
   for (std::uint32_t l = 0; l < layers.size(); ++l) {
@@ -480,8 +451,8 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
     for (std::uint32_t e = 0; e < moe.experts; ++e) {
       // Cached: a resident expert's slot; the others stay 0 until a step routes to them.
       std::optional<std::uint32_t> slot;
-      if (expert_cache_ != nullptr) {
-        slot = expert_cache_->slot_of(index, e);
+      if (residency_ != nullptr) {
+        slot = residency_->preloaded_slot(index, e);
         if (!slot) continue;
       }
       const Address expert =
@@ -517,9 +488,9 @@ Status DeviceWeights::bind_experts(const ModelConfig& config, void* stream) {
     }
     ++index;
   }
-  KVVM_RETURN_IF_ERROR(
-      cuda_call("cudaMemcpyAsync", cudaMemcpyAsync(device, tables, bytes, cudaMemcpyHostToDevice,
-                                                   static_cast<cudaStream_t>(stream))));
+  KVVM_RETURN_IF_ERROR(cuda_call(
+      "cudaMemcpyAsync", cudaMemcpyAsync(device, tables.data(), bytes, cudaMemcpyHostToDevice,
+                                         static_cast<cudaStream_t>(stream))));
   return cuda_call("cudaStreamSynchronize",
                    cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }

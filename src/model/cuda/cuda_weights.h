@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <vector>
 
 #include "kvvm/base/dtype.h"
@@ -20,7 +19,7 @@
 #include "kvvm/model/config.h"
 #include "kvvm/model/weight_memory.h"
 #include "kvvm/model/weights.h"
-#include "model/weights/expert_cache.h"
+#include "model/cuda/cuda_expert_residency.h"
 #include "model/weights/weight_store.h"
 
 namespace kvvm::model::detail {
@@ -87,15 +86,12 @@ class DeviceWeights {
   WeightStats stats(std::uint64_t layer_copies) const;
 
   // Whether a mixture's experts are cached (store().split().expert_cache()).
-  bool expert_cache() const { return expert_cache_ != nullptr; }
-  // With the experts cached: makes experts `ids` (distinct, ascending) of layer `layer`
-  // resident, rows[i] tokens routed to ids[i] (misses copied from pinned staging on the
-  // model's stream and waited for), then copies the layer's pointer tables, pointed at their
-  // slots, on that stream: the kernels enqueued after it read them. REQUIRES the stream idle
-  // but for this call's work (the caller synchronized to read the ids), so the table mirror's
-  // previous copy is done.
-  Status acquire_experts(std::uint32_t layer, std::span<const std::uint32_t> ids,
-                         std::span<const std::uint32_t> rows);
+  bool expert_cache() const { return residency_ != nullptr; }
+  // With the experts cached: enqueues on the model's stream the residency of layer `layer`'s
+  // experts routed by `ids` ([tokens][top_k] on the device), decided and copied on the device
+  // (DeviceExpertResidency), the layer's pointer tables rewritten there. Capturable.
+  Status acquire_experts(std::uint32_t layer, std::uint32_t tokens, std::uint32_t top_k,
+                         const std::int32_t* ids) const;
 
  private:
   DeviceWeights() = default;
@@ -104,12 +100,9 @@ class DeviceWeights {
   // Pinned: streamed layers' blocks in streamed order; with an expert cache, every expert
   // instead (sparse layer by sparse layer, experts in id order).
   unsigned char* staging_ = nullptr;
-  std::unique_ptr<ExpertCache> expert_cache_;
-  void* stream_ = nullptr;                 // the model's: the cache's copies run on it
-  std::uint64_t* table_mirror_ = nullptr;  // pinned: the expert tables as last copied
-  std::uint32_t experts_ = 0;              // per sparse layer
-  ExpertOffsets expert_offsets_;
-  std::vector<Address> expert_at_;  // scratch
+  std::unique_ptr<DeviceExpertResidency> residency_;
+  void* stream_ = nullptr;     // the model's: the residency's kernels run on it
+  std::uint32_t experts_ = 0;  // per sparse layer
   std::uint64_t load_bytes_ = 0;
   double load_seconds_ = 0;
 };

@@ -63,9 +63,8 @@ Status ExpertCache::fill(std::uint32_t slot, std::uint32_t expert_index) {
 
 Status ExpertCache::preload() {
   for (std::uint32_t s = 0; s < shape_.slots; ++s) {
-    const std::uint32_t layer = s % shape_.sparse_layers;
-    const std::uint32_t expert = s / shape_.sparse_layers;
-    const std::uint32_t index = layer * shape_.experts + expert;
+    const std::uint32_t index = preloaded_expert(shape_, s);
+    const std::uint32_t layer = index / shape_.experts, expert = index % shape_.experts;
     if (holder_[s] != kEmpty) evictable_.erase(key_of(s));
     KVVM_RETURN_IF_ERROR(fill(s, index).with_context(
         "expert cache: loading expert " + std::to_string(expert) + " of sparse layer " +

@@ -46,6 +46,13 @@ struct ExpertCacheShape {
   std::uint64_t expert_bytes = 0;
 };
 
+// What slot `slot` holds before any routing is seen (the index sparse layer * experts +
+// expert): expert slot / sparse_layers of sparse layer slot % sparse_layers, so the slots take
+// an even share of each layer's lowest ids. Every backend's cache preloads this way.
+inline std::uint32_t preloaded_expert(const ExpertCacheShape& shape, std::uint32_t slot) {
+  return (slot % shape.sparse_layers) * shape.experts + slot / shape.sparse_layers;
+}
+
 class ExpertCache {
  public:
   // Writes `bytes` from host staging at `from` into a slot at `to` (or starts to: see Wait).
@@ -59,8 +66,7 @@ class ExpertCache {
   ExpertCache(const ExpertCacheShape& shape, Address first_slot, const unsigned char* staging,
               Copy copy, Wait wait = {});
 
-  // Fills every slot before any routing is seen: slot s takes expert s / sparse_layers of
-  // sparse layer s % sparse_layers, an even share of each layer's lowest ids.
+  // Fills every slot before any routing is seen, as preloaded_expert says.
   Status preload();
 
   // Makes experts `ids` (distinct, at most slots()) of sparse layer `layer` resident and writes

@@ -1,7 +1,8 @@
 // The CUDA model with its experts cached: each family's tiny mixture (experts of 1,024 so a
 // 2 MiB granule holds few) gives, with the fewest slots a CUDA cache takes (a layer's experts)
 // and a few more, the resident model's logits bit for bit over a prefill and 24 decode steps;
-// the cache misses and says so; decode graphs are refused by name and steps run eagerly.
+// the cache misses and says so; the decode steps after the prefill replay captured graphs, the
+// residency decided on the device inside them.
 // Skipped without a GPU; compiled only with the CUDA kernels.
 #include <gtest/gtest.h>
 
@@ -120,9 +121,7 @@ TEST_P(MoeExpertCacheCuda, CachedExpertsGiveTheResidentLogitsBitForBit) {
     ASSERT_LT(before.experts.slots, all) << "every expert fits: nothing would miss";
     const StepsRun got = run_steps(*cached, **driver);
     EXPECT_EQ(got.logits, want.logits);
-    EXPECT_FALSE(got.graphs.ok());
-    EXPECT_TRUE(test::contains(got.graphs.to_string(), "the experts are cached"))
-        << got.graphs.to_string();
+    EXPECT_TRUE(got.graphs.ok()) << got.graphs.to_string();
     const ExpertCacheStats stats = cached->weight_stats().experts;
     EXPECT_GT(stats.misses, 0u);
     EXPECT_EQ(stats.hits + stats.misses, stats.lookups);
