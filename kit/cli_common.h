@@ -86,8 +86,8 @@ Result<std::uint64_t> parse_count(std::string_view text, std::uint64_t min, std:
 Result<double> parse_number(std::string_view text, double min, double max,
                             bool min_exclusive = false);
 
-// --tpot-target-ms (serve, bench engine): at most a minute a token; as EngineOptions takes it,
-// rounded to the microsecond.
+// --tpot-target-ms and --ttft-target-ms (serve, bench engine): at most a minute; as
+// EngineOptions takes them, rounded to the microsecond.
 inline constexpr double kMaxTpotTargetMs = 60000;
 inline std::chrono::microseconds tpot_target(double ms) {
   return std::chrono::microseconds(static_cast<std::int64_t>(std::llround(ms * 1000)));

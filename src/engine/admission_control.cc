@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 namespace kvvm::engine {
@@ -25,10 +26,13 @@ AdmissionControl::AdmissionControl(const EngineOptions& options)
       max_queue_(options.max_queue),
       max_queue_wait_(options.max_queue_wait),
       tpot_target_(options.tpot_target),
+      ttft_target_(options.ttft_target),
       refuse_predicted_(options.refuse_predicted_wait && options.max_queue_wait.count() > 0),
       forecast_on_(options.wait_forecast && options.refuse_predicted_wait &&
                    options.max_queue_wait.count() > 0),
-      forecast_chunk_(forecast_chunk(options)) {}
+      forecast_chunk_(forecast_chunk(options)) {
+  dues_.reserve(kDeadlinePrompts);
+}
 
 Status AdmissionControl::check_arrival(RequestState& r, std::uint64_t queued,
                                        std::uint32_t running) {
@@ -128,6 +132,33 @@ Status AdmissionControl::overdue(const RequestState& r, Clock::time_point now) c
 std::optional<std::uint32_t> AdmissionControl::prefill_share(std::uint32_t decodes) const {
   if (tpot_target_.count() == 0) return std::nullopt;
   return step_time_.prefill_share(tpot_target_, decodes, kTpotPrefillFloor);
+}
+
+std::optional<std::uint32_t> AdmissionControl::deadline_share(std::uint32_t decodes,
+                                                              std::uint32_t most,
+                                                              const RunningSet& running,
+                                                              const WaitingQueue& waiting,
+                                                              Clock::time_point now) {
+  if (ttft_target_.count() == 0) return std::nullopt;
+  dues_.clear();
+  // A prompt whose answer has started (a preempted one recomputed) has no deadline, but the
+  // scheduler serves its tokens ahead of those behind it.
+  constexpr double kNoDeadline = std::numeric_limits<double>::infinity();
+  const auto add = [&](const RequestState& r) {
+    const double left =
+        r.generated > 0 ? kNoDeadline
+                        : std::chrono::duration<double>(r.submitted + ttft_target_ - now).count();
+    dues_.push_back(StepTimeModel::PromptDue{.tokens_left = r.missing(), .seconds_left = left});
+  };
+  for (const auto& r : running) {
+    if (dues_.size() == kDeadlinePrompts) break;
+    if (!r->finished && r->missing() > 1) add(*r);
+  }
+  for (const auto& r : waiting) {
+    if (dues_.size() == kDeadlinePrompts) break;
+    if (!r->finished) add(*r);
+  }
+  return step_time_.deadline_share(decodes, dues_, most);
 }
 
 void AdmissionControl::note_admission(const RequestState& r, bool first) {

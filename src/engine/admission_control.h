@@ -7,7 +7,8 @@
 // prediction (RetryEstimate) and a forecast played out from the work the running answers and
 // the queue have left (WaitForecast, OutputLengths). In the queue, a request never admitted is
 // refused once it waited past max_queue_wait (the backstop). A step that decodes takes at most
-// the prefill tokens a time-per-token target leaves (StepTimeModel).
+// the prefill tokens a time-per-token target leaves (StepTimeModel), raised to what the prompts
+// waiting for their first token need to meet a time-to-first-token target.
 //
 // Threads: the stepping thread alone calls the step's half (begin_step ... end_step) and
 // reads what it learns; submit() on any thread reads what the last step published, under this
@@ -62,6 +63,17 @@ class AdmissionControl {
   // The most prefill tokens a step holding `decodes` decode tokens may add under the
   // time-per-token target; nullopt without a target or before the step time is fitted.
   std::optional<std::uint32_t> prefill_share(std::uint32_t decodes) const;
+  // The prefill tokens, at most `most`, a step holding `decodes` decode tokens needs for the
+  // prompts still without their first token to meet the time-to-first-token target at `now`
+  // (StepTimeModel::deadline_share): the running ones (in `running`'s order), then the line
+  // (its whole prompts, the front first), the first kDeadlinePrompts of them; an answer
+  // preempted and recomputed counts its tokens only, for those behind it. 0 when no prompt
+  // needs any; nullopt without a target or before the step time is fitted.
+  std::optional<std::uint32_t> deadline_share(std::uint32_t decodes, std::uint32_t most,
+                                              const RunningSet& running,
+                                              const WaitingQueue& waiting, Clock::time_point now);
+  // The prompts deadline_share looks at, at most: a step's planning stays O(step).
+  static constexpr std::size_t kDeadlinePrompts = 64;
   // `r` was admitted at `now` (after any preemption: `first` when never admitted before).
   void note_admission(const RequestState& r, bool first);
   // `r` ended: a stopped or capped answer teaches the forecast its length.
@@ -89,6 +101,7 @@ class AdmissionControl {
   const std::uint32_t max_queue_;
   const std::chrono::milliseconds max_queue_wait_;
   const std::chrono::microseconds tpot_target_;
+  const std::chrono::microseconds ttft_target_;
   const bool refuse_predicted_;
   const bool forecast_on_;
   // The prompt tokens a step full of decodes leaves for a chunk (the forecast's prompt pace).
@@ -101,8 +114,9 @@ class AdmissionControl {
   // The step's first admissions that had a prediction: {predicted, waited} seconds.
   std::vector<std::pair<double, double>> admitted_waits_;
   OutputLengths lengths_;
-  StepTimeModel step_time_;  // the steps' times by their tokens (tpot_target)
-  double step_seconds_ = 0;  // the step period, a moving mean
+  StepTimeModel step_time_;  // the steps' times by their tokens (tpot_target, ttft_target)
+  std::vector<StepTimeModel::PromptDue> dues_;  // deadline_share's list, kept for its capacity
+  double step_seconds_ = 0;                     // the step period, a moving mean
   Clock::time_point last_step_started_{};
   bool last_step_ran_ = false;  // it ran a step and left work for the next
   WaitForecast forecast_next_;

@@ -77,6 +77,10 @@ Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, E
     return Status::InvalidArgument("tpot_target " + std::to_string(o.tpot_target.count()) +
                                    " us: negative (0: no target)");
   }
+  if (o.ttft_target.count() < 0) {
+    return Status::InvalidArgument("ttft_target " + std::to_string(o.ttft_target.count()) +
+                                   " us: negative (0: no target)");
+  }
   // A shared window is read-only and would need an ensure to be written: the preallocated
   // baseline never grows, so it never shares.
   if (o.preallocate) o.prefix_cache = false;

@@ -81,11 +81,17 @@ StepPlan Scheduler::schedule(Clock::time_point now) {
     if (r->finished || r->missing() != 1) continue;
     room.decoding = plan_chunk(plan, room, *r, 1) || room.decoding;
   }
-  // The share a time-per-token target leaves after this step's decode tokens.
+  // The share a time-per-token target leaves after this step's decode tokens, raised to what
+  // the prompts without a first token need to meet a time-to-first-token target (never past
+  // the bound the step had without either).
   if (room.decoding) {
-    const std::optional<std::uint32_t> share =
-        admission_.prefill_share(static_cast<std::uint32_t>(plan.chunks.size()));
-    if (share) room.prefill = std::min(room.prefill, *share);
+    const auto decodes = static_cast<std::uint32_t>(plan.chunks.size());
+    const std::optional<std::uint32_t> share = admission_.prefill_share(decodes);
+    if (share && *share < room.prefill) {
+      const std::optional<std::uint32_t> due = admission_.deadline_share(
+          decodes, std::min(room.prefill, room.tokens), running_, waiting_, now);
+      room.prefill = std::max(*share, due.value_or(0));
+    }
   }
   // Then the prompts already running, within what decodes leave of the prefill share.
   for (auto& r : running_) {

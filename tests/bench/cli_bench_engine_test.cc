@@ -280,9 +280,11 @@ TEST(CliBenchEngineOptions, TraceSystemsChooseTheReplaysAndTheirOrder) {
   EXPECT_EQ(defaults["trace"]["parked_slots"], defaults["max_running"]);
   EXPECT_EQ(defaults["trace"]["max_queue_wait_s"], 30.0);
   const CliRun one =
-      run(bench_args({"--no-decode", "--rates", "40", "--requests", "3", "--tenants", "1",
-                      "--system-prompt-tokens", "16", "--trace-systems", "arena", "--parked-slots",
-                      "0", "--max-queue-wait", "2.5", "--json"}));
+      run(bench_args({"--no-decode", "--rates",          "40",    "--requests",
+                      "3",           "--tenants",        "1",     "--system-prompt-tokens",
+                      "16",          "--trace-systems",  "arena", "--parked-slots",
+                      "0",           "--max-queue-wait", "2.5",   "--tpot-target-ms",
+                      "50",          "--ttft-target-ms", "500",   "--json"}));
   ASSERT_EQ(one.code, kExitOk) << one.err;
   const ordered_json chosen = ordered_json::parse(one.out);
   EXPECT_EQ(chosen["trace"]["parked_slots"], 0);
@@ -312,6 +314,7 @@ TEST(CliBenchEngineOptions, RefusesBadValuesNamingThem) {
        {"--choices-prompt-tokens 46", "--max-context 48"}},
       {{"--logprobs", "21"}, {"--logprobs", "21"}},
       {{"--tpot-target-ms", "-2"}, {"--tpot-target-ms", "-2"}},
+      {{"--ttft-target-ms", "-3"}, {"--ttft-target-ms", "-3"}},
       {{"--trace-systems", "arena,paged", "--no-decode"}, {"--trace-systems", "'paged'"}},
       {{"--trace-systems", "arena,arena", "--no-decode"}, {"--trace-systems", "twice"}},
       {{"--trace-systems", "", "--no-decode"}, {"--trace-systems", "''"}},
@@ -359,6 +362,7 @@ TEST(CliBenchEngineOptions, HelpExplainsEachOption) {
                              "--no-early-refusal",
                              "--max-prefill-tokens-while-decoding",
                              "--tpot-target-ms",
+                             "--ttft-target-ms",
                              "--trace-systems",
                              "--max-queue-wait",
                              "--parked-slots"}) {

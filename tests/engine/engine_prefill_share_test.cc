@@ -1,11 +1,13 @@
 // Scheduling under load, on the CPU with a fake clock: max_prefill_tokens_while_decoding bounds
 // the prompt tokens of a step that also decodes; tpot_target sizes that bound from the steps'
-// measured times (a model whose steps take a known time on the fake clock).
+// measured times (a model whose steps take a known time on the fake clock); ttft_target raises
+// it when a prompt waiting for its first token would miss its deadline.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "scheduling_rig.h"
 #include "support/engine_harness.h"
@@ -147,6 +149,88 @@ TEST(SchedulingTpotTarget, ANegativeTargetIsRefusedNamingIt) {
   ASSERT_FALSE(made.ok());
   EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(made.status().message().find("tpot_target -5 us"), std::string::npos)
+      << made.status().message();
+}
+
+// --- ttft_target --------------------------------------------------------------------------
+
+// The steps of a 60-token prompt submitted beside an answer decoding at a 3.05 ms target (19
+// prompt tokens a step at 1 ms + 100 us a token), with `ttft` as the first-token target: each
+// step's tokens from the one that admits it to the one that gives its first token, and the
+// time from its submit to the end of that step (when the client has the token; the engine's
+// RequestStats stamp it at the step's start).
+struct TtftRun {
+  std::vector<std::size_t> steps;
+  double first_token_seconds = 0;
+};
+TtftRun ttft_run(microseconds tpot, microseconds ttft) {
+  EngineOptions options = no_cache();
+  options.step_tokens = 64;
+  options.tpot_target = tpot;
+  options.ttft_target = ttft;
+  auto t = timed_rig(options);
+  EXPECT_NE(t, nullptr);
+  if (t == nullptr) return {};
+  EngineRig& rig = *t->rig;
+  const std::size_t first = rig.submit(greedy_request(rig_prompt(30, 60), 20));
+  EXPECT_TRUE(rig.engine().step().ok());  // 30 tokens: the prompt and its first token
+  EXPECT_TRUE(rig.engine().step().ok());  // 1 token: the fit has two sizes now
+  const std::size_t second = rig.submit(greedy_request(rig_prompt(60, 61), 4));
+  const SteadyClock::time_point submitted = t->clock.now();
+  const std::size_t before = t->model->steps.size();
+  while (rig.outcome(second).tokens.empty()) {
+    EXPECT_TRUE(rig.engine().step().ok());
+    EXPECT_EQ(rig.outcome(first).tokens.size(), t->model->steps.size())
+        << "a step without the decode token";
+    if (t->model->steps.size() > before + 10) break;
+  }
+  TtftRun run;
+  run.first_token_seconds = std::chrono::duration<double>(t->clock.now() - submitted).count();
+  run.steps.assign(t->model->steps.begin() + static_cast<std::ptrdiff_t>(before),
+                   t->model->steps.end());
+  EXPECT_TRUE(rig.run().ok());
+  for (const std::size_t i : {first, second}) {
+    const testing::Outcome& o = rig.outcome(i);
+    EXPECT_TRUE(o.completed()) << i << ": " << o.error.to_string();
+    EXPECT_EQ(o.tokens, solo_tokens(llama(), roomy_space(), no_cache(), o.request)) << i;
+  }
+  rig.expect_ledger_returns("after steps sized to a first-token target");
+  return run;
+}
+
+// With the time-per-token target alone the prompt takes 19 tokens a step: four steps, its first
+// token after 3 x 3 ms + 1.4 ms. A 9-ms first-token target raises the share to the fewest that
+// make it: two steps of 30 (4.1 ms each; 20 a step would take three of 3.1 ms, 9.3 ms).
+TEST(SchedulingTtftTarget, RaisesADecodingStepsPrefillToMeetTheDeadline) {
+  const TtftRun tpot_only = ttft_run(microseconds(3050), microseconds(0));
+  EXPECT_EQ(tpot_only.steps, (std::vector<std::size_t>{20, 20, 20, 4}));
+  EXPECT_NEAR(tpot_only.first_token_seconds, 10.4e-3, 1e-6);
+  const TtftRun both = ttft_run(microseconds(3050), milliseconds(9));
+  EXPECT_EQ(both.steps, (std::vector<std::size_t>{31, 31}));
+  EXPECT_NEAR(both.first_token_seconds, 8.2e-3, 1e-6);
+}
+
+// A target the time-per-token share already meets changes nothing; neither does one without a
+// time-per-token target (a decoding step then takes all the step leaves).
+TEST(SchedulingTtftTarget, ChangesNothingWhereTheShareAlreadyMeetsIt) {
+  const TtftRun generous = ttft_run(microseconds(3050), seconds(1));
+  EXPECT_EQ(generous.steps, (std::vector<std::size_t>{20, 20, 20, 4}));
+  const TtftRun unbounded = ttft_run(microseconds(0), microseconds(0));
+  EXPECT_EQ(unbounded.steps, (std::vector<std::size_t>{61}));
+  const TtftRun alone = ttft_run(microseconds(0), milliseconds(9));
+  EXPECT_EQ(alone.steps, unbounded.steps);
+}
+
+TEST(SchedulingTtftTarget, ANegativeTargetIsRefusedNamingIt) {
+  testing::FixtureModel& m = llama();
+  auto kv = make_kv(m.config, 3);
+  ASSERT_NE(kv, nullptr);
+  EngineOptions options = no_cache();
+  options.ttft_target = microseconds(-7);
+  auto made = Engine::create(*m.model, *kv, options);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("ttft_target -7 us"), std::string::npos)
       << made.status().message();
 }
 

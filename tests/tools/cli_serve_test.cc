@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "commands/serve_command.h"
+#include "kit/cli_common.h"
 #include "support/cli_run.h"
 #include "support/server_rig.h"
 #include "support/test_data.h"
@@ -61,6 +63,25 @@ TEST(CliServe, HelpNamesTheOptions) {
   }
   EXPECT_TRUE(contains(help.out, "--max-prefill-tokens-while-decoding"));
   EXPECT_TRUE(contains(help.out, "--tpot-target-ms"));
+  EXPECT_TRUE(contains(help.out, "--ttft-target-ms"));
+}
+
+// The latency targets reach the options as given, and the engine's as microseconds; both are
+// off by default.
+TEST(CliServeFlags, ParseTheLatencyTargets) {
+  CLI::App app("test", "kvvm");
+  ServeOptions options;
+  add_serve_command(app, options);
+  app.parse("serve --model m", false);
+  EXPECT_EQ(options.tpot_target_ms, 0);
+  EXPECT_EQ(options.ttft_target_ms, 0);
+  CLI::App targets_app("test", "kvvm");
+  ServeOptions targets;
+  add_serve_command(targets_app, targets);
+  targets_app.parse("serve --model m --tpot-target-ms 40 --ttft-target-ms 1500.5", false);
+  EXPECT_EQ(targets.tpot_target_ms, 40);
+  EXPECT_EQ(targets.ttft_target_ms, 1500.5);
+  EXPECT_EQ(tpot_target(targets.ttft_target_ms), std::chrono::microseconds(1500500));
 }
 
 TEST(CliServe, BadOptionsAreNamed) {
@@ -83,6 +104,8 @@ TEST(CliServe, BadOptionsAreNamed) {
        "--max-prefill-tokens-while-decoding 100000"},
       {{"serve", "--model", model, "--tpot-target-ms", "-1"}, "--tpot-target-ms"},
       {{"serve", "--model", model, "--tpot-target-ms", "soon"}, "--tpot-target-ms"},
+      {{"serve", "--model", model, "--ttft-target-ms", "-1"}, "--ttft-target-ms"},
+      {{"serve", "--model", model, "--ttft-target-ms", "later"}, "--ttft-target-ms"},
       {{"serve", "--model", model, "--backend", "tpu"}, "--backend"},
       {{"serve", "--model", "/no/such/dir"}, "/no/such/dir"},
       {{"serve", "--model", model, "--api-keys", "/no/such/keys"}, "--api-keys"},

@@ -274,6 +274,12 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "step's time fitted as a fixed part plus a part per token; at least 16) "
                   "(default 0: no target)")
       ->transform(number_validator(0, kMaxTpotTargetMs));
+  cmd->add_option("--ttft-target-ms", options.ttft_target_ms,
+                  "Trace replay: time to first token, in milliseconds, the engines aim for by "
+                  "letting a decoding step compute more prompt tokens than --tpot-target-ms "
+                  "leaves when waiting prompts would otherwise miss it; needs --tpot-target-ms "
+                  "(default 0: no target)")
+      ->transform(number_validator(0, kMaxTpotTargetMs));
   cmd->add_option("--tenants", options.tenants,
                   "Tenants of the trace; each request starts with its tenant's system prompt, "
                   "shared through the prefix cache (default 4; 0: none)")
@@ -575,6 +581,7 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
             .parked_slots = preallocate ? 0 : report.parked_slots,
             .max_prefill_tokens_while_decoding = options.max_prefill_tokens_while_decoding,
             .tpot_target = tpot_target(options.tpot_target_ms),
+            .ttft_target = tpot_target(options.ttft_target_ms),
             .progress = progress};
         Result<TraceRun> run = replay_trace(*model, kv, traces[r], plan.rates[r], params);
         if (!run.ok()) {

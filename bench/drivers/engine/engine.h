@@ -59,6 +59,7 @@ struct BenchEngineOptions {
   std::optional<std::uint32_t> parked_slots;
   std::uint32_t max_prefill_tokens_while_decoding = 0;  // the replays' engines; 0: no bound
   double tpot_target_ms = 0;                            // the replays' engines; 0: no target
+  double ttft_target_ms = 0;                            // the replays' engines; 0: no target
   std::uint32_t tenants = 4;
   std::uint64_t system_prompt_tokens = 512;
   std::uint64_t seed = 1;

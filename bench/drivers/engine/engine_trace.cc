@@ -75,6 +75,7 @@ Result<TraceRun> replay_trace(model::Model& model, const engine::KvSpaceOptions&
   options.max_queue_wait = params.max_queue_wait;
   options.max_prefill_tokens_while_decoding = params.max_prefill_tokens_while_decoding;
   options.tpot_target = params.tpot_target;
+  options.ttft_target = params.ttft_target;
   options.graphs = model.backend() == model::Backend::kCuda;  // as a server runs it
   Result<std::unique_ptr<engine::Engine>> made = engine::Engine::create(model, **space, options);
   if (!made.ok()) return made.status().with_context("engine (" + run.system + ")");

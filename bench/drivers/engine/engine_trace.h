@@ -30,6 +30,7 @@ struct ReplayParams {
   std::uint32_t parked_slots = 0;                       // KvSpaceOptions's
   std::uint32_t max_prefill_tokens_while_decoding = 0;  // EngineOptions's; 0: no bound
   std::chrono::microseconds tpot_target{0};             // EngineOptions's; 0: no target
+  std::chrono::microseconds ttft_target{0};             // EngineOptions's; 0: no target
   std::ostream* progress = nullptr;                     // a line every few seconds (may be null)
 };
 

@@ -183,6 +183,14 @@ struct EngineOptions {
   // max_prefill_tokens_while_decoding when that is set too. No bound until the fit has seen
   // steps of two sizes.
   std::chrono::microseconds tpot_target{0};
+  // A time-to-first-token target (0: none) that raises the share tpot_target leaves a decoding
+  // step when the prompts still without their first token (the running ones, then the line,
+  // the first 64) would otherwise miss submit + ttft_target: the step takes the smallest share
+  // at which each of them that can still make it does, by the same fitted step time (one
+  // already late, or one that could not make it even at the whole bound, is left out); within
+  // max_prefill_tokens_while_decoding and step_tokens. Without tpot_target a decoding step
+  // already takes all it may, and this changes nothing; no raise before the fit either.
+  std::chrono::microseconds ttft_target{0};
   std::uint32_t max_queue = 256;  // waiting requests; a submit beyond is refused (overloaded)
   // Still waiting longer once a step has admitted what it could: refused (overloaded); 0: no
   // limit. A preempted request is never refused.

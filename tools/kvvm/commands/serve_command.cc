@@ -215,6 +215,14 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
          "computes only the prompt tokens the target leaves (at least 16; within "
          "--max-prefill-tokens-while-decoding too) (default 0: no target)")
       ->transform(number_validator(0, kMaxTpotTargetMs));
+  cmd->add_option(
+         "--ttft-target-ms", options.ttft_target_ms,
+         "Time to first token to aim for, in milliseconds: a step that generates computes more "
+         "prompt tokens than --tpot-target-ms leaves when the prompts waiting for their first "
+         "token would otherwise miss it (the fewest that let each still able to make it do so; "
+         "within --max-prefill-tokens-while-decoding); needs --tpot-target-ms (default 0: no "
+         "target)")
+      ->transform(number_validator(0, kMaxTpotTargetMs));
   cmd->add_flag("--no-graphs", options.no_graphs, "Do not replay CUDA graphs for decode steps");
   add_weight_flags(*cmd, options.weights);
   cmd->add_flag("--no-prefix-cache", options.no_prefix_cache,
@@ -305,6 +313,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   engine_options.max_prefill_tokens_while_decoding =
       static_cast<std::uint32_t>(options.max_prefill_tokens_while_decoding);
   engine_options.tpot_target = tpot_target(options.tpot_target_ms);
+  engine_options.ttft_target = tpot_target(options.ttft_target_ms);
   engine_options.graphs = !options.no_graphs;
   engine_options.prefix_cache = !options.no_prefix_cache;
   engine_options.jump_forward = !options.no_jump_forward;

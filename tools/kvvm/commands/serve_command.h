@@ -48,6 +48,7 @@ struct ServeOptions {
   bool no_wait_forecast = false;  // predict waits from the admission rate alone
   std::uint64_t max_prefill_tokens_while_decoding = 0;  // 0: no bound but the step's
   double tpot_target_ms = 0;                            // 0: no target
+  double ttft_target_ms = 0;                            // 0: no target
   bool no_graphs = false;
   bool no_prefix_cache = false;
   bool no_jump_forward = false;  // --no-jump-forward: EngineOptions::jump_forward false
