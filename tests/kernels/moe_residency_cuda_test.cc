@@ -150,7 +150,9 @@ class Caches {
     EXPECT_EQ(mirror_->hits, want.hits) << where;
     EXPECT_EQ(mirror_->misses, want.misses) << where;
     EXPECT_EQ(mirror_->bytes_copied, want.bytes_copied) << where;
-    if (want.misses > 0) EXPECT_GT(mirror_->copy_ns, 0u) << where;
+    if (want.misses > 0) {
+      EXPECT_GT(mirror_->copy_ns, 0u) << where;
+    }
 
     const std::vector<std::uint8_t> table_bytes = tables_->download();
     const auto* tables = reinterpret_cast<const std::uint64_t*>(table_bytes.data()) +
