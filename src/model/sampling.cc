@@ -44,6 +44,70 @@ bool before(const Candidate& a, const Candidate& b) {
   return a.weight > b.weight || (a.weight == b.weight && a.id < b.id);
 }
 
+// What sample_token draws from: the candidates in its walk order with their masses
+// exp(l / T - max) after the min_p, top-k and top-p cuts, and `total`, the sum of those masses
+// in that order (>= 1: the most likely candidate always stays, of mass 1). False when the draw
+// is the argmax instead: temperature 0, top_k 1, no valid logit or no finite maximum.
+bool truncated_candidates(std::span<const float> logits, const SamplingParams& params,
+                          std::vector<Candidate>& candidates, double& total) {
+  if (params.temperature == 0 || params.top_k == 1) return false;
+  const double temperature = params.temperature;
+  candidates.clear();
+  candidates.reserve(logits.size());
+  double max_weight = -INFINITY;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i])) continue;
+    const double weight = static_cast<double>(logits[i]) / temperature;
+    candidates.push_back({static_cast<std::int32_t>(i), weight});
+    max_weight = std::max(max_weight, weight);
+  }
+  // No finite maximum: every probability is 0 (all -inf) or concentrated on +inf; the
+  // softmax is undefined, its limit is the argmax.
+  if (candidates.empty() || !std::isfinite(max_weight)) return false;
+  // Whether top-k truncates is decided on every valid logit, before min_p, as the CUDA kernel
+  // decides it (the walk order, and so the token a uniform picks, depends on it).
+  const std::size_t valid = candidates.size();
+  if (params.min_p > 0) {
+    // p / p_max >= min_p, in the log domain and in double as the CUDA kernel tests it; the
+    // maximum always stays (0 >= log(min_p)).
+    const double floor = std::log(static_cast<double>(params.min_p));
+    std::erase_if(candidates,
+                  [&](const Candidate& c) { return !(c.weight - max_weight >= floor); });
+  }
+
+  // Truncation needs the candidates in descending order; without it the id order serves and
+  // saves a sort over the whole vocabulary.
+  const bool top_k = params.top_k > 0 && params.top_k < valid;
+  const bool top_p = params.top_p < 1;
+  if (top_k) {
+    const std::size_t k = std::min<std::size_t>(params.top_k, candidates.size());
+    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k),
+                      candidates.end(), before);
+    candidates.resize(k);
+  } else if (top_p) {
+    std::sort(candidates.begin(), candidates.end(), before);
+  }
+  total = 0;
+  for (Candidate& c : candidates) {
+    c.weight = std::exp(c.weight - max_weight);
+    total += c.weight;
+  }
+  if (top_p) {
+    // The smallest prefix whose probability reaches p (the first candidate always stays).
+    const double target = static_cast<double>(params.top_p) * total;
+    double kept = 0;
+    std::size_t n = 0;
+    while (n < candidates.size()) {
+      kept += candidates[n].weight;
+      ++n;
+      if (kept >= target) break;
+    }
+    candidates.resize(n);
+    total = kept;
+  }
+  return true;
+}
+
 }  // namespace
 
 Status check_sampling(const SamplingParams& params) {
@@ -109,61 +173,9 @@ void mask_logits(std::span<float> logits, std::span<const std::uint32_t> mask) {
 
 std::int32_t sample_token(std::span<const float> logits, const SamplingParams& params,
                           std::uint64_t counter) {
-  if (params.temperature == 0 || params.top_k == 1) return greedy(logits);
-  const double temperature = params.temperature;
   std::vector<Candidate> candidates;
-  candidates.reserve(logits.size());
-  double max_weight = -INFINITY;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    if (std::isnan(logits[i])) continue;
-    const double weight = static_cast<double>(logits[i]) / temperature;
-    candidates.push_back({static_cast<std::int32_t>(i), weight});
-    max_weight = std::max(max_weight, weight);
-  }
-  // No finite maximum: every probability is 0 (all -inf) or concentrated on +inf; the
-  // softmax is undefined, its limit is the argmax.
-  if (candidates.empty() || !std::isfinite(max_weight)) return greedy(logits);
-  // Whether top-k truncates is decided on every valid logit, before min_p, as the CUDA kernel
-  // decides it (the walk order, and so the token a uniform picks, depends on it).
-  const std::size_t valid = candidates.size();
-  if (params.min_p > 0) {
-    // p / p_max >= min_p, in the log domain and in double as the CUDA kernel tests it; the
-    // maximum always stays (0 >= log(min_p)).
-    const double floor = std::log(static_cast<double>(params.min_p));
-    std::erase_if(candidates,
-                  [&](const Candidate& c) { return !(c.weight - max_weight >= floor); });
-  }
-
-  // Truncation needs the candidates in descending order; without it the id order serves and
-  // saves a sort over the whole vocabulary.
-  const bool top_k = params.top_k > 0 && params.top_k < valid;
-  const bool top_p = params.top_p < 1;
-  if (top_k) {
-    const std::size_t k = std::min<std::size_t>(params.top_k, candidates.size());
-    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k),
-                      candidates.end(), before);
-    candidates.resize(k);
-  } else if (top_p) {
-    std::sort(candidates.begin(), candidates.end(), before);
-  }
   double total = 0;
-  for (Candidate& c : candidates) {
-    c.weight = std::exp(c.weight - max_weight);
-    total += c.weight;
-  }
-  if (top_p) {
-    // The smallest prefix whose probability reaches p (the first candidate always stays).
-    const double target = static_cast<double>(params.top_p) * total;
-    double kept = 0;
-    std::size_t n = 0;
-    while (n < candidates.size()) {
-      kept += candidates[n].weight;
-      ++n;
-      if (kept >= target) break;
-    }
-    candidates.resize(n);
-    total = kept;
-  }
+  if (!truncated_candidates(logits, params, candidates, total)) return greedy(logits);
   // Inverse CDF. u * total may round up to total itself: then the last candidate of positive
   // probability takes it (never one of probability 0).
   const double u = counter_uniform(params.seed, counter) * total;
@@ -176,6 +188,19 @@ std::int32_t sample_token(std::span<const float> logits, const SamplingParams& p
     if (u < cumulative) return c.id;
   }
   return last_positive;
+}
+
+void sampling_distribution(std::span<const float> logits, const SamplingParams& params,
+                           std::span<double> out) {
+  KVVM_CHECK(out.size() == logits.size(), "a sampling distribution not the size of its row");
+  std::fill(out.begin(), out.end(), 0.0);
+  std::vector<Candidate> candidates;
+  double total = 0;
+  if (!truncated_candidates(logits, params, candidates, total)) {
+    out[static_cast<std::size_t>(greedy(logits))] = 1;
+    return;
+  }
+  for (const Candidate& c : candidates) out[static_cast<std::size_t>(c.id)] = c.weight / total;
 }
 
 void row_logprobs(std::span<const float> logits, float temperature, std::int32_t target,

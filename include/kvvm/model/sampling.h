@@ -66,6 +66,15 @@ double counter_uniform(std::uint64_t seed, std::uint64_t counter);
 std::int32_t sample_token(std::span<const float> logits, const SamplingParams& params,
                           std::uint64_t counter);
 
+// The distribution sample_token draws from, one double per token of the row: the temperature's
+// softmax after the min_p, top-k and top-p cuts, renormalised over what they keep; 0 for NaN
+// logits and cut tokens. Where sample_token takes the argmax (temperature 0, top_k 1, no finite
+// maximum), a point mass on it. The same cuts, in the same arithmetic, as sample_token (one
+// function under both). REQUIRES: check_sampling passed, logits non-empty, out.size() ==
+// logits.size().
+void sampling_distribution(std::span<const float> logits, const SamplingParams& params,
+                           std::span<double> out);
+
 // The most alternatives a row's log-probabilities report (OpenAI's top_logprobs bound).
 inline constexpr std::uint32_t kMaxTopLogprobs = 20;
 
