@@ -30,12 +30,8 @@ Status wanted_experts(std::span<const std::int32_t> ids, std::uint32_t experts,
 }
 
 ExpertCache::ExpertCache(const ExpertCacheShape& shape, Address first_slot,
-                         const unsigned char* staging, Copy copy, Wait wait)
-    : shape_(shape),
-      first_slot_(first_slot),
-      staging_(staging),
-      copy_(std::move(copy)),
-      wait_(std::move(wait)) {
+                         const unsigned char* staging, Copy copy)
+    : shape_(shape), first_slot_(first_slot), staging_(staging), copy_(std::move(copy)) {
   const std::uint64_t experts = std::uint64_t{shape.sparse_layers} * shape.experts;
   KVVM_CHECK(shape.slots > 0 && shape.slots <= experts, "expert cache: slots out of range");
   slot_of_.assign(experts, kEmpty);
@@ -121,7 +117,6 @@ Status ExpertCache::acquire(std::uint32_t layer, std::span<const std::uint32_t> 
   lookups_.fetch_add(ids.size(), std::memory_order_relaxed);
   hits_.fetch_add(hits, std::memory_order_relaxed);
   Status status = Status::Ok();
-  bool copied = false;
   for (std::size_t i = 0; i < ids.size() && status.ok(); ++i) {
     const std::uint32_t index = layer * shape_.experts + ids[i];
     if (slot_of_[index] != kEmpty) continue;
@@ -145,14 +140,9 @@ Status ExpertCache::acquire(std::uint32_t layer, std::span<const std::uint32_t> 
     at[i] = slot_address(slot);
     misses_.fetch_add(1, std::memory_order_relaxed);
     bytes_copied_.fetch_add(shape_.expert_bytes, std::memory_order_relaxed);
-    copied = true;
-  }
-  if (status.ok() && copied && wait_) {
-    status = timed(wait_).with_context("expert cache: waiting on the copies of sparse layer " +
-                                       std::to_string(layer) + "'s missed experts");
   }
   // Wanted now, evictable by the next acquisition (its compute is done by then: the CPU runs in
-  // order, a device stream likewise).
+  // order).
   for (std::uint32_t slot : wanted_slots_) evictable_.insert(key_of(slot));
   return status;
 }

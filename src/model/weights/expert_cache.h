@@ -9,7 +9,8 @@
 // than recency alone (a batch touches many experts once). The count halves every
 // kDecayAcquires acquisitions so the cache follows a change of topic; recency breaks ties.
 //
-// Backend-neutral: the copy is a callback (the host driver's write on the CPU backend). A
+// The copy is a callback (the host driver's write on the CPU backend); the CUDA backend runs
+// this policy on the device instead (DeviceExpertResidency), held to this class by its tests. A
 // failed copy leaves every mapping as it was (the copy writes nothing when it fails, as the
 // drivers' writes do) and fails the step naming the expert.
 #pragma once
@@ -55,16 +56,13 @@ inline std::uint32_t preloaded_expert(const ExpertCacheShape& shape, std::uint32
 
 class ExpertCache {
  public:
-  // Writes `bytes` from host staging at `from` into a slot at `to` (or starts to: see Wait).
+  // Writes `bytes` from host staging at `from` into a slot at `to`, done when it returns.
   using Copy = std::function<Status(Address to, const unsigned char* from, std::uint64_t bytes)>;
-  // Waits for the copies an acquisition started (a device stream's); empty where Copy is done
-  // when it returns. Its time counts as time waiting on copies.
-  using Wait = std::function<Status()>;
 
   // Slot s at first_slot + s * expert_bytes; expert e of sparse layer l staged at
   // staging + (l * experts + e) * expert_bytes (both outlive the cache).
   ExpertCache(const ExpertCacheShape& shape, Address first_slot, const unsigned char* staging,
-              Copy copy, Wait wait = {});
+              Copy copy);
 
   // Fills every slot before any routing is seen, as preloaded_expert says.
   Status preload();
@@ -99,7 +97,6 @@ class ExpertCache {
   Address first_slot_ = 0;
   const unsigned char* staging_ = nullptr;
   Copy copy_;
-  Wait wait_;
   // Indexed by sparse layer * experts + expert: its slot (kEmpty: not resident), its routed rows
   // (halving), the acquisition that last wanted it.
   std::vector<std::uint32_t> slot_of_;

@@ -225,34 +225,6 @@ TEST(ExpertCache, AFailedCopyLeavesEveryMappingAsItWasAndNamesTheExpert) {
   ASSERT_TRUE(rig.acquire(1, {0, 6}).ok());
 }
 
-// A cache whose copies only start (a device stream's) waits once per acquisition that missed,
-// and counts that wait as time on copies.
-TEST(ExpertCache, WaitsOnceForAnAcquisitionsCopiesAndNeverForHits) {
-  std::vector<unsigned char> staging(4 * 64, 1), device(2 * 64);
-  std::uint64_t copies = 0, waits = 0;
-  ExpertCache cache(
-      ExpertCacheShape{1, 4, 2, 64}, reinterpret_cast<Address>(device.data()), staging.data(),
-      [&](Address to, const unsigned char* from, std::uint64_t bytes) {
-        ++copies;
-        std::memcpy(reinterpret_cast<unsigned char*>(to), from, bytes);
-        return Status::Ok();
-      },
-      [&] {
-        ++waits;
-        return Status::Ok();
-      });
-  ASSERT_TRUE(cache.preload().ok());
-  EXPECT_EQ(waits, 0u);
-  std::vector<Address> at(2);
-  const std::vector<std::uint32_t> rows = {1, 1};
-  ASSERT_TRUE(cache.acquire(0, std::vector<std::uint32_t>{0, 1}, rows, at).ok());
-  EXPECT_EQ(waits, 0u);
-  ASSERT_TRUE(cache.acquire(0, std::vector<std::uint32_t>{2, 3}, rows, at).ok());
-  EXPECT_EQ(copies, 4u);
-  EXPECT_EQ(waits, 1u);
-  EXPECT_GT(cache.stats().copy_seconds, 0.0);
-}
-
 // Any sequence of acquisitions: every address returned holds the expert asked for, each
 // expert sits in at most one slot, and hits + misses = lookups.
 RC_GTEST_PROP(ExpertCacheProperty, EveryAddressHoldsItsExpert, ()) {
