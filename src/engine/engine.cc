@@ -21,6 +21,28 @@ void StepTokenCounts::add(std::uint64_t step_tokens) {
   tokens += step_tokens;
 }
 
+void StepPhaseSeconds::add(const StepPhaseSeconds& other) {
+  steps += other.steps;
+  schedule += other.schedule;
+  prepare += other.prepare;
+  launch += other.launch;
+  wait += other.wait;
+  update += other.update;
+  deliver += other.deliver;
+}
+
+StepPhaseSeconds StepPhaseSeconds::since(const StepPhaseSeconds& earlier) const {
+  StepPhaseSeconds d = *this;
+  d.steps -= earlier.steps;
+  d.schedule -= earlier.schedule;
+  d.prepare -= earlier.prepare;
+  d.launch -= earlier.launch;
+  d.wait -= earlier.wait;
+  d.update -= earlier.update;
+  d.deliver -= earlier.deliver;
+  return d;
+}
+
 std::string_view to_string(RequestEnd end) {
   switch (end) {
     case RequestEnd::kStop:
@@ -326,6 +348,7 @@ EngineStats Engine::Impl::stats() const {
     s.waiting = static_cast<std::uint32_t>(queued_);
     s.peak_running = published_.peak_running;
     s.graphs = graphs_;
+    s.phases = phases_;
     s.grammar = grammar_;
     s.grammar.forced_tokens = published_.forced_tokens;
     s.context_lost = !lost_.ok();

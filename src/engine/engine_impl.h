@@ -102,7 +102,8 @@ class Engine::Impl {
   std::uint32_t running_count_ KVVM_GUARDED_BY(mutex_) = 0;
   StepCounters published_ KVVM_GUARDED_BY(mutex_);
   model::GraphStats graphs_ KVVM_GUARDED_BY(mutex_);
-  GrammarStats grammar_ KVVM_GUARDED_BY(mutex_);  // the runner's masks, the submits' count
+  GrammarStats grammar_ KVVM_GUARDED_BY(mutex_);     // the runner's masks, the submits' count
+  StepPhaseSeconds phases_ KVVM_GUARDED_BY(mutex_);  // the steps' phases, summed
   // Started under mutex_ (start()), joined by the thread that stops the engine.
   std::thread worker_;
 };

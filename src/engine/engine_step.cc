@@ -1,5 +1,7 @@
 // One engine step: the inbox taken, then schedule() -> StepPlan, the runner's execute() ->
 // StepOutputs, the scheduler's update(); then the step's events delivered.
+#include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "engine_impl.h"
@@ -9,6 +11,11 @@
 namespace kvvm::engine {
 
 Result<bool> Engine::Impl::step() {
+  // The phases are timed on the host's steady clock, whatever clock the scheduler reads.
+  using Steady = std::chrono::steady_clock;
+  const auto since = [](Steady::time_point from) {
+    return std::chrono::duration<double>(Steady::now() - from).count();
+  };
   const Clock::time_point started = now();
   admission_.begin_step(started, take_inbox());
   if (context_lost_) {
@@ -17,13 +24,22 @@ Result<bool> Engine::Impl::step() {
     deliver(now());
     return lost();
   }
+  Steady::time_point phase = Steady::now();
   const StepPlan plan = scheduler_.schedule(now());
+  StepPhaseSeconds took;
+  took.schedule = since(phase);
   if (!plan.empty()) {
     // The step's tokens are stamped with the time it was sent to the model: a first token's
     // time to first token leaves the step that computed it out (the figures measured so far
     // were taken so).
     const Clock::time_point sent = now();
+    const double waited = model_.forward_waits().seconds;
     const StepOutputs& outputs = runner_.execute(plan, kv_->space().view());
+    took.steps = 1;
+    took.prepare = runner_.prepare_seconds();
+    took.wait = model_.forward_waits().seconds - waited;
+    took.launch = std::max(0.0, runner_.forward_seconds() - took.wait);
+    phase = Steady::now();
     scheduler_.count_step(plan.tokens, plan.decode_only);
     // A failed step ends its own requests; a lost context takes every request with it.
     if (!outputs.status.ok() && context_lost(outputs.status)) {
@@ -31,12 +47,16 @@ Result<bool> Engine::Impl::step() {
     } else {
       scheduler_.update(plan, outputs, sent);
     }
+    took.update = since(phase);
   }
+  phase = Steady::now();
   deliver(now());
+  took.deliver = since(phase);
   if (context_lost_) return lost();  // this step lost it: a broken engine
   const bool work_left = !scheduler_.running().empty() || !scheduler_.waiting().empty();
   admission_.step_done(started, !plan.empty(), plan.tokens, now(), work_left);
   MutexLock lock(mutex_);
+  if (took.steps > 0) phases_.add(took);
   return work_left_ || !inbox_.empty() || !cancels_.empty() || cancel_all_;
 }
 

@@ -89,6 +89,7 @@ ModelRunner::ModelRunner(model::Model& model, std::uint32_t step_tokens) : model
 }
 
 const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) {
+  const auto step_began = std::chrono::steady_clock::now();
   ids_.clear();
   chunks_.clear();
   sampling_.clear();
@@ -151,7 +152,11 @@ const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) 
     if (logprob_rows_.size() < logprob_rows_wanted) logprob_rows_.resize(logprob_rows_wanted);
     out.logprobs = logprob_rows_.data();
   }
+  const auto forward_began = std::chrono::steady_clock::now();
   outputs_.status = model_.forward(batch, out);
+  const auto forward_ended = std::chrono::steady_clock::now();
+  prepare_seconds_ = std::chrono::duration<double>(forward_began - step_began).count();
+  forward_seconds_ = std::chrono::duration<double>(forward_ended - forward_began).count();
   if (!outputs_.status.ok()) {
     outputs_.status =
         outputs_.status.with_context("model step of " + std::to_string(chunks_.size()) +

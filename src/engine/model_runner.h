@@ -21,6 +21,9 @@ class ModelRunner {
   const StepOutputs& execute(const StepPlan& plan, const KvView& kv);
   // Adds the masks computed since the last call to `stats` (mask count, time, buckets).
   void add_grammar_stats(GrammarStats& stats);
+  // The last execute()'s host time building the batch, and in the model's forward (seconds).
+  double prepare_seconds() const { return prepare_seconds_; }
+  double forward_seconds() const { return forward_seconds_; }
 
  private:
   model::Model& model_;
@@ -36,6 +39,8 @@ class ModelRunner {
   std::vector<std::uint32_t> masks_;
   GrammarStats grammar_stats_;  // since add_grammar_stats last took them
   StepOutputs outputs_;
+  double prepare_seconds_ = 0;
+  double forward_seconds_ = 0;
 };
 
 }  // namespace kvvm::engine

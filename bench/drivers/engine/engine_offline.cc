@@ -256,6 +256,7 @@ Result<OfflineRun> measure_offline(model::Model& model, const engine::KvSpaceOpt
   run.peak_running = after.peak_running;
   run.graph_replays = after.graphs.replays - before.graphs.replays;
   run.preemptions = after.preemptions - before.preemptions;
+  run.phases = after.phases.since(before.phases);
   return run;
 }
 

@@ -100,6 +100,20 @@ std::string ms(double seconds) { return fixed(seconds * 1000, 1); }
 
 }  // namespace
 
+// Milliseconds a step in each phase; steps as counted.
+nlohmann::ordered_json phases_json(const engine::StepPhaseSeconds& p) {
+  const double n = p.steps == 0 ? 1.0 : static_cast<double>(p.steps);
+  nlohmann::ordered_json o;
+  o["steps"] = p.steps;
+  o["schedule"] = p.schedule * 1e3 / n;
+  o["prepare"] = p.prepare * 1e3 / n;
+  o["launch"] = p.launch * 1e3 / n;
+  o["wait"] = p.wait * 1e3 / n;
+  o["update"] = p.update * 1e3 / n;
+  o["deliver"] = p.deliver * 1e3 / n;
+  return o;
+}
+
 nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
   nlohmann::ordered_json json;
   json["model"] = report.model_dir;
@@ -163,6 +177,7 @@ nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
       o["steps"] = run.steps;
       o["graph_replays"] = run.graph_replays;
       o["preemptions"] = run.preemptions;
+      o["step_phases_ms"] = phases_json(run.phases);
       if (!run.note.empty()) o["note"] = run.note;
       offline.push_back(std::move(o));
     }
@@ -254,6 +269,23 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
                 run.note);
     }
     table.print(out);
+    out << "\nWhere an offline step's time went (ms a step, the host's clock; `launch` holds the "
+           "device's work the launches overlap, `wait` the device's tail; the rest leaves the "
+           "device idle):\n";
+    TextTable phases({"lengths", "steps", "schedule", "prepare", "launch", "wait", "update",
+                      "deliver", "host-only share"},
+                     1);
+    for (const OfflineRun& run : report.offline) {
+      const engine::StepPhaseSeconds& p = run.phases;
+      const double n = p.steps == 0 ? 1.0 : static_cast<double>(p.steps);
+      const double host = p.schedule + p.prepare + p.update + p.deliver;
+      const double all = host + p.launch + p.wait;
+      phases.add({run.label, str(p.steps), fixed(p.schedule * 1e3 / n, 3),
+                  fixed(p.prepare * 1e3 / n, 3), fixed(p.launch * 1e3 / n, 3),
+                  fixed(p.wait * 1e3 / n, 3), fixed(p.update * 1e3 / n, 3),
+                  fixed(p.deliver * 1e3 / n, 3), all > 0 ? fixed(host / all, 3) : "-"});
+    }
+    phases.print(out);
   }
   if (!report.trace.empty()) {
     out << "\nTrace replay (open loop, " << report.trace_requests << " requests per rate, "

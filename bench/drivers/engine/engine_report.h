@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kvvm/engine/engine.h"
+
 namespace kvvm::cli {
 
 // One decode measurement: `batch` identical-length random prompts submitted together, each
@@ -65,6 +67,7 @@ struct OfflineRun {
   std::uint64_t steps = 0;
   std::uint64_t graph_replays = 0;
   std::uint64_t preemptions = 0;
+  engine::StepPhaseSeconds phases;  // the measured run's steps, where the host's time went
   std::string note;
 };
 

@@ -259,6 +259,23 @@ struct GrammarStats {
   std::array<std::uint64_t, kMaskSecondsBounds.size() + 1> mask_buckets{};  // not cumulative
 };
 
+// Where the stepping thread's time went, summed over the steps that ran the model (seconds of
+// the steady clock). What the device computes while the host launches is inside `launch`; the
+// host's own work that leaves the device idle is schedule + prepare + update + deliver (and
+// what the model does after its wait).
+struct StepPhaseSeconds {
+  std::uint64_t steps = 0;
+  double schedule = 0;  // the scheduler's plan: admissions, KV commits, preemptions
+  double prepare = 0;   // the runner's batch: ids, chunks, sampling, logit transforms, masks
+  double launch = 0;    // the model's forward but its wait (CUDA: staging and launches)
+  double wait = 0;      // the forward's wait for the device (Model::forward_waits)
+  double update = 0;    // the draws applied: stops, stop strings, detokenization, forks
+  double deliver = 0;   // counters published, the events' callbacks
+  void add(const StepPhaseSeconds& other);
+  // These less `earlier` (the same engine's, taken before): the phases of the steps between.
+  StepPhaseSeconds since(const StepPhaseSeconds& earlier) const;
+};
+
 struct EngineStats {
   // Ended requests: finished (stop or length), cancelled, failed (kError, refusals in the
   // queue included).
@@ -281,6 +298,7 @@ struct EngineStats {
   PrefixCacheStats prefix;
   GrammarStats grammar;
   model::GraphStats graphs;
+  StepPhaseSeconds phases;
   ArenaStats arena;
 };
 

@@ -136,6 +136,14 @@ struct GraphStats {
   std::uint64_t eager_steps = 0;  // steps that ran kernel by kernel
 };
 
+// The host's time waiting for the device at the end of steps, summed since the model was made
+// (the steady clock): with the time of forward() itself, it splits a step into the host's
+// work (staging, launches) and the device's tail the host only waits for.
+struct ForwardWaits {
+  std::uint64_t steps = 0;  // forwards that waited
+  double seconds = 0;
+};
+
 struct ModelLimits {
   std::uint32_t max_step_tokens = 512;  // tokens of one step, all chunks together
   std::uint32_t max_chunks = 64;        // chunks of one step
@@ -170,6 +178,8 @@ class Model {
   // Drops every graph; later steps run eagerly.
   virtual void release_decode_graphs() {}
   virtual GraphStats graph_stats() const { return {}; }
+  // The CPU backend computes in forward() itself and never waits: none.
+  virtual ForwardWaits forward_waits() const { return {}; }
 
   // Where the weights live and what they hold (kvvm/model/weight_memory.h).
   virtual WeightStats weight_stats() const { return {}; }

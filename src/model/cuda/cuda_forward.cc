@@ -17,6 +17,7 @@
 // The layer's attention is cuda_attention.cc; its projections (GEMV, cuBLAS, FP8) are
 // cuda_projections.cc.
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -375,6 +376,14 @@ void CudaModel::write_logprobs(const StepBatch& batch, const StepOutput& out) co
   }
 }
 
+Status CudaModel::wait_for_step() {
+  const auto began = std::chrono::steady_clock::now();
+  const Status done = cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
+  ++waits_.steps;
+  waits_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  return done;
+}
+
 Status CudaModel::finish_step(const StepBatch& batch, const StepOutput& out, std::uint32_t rows) {
   const std::uint64_t vocab = config().vocab_size;
   if (out.logits != nullptr) {
@@ -390,7 +399,7 @@ Status CudaModel::finish_step(const StepBatch& batch, const StepOutput& out, std
         "cudaMemcpyAsync",
         cudaMemcpyAsync(to, from, rows * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_)));
   }
-  if (!logprob_chunks_) return cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
+  if (!logprob_chunks_) return wait_for_step();
   // Ordered after the copies above: the prompt rows reuse final_ and logits_.
   KVVM_RETURN_IF_ERROR(enqueue_prompt_logprobs());
   const std::pair<std::uint64_t, std::uint64_t> results[] = {{0, rows},
@@ -402,7 +411,7 @@ Status CudaModel::finish_step(const StepBatch& batch, const StepOutput& out, std
                   cudaMemcpyAsync(logprob_host_ + first, logprob_results_ + first,
                                   count * sizeof(LogprobResult), cudaMemcpyDeviceToHost, stream_)));
   }
-  KVVM_RETURN_IF_ERROR(cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(stream_)));
+  KVVM_RETURN_IF_ERROR(wait_for_step());
   write_logprobs(batch, out);
   return Status::Ok();
 }

@@ -42,6 +42,7 @@ class CudaModel final : public Model {
   Status capture_decode_graphs(const DecodeGraphOptions& options) override;
   void release_decode_graphs() override;
   GraphStats graph_stats() const override;
+  ForwardWaits forward_waits() const override { return waits_; }
   WeightStats weight_stats() const override;
 
  private:
@@ -98,6 +99,8 @@ class CudaModel final : public Model {
   // chunks (enqueue_prompt_logprobs) and the log-probability results; waits for the stream and
   // writes out.logprobs.
   Status finish_step(const StepBatch& batch, const StepOutput& out, std::uint32_t rows);
+  // The stream synchronized, its wait counted in waits_.
+  Status wait_for_step();
   // The final norm, lm_head and log-probabilities of the staged prompt rows, max_chunks rows
   // at a time through final_ and logits_ (after the step's own outputs were copied from them).
   Status enqueue_prompt_logprobs();
@@ -251,6 +254,7 @@ class CudaModel final : public Model {
   std::uint32_t graph_max_length_ = 0;
   std::uint64_t replays_ = 0;
   std::uint64_t eager_steps_ = 0;
+  ForwardWaits waits_;  // finish_step's synchronizations
 };
 
 }  // namespace kvvm::model::detail
