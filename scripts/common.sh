@@ -3,10 +3,13 @@
 
 KVVM_DEBIAN_PACKAGES=(cmake g++ make ccache libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev librapidcheck-dev libxxhash-dev libssl-dev clang-format clang
-  libopenblas-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev curl)
-# What only the tests need: Node and npm for the real API clients (tests/clients). A package
-# whose command is already there (Node from another source bundles npm) is not asked for.
-KVVM_TEST_PACKAGES=(nodejs npm python3-jsonschema)
+  libopenblas-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev curl libzmq3-dev cppzmq-dev
+  libmsgpack-cxx-dev)
+# What only the tests need: Node and npm for the real API clients (tests/clients); nginx for
+# the replicas behind a balancer; Python's ZeroMQ and msgpack for the independent subscriber of
+# the KV-cache events. A package whose command is already there (Node from another source
+# bundles npm) is not asked for.
+KVVM_TEST_PACKAGES=(nodejs npm python3-jsonschema nginx python3-zmq python3-msgpack)
 
 # kvvm_install_dependencies [EXTRA_PACKAGE ...]: KVVM_DEBIAN_PACKAGES and the extra ones.
 kvvm_install_dependencies() {
