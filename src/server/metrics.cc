@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <system_error>
 
@@ -191,6 +192,19 @@ class Writer {
 
 }  // namespace
 
+CacheBlocks cache_blocks(const LayoutPlan& plan, std::uint64_t budget_bytes) {
+  CacheBlocks blocks;
+  const std::uint64_t per_token = plan.contiguous_bytes_per_token;
+  if (plan.granule == 0 || per_token == 0 || plan.bytes_per_token == 0) return blocks;
+  // granule / gcd = lcm(granule, per_token) / per_token, without the lcm's overflow.
+  blocks.block_size = plan.granule / std::gcd(plan.granule, per_token);
+  const std::uint64_t block_bytes = blocks.block_size * plan.bytes_per_token;
+  if (block_bytes / plan.bytes_per_token == blocks.block_size) {  // no overflow
+    blocks.num_gpu_blocks = budget_bytes / block_bytes;
+  }
+  return blocks;
+}
+
 Histogram::Histogram(std::vector<double> upper_bounds) {
   data_.upper_bounds = std::move(upper_bounds);
   data_.counts.assign(data_.upper_bounds.size() + 1, 0);
@@ -310,20 +324,27 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
            std::uint64_t{engine.running});
   w.single("vllm:num_requests_waiting", "gauge", "Requests waiting to be admitted.", model,
            std::uint64_t{engine.waiting});
+  // A fraction, never above 1 (a picker scores 1 - usage): mapped bytes the tier charges
+  // elsewhere, or a budget lowered under what is mapped, must not read as more than full.
   w.single("vllm:kv_cache_usage_perc", "gauge",
            "KV cache in use as a fraction of the KV budget (1 = full): physical bytes mapped "
            "minus those finished sequences keep for reuse, over the budget.",
-           model, engine::kv_usage(arena, inputs.tier.limit));
+           model, std::min(1.0, engine::kv_usage(arena, inputs.tier.limit)));
   const ServerMetrics::CacheConfig& cache = inputs.cache;
   const std::string granule = format_uint(cache.granule_bytes);
   const std::string slots = format_uint(cache.num_slots);
   const std::string context = format_uint(cache.max_context);
   const std::string budget = format_uint(inputs.tier.limit);
+  const std::string block_size = format_uint(cache.blocks.block_size);
+  const std::string num_blocks = format_uint(cache.blocks.num_gpu_blocks);
   w.single("vllm:cache_config_info", "gauge",
-           "The KV cache's configuration, in the labels (value 1): layout, element type, the "
-           "weights' quantization, granule, slots, tokens a slot holds, byte budget and whether "
-           "prefixes are cached.",
+           "The KV cache's configuration, in the labels (value 1): vLLM's block_size (tokens the "
+           "prefix cache matches in) and num_gpu_blocks (such blocks the budget holds), layout, "
+           "element type, the weights' quantization, granule, slots, tokens a slot holds, byte "
+           "budget and whether prefixes are cached.",
            {{"model_name", inputs.model_name},
+            {"block_size", block_size},
+            {"num_gpu_blocks", num_blocks},
             {"layout", cache.layout},
             {"cache_dtype", cache.cache_dtype},
             {"quantization", cache.quantization},
@@ -333,6 +354,13 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
             {"budget_bytes", budget},
             {"enable_prefix_caching", cache.prefix_caching ? "True" : "False"}},
            std::uint64_t{1});
+  // vLLM's labels, without model_name as vLLM writes them; an endpoint picker takes the sample
+  // with the latest time and reads the adapters from it.
+  w.single("vllm:lora_requests_info", "gauge",
+           "LoRA adapters, in the labels: kvvm serves none (max_lora 0, no adapter running or "
+           "waiting); the value is when this was read, seconds since the epoch.",
+           {{"max_lora", "0"}, {"running_lora_adapters", ""}, {"waiting_lora_adapters", ""}},
+           inputs.unix_time);
   w.single("vllm:prefix_cache_queries_total", "counter",
            "Prompt tokens looked up in the prefix cache.", model, engine.prefix.queries);
   w.single("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",

@@ -5,7 +5,13 @@
 //               (0..1, as vLLM reports it: (kvvm_kv_physical_bytes -
 //               kvvm_kv_reclaimable_bytes) / kvvm_kv_budget_bytes, engine::kv_usage),
 //               vllm:cache_config_info (1, the KV cache's configuration in its labels: kvvm's
-//               own, as vLLM's are its cache config's fields)
+//               own, as vLLM's are its cache config's fields, and vLLM's block_size and
+//               num_gpu_blocks, which endpoint pickers read; cache_blocks() below),
+//               vllm:lora_requests_info (kvvm serves no adapters: max_lora="0" and empty
+//               adapter lists, the wall time of the scrape as its value, as vLLM stamps it)
+// Every gauge is computed when /metrics is read, from the engine's state at its last step
+// boundary (requests are admitted and end only there) plus the arrivals since: no timer
+// caches them, so a scraper polling every 50 ms reads values at most one step old.
 //   counters    vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total (tokens),
 //               vllm:prompt_tokens_total, vllm:generation_tokens_total,
 //               vllm:num_preemptions_total, vllm:request_success_total{finished_reason}
@@ -43,9 +49,22 @@
 #include "kvvm/governor/governor.h"
 #include "kvvm/grammar/constraint.h"
 #include "kvvm/grammar/grammar_cache.h"
+#include "kvvm/kv/layout.h"
 #include "kvvm/vmm/driver.h"
 
 namespace kvvm::server {
+
+// vLLM's block_size and num_gpu_blocks for kvvm's KV, which has no blocks: a router's prefix
+// scorer hashes prompts in blocks of block_size tokens and sizes its index by num_gpu_blocks.
+// The prefix cache matches whole windows ending on a token boundary, so its unit is the fewest
+// tokens that fill whole granules, lcm(granule, contiguous bytes per token) / contiguous bytes
+// per token; a block is that many tokens in every fragment, and the budget holds
+// floor(budget / (block_size * bytes_per_token)) of them. Both 0 for a plan without a granule.
+struct CacheBlocks {
+  std::uint64_t block_size = 0;  // tokens
+  std::uint64_t num_gpu_blocks = 0;
+};
+CacheBlocks cache_blocks(const LayoutPlan& plan, std::uint64_t budget_bytes);
 
 // A Prometheus histogram: fixed upper bounds, cumulative when rendered. Thread-safe.
 class Histogram {
@@ -101,6 +120,7 @@ class ServerMetrics {
     std::uint64_t num_slots = 0;    // the arena's slots (the graphs' padding slot included)
     std::uint64_t max_context = 0;  // tokens a slot holds
     bool prefix_caching = false;    // (the budget label is the tier's limit)
+    CacheBlocks blocks;             // vLLM's block_size and num_gpu_blocks labels
   };
   struct Inputs {
     std::string model_name;
@@ -111,6 +131,8 @@ class ServerMetrics {
     model::WeightStats weights;
     bool draining = false;
     grammar::GrammarCacheStats grammar_cache;  // the server's structured-output grammars
+    // Seconds since the epoch when the inputs were read: vllm:lora_requests_info's value.
+    double unix_time = 0;
   };
   // The whole exposition text.
   std::string render(const Inputs& inputs) const;

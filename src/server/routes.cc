@@ -303,6 +303,9 @@ void Routes::metrics(const httplib::Request&, httplib::Response& res) {
   inputs.cache.num_slots = deps_.kv->options().max_slots;
   inputs.cache.max_context = plan.max_context;
   inputs.cache.prefix_caching = engine_options.prefix_cache && !engine_options.preallocate;
+  inputs.cache.blocks = cache_blocks(plan, inputs.tier.limit);
+  inputs.unix_time =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   res.set_content(metrics_.render(inputs), "text/plain; version=0.0.4; charset=utf-8");
 }
 

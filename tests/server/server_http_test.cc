@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "commands/generate_command.h"
+#include "server/metrics.h"
 #include "support/prometheus_text.h"
 #include "support/server_rig.h"
 #include "support/test_data.h"
@@ -258,15 +259,18 @@ TEST_F(ServerHttpTest, MetricsTimeEachGapBetweenTokensAndDescribeTheCache) {
   // the host driver's granule, the tier's budget, prefixes cached.
   const LayoutPlan& plan = rig_->kv().arena().plan();
   const TierStats tier = rig_->kv().governor().stats(rig_->kv().arena().tier());
-  const test::PromLabels cache = {{"model_name", "llama-tiny"},
-                                  {"layout", "token-major"},
-                                  {"cache_dtype", "fp32"},
-                                  {"quantization", "none"},
-                                  {"granule_bytes", std::to_string(plan.granule)},
-                                  {"num_slots", "4"},
-                                  {"max_context", "512"},
-                                  {"budget_bytes", std::to_string(tier.limit)},
-                                  {"enable_prefix_caching", "True"}};
+  const test::PromLabels cache = {
+      {"model_name", "llama-tiny"},
+      {"layout", "token-major"},
+      {"cache_dtype", "fp32"},
+      {"quantization", "none"},
+      {"granule_bytes", std::to_string(plan.granule)},
+      {"num_slots", "4"},
+      {"max_context", "512"},
+      {"budget_bytes", std::to_string(tier.limit)},
+      {"enable_prefix_caching", "True"},
+      {"block_size", std::to_string(cache_blocks(plan, tier.limit).block_size)},
+      {"num_gpu_blocks", std::to_string(cache_blocks(plan, tier.limit).num_gpu_blocks)}};
   EXPECT_EQ(test::value(parsed.families, "vllm:cache_config_info", cache), 1) << metrics->body;
 }
 

@@ -56,6 +56,7 @@ ServerMetrics::Inputs made_up_inputs() {
   in.cache.num_slots = 65;
   in.cache.max_context = 8192;
   in.cache.prefix_caching = true;
+  in.cache.blocks = {16, 4096};
   return in;
 }
 
@@ -299,7 +300,8 @@ TEST(ServerMetrics, CacheConfigInfoCarriesTheConfigurationInItsLabels) {
   const PromLabels labels = {
       {"model_name", "tiny"},   {"layout", "head-major"},       {"cache_dtype", "bf16"},
       {"quantization", "none"}, {"granule_bytes", "2097152"},   {"num_slots", "65"},
-      {"max_context", "8192"},  {"budget_bytes", "8589934592"}, {"enable_prefix_caching", "True"}};
+      {"max_context", "8192"},  {"budget_bytes", "8589934592"}, {"enable_prefix_caching", "True"},
+      {"block_size", "16"},     {"num_gpu_blocks", "4096"}};
   EXPECT_EQ(value(families, "vllm:cache_config_info", labels), 1);
   in.cache.prefix_caching = false;
   families = parsed(metrics.render(in));
