@@ -344,6 +344,9 @@ EngineStats Engine::Impl::stats() const {
     s.prompt_tokens = published_.prompt_tokens;
     s.cached_tokens = published_.cached_tokens;
     s.generated_tokens = published_.generated_tokens;
+    s.spec_drafts = published_.spec_drafts;
+    s.spec_draft_tokens = published_.spec_draft_tokens;
+    s.spec_accepted_tokens = published_.spec_accepted_tokens;
     s.running = running_count_;
     s.waiting = static_cast<std::uint32_t>(queued_);
     s.peak_running = published_.peak_running;

@@ -33,6 +33,7 @@ Status check_buckets(const std::vector<std::uint32_t>& buckets, std::uint32_t ma
 }
 
 Status resolve_options(const model::Model& model, const KvSpace& kv, bool pad, EngineOptions& o) {
+  KVVM_RETURN_IF_ERROR(check_speculative_options(o.speculative).with_context("speculative"));
   const model::ModelLimits& limits = model.limits();
   const std::uint32_t slots = kv.options().max_slots - (pad ? kPadSlots : 0);
   // A space sized for its sequences runs that many (its padding slot stays idle without graphs).

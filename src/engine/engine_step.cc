@@ -133,8 +133,10 @@ void Engine::Impl::fill_event(const RequestState& r, RequestEvent& event) const 
   if (r.emit_tokens > 0) {
     event.tokens = std::span<const std::int32_t>(r.tokens).subspan(r.emit_from, r.emit_tokens);
     // Only a drawn token has log-probabilities; a request asking for them never jumps forward.
-    if (r.request.logprobs)
-      event.logprobs = std::span<const model::RowLogprobs>(&r.token_logprobs, 1);
+    if (r.request.logprobs) {
+      event.logprobs = std::span<const model::RowLogprobs>(r.token_logprobs)
+                           .first(std::min<std::size_t>(r.token_logprobs.size(), r.emit_tokens));
+    }
   }
   if (r.request.prompt_logprobs && !r.prompt_logprobs_sent)
     event.prompt_logprobs = r.prompt_logprobs;

@@ -44,6 +44,7 @@ Result<GenerateResult> generate(model::Model& model, KvSpace& kv, const Generate
   options.max_queue_wait = std::chrono::milliseconds{0};  // the caller's thread steps at once
   options.prefix_cache = false;  // one request: nothing to share, nothing left held after
   options.graphs = request.graphs;
+  options.speculative = request.speculative;
   KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> created,
                         Engine::create(model, kv, std::move(options)));
   Engine& engine = *created;
@@ -93,8 +94,11 @@ Result<GenerateResult> generate(model::Model& model, KvSpace& kv, const Generate
   result.timings.prefill_seconds = seconds_between(start, prefilled);
   result.timings.decode_seconds = seconds_between(prefilled, end);
   if (first_token) {
-    result.timings.decode_steps =
-        static_cast<std::uint32_t>(engine.stats().steps - steps_at_first_token);
+    const EngineStats stats = engine.stats();
+    result.timings.decode_steps = static_cast<std::uint32_t>(stats.steps - steps_at_first_token);
+    result.timings.decode_tokens = static_cast<std::uint32_t>(result.tokens.size() - 1);
+    result.timings.draft_tokens = stats.spec_draft_tokens;
+    result.timings.accepted_tokens = stats.spec_accepted_tokens;
   }
   return result;
 }

@@ -70,6 +70,33 @@ void fill_token_mask(RequestState& r, std::span<std::uint32_t> row) {
 
 }  // namespace
 
+void ModelRunner::add_draft_row(const ScheduledChunk& c, std::size_t& logprob_rows_wanted) {
+  RequestState& r = *c.request;
+  const std::int32_t proposal = r.drafts[c.draft - 1];
+  ids_.push_back(proposal);
+  chunks_.push_back(model::Chunk{.slot = *r.slot, .start = c.start, .tokens = 1});
+  // The draw after j proposals: the output counter it would have without speculation.
+  model::ChunkSampling sampling{.params = r.request.sampling, .counter = r.generated + c.draft};
+  if (r.request.logprobs) {
+    sampling.logprob_rows = model::LogprobRows::kLast;
+    sampling.top_logprobs = *r.request.logprobs;
+    ++logprob_rows_wanted;
+  }
+  if (has_logit_transforms(r)) {
+    // Built from the tokens as they would stand at that draw: the proposals before it taken.
+    const std::size_t size = r.tokens.size();
+    const std::uint32_t generated = r.generated;
+    r.tokens.insert(r.tokens.end(), r.drafts.begin(), r.drafts.begin() + c.draft);
+    r.generated += c.draft;
+    sampling.adjust_begin = static_cast<std::uint32_t>(adjustments_.size());
+    append_logit_transforms(r, adjustments_, adjust_scratch_);
+    sampling.adjust_count = static_cast<std::uint32_t>(adjustments_.size()) - sampling.adjust_begin;
+    r.tokens.resize(size);
+    r.generated = generated;
+  }
+  sampling_.push_back(sampling);
+}
+
 void ModelRunner::add_grammar_stats(GrammarStats& stats) {
   stats.masks += grammar_stats_.masks;
   stats.mask_seconds += grammar_stats_.mask_seconds;
@@ -99,6 +126,10 @@ const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) 
   bool want_logits = false;
   std::size_t logprob_rows_wanted = 0;
   for (const ScheduledChunk& c : plan.chunks) {
+    if (c.draft > 0) {
+      add_draft_row(c, logprob_rows_wanted);
+      continue;
+    }
     const RequestState& r = *c.request;
     const std::uint32_t end = c.start + c.tokens;
     ids_.insert(ids_.end(), r.tokens.begin() + c.start, r.tokens.begin() + end);

@@ -26,6 +26,10 @@ class ModelRunner {
   double forward_seconds() const { return forward_seconds_; }
 
  private:
+  // A speculative row (c.draft >= 1): the proposal as its input, drawn as the sequence would
+  // draw after the proposals before it.
+  void add_draft_row(const ScheduledChunk& c, std::size_t& logprob_rows_wanted);
+
   model::Model& model_;
   std::vector<std::int32_t> ids_;
   std::vector<model::Chunk> chunks_;

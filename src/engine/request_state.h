@@ -56,7 +56,11 @@ struct RequestState {
   // the prompt is; sent with the choice's first event.
   std::vector<model::RowLogprobs> prompt_logprobs;
   bool prompt_logprobs_sent = false;
-  model::RowLogprobs token_logprobs;  // the emitted token's, when asked
+  // The rows of this step's draws, when asked: the emitted tokens' (emit_tokens of them) first.
+  std::vector<model::RowLogprobs> token_logprobs;
+  // Speculative decoding: the proposals this step verifies after the last token (rows at the
+  // positions that follow it); empty between steps.
+  std::vector<std::int32_t> drafts;
 
   Clock::time_point submitted{};
   double predicted_wait = -1;    // seconds, at submit; negative: none (no rate measured yet)

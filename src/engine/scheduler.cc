@@ -75,11 +75,15 @@ StepPlan Scheduler::schedule(Clock::time_point now) {
             .prefill = options_.max_prefill_tokens_while_decoding != 0
                            ? options_.max_prefill_tokens_while_decoding
                            : options_.step_tokens};
-  // Decode tokens first: a running answer never waits behind a new prompt.
+  // Decode tokens first: a running answer never waits behind a new prompt. With speculative
+  // decoding each is followed by its proposals' rows, while the step has room for them.
+  const bool speculate = speculates_this_step();
   for (auto& r : running_) {
     if (room.tokens == 0 || plan.chunks.size() == model_.limits().max_chunks) break;
     if (r->finished || r->missing() != 1) continue;
-    room.decoding = plan_chunk(plan, room, *r, 1) || room.decoding;
+    const bool planned = plan_chunk(plan, room, *r, 1);
+    room.decoding = planned || room.decoding;
+    if (planned && speculate) plan_drafts(plan, room, *r);
   }
   // The share a time-per-token target leaves after this step's decode tokens, raised to what
   // the prompts without a first token need to meet a time-to-first-token target (never past
@@ -152,6 +156,10 @@ void Scheduler::commit_planned(StepPlan& plan) {
   // again; one that cannot fit alone fails. (Preallocated slots grow through nothing: the KV
   // manager answers OK at once.)
   for (ScheduledChunk& c : plan.chunks) {
+    if (c.draft > 0 && c.request != nullptr) {
+      commit_draft(plan, c);
+      continue;
+    }
     while (c.request != nullptr) {
       RequestState& r = *c.request;
       Status grown = kv_.ensure(*r.slot, std::uint64_t{c.start} + c.tokens);
@@ -282,6 +290,7 @@ void Scheduler::delivered() {
     r->touched = false;
     r->prompt_logprobs_sent = r->prompt_logprobs_sent || r->request.prompt_logprobs;
     r->emit_tokens = 0;
+    r->token_logprobs.clear();
     r->text_out.clear();
   }
   touched_.clear();

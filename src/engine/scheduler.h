@@ -27,6 +27,7 @@ struct StepCounters {
   StepTokenCounts step_tokens;
   std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   std::uint64_t forced_tokens = 0;  // of the generated: a grammar's forced runs
+  std::uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::uint32_t peak_running = 0;
 };
 
@@ -85,6 +86,10 @@ class Scheduler {
   std::uint32_t chunk_tokens(const RequestState& r, const Room& room) const;
   // Adds r's next `n` tokens to the plan; false when they do not fit it.
   bool plan_chunk(StepPlan& plan, Room& room, RequestState& r, std::uint32_t n);
+  // Commits a speculative row's token; where that is refused (or fails), the row and the later
+  // ones of its sequence are dropped and its proposals cut there: never a preemption, never an
+  // error, the sequence decodes as it would have without them.
+  void commit_draft(StepPlan& plan, ScheduledChunk& row);
   // Commits what each planned chunk writes, preempting the newest sequence while growth is
   // refused; chunks of requests preempted or failed are dropped from the plan.
   void commit_planned(StepPlan& plan);
@@ -93,6 +98,19 @@ class Scheduler {
   void admit_waiting(StepPlan& plan, Room& room, Clock::time_point now);
   // Refuses the requests still waiting, never admitted, past max_queue_wait.
   void refuse_overdue(StepPlan& plan, Clock::time_point now);
+
+  // Speculative decoding (scheduler_speculation.cc). Whether this step's decoding sequences
+  // speculate (on, and fewer of them than disable_by_batch_size).
+  bool speculates_this_step() const;
+  // After r's decode chunk: its proposals as speculative rows, as many as the step, the
+  // transforms' bound and max_tokens leave.
+  void plan_drafts(StepPlan& plan, Room& room, RequestState& r);
+  // Applies the draws of r's decode chunk (plan.chunks[first]) and of its speculative rows
+  // after it: each proposal kept while it equals the draw before it, the first draw that
+  // differs (or the one after the last proposal) taken as the step's last token; the tokens
+  // as on_sampled takes them, one at a time. Returns the rows after `first` it consumed.
+  std::size_t verify_drafts(RequestState& r, const StepOutputs& outputs, std::size_t first,
+                            Clock::time_point now);
 
   // The token sampled after the request's last missing one.
   void on_sampled(RequestState& r, std::int32_t token, Clock::time_point now);

@@ -67,6 +67,7 @@ std::size_t Scheduler::active_running() const {
 
 void Scheduler::preempt(RequestState& victim) {
   release_slot(victim);
+  victim.drafts.clear();
   victim.computed = 0;
   victim.cache_known = 0;
   ++victim.stats.preemptions;

@@ -38,7 +38,7 @@ void Scheduler::update(const StepPlan& plan, const StepOutputs& outputs, Clock::
       r.prompt_logprobs.insert(r.prompt_logprobs.end(), out.logprobs.begin(),
                                out.logprobs.begin() + prompt_rows);
     }
-    if (!out.logprobs.empty()) r.token_logprobs = out.logprobs.back();  // the draw's
+    if (!out.logprobs.empty()) r.token_logprobs.assign(1, out.logprobs.back());  // the draw's
     if (!r.forks.empty() && r.computed >= r.prompt_size) fork_choices(r, now);
     // Prompt chunks publish at once; generated tokens a few at a time, which keeps the
     // cache's lock and key hashing off most decode steps (a window holds several tokens).
@@ -50,6 +50,8 @@ void Scheduler::update(const StepPlan& plan, const StepOutputs& outputs, Clock::
     if (r.missing() != 0) continue;  // a mid-prompt chunk's draw is moot
     if (r.request.max_tokens == 0) {
       end_request(r, RequestEnd::kLength);  // prefill only: the logits are the answer
+    } else if (!r.drafts.empty()) {
+      i += verify_drafts(r, outputs, i, now);
     } else {
       on_sampled(r, out.sampled, now);
     }

@@ -21,6 +21,10 @@ struct ScheduledChunk {
   RequestState* request = nullptr;
   std::uint32_t start = 0;
   std::uint32_t tokens = 0;
+  // 0: the sequence's own tokens. j >= 1: a speculative row, one token at position start whose
+  // input is the j-th proposal (request->drafts[j - 1]); a sequence's rows follow its decode
+  // chunk in the plan, j ascending.
+  std::uint32_t draft = 0;
 };
 
 struct StepPlan {

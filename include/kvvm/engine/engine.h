@@ -36,6 +36,7 @@
 #include "kvvm/base/status.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/engine/speculative.h"
 #include "kvvm/grammar/compiled_grammar.h"
 #include "kvvm/kv/prefix/prefix_cache.h"
 #include "kvvm/model/model.h"
@@ -104,6 +105,8 @@ struct EngineRequest {
   // The output's text leaves special tokens out (an end token the request chose to ignore,
   // say); false writes them (Mistral's [TOOL_CALLS], which its tool-call parser reads).
   bool skip_special_tokens = true;
+  // With EngineOptions::speculative on: false opts this request out (it decodes a token a step).
+  bool speculate = true;
 };
 
 // What a request may ask of one model over one KV space.
@@ -221,8 +224,9 @@ struct EngineOptions {
   // left to the draw, where it may merge with what follows): fewer steps for JSON's keys and
   // punctuation. Needs the tokenizer; never for a request asking for log-probabilities.
   bool jump_forward = true;
-  std::string model_identity;  // folded into cache keys; empty: the config's architecture
-  bool graphs = true;          // CUDA: decode steps replay captured graphs
+  SpeculativeOptions speculative;  // off unless num_speculative_tokens > 0
+  std::string model_identity;      // folded into cache keys; empty: the config's architecture
+  bool graphs = true;              // CUDA: decode steps replay captured graphs
   std::vector<std::uint32_t> graph_batch_sizes;  // empty: 1, 2, 4, 8, 16, 32, ... max_running
   // Every admitted sequence commits max_context tokens at once and keeps them until it ends
   // (no growth, nothing reclaimable, no prefix cache: prefix_cache is turned off): the
@@ -291,6 +295,10 @@ struct EngineStats {
   std::uint64_t steps = 0, decode_only_steps = 0;
   StepTokenCounts step_tokens;  // the steps that ran, by their tokens
   std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  // Speculative decoding: the verifications (a sequence's step with proposals), the tokens
+  // proposed and those kept (vLLM's spec_decode num_drafts, num_draft_tokens and
+  // num_accepted_tokens).
+  std::uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::uint32_t running = 0, waiting = 0;
   std::uint32_t peak_running = 0;
   double kv_usage = 0;        // kv_usage() of kv_manager.h: the KV in use / the budget

@@ -11,6 +11,7 @@
 
 #include "kvvm/base/status.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/engine/speculative.h"
 #include "kvvm/grammar/compiled_grammar.h"
 #include "kvvm/model/model.h"
 #include "kvvm/model/sampling.h"
@@ -36,12 +37,17 @@ struct GenerateRequest {
   // Structured output: every draw masked to what this grammar allows (EngineRequest::grammar),
   // compiled against this model's vocabulary with stop_ids as its ends.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Speculative decoding (EngineOptions::speculative): the same tokens in fewer steps.
+  SpeculativeOptions speculative;
 };
 
 struct GenerateTimings {
   double prefill_seconds = 0;  // admit + every prefill step, to the first token's logits
   double decode_seconds = 0;   // every decode step after the first token
   std::uint32_t decode_steps = 0;
+  std::uint32_t decode_tokens = 0;  // after the first (more than the steps when speculating)
+  // Speculative decoding: the tokens proposed and those kept.
+  std::uint64_t draft_tokens = 0, accepted_tokens = 0;
 };
 
 enum class FinishReason : std::uint8_t { kStop, kLength };

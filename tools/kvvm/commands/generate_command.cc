@@ -17,6 +17,7 @@
 #include "base/format.h"
 #include "kit/cli_common.h"
 #include "kit/kv_dtype_flag.h"
+#include "kit/speculative_flag.h"
 #include "kit/model_loading.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/generate.h"
@@ -253,6 +254,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
   cmd->add_flag("--no-graphs", options.no_graphs,
                 "Do not replay CUDA graphs for decode steps (the CUDA backend captures them by "
                 "default; the same tokens either way, only slower without)");
+  add_speculative_flag(*cmd, options.speculative_config);
   add_weight_flags(*cmd, options.weights);
   add_kv_dtype_flag(*cmd, options.kv_dtype);
   add_kv_scales_flag(*cmd, options.kv_scales);
@@ -286,7 +288,8 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options) {
                 "Print one JSON object at the end instead of streaming: prompt_ids, token_ids, "
                 "text, finish_reason (stop: an end token; length: --max-tokens), backend, "
                 "kv_dtype, timings (load_seconds, prefill_seconds, decode_seconds, "
-                "decode_steps, tokens_per_second = decode steps per second)");
+                "decode_steps, decode_tokens (after the first), tokens_per_second = decode tokens "
+                "per second), and with --speculative-config the tokens proposed and kept");
   return cmd;
 }
 
@@ -357,6 +360,12 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   request.sampling.min_p = static_cast<float>(options.min_p);
   request.sampling.seed = options.seed;
   request.graphs = !options.no_graphs;
+  if (!options.speculative_config.empty()) {
+    Result<engine::SpeculativeOptions> speculative =
+        engine::parse_speculative_config(options.speculative_config);
+    if (!speculative.ok()) return fail(speculative.status());
+    request.speculative = *speculative;
+  }
   const std::uint64_t context = engine::request_limits(model, **kv).context;
   if (options.max_tokens) {
     request.max_tokens = static_cast<std::uint32_t>(*options.max_tokens);
@@ -389,7 +398,7 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   }
   const engine::GenerateTimings& t = result->timings;
   const model::ExpertCacheStats cache = model.weight_stats().experts;
-  const double tokens_per_second = t.decode_seconds > 0 ? t.decode_steps / t.decode_seconds : 0;
+  const double tokens_per_second = t.decode_seconds > 0 ? t.decode_tokens / t.decode_seconds : 0;
   if (options.json) {
     nlohmann::ordered_json json;
     json["prompt_ids"] = request.prompt;
@@ -402,7 +411,12 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
                        {"prefill_seconds", t.prefill_seconds},
                        {"decode_seconds", t.decode_seconds},
                        {"decode_steps", t.decode_steps},
+                       {"decode_tokens", t.decode_tokens},
                        {"tokens_per_second", tokens_per_second}};
+    if (request.speculative.enabled()) {
+      json["speculative"] = {{"draft_tokens", t.draft_tokens},
+                             {"accepted_tokens", t.accepted_tokens}};
+    }
     if (cache.slots > 0) {
       json["expert_cache"] = {{"slots", cache.slots},
                               {"experts", cache.experts},
@@ -419,6 +433,11 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
     err << kGenerate << ": " << result->tokens.size() << " tokens (" << finish_name(result->finish)
         << "); prefill " << format_duration(t.prefill_seconds) << ", decode "
         << format_rate(tokens_per_second, "tokens") << "\n";
+    if (request.speculative.enabled()) {
+      err << kGenerate << ": speculative: " << t.accepted_tokens << " of " << t.draft_tokens
+          << " proposed tokens kept, " << t.decode_tokens << " tokens in " << t.decode_steps
+          << " decode steps\n";
+    }
     if (cache.slots > 0) {
       err << kGenerate << ": " << cache.describe(request.prompt.size() + result->tokens.size())
           << "\n";

@@ -20,6 +20,7 @@
 #include "kit/cli_common.h"
 #include "kit/kv_dtype_flag.h"
 #include "kit/model_loading.h"
+#include "kit/speculative_flag.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/server/api_keys.h"
@@ -227,6 +228,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   add_weight_flags(*cmd, options.weights);
   cmd->add_flag("--no-prefix-cache", options.no_prefix_cache,
                 "Do not share the KV of common prompt prefixes between requests");
+  add_speculative_flag(*cmd, options.speculative_config);
   cmd->add_flag("--no-jump-forward", options.no_jump_forward,
                 "Structured output: draw every token, even where the grammar allows one "
                 "continuation only (by default such runs are taken without a draw, as the "
@@ -317,6 +319,12 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   engine_options.graphs = !options.no_graphs;
   engine_options.prefix_cache = !options.no_prefix_cache;
   engine_options.jump_forward = !options.no_jump_forward;
+  if (!options.speculative_config.empty()) {
+    Result<engine::SpeculativeOptions> speculative =
+        engine::parse_speculative_config(options.speculative_config);
+    if (!speculative.ok()) return fail(speculative.status());
+    engine_options.speculative = *speculative;
+  }
   engine_options.tokenizer = loaded->tokenizer.get();
   Result<std::unique_ptr<engine::Engine>> engine =
       engine::Engine::create(model, **kv, engine_options);

@@ -52,6 +52,7 @@ struct ServeOptions {
   bool no_graphs = false;
   bool no_prefix_cache = false;
   bool no_jump_forward = false;  // --no-jump-forward: EngineOptions::jump_forward false
+  std::string speculative_config;  // --speculative-config JSON; empty: off
   std::uint64_t default_max_tokens = 256;
   std::uint64_t max_n = 16;
   std::uint64_t max_body = std::uint64_t{8} << 20;

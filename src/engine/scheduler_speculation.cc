@@ -1,0 +1,98 @@
+// Speculative decoding in the scheduler: proposals planned as rows after a sequence's decode
+// chunk, their K / V committed softly, and the draws applied one token at a time
+// (EngineOptions::speculative, kvvm/engine/engine.h).
+#include <algorithm>
+#include <array>
+
+#include "logit_transforms.h"
+#include "ngram_proposer.h"
+#include "scheduler.h"
+
+namespace kvvm::engine {
+
+bool Scheduler::speculates_this_step() const {
+  const SpeculativeOptions& s = options_.speculative;
+  if (!s.enabled()) return false;
+  if (s.disable_by_batch_size == 0) return true;
+  std::uint32_t decoding = 0;
+  for (const auto& r : running_) {
+    if (!r->finished && r->missing() == 1 && ++decoding >= s.disable_by_batch_size) return false;
+  }
+  return true;
+}
+
+void Scheduler::plan_drafts(StepPlan& plan, Room& room, RequestState& r) {
+  r.drafts.clear();
+  // A grammar masks each draw by the tokens before it, which a proposal would have to be
+  // matched through first; such requests decode a token a step.
+  if (!r.request.speculate || r.matcher != nullptr) return;
+  const SpeculativeOptions& s = options_.speculative;
+  // The step's last token is always drawn, so proposals stop one short of max_tokens.
+  const std::uint32_t left = r.request.max_tokens - r.generated;
+  std::uint32_t most = std::min({s.num_speculative_tokens, left > 0 ? left - 1 : 0, room.tokens});
+  most = std::min<std::uint32_t>(
+      most, model_.limits().max_chunks - static_cast<std::uint32_t>(plan.chunks.size()));
+  if (most == 0) return;
+  std::array<std::int32_t, kNgramMaxSpeculativeTokens> proposed{};
+  const NgramOptions ngram{.num_speculative_tokens = s.num_speculative_tokens,
+                           .prompt_lookup_min = s.prompt_lookup_min,
+                           .prompt_lookup_max = s.prompt_lookup_max};
+  const std::size_t n =
+      propose_ngram(r.tokens, ngram, std::span<std::int32_t>(proposed).first(most));
+  // Row j draws after j proposals: its transforms may count up to j more output tokens.
+  const std::size_t bound =
+      has_logit_transforms(r) ? logit_transform_bound(r, model_.config().vocab_size) : 0;
+  for (std::uint32_t j = 1; j <= n; ++j) {
+    if (bound > 0) {
+      const std::size_t row_bound =
+          std::min<std::size_t>(bound + j, model_.config().vocab_size);
+      if (row_bound > room.transforms) break;
+      room.transforms -= row_bound;
+    }
+    r.drafts.push_back(proposed[j - 1]);
+    plan.chunks.push_back(ScheduledChunk{.request = &r, .start = r.computed + j, .tokens = 1,
+                                         .draft = j});
+    --room.tokens;
+  }
+}
+
+void Scheduler::commit_draft(StepPlan& plan, ScheduledChunk& row) {
+  RequestState& r = *row.request;
+  if (r.finished || !r.slot) {
+    row.request = nullptr;
+    r.drafts.clear();
+    return;
+  }
+  if (kv_.ensure(*r.slot, std::uint64_t{row.start} + 1).ok()) return;
+  // Its rows are adjacent and ascending: this one and every later one go.
+  const std::uint32_t cut = row.draft;
+  for (ScheduledChunk& c : plan.chunks) {
+    if (c.request == &r && c.draft >= cut) c.request = nullptr;
+  }
+  r.drafts.resize(cut - 1);
+}
+
+std::size_t Scheduler::verify_drafts(RequestState& r, const StepOutputs& outputs,
+                                     std::size_t first, Clock::time_point now) {
+  const std::size_t n = r.drafts.size();
+  ++counters_.spec_drafts;
+  counters_.spec_draft_tokens += n;
+  r.token_logprobs.clear();
+  for (std::size_t j = 0; j <= n; ++j) {
+    const ChunkOutput& out = outputs.chunks[first + j];
+    if (j > 0) {
+      // The row's K / V holds the proposal now kept: the sequence has computed it.
+      ++r.computed;
+      ++counters_.spec_accepted_tokens;
+    }
+    if (!out.logprobs.empty()) r.token_logprobs.push_back(out.logprobs.back());
+    const bool agrees = j < n && out.sampled == r.drafts[j];
+    on_sampled(r, out.sampled, now);
+    if (r.finished || !agrees) break;
+  }
+  // The kept proposals' ids reach the prefix cache with the next decode chunk's publish.
+  r.drafts.clear();
+  return n;
+}
+
+}  // namespace kvvm::engine
