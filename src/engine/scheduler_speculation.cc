@@ -44,14 +44,13 @@ void Scheduler::plan_drafts(StepPlan& plan, Room& room, RequestState& r) {
       has_logit_transforms(r) ? logit_transform_bound(r, model_.config().vocab_size) : 0;
   for (std::uint32_t j = 1; j <= n; ++j) {
     if (bound > 0) {
-      const std::size_t row_bound =
-          std::min<std::size_t>(bound + j, model_.config().vocab_size);
+      const std::size_t row_bound = std::min<std::size_t>(bound + j, model_.config().vocab_size);
       if (row_bound > room.transforms) break;
       room.transforms -= row_bound;
     }
     r.drafts.push_back(proposed[j - 1]);
-    plan.chunks.push_back(ScheduledChunk{.request = &r, .start = r.computed + j, .tokens = 1,
-                                         .draft = j});
+    plan.chunks.push_back(
+        ScheduledChunk{.request = &r, .start = r.computed + j, .tokens = 1, .draft = j});
     --room.tokens;
   }
 }
@@ -72,8 +71,8 @@ void Scheduler::commit_draft(StepPlan& plan, ScheduledChunk& row) {
   r.drafts.resize(cut - 1);
 }
 
-std::size_t Scheduler::verify_drafts(RequestState& r, const StepOutputs& outputs,
-                                     std::size_t first, Clock::time_point now) {
+std::size_t Scheduler::verify_drafts(RequestState& r, const StepOutputs& outputs, std::size_t first,
+                                     Clock::time_point now) {
   const std::size_t n = r.drafts.size();
   ++counters_.spec_drafts;
   counters_.spec_draft_tokens += n;

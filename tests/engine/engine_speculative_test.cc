@@ -36,8 +36,8 @@ std::vector<std::int32_t> repeating_prompt(std::uint64_t seed, std::size_t stem 
 }
 
 SpeculativeOptions lookup(std::uint32_t k) {
-  return SpeculativeOptions{.num_speculative_tokens = k, .prompt_lookup_min = 1,
-                            .prompt_lookup_max = 3};
+  return SpeculativeOptions{
+      .num_speculative_tokens = k, .prompt_lookup_min = 1, .prompt_lookup_max = 3};
 }
 
 EngineRequest request_of(std::vector<std::int32_t> prompt, std::uint32_t max_tokens) {
@@ -63,7 +63,7 @@ struct SpecRun {
 
 // The requests submitted together to one engine (speculating with `spec`) over `fixture`.
 SpecRun run_all(FixtureModel& fixture, const std::vector<EngineRequest>& requests,
-            SpeculativeOptions spec, KvSpaceOptions space = {}) {
+                SpeculativeOptions spec, KvSpaceOptions space = {}) {
   if (space.max_slots == 0) {
     space.max_slots = 5;
     space.max_context = 128;
@@ -209,7 +209,8 @@ TEST(Speculative, PreemptedSequencesRecomputeToPlainDecodingsTokens) {
   KvSpaceOptions space = testing::small_space_options();
   space.budget_bytes = 12 * space.host_granule;
   std::vector<EngineRequest> requests;
-  for (std::uint64_t i = 0; i < 4; ++i) requests.push_back(request_of(repeating_prompt(20 + i), 30));
+  for (std::uint64_t i = 0; i < 4; ++i)
+    requests.push_back(request_of(repeating_prompt(20 + i), 30));
   const SpecRun plain = run_all(*fixture, requests, {}, space);
   const SpecRun spec = run_all(*fixture, requests, lookup(4), space);
   expect_same_answers(plain, spec, "preemption");

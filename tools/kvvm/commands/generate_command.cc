@@ -17,8 +17,8 @@
 #include "base/format.h"
 #include "kit/cli_common.h"
 #include "kit/kv_dtype_flag.h"
-#include "kit/speculative_flag.h"
 #include "kit/model_loading.h"
+#include "kit/speculative_flag.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/generate.h"
 #include "kvvm/engine/kv_space.h"
@@ -407,12 +407,10 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
     json["finish_reason"] = finish_name(result->finish);
     json["backend"] = model::to_string(model.backend());
     json["kv_dtype"] = to_string(kv_dtype);
-    json["timings"] = {{"load_seconds", load_seconds},
-                       {"prefill_seconds", t.prefill_seconds},
-                       {"decode_seconds", t.decode_seconds},
-                       {"decode_steps", t.decode_steps},
-                       {"decode_tokens", t.decode_tokens},
-                       {"tokens_per_second", tokens_per_second}};
+    json["timings"] = {
+        {"load_seconds", load_seconds},       {"prefill_seconds", t.prefill_seconds},
+        {"decode_seconds", t.decode_seconds}, {"decode_steps", t.decode_steps},
+        {"decode_tokens", t.decode_tokens},   {"tokens_per_second", tokens_per_second}};
     if (request.speculative.enabled()) {
       json["speculative"] = {{"draft_tokens", t.draft_tokens},
                              {"accepted_tokens", t.accepted_tokens}};

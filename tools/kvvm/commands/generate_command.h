@@ -43,8 +43,8 @@ struct GenerateOptions {
   bool json = false;
   bool ignore_eos = false;  // benchmarks: generate exactly --max-tokens tokens
   bool no_graphs = false;   // CUDA: decode steps run kernel by kernel (graphs are the default)
-  std::string speculative_config;  // --speculative-config JSON; empty: off
-  WeightFlags weights;      // --weight-budget, --ring-slots, --load-format
+  std::string speculative_config;        // --speculative-config JSON; empty: off
+  WeightFlags weights;                   // --weight-budget, --ring-slots, --load-format
   DType kv_dtype = DType::kUnset;        // --kv-dtype; kUnset: the KV space's default
   std::string kv_scales = "checkpoint";  // --kv-scales: checkpoint or calibrate
   // Structured output, one at most: the generated text must match it.

@@ -51,7 +51,7 @@ struct ServeOptions {
   double ttft_target_ms = 0;                            // 0: no target
   bool no_graphs = false;
   bool no_prefix_cache = false;
-  bool no_jump_forward = false;  // --no-jump-forward: EngineOptions::jump_forward false
+  bool no_jump_forward = false;    // --no-jump-forward: EngineOptions::jump_forward false
   std::string speculative_config;  // --speculative-config JSON; empty: off
   std::uint64_t default_max_tokens = 256;
   std::uint64_t max_n = 16;
