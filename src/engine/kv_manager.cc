@@ -32,6 +32,12 @@ Result<std::unique_ptr<KvManager>> KvManager::create(KvSpace& space, KvManagerOp
   if (manager->options_.prefix_cache) {
     PrefixCacheOptions cache_options;
     cache_options.model_identity = manager->options_.model_identity;
+    // The engine builds its manager itself: whoever built the space names the observer.
+    const KvSpaceOptions& space_options = space.options();
+    const bool own = manager->options_.cache_observer != nullptr;
+    cache_options.observer = own ? manager->options_.cache_observer : space_options.cache_observer;
+    cache_options.event_block_tokens =
+        own ? manager->options_.event_block_tokens : space_options.event_block_tokens;
     Result<std::unique_ptr<PrefixCache>> cache =
         PrefixCache::create(space.arena(), space.governor(), std::move(cache_options));
     if (!cache.ok()) return cache.status().with_context("the engine's prefix cache");

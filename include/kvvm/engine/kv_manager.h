@@ -34,6 +34,11 @@ struct KvManagerOptions {
   // Every admission commits max_context tokens and keeps them: the preallocated-KV baseline.
   // Needs prefix_cache off (a shared window is read-only and would need an ensure to write).
   bool preallocate = false;
+  // The prefix cache's events (PrefixCacheOptions::observer, ::event_block_tokens): what a
+  // router indexes. Null: the space's (KvSpaceOptions::cache_observer), if any. REQUIRES:
+  // outlives the manager.
+  PrefixCacheObserver* cache_observer = nullptr;
+  std::uint64_t event_block_tokens = 0;
 };
 
 struct KvAdmission {

@@ -9,6 +9,7 @@
 #include "kvvm/kv/arena.h"
 #include "kvvm/kv/arena_stack.h"
 #include "kvvm/kv/layout.h"
+#include "kvvm/kv/prefix/prefix_cache_events.h"
 #include "kvvm/model/config.h"
 #include "kvvm/model/model.h"
 #include "kvvm/vmm/driver.h"
@@ -53,6 +54,11 @@ struct KvSpaceOptions {
   // A governor to put the KV tier under (not owned; outlives the space): the one the model's
   // weights tier lives in, so weights and KV share one device budget. Null: the space's own.
   Governor* governor = nullptr;
+  // Told what the prefix cache over this space stores and removes, in blocks of
+  // event_block_tokens (0: the cache's default); not owned, outlives whatever caches over the
+  // space (KvManagerOptions::cache_observer, for a manager that names its own).
+  PrefixCacheObserver* cache_observer = nullptr;
+  std::uint64_t event_block_tokens = 0;
 };
 
 class KvSpace {

@@ -9,6 +9,9 @@
 // present if both windows are; a match ending inside a token would make the caller rewrite
 // that token into a shared, read-only window (a copy-on-write for nothing). So the usable
 // chain is cut back to the last window that ends exactly where a token ends.
+//
+// Why events are told under the cache's lock: a block stored by the scheduler and removed by
+// a reclaim on another thread must reach the observer in the order they happened here.
 #include "kvvm/kv/prefix/prefix_cache.h"
 
 #define XXH_INLINE_ALL
@@ -16,8 +19,36 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 namespace kvvm {
+namespace {
+
+// The smallest block of at least vLLM's default 16 tokens that ends where hits can end.
+constexpr std::uint64_t kDefaultEventBlockTokens = 16;
+
+}  // namespace
+
+std::uint64_t block_hash_root(std::uint64_t salt) {
+  unsigned char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(salt >> (8 * i));
+  return XXH3_64bits(bytes, sizeof bytes);
+}
+
+std::uint64_t block_hash(std::uint64_t parent, std::span<const TokenId> ids) {
+  // Little-endian whatever the host, so a router on any machine recomputes the same value.
+  std::vector<unsigned char> bytes(8 + 4 * ids.size());
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(parent >> (8 * i));
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    for (int i = 0; i < 4; ++i)
+      bytes[8 + 4 * t + i] = static_cast<unsigned char>(ids[t] >> (8 * i));
+  }
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+std::uint64_t hit_unit_tokens(std::uint64_t granule, std::uint64_t bytes_per_token) {
+  return std::lcm(granule, bytes_per_token) / bytes_per_token;
+}
 
 CacheKey xxh3_chain_hash(const CacheKey& parent, std::span<const TokenId> ids) {
   XXH3_state_t state;
@@ -35,14 +66,30 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(Arena& arena, Governor&
   if (plan.contiguous_bytes_per_token == 0 || plan.granule == 0) {
     return Status::InvalidArgument("prefix cache over an arena whose plan has no bytes per token");
   }
-  return std::unique_ptr<PrefixCache>(new PrefixCache(arena, governor, std::move(options)));
+  const std::uint64_t unit = hit_unit_tokens(plan.granule, plan.contiguous_bytes_per_token);
+  std::uint64_t block_tokens = options.event_block_tokens;
+  if (block_tokens == 0) {
+    block_tokens = (kDefaultEventBlockTokens + unit - 1) / unit * unit;
+  } else if (block_tokens % unit != 0) {
+    return Status::InvalidArgument(
+        "prefix-cache event blocks of " + std::to_string(block_tokens) +
+        " tokens: a block must be a multiple of " + std::to_string(unit) +
+        " tokens, where hits end (a window of " + std::to_string(plan.granule) + " bytes at " +
+        std::to_string(plan.contiguous_bytes_per_token) + " bytes a token)");
+  }
+  return std::unique_ptr<PrefixCache>(
+      new PrefixCache(arena, governor, std::move(options), block_tokens));
 }
 
-PrefixCache::PrefixCache(Arena& arena, Governor& governor, PrefixCacheOptions options)
+PrefixCache::PrefixCache(Arena& arena, Governor& governor, PrefixCacheOptions options,
+                         std::uint64_t block_tokens)
     : arena_(arena),
       governor_(governor),
       options_(std::move(options)),
-      hash_(options_.hash ? options_.hash : CacheHash(xxh3_chain_hash)) {
+      hash_(options_.hash ? options_.hash : CacheHash(xxh3_chain_hash)),
+      block_tokens_(block_tokens) {
+  // A router may still index what an earlier process published under this name.
+  if (options_.observer != nullptr) options_.observer->cleared();
   reclaimer_ =
       governor_.add_reclaimer(arena_.tier(), [this](std::uint64_t bytes) { return evict(bytes); });
 }
@@ -56,6 +103,7 @@ PrefixCache::~PrefixCache() {
       unheld.insert(unheld.end(), entry->handles.begin(), entry->handles.end());
     }
     entries_.clear();
+    if (options_.observer != nullptr) options_.observer->cleared();
   }
   for (const HandleInfo& handle : unheld) arena_.pool().unhold(handle.handle);
 }
@@ -89,6 +137,26 @@ void PrefixCache::extend_keys(Sequence& sequence) const {
                                        end_token(w) - first_token(w));
     sequence.keys.push_back(hash_(parent, ids));
   }
+}
+
+std::optional<std::uint64_t> PrefixCache::block_ended_by(std::uint64_t window) const {
+  const LayoutPlan& plan = arena_.plan();
+  const std::uint64_t end = (window + 1) * plan.granule;
+  if (end % plan.contiguous_bytes_per_token != 0) return std::nullopt;
+  const std::uint64_t tokens = end / plan.contiguous_bytes_per_token;
+  if (tokens % block_tokens_ != 0) return std::nullopt;
+  return tokens / block_tokens_ - 1;
+}
+
+std::uint64_t PrefixCache::block_hash_of(Sequence& sequence, std::uint64_t b) const {
+  while (sequence.block_hashes.size() <= b) {
+    const std::uint64_t i = sequence.block_hashes.size();
+    const std::uint64_t parent =
+        i == 0 ? block_hash_root(sequence.salt) : sequence.block_hashes.back();
+    sequence.block_hashes.push_back(block_hash(
+        parent, std::span<const TokenId>(sequence.ids).subspan(i * block_tokens_, block_tokens_)));
+  }
+  return sequence.block_hashes[b];
 }
 
 std::vector<PrefixCache::Entry*> PrefixCache::match_locked(const Sequence& sequence,
@@ -236,6 +304,15 @@ Status PrefixCache::written(SlotId slot, std::uint64_t tokens) {
   auto it = sequences_.find(slot);
   if (it == sequences_.end()) return Status::Ok();  // released meanwhile
   Sequence& sequence = it->second;
+  // Blocks that become hittable here, told in runs of consecutive blocks.
+  StoredBlocks run;
+  run.block_tokens = block_tokens_;
+  std::uint64_t next_block = 0;
+  const auto tell = [&] {
+    if (!run.hashes.empty()) options_.observer->stored(run);
+    run.hashes.clear();
+    run.ids.clear();
+  };
   for (std::uint64_t w = from; w < to; ++w) {
     const CacheKey& key = sequence.keys[w];
     Entry* parent = nullptr;
@@ -259,12 +336,27 @@ Status PrefixCache::written(SlotId slot, std::uint64_t tokens) {
       entry->handles.push_back((*sealed)[f * count + (w - from)]);
       to_hold.push_back(entry->handles.back().handle);
     }
+    if (const std::optional<std::uint64_t> b = block_ended_by(w);
+        b.has_value() && options_.observer != nullptr) {
+      // Every window up to this one is an entry (a window is cached only under its parent).
+      entry->ends_block = true;
+      entry->block_hash = block_hash_of(sequence, *b);
+      if (run.hashes.empty() || *b != next_block) {
+        tell();
+        run.parent = *b > 0 ? std::optional(block_hash_of(sequence, *b - 1)) : std::nullopt;
+      }
+      run.hashes.push_back(entry->block_hash);
+      const auto first = sequence.ids.begin() + static_cast<std::ptrdiff_t>(*b * block_tokens_);
+      run.ids.insert(run.ids.end(), first, first + static_cast<std::ptrdiff_t>(block_tokens_));
+      next_block = *b + 1;
+    }
     pin(entry.get());
     if (parent != nullptr) add_child(parent);
     sequence.pinned.push_back(entry.get());
     entries_.emplace(key, std::move(entry));
     ++counters_.published_windows;
   }
+  if (options_.observer != nullptr) tell();
   sequence.published_windows = to;
   // The pool's lock is a leaf below this one.
   for (Handle handle : to_hold) arena_.pool().hold(handle);
@@ -327,6 +419,9 @@ void PrefixCache::drop_locked(Entry* entry, std::vector<HandleInfo>& unheld) {
   if (Entry* parent = entry->parent; parent != nullptr) {
     --parent->children;
     update_evictable(parent);
+  }
+  if (entry->ends_block && options_.observer != nullptr) {
+    options_.observer->removed(std::span<const std::uint64_t>(&entry->block_hash, 1));
   }
   counters_.evicted_bytes += entry->handles.size() * arena_.plan().granule;
   ++counters_.evictions;

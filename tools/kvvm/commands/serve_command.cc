@@ -24,6 +24,7 @@
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_space.h"
 #include "kvvm/server/api_keys.h"
+#include "kvvm/server/kv_events.h"
 #include "kvvm/server/server.h"
 #include "kvvm/tokenizer/chat_renderer.h"
 
@@ -228,6 +229,11 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& options) {
   add_weight_flags(*cmd, options.weights);
   cmd->add_flag("--no-prefix-cache", options.no_prefix_cache,
                 "Do not share the KV of common prompt prefixes between requests");
+  cmd->add_option("--kv-events-config", options.kv_events_config,
+                  "KV-cache events as vLLM publishes them (ZeroMQ, msgpack), JSON as vLLM's: "
+                  "enable_kv_cache_events, publisher (zmq|null), endpoint (default "
+                  "tcp://*:5557), replay_endpoint, buffer_steps, hwm, max_queue_size, topic; and "
+                  "kvvm's encoding (array|map) and block_size (tokens)");
   add_speculative_flag(*cmd, options.speculative_config);
   cmd->add_flag("--no-jump-forward", options.no_jump_forward,
                 "Structured output: draw every token, even where the grammar allows one "
@@ -298,6 +304,26 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   kv_options.budget_bytes = options.kv_budget;
   kv_options.driver = loaded->driver.get();
   kv_options.governor = loaded->governor.get();
+  // Declared before the space and the engine: their prefix cache reports to it to the end.
+  std::unique_ptr<server::KvEventsPublisher> kv_events;
+  if (!options.kv_events_config.empty()) {
+    Result<server::KvEventsConfig> events =
+        server::parse_kv_events_config(options.kv_events_config);
+    if (!events.ok()) return fail(events.status());
+    if (events->publishes()) {
+      if (options.no_prefix_cache) {
+        return fail(Status::InvalidArgument(
+            "--kv-events-config: enable_kv_cache_events with --no-prefix-cache (nothing is "
+            "cached, so there is nothing to publish)"));
+      }
+      Result<std::unique_ptr<server::KvEventsPublisher>> made = server::make_kv_events_publisher(
+          *events, model.backend() == model::Backend::kCuda ? "GPU" : "CPU");
+      if (!made.ok()) return fail(made.status());
+      kv_events = std::move(made).value();
+      kv_options.cache_observer = kv_events.get();
+      kv_options.event_block_tokens = events->block_size;
+    }
+  }
   Result<std::unique_ptr<engine::KvSpace>> kv = engine::KvSpace::create(loaded->config, kv_options);
   if (!kv.ok()) return fail(kv.status());
   const DType kv_dtype = (*kv)->options().kv_dtype;  // the default resolved

@@ -62,6 +62,7 @@ struct ServeOptions {
   WeightFlags weights;                   // --weight-budget, --ring-slots, --load-format
   DType kv_dtype = DType::kUnset;        // --kv-dtype; kUnset: the KV space's default
   std::string kv_scales = "checkpoint";  // --kv-scales: checkpoint or calibrate
+  std::string kv_events_config;          // --kv-events-config JSON; empty: no events
 };
 
 // How a serving run is told to stop (a signal, a test) and tells when it listens.

@@ -24,6 +24,10 @@
 // is full every admission reclaims, and a scan of every entry per reclaim made a server slow
 // down in proportion to its cache.
 //
+// Events: with an observer (prefix_cache_events.h), every window that completes a block of
+// `event_block_tokens` tokens reports the block stored as it is published, and its eviction
+// reports it removed; the cache reports itself cleared when it is created and destroyed.
+//
 // Isolation: different salts never share (the salt is folded into the first key); with
 // `enabled` false nothing is published and every lookup misses. docs/SECURITY.md explains the
 // timing side channel and why the server, not the client, picks the salt.
@@ -37,6 +41,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -47,10 +52,9 @@
 #include "kvvm/base/status.h"
 #include "kvvm/governor/governor.h"
 #include "kvvm/kv/arena.h"
+#include "kvvm/kv/prefix/prefix_cache_events.h"
 
 namespace kvvm {
-
-using TokenId = std::uint32_t;
 
 struct CacheKey {
   std::uint64_t low = 0;
@@ -68,6 +72,12 @@ struct PrefixCacheOptions {
   std::string model_identity;
   bool enabled = true;  // false: no cross-request sharing at all
   CacheHash hash;       // empty: xxh3_chain_hash
+  // Told what is stored and removed, in blocks (prefix_cache_events.h); null: no events.
+  // REQUIRES: outlives the cache.
+  PrefixCacheObserver* observer = nullptr;
+  // Tokens of an event block: a multiple of hit_unit_tokens() of the arena's plan, so a block
+  // ends where a hit can; 0: the smallest such multiple of at least 16 (vLLM's default block).
+  std::uint64_t event_block_tokens = 0;
 };
 
 struct CacheAdmission {
@@ -123,6 +133,8 @@ class PrefixCache {
   // Drops every unpinned entry; returns how many.
   std::uint64_t reset();
   PrefixCacheStats stats() const;
+  // The block size of the events (resolved from PrefixCacheOptions::event_block_tokens).
+  std::uint64_t event_block_tokens() const { return block_tokens_; }
 
  private:
   struct Entry {
@@ -135,6 +147,9 @@ class PrefixCache {
     std::uint32_t children = 0;       // entries whose parent this is
     std::uint64_t last_used = 0;
     bool evictable = false;  // in evictable_: no pin and no child
+    // The window ends an event block reported stored: its eviction removes the block.
+    bool ends_block = false;
+    std::uint64_t block_hash = 0;
   };
   // Evictable leaves, least recently used first (ticks are unique).
   using LeafOrder = std::set<std::pair<std::uint64_t, Entry*>>;
@@ -143,19 +158,25 @@ class PrefixCache {
   };
   struct Sequence {
     std::uint64_t salt = 0;
-    std::vector<TokenId> ids;             // prompt and extensions
-    std::vector<CacheKey> keys;           // key of each window computed so far
-    std::vector<Entry*> pinned;           // entries this sequence maps or published
-    std::uint64_t published_windows = 0;  // windows [0, this) are entries or were offered
+    std::vector<TokenId> ids;                 // prompt and extensions
+    std::vector<CacheKey> keys;               // key of each window computed so far
+    std::vector<Entry*> pinned;               // entries this sequence maps or published
+    std::uint64_t published_windows = 0;      // windows [0, this) are entries or were offered
+    std::vector<std::uint64_t> block_hashes;  // event blocks' hashes computed so far
   };
 
-  PrefixCache(Arena& arena, Governor& governor, PrefixCacheOptions options);
+  PrefixCache(Arena& arena, Governor& governor, PrefixCacheOptions options,
+              std::uint64_t block_tokens);
   CacheKey root(std::uint64_t salt) const;
   // Token ids [first, last] whose bytes fall in window w; the token after the window's end.
   std::uint64_t first_token(std::uint64_t window) const;
   std::uint64_t end_token(std::uint64_t window) const;  // one past the last token touching it
   // Computes keys for the sequence's windows whose ids are all known.
   void extend_keys(Sequence& sequence) const;
+  // The event block that window w ends, if it ends one (where a hit can end).
+  std::optional<std::uint64_t> block_ended_by(std::uint64_t window) const;
+  // The hash of the sequence's event block b (REQUIRES: its ids are known).
+  std::uint64_t block_hash_of(Sequence& sequence, std::uint64_t b) const;
   // The verified chain of entries for the sequence's windows, cut to the last-token rule and
   // a token boundary; `collided` says whether a key matched with other ids.
   std::vector<Entry*> match_locked(const Sequence& sequence, bool* collided) const
@@ -174,6 +195,7 @@ class PrefixCache {
   Governor& governor_;
   const PrefixCacheOptions options_;
   const CacheHash hash_;
+  const std::uint64_t block_tokens_;
 
   mutable Mutex mutex_;
   std::unordered_map<CacheKey, std::unique_ptr<Entry>, KeyHash> entries_ KVVM_GUARDED_BY(mutex_);
