@@ -74,8 +74,6 @@ case $backend in cpu | cuda | auto) ;; *)
   ;;
 esac
 tries=${tries:-$replicas}
-# One more try for the backup that answers 429 once the replicas have all been tried.
-proxy_tries=$((tries + 1))
 if ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
   echo "$me: nginx is not installed (Debian: apt-get install nginx; scripts/test.sh does)" >&2
   exit 1
@@ -153,11 +151,6 @@ write_conf() {  # port
     # connection on loopback instead.
     servers+="    server ${url#http://} max_fails=0;"$'\n'
   done
-  # Tried once every replica of a request has refused or failed: without it, a request whose
-  # last try met a dead replica would end in nginx's 502 even though the live ones were only
-  # busy. It answers as kvvm does when overloaded: 429 with Retry-After (max_fails=0: its own
-  # 429s must not mark it down either).
-  servers+="    server unix:$dir/busy.sock backup max_fails=0;"$'\n'
   mkdir -p "$dir/tmp"
   # Under root nginx's workers would switch to nobody, who cannot write into $dir.
   local user=""
@@ -194,19 +187,22 @@ $servers    keepalive 32;
       # to the next one, POSTs included (non_idempotent); so does one whose connection failed
       # before its answer began. Once a stream has started it cannot move.
       proxy_next_upstream error timeout http_429 http_503 non_idempotent;
-      proxy_next_upstream_tries $proxy_tries;
+      proxy_next_upstream_tries $tries;
       proxy_connect_timeout 2s;
       # A long generation is not a timeout.
       proxy_read_timeout 3600s;
       proxy_send_timeout 3600s;
       add_header X-Kvvm-Replica \$upstream_addr always;
+      # nginx's own 502 / 504 (every try refused or failed, the last on a dead replica or a
+      # closed keep-alive connection) become what kvvm answers when overloaded: the live
+      # replicas were busy, and the client should retry. A replica's own answers pass through.
+      error_page 502 504 = @busy;
     }
-  }
-  server {
-    listen unix:$dir/busy.sock;
-    default_type application/json;
-    add_header Retry-After 1 always;
-    return 429 '{"error": {"message": "every replica is busy or unreachable: retry later", "type": "resource_limit_error", "param": null, "code": "overloaded"}}';
+    location @busy {
+      default_type application/json;
+      add_header Retry-After 1 always;
+      return 429 '{"error": {"message": "every replica tried is busy or unreachable: retry later", "type": "resource_limit_error", "param": null, "code": "overloaded"}}';
+    }
   }
 }
 EOF
@@ -224,7 +220,6 @@ for ((a = 0; a < attempts; a++)); do
     listen=$((10000 + (RANDOM * 32768 + RANDOM) % (ephemeral - 10000)))
     port_free "$listen" || continue
   fi
-  rm -f "$dir/busy.sock"  # an nginx that failed to start leaves it behind
   write_conf "$listen"
   "$nginx_bin" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" -g 'daemon off;' \
     >"$dir/nginx.out" 2>&1 &

@@ -197,7 +197,9 @@ CacheBlocks cache_blocks(const LayoutPlan& plan, std::uint64_t budget_bytes) {
   const std::uint64_t per_token = plan.contiguous_bytes_per_token;
   if (plan.granule == 0 || per_token == 0 || plan.bytes_per_token == 0) return blocks;
   // granule / gcd = lcm(granule, per_token) / per_token, without the lcm's overflow.
-  blocks.block_size = plan.granule / std::gcd(plan.granule, per_token);
+  const std::uint64_t unit = plan.granule / std::gcd(plan.granule, per_token);
+  constexpr std::uint64_t kVllmBlock = 16;
+  blocks.block_size = unit * ((kVllmBlock + unit - 1) / unit);
   const std::uint64_t block_bytes = blocks.block_size * plan.bytes_per_token;
   if (block_bytes / plan.bytes_per_token == blocks.block_size) {  // no overflow
     blocks.num_gpu_blocks = budget_bytes / block_bytes;

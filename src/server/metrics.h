@@ -56,9 +56,11 @@ namespace kvvm::server {
 
 // vLLM's block_size and num_gpu_blocks for kvvm's KV, which has no blocks: a router's prefix
 // scorer hashes prompts in blocks of block_size tokens and sizes its index by num_gpu_blocks.
-// The prefix cache matches whole windows ending on a token boundary, so its unit is the fewest
-// tokens that fill whole granules, lcm(granule, contiguous bytes per token) / contiguous bytes
-// per token; a block is that many tokens in every fragment, and the budget holds
+// The prefix cache matches whole windows ending on a token boundary, so a hit comes in units of
+// the fewest tokens that fill whole granules, lcm(granule, contiguous bytes per token) /
+// contiguous bytes per token; block_size is the smallest multiple of that unit of at least 16
+// (vLLM's default block, and the KV events' default block: a router hashing either way meets
+// the same boundaries). A block is that many tokens in every fragment, and the budget holds
 // floor(budget / (block_size * bytes_per_token)) of them. Both 0 for a plan without a granule.
 struct CacheBlocks {
   std::uint64_t block_size = 0;  // tokens

@@ -147,6 +147,12 @@ TEST(PickerMetrics, CacheBlocksAreThePrefixCachesUnit) {
   EXPECT_EQ(blocks.block_size, 32u);
   EXPECT_EQ(blocks.block_size * 384 % 4096, 0u);
   EXPECT_EQ(blocks.num_gpu_blocks, (1ull << 30) / (32ull * 384 * 64));
+  // A hit at every token (a granule per token) or every 5: the smallest multiple of at least
+  // 16, vLLM's block.
+  EXPECT_EQ(cache_blocks(plan_of(4096, 4096, 1), 1ull << 30).block_size, 16u);
+  EXPECT_EQ(cache_blocks(plan_of(5 * 4096, 4096 * 4, 1), 1ull << 30).block_size, 20u);
+  EXPECT_EQ(cache_blocks(plan_of(4096, 4096, 1), 1ull << 30).num_gpu_blocks,
+            (1ull << 30) / (16ull * 4096));
   // No plan: nothing to say.
   blocks = cache_blocks(LayoutPlan{}, 1ull << 30);
   EXPECT_EQ(blocks.block_size, 0u);

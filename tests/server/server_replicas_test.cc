@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -284,6 +285,25 @@ double refused_overloaded(int port) {
       .value_or(-1);
 }
 
+// Whether `pid` (not a child of this process) has died within `timeout`: /proc shows it a
+// zombie, or no more.
+bool wait_until_dead(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const std::string stat = "/proc/" + std::to_string(pid) + "/stat";
+  while (Clock::now() < deadline) {
+    std::ifstream file(stat);
+    std::string line;
+    if (!std::getline(file, line)) return true;
+    // "pid (comm) S ...": the state follows the last ')'.
+    const std::size_t paren = line.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= line.size()) return true;
+    const char state = line[paren + 2];
+    if (state == 'Z' || state == 'X') return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 struct Tally {
   std::mutex mutex;
   int served = 0;
@@ -358,6 +378,9 @@ TEST(Replicas, BehindNginxNoRequestIsLostAndAKilledReplicaLosesOnlyItsOwn) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     const Replica victim = set.replicas()[1];
     ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
+    // Requests count as sent after the kill once the replica is dead (a zombie of the script,
+    // or reaped), not merely signalled: until then it may still begin a stream.
+    EXPECT_TRUE(wait_until_dead(victim.pid, std::chrono::seconds(5)));
     killed = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));
     stop = true;
