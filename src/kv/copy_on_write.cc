@@ -26,7 +26,8 @@ Result<CopyOnWrite::Outcome> CopyOnWrite::make_writable(Reservation& target, std
   const Block& block = blocks.front();
   if (block.access == Access::kReadWrite) return Outcome::kAlreadyWritable;
   KVVM_ASSIGN_OR_RETURN(HandleInfo info, pool_.describe(block.handle));
-  if (info.mappings <= 1 && info.holds == 0 && info.state == HandleState::kInUse) {
+  if (info.mappings <= 1 && info.holds == 0 && info.state == HandleState::kInUse &&
+      !info.crosses_processes) {
     // No one else maps it: write in place. References to its current content go stale.
     pool_.reissue(block.handle);
     KVVM_RETURN_IF_ERROR(target.set_access(offset, target.granule(), Access::kReadWrite));

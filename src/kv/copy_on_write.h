@@ -44,9 +44,9 @@ class CopyOnWrite {
                                                      std::chrono::milliseconds wait);
 
   // The granule at `offset` of `target` (one healthy block) becomes read-write: in place when
-  // its handle has no other mapping or hold, else copied into a fresh handle through scratch
-  // window `lane`. On failure the window keeps its old mapping (unless `target` reports
-  // otherwise: see Reservation::replace) and no fresh handle stays charged.
+  // its handle has no other mapping or hold and no other process may map it, else copied into a
+  // fresh handle through scratch window `lane`. On failure the window keeps its old mapping (unless
+  // `target` reports otherwise: see Reservation::replace) and no fresh handle stays charged.
   Result<Outcome> make_writable(Reservation& target, std::size_t offset, std::uint32_t lane,
                                 Stream stream);
 

@@ -125,6 +125,13 @@ struct CudaApi {
                                        CUstream);  // "cuMemcpyDtoDAsync_v2"
   EventSynchronize event_synchronize = nullptr;
   MemcpyDtoDAsync memcpy_dtod_async = nullptr;
+  // Sharing a handle with another process through a POSIX file descriptor.
+  using MemExportToShareableHandle = CUresult (*)(void*, CUmemGenericAllocationHandle,
+                                                  CUmemAllocationHandleType, unsigned long long);
+  using MemImportFromShareableHandle = CUresult (*)(CUmemGenericAllocationHandle*, void*,
+                                                    CUmemAllocationHandleType);
+  MemExportToShareableHandle mem_export_to_shareable_handle = nullptr;      // same name
+  MemImportFromShareableHandle mem_import_from_shareable_handle = nullptr;  // same name
 };
 
 // libcuda, loaded and initialized once per process (thread-safe; the library stays open).

@@ -22,6 +22,9 @@
 //   access check of our own is needed (and none is made: no hidden driver call).
 // - map() takes whole handles only (maps_handle_subranges() is false): cuMemMap with a
 //   non-zero offset answered CUDA_ERROR_NOT_SUPPORTED there.
+// - Allocations are created with requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+//   where the device supports it: that is decided at creation, and a handle created without it
+//   can never be exported (cuMemExportToShareableHandle) to another process.
 //
 // Thread-safety: everything here is immutable after construction; the CUDA driver API is
 // thread-safe. No locks.
@@ -116,7 +119,11 @@ bool load_table(void* library, CudaApi& api, std::string& error) {
          load_symbol(library, "cuEventQuery", api.event_query, error) &&
          load_symbol(library, "cuEventDestroy_v2", api.event_destroy, error) &&
          load_symbol(library, "cuEventSynchronize", api.event_synchronize, error) &&
-         load_symbol(library, "cuMemcpyDtoDAsync_v2", api.memcpy_dtod_async, error);
+         load_symbol(library, "cuMemcpyDtoDAsync_v2", api.memcpy_dtod_async, error) &&
+         load_symbol(library, "cuMemExportToShareableHandle", api.mem_export_to_shareable_handle,
+                     error) &&
+         load_symbol(library, "cuMemImportFromShareableHandle",
+                     api.mem_import_from_shareable_handle, error);
 }
 
 CudaLibrary load_library() {
@@ -261,6 +268,9 @@ struct DeviceFacts {
   std::string name;
   std::string driver_version;
   Granularity granularity;
+  // CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: allocations are created
+  // exportable as file descriptors (the only way one can be exported later).
+  bool posix_fd_handles = false;
 };
 
 class CudaDriver final : public Driver {
@@ -270,6 +280,8 @@ class CudaDriver final : public Driver {
     prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop_.location.id = facts_.ordinal;
+    if (facts_.posix_fd_handles)
+      prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     location_.type = CU_MEM_LOCATION_TYPE_DEVICE;
     location_.id = facts_.ordinal;
   }
@@ -460,6 +472,42 @@ class CudaDriver final : public Driver {
     return Status::Ok();
   }
 
+  Result<int> do_export_handle(Handle handle) override {
+    const std::string what = "cuMemExportToShareableHandle(handle " + hex(handle) + ", POSIX fd)";
+    if (!facts_.posix_fd_handles) {
+      return Status::FailedPrecondition(
+          what + ": device " + std::to_string(facts_.ordinal) +
+          " does not support POSIX file descriptor handles, so its allocations are not exportable");
+    }
+    KVVM_RETURN_IF_ERROR(make_current("cuMemExportToShareableHandle"));
+    int fd = -1;
+    if (CUresult r = api_.mem_export_to_shareable_handle(
+            &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        r != CUDA_SUCCESS) {
+      return cuda_error(api_, "cuMemExportToShareableHandle", r, what);
+    }
+    return fd;
+  }
+
+  Result<Handle> do_import_handle(int fd, std::size_t bytes) override {
+    const std::string what = "cuMemImportFromShareableHandle(descriptor " + std::to_string(fd) +
+                             ", " + bytes_text(bytes) + ")";
+    KVVM_RETURN_IF_ERROR(make_current("cuMemImportFromShareableHandle"));
+    CUmemGenericAllocationHandle handle = 0;
+    // The descriptor travels in the pointer argument; CUDA does not take it over.
+    void* os_handle = reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd));
+    if (CUresult r = api_.mem_import_from_shareable_handle(
+            &handle, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        r != CUDA_SUCCESS) {
+      return cuda_error(api_, "cuMemImportFromShareableHandle", r, what);
+    }
+    if (handle == kNoHandle) {
+      (void)api_.mem_release(handle);
+      return Status::Internal(what + " returned handle 0, which kvvm reserves for no handle");
+    }
+    return static_cast<Handle>(handle);
+  }
+
   Status do_read(void* destination, Address address, std::size_t bytes) override {
     if (bytes == 0) return Status::Ok();
     KVVM_RETURN_IF_ERROR(make_current("cuMemcpyDtoH"));
@@ -568,6 +616,12 @@ Result<std::unique_ptr<Driver>> make_cuda_driver(CudaDriverOptions options) {
     facts.driver_version =
         std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
   }
+  int posix_fd = 0;
+  facts.posix_fd_handles =
+      api.device_get_attribute(&posix_fd,
+                               CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                               facts.device) == CUDA_SUCCESS &&
+      posix_fd != 0;
   KVVM_ASSIGN_OR_RETURN(Granularity granularity, query_granularity(api, ordinal));
   facts.granularity = granularity;
 

@@ -36,6 +36,10 @@ std::string_view to_string(DriverOp op) {
       return "copy";
     case DriverOp::kFence:
       return "fence";
+    case DriverOp::kExport:
+      return "export";
+    case DriverOp::kImport:
+      return "import";
   }
   return "unknown";
 }
@@ -130,6 +134,27 @@ Status Driver::copy(Address destination, Address source, std::size_t bytes, Stre
 Status Driver::wait_fence(Fence fence) {
   const Clock::time_point start = Clock::now();
   return count(DriverOp::kFence, start, do_wait_fence(fence));
+}
+
+Result<int> Driver::export_handle(Handle handle) {
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kExport, start, do_export_handle(handle));
+}
+
+Result<Handle> Driver::import_handle(int fd, std::size_t bytes) {
+  const Clock::time_point start = Clock::now();
+  return count(DriverOp::kImport, start, do_import_handle(fd, bytes));
+}
+
+Result<int> Driver::do_export_handle(Handle handle) {
+  return Status::Unavailable("export of handle " + std::to_string(handle) + ": the " +
+                             info().backend + " driver cannot share handles between processes");
+}
+
+Result<Handle> Driver::do_import_handle(int fd, std::size_t bytes) {
+  return Status::Unavailable("import of " + std::to_string(bytes) + " bytes from descriptor " +
+                             std::to_string(fd) + ": the " + info().backend +
+                             " driver cannot share handles between processes");
 }
 
 bool context_lost(const Status& status) {

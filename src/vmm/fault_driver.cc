@@ -218,4 +218,14 @@ Status FaultDriver::do_wait_fence(Fence fence) {
   return waited;
 }
 
+Result<int> FaultDriver::do_export_handle(Handle handle) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kExport));
+  return inner_.export_handle(handle);
+}
+
+Result<Handle> FaultDriver::do_import_handle(int fd, std::size_t bytes) {
+  KVVM_RETURN_IF_ERROR(maybe_fail(DriverOp::kImport));
+  return inner_.import_handle(fd, bytes);
+}
+
 }  // namespace kvvm

@@ -71,26 +71,9 @@ Result<Handle> HandlePool::checkout(std::size_t bytes, Grant* grant, bool* creat
       return handle;
     }
   }
-  if (governor_ != nullptr) {
-    if (grant == nullptr || !grant->active()) {
-      return Status::FailedPrecondition("creating a " + std::to_string(bytes) +
-                                        "-byte handle needs a grant from the governor");
-    }
-    if (grant->tier() != tier_) {
-      return Status::InvalidArgument("grant is for tier " + std::to_string(grant->tier()) +
-                                     ", this pool charges tier " + std::to_string(tier_));
-    }
-    // Check before creating: if the grant is short nothing is created. A grant belongs to
-    // one caller, so what remains cannot shrink between this check and the charge below.
-    if (grant->remaining() < bytes) {
-      const auto remaining = grant->remaining();
-      return Status::ResourceExhausted(
-          "creating a " + std::to_string(bytes) + "-byte handle needs more than the " +
-              std::to_string(remaining) + " bytes left in the grant of " +
-              std::to_string(grant->prepared()),
-          Exhaustion{bytes, remaining, grant->prepared()});
-    }
-  }
+  // Check before creating: if the grant is short nothing is created. A grant belongs to
+  // one caller, so what remains cannot shrink between this check and the charge below.
+  KVVM_RETURN_IF_ERROR(check_grant(bytes, grant));
   Result<Handle> created = driver_.create(bytes);
   if (!created.ok()) {
     return created.status().with_context("creating a " + format_bytes(bytes) + " handle");
@@ -107,6 +90,68 @@ Result<Handle> HandlePool::checkout(std::size_t bytes, Grant* grant, bool* creat
   ++counters_.creates;
   if (created_now != nullptr) *created_now = true;
   return created;
+}
+
+Status HandlePool::check_grant(std::size_t bytes, const Grant* grant) const {
+  if (governor_ == nullptr) return Status::Ok();
+  if (grant == nullptr || !grant->active()) {
+    return Status::FailedPrecondition("creating a " + std::to_string(bytes) +
+                                      "-byte handle needs a grant from the governor");
+  }
+  if (grant->tier() != tier_) {
+    return Status::InvalidArgument("grant is for tier " + std::to_string(grant->tier()) +
+                                   ", this pool charges tier " + std::to_string(tier_));
+  }
+  if (grant->remaining() < bytes) {
+    const auto remaining = grant->remaining();
+    return Status::ResourceExhausted(
+        "creating a " + std::to_string(bytes) + "-byte handle needs more than the " +
+            std::to_string(remaining) + " bytes left in the grant of " +
+            std::to_string(grant->prepared()),
+        Exhaustion{bytes, remaining, grant->prepared()});
+  }
+  return Status::Ok();
+}
+
+Result<int> HandlePool::export_handle(Handle handle) {
+  {
+    MutexLock lock(mutex_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end() || it->second.state != HandleState::kInUse) {
+      return Status::FailedPrecondition("export of handle " + std::to_string(handle) +
+                                        ": only an in-use handle can be exported");
+    }
+    // Marked before the descriptor exists: from then on another process may map it. A failed
+    // export leaves the mark, which costs only reuse of this one handle.
+    it->second.crosses_processes = true;
+  }
+  return driver_.export_handle(handle);
+}
+
+Result<Handle> HandlePool::import_handle(int fd, std::size_t bytes, Grant* grant) {
+  if (bytes == 0 || bytes % granule_ != 0) {
+    return Status::InvalidArgument("import of " + std::to_string(bytes) +
+                                   " bytes: not a positive multiple of the granule " +
+                                   std::to_string(granule_));
+  }
+  KVVM_RETURN_IF_ERROR(check_grant(bytes, grant));
+  Result<Handle> imported = driver_.import_handle(fd, bytes);
+  if (!imported.ok()) {
+    return imported.status().with_context("importing a " + format_bytes(bytes) + " handle");
+  }
+  if (governor_ != nullptr) {
+    Status charged = grant->charge(bytes);
+    if (!charged.ok()) {
+      driver_.release(*imported).ignore();
+      return charged;
+    }
+  }
+  MutexLock lock(mutex_);
+  Entry entry{bytes, HandleState::kInUse, 0, ++next_epoch_};
+  entry.crosses_processes = true;
+  entries_.emplace(*imported, entry);
+  ++counters_.creates;
+  return imported;
 }
 
 Status HandlePool::share(Handle handle, std::size_t bytes, std::uint64_t epoch) {
@@ -173,7 +218,8 @@ void HandlePool::note_mapped(Handle handle) {
 }
 
 bool HandlePool::return_locked(Handle handle, Entry& entry, Disposition disposition) {
-  if (disposition == Disposition::kRelease) return true;
+  // Another process may map it: never handed out again as fresh memory.
+  if (disposition == Disposition::kRelease || entry.crosses_processes) return true;
   std::uint64_t pooled = 0;
   for (const auto& [size, list] : pooled_) pooled += size * list.size();
   if (pooled + entry.bytes > options_.max_pooled_bytes) return true;
@@ -284,8 +330,8 @@ Result<HandleInfo> HandlePool::describe(Handle handle) const {
                                    " is not known to this pool");
   }
   const Entry& entry = it->second;
-  return HandleInfo{handle,         entry.bytes, granule_,   entry.state,
-                    entry.mappings, entry.epoch, entry.holds};
+  return HandleInfo{handle,         entry.bytes, granule_,    entry.state,
+                    entry.mappings, entry.epoch, entry.holds, entry.crosses_processes};
 }
 
 PoolSnapshot HandlePool::snapshot() const {
@@ -319,7 +365,7 @@ std::vector<HandleInfo> HandlePool::handles() const {
   list.reserve(entries_.size());
   for (const auto& [handle, entry] : entries_) {
     list.push_back(HandleInfo{handle, entry.bytes, granule_, entry.state, entry.mappings,
-                              entry.epoch, entry.holds});
+                              entry.epoch, entry.holds, entry.crosses_processes});
   }
   return list;
 }

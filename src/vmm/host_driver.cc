@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -57,12 +58,18 @@ std::uint64_t meminfo_bytes(std::string_view key) {
 
 class HostDriver final : public Driver {
  public:
-  HostDriver(std::size_t granule, std::size_t chunk_bytes, bool populate)
-      : granule_(granule), populate_(populate), chunks_(chunk_bytes) {}
+  HostDriver(std::size_t granule, std::size_t chunk_bytes, bool populate, bool exportable)
+      : granule_(granule), populate_(populate), exportable_(exportable), chunks_(chunk_bytes) {}
 
   // Whatever the layers above leaked deliberately stays mapped (it may still be read): the
-  // chunks only close their descriptors, which keeps live mappings intact.
-  ~HostDriver() override = default;
+  // chunks and the handles' own files only close their descriptors, which keeps live mappings
+  // intact.
+  ~HostDriver() override {
+    MutexLock lock(mutex_);
+    for (const auto& [id, handle] : handles_) {
+      if (handle.range.chunk == kOwnFile) ::close(handle.range.fd);
+    }
+  }
 
   DriverInfo info() const override {
     DriverInfo info;
@@ -86,6 +93,7 @@ class HostDriver final : public Driver {
       if (handle.released) continue;  // gone for the caller; its bytes wait for an unmap
       ++tables.handles;
       tables.handle_bytes += handle.range.bytes;
+      if (handle.range.chunk == kOwnFile) ++tables.handle_files;
     }
     tables.files = chunks_.files();
     tables.resident_bytes = chunks_.resident_bytes();
@@ -106,6 +114,10 @@ class HostDriver final : public Driver {
     std::size_t handle_offset = 0;
     Access access = Access::kNone;
   };
+
+  // The chunk id of a handle that is a memory file of its own (exportable or imported); the
+  // chunks number theirs from 1.
+  static constexpr std::uint64_t kOwnFile = 0;
 
   bool aligned(std::size_t value) const { return value % granule_ == 0; }
 
@@ -187,7 +199,8 @@ class HostDriver final : public Driver {
                                          " bytes): not a positive multiple of the granule " +
                                          std::to_string(granule_));
     }
-    Result<ChunkRange> range = [&] {
+    Result<ChunkRange> range = [&]() -> Result<ChunkRange> {
+      if (exportable_) return own_file(bytes);
       MutexLock lock(mutex_);
       return chunks_.take(bytes);
     }();
@@ -234,10 +247,28 @@ class HostDriver final : public Driver {
     return retire(range).with_context("release(handle " + std::to_string(handle) + ")");
   }
 
+  // A memory file of exactly `bytes` for one handle (sized, not yet populated).
+  Result<ChunkRange> own_file(std::size_t bytes) {
+    const int fd = ::memfd_create("kvvm-handle", MFD_CLOEXEC);
+    if (fd < 0) return errno_status("memfd_create", "a memory file for one handle", errno);
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      const int error = errno;
+      ::close(fd);
+      return errno_status("ftruncate", "sizing a memory file to " + std::to_string(bytes), error);
+    }
+    return ChunkRange{kOwnFile, fd, 0, bytes};
+  }
+
   // Gives a range's memory back to the system (punching its pages out of the file) and the
   // range back to the chunks, which close the file once nothing lives in it. Called without
   // mutex_: punching a large range takes time, and nobody else holds this range.
+  // A handle's own file is only closed, never punched: another process may map it (exported
+  // or imported), and the kernel frees it once the last descriptor and mapping go.
   Status retire(const ChunkRange& range) {
+    if (range.chunk == kOwnFile) {
+      ::close(range.fd);
+      return Status::Ok();
+    }
     if (::fallocate(range.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                     static_cast<off_t>(range.offset), static_cast<off_t>(range.bytes)) != 0) {
       // Keep the range taken: its stale bytes must never reach the next handle.
@@ -342,6 +373,50 @@ class HostDriver final : public Driver {
     return status;
   }
 
+  Result<int> do_export_handle(Handle handle) override {
+    const std::string what = "export of handle " + std::to_string(handle);
+    MutexLock lock(mutex_);
+    auto it = handles_.find(handle);
+    if (it == handles_.end() || it->second.released) {
+      return invalid("fcntl", what + ": unknown handle");
+    }
+    if (it->second.range.chunk != kOwnFile) {
+      return Status::FailedPrecondition(
+          what +
+          ": it lives in a memory file shared with other handles (make the host driver "
+          "with exportable_handles to give each handle a file of its own)");
+    }
+    const int fd = ::fcntl(it->second.range.fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return errno_status("fcntl", what + ": F_DUPFD_CLOEXEC", errno);
+    return fd;
+  }
+
+  Result<Handle> do_import_handle(int fd, std::size_t bytes) override {
+    const std::string what =
+        "import of " + std::to_string(bytes) + " bytes from descriptor " + std::to_string(fd);
+    if (bytes == 0 || !aligned(bytes)) {
+      return invalid("fcntl",
+                     what + ": not a positive multiple of the granule " + std::to_string(granule_));
+    }
+    // Only memory files carry seals: anything else (a socket, a disk file) is refused.
+    if (::fcntl(fd, F_GET_SEALS) < 0) {
+      return errno_status("fcntl", what + ": F_GET_SEALS: not a memory file", errno);
+    }
+    struct stat file {};
+    if (::fstat(fd, &file) != 0) return errno_status("fstat", what, errno);
+    if (static_cast<std::uint64_t>(file.st_size) < bytes) {
+      return invalid("fstat",
+                     what + ": the file holds only " + std::to_string(file.st_size) + " bytes");
+    }
+    // A descriptor of our own: the caller closes theirs, and the handle maps at any time.
+    const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) return errno_status("fcntl", what + ": F_DUPFD_CLOEXEC", errno);
+    MutexLock lock(mutex_);
+    const Handle id = next_handle_++;
+    handles_.emplace(id, HostHandle{ChunkRange{kOwnFile, own, 0, bytes}});
+    return id;
+  }
+
   Status do_synchronize() override { return Status::Ok(); }  // host work is synchronous
 
   // Host work is synchronous, so a fence is complete when it is recorded; the ids are still
@@ -427,6 +502,7 @@ class HostDriver final : public Driver {
 
   const std::size_t granule_;
   const bool populate_;
+  const bool exportable_;
   mutable Mutex mutex_;                        // a leaf lock
   HostChunks chunks_ KVVM_GUARDED_BY(mutex_);  // where the handles' bytes live
   std::map<Address, std::size_t> reservations_ KVVM_GUARDED_BY(mutex_);
@@ -456,7 +532,8 @@ Result<std::unique_ptr<Driver>> make_host_driver(HostDriverOptions options) {
                                    " bytes is not a positive multiple of the granule " +
                                    std::to_string(granule));
   }
-  return std::unique_ptr<Driver>(new HostDriver(granule, chunk_bytes, options.populate));
+  return std::unique_ptr<Driver>(
+      new HostDriver(granule, chunk_bytes, options.populate, options.exportable_handles));
 }
 
 HostDriverTables host_driver_tables(const Driver& driver) {

@@ -142,7 +142,9 @@ std::string check_invariants(const World& world) {
   Driver* real = world.real_driver != nullptr ? world.real_driver : world.driver;
   const DriverCallCounts calls = real->counts();
   const auto succeeded = [&](DriverOp op) { return calls.of(op) - calls.failed(op); };
-  const std::uint64_t live_handles = succeeded(DriverOp::kCreate) - succeeded(DriverOp::kRelease);
+  // An imported handle is one the driver holds, as a created one is.
+  const std::uint64_t live_handles =
+      succeeded(DriverOp::kCreate) + succeeded(DriverOp::kImport) - succeeded(DriverOp::kRelease);
   const std::size_t pool_handles =
       pool.handles_in_use + pool.handles_pooled + pool.handles_quarantined;
   if (live_handles != pool_handles) {

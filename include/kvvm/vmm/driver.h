@@ -77,10 +77,12 @@ enum class DriverOp {
   kSetAccess,
   kUnmap,
   kSynchronize,
-  kCopy,   // test and data-path copies between host memory and mapped addresses
-  kFence,  // record, poll or destroy a fence
+  kCopy,    // test and data-path copies between host memory and mapped addresses
+  kFence,   // record, poll or destroy a fence
+  kExport,  // a handle exported as a file descriptor another process can import
+  kImport,  // a handle imported from such a descriptor
 };
-inline constexpr std::size_t kDriverOpCount = 10;
+inline constexpr std::size_t kDriverOpCount = 12;
 std::string_view to_string(DriverOp op);
 
 // Calls made so far, by kind, how many of them failed, and the wall time they took (summed
@@ -152,6 +154,19 @@ class Driver {
   // unknown, so whatever they read or write must stay mapped (invariant 6).
   Status drain(Stream stream);
 
+  // Exports `handle` as a POSIX file descriptor (close-on-exec) that another process passes to
+  // import_handle (over a unix socket, SCM_RIGHTS); the caller owns it and closes it. The memory
+  // then lives while any process maps it or holds a handle or descriptor of it: releasing the
+  // handle here never frees what an importer still maps. FailedPrecondition when the handle was
+  // not created exportable (host: handles in a shared memory file; CUDA: an allocation made
+  // without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR); Unavailable from a driver that cannot.
+  Result<int> export_handle(Handle handle);
+  // A handle of this driver for the `bytes` (a positive multiple of the granule) that `fd`, a
+  // descriptor from export_handle, names. The descriptor is not taken: the caller closes it.
+  // The handle maps, unmaps and releases like any other; its release drops this process's
+  // reference only.
+  Result<Handle> import_handle(int fd, std::size_t bytes);
+
   DriverCallCounts counts() const;
 
  protected:
@@ -171,6 +186,9 @@ class Driver {
   virtual Status do_destroy_fence(Fence fence) = 0;
   virtual Status do_copy(Address destination, Address source, std::size_t bytes, Stream stream) = 0;
   virtual Status do_wait_fence(Fence fence) = 0;
+  // Defaults for drivers that cannot share handles between processes: Unavailable.
+  virtual Result<int> do_export_handle(Handle handle);
+  virtual Result<Handle> do_import_handle(int fd, std::size_t bytes);
 
  private:
   using Clock = std::chrono::steady_clock;

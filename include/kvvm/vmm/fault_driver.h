@@ -85,6 +85,8 @@ class FaultDriver final : public Driver {
   Status do_destroy_fence(Fence fence) override;
   Status do_copy(Address destination, Address source, std::size_t bytes, Stream stream) override;
   Status do_wait_fence(Fence fence) override;
+  Result<int> do_export_handle(Handle handle) override;
+  Result<Handle> do_import_handle(int fd, std::size_t bytes) override;
 
   struct Plan {
     std::uint64_t countdown = 0;  // fail when it reaches 1; 0: off

@@ -46,6 +46,11 @@ struct HandleInfo {
   // References that keep an in-use handle (and its bytes) while it may be mapped nowhere: a
   // prefix-cache entry, or a copy-on-write in flight. Returned only with no mapping and no hold.
   std::uint32_t holds = 0;
+  // Exported to or imported from another process: its bytes may be mapped outside this pool.
+  // Such a handle is never pooled for reuse nor written in place by copy-on-write (the other
+  // process may read it); it is released when its last mapping and hold here go, which drops
+  // this process's reference only.
+  bool crosses_processes = false;
 };
 
 struct PoolSnapshot {
@@ -115,6 +120,18 @@ class HandlePool {
   // The handle's state cannot be trusted: never reused, still charged.
   void quarantine(Handle handle, std::string_view why);
 
+  // Sharing with another process (Driver::export_handle / import_handle). Both mark the
+  // handle crosses_processes (see HandleInfo). Bytes: each process's ledger charges the handles
+  // its pool holds, exported and imported alike, so a granule both processes map is counted in
+  // both tiers until one lets it go (the physical memory is one copy; neither budget can be
+  // overdrawn by the other's release).
+  // A descriptor for an in-use handle (FailedPrecondition otherwise); the caller closes it.
+  Result<int> export_handle(Handle handle);
+  // A handle imported from `fd` (not taken) of `bytes` (a positive multiple of the granule),
+  // charged through `grant` as checkout charges a created one (required with a governor); in
+  // use with 0 mappings, as from checkout.
+  Result<Handle> import_handle(int fd, std::size_t bytes, Grant* grant);
+
   // Releases pooled handles until at least `bytes` are freed or none is left; returns the
   // bytes freed (returned to the governor).
   std::uint64_t trim(std::uint64_t bytes);
@@ -135,6 +152,7 @@ class HandlePool {
     std::uint32_t mappings = 0;
     std::uint64_t epoch = 0;
     std::uint32_t holds = 0;
+    bool crosses_processes = false;
   };
   // Releases `handle` (no longer in the table); on failure puts it back quarantined and
   // returns false. The driver call is made without the lock.
@@ -142,6 +160,8 @@ class HandlePool {
   // Moves an in-use handle with no mappings back to the pool; returns true when it should be
   // released instead (kRelease, or the pool above its bound).
   bool return_locked(Handle handle, Entry& entry, Disposition disposition) KVVM_REQUIRES(mutex_);
+  // Checks that `grant` can pay for `bytes` more (when the pool has a governor).
+  Status check_grant(std::size_t bytes, const Grant* grant) const;
 
   Driver& driver_;
   const PoolOptions options_;

@@ -1,7 +1,8 @@
 // The host driver: the driver seam over Linux memory files and mmap.
 //
-// A handle is a range of a memory file (memfd), allocated for real with fallocate (so a
-// commit that succeeded has its bytes); reserve is mmap(PROT_NONE); map is
+// A handle is a range of a memory file (memfd) (or, with exportable_handles, a memory file of its
+// own, which export_handle dups and import_handle maps in another process), allocated for real with
+// fallocate (so a commit that succeeded has its bytes); reserve is mmap(PROT_NONE); map is
 // mmap(MAP_FIXED | MAP_SHARED) of the handle's range at the address; set_access is mprotect;
 // unmap puts the PROT_NONE placeholder back so the addresses stay reserved. One range mapped at
 // two addresses is one copy of the bytes, exactly like one CUDA handle mapped twice, and a
@@ -37,6 +38,12 @@ struct HostDriverOptions {
   // Bytes per memory file: 0 means kDefaultHostChunkBytes rounded up to the granule; otherwise
   // a multiple of the granule. A handle larger than a chunk gets a file of its own size.
   std::size_t chunk_bytes = 0;
+  // true: every handle is a memory file of its own, so export_handle can pass it to another
+  // process (a dup of its descriptor) without exposing other handles' bytes: the host's
+  // counterpart of creating CUDA allocations with a POSIX file descriptor handle type. Costs
+  // one descriptor per handle. false: handles are ranges of shared chunks and are not
+  // exportable. Imported handles are files of their own either way.
+  bool exportable_handles = false;
 };
 
 inline constexpr std::size_t kDefaultHostChunkBytes = std::size_t{1} << 30;
@@ -54,6 +61,7 @@ struct HostDriverTables {
   std::size_t handle_bytes = 0;
   std::size_t files = 0;           // memory files open (chunks)
   std::size_t resident_bytes = 0;  // memory those files hold (allocated pages)
+  std::size_t handle_files = 0;    // handles that are files of their own (exportable, imported)
 };
 HostDriverTables host_driver_tables(const Driver& driver);
 

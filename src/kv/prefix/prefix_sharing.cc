@@ -211,7 +211,7 @@ void PrefixSharing::restore_writable(SlotId id, const std::vector<std::uint64_t>
       const auto blocks = state_.reservation_->blocks_in(range.offset, range.len);
       if (blocks.empty() || blocks.front().access != Access::kReadOnly) continue;
       Result<HandleInfo> info = state_.pool_.describe(blocks.front().handle);
-      if (!info.ok() || info->mappings > 1) continue;
+      if (!info.ok() || info->mappings > 1 || info->crosses_processes) continue;
       (void)state_.reservation_->set_access(range.offset, plan.granule, Access::kReadWrite);
     }
   }
