@@ -373,6 +373,14 @@ std::string ServerMetrics::render(const Inputs& inputs) const {
            engine.generated_tokens);
   w.single("vllm:num_preemptions_total", "counter", "Requests preempted by the engine.", model,
            engine.preemptions);
+  // Speculative decoding, as vLLM's v1 names its counters (0 while speculation is off).
+  w.single("vllm:spec_decode_num_drafts_total", "counter",
+           "Verifications: a sequence's step with proposed tokens.", model, engine.spec_drafts);
+  w.single("vllm:spec_decode_num_draft_tokens_total", "counter", "Tokens proposed.", model,
+           engine.spec_draft_tokens);
+  w.single("vllm:spec_decode_num_accepted_tokens_total", "counter",
+           "Proposed tokens kept (each equal to the model's own draw).", model,
+           engine.spec_accepted_tokens);
 
   w.family("vllm:request_success_total", "counter",
            "Requests finished, by finished_reason (stop or length).");

@@ -14,7 +14,7 @@
 namespace kvvm::testing {
 namespace {
 
-constexpr std::uint64_t kTokens = 10;
+constexpr std::uint64_t kProcessTokens = 10;
 
 // The receiver's side in a child: builds its own arena, receives, and dies with SIGKILL when it
 // reaches step `kill_at` the `kill_on`-th time. Never returns.
@@ -43,7 +43,7 @@ TEST(KvHandoffProcessTest, ReceiverKilledAtEveryStepLeavesTheSenderIntact) {
   auto made = make_handoff_side();
   ASSERT_TRUE(made.ok()) << made.status().to_string();
   HandoffSide& sender = **made;
-  auto slot = admit_with_pattern(sender, kTokens);
+  auto slot = admit_with_pattern(sender, kProcessTokens);
   ASSERT_TRUE(slot.ok()) << slot.status().to_string();
   const std::uint64_t used = sender.used();
   const std::size_t descriptors = open_descriptors();
@@ -69,8 +69,8 @@ TEST(KvHandoffProcessTest, ReceiverKilledAtEveryStepLeavesTheSenderIntact) {
       run_receiver(theirs, point.step, point.on);
     }
     ::close(theirs);
-    Result<HandoffReport> sent =
-        send_kv(*sender.arena, *slot, kTokens, mine, HandoffOptions{.windows_per_message = 2});
+    Result<HandoffReport> sent = send_kv(*sender.arena, *slot, kProcessTokens, mine,
+                                         HandoffOptions{.windows_per_message = 2});
     ::close(mine);
     int status = 0;
     ASSERT_EQ(wait_child(child, &status), child);
@@ -80,7 +80,8 @@ TEST(KvHandoffProcessTest, ReceiverKilledAtEveryStepLeavesTheSenderIntact) {
       EXPECT_EQ(sent.status().code(), StatusCode::kUnavailable);
     }
     // The sender: same bytes, same ledger, handles held by its own mapping only.
-    EXPECT_EQ(read_tokens(*sender.arena, *slot, kTokens), expected_bytes(*sender.arena, kTokens));
+    EXPECT_EQ(read_tokens(*sender.arena, *slot, kProcessTokens),
+              expected_bytes(*sender.arena, kProcessTokens));
     EXPECT_EQ(sender.used(), used);
     for (const HandleInfo& info : sender.pool->handles()) {
       EXPECT_EQ(info.holds, 0u);
@@ -107,10 +108,10 @@ TEST(KvHandoffProcessTest, SenderKilledAfterTheHandoffLeavesTheReceiverPagesVali
     ::close(pipe_fds[0]);
     auto side = make_handoff_side();
     if (!side.ok()) ::_exit(10);
-    auto slot = admit_with_pattern(**side, kTokens);
+    auto slot = admit_with_pattern(**side, kProcessTokens);
     if (!slot.ok()) ::_exit(11);
     const std::uint64_t copies = (*side)->real->counts().of(DriverOp::kCopy);
-    Result<HandoffReport> sent = send_kv(*(*side)->arena, *slot, kTokens, theirs);
+    Result<HandoffReport> sent = send_kv(*(*side)->arena, *slot, kProcessTokens, theirs);
     const std::uint64_t facts[2] = {
         (*side)->arena->slot_base(*slot),
         sent.ok() && (*side)->real->counts().of(DriverOp::kCopy) == copies ? 1u : 0u};
@@ -137,16 +138,18 @@ TEST(KvHandoffProcessTest, SenderKilledAfterTheHandoffLeavesTheReceiverPagesVali
   EXPECT_NE(receiver.arena->slot_base(slot), facts[0]);
 
   // The sender is gone: its pages are still here, mapped, with its bytes.
-  EXPECT_EQ(read_tokens(*receiver.arena, slot, kTokens), expected_bytes(*receiver.arena, kTokens));
+  EXPECT_EQ(read_tokens(*receiver.arena, slot, kProcessTokens),
+            expected_bytes(*receiver.arena, kProcessTokens));
   EXPECT_EQ(check_invariants(receiver.world()), "");
   // The sequence continues past the prompt (the partial window copied first).
-  ASSERT_TRUE(receiver.arena->ensure(slot, kTokens + 3).ok());
+  ASSERT_TRUE(receiver.arena->ensure(slot, kProcessTokens + 3).ok());
   const std::vector<unsigned char> more(3 * 1024, 0x5A);
   ASSERT_TRUE(
       receiver.real
-          ->write(receiver.arena->slot_base(slot) + kTokens * 1024, more.data(), more.size())
+          ->write(receiver.arena->slot_base(slot) + kProcessTokens * 1024, more.data(), more.size())
           .ok());
-  EXPECT_EQ(read_tokens(*receiver.arena, slot, kTokens), expected_bytes(*receiver.arena, kTokens));
+  EXPECT_EQ(read_tokens(*receiver.arena, slot, kProcessTokens),
+            expected_bytes(*receiver.arena, kProcessTokens));
   // Released: the last reference to the dead sender's memory goes, and the ledger is empty.
   ASSERT_TRUE(receiver.arena->release(slot).ok());
   receiver.arena->reclaim(UINT64_MAX);

@@ -31,6 +31,9 @@ ServerMetrics::Inputs made_up_inputs() {
   in.engine.prompt_tokens = 12345;
   in.engine.generated_tokens = 6789;
   in.engine.preemptions = 7;
+  in.engine.spec_drafts = 31;
+  in.engine.spec_draft_tokens = 120;
+  in.engine.spec_accepted_tokens = 77;
   in.engine.refused_overloaded = 30;  // 4 for a full queue
   in.engine.refused_predicted_wait = 23;
   in.engine.refused_in_queue = 3;
@@ -80,6 +83,9 @@ TEST(ServerMetrics, EveryVllmNameIsPresentWithItsTypeAndModelName) {
       {"vllm:prompt_tokens_total", "counter"},
       {"vllm:generation_tokens_total", "counter"},
       {"vllm:num_preemptions_total", "counter"},
+      {"vllm:spec_decode_num_drafts_total", "counter"},
+      {"vllm:spec_decode_num_draft_tokens_total", "counter"},
+      {"vllm:spec_decode_num_accepted_tokens_total", "counter"},
       {"vllm:request_success_total", "counter"},
       {"vllm:time_to_first_token_seconds", "histogram"},
       {"vllm:time_per_output_token_seconds", "histogram"},
@@ -127,6 +133,9 @@ TEST(ServerMetrics, CountersAndGaugesEqualTheInputs) {
   EXPECT_EQ(value(families, "vllm:prompt_tokens_total", kModel), 12345);
   EXPECT_EQ(value(families, "vllm:generation_tokens_total", kModel), 6789);
   EXPECT_EQ(value(families, "vllm:num_preemptions_total", kModel), 7);
+  EXPECT_EQ(value(families, "vllm:spec_decode_num_drafts_total", kModel), 31);
+  EXPECT_EQ(value(families, "vllm:spec_decode_num_draft_tokens_total", kModel), 120);
+  EXPECT_EQ(value(families, "vllm:spec_decode_num_accepted_tokens_total", kModel), 77);
   EXPECT_EQ(value(families, "kvvm_kv_committed_bytes", {}), double(3ull << 30));
   EXPECT_EQ(value(families, "kvvm_kv_physical_bytes", {}), double(2ull << 30));
   EXPECT_EQ(value(families, "kvvm_kv_budget_bytes", {}), double(8ull << 30));
