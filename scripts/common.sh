@@ -50,3 +50,18 @@ kvvm_configure() {
   fi
   cmake --preset "$preset" -B "$dir" "${launcher[@]}" "$@" >/dev/null
 }
+
+# kvvm_build_cli: installs what is missing, builds the kvvm tool alone (no tests, no
+# benchmarks) in ${KVVM_BUILD_DIR:-build/release} and sets KVVM_CLI to its path. Under CI, the
+# CI preset (warnings are errors there), so this build shares its objects with scripts/test.sh's
+# through ccache.
+kvvm_build_cli() {
+  kvvm_install_dependencies
+  local build_dir=${KVVM_BUILD_DIR:-build/release}
+  local preset=release
+  if [[ -n ${CI:-} ]]; then preset=ci-release; fi
+  kvvm_configure "$preset" "$build_dir" -DKVVM_ENABLE_CUDA="${KVVM_ENABLE_CUDA:-AUTO}" \
+    -DKVVM_BUILD_TESTS=OFF -DKVVM_BUILD_BENCH=OFF -DKVVM_BUILD_TOOLS=ON
+  cmake --build "$build_dir" -j "$(kvvm_jobs)" --target kvvm_cli
+  KVVM_CLI="$build_dir/tools/kvvm/kvvm"
+}

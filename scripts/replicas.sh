@@ -83,15 +83,8 @@ nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 if [[ -z $kvvm ]]; then
   # shellcheck source=scripts/common.sh
   source scripts/common.sh
-  # shellcheck disable=SC2119  # no extra packages
-  kvvm_install_dependencies
-  build_dir=${KVVM_BUILD_DIR:-build/release}
-  preset=release
-  if [[ -n ${CI:-} ]]; then preset=ci-release; fi
-  kvvm_configure "$preset" "$build_dir" -DKVVM_ENABLE_CUDA="${KVVM_ENABLE_CUDA:-AUTO}" \
-    -DKVVM_BUILD_TESTS=OFF -DKVVM_BUILD_BENCH=OFF -DKVVM_BUILD_TOOLS=ON
-  cmake --build "$build_dir" -j "$(kvvm_jobs)" --target kvvm_cli
-  kvvm="$build_dir/tools/kvvm/kvvm"
+  kvvm_build_cli
+  kvvm=$KVVM_CLI
 fi
 if [[ ! -x $kvvm ]]; then
   echo "$me: $kvvm is not an executable kvvm" >&2

@@ -30,17 +30,9 @@ if [[ $mode != simulate && $# -gt 0 ]]; then
 fi
 
 source scripts/common.sh
-kvvm_install_dependencies
-build_dir=${KVVM_BUILD_DIR:-build/release}
 # Only the tool is needed here; the tests and benchmarks are scripts/test.sh's.
-# Under CI, the CI preset (warnings are errors there), so this build shares its objects with
-# scripts/test.sh's through ccache.
-preset=release
-if [[ -n ${CI:-} ]]; then preset=ci-release; fi
-kvvm_configure "$preset" "$build_dir" -DKVVM_ENABLE_CUDA="${KVVM_ENABLE_CUDA:-AUTO}" \
-  -DKVVM_BUILD_TESTS=OFF -DKVVM_BUILD_BENCH=OFF -DKVVM_BUILD_TOOLS=ON
-cmake --build "$build_dir" -j "$(kvvm_jobs)" --target kvvm_cli
-kvvm="$build_dir/tools/kvvm/kvvm"
+kvvm_build_cli
+kvvm=$KVVM_CLI
 if [[ $mode == simulate ]]; then
   exec "$kvvm" simulate "$@"
 fi
