@@ -199,4 +199,41 @@ Result<LoadedModel> load_model(const std::string& dir, const std::string& backen
   return loaded;
 }
 
+Result<std::unique_ptr<model::Model>> load_draft_model(const std::string& dir,
+                                                       const LoadedModel& target,
+                                                       std::string_view command,
+                                                       std::ostream& err) {
+  const std::string flag = "--speculative-config \"model\" " + dir;
+  KVVM_RETURN_IF_ERROR(check_model_dir(dir).with_context(flag));
+  Result<model::ModelConfig> config = model::load_model_config(dir);
+  if (!config.ok()) return config.status().with_context(flag);
+  // Heard before the weights are read.
+  if (config->vocab_size != target.config.vocab_size) {
+    return Status::InvalidArgument(flag + ": vocab_size " + std::to_string(config->vocab_size) +
+                                   ", the model's is " + std::to_string(target.config.vocab_size) +
+                                   " (a draft model must share the target's vocabulary)");
+  }
+  Result<std::unique_ptr<model::WeightFiles>> files = model::WeightFiles::open_dir(dir);
+  if (!files.ok()) return files.status().with_context(flag);
+  Result<model::ModelWeights> weights = model::bind_weights(*config, **files);
+  if (!weights.ok()) return weights.status().with_context(flag);
+  model::WeightOptions placement = weight_options(WeightFlags{});
+  placement.driver = target.driver.get();
+  placement.governor = target.governor.get();
+  Result<std::unique_ptr<model::Model>> made = Status::Internal("no backend");
+  if (target.model->backend() == model::Backend::kCuda) {
+    model::CudaModelOptions options;
+    options.weights = placement;
+    made = model::make_cuda_model(*config, *weights, options);
+  } else {
+    model::CpuModelOptions options;
+    options.weights = placement;
+    made = model::make_cpu_model(*config, *weights, options);
+  }
+  if (!made.ok()) return made.status().with_context(flag);
+  err << command << ": draft model " << config->architecture << " (" << config->layers
+      << " layers) from " << dir << ": " << (*made)->weight_stats().split.describe() << "\n";
+  return made;
+}
+
 }  // namespace kvvm::cli

@@ -62,4 +62,14 @@ Result<LoadedModel> load_model(const std::string& dir, const std::string& backen
                                std::string_view command, std::ostream& err,
                                const WeightFlags& weights = {});
 
+// A draft model for speculative decoding (--speculative-config's "model"): the checkpoint in
+// `dir` on `target`'s backend, its weights a tier of `target`'s governor on `target`'s driver
+// (all resident), so both models and both KV caches share one device budget. InvalidArgument
+// naming the flag and the path for a directory check_model_dir refuses, and naming both sizes
+// for a vocabulary other than the target's. Its load is one line on `err`.
+// REQUIRES: `target` outlives the draft.
+Result<std::unique_ptr<model::Model>> load_draft_model(const std::string& dir,
+                                                       const LoadedModel& target,
+                                                       std::string_view command, std::ostream& err);
+
 }  // namespace kvvm::cli

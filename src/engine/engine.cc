@@ -58,14 +58,17 @@ std::string_view to_string(RequestEnd end) {
 }
 
 Engine::Impl::Impl(model::Model& model, std::unique_ptr<KvManager> kv, EngineOptions options,
-                   std::uint64_t context)
+                   std::uint64_t context, std::unique_ptr<DraftProposer> draft)
     : model_(model),
       kv_(std::move(kv)),
       options_(std::move(options)),
       context_(context),
       admission_(options_),
+      draft_(std::move(draft)),
       scheduler_(model_, *kv_, options_, admission_),
-      runner_(model_, options_.step_tokens) {}
+      runner_(model_, options_.step_tokens) {
+  scheduler_.set_draft_proposer(draft_.get());
+}
 
 Status Engine::Impl::init() {
   const std::optional<SlotId> pad_slot = kv_->pad_slot();
@@ -138,7 +141,15 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, KvSpace& kv,
           "engine: decode graphs off: no padding slot: " + reserved.to_string());
     }
   }
-  auto impl = std::make_unique<Impl>(model, std::move(manager), std::move(options), context);
+  std::unique_ptr<DraftProposer> draft;
+  if (options.speculative.enabled() &&
+      options.speculative.method == SpeculativeMethod::kDraftModel) {
+    KVVM_ASSIGN_OR_RETURN(draft, DraftProposer::create(options.draft, model,
+                                                       options.speculative.num_speculative_tokens,
+                                                       options.max_running, options.graphs));
+  }
+  auto impl = std::make_unique<Impl>(model, std::move(manager), std::move(options), context,
+                                     std::move(draft));
   KVVM_RETURN_IF_ERROR(impl->init());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -347,6 +358,9 @@ EngineStats Engine::Impl::stats() const {
     s.spec_drafts = published_.spec_drafts;
     s.spec_draft_tokens = published_.spec_draft_tokens;
     s.spec_accepted_tokens = published_.spec_accepted_tokens;
+    s.spec_draft_steps = published_.spec_draft_steps;
+    s.spec_draft_refused = published_.spec_draft_refused;
+    s.spec_draft_failed = published_.spec_draft_failed;
     s.running = running_count_;
     s.waiting = static_cast<std::uint32_t>(queued_);
     s.peak_running = published_.peak_running;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "admission_control.h"
+#include "draft_proposer.h"
 #include "kvvm/base/mutex.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_manager.h"
@@ -28,8 +29,9 @@ namespace kvvm::engine {
 
 class Engine::Impl {
  public:
+  // `draft`: the draft model's proposer, with speculative method kDraftModel; else null.
   Impl(model::Model& model, std::unique_ptr<KvManager> kv, EngineOptions options,
-       std::uint64_t context);
+       std::uint64_t context, std::unique_ptr<DraftProposer> draft);
   ~Impl();
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -76,6 +78,9 @@ class Engine::Impl {
   const std::uint64_t context_;  // prompt + max_tokens limit
   bool graphs_captured_ = false;
   AdmissionControl admission_;
+  // Declared before the scheduler, which holds it: it goes after every request's draft slot
+  // was released through it.
+  std::unique_ptr<DraftProposer> draft_;
 
   // The stepping thread's own.
   Scheduler scheduler_;

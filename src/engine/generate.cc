@@ -45,6 +45,7 @@ Result<GenerateResult> generate(model::Model& model, KvSpace& kv, const Generate
   options.prefix_cache = false;  // one request: nothing to share, nothing left held after
   options.graphs = request.graphs;
   options.speculative = request.speculative;
+  options.draft = request.draft;
   KVVM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> created,
                         Engine::create(model, kv, std::move(options)));
   Engine& engine = *created;

@@ -61,6 +61,10 @@ struct RequestState {
   // Speculative decoding: the proposals this step verifies after the last token (rows at the
   // positions that follow it); empty between steps.
   std::vector<std::int32_t> drafts;
+  // With a draft model: the sequence's slot in the draft's KV, and the tokens the draft has
+  // read into it (the first draft_computed of `tokens`).
+  std::optional<SlotId> draft_slot;
+  std::uint32_t draft_computed = 0;
 
   Clock::time_point submitted{};
   double predicted_wait = -1;    // seconds, at submit; negative: none (no rate measured yet)

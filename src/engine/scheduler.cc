@@ -104,6 +104,7 @@ StepPlan Scheduler::schedule(Clock::time_point now) {
     plan_chunk(plan, room, *r, chunk_tokens(*r, room));
   }
   commit_planned(plan);
+  if (draft_ != nullptr && speculate) propose_with_draft(plan);
   // New requests only into what the running ones left, after their growth is committed: one
   // admitted now is computed in this step, never preempted by it. A step that had to preempt
   // admits nothing: the room it took back belongs to the sequences already running.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "admission_control.h"
+#include "draft_proposer.h"
 #include "kvvm/engine/engine.h"
 #include "kvvm/engine/kv_manager.h"
 #include "request_state.h"
@@ -28,6 +29,7 @@ struct StepCounters {
   std::uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   std::uint64_t forced_tokens = 0;  // of the generated: a grammar's forced runs
   std::uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::uint64_t spec_draft_steps = 0, spec_draft_refused = 0, spec_draft_failed = 0;
   std::uint32_t peak_running = 0;
 };
 
@@ -39,6 +41,8 @@ class Scheduler {
 
   // The decode graphs captured (ascending batch sizes; empty: none), for StepPlan::graph_bucket.
   void set_graph_buckets(std::vector<std::uint32_t> buckets) { buckets_ = std::move(buckets); }
+  // With speculative method kDraftModel: what fills the planned proposals (outlives this).
+  void set_draft_proposer(DraftProposer* draft) { draft_ = draft; }
 
   // Arrivals, last in line; cancellations of every choice of each id, or of all.
   void enqueue(std::unique_ptr<RequestState> r);
@@ -105,6 +109,9 @@ class Scheduler {
   // After r's decode chunk: its proposals as speculative rows, as many as the step, the
   // transforms' bound and max_tokens leave.
   void plan_drafts(StepPlan& plan, Room& room, RequestState& r);
+  // With a draft model, once the rows are committed: the draft fills every planned proposal;
+  // the rows it could not fill are dropped.
+  void propose_with_draft(StepPlan& plan);
   // Applies the draws of r's decode chunk (plan.chunks[first]) and of its speculative rows
   // after it: each proposal kept while it equals the draw before it, the first draw that
   // differs (or the one after the last proposal) taken as the step's last token; the tokens
@@ -146,6 +153,8 @@ class Scheduler {
   const EngineOptions& options_;
   AdmissionControl& admission_;
   std::vector<std::uint32_t> buckets_;
+  DraftProposer* draft_ = nullptr;
+  std::vector<RequestState*> drafting_;  // propose_with_draft's requests, kept for its buffer
 
   WaitingQueue waiting_;
   RunningSet running_;

@@ -28,6 +28,7 @@ void Scheduler::end_request(RequestState& r, RequestEnd end, Status error) {
 }
 
 void Scheduler::release_slot(RequestState& r) {
+  if (draft_ != nullptr) draft_->release(r, /*driver_usable=*/!context_lost_);
   if (!r.slot) return;
   if (context_lost_) {
     r.slot.reset();  // every driver call fails on a lost context: its memory goes with it

@@ -33,12 +33,16 @@ void Scheduler::plan_drafts(StepPlan& plan, Room& room, RequestState& r) {
   most = std::min<std::uint32_t>(
       most, model_.limits().max_chunks - static_cast<std::uint32_t>(plan.chunks.size()));
   if (most == 0) return;
+  // A draft model's proposals come after the rows are committed (propose_with_draft): its
+  // rows are planned as many as allowed, each a placeholder until then.
   std::array<std::int32_t, kNgramMaxSpeculativeTokens> proposed{};
-  const NgramOptions ngram{.num_speculative_tokens = s.num_speculative_tokens,
-                           .prompt_lookup_min = s.prompt_lookup_min,
-                           .prompt_lookup_max = s.prompt_lookup_max};
-  const std::size_t n =
-      propose_ngram(r.tokens, ngram, std::span<std::int32_t>(proposed).first(most));
+  std::size_t n = most;
+  if (s.method == SpeculativeMethod::kNgram) {
+    const NgramOptions ngram{.num_speculative_tokens = s.num_speculative_tokens,
+                             .prompt_lookup_min = s.prompt_lookup_min,
+                             .prompt_lookup_max = s.prompt_lookup_max};
+    n = propose_ngram(r.tokens, ngram, std::span<std::int32_t>(proposed).first(most));
+  }
   // Row j draws after j proposals: its transforms may count up to j more output tokens.
   const std::size_t bound =
       has_logit_transforms(r) ? logit_transform_bound(r, model_.config().vocab_size) : 0;
@@ -91,7 +95,36 @@ std::size_t Scheduler::verify_drafts(RequestState& r, const StepOutputs& outputs
   }
   // The kept proposals' ids reach the prefix cache with the next decode chunk's publish.
   r.drafts.clear();
+  // The draft read its proposals but the last; what the target did not keep it reads again.
+  r.draft_computed = std::min(r.draft_computed, r.computed);
   return n;
+}
+
+void Scheduler::propose_with_draft(StepPlan& plan) {
+  drafting_.clear();
+  for (const ScheduledChunk& c : plan.chunks) {
+    if (c.draft == 1 && c.request != nullptr && !c.request->finished) {
+      drafting_.push_back(c.request);
+    }
+  }
+  if (drafting_.empty()) return;
+  const std::span<const std::uint32_t> filled = draft_->propose(drafting_);
+  const DraftProposer::Stats stats = draft_->stats();
+  counters_.spec_draft_steps = stats.steps;
+  counters_.spec_draft_refused = stats.refused;
+  counters_.spec_draft_failed = stats.failed;
+  bool cut = false;
+  for (std::size_t i = 0; i < drafting_.size(); ++i) {
+    RequestState& r = *drafting_[i];
+    if (filled[i] == r.drafts.size()) continue;
+    r.drafts.resize(filled[i]);
+    cut = true;
+  }
+  if (!cut) return;
+  // The rows past what their sequence was given go; the KV committed for them stays with it.
+  std::erase_if(plan.chunks, [](const ScheduledChunk& c) {
+    return c.draft > 0 && c.request != nullptr && c.draft > c.request->drafts.size();
+  });
 }
 
 }  // namespace kvvm::engine

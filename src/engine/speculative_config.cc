@@ -9,6 +9,14 @@ namespace kvvm::engine {
 
 Status check_speculative_options(const SpeculativeOptions& options) {
   if (!options.enabled()) return Status::Ok();
+  if (options.method == SpeculativeMethod::kDraftModel) {
+    if (options.num_speculative_tokens > kNgramMaxSpeculativeTokens) {
+      return Status::InvalidArgument(
+          "draft_model num_speculative_tokens " + std::to_string(options.num_speculative_tokens) +
+          ": outside [1, " + std::to_string(kNgramMaxSpeculativeTokens) + "]");
+    }
+    return Status::Ok();
+  }
   return check_ngram_options(NgramOptions{.num_speculative_tokens = options.num_speculative_tokens,
                                           .prompt_lookup_min = options.prompt_lookup_min,
                                           .prompt_lookup_max = options.prompt_lookup_max});
@@ -23,10 +31,14 @@ Result<SpeculativeOptions> parse_speculative_config(const std::string& json) {
   SpeculativeOptions options;
   bool min_given = false, max_given = false;
   std::string method;
+  std::string lookup_key;  // a key of n-gram lookup, which a draft model refuses
   for (const auto& [key, value] : config.items()) {
-    if (key == "method") {
-      if (!value.is_string()) return Status::InvalidArgument(what + ": \"method\" is not a string");
-      method = value.get<std::string>();
+    if (key == "method" || key == "model") {
+      if (!value.is_string() || value.get<std::string>().empty()) {
+        return Status::InvalidArgument(what + ": \"" + key + "\" is " + value.dump() +
+                                       ", not a non-empty string");
+      }
+      (key == "method" ? method : options.draft_model) = value.get<std::string>();
       continue;
     }
     std::uint32_t* field = nullptr;
@@ -35,16 +47,18 @@ Result<SpeculativeOptions> parse_speculative_config(const std::string& json) {
     } else if (key == "prompt_lookup_min") {
       field = &options.prompt_lookup_min;
       min_given = true;
+      lookup_key = key;
     } else if (key == "prompt_lookup_max") {
       field = &options.prompt_lookup_max;
       max_given = true;
+      lookup_key = key;
     } else if (key == "disable_by_batch_size") {
       field = &options.disable_by_batch_size;
     } else {
       return Status::InvalidArgument(
           what + ": unknown key \"" + key +
-          "\" (known: method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, "
-          "disable_by_batch_size)");
+          "\" (known: method, model, num_speculative_tokens, prompt_lookup_min, "
+          "prompt_lookup_max, disable_by_batch_size)");
     }
     if (!value.is_number_unsigned() || value.get<std::uint64_t>() > 0xFFFFFFFFull) {
       return Status::InvalidArgument(what + ": \"" + key + "\" is " + value.dump() +
@@ -52,12 +66,29 @@ Result<SpeculativeOptions> parse_speculative_config(const std::string& json) {
     }
     *field = value.get<std::uint32_t>();
   }
-  if (method.empty() && (min_given || max_given)) method = "ngram";  // vLLM infers it so
-  if (method != "ngram") {
+  // vLLM infers the method so.
+  if (method.empty() && !options.draft_model.empty()) method = "draft_model";
+  if (method.empty() && (min_given || max_given)) method = "ngram";
+  if (method == "draft_model") {
+    options.method = SpeculativeMethod::kDraftModel;
+    if (options.draft_model.empty()) {
+      return Status::InvalidArgument(what +
+                                     ": method \"draft_model\" needs \"model\", the draft "
+                                     "checkpoint's directory");
+    }
+    if (!lookup_key.empty()) {
+      return Status::InvalidArgument(what + ": \"" + lookup_key +
+                                     "\" is n-gram lookup's; a draft model proposes without it");
+    }
+  } else if (method != "ngram") {
     return Status::InvalidArgument(
         what + ": method \"" + method +
-        "\" is not available; kvvm speculates by n-gram prompt lookup only (\"ngram\"): draft "
-        "models and EAGLE heads are not built");
+        "\" is not available; kvvm speculates by n-gram prompt lookup (\"ngram\") or a draft "
+        "model (\"draft_model\" with \"model\"): EAGLE and MTP heads are not built");
+  } else if (!options.draft_model.empty()) {
+    return Status::InvalidArgument(what +
+                                   ": \"model\" with method \"ngram\", which reads "
+                                   "no model");
   }
   if (options.num_speculative_tokens == 0) {
     return Status::InvalidArgument(what + ": num_speculative_tokens is required, 1 to " +

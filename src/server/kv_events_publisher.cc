@@ -211,8 +211,10 @@ class ZmqKvEventsPublisher final : public KvEventsPublisher {
         for (const auto& [seq, payload] : buffer_) {
           if (seq >= start) reply(big_endian(seq), payload);
         }
-        reply(big_endian(static_cast<std::uint64_t>(kEndOfReplay)), std::string());
+        // Counted before the end marker goes out, so a client that has read the marker
+        // sees its replay in stats().
         ++replays_;
+        reply(big_endian(static_cast<std::uint64_t>(kEndOfReplay)), std::string());
       } catch (const zmq::error_t& e) {
         log(LogLevel::kWarning, std::string("kv events: replay send failed: ") + e.what());
       }

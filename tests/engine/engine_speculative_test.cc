@@ -15,110 +15,19 @@
 #include "kvvm/vmm/fault_driver.h"
 #include "kvvm/vmm/host_driver.h"
 #include "support/engine_harness.h"
+#include "support/speculative_rig.h"
 
 namespace kvvm::engine {
 namespace {
 
-using testing::EngineRig;
+using testing::Answer;
+using testing::expect_same_answers;
 using testing::FixtureModel;
-using testing::Outcome;
-using testing::rig_prompt;
-
-// A prompt that repeats itself, so prompt lookup proposes from the first steps: a random stem
-// three times over, then its first two tokens again.
-std::vector<std::int32_t> repeating_prompt(std::uint64_t seed, std::size_t stem = 7,
-                                           std::int32_t vocab = 600) {
-  const std::vector<std::int32_t> once = rig_prompt(stem, seed, vocab);
-  std::vector<std::int32_t> prompt;
-  for (int i = 0; i < 3; ++i) prompt.insert(prompt.end(), once.begin(), once.end());
-  prompt.insert(prompt.end(), once.begin(), once.begin() + 2);
-  return prompt;
-}
-
-SpeculativeOptions lookup(std::uint32_t k) {
-  return SpeculativeOptions{
-      .num_speculative_tokens = k, .prompt_lookup_min = 1, .prompt_lookup_max = 3};
-}
-
-EngineRequest request_of(std::vector<std::int32_t> prompt, std::uint32_t max_tokens) {
-  EngineRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.use_model_eos = false;
-  return r;
-}
-
-// What one request gave, with its log-probabilities when asked.
-struct Answer {
-  std::vector<std::int32_t> tokens;
-  std::vector<model::RowLogprobs> logprobs;
-  RequestEnd end = RequestEnd::kError;
-  int finished = 0;
-};
-
-struct SpecRun {
-  std::vector<Answer> answers;
-  EngineStats stats;
-};
-
-// The requests submitted together to one engine (speculating with `spec`) over `fixture`.
-SpecRun run_all(FixtureModel& fixture, const std::vector<EngineRequest>& requests,
-                SpeculativeOptions spec, KvSpaceOptions space = {}) {
-  if (space.max_slots == 0) {
-    space.max_slots = 5;
-    space.max_context = 128;
-  }
-  EngineOptions options;
-  options.speculative = spec;
-  SpecRun run;
-  auto kv = testing::make_kv(fixture.config, space);
-  if (kv == nullptr) return run;
-  auto made = Engine::create(*fixture.model, *kv, options);
-  EXPECT_TRUE(made.ok()) << made.status().to_string();
-  if (!made.ok()) return run;
-  Engine& engine = **made;
-  run.answers.resize(requests.size());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    Answer* a = &run.answers[i];
-    auto id = engine.submit(requests[i], [a](const RequestEvent& event) {
-      a->tokens.insert(a->tokens.end(), event.tokens.begin(), event.tokens.end());
-      a->logprobs.insert(a->logprobs.end(), event.logprobs.begin(), event.logprobs.end());
-      if (event.finished) {
-        ++a->finished;
-        a->end = event.end;
-      }
-    });
-    EXPECT_TRUE(id.ok()) << id.status().to_string();
-  }
-  const Status ran = engine.run_until_idle();
-  EXPECT_TRUE(ran.ok()) << ran.to_string();
-  run.stats = engine.stats();
-  made->reset();
-  testing::expect_clean(*kv, "after the speculative run");
-  return run;
-}
-
-void expect_same_answers(const SpecRun& plain, const SpecRun& spec, const std::string& where) {
-  ASSERT_EQ(plain.answers.size(), spec.answers.size());
-  for (std::size_t i = 0; i < plain.answers.size(); ++i) {
-    const Answer& p = plain.answers[i];
-    const Answer& s = spec.answers[i];
-    const std::string which = where + ", request " + std::to_string(i);
-    EXPECT_EQ(s.finished, 1) << which;
-    EXPECT_EQ(s.end, p.end) << which;
-    EXPECT_EQ(s.tokens, p.tokens) << which;
-    ASSERT_EQ(s.logprobs.size(), p.logprobs.size()) << which;
-    for (std::size_t t = 0; t < p.logprobs.size(); ++t) {
-      // A row computed in a step of another shape sums in another order: equal to rounding.
-      EXPECT_NEAR(s.logprobs[t].logprob, p.logprobs[t].logprob, 1e-4) << which << ", token " << t;
-      ASSERT_EQ(s.logprobs[t].top, p.logprobs[t].top) << which << ", token " << t;
-      for (std::uint32_t a = 0; a < p.logprobs[t].top; ++a) {
-        EXPECT_NEAR(s.logprobs[t].top_logprobs[a], p.logprobs[t].top_logprobs[a], 1e-4)
-            << which << ", token " << t << ", alternative " << a;
-      }
-    }
-  }
-}
+using testing::lookup;
+using testing::repeating_prompt;
+using testing::request_of;
+using testing::run_all;
+using testing::SpecRun;
 
 std::vector<EngineRequest> greedy_batch(std::uint32_t max_tokens) {
   std::vector<EngineRequest> requests;

@@ -225,8 +225,10 @@ struct EngineOptions {
   // punctuation. Needs the tokenizer; never for a request asking for log-probabilities.
   bool jump_forward = true;
   SpeculativeOptions speculative;  // off unless num_speculative_tokens > 0
-  std::string model_identity;      // folded into cache keys; empty: the config's architecture
-  bool graphs = true;              // CUDA: decode steps replay captured graphs
+  // With speculative.method kDraftModel: the draft and its KV space (speculative.h).
+  DraftModel draft;
+  std::string model_identity;  // folded into cache keys; empty: the config's architecture
+  bool graphs = true;          // CUDA: decode steps replay captured graphs
   std::vector<std::uint32_t> graph_batch_sizes;  // empty: 1, 2, 4, 8, 16, 32, ... max_running
   // Every admitted sequence commits max_context tokens at once and keeps them until it ends
   // (no growth, nothing reclaimable, no prefix cache: prefix_cache is turned off): the
@@ -299,6 +301,9 @@ struct EngineStats {
   // proposed and those kept (vLLM's spec_decode num_drafts, num_draft_tokens and
   // num_accepted_tokens).
   std::uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  // With a draft model: its forwards, and the times a sequence went without proposals because
+  // the draft's KV was refused or a draft forward failed (it then decoded a token a step).
+  std::uint64_t spec_draft_steps = 0, spec_draft_refused = 0, spec_draft_failed = 0;
   std::uint32_t running = 0, waiting = 0;
   std::uint32_t peak_running = 0;
   double kv_usage = 0;        // kv_usage() of kv_manager.h: the KV in use / the budget

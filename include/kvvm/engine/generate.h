@@ -37,8 +37,10 @@ struct GenerateRequest {
   // Structured output: every draw masked to what this grammar allows (EngineRequest::grammar),
   // compiled against this model's vocabulary with stop_ids as its ends.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
-  // Speculative decoding (EngineOptions::speculative): the same tokens in fewer steps.
+  // Speculative decoding (EngineOptions::speculative): the same tokens in fewer steps; with
+  // method kDraftModel, `draft` is the draft and its KV space (EngineOptions::draft).
   SpeculativeOptions speculative;
+  DraftModel draft;
 };
 
 struct GenerateTimings {

@@ -360,13 +360,28 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   request.sampling.min_p = static_cast<float>(options.min_p);
   request.sampling.seed = options.seed;
   request.graphs = !options.no_graphs;
+  const std::uint64_t context = engine::request_limits(model, **kv).context;
+  // Declared before the engine runs, after the target's space: they go first.
+  std::unique_ptr<model::Model> draft_model;
+  std::unique_ptr<engine::KvSpace> draft_kv;
   if (!options.speculative_config.empty()) {
     Result<engine::SpeculativeOptions> speculative =
         engine::parse_speculative_config(options.speculative_config);
     if (!speculative.ok()) return fail(speculative.status());
     request.speculative = *speculative;
+    if (speculative->method == engine::SpeculativeMethod::kDraftModel) {
+      Result<std::unique_ptr<model::Model>> draft =
+          load_draft_model(speculative->draft_model, *loaded, kGenerate, err);
+      if (!draft.ok()) return fail(draft.status());
+      draft_model = std::move(draft).value();
+      Result<std::unique_ptr<engine::KvSpace>> space = engine::KvSpace::create(
+          draft_model->config(),
+          draft_kv_options(**kv, draft_model->config(), speculative->num_speculative_tokens));
+      if (!space.ok()) return fail(space.status().with_context("the draft model's KV"));
+      draft_kv = std::move(space).value();
+      request.draft = engine::DraftModel{.model = draft_model.get(), .kv = draft_kv.get()};
+    }
   }
-  const std::uint64_t context = engine::request_limits(model, **kv).context;
   if (options.max_tokens) {
     request.max_tokens = static_cast<std::uint32_t>(*options.max_tokens);
   } else {
