@@ -9,6 +9,7 @@
 #include "engine_options.h"
 #include "kvvm/base/log.h"
 #include "kvvm/engine/engine.h"
+#include "token_mask.h"
 
 namespace kvvm::engine {
 
@@ -91,7 +92,7 @@ DraftProposer::DraftProposer(model::Model& model, std::unique_ptr<KvManager> kv,
   const model::ModelLimits& limits = model.limits();
   ids_.reserve(limits.max_step_tokens);
   chunks_.reserve(limits.max_chunks);
-  argmax_.resize(limits.max_chunks);
+  drawn_.resize(limits.max_chunks);
   members_.reserve(limits.max_chunks);
 }
 
@@ -112,15 +113,28 @@ bool DraftProposer::hold(RequestState& r, std::uint64_t tokens) {
   return kv_->ensure(*r.draft_slot, tokens).ok();
 }
 
-bool DraftProposer::forward(std::span<const std::int32_t> ids,
-                            std::span<const model::Chunk> chunks) {
+bool DraftProposer::forward(std::span<RequestState* const> requests) {
   const std::uint64_t replays = model_.graph_stats().replays;
+  // Greedy draws; a constrained sequence's proposal drawn through its grammar's mask as it
+  // stands after the proposals before it (the matcher is advanced as they are made).
+  sampling_.assign(chunks_.size(), model::ChunkSampling{});
+  const std::size_t words = model::token_mask_words(model_.config().vocab_size);
+  std::size_t rows = 0;
+  for (std::size_t m = 0; m < chunks_.size(); ++m) {
+    RequestState& r = *requests[members_[m]];
+    if (!r.constrained() || !masked_[m]) continue;
+    if (masks_.size() < (rows + 1) * words) masks_.resize((rows + 1) * words);
+    fill_token_mask(r, std::span<std::uint32_t>(masks_).subspan(rows * words, words));
+    sampling_[m].mask_row = static_cast<std::int32_t>(rows++);
+  }
   model::StepBatch batch;
-  batch.token_ids = ids;
-  batch.chunks = chunks;
+  batch.token_ids = ids_;
+  batch.chunks = chunks_;
   batch.kv = kv_->space().view();
+  batch.sampling = sampling_;
+  batch.token_masks = std::span<const std::uint32_t>(masks_.data(), rows * words);
   model::StepOutput out;
-  out.argmax = argmax_.data();
+  out.sampled = drawn_.data();
   const Status ran = model_.forward(batch, out);
   ++stats_.steps;
   stats_.graph_steps += model_.graph_stats().replays - replays;
@@ -141,6 +155,7 @@ std::span<const std::uint32_t> DraftProposer::propose(std::span<RequestState* co
   });
   filled_.assign(requests.size(), 0);
   want_.assign(requests.size(), 0);
+  taken_.assign(requests.size(), 0);
   const model::ModelLimits& limits = model_.limits();
   // Catch-up: every sequence's unread tokens in one forward, within the draft's step; one cut
   // short reads what fits and proposes from a later step.
@@ -171,14 +186,18 @@ std::span<const std::uint32_t> DraftProposer::propose(std::span<RequestState* co
     members_.push_back(i);
     budget -= read;
   }
-  if (chunks_.empty() || !forward(ids_, chunks_)) return filled_;
+  if (chunks_.empty()) return filled_;
+  masked_.assign(chunks_.size(), false);
+  for (std::size_t m = 0; m < chunks_.size(); ++m) {
+    masked_[m] = chunks_[m].start + chunks_[m].tokens == requests[members_[m]]->tokens.size();
+  }
+  if (!forward(requests)) return filled_;
   for (std::size_t m = 0; m < members_.size(); ++m) {
     RequestState& r = *requests[members_[m]];
     r.draft_computed = chunks_[m].start + chunks_[m].tokens;
     stats_.caught_up += chunks_[m].tokens;
     if (r.draft_computed < r.tokens.size()) continue;
-    r.drafts[0] = argmax_[m];
-    filled_[members_[m]] = 1;
+    take(r, members_[m], drawn_[m], 0);
   }
   // Each further proposal: the one before it read, one row per sequence still proposing.
   for (std::uint32_t j = 1; j < k_; ++j) {
@@ -193,15 +212,36 @@ std::span<const std::uint32_t> DraftProposer::propose(std::span<RequestState* co
       ids_.push_back(r.drafts[j - 1]);
       members_.push_back(i);
     }
-    if (chunks_.empty() || !forward(ids_, chunks_)) break;
+    if (chunks_.empty()) break;
+    masked_.assign(chunks_.size(), true);
+    if (!forward(requests)) break;
     for (std::size_t m = 0; m < members_.size(); ++m) {
       RequestState& r = *requests[members_[m]];
-      r.drafts[j] = argmax_[m];
       r.draft_computed = chunks_[m].start + 1;
-      filled_[members_[m]] = j + 1;
+      take(r, members_[m], drawn_[m], j);
     }
   }
+  // The grammars as they were: the scheduler applies the draws, not the proposals.
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (taken_[i] > 0) requests[i]->matcher->rollback(taken_[i]);
+  }
   return filled_;
+}
+
+void DraftProposer::take(RequestState& r, std::size_t i, std::int32_t token, std::uint32_t j) {
+  if (r.constrained()) {
+    // An end proposes nothing after it (the answer would end there); a token the grammar
+    // refuses cannot come from a masked draw but ends the proposals all the same.
+    if (std::find(r.ends.begin(), r.ends.end(), token) != r.ends.end() ||
+        !r.matcher->accept_token(token)) {
+      want_[i] = j;
+      return;
+    }
+    ++taken_[i];
+    if (r.matcher->must_end()) want_[i] = j + 1;
+  }
+  r.drafts[j] = token;
+  filled_[i] = j + 1;
 }
 
 void DraftProposer::release(RequestState& r, bool driver_usable) {

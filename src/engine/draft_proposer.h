@@ -3,7 +3,7 @@
 // (under the target's governor, so both caches share one device budget) and proposes each
 // speculating sequence's next tokens greedily, the whole batch at once: one forward that
 // catches every sequence up on the tokens it has not read (the prompt at first, then the
-// step's kept tokens), whose argmax is each sequence's first proposal, then one single-token
+// step's kept tokens), whose greedy draw is each sequence's first proposal, then one single-token
 // forward per further proposal. Its steps after the first are decode steps: on CUDA they
 // replay the draft's own decode graphs.
 //
@@ -45,9 +45,9 @@ class DraftProposer {
   DraftProposer& operator=(const DraftProposer&) = delete;
 
   // Fills each request's planned proposals (r->drafts, sized by the scheduler) with the draft's
-  // greedy tokens after r->tokens, and returns how many of each it filled, in order: all of
-  // them, or 0 for a sequence the draft could not serve this step (still catching up on a long
-  // prompt, its KV refused, the draft's step failed).
+  // greedy tokens after r->tokens (through its grammar's masks when constrained), and returns how
+  // many of each it filled, in order: all of them, or 0 for a sequence the draft could not serve
+  // this step (still catching up on a long prompt, its KV refused, the draft's step failed).
   std::span<const std::uint32_t> propose(std::span<RequestState* const> requests);
   // The sequence's draft slot released (its end, its preemption). `driver_usable` false: the
   // GPU context is lost and no driver call is made (the memory goes with the process).
@@ -65,9 +65,14 @@ class DraftProposer {
  private:
   DraftProposer(model::Model& model, std::unique_ptr<KvManager> kv, std::uint32_t k,
                 std::uint64_t context);
-  // One forward over `chunks` (ids packed in chunk order): argmax of each chunk's last row into
-  // argmax_. False (counted, logged once) when the step failed.
-  bool forward(std::span<const std::int32_t> ids, std::span<const model::Chunk> chunks);
+  // One forward over chunks_ (ids_ packed in chunk order; chunk m is requests[members_[m]]'s):
+  // each chunk's greedy draw into drawn_, through its grammar's mask where masked_[m] and the
+  // request is constrained. False (counted, logged once) when the step failed.
+  bool forward(std::span<RequestState* const> requests);
+  // `token` as proposal j of r (requests[i]): kept unless r's grammar refuses it or it is an
+  // end, which stop r's proposals; a constrained r's matcher moves past it (rolled back at the
+  // end of propose()).
+  void take(RequestState& r, std::size_t i, std::int32_t token, std::uint32_t j);
   // r's draft slot, admitted when it has none, committed through `tokens`; false when refused.
   bool hold(RequestState& r, std::uint64_t tokens);
 
@@ -81,7 +86,11 @@ class DraftProposer {
   // Each step's buffers, sized once.
   std::vector<std::int32_t> ids_;
   std::vector<model::Chunk> chunks_;
-  std::vector<std::int32_t> argmax_;
+  std::vector<std::int32_t> drawn_;
+  std::vector<model::ChunkSampling> sampling_;
+  std::vector<std::uint32_t> masks_;
+  std::vector<bool> masked_;          // chunk m's draw is a proposal (masked when constrained)
+  std::vector<std::uint32_t> taken_;  // proposals each request's matcher moved past
   std::vector<std::uint32_t> filled_;
   std::vector<std::uint32_t> want_;   // proposals each request can take this step
   std::vector<std::size_t> members_;  // the requests in this forward's chunks, by index

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "logit_transforms.h"
+#include "token_mask.h"
 
 namespace kvvm::engine {
 namespace {
@@ -35,39 +36,6 @@ std::size_t rows_of(model::LogprobRows rows, std::uint32_t tokens) {
   return 0;
 }
 
-// Fills `row` with the tokens r's next draw may take: its grammar's, with the request's own end
-// tokens (r.ends, which honour stop_ids and ignore_eos) in place of the vocabulary's, allowed
-// where the grammar has matched. A grammar that allows no token the request can draw (every
-// continuation needs bytes no token has, and no end may come) allows r's ends, or failing
-// those token 0; the scheduler then ends the request when the grammar refuses the draw.
-void fill_token_mask(RequestState& r, std::span<std::uint32_t> row) {
-  grammar::Matcher& m = *r.matcher;
-  const std::size_t words = m.grammar().vocabulary().mask_words();
-  std::fill(row.begin() + static_cast<std::ptrdiff_t>(words), row.end(), 0u);
-  m.fill_mask(row.first(words));
-  const auto set = [&row](std::int32_t t, bool on) {
-    const std::size_t w = static_cast<std::size_t>(t) >> 5;
-    if (w >= row.size()) return;
-    if (on) {
-      row[w] |= 1u << (t & 31);
-    } else {
-      row[w] &= ~(1u << (t & 31));
-    }
-  };
-  for (const std::int32_t end : m.grammar().vocabulary().ends()) set(end, false);
-  if (m.can_end()) {
-    for (const std::int32_t end : r.ends) set(end, true);
-  }
-  for (const std::uint32_t word : row) {
-    if (word != 0) return;
-  }
-  if (!r.ends.empty()) {
-    set(r.ends.front(), true);
-  } else {
-    set(0, true);
-  }
-}
-
 }  // namespace
 
 void ModelRunner::add_draft_row(const ScheduledChunk& c, std::size_t& logprob_rows_wanted) {
@@ -94,7 +62,34 @@ void ModelRunner::add_draft_row(const ScheduledChunk& c, std::size_t& logprob_ro
     r.tokens.resize(size);
     r.generated = generated;
   }
+  if (r.constrained()) {
+    // The grammar as it stands after the proposals before this row (the scheduler checked it
+    // accepts them), then back.
+    const auto before = std::span<const std::int32_t>(r.drafts).first(c.draft);
+    std::uint32_t accepted = 0;
+    for (const std::int32_t token : before) {
+      if (!r.matcher->accept_token(token)) break;
+      ++accepted;
+    }
+    add_mask(r, sampling);
+    r.matcher->rollback(accepted);
+  }
   sampling_.push_back(sampling);
+}
+
+void ModelRunner::add_mask(RequestState& r, model::ChunkSampling& sampling) {
+  const std::size_t mask_words = model::token_mask_words(model_.config().vocab_size);
+  if (masks_.size() < (mask_rows_ + 1) * mask_words) masks_.resize((mask_rows_ + 1) * mask_words);
+  const auto began = std::chrono::steady_clock::now();
+  fill_token_mask(r, std::span<std::uint32_t>(masks_).subspan(mask_rows_ * mask_words, mask_words));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  ++grammar_stats_.masks;
+  grammar_stats_.mask_seconds += seconds;
+  std::size_t bucket = 0;
+  while (bucket < kMaskSecondsBounds.size() && seconds > kMaskSecondsBounds[bucket]) ++bucket;
+  ++grammar_stats_.mask_buckets[bucket];
+  sampling.mask_row = static_cast<std::int32_t>(mask_rows_++);
 }
 
 void ModelRunner::add_grammar_stats(GrammarStats& stats) {
@@ -122,7 +117,7 @@ const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) 
   sampling_.clear();
   adjustments_.clear();
   const std::size_t mask_words = model::token_mask_words(model_.config().vocab_size);
-  std::size_t mask_rows = 0;
+  mask_rows_ = 0;
   bool want_logits = false;
   std::size_t logprob_rows_wanted = 0;
   for (const ScheduledChunk& c : plan.chunks) {
@@ -148,20 +143,7 @@ const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) 
       sampling.adjust_count =
           static_cast<std::uint32_t>(adjustments_.size()) - sampling.adjust_begin;
     }
-    if (end == r.tokens.size() && r.constrained()) {
-      if (masks_.size() < (mask_rows + 1) * mask_words) masks_.resize((mask_rows + 1) * mask_words);
-      const auto began = std::chrono::steady_clock::now();
-      fill_token_mask(*c.request,
-                      std::span<std::uint32_t>(masks_).subspan(mask_rows * mask_words, mask_words));
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-      ++grammar_stats_.masks;
-      grammar_stats_.mask_seconds += seconds;
-      std::size_t bucket = 0;
-      while (bucket < kMaskSecondsBounds.size() && seconds > kMaskSecondsBounds[bucket]) ++bucket;
-      ++grammar_stats_.mask_buckets[bucket];
-      sampling.mask_row = static_cast<std::int32_t>(mask_rows++);
-    }
+    if (end == r.tokens.size() && r.constrained()) add_mask(*c.request, sampling);
     sampling_.push_back(sampling);
     want_logits = want_logits || wants_prompt_logits(r, end);
   }
@@ -171,7 +153,7 @@ const StepOutputs& ModelRunner::execute(const StepPlan& plan, const KvView& kv) 
       .kv = kv,
       .sampling = sampling_,
       .adjustments = adjustments_,
-      .token_masks = std::span<const std::uint32_t>(masks_.data(), mask_rows * mask_words)};
+      .token_masks = std::span<const std::uint32_t>(masks_.data(), mask_rows_ * mask_words)};
   model::StepOutput out;
   out.sampled = sampled_.data();
   const std::size_t vocab = model_.config().vocab_size;

@@ -29,6 +29,8 @@ class ModelRunner {
   // A speculative row (c.draft >= 1): the proposal as its input, drawn as the sequence would
   // draw after the proposals before it.
   void add_draft_row(const ScheduledChunk& c, std::size_t& logprob_rows_wanted);
+  // r's next draw masked by its grammar: a row of masks_ filled and named in `sampling`.
+  void add_mask(RequestState& r, model::ChunkSampling& sampling);
 
   model::Model& model_;
   std::vector<std::int32_t> ids_;
@@ -41,6 +43,7 @@ class ModelRunner {
   std::vector<float> logits_;  // rare: a request asking for its prompt's logits
   // The step's token masks (constrained draws), token_mask_words(vocab) words a row.
   std::vector<std::uint32_t> masks_;
+  std::size_t mask_rows_ = 0;   // rows of masks_ this step
   GrammarStats grammar_stats_;  // since add_grammar_stats last took them
   StepOutputs outputs_;
   double prepare_seconds_ = 0;

@@ -109,6 +109,9 @@ class Scheduler {
   // After r's decode chunk: its proposals as speculative rows, as many as the step, the
   // transforms' bound and max_tokens leave.
   void plan_drafts(StepPlan& plan, Room& room, RequestState& r);
+  // How many of `proposals` r's grammar accepts in turn, stopping before an end token (all of
+  // them for an unconstrained request); r's matcher is left as it was.
+  std::size_t grammar_prefix(RequestState& r, std::span<const std::int32_t> proposals) const;
   // With a draft model, once the rows are committed: the draft fills every planned proposal;
   // the rows it could not fill are dropped.
   void propose_with_draft(StepPlan& plan);

@@ -10,6 +10,24 @@
 
 namespace kvvm::engine {
 
+std::size_t Scheduler::grammar_prefix(RequestState& r,
+                                      std::span<const std::int32_t> proposals) const {
+  if (!r.constrained()) return proposals.size();
+  // Each row's mask is the grammar's after the proposals before it, so a proposal the grammar
+  // refuses (or an end, after which nothing is drawn) ends the rows; the matcher is left as
+  // it was.
+  grammar::Matcher& m = *r.matcher;
+  std::uint32_t kept = 0;
+  for (const std::int32_t token : proposals) {
+    if (std::find(r.ends.begin(), r.ends.end(), token) != r.ends.end()) break;
+    if (!m.accept_token(token)) break;
+    ++kept;
+    if (m.must_end()) break;
+  }
+  m.rollback(kept);
+  return kept;
+}
+
 bool Scheduler::speculates_this_step() const {
   const SpeculativeOptions& s = options_.speculative;
   if (!s.enabled()) return false;
@@ -23,9 +41,9 @@ bool Scheduler::speculates_this_step() const {
 
 void Scheduler::plan_drafts(StepPlan& plan, Room& room, RequestState& r) {
   r.drafts.clear();
-  // A grammar masks each draw by the tokens before it, which a proposal would have to be
-  // matched through first; such requests decode a token a step.
-  if (!r.request.speculate || r.matcher != nullptr) return;
+  // A grammar still waiting for its trigger starts masking at a draw no row before it knew of;
+  // such requests decode a token a step until it starts.
+  if (!r.request.speculate || (r.matcher != nullptr && !r.grammar_started)) return;
   const SpeculativeOptions& s = options_.speculative;
   // The step's last token is always drawn, so proposals stop one short of max_tokens.
   const std::uint32_t left = r.request.max_tokens - r.generated;
@@ -42,6 +60,7 @@ void Scheduler::plan_drafts(StepPlan& plan, Room& room, RequestState& r) {
                              .prompt_lookup_min = s.prompt_lookup_min,
                              .prompt_lookup_max = s.prompt_lookup_max};
     n = propose_ngram(r.tokens, ngram, std::span<std::int32_t>(proposed).first(most));
+    n = grammar_prefix(r, std::span<const std::int32_t>(proposed).first(n));
   }
   // Row j draws after j proposals: its transforms may count up to j more output tokens.
   const std::size_t bound =
@@ -90,8 +109,10 @@ std::size_t Scheduler::verify_drafts(RequestState& r, const StepOutputs& outputs
     }
     if (!out.logprobs.empty()) r.token_logprobs.push_back(out.logprobs.back());
     const bool agrees = j < n && out.sampled == r.drafts[j];
+    const std::size_t before = r.tokens.size();
     on_sampled(r, out.sampled, now);
-    if (r.finished || !agrees) break;
+    // A grammar's forced run after the draw moved the sequence past where the next row sits.
+    if (r.finished || !agrees || r.tokens.size() != before + 1) break;
   }
   // The kept proposals' ids reach the prefix cache with the next decode chunk's publish.
   r.drafts.clear();
@@ -116,8 +137,11 @@ void Scheduler::propose_with_draft(StepPlan& plan) {
   bool cut = false;
   for (std::size_t i = 0; i < drafting_.size(); ++i) {
     RequestState& r = *drafting_[i];
-    if (filled[i] == r.drafts.size()) continue;
-    r.drafts.resize(filled[i]);
+    // The draft proposes without the grammar: its proposals go as far as the grammar allows.
+    const std::size_t kept =
+        grammar_prefix(r, std::span<const std::int32_t>(r.drafts).first(filled[i]));
+    if (kept == r.drafts.size()) continue;
+    r.drafts.resize(kept);
     cut = true;
   }
   if (!cut) return;

@@ -71,16 +71,18 @@ inline DraftSetup draft_of(model::Model& model, const KvSpaceOptions& space = {}
 }
 
 // With draft.model, the engine speculates with it (options.draft); both spaces are checked
-// clean after the engine goes.
+// clean after the engine goes. `tokenizer`: EngineOptions::tokenizer (a grammar's forced runs).
 inline SpecRun run_all(FixtureModel& fixture, const std::vector<EngineRequest>& requests,
                        SpeculativeOptions spec, KvSpaceOptions space = {},
-                       const DraftSetup& draft = {}) {
+                       const DraftSetup& draft = {},
+                       const tokenizer::Tokenizer* tokenizer = nullptr) {
   if (space.max_slots == 0) {
     space.max_slots = 5;
     space.max_context = 128;
   }
   EngineOptions options;
   options.speculative = spec;
+  options.tokenizer = tokenizer;
   SpecRun run;
   auto kv = make_kv(fixture.config, space);
   if (kv == nullptr) return run;

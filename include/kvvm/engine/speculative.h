@@ -32,8 +32,9 @@ enum class SpeculativeMethod : std::uint8_t {
 // rejection sampling exactly). By a draft model ("draft_model"): the draft proposes its greedy
 // next k tokens (src/engine/draft_proposer.h), verified the same way. Rejected rows are a length
 // change: their K / V is overwritten by the next tokens, the windows committed for them stay with
-// the sequence. Not speculated: constrained requests (a grammar), requests opted out, steps where
-// disable_by_batch_size or more sequences are decoding.
+// the sequence. A constrained request's proposals stop at the first its grammar refuses (a draft
+// model draws them through the grammar's masks). Not speculated: a grammar still waiting for its
+// trigger, requests opted out, steps where disable_by_batch_size or more sequences are decoding.
 struct SpeculativeOptions {
   SpeculativeMethod method = SpeculativeMethod::kNgram;
   std::uint32_t num_speculative_tokens = 0;  // k, at most 64; 0: off
