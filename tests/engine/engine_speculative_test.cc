@@ -191,6 +191,40 @@ TEST(Speculative, ACommitRefusedUnderAProposalDropsTheRowsNotTheAnswer) {
   EXPECT_GT(absorbed, 0u) << "no failure landed under a proposal's row";
 }
 
+// On an fp8 cache, with two sampled choices a request (the second forked from the first's
+// prompt), the prefix cache on: the answers of every choice are plain decoding's, with lookup
+// and with a draft model (its own cache fp32).
+TEST(Speculative, ComposesWithAnFp8CacheAndSeveralChoices) {
+  FixtureModel& fixture = testing::llama();
+  auto draft = testing::load_fixture("llama-tiny");
+  ASSERT_NE(draft, nullptr);
+  std::vector<EngineRequest> requests = greedy_batch(28);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    requests[i].n = 2;
+    requests[i].sampling.temperature = 0.8f;
+    requests[i].sampling.seed = 70 + i;
+  }
+  KvSpaceOptions fp8;
+  fp8.max_slots = 9;
+  fp8.max_context = 128;
+  fp8.kv_dtype = DType::kFp8;
+  KvSpaceOptions draft_space;
+  draft_space.max_slots = 9;
+  draft_space.max_context = 160;
+  SpeculativeOptions by_draft;
+  by_draft.method = SpeculativeMethod::kDraftModel;
+  by_draft.num_speculative_tokens = 4;
+  const SpecRun plain = run_all(fixture, requests, {}, fp8);
+  const SpecRun ngram = run_all(fixture, requests, lookup(4), fp8);
+  const SpecRun drafted =
+      run_all(fixture, requests, by_draft, fp8, testing::draft_of(*draft->model, draft_space));
+  for (const Answer& a : plain.answers) ASSERT_EQ(a.other_choices.size(), 1u);
+  expect_same_answers(plain, ngram, "fp8, n = 2, lookup");
+  expect_same_answers(plain, drafted, "fp8, n = 2, draft model");
+  EXPECT_GT(ngram.stats.spec_accepted_tokens, 0u);
+  EXPECT_GT(drafted.stats.spec_accepted_tokens, 0u);
+}
+
 TEST(SpeculativeConfig, ReadsVllmsJsonAndNamesWhatIsWrong) {
   auto read = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 4,
                                            "prompt_lookup_max": 4, "prompt_lookup_min": 2})");

@@ -42,12 +42,14 @@ inline EngineRequest request_of(std::vector<std::int32_t> prompt, std::uint32_t 
   return r;
 }
 
-// What one request gave, with its log-probabilities when asked.
+// What one request gave (its first choice), with its log-probabilities when asked; the tokens
+// of its other choices (EngineRequest::n), each in order.
 struct Answer {
   std::vector<std::int32_t> tokens;
   std::vector<model::RowLogprobs> logprobs;
   RequestEnd end = RequestEnd::kError;
   int finished = 0;
+  std::vector<std::vector<std::int32_t>> other_choices;
 };
 
 struct SpecRun {
@@ -106,7 +108,13 @@ inline SpecRun run_all(FixtureModel& fixture, const std::vector<EngineRequest>& 
   run.answers.resize(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     Answer* a = &run.answers[i];
+    a->other_choices.resize(requests[i].n > 0 ? requests[i].n - 1 : 0);
     auto id = engine.submit(requests[i], [a](const RequestEvent& event) {
+      if (event.index > 0) {
+        std::vector<std::int32_t>& other = a->other_choices.at(event.index - 1);
+        other.insert(other.end(), event.tokens.begin(), event.tokens.end());
+        return;
+      }
       a->tokens.insert(a->tokens.end(), event.tokens.begin(), event.tokens.end());
       a->logprobs.insert(a->logprobs.end(), event.logprobs.begin(), event.logprobs.end());
       if (event.finished) {
@@ -135,6 +143,7 @@ inline void expect_same_answers(const SpecRun& plain, const SpecRun& spec,
     EXPECT_EQ(s.finished, 1) << which;
     EXPECT_EQ(s.end, p.end) << which;
     EXPECT_EQ(s.tokens, p.tokens) << which;
+    EXPECT_EQ(s.other_choices, p.other_choices) << which;
     ASSERT_EQ(s.logprobs.size(), p.logprobs.size()) << which;
     for (std::size_t t = 0; t < p.logprobs.size(); ++t) {
       // A row computed in a step of another shape sums in another order: equal to rounding.
