@@ -64,6 +64,40 @@ TEST(CliBenchOffline, EveryRequestRunsToItsOutputLengthAndTheFiguresAgree) {
   ASSERT_EQ(text.code, kExitOk) << text.err;
 }
 
+// A draft model (here the model itself: every proposal kept) and n-gram lookup: the same output
+// tokens in fewer steps, the proposals counted in the report; a draft of another vocabulary is
+// refused by name.
+TEST(CliBenchOffline, SpeculationIsCountedAndSavesSteps) {
+  const std::vector<std::string> lengths = {"--offline",        "12/24", "--offline-requests", "6",
+                                            "--offline-warmup", "1"};
+  const auto bench = [&](const std::string& config) {
+    std::vector<std::string> extra = lengths;
+    if (!config.empty()) extra.insert(extra.end(), {"--speculative-config", config});
+    const test::CliRun r = run(offline_args(extra));
+    EXPECT_EQ(r.code, kExitOk) << r.err;
+    return r.code == kExitOk ? nlohmann::json::parse(r.out)["offline"][0] : nlohmann::json();
+  };
+  const nlohmann::json plain = bench("");
+  const nlohmann::json drafted = bench(R"({"model": ")" + test::model_fixture_dir("qwen3-tiny") +
+                                       R"(", "num_speculative_tokens": 3})");
+  ASSERT_FALSE(plain.is_null());
+  ASSERT_FALSE(drafted.is_null());
+  EXPECT_FALSE(plain.contains("speculative"));
+  EXPECT_EQ(drafted["output_tokens"], plain["output_tokens"]);
+  ASSERT_TRUE(drafted.contains("speculative"));
+  const nlohmann::json& s = drafted["speculative"];
+  EXPECT_GT(s["draft_tokens"].get<int>(), 0);
+  EXPECT_EQ(s["accepted_tokens"], s["draft_tokens"]) << "the model as its own draft";
+  EXPECT_LT(drafted["steps"].get<int>(), plain["steps"].get<int>());
+
+  const test::CliRun refused =
+      run(offline_args({"--offline", "12/4", "--speculative-config",
+                        R"({"model": ")" + test::model_fixture_dir("llama-tiny") +
+                            R"(", "num_speculative_tokens": 2})"}));
+  EXPECT_EQ(refused.code, kExitUsage) << refused.err;
+  EXPECT_TRUE(contains(refused.err, "vocab_size 1024, the model's is 676")) << refused.err;
+}
+
 TEST(CliBenchOffline, TheKvBudgetSetsTheRunningLimit) {
   // The tiny model's float32 KV: 2 KiB a token; 40 + 24 tokens a request, 128 KiB each; a
   // budget of 512 KiB holds 4 of them at once.

@@ -21,6 +21,8 @@
 #include "kit/byte_size.h"
 #include "kit/cli_common.h"
 #include "kit/kv_dtype_flag.h"
+#include "kit/model_loading.h"
+#include "kit/speculative_flag.h"
 #include "kit/svg_plot.h"
 #include "kit/text_table.h"
 #include "kit/value_parsers.h"
@@ -71,6 +73,43 @@ Result<std::unique_ptr<model::Model>> make_model(const BenchEngineOptions& optio
   cpu_options.limits = limits;
   cpu_options.weights = weight_options(options.weights);
   return model::make_cpu_model(config, weights, cpu_options);
+}
+
+// The draft model of --speculative-config's "model", made as the model is (on its backend, with
+// dummy weights when the model's are); InvalidArgument naming the flag for a folder that is not
+// a checkpoint or another vocabulary.
+Result<std::unique_ptr<model::Model>> make_draft(const BenchEngineOptions& options,
+                                                 const std::string& dir,
+                                                 const model::ModelConfig& target,
+                                                 const model::ModelLimits& limits,
+                                                 std::ostream* progress) {
+  const std::string flag = "--speculative-config \"model\" " + dir;
+  const bool dummy = dummy_weights(options.weights);
+  KVVM_RETURN_IF_ERROR(check_model_dir(dir, !dummy).with_context(flag));
+  Result<model::ModelConfig> config = model::load_model_config(dir);
+  if (!config.ok()) return config.status().with_context(flag);
+  if (config->vocab_size != target.vocab_size) {
+    return Status::InvalidArgument(flag + ": vocab_size " + str(config->vocab_size) +
+                                   ", the model's is " + str(target.vocab_size));
+  }
+  std::unique_ptr<model::WeightFiles> files;
+  model::ModelWeights weights;
+  if (!dummy) {
+    Result<std::unique_ptr<model::WeightFiles>> opened = model::WeightFiles::open_dir(dir);
+    if (!opened.ok()) return opened.status().with_context(flag);
+    files = std::move(opened).value();
+    Result<model::ModelWeights> bound = model::bind_weights(*config, *files);
+    if (!bound.ok()) return bound.status().with_context(flag);
+    weights = std::move(bound).value();
+  }
+  Result<std::unique_ptr<model::Model>> made =
+      make_model(options, *config, weights, limits, progress);
+  if (!made.ok()) return made.status().with_context(flag);
+  if (progress != nullptr) {
+    *progress << kBenchEngine << ": draft model " << config->architecture << " from " << dir << ": "
+              << (*made)->weight_stats().split.describe() << "\n";
+  }
+  return made;
 }
 
 // A preallocated engine running more sequences than the budget holds at max context has
@@ -339,6 +378,7 @@ CLI::App* add_bench_engine_command(CLI::App& bench, BenchEngineOptions& options)
                   "Requests of the first lengths (answers cut to 16 tokens) run through the "
                   "offline engine first and left out of its figures (default 8)")
       ->transform(count_validator(0, kMaxBatch));
+  add_speculative_flag(*cmd, options.speculative_config);
   cmd->add_flag("--no-decode", options.skip_decode, "Skip the decode part (a)");
   cmd->add_flag("--no-trace", options.skip_trace, "Skip the trace replay (b)");
   cmd->add_flag("--json", options.json, "Machine-readable report (JSON, ordered keys) on stdout");
@@ -547,6 +587,16 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
       if (!runs.ok()) return runs.status().with_context("choices");
       report.choices = std::move(runs).value();
     }
+    engine::SpeculativeOptions speculative;
+    std::unique_ptr<model::Model> draft;
+    if (!options.speculative_config.empty() && !plan.offline.empty()) {
+      KVVM_ASSIGN_OR_RETURN(speculative,
+                            engine::parse_speculative_config(options.speculative_config));
+      if (speculative.method == engine::SpeculativeMethod::kDraftModel) {
+        KVVM_ASSIGN_OR_RETURN(
+            draft, make_draft(options, speculative.draft_model, *config, limits, progress));
+      }
+    }
     for (const OfflineSpec& spec : plan.offline) {
       if (progress != nullptr) {
         *progress << kBenchEngine << ": offline " << spec.label << " (" << spec.lengths.size()
@@ -559,7 +609,9 @@ Result<BenchEngineReport> make_bench_engine(const BenchEngineOptions& options,
                                         .max_chunks = limits.max_chunks,
                                         .warmup = options.offline_warmup,
                                         .seed = options.seed,
-                                        .graphs = true});
+                                        .graphs = true,
+                                        .speculative = speculative,
+                                        .draft = draft.get()});
       if (!run.ok()) return run.status().with_context("offline " + spec.label);
       report.offline.push_back(std::move(run).value());
     }

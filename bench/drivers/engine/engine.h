@@ -77,6 +77,10 @@ struct BenchEngineOptions {
   std::uint64_t offline_requests = 1000;
   std::uint32_t offline_max_running = 0;  // 0: what the KV budget holds
   std::uint32_t offline_warmup = 8;
+  // --speculative-config for the offline runs (empty: off); a draft model is loaded as the
+  // model is (its own --load-format dummy weights when the model's are; the same folder as
+  // --model: the model drafts for itself, every proposal kept, which prices the verify rows).
+  std::string speculative_config;
   bool skip_decode = false;
   bool skip_trace = false;
   bool json = false;

@@ -13,6 +13,7 @@
 
 #include "kit/cli_common.h"
 #include "kit/op_timing.h"
+#include "kit/speculative_flag.h"
 #include "kvvm/engine/engine.h"
 
 namespace kvvm::cli {
@@ -195,6 +196,20 @@ Result<OfflineRun> measure_offline(model::Model& model, const engine::KvSpaceOpt
   options.max_queue_wait = std::chrono::milliseconds{0};  // offline: everything waits its turn
   options.refuse_predicted_wait = false;
   options.graphs = params.graphs;
+  options.speculative = params.speculative;
+  std::unique_ptr<engine::KvSpace> draft_space;  // declared before the engine: it goes after
+  if (params.speculative.enabled() &&
+      params.speculative.method == engine::SpeculativeMethod::kDraftModel) {
+    if (params.draft == nullptr) {
+      return Status::InvalidArgument("offline: a draft_model config without a draft model");
+    }
+    Result<std::unique_ptr<engine::KvSpace>> made_draft = engine::KvSpace::create(
+        params.draft->config(), draft_kv_options(**space, params.draft->config(),
+                                                 params.speculative.num_speculative_tokens));
+    if (!made_draft.ok()) return made_draft.status().with_context("the draft model's KV space");
+    draft_space = std::move(made_draft).value();
+    options.draft = engine::DraftModel{.model = params.draft, .kv = draft_space.get()};
+  }
   Result<std::unique_ptr<engine::Engine>> made = engine::Engine::create(model, **space, options);
   if (!made.ok()) return made.status().with_context("engine (offline)");
   engine::Engine& engine = **made;
@@ -257,6 +272,9 @@ Result<OfflineRun> measure_offline(model::Model& model, const engine::KvSpaceOpt
   run.graph_replays = after.graphs.replays - before.graphs.replays;
   run.preemptions = after.preemptions - before.preemptions;
   run.phases = after.phases.since(before.phases);
+  run.spec_drafts = after.spec_drafts - before.spec_drafts;
+  run.spec_draft_tokens = after.spec_draft_tokens - before.spec_draft_tokens;
+  run.spec_accepted_tokens = after.spec_accepted_tokens - before.spec_accepted_tokens;
   return run;
 }
 

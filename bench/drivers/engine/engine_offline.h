@@ -16,6 +16,7 @@
 #include "bench/drivers/engine/engine_report.h"
 #include "kvvm/base/status.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/engine/speculative.h"
 #include "kvvm/model/model.h"
 
 namespace kvvm::cli {
@@ -43,7 +44,11 @@ struct OfflineParams {
   std::uint32_t max_chunks = 0;  // the model's ModelLimits::max_chunks
   std::uint32_t warmup = 8;      // requests run first and excluded (at most the spec's)
   std::uint64_t seed = 1;
-  bool graphs = true;  // CUDA decode graphs
+  bool graphs = true;                      // CUDA decode graphs
+  engine::SpeculativeOptions speculative;  // off unless num_speculative_tokens > 0
+  // With method kDraftModel: the draft (its KV space made per run beside the model's, as
+  // kit/speculative_flag.h's draft_kv_options sizes it).
+  model::Model* draft = nullptr;
 };
 
 Result<OfflineRun> measure_offline(model::Model& model, const engine::KvSpaceOptions& kv,

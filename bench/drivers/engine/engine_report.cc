@@ -178,6 +178,11 @@ nlohmann::ordered_json bench_engine_json(const BenchEngineReport& report) {
       o["graph_replays"] = run.graph_replays;
       o["preemptions"] = run.preemptions;
       o["step_phases_ms"] = phases_json(run.phases);
+      if (run.spec_drafts > 0) {
+        o["speculative"] = {{"drafts", run.spec_drafts},
+                            {"draft_tokens", run.spec_draft_tokens},
+                            {"accepted_tokens", run.spec_accepted_tokens}};
+      }
       if (!run.note.empty()) o["note"] = run.note;
       offline.push_back(std::move(o));
     }
@@ -286,6 +291,21 @@ void print_bench_engine(const BenchEngineReport& report, std::ostream& out) {
                   fixed(p.deliver * 1e3 / n, 3), all > 0 ? fixed(host / all, 3) : "-"});
     }
     phases.print(out);
+    for (const OfflineRun& run : report.offline) {
+      if (run.spec_drafts == 0) continue;
+      out << "Speculative decoding, " << run.label << ": " << run.spec_accepted_tokens << " of "
+          << run.spec_draft_tokens << " proposals kept ("
+          << fixed(run.spec_draft_tokens == 0 ? 0.0
+                                              : static_cast<double>(run.spec_accepted_tokens) /
+                                                    static_cast<double>(run.spec_draft_tokens),
+                   3)
+          << "), "
+          << fixed(static_cast<double>(run.spec_accepted_tokens + run.spec_drafts) /
+                       static_cast<double>(run.spec_drafts),
+                   2)
+          << " tokens a verified sequence step (a draft model's forwards are in `schedule`, the "
+             "verify rows in `launch` and `wait`)\n";
+    }
   }
   if (!report.trace.empty()) {
     out << "\nTrace replay (open loop, " << report.trace_requests << " requests per rate, "

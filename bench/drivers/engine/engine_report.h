@@ -68,6 +68,8 @@ struct OfflineRun {
   std::uint64_t graph_replays = 0;
   std::uint64_t preemptions = 0;
   engine::StepPhaseSeconds phases;  // the measured run's steps, where the host's time went
+  // With --speculative-config: verifications, tokens proposed, tokens kept.
+  std::uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::string note;
 };
 
