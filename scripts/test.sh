@@ -49,11 +49,13 @@ thread_safety() {
 # driving an arena, a pool and a governor; commit-ahead, the library's one thread, is off in
 # them), the trace and tokenizer-input fuzzing and the e4m3 sweep. They were 375 of the TSan
 # suite's 1,040 test-seconds; the release and AddressSanitizer + UBSan suites run them all.
-# The draft-model suites step one engine on the test's thread (the proposer is the stepping
-# thread's alone), over models whose threads the other engine suites already race-check.
+# The speculative-decoding suites (the acceptance rule's sampling sweeps, and engines stepped on
+# the test's thread: the proposers are the stepping thread's alone) run over models whose
+# threads the other engine suites already race-check.
 single_threaded='(^|/)(ArenaModelTest|ReservationModelTest|ReservationTest|FaultSweepTest|'
 single_threaded+='ArenaShareSweepTest|PrefixCachePropertyTest|PrefixCacheTest|TraceJsonl|'
-single_threaded+='TokenizerErrors|Fp8Element|DraftModelPairs|DraftModel)[./]'
+single_threaded+='TokenizerErrors|Fp8Element|DraftModelPairs|DraftModel|Speculative|'
+single_threaded+='SpeculativeGrammar|SpeculativeFixtures)[./]'
 run_suite() {  # preset
   local preset=$1 log
   log=$(mktemp)
