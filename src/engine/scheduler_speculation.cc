@@ -137,7 +137,8 @@ void Scheduler::propose_with_draft(StepPlan& plan) {
   bool cut = false;
   for (std::size_t i = 0; i < drafting_.size(); ++i) {
     RequestState& r = *drafting_[i];
-    // The draft proposes without the grammar: its proposals go as far as the grammar allows.
+    // Checked as lookup's are: the draft's masked draws pass, and the rule a row's mask relies
+    // on stays in one place.
     const std::size_t kept =
         grammar_prefix(r, std::span<const std::int32_t>(r.drafts).first(filled[i]));
     if (kept == r.drafts.size()) continue;
