@@ -51,4 +51,21 @@ engine::KvSpaceOptions draft_kv_options(engine::KvSpace& target,
   return o;
 }
 
+Result<LoadedDraft> load_draft(const engine::SpeculativeOptions& speculative,
+                               const LoadedModel& target, engine::KvSpace& target_kv,
+                               std::string_view command, std::ostream& err) {
+  LoadedDraft draft;
+  if (!speculative.enabled() || speculative.method != engine::SpeculativeMethod::kDraftModel) {
+    return draft;
+  }
+  KVVM_ASSIGN_OR_RETURN(draft.model,
+                        load_draft_model(speculative.draft_model, target, command, err));
+  Result<std::unique_ptr<engine::KvSpace>> space = engine::KvSpace::create(
+      draft.model->config(),
+      draft_kv_options(target_kv, draft.model->config(), speculative.num_speculative_tokens));
+  if (!space.ok()) return space.status().with_context("the draft model's KV");
+  draft.kv = std::move(space).value();
+  return draft;
+}
+
 }  // namespace kvvm::cli

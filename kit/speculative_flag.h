@@ -3,9 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
+#include <memory>
 #include <string>
+#include <string_view>
 
+#include "kit/model_loading.h"
+#include "kvvm/base/status.h"
 #include "kvvm/engine/kv_space.h"
+#include "kvvm/engine/speculative.h"
 #include "kvvm/model/config.h"
 
 namespace CLI {
@@ -26,5 +32,19 @@ void add_speculative_flag(CLI::App& cmd, std::string& json);
 engine::KvSpaceOptions draft_kv_options(engine::KvSpace& target,
                                         const model::ModelConfig& draft_config,
                                         std::uint32_t num_speculative_tokens);
+
+// A draft model loaded for `generate` and `serve`, with its KV space; declared before the
+// engine that borrows them (lent()), so they outlive it.
+struct LoadedDraft {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<engine::KvSpace> kv;
+  engine::DraftModel lent() const { return {.model = model.get(), .kv = kv.get()}; }
+};
+// With `speculative`'s method kDraftModel: its checkpoint loaded beside `target`
+// (load_draft_model) and a KV space beside `target_kv` (draft_kv_options); otherwise nothing
+// (both null). The loader's errors, or the space's naming the draft's KV.
+Result<LoadedDraft> load_draft(const engine::SpeculativeOptions& speculative,
+                               const LoadedModel& target, engine::KvSpace& target_kv,
+                               std::string_view command, std::ostream& err);
 
 }  // namespace kvvm::cli

@@ -21,6 +21,7 @@
 namespace kvvm::engine {
 namespace {
 
+using testing::by_draft;
 using testing::draft_of;
 using testing::expect_same_answers;
 using testing::FixtureModel;
@@ -28,13 +29,6 @@ using testing::request_of;
 using testing::rig_prompt;
 using testing::run_all;
 using testing::SpecRun;
-
-SpeculativeOptions drafted(std::uint32_t k) {
-  SpeculativeOptions s;
-  s.method = SpeculativeMethod::kDraftModel;
-  s.num_speculative_tokens = k;
-  return s;
-}
 
 // Prompts of no repetition (prompt lookup would propose nothing): the draft's proposals are
 // all there is.
@@ -63,7 +57,7 @@ TEST_P(DraftModelPairs, GreedyOutputIsPlainDecodings) {
   const auto vocab = static_cast<std::int32_t>(target->config.vocab_size);
   const std::vector<EngineRequest> requests = plain_prompts(40, vocab);
   const SpecRun plain = run_all(*target, requests, {});
-  const SpecRun spec = run_all(*target, requests, drafted(4), {}, draft_of(*draft->model));
+  const SpecRun spec = run_all(*target, requests, by_draft(4), {}, draft_of(*draft->model));
   const std::string where = std::string(pair.target) + " drafted by " + pair.draft;
   expect_same_answers(plain, spec, where);
   EXPECT_GT(spec.stats.spec_draft_tokens, 0u) << where << ": nothing was proposed";
@@ -107,7 +101,7 @@ TEST(DraftModel, SampledOutputWithTransformsAndLogprobsIsPlainDecodings) {
   requests[3].min_tokens = 16;
   requests[3].stop_ids = {requests[3].prompt[0]};
   const SpecRun plain = run_all(target, requests, {});
-  const SpecRun spec = run_all(target, requests, drafted(3), {}, draft_of(*draft->model));
+  const SpecRun spec = run_all(target, requests, by_draft(3), {}, draft_of(*draft->model));
   expect_same_answers(plain, spec, "sampled");
   EXPECT_GT(spec.stats.spec_draft_tokens, 0u);
   // A greedy proposal is kept where the draw agrees with it: at these temperatures, sometimes.
@@ -123,7 +117,7 @@ TEST(DraftModel, PreemptedSequencesRecomputeToPlainDecodingsTokens) {
   space.budget_bytes = 12 * space.host_granule;
   const std::vector<EngineRequest> requests = plain_prompts(30, 1024);
   const SpecRun plain = run_all(*target, requests, {}, space);
-  const SpecRun spec = run_all(*target, requests, drafted(4), space, draft_of(*draft->model));
+  const SpecRun spec = run_all(*target, requests, by_draft(4), space, draft_of(*draft->model));
   expect_same_answers(plain, spec, "preemption");
   EXPECT_GT(spec.stats.preemptions, 0u) << "the budget never forced a preemption";
   EXPECT_GT(spec.stats.spec_accepted_tokens, 0u);
@@ -143,7 +137,7 @@ TEST(DraftModel, ALongPromptIsReadOverSeveralStepsBeforeTheFirstProposal) {
   space.max_slots = 3;
   space.max_context = 256;
   const SpecRun plain = run_all(target, requests, {}, space);
-  const SpecRun spec = run_all(target, requests, drafted(4), space, draft_of(*draft->model));
+  const SpecRun spec = run_all(target, requests, by_draft(4), space, draft_of(*draft->model));
   expect_same_answers(plain, spec, "long prompts");
   EXPECT_GT(spec.stats.spec_accepted_tokens, 0u);
   // The first two decode steps propose nothing (300 tokens to read, 64 a step): without the
@@ -165,7 +159,7 @@ TEST(DraftModel, TheDraftsKvRefusedLeavesPlainDecoding) {
   draft_space.budget_bytes = draft_space.host_granule;
   const SpecRun plain = run_all(target, requests, {});
   const SpecRun spec =
-      run_all(target, requests, drafted(4), {}, draft_of(*draft->model, draft_space));
+      run_all(target, requests, by_draft(4), {}, draft_of(*draft->model, draft_space));
   expect_same_answers(plain, spec, "draft KV refused");
   EXPECT_GT(spec.stats.spec_draft_refused, 0u);
 }
@@ -187,7 +181,7 @@ TEST(DraftModel, AFailingDraftNeverChangesOrEndsAnAnswer) {
     d.max_slots = 5;
     d.max_context = 192;
     d.driver = &fault;
-    const SpecRun run = run_all(target, requests, drafted(4), {}, draft_of(*draft->model, d));
+    const SpecRun run = run_all(target, requests, by_draft(4), {}, draft_of(*draft->model, d));
     *calls = fault.counts().of(DriverOp::kMap);
     *injected = fault.injected();
     return run;
@@ -206,7 +200,7 @@ TEST(DraftModel, AFailingDraftNeverChangesOrEndsAnAnswer) {
 
   for (const int at : {1, 2, 3, 7}) {
     kvvm::testing::FailingModel failing(*draft->model, at, Status::Internal("a draft step broke"));
-    const SpecRun faulty = run_all(target, requests, drafted(4), {}, draft_of(failing));
+    const SpecRun faulty = run_all(target, requests, by_draft(4), {}, draft_of(failing));
     expect_same_answers(plain, faulty, "draft forward #" + std::to_string(at));
     EXPECT_EQ(faulty.stats.spec_draft_failed, 1u) << "draft forward #" << at;
     EXPECT_GT(faulty.stats.spec_accepted_tokens, 0u) << "later steps propose again";
@@ -221,7 +215,7 @@ TEST(DraftModel, TheEngineRefusesADraftItCannotUseNamingTheValue) {
   ASSERT_NE(kv, nullptr);
   const auto refusal = [&](const DraftModel& draft, std::uint32_t k = 4) {
     EngineOptions options;
-    options.speculative = drafted(k);
+    options.speculative = by_draft(k);
     options.draft = draft;
     auto made = Engine::create(*target.model, *kv, options);
     EXPECT_FALSE(made.ok());
@@ -261,14 +255,14 @@ TEST(DraftModel, ADraftOfTheTargetsContextProposesUpToItsEnd) {
   const std::vector<EngineRequest> requests = {request_of(rig_prompt(20, 3, 1024), 44)};
   const SpecRun plain = run_all(target, requests, {}, space);
   const SpecRun spec =
-      run_all(target, requests, drafted(4), space, draft_of(*draft->model, draft_space));
+      run_all(target, requests, by_draft(4), space, draft_of(*draft->model, draft_space));
   expect_same_answers(plain, spec, "to the end of the context");
   EXPECT_EQ(spec.answers[0].tokens.size(), 44u);
   EXPECT_GT(spec.stats.spec_accepted_tokens, 0u);
   // A draft of ample context proposes at the last positions too: fewer steps.
   draft_space.max_context = 128;
   const SpecRun ample =
-      run_all(target, requests, drafted(4), space, draft_of(*draft->model, draft_space));
+      run_all(target, requests, by_draft(4), space, draft_of(*draft->model, draft_space));
   expect_same_answers(plain, ample, "an ample draft context");
   EXPECT_LT(ample.stats.steps, spec.stats.steps);
   EXPECT_GT(ample.stats.spec_draft_tokens, spec.stats.spec_draft_tokens);

@@ -31,14 +31,7 @@ using testing::llama;
 using testing::make_kv;
 using testing::no_cache;
 
-const tokenizer::Tokenizer& tiny_tokenizer() {
-  static std::unique_ptr<tokenizer::Tokenizer> loaded = [] {
-    auto t = tokenizer::Tokenizer::load(test::model_fixture_dir("llama-tiny") + "/tokenizer.json");
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    return std::move(t).value();
-  }();
-  return *loaded;
-}
+const tokenizer::Tokenizer& tiny_tokenizer() { return testing::llama_tokenizer(); }
 
 std::shared_ptr<const grammar::Vocabulary> tiny_vocabulary() {
   auto v = grammar::Vocabulary::from_tokenizer(tiny_tokenizer(), llama().config.eos_token_ids);

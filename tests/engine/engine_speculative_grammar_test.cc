@@ -25,20 +25,13 @@ using grammar::Builder;
 using grammar::ByteSet;
 using grammar::Grammar;
 using grammar::Sequence;
+using testing::by_draft;
 using testing::draft_of;
 using testing::expect_same_answers;
+using testing::llama_tokenizer;
 using testing::lookup;
 using testing::run_all;
 using testing::SpecRun;
-
-const tokenizer::Tokenizer& llama_tokenizer() {
-  static std::unique_ptr<tokenizer::Tokenizer> loaded = [] {
-    auto t = tokenizer::Tokenizer::load(test::model_fixture_dir("llama-tiny") + "/tokenizer.json");
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    return std::move(t).value();
-  }();
-  return *loaded;
-}
 
 // A JSON list of up to 40 objects {"value":"<a or b letters>"}: the answers repeat themselves
 // (so lookup proposes), with choices in every object (so proposals are refused too) and a forced
@@ -72,13 +65,6 @@ std::vector<EngineRequest> constrained_requests(float temperature) {
   return requests;
 }
 
-SpeculativeOptions drafted(std::uint32_t k) {
-  SpeculativeOptions s;
-  s.method = SpeculativeMethod::kDraftModel;
-  s.num_speculative_tokens = k;
-  return s;
-}
-
 TEST(SpeculativeGrammar, ConstrainedAnswersArePlainDecodingsWithEitherProposer) {
   auto draft = testing::load_fixture("llama-tiny");
   ASSERT_NE(draft, nullptr);
@@ -97,12 +83,12 @@ TEST(SpeculativeGrammar, ConstrainedAnswersArePlainDecodingsWithEitherProposer) 
     if (temperature == 0.0f) {
       EXPECT_LT(ngram.stats.steps, plain.stats.steps) << at;
     }
-    const SpecRun by_draft =
-        run_all(testing::llama(), requests, drafted(4), {}, draft_of(*draft->model), tok);
-    expect_same_answers(plain, by_draft, "draft model, " + at);
-    EXPECT_GT(by_draft.stats.spec_draft_tokens, 0u) << at;
+    const SpecRun drafted =
+        run_all(testing::llama(), requests, by_draft(4), {}, draft_of(*draft->model), tok);
+    expect_same_answers(plain, drafted, "draft model, " + at);
+    EXPECT_GT(drafted.stats.spec_draft_tokens, 0u) << at;
     // Kept where the draft's unmasked choice is one the grammar allows and the draw agrees.
-    EXPECT_LE(by_draft.stats.spec_accepted_tokens, by_draft.stats.spec_draft_tokens) << at;
+    EXPECT_LE(drafted.stats.spec_accepted_tokens, drafted.stats.spec_draft_tokens) << at;
     // Both ran the forced runs: the grammar's bytes between items came without draws.
     EXPECT_EQ(ngram.stats.grammar.forced_tokens, plain.stats.grammar.forced_tokens) << at;
   }

@@ -213,13 +213,10 @@ TEST(Speculative, ComposesWithAnFp8CacheAndSeveralChoices) {
   KvSpaceOptions draft_space;
   draft_space.max_slots = 9;
   draft_space.max_context = 160;
-  SpeculativeOptions by_draft;
-  by_draft.method = SpeculativeMethod::kDraftModel;
-  by_draft.num_speculative_tokens = 4;
   const SpecRun plain = run_all(fixture, requests, {}, fp8);
   const SpecRun ngram = run_all(fixture, requests, lookup(4), fp8);
-  const SpecRun drafted =
-      run_all(fixture, requests, by_draft, fp8, testing::draft_of(*draft->model, draft_space));
+  const SpecRun drafted = run_all(fixture, requests, testing::by_draft(4), fp8,
+                                  testing::draft_of(*draft->model, draft_space));
   for (const Answer& a : plain.answers) ASSERT_EQ(a.other_choices.size(), 1u);
   expect_same_answers(plain, ngram, "fp8, n = 2, lookup");
   expect_same_answers(plain, drafted, "fp8, n = 2, draft model");

@@ -24,6 +24,7 @@
 #include "kvvm/model/model.h"
 #include "kvvm/model/safetensors.h"
 #include "kvvm/model/weights.h"
+#include "kvvm/tokenizer/tokenizer.h"
 #include "support/test_data.h"
 
 namespace kvvm::engine::testing {
@@ -76,6 +77,16 @@ inline std::unique_ptr<FixtureModel> load_fixture(const std::string& name,
 }
 
 // llama-tiny, loaded once for the whole binary (the tests run one at a time).
+// llama-tiny's tokenizer (text, stop strings and a grammar's vocabulary in engine tests).
+inline const tokenizer::Tokenizer& llama_tokenizer() {
+  static std::unique_ptr<tokenizer::Tokenizer> loaded = [] {
+    auto t = tokenizer::Tokenizer::load(test::model_fixture_dir("llama-tiny") + "/tokenizer.json");
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    return t.ok() ? std::move(t).value() : nullptr;
+  }();
+  return *loaded;
+}
+
 inline FixtureModel& llama() {
   static std::unique_ptr<FixtureModel> loaded = load_fixture("llama-tiny");
   EXPECT_NE(loaded, nullptr);

@@ -34,6 +34,14 @@ inline SpeculativeOptions lookup(std::uint32_t k) {
   return s;
 }
 
+// Speculation by a draft model (EngineOptions::draft) proposing k tokens a step.
+inline SpeculativeOptions by_draft(std::uint32_t k) {
+  SpeculativeOptions s;
+  s.method = SpeculativeMethod::kDraftModel;
+  s.num_speculative_tokens = k;
+  return s;
+}
+
 inline EngineRequest request_of(std::vector<std::int32_t> prompt, std::uint32_t max_tokens) {
   EngineRequest r;
   r.prompt = std::move(prompt);

@@ -362,25 +362,16 @@ int run_generate(const GenerateOptions& options, std::ostream& out, std::ostream
   request.graphs = !options.no_graphs;
   const std::uint64_t context = engine::request_limits(model, **kv).context;
   // Declared before the engine runs, after the target's space: they go first.
-  std::unique_ptr<model::Model> draft_model;
-  std::unique_ptr<engine::KvSpace> draft_kv;
+  LoadedDraft draft;
   if (!options.speculative_config.empty()) {
     Result<engine::SpeculativeOptions> speculative =
         engine::parse_speculative_config(options.speculative_config);
     if (!speculative.ok()) return fail(speculative.status());
     request.speculative = *speculative;
-    if (speculative->method == engine::SpeculativeMethod::kDraftModel) {
-      Result<std::unique_ptr<model::Model>> draft =
-          load_draft_model(speculative->draft_model, *loaded, kGenerate, err);
-      if (!draft.ok()) return fail(draft.status());
-      draft_model = std::move(draft).value();
-      Result<std::unique_ptr<engine::KvSpace>> space = engine::KvSpace::create(
-          draft_model->config(),
-          draft_kv_options(**kv, draft_model->config(), speculative->num_speculative_tokens));
-      if (!space.ok()) return fail(space.status().with_context("the draft model's KV"));
-      draft_kv = std::move(space).value();
-      request.draft = engine::DraftModel{.model = draft_model.get(), .kv = draft_kv.get()};
-    }
+    Result<LoadedDraft> loaded_draft = load_draft(*speculative, *loaded, **kv, kGenerate, err);
+    if (!loaded_draft.ok()) return fail(loaded_draft.status());
+    draft = std::move(loaded_draft).value();
+    request.draft = draft.lent();
   }
   if (options.max_tokens) {
     request.max_tokens = static_cast<std::uint32_t>(*options.max_tokens);

@@ -346,25 +346,16 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err,
   engine_options.prefix_cache = !options.no_prefix_cache;
   engine_options.jump_forward = !options.no_jump_forward;
   // Declared before the engine: they go after it.
-  std::unique_ptr<model::Model> draft_model;
-  std::unique_ptr<engine::KvSpace> draft_kv;
+  LoadedDraft draft;
   if (!options.speculative_config.empty()) {
     Result<engine::SpeculativeOptions> speculative =
         engine::parse_speculative_config(options.speculative_config);
     if (!speculative.ok()) return fail(speculative.status());
     engine_options.speculative = *speculative;
-    if (speculative->method == engine::SpeculativeMethod::kDraftModel) {
-      Result<std::unique_ptr<model::Model>> draft =
-          load_draft_model(speculative->draft_model, *loaded, kServe, err);
-      if (!draft.ok()) return fail(draft.status());
-      draft_model = std::move(draft).value();
-      Result<std::unique_ptr<engine::KvSpace>> space = engine::KvSpace::create(
-          draft_model->config(),
-          draft_kv_options(**kv, draft_model->config(), speculative->num_speculative_tokens));
-      if (!space.ok()) return fail(space.status().with_context("the draft model's KV"));
-      draft_kv = std::move(space).value();
-      engine_options.draft = engine::DraftModel{.model = draft_model.get(), .kv = draft_kv.get()};
-    }
+    Result<LoadedDraft> loaded_draft = load_draft(*speculative, *loaded, **kv, kServe, err);
+    if (!loaded_draft.ok()) return fail(loaded_draft.status());
+    draft = std::move(loaded_draft).value();
+    engine_options.draft = draft.lent();
   }
   engine_options.tokenizer = loaded->tokenizer.get();
   Result<std::unique_ptr<engine::Engine>> engine =
